@@ -1,0 +1,3 @@
+"""Ember: see why models recompile, what compile caches evict, and where memory goes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,221 @@
+"""The event bus: ``attach``, ``detach``, ``emit`` and ``span``, after Erlang's ``:telemetry``.
+
+Event names are dotted strings (``"ember.cache.hit"``). A span ``"ember.call"`` emits
+``"ember.call.start"``, then ``"ember.call.stop"`` or ``"ember.call.exception"``.
+
+Handlers are called synchronously, in the emitting thread, as
+``fn(event_name, measurements, metadata)``. A handler that raises is detached and the
+error is logged once; the caller never sees it.
+
+Cost: ``emit`` with no handler for the event is one dict lookup on a snapshot dict, and
+``span`` with no handler for its three events is a flag check, because ``emit`` sits on
+the call path of every model call.
+
+Thread-safety: ``attach`` and ``detach`` take a lock and publish a new immutable
+snapshot of the routing table; ``emit`` reads the current snapshot without locking, so
+concurrent emits never block each other and never see a half-updated table.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = [
+    "Handler",
+    "attach",
+    "detach",
+    "emit",
+    "span",
+    "list_handlers",
+    "current_span_id",
+    "SpanHandle",
+]
+
+log = logging.getLogger("ember.recorder")
+
+Handler = Callable[[str, dict[str, Any], dict[str, Any]], None]
+"""``fn(event_name, measurements, metadata)``."""
+
+_lock = threading.Lock()
+# handler_id -> (event names, fn); the source of truth, changed under _lock.
+_handlers: dict[str, tuple[frozenset[str], Handler]] = {}
+# event name -> tuple of (handler_id, fn); rebuilt on every attach/detach, read lock-free.
+_routes: dict[str, tuple[tuple[str, Handler], ...]] = {}
+
+_span_ids = itertools.count(1)
+_current_span: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "ember_current_span", default=None
+)
+
+
+def _rebuild_routes() -> None:
+    global _routes
+    routes: dict[str, list[tuple[str, Handler]]] = {}
+    for handler_id, (names, fn) in _handlers.items():
+        for name in names:
+            routes.setdefault(name, []).append((handler_id, fn))
+    _routes = {name: tuple(hs) for name, hs in routes.items()}
+
+
+def attach(handler_id: str, event_names: Iterable[str], fn: Handler) -> None:
+    """Call ``fn`` for each event in ``event_names``.
+
+    Raises ``ValueError`` if ``handler_id`` is already attached: detach it first, or pick
+    another id (ids are how handlers are found again, so they must be unique).
+    """
+    names = frozenset([event_names] if isinstance(event_names, str) else event_names)
+    if not names:
+        raise ValueError(f"attach({handler_id!r}): give at least one event name")
+    with _lock:
+        if handler_id in _handlers:
+            raise ValueError(
+                f"handler {handler_id!r} is already attached; detach({handler_id!r}) first"
+            )
+        _handlers[handler_id] = (names, fn)
+        _rebuild_routes()
+
+
+def detach(handler_id: str) -> bool:
+    """Remove a handler. Returns False if it was not attached."""
+    with _lock:
+        if _handlers.pop(handler_id, None) is None:
+            return False
+        _rebuild_routes()
+        return True
+
+
+def list_handlers() -> dict[str, frozenset[str]]:
+    """The attached handler ids and the events each listens to."""
+    with _lock:
+        return {hid: names for hid, (names, _) in _handlers.items()}
+
+
+def _failed(handler_id: str, event_name: str, exc: BaseException) -> None:
+    if detach(handler_id):
+        log.error(
+            "ember handler %r raised on %s and was detached: %s",
+            handler_id,
+            event_name,
+            "".join(traceback.format_exception_only(type(exc), exc)).strip(),
+        )
+
+
+def _dispatch(
+    route: tuple[tuple[str, Handler], ...],
+    event_name: str,
+    measurements: dict[str, Any],
+    metadata: dict[str, Any],
+) -> None:
+    for handler_id, fn in route:
+        try:
+            fn(event_name, measurements, metadata)
+        except Exception as exc:  # a handler must never break the caller
+            _failed(handler_id, event_name, exc)
+
+
+def emit(
+    event_name: str,
+    measurements: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Send one event to the handlers attached to ``event_name``.
+
+    ``measurements`` are numbers (``count``, ``bytes``, ``duration``); ``metadata`` is
+    what the event is about. ``monotonic_time`` (ns) is added when missing.
+    """
+    route = _routes.get(event_name)
+    if route is None:
+        return
+    m = dict(measurements) if measurements else {}
+    m.setdefault("monotonic_time", time.monotonic_ns())
+    _dispatch(route, event_name, m, dict(metadata) if metadata else {})
+
+
+def current_span_id() -> int | None:
+    """The id of the innermost open span in this context, or None."""
+    return _current_span.get()
+
+
+class SpanHandle:
+    """What ``span`` yields: add stop metadata or measurements before the span ends."""
+
+    __slots__ = ("span_id", "metadata", "stop_metadata", "stop_measurements")
+
+    def __init__(self, span_id: int, metadata: dict[str, Any]) -> None:
+        self.span_id = span_id
+        self.metadata = metadata
+        self.stop_metadata: dict[str, Any] = {}
+        self.stop_measurements: dict[str, Any] = {}
+
+    def set(self, **metadata: Any) -> None:
+        """Metadata for the stop (or exception) event, on top of the start metadata."""
+        self.stop_metadata.update(metadata)
+
+    def measure(self, **measurements: Any) -> None:
+        """Extra measurements for the stop event, e.g. ``bytes``."""
+        self.stop_measurements.update(measurements)
+
+
+@contextmanager
+def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> Iterator[SpanHandle]:
+    """Emit ``<prefix>.start``, run the body, then ``<prefix>.stop`` or ``.exception``.
+
+    Start measurements: ``system_time`` (ns since the epoch), ``monotonic_time`` (ns).
+    Stop and exception measurements: ``duration`` (ns), ``monotonic_time`` (ns), plus what
+    the body gave to ``handle.measure``. Stop metadata is the start metadata updated with
+    ``handle.set(...)``; exception metadata adds ``kind``, ``reason`` and ``stacktrace``.
+    Every event of one span carries the same ``span_id`` and the ``parent_id`` of the
+    enclosing span in its metadata, so records can be paired and nested. The exception
+    is re-raised.
+    """
+    start_name = event_prefix + ".start"
+    stop_name = event_prefix + ".stop"
+    exc_name = event_prefix + ".exception"
+    routes = _routes
+    if start_name not in routes and stop_name not in routes and exc_name not in routes:
+        yield SpanHandle(0, dict(metadata) if metadata else {})
+        return
+
+    meta = dict(metadata) if metadata else {}
+    span_id = next(_span_ids)
+    meta["span_id"] = span_id
+    meta["parent_id"] = _current_span.get()
+    handle = SpanHandle(span_id, meta)
+    token = _current_span.set(span_id)
+    start = time.monotonic_ns()
+    route = _routes.get(start_name)
+    if route:
+        _dispatch(
+            route, start_name, {"system_time": time.time_ns(), "monotonic_time": start}, meta
+        )
+    try:
+        yield handle
+    except BaseException as exc:
+        _current_span.reset(token)
+        route = _routes.get(exc_name)
+        if route:
+            now = time.monotonic_ns()
+            m = {"duration": now - start, "monotonic_time": now, **handle.stop_measurements}
+            md = {
+                **meta,
+                **handle.stop_metadata,
+                "kind": "throw" if isinstance(exc, Exception) else "exit",
+                "reason": f"{type(exc).__name__}: {exc}",
+                "stacktrace": "".join(traceback.format_exception(exc)),
+            }
+            _dispatch(route, exc_name, m, md)
+        raise
+    _current_span.reset(token)
+    route = _routes.get(stop_name)
+    if route:
+        now = time.monotonic_ns()
+        m = {"duration": now - start, "monotonic_time": now, **handle.stop_measurements}
+        _dispatch(route, stop_name, m, {**meta, **handle.stop_metadata})
