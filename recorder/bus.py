@@ -193,9 +193,7 @@ def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> Iterat
     start = time.monotonic_ns()
     route = _routes.get(start_name)
     if route:
-        _dispatch(
-            route, start_name, {"system_time": time.time_ns(), "monotonic_time": start}, meta
-        )
+        _dispatch(route, start_name, {"system_time": time.time_ns(), "monotonic_time": start}, meta)
     try:
         yield handle
     except BaseException as exc:

@@ -1,0 +1,380 @@
+"""``record(path)``: turn bus events into a trace file, and the instrumentation API.
+
+While a recording is open it is attached to every Ember event on the bus. Each event
+becomes one record built from the schema's field lists, so the records are valid by
+construction (the tests check that with pydantic) without paying for pydantic on the
+hot path.
+
+Event names and the records they become:
+
+==============================  ==========================================
+``ember.<prefix>.start/stop``   ``span_start`` / ``span_end`` (see SPANS)
+``ember.<prefix>.exception``    ``span_end`` with ``status: "error"``
+``ember.cache.hit|miss|evict``  ``cache``
+``ember.hub.hit``               ``hub``
+``ember.profile.op``            ``op``
+``ember.profile.tensor``        ``tensor``
+``ember.profile.memory``        ``memory``
+``ember.device_memory``         ``device_memory``
+``ember.gradient``              ``gradient``
+``ember.edge``                  ``edge``
+==============================  ==========================================
+
+Point events carry the record's fields as metadata; ``monotonic_time`` gives ``ts_ns``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata as _pkg_metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from ember.schemas import SCHEMA_ID
+from ember.schemas import records as R
+
+from . import bus
+from .writer import TraceWriter
+
+__all__ = ["SPANS", "POINTS", "EVENT_NAMES", "Recorder", "record", "active_recorders"]
+
+# event prefix -> span kind
+SPANS: dict[str, str] = {
+    "ember.load": "load",
+    "ember.compile": "compile",
+    "ember.call": "call",
+    "ember.run": "run",
+    "ember.segment.compile": "segment_compile",
+    "ember.break": "break",
+    "ember.hub.download": "hub_download",
+    "ember.hub.info": "hub_info",
+    "ember.op": "op",
+    "ember.step": "step",
+    "ember.user": "user",
+    "ember.jit": "jit",
+}
+
+# point event -> (record model, fixed fields)
+POINTS: dict[str, tuple[type[R.RecordModel], dict[str, Any]]] = {
+    "ember.cache.hit": (R.Cache, {"action": "hit"}),
+    "ember.cache.miss": (R.Cache, {"action": "miss"}),
+    "ember.cache.evict": (R.Cache, {"action": "evict"}),
+    "ember.hub.hit": (R.Hub, {"action": "hit"}),
+    "ember.profile.op": (R.Op, {}),
+    "ember.profile.tensor": (R.Tensor, {}),
+    "ember.profile.memory": (R.Memory, {}),
+    "ember.device_memory": (R.DeviceMemory, {}),
+    "ember.gradient": (R.Gradient, {}),
+    "ember.edge": (R.Edge, {}),
+}
+
+EVENT_NAMES: tuple[str, ...] = tuple(
+    [f"{p}.{s}" for p in SPANS for s in ("start", "stop", "exception")] + list(POINTS)
+)
+
+
+def _fields(model: type[R.RecordModel]) -> frozenset[str]:
+    return frozenset(model.model_fields) - {"kind", "ts_ns"}
+
+
+_SPAN_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    kind: (_fields(start), _fields(end)) for kind, (start, end) in R.SPAN_ATTRS.items()
+}
+# point event -> (record kind, the record's fields, fixed fields)
+_POINT_FIELDS = {
+    name: (model.model_fields["kind"].default, _fields(model), fixed)
+    for name, (model, fixed) in POINTS.items()
+}
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("ember", "jax", "jaxlib", "onnx", "onnxruntime"):
+        try:
+            out[dist] = _pkg_metadata.version(dist)
+        except _pkg_metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _backend_and_devices() -> tuple[str | None, list[str]]:
+    # Only when the program already uses JAX: recording must not import it.
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None, []
+    try:
+        return jax.default_backend(), [str(d) for d in jax.devices()]
+    except Exception:  # no backend initialised yet, or it failed: say nothing
+        return None, []
+
+
+class Recorder:
+    """An open recording: one run, one file. Made by ``record()``.
+
+    Besides the events of the runtime, any program can write its own records with
+    ``span``, ``op``, ``tensor``, ``memory``, ``device_memory``, ``gradient`` and ``edge``
+    (the ergonomics of candle-graph's ``TraceSession``).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        phase: Literal["infer", "train"] = "infer",
+        entrypoint: str | None = None,
+        tags: dict[str, str] | None = None,
+        run_id: str | None = None,
+        flush_interval: float = 1.0,
+    ) -> None:
+        self.path = Path(path)
+        self.run_id = run_id or uuid.uuid4().hex
+        self.phase = phase
+        self._t0 = time.monotonic_ns()
+        wall = time.time_ns()
+        backend, devices = _backend_and_devices()
+        self.meta = {
+            "kind": "meta",
+            "schema": SCHEMA_ID,
+            "run_id": self.run_id,
+            "wall_time_ns": wall,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "versions": _versions(),
+            "backend": backend,
+            "devices": devices,
+            "entrypoint": entrypoint if entrypoint is not None else " ".join(sys.argv) or None,
+            "phase": phase,
+            "tags": {str(k): str(v) for k, v in (tags or {}).items()},
+        }
+        self._writer = TraceWriter(self.path, flush_interval=flush_interval)
+        self._writer.write(self.meta)
+        self._handler_id = f"ember.recorder.{self.run_id}"
+        bus.attach(self._handler_id, EVENT_NAMES, self._on_event)
+
+    # ------------------------------------------------------------ bus -> records
+
+    def ts(self, monotonic_ns: int | None = None) -> int:
+        """Nanoseconds since the run started for a ``time.monotonic_ns()`` reading."""
+        t = (time.monotonic_ns() if monotonic_ns is None else monotonic_ns) - self._t0
+        return t if t > 0 else 0
+
+    def _on_event(self, name: str, measurements: dict[str, Any], md: dict[str, Any]) -> None:
+        ts = self.ts(measurements["monotonic_time"])
+        point = _POINT_FIELDS.get(name)
+        if point is not None:
+            kind, fields, fixed = point
+            rec = {"kind": kind, "ts_ns": ts, **fixed}
+            for k in fields:
+                if k in md:
+                    rec[k] = md[k]
+                elif k in measurements:
+                    rec[k] = measurements[k]
+            if "span_id" in fields and "span_id" not in md:
+                rec["span_id"] = bus.current_span_id()
+            self._writer.write(rec)
+            return
+        prefix, _, phase = name.rpartition(".")
+        span_kind = SPANS[prefix]
+        start_fields, end_fields = _SPAN_FIELDS[span_kind]
+        if phase == "start":
+            self._writer.write(
+                {
+                    "kind": "span_start",
+                    "ts_ns": ts,
+                    "span_id": md["span_id"],
+                    "parent_id": md.get("parent_id"),
+                    "name": md.get("name", prefix) if span_kind == "user" else prefix,
+                    "span_kind": span_kind,
+                    "attrs": self._attrs(span_kind, start_fields, md, None),
+                }
+            )
+            return
+        rec: dict[str, Any] = {
+            "kind": "span_end",
+            "ts_ns": ts,
+            "span_id": md["span_id"],
+            "duration_ns": measurements.get("duration", 0),
+            "status": "ok",
+            "span_kind": span_kind,
+            "attrs": self._attrs(span_kind, end_fields, md, measurements),
+        }
+        if phase == "exception":
+            rec["status"] = "error"
+            rec["error"] = {
+                "kind": str(md.get("kind", "error")),
+                "reason": str(md.get("reason", "")),
+                "stack": str(md.get("stacktrace", "")),
+            }
+        self._writer.write(rec)
+
+    @staticmethod
+    def _attrs(
+        span_kind: str,
+        fields: frozenset[str],
+        md: dict[str, Any],
+        measurements: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        if span_kind == "user":
+            # a user span keeps whatever the user gave, under attrs
+            skip = {"span_id", "parent_id", "name", "kind", "reason", "stacktrace"}
+            return {"attrs": {k: v for k, v in md.items() if k not in skip}}
+        attrs = {k: md[k] for k in fields if k in md}
+        if measurements:
+            for k in fields:
+                if k in measurements and k not in attrs:
+                    attrs[k] = measurements[k]
+        return attrs
+
+    # ------------------------------------------------------------ instrumentation API
+
+    @contextmanager
+    def span(self, name: str, **attrs: Any) -> Iterator[bus.SpanHandle]:
+        """A user span named ``name`` with free-form attributes (nested spans nest)."""
+        with bus.span("ember.user", {"name": name, **attrs}) as handle:
+            yield handle
+
+    @contextmanager
+    def step(self, step: Literal["forward", "backward", "optimizer"], index: int | None = None):
+        """A training step span (forward, backward or optimizer)."""
+        with bus.span("ember.step", {"step": step, "index": index}) as handle:
+            yield handle
+
+    def op(self, op_name: str, *, dtype: str, device: str, duration_ns: int, **fields: Any) -> None:
+        """A timed operation (``inputs``, ``output``, ``shape``, ``storage_bytes``...)."""
+        bus.emit(
+            "ember.profile.op",
+            None,
+            {
+                "op_name": op_name,
+                "dtype": dtype,
+                "device": device,
+                "duration_ns": duration_ns,
+                **fields,
+            },
+        )
+
+    def tensor(self, tensor_id: str, *, dtype: str, device: str, **fields: Any) -> None:
+        """A tensor seen while profiling (``shape``, ``category``, ``storage_bytes``...)."""
+        bus.emit(
+            "ember.profile.tensor",
+            None,
+            {"tensor_id": tensor_id, "dtype": dtype, "device": device, **fields},
+        )
+
+    def memory(
+        self,
+        action: Literal["alloc", "free"],
+        tensor_id: str,
+        nbytes: int,
+        *,
+        dtype: str,
+        device: str,
+        **fields: Any,
+    ) -> None:
+        """A tensor allocation or free (``category``, ``shape``, ``op_name``...)."""
+        bus.emit(
+            "ember.profile.memory",
+            None,
+            {
+                "action": action,
+                "tensor_id": tensor_id,
+                "bytes": nbytes,
+                "dtype": dtype,
+                "device": device,
+                **fields,
+            },
+        )
+
+    def device_memory(self, device: str, source: str, **fields: Any) -> None:
+        """A device memory reading (``used_bytes``, ``peak_bytes``, ``rss_bytes``...)."""
+        bus.emit("ember.device_memory", None, {"device": device, "source": source, **fields})
+
+    def gradient(self, root: str, key: str, state: str, norm: float | None = None, **f: Any):
+        """A parameter's gradient (``state``: present, missing, zero, non_finite)."""
+        event_id = f.pop("event_id", None) or f"{self.phase}-grad-{uuid.uuid4().hex[:12]}"
+        bus.emit(
+            "ember.gradient",
+            None,
+            {"event_id": event_id, "root": root, "key": key, "state": state, "norm": norm, **f},
+        )
+
+    def edge(self, from_span: str, to_span: str, duration_ns: int) -> None:
+        """Data-flow timing between two spans."""
+        bus.emit(
+            "ember.edge",
+            None,
+            {"from_span": from_span, "to_span": to_span, "duration_ns": duration_ns},
+        )
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        """Write a record as it is (for bridges that build records themselves).
+
+        The caller is responsible for its validity; ``ember validate`` checks it.
+        """
+        self._writer.write(record)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def lines(self) -> int:
+        return self._writer.lines
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        bus.detach(self._handler_id)
+        self._writer.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_active: list[Recorder] = []
+
+
+def active_recorders() -> list[Recorder]:
+    """The recordings open in this process, oldest first."""
+    return list(_active)
+
+
+@contextmanager
+def record(
+    path: str | os.PathLike[str],
+    *,
+    phase: Literal["infer", "train"] = "infer",
+    entrypoint: str | None = None,
+    run_id: str | None = None,
+    flush_interval: float = 1.0,
+    **tags: Any,
+) -> Iterator[Recorder]:
+    """Record every Ember event of this process into a new JSONL trace at ``path``.
+
+    Keyword arguments other than the named ones become the run's ``tags`` (model,
+    git sha, team...). The file is flushed at least every ``flush_interval`` seconds
+    and on exit.
+    """
+    rec = Recorder(
+        path,
+        phase=phase,
+        entrypoint=entrypoint,
+        tags={k: str(v) for k, v in tags.items()},
+        run_id=run_id,
+        flush_interval=flush_interval,
+    )
+    _active.append(rec)
+    try:
+        yield rec
+    finally:
+        _active.remove(rec)
+        rec.close()

@@ -1,0 +1,466 @@
+"""Every record of an Ember trace, as pydantic models: the single source of truth.
+
+A trace is JSONL: one record a line, ``kind`` says which model. Line 1 is ``meta``.
+Span records are discriminated a second time on ``span_kind``, so each span kind has
+typed attributes: exactly the metadata of the Transmuter seed for ONNX runtime events
+(``load``, ``compile``, ``call``, ``run``, ``segment_compile``, ``break``,
+``hub_download``, ``hub_info``), the candle-graph fields for profiling records (``op``,
+``tensor``, ``memory``, ``device_memory``, ``gradient``, ``edge``), and the JAX bridge's
+``jit`` compile spans.
+
+Timestamps (``ts_ns``) are monotonic nanoseconds since the run started; ``meta``'s
+``wall_time_ns`` anchors them to the epoch. Unknown fields are errors (``extra="forbid"``)
+so a misspelt field is reported instead of silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+
+__all__ = [
+    "SCHEMA_NAME",
+    "SCHEMA_VERSION",
+    "SCHEMA_ID",
+    "Record",
+    "SpanStart",
+    "SpanEnd",
+    "SPAN_KINDS",
+    "SPAN_ATTRS",
+    "RECORD_KINDS",
+    "RecordModel",
+]
+
+SCHEMA_NAME = "ember.trace"
+SCHEMA_VERSION = 1
+SCHEMA_ID = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+
+
+class RecordModel(BaseModel):
+    """Base of every record and attribute model: unknown fields are errors, values frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- shared value types
+
+
+class TensorShape(RecordModel):
+    """Shape and dtype of one tensor (dtype as numpy names it: ``float32``, ``int64``)."""
+
+    shape: list[NonNegativeInt]
+    dtype: str
+
+
+class ArgShape(RecordModel):
+    """One argument of a segment or call: a tensor (``shape``+``dtype``) or a sequence."""
+
+    name: str
+    shape: list[NonNegativeInt] | None = None
+    dtype: str | None = None
+    sequence: list[TensorShape] | None = None
+
+
+class StaticValue(RecordModel):
+    """A value a segment reads on the host; part of its cache key."""
+
+    name: str
+    value: Any
+
+
+class StaticMemory(RecordModel):
+    """``memory_analysis()`` of a compiled segment, in bytes."""
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    temp_bytes: int | None = None
+    alias_bytes: int | None = None
+    generated_code_bytes: int | None = None
+
+
+class Cost(RecordModel):
+    """``cost_analysis()`` of a compiled segment."""
+
+    flops: float | None = None
+    bytes_accessed: float | None = None
+
+
+class SpanError(RecordModel):
+    """Why a span failed: the ``:exception`` event's kind, reason and stack."""
+
+    kind: str
+    reason: str
+    stack: str = ""
+
+
+class ArgChange(RecordModel):
+    """One difference that made JAX trace a function again."""
+
+    arg: str
+    what: Literal["shape", "dtype", "weak_type", "static", "structure", "other"]
+    old: str | None = None
+    new: str | None = None
+
+
+MemoryCategory = Literal[
+    "parameter",
+    "input",
+    "activation",
+    "output",
+    "temporary",
+    "gradient",
+    "optimizer_state",
+    "unknown",
+]
+Phase = Literal["infer", "train"]
+ExecutionStep = Literal["forward", "backward", "optimizer"]
+
+
+# ---------------------------------------------------------------- meta
+
+
+class Meta(RecordModel):
+    """Line 1 of every trace: which schema, which run, where and how it ran."""
+
+    kind: Literal["meta"] = "meta"
+    schema_id: str = Field(SCHEMA_ID, alias="schema")
+    run_id: str
+    wall_time_ns: int = Field(description="Epoch ns at ts_ns == 0.")
+    host: str
+    pid: int
+    versions: dict[str, str] = Field(default_factory=dict)
+    backend: str | None = None
+    devices: list[str] = Field(default_factory=list)
+    entrypoint: str | None = None
+    phase: Phase = "infer"
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+# ---------------------------------------------------------------- span attributes
+
+
+class SourceAttrs(RecordModel):
+    source: str | None = None
+
+
+class LoadEndAttrs(SourceAttrs):
+    node_count: int | None = None
+    opset: int | None = None
+
+
+class CompileAttrs(SourceAttrs):
+    compiler: str
+
+
+class CompileEndAttrs(CompileAttrs):
+    graph_break: bool | None = None
+
+
+class CallAttrs(SourceAttrs):
+    shapes: list[ArgShape] = Field(default_factory=list)
+
+
+class SegmentCompileAttrs(SourceAttrs):
+    position: int
+    shapes: list[ArgShape]
+    key: str | None = None
+
+
+class SegmentCompileEndAttrs(SegmentCompileAttrs):
+    stop: int | Literal["end"] | None = None
+    compiled: bool | None = None
+    disk_cache: Literal["hit", "miss"] | None = None
+    reason: str | None = None
+    host_values: list[str] = Field(default_factory=list)
+    memory: StaticMemory | None = None
+    cost: Cost | None = None
+
+
+class BreakAttrs(SourceAttrs):
+    position: int
+    node: str
+    op_type: str
+
+
+class HubFileAttrs(RecordModel):
+    source: str = Field(description='"hf://owner/repo/path/in/repo"')
+    revision: str
+
+
+class HubDownloadEndAttrs(HubFileAttrs):
+    bytes: int | None = None
+
+
+class HubInfoAttrs(RecordModel):
+    source: str = Field(description='"hf://owner/repo"')
+    revision: str
+
+
+class HubInfoEndAttrs(HubInfoAttrs):
+    result: Literal["fetched", "saved"] | None = None
+
+
+class OpSpanAttrs(RecordModel):
+    """A span around one operation or function (candle-graph's function/op/module)."""
+
+    op_kind: Literal["function", "op", "module"] = "op"
+    measured: bool = False
+
+
+class StepAttrs(RecordModel):
+    """A training or inference step (forward, backward, optimizer) with its index."""
+
+    step: ExecutionStep
+    index: int | None = None
+
+
+class UserAttrs(RecordModel):
+    """A span opened by the user through the instrumentation API."""
+
+    attrs: dict[str, Any] = Field(default_factory=dict)
+
+
+class JitAttrs(RecordModel):
+    """A compile of a jitted function seen by the JAX bridge."""
+
+    fun_name: str
+
+
+class JitEndAttrs(JitAttrs):
+    tracing_ns: int | None = None
+    lowering_ns: int | None = None
+    backend_compile_ns: int | None = None
+    persistent_cache: Literal["hit", "miss"] | None = None
+    retrace_reason: str | None = None
+    changes: list[ArgChange] = Field(default_factory=list)
+
+
+# span kind -> (attrs of span_start, attrs of span_end)
+SPAN_ATTRS: dict[str, tuple[type[RecordModel], type[RecordModel]]] = {
+    "load": (SourceAttrs, LoadEndAttrs),
+    "compile": (CompileAttrs, CompileEndAttrs),
+    "call": (CallAttrs, CallAttrs),
+    "run": (SourceAttrs, SourceAttrs),
+    "segment_compile": (SegmentCompileAttrs, SegmentCompileEndAttrs),
+    "break": (BreakAttrs, BreakAttrs),
+    "hub_download": (HubFileAttrs, HubDownloadEndAttrs),
+    "hub_info": (HubInfoAttrs, HubInfoEndAttrs),
+    "op": (OpSpanAttrs, OpSpanAttrs),
+    "step": (StepAttrs, StepAttrs),
+    "user": (UserAttrs, UserAttrs),
+    "jit": (JitAttrs, JitEndAttrs),
+}
+SPAN_KINDS: tuple[str, ...] = tuple(SPAN_ATTRS)
+
+
+# ---------------------------------------------------------------- spans
+
+
+class _SpanStartBase(RecordModel):
+    kind: Literal["span_start"] = "span_start"
+    ts_ns: NonNegativeInt
+    span_id: int
+    parent_id: int | None = None
+    name: str = Field(description="The event prefix, e.g. 'ember.call', or a user name.")
+
+
+class _SpanEndBase(RecordModel):
+    kind: Literal["span_end"] = "span_end"
+    ts_ns: NonNegativeInt
+    span_id: int
+    duration_ns: NonNegativeInt
+    status: Literal["ok", "error"] = "ok"
+    error: SpanError | None = None
+
+
+def _span_models(base: type[RecordModel], which: int, suffix: str) -> list[type[RecordModel]]:
+    # One class per span kind: `span_kind` is its literal tag and `attrs` its typed
+    # attributes. Built in a loop because the twelve kinds differ only in those two.
+    models = []
+    for span_kind, attrs in SPAN_ATTRS.items():
+        cls_name = "".join(p.title() for p in span_kind.split("_")) + suffix
+        models.append(
+            type(
+                cls_name,
+                (base,),
+                {
+                    "__annotations__": {
+                        "span_kind": Literal[span_kind],  # type: ignore[valid-type]
+                        "attrs": attrs[which],
+                    },
+                    "__module__": __name__,
+                    "__doc__": f"{suffix[4:].lower() or 'start'} of a '{span_kind}' span",
+                },
+            )
+        )
+    return models
+
+
+_START_MODELS = _span_models(_SpanStartBase, 0, "SpanStart")
+_END_MODELS = _span_models(_SpanEndBase, 1, "SpanEnd")
+globals().update({m.__name__: m for m in _START_MODELS + _END_MODELS})
+
+SpanStart = Annotated[Union[tuple(_START_MODELS)], Field(discriminator="span_kind")]  # type: ignore[valid-type]  # noqa: UP007
+SpanEnd = Annotated[Union[tuple(_END_MODELS)], Field(discriminator="span_kind")]  # type: ignore[valid-type]  # noqa: UP007
+
+
+# ---------------------------------------------------------------- point events
+
+
+class Cache(RecordModel):
+    """A lookup of a compiled segment (hit/miss) or the eviction of one.
+
+    ``shapes``, ``key`` and ``statics`` are those of the segment looked up, or of the
+    segment removed for ``evict``; ``cache_size`` is set on ``evict``.
+    """
+
+    kind: Literal["cache"] = "cache"
+    ts_ns: NonNegativeInt
+    action: Literal["hit", "miss", "evict"]
+    span_id: int | None = Field(None, description="The enclosing span (the call).")
+    source: str | None = None
+    position: int
+    shapes: list[ArgShape]
+    key: str | None = None
+    statics: list[StaticValue] = Field(default_factory=list)
+    cache_size: int | None = None
+
+
+class Hub(RecordModel):
+    """A Hub file found current in the cache."""
+
+    kind: Literal["hub"] = "hub"
+    ts_ns: NonNegativeInt
+    action: Literal["hit"] = "hit"
+    span_id: int | None = None
+    source: str
+    revision: str
+    check: Literal["etag", "hash", "none", "offline"]
+    bytes: NonNegativeInt
+
+
+class Op(RecordModel):
+    """A timed operation (candle-graph OpEvent)."""
+
+    kind: Literal["op"] = "op"
+    ts_ns: NonNegativeInt
+    span_id: int | None = None
+    op_name: str
+    inputs: list[str] = Field(default_factory=list)
+    output: str | None = None
+    shape: list[NonNegativeInt] = Field(default_factory=list)
+    dtype: str
+    device: str
+    duration_ns: NonNegativeInt
+    storage_bytes: NonNegativeInt | None = None
+    input_storage_bytes: NonNegativeInt = 0
+    step: ExecutionStep | None = None
+
+
+class Tensor(RecordModel):
+    """A tensor seen while profiling (candle-graph TensorEvent)."""
+
+    kind: Literal["tensor"] = "tensor"
+    ts_ns: NonNegativeInt
+    span_id: int | None = None
+    tensor_id: str
+    shape: list[NonNegativeInt] = Field(default_factory=list)
+    dtype: str
+    device: str
+    requires_grad: bool = False
+    storage_bytes: NonNegativeInt | None = None
+    category: MemoryCategory = "unknown"
+
+
+class Memory(RecordModel):
+    """A tensor allocation or free (candle-graph MemoryEvent)."""
+
+    kind: Literal["memory"] = "memory"
+    ts_ns: NonNegativeInt
+    span_id: int | None = None
+    tensor_id: str
+    op_name: str | None = None
+    device: str
+    bytes: NonNegativeInt
+    action: Literal["alloc", "free"]
+    shape: list[NonNegativeInt] = Field(default_factory=list)
+    dtype: str
+    category: MemoryCategory = "unknown"
+
+
+class DeviceMemory(RecordModel):
+    """A device-level memory reading.
+
+    ``source`` says where the numbers come from: ``memory_stats`` (the device's own
+    allocator: GPU, TPU), or on the CPU, where JAX reports none, ``live_arrays`` (bytes of
+    live JAX arrays in ``used_bytes``, the process's resident set in ``rss_bytes``).
+    """
+
+    kind: Literal["device_memory"] = "device_memory"
+    ts_ns: NonNegativeInt
+    span_id: int | None = None
+    device: str
+    source: Literal["memory_stats", "live_arrays"]
+    used_bytes: NonNegativeInt | None = None
+    peak_bytes: NonNegativeInt | None = None
+    reserved_bytes: NonNegativeInt | None = None
+    free_bytes: NonNegativeInt | None = None
+    limit_bytes: NonNegativeInt | None = None
+    rss_bytes: NonNegativeInt | None = None
+
+
+class Gradient(RecordModel):
+    """A parameter's gradient at one step (candle-graph GradientEvent)."""
+
+    kind: Literal["gradient"] = "gradient"
+    ts_ns: NonNegativeInt
+    event_id: str
+    step: int | None = None
+    root: str
+    key: str
+    state: Literal["present", "missing", "zero", "non_finite"]
+    norm: float | None = None
+
+
+class Edge(RecordModel):
+    """Data-flow timing between a producer span and a consumer span."""
+
+    kind: Literal["edge"] = "edge"
+    ts_ns: NonNegativeInt
+    from_span: str
+    to_span: str
+    duration_ns: NonNegativeInt
+
+
+Record = Annotated[
+    Meta
+    | SpanStart  # type: ignore[valid-type]
+    | SpanEnd  # type: ignore[valid-type]
+    | Cache
+    | Hub
+    | Op
+    | Tensor
+    | Memory
+    | DeviceMemory
+    | Gradient
+    | Edge,
+    Field(discriminator="kind"),
+]
+"""Any one line of a trace."""
+
+RECORD_KINDS: tuple[str, ...] = (
+    "meta",
+    "span_start",
+    "span_end",
+    "cache",
+    "hub",
+    "op",
+    "tensor",
+    "memory",
+    "device_memory",
+    "gradient",
+    "edge",
+)

@@ -1,0 +1,95 @@
+"""Schema versions: reading a file's version, upgrading older records, refusing newer ones.
+
+A migration turns one raw record (a dict, as parsed from JSON) of version ``v`` into
+version ``v + 1``; readers chain them up to ``SCHEMA_VERSION``. Migrations work on dicts
+rather than models because the models only describe the current version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .records import SCHEMA_NAME, SCHEMA_VERSION
+
+__all__ = [
+    "TraceVersionError",
+    "Migrations",
+    "MIGRATIONS",
+    "parse_schema_id",
+    "check_version",
+]
+
+RawRecord = dict[str, Any]
+Migration = Callable[[RawRecord], RawRecord]
+
+
+class TraceVersionError(ValueError):
+    """A trace whose schema this reader cannot read (newer, or not an Ember trace)."""
+
+
+def parse_schema_id(schema_id: object) -> int:
+    """The version number of ``"ember.trace/N"``; raises TraceVersionError otherwise."""
+    if not isinstance(schema_id, str) or "/" not in schema_id:
+        raise TraceVersionError(
+            f"schema {schema_id!r} is not an Ember schema id; expected '{SCHEMA_NAME}/N'"
+        )
+    name, _, version = schema_id.rpartition("/")
+    if name != SCHEMA_NAME or not version.isdigit():
+        raise TraceVersionError(
+            f"schema {schema_id!r} is not an Ember trace; expected '{SCHEMA_NAME}/N'"
+        )
+    return int(version)
+
+
+def check_version(version: int) -> None:
+    """Refuse a file written by a newer Ember, naming both versions."""
+    if version > SCHEMA_VERSION:
+        raise TraceVersionError(
+            f"the trace is {SCHEMA_NAME}/{version} but this Ember reads up to "
+            f"{SCHEMA_NAME}/{SCHEMA_VERSION}; upgrade Ember (pip install -U ember) to read it"
+        )
+
+
+class Migrations:
+    """A registry of one-step migrations, ``from_version -> fn(record) -> record``."""
+
+    def __init__(self, current: int = SCHEMA_VERSION) -> None:
+        self.current = current
+        self._steps: dict[int, Migration] = {}
+
+    def register(self, from_version: int) -> Callable[[Migration], Migration]:
+        """Decorator: ``fn`` upgrades a record of ``from_version`` to ``from_version + 1``."""
+
+        def add(fn: Migration) -> Migration:
+            if from_version in self._steps:
+                raise ValueError(f"a migration from version {from_version} is already registered")
+            self._steps[from_version] = fn
+            return fn
+
+        return add
+
+    def oldest_readable(self) -> int:
+        v = self.current
+        while v - 1 in self._steps:
+            v -= 1
+        return v
+
+    def upgrade(self, record: RawRecord, version: int) -> RawRecord:
+        """Upgrade one raw record from ``version`` to the current version."""
+        if version > self.current:
+            check_version(version)
+        if version < self.oldest_readable():
+            raise TraceVersionError(
+                f"the trace is {SCHEMA_NAME}/{version}, older than any version this Ember "
+                f"can upgrade (oldest: {SCHEMA_NAME}/{self.oldest_readable()})"
+            )
+        for v in range(version, self.current):
+            record = self._steps[v](record)
+        if record.get("kind") == "meta":
+            record["schema"] = f"{SCHEMA_NAME}/{self.current}"
+        return record
+
+
+MIGRATIONS = Migrations()
+"""The migrations of the real schema; version 1 is the first, so it has none yet."""
