@@ -1,0 +1,11 @@
+"""Entry point of the ``ember`` command: importing a command module registers it."""
+
+from __future__ import annotations
+
+from . import validate  # noqa: F401
+from .app import app
+
+__all__ = ["app"]
+
+if __name__ == "__main__":
+    app()
