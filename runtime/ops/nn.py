@@ -312,7 +312,8 @@ def qlinear_conv(
 def _reduce_window(x, init, computation, kernel, strides, pad, extra, dil):
     window = (1, 1) + tuple(kernel)
     wstrides = (1, 1) + tuple(strides)
-    padding = ((0, 0), (0, 0)) + tuple((lo, hi + e) for (lo, hi), e in zip(pad, extra, strict=False))
+    ends = zip(pad, extra, strict=True)
+    padding = ((0, 0), (0, 0)) + tuple((lo, hi + e) for (lo, hi), e in ends)
     return lax.reduce_window(
         x, init, computation, window, wstrides, padding, window_dilation=(1, 1) + tuple(dil)
     )
