@@ -129,14 +129,21 @@ def emit(
     """Send one event to the handlers attached to ``event_name``.
 
     ``measurements`` are numbers (``count``, ``bytes``, ``duration``); ``metadata`` is
-    what the event is about. ``monotonic_time`` (ns) is added when missing.
+    what the event is about. ``monotonic_time`` (ns) is added when missing. Handlers get
+    ``metadata`` itself, not a copy: neither side may change it after the call.
     """
     route = _routes.get(event_name)
     if route is None:
         return
-    m = dict(measurements) if measurements else {}
-    m.setdefault("monotonic_time", time.monotonic_ns())
-    _dispatch(route, event_name, m, dict(metadata) if metadata else {})
+    # One new dict for the measurements (the time is added); the metadata is passed as
+    # given, so handlers must treat both as read-only.
+    if measurements is None:
+        m = {"monotonic_time": time.monotonic_ns()}
+    elif "monotonic_time" in measurements:
+        m = dict(measurements)
+    else:
+        m = {**measurements, "monotonic_time": time.monotonic_ns()}
+    _dispatch(route, event_name, m, metadata if metadata is not None else {})
 
 
 def current_span_id() -> int | None:

@@ -87,9 +87,16 @@ def _fields(model: type[R.RecordModel]) -> frozenset[str]:
 _SPAN_FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     kind: (_fields(start), _fields(end)) for kind, (start, end) in R.SPAN_ATTRS.items()
 }
-# point event -> (record kind, the record's fields, fixed fields)
+# Measurements that are record fields rather than timing (the Hub hit's ``bytes``).
+_MEASURED_FIELDS = ("bytes",)
+# point event -> (record kind, the record's fields, fields taken from measurements, fixed)
 _POINT_FIELDS = {
-    name: (model.model_fields["kind"].default, _fields(model), fixed)
+    name: (
+        model.model_fields["kind"].default,
+        _fields(model),
+        tuple(k for k in _MEASURED_FIELDS if k in _fields(model)),
+        fixed,
+    )
     for name, (model, fixed) in POINTS.items()
 }
 
@@ -169,14 +176,17 @@ class Recorder:
         ts = self.ts(measurements["monotonic_time"])
         point = _POINT_FIELDS.get(name)
         if point is not None:
-            kind, fields, fixed = point
-            rec = {"kind": kind, "ts_ns": ts, **fixed}
-            for k in fields:
-                if k in md:
-                    rec[k] = md[k]
-                elif k in measurements:
+            kind, fields, measured, fixed = point
+            # Fast path: metadata that holds only record fields is taken whole.
+            if md.keys() <= fields:
+                rec = {"kind": kind, "ts_ns": ts, **fixed, **md}
+            else:
+                rec = {"kind": kind, "ts_ns": ts, **fixed}
+                rec.update((k, v) for k, v in md.items() if k in fields)
+            for k in measured:
+                if k in measurements and k not in rec:
                     rec[k] = measurements[k]
-            if "span_id" in fields and "span_id" not in md:
+            if "span_id" not in rec and "span_id" in fields:
                 rec["span_id"] = bus.current_span_id()
             self._writer.write(rec)
             return

@@ -90,7 +90,7 @@ def validate_lines(
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw)
+            data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             reason = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not valid JSON"
             yield number, LineError(path, number, f"{reason}: {exc}")

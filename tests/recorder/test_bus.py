@@ -1,0 +1,155 @@
+"""The event bus: attach/detach/emit/span, failing handlers, threads."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from ember.recorder import bus
+
+
+@pytest.fixture
+def seen():
+    events = []
+    ids = []
+
+    def listen(handler_id, names):
+        bus.attach(handler_id, names, lambda n, m, md: events.append((n, m, md)))
+        ids.append(handler_id)
+
+    yield events, listen
+    for handler_id in ids:
+        bus.detach(handler_id)
+
+
+def test_emit_reaches_only_attached_events(seen):
+    events, listen = seen
+    listen("t", ["ember.cache.hit"])
+    bus.emit("ember.cache.hit", {"count": 1}, {"position": 3})
+    bus.emit("ember.cache.miss", {"count": 1}, {"position": 4})
+    assert len(events) == 1
+    name, measurements, metadata = events[0]
+    assert name == "ember.cache.hit"
+    assert measurements["count"] == 1 and measurements["monotonic_time"] > 0
+    assert metadata == {"position": 3}
+
+
+def test_detach(seen):
+    events, listen = seen
+    listen("t", ["e.x"])
+    assert bus.detach("t") is True
+    assert bus.detach("t") is False
+    bus.emit("e.x")
+    assert events == []
+
+
+def test_attach_twice_is_an_error(seen):
+    _, listen = seen
+    listen("dup", ["e.x"])
+    with pytest.raises(ValueError, match="already attached"):
+        bus.attach("dup", ["e.y"], print)
+
+
+def test_span_stop_carries_start_and_stop_metadata(seen):
+    events, listen = seen
+    listen("t", ["ember.load.start", "ember.load.stop", "ember.load.exception"])
+    with bus.span("ember.load", {"source": "m.onnx"}) as handle:
+        handle.set(node_count=5, opset=21)
+        handle.measure(bytes=10)
+    (n1, m1, md1), (n2, m2, md2) = events
+    assert (n1, n2) == ("ember.load.start", "ember.load.stop")
+    assert set(m1) == {"system_time", "monotonic_time"}
+    assert m2["duration"] == m2["monotonic_time"] - m1["monotonic_time"] >= 0
+    assert m2["bytes"] == 10
+    assert md1 == {"source": "m.onnx", "span_id": md1["span_id"], "parent_id": None}
+    assert md2 == {**md1, "node_count": 5, "opset": 21}
+
+
+def test_span_exception_event_and_reraise(seen):
+    events, listen = seen
+    listen("t", ["ember.call.start", "ember.call.stop", "ember.call.exception"])
+    with pytest.raises(KeyError):
+        with bus.span("ember.call", {"source": None}):
+            raise KeyError("x")
+    assert [e[0] for e in events] == ["ember.call.start", "ember.call.exception"]
+    md = events[1][2]
+    assert md["kind"] == "throw" and md["reason"] == "KeyError: 'x'"
+    assert "raise KeyError" in md["stacktrace"]
+
+
+def test_nested_spans_know_their_parent(seen):
+    events, listen = seen
+    listen("t", ["ember.call.start", "ember.segment.compile.start"])
+    with bus.span("ember.call") as outer:
+        with bus.span("ember.segment.compile", {"position": 0}):
+            pass
+    assert events[1][2]["parent_id"] == outer.span_id != 0
+
+
+def test_span_without_handlers_still_runs_the_body():
+    ran = []
+    with bus.span("ember.nobody.listens", {"a": 1}) as handle:
+        handle.set(b=2)
+        ran.append(True)
+    assert ran == [True]
+
+
+def test_raising_handler_is_detached_and_logged_once(seen, caplog):
+    events, listen = seen
+    calls = []
+
+    def broken(name, m, md):
+        calls.append(name)
+        raise RuntimeError("handler bug")
+
+    bus.attach("broken", ["e.x"], broken)
+    listen("good", ["e.x"])
+    with caplog.at_level(logging.ERROR, logger="ember.recorder"):
+        bus.emit("e.x")  # the caller goes on
+        bus.emit("e.x")
+    assert calls == ["e.x"]
+    assert len(events) == 2  # the other handler still gets every event
+    assert "broken" not in bus.list_handlers()
+    errors = [r for r in caplog.records if "handler bug" in r.getMessage()]
+    assert len(errors) == 1 and "detached" in errors[0].getMessage()
+
+
+def test_concurrent_attach_and_emit():
+    counts = []
+    lock = threading.Lock()
+
+    def handler(n, m, md):
+        with lock:
+            counts.append(md["i"])
+
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            bus.attach(f"churn-{i}", ["e.other"], handler)
+            bus.detach(f"churn-{i}")
+            i += 1
+
+    bus.attach("steady", ["e.t"], handler)
+    try:
+        t = threading.Thread(target=churn)
+        t.start()
+        workers = [
+            threading.Thread(
+                target=lambda k=k: [bus.emit("e.t", None, {"i": k}) for _ in range(2000)]
+            )
+            for k in range(4)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        stop.set()
+        t.join()
+    finally:
+        bus.detach("steady")
+    assert len(counts) == 8000
+    assert sorted(set(counts)) == [0, 1, 2, 3]

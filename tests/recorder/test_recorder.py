@@ -1,0 +1,186 @@
+"""record(): bus events become a valid JSONL trace; crashes and threads leave valid files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from ember.recorder import bus, record
+from ember.schemas import SCHEMA_ID, validate_file
+
+
+def lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_meta_first_then_one_record_per_event(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path, entrypoint="test", model="tiny", team="ml") as rec:
+        with bus.span("ember.call", {"source": "m.onnx", "shapes": []}) as call:
+            bus.emit(
+                "ember.cache.miss",
+                {"count": 1},
+                {"source": "m.onnx", "position": 0, "shapes": [], "key": "k", "statics": []},
+            )
+            with bus.span(
+                "ember.segment.compile", {"source": "m.onnx", "position": 0, "shapes": []}
+            ) as seg:
+                seg.set(stop="end", compiled=True, disk_cache=None, reason=None, host_values=[])
+    recs = lines(path)
+    meta = recs[0]
+    assert meta["kind"] == "meta" and meta["schema"] == SCHEMA_ID
+    assert meta["run_id"] == rec.run_id and meta["entrypoint"] == "test"
+    assert meta["tags"] == {"model": "tiny", "team": "ml"}
+    assert meta["pid"] == os.getpid()
+    kinds = [(r["kind"], r.get("span_kind") or r.get("action")) for r in recs[1:]]
+    assert kinds == [
+        ("span_start", "call"),
+        ("cache", "miss"),
+        ("span_start", "segment_compile"),
+        ("span_end", "segment_compile"),
+        ("span_end", "call"),
+    ]
+    assert recs[2]["span_id"] == call.span_id  # the cache event knows its call
+    assert recs[3]["parent_id"] == call.span_id
+    assert recs[4]["attrs"]["stop"] == "end" and recs[4]["attrs"]["compiled"] is True
+    ts = [r["ts_ns"] for r in recs[1:]]
+    assert ts == sorted(ts)
+    assert validate_file(path).ok
+
+
+def test_failed_span_is_recorded_with_its_error(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path):
+        with pytest.raises(FileNotFoundError):
+            with bus.span("ember.load", {"source": "missing.onnx"}):
+                raise FileNotFoundError("missing.onnx")
+    end = lines(path)[-1]
+    assert end["status"] == "error" and end["span_kind"] == "load"
+    assert end["error"]["reason"] == "FileNotFoundError: missing.onnx"
+    assert "FileNotFoundError" in end["error"]["stack"]
+    assert validate_file(path).ok
+
+
+def test_instrumentation_api_without_the_runtime(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path, phase="train") as rec:
+        with rec.step("forward", index=0):
+            rec.op(
+                "matmul",
+                dtype="float32",
+                device="cpu",
+                duration_ns=50,
+                shape=[2, 2],
+                inputs=["a", "b"],
+                output="c",
+                storage_bytes=16,
+            )
+            rec.tensor("c", dtype="float32", device="cpu", shape=[2, 2], category="activation")
+            rec.memory("alloc", "c", 16, dtype="float32", device="cpu", category="activation")
+        with rec.span("eval", dataset="val"):
+            rec.memory("free", "c", 16, dtype="float32", device="cpu")
+        rec.gradient("params", "w", "present", 2.0, step=0)
+        rec.device_memory("cpu", "live_arrays", used_bytes=16, rss_bytes=1 << 20)
+        rec.edge("a", "b", 5)
+    report = validate_file(path)
+    assert report.ok, report.errors
+    assert report.counts == {
+        "meta": 1,
+        "span_start": 2,
+        "span_end": 2,
+        "op": 1,
+        "tensor": 1,
+        "memory": 2,
+        "gradient": 1,
+        "device_memory": 1,
+        "edge": 1,
+    }
+    recs = lines(path)
+    user = [r for r in recs if r.get("span_kind") == "user"]
+    assert user[0]["name"] == "eval" and user[0]["attrs"] == {"attrs": {"dataset": "val"}}
+    assert recs[0]["phase"] == "train"
+
+
+def test_flushed_while_running(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path, flush_interval=0.05) as rec:
+        rec.edge("a", "b", 1)
+        deadline = time.monotonic() + 5
+        while len(path.read_bytes().splitlines()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(path.read_bytes().splitlines()) == 2  # without closing
+
+
+def test_recording_stops_with_the_context(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path):
+        pass
+    bus.emit("ember.cache.hit", {"count": 1}, {"position": 0, "shapes": []})
+    assert len(lines(path)) == 1
+
+
+def test_threads_never_interleave_lines(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path) as rec:
+
+        def work(k):
+            for i in range(500):
+                rec.op(
+                    f"op{k}", dtype="float32", device="cpu", duration_ns=i, inputs=["x" * 200]
+                )  # long lines make interleaving likely if it happened
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    report = validate_file(path)
+    assert report.ok, report.errors[:3]
+    assert report.counts["op"] == 4000
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from ember.recorder import record
+    with record(sys.argv[1], flush_interval=0.01) as rec:
+        print("ready", flush=True)
+        i = 0
+        while True:
+            rec.op("loop", dtype="float32", device="cpu", duration_ns=i, inputs=["t"] * 50)
+            i += 1
+    """
+)
+
+
+def test_sigkill_leaves_at_most_a_partial_last_line(tmp_path):
+    path = tmp_path / "killed.jsonl"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE)
+    assert child.stdout.readline().strip() == b"ready"
+    time.sleep(0.5)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    raw = path.read_bytes().split(b"\n")
+    complete, last = raw[:-1], raw[-1]
+    assert len(complete) > 10
+    for line in complete:
+        json.loads(line)  # every complete line is whole
+    if last:  # a cut line is possible, and only there
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(last)
+    path.write_bytes(b"\n".join(complete) + b"\n")
+    assert validate_file(path).ok
+
+
+def test_importing_the_recorder_does_not_import_jax():
+    code = "import sys, ember.recorder, ember.schemas; print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,120 @@
+"""Older traces are upgraded through migrations; newer ones are refused naming both versions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ember.schemas import (
+    SCHEMA_ID,
+    SCHEMA_VERSION,
+    Migrations,
+    TraceVersionError,
+    parse_schema_id,
+    validate_file,
+)
+
+
+def write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def meta(schema=SCHEMA_ID):
+    return {
+        "kind": "meta",
+        "schema": schema,
+        "run_id": "r",
+        "wall_time_ns": 0,
+        "host": "h",
+        "pid": 1,
+    }
+
+
+def synthetic_v0() -> Migrations:
+    """A made-up version 0 in which a cache record said ``hit: true/false`` and ``pos``."""
+    migrations = Migrations(current=SCHEMA_VERSION)
+
+    @migrations.register(from_version=SCHEMA_VERSION - 1)
+    def cache_hit_flag_to_action(record):
+        if record.get("kind") == "cache":
+            record = dict(record)
+            record["action"] = "hit" if record.pop("hit") else "miss"
+            record["position"] = record.pop("pos")
+        return record
+
+    return migrations
+
+
+def test_older_version_is_upgraded(tmp_path):
+    old = f"ember.trace/{SCHEMA_VERSION - 1}"
+    path = write(
+        tmp_path / "old.jsonl",
+        [meta(old), {"kind": "cache", "ts_ns": 1, "hit": False, "pos": 3, "shapes": []}],
+    )
+    report = validate_file(path, synthetic_v0())
+    assert report.ok, report.errors
+    assert report.counts == {"meta": 1, "cache": 1}
+
+
+def test_older_version_without_migration_is_a_clear_error(tmp_path):
+    path = write(tmp_path / "old.jsonl", [meta(f"ember.trace/{SCHEMA_VERSION - 1}")])
+    report = validate_file(path)
+    assert not report.ok
+    assert "older than any version this Ember can upgrade" in report.errors[0].message
+
+
+def test_newer_version_names_both_versions(tmp_path):
+    newer = f"ember.trace/{SCHEMA_VERSION + 1}"
+    path = write(tmp_path / "new.jsonl", [meta(newer), {"kind": "cache"}])
+    report = validate_file(path)
+    assert len(report.errors) == 1  # the file is refused once, not line by line
+    message = str(report.errors[0])
+    assert message.startswith(f"{path}:1: ")
+    assert newer in message and SCHEMA_ID in message and "upgrade Ember" in message
+
+
+@pytest.mark.parametrize("bad", ["candle-graph/trace/6", "ember.trace/x", 3, None])
+def test_schema_id_must_be_ember(bad):
+    with pytest.raises(TraceVersionError):
+        parse_schema_id(bad)
+
+
+def test_a_migration_registers_once():
+    migrations = synthetic_v0()
+    with pytest.raises(ValueError, match="already registered"):
+        migrations.register(SCHEMA_VERSION - 1)(lambda r: r)
+
+
+def test_validate_file_reports_each_bad_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    good = {"kind": "edge", "ts_ns": 1, "from_span": "a", "to_span": "b", "duration_ns": 2}
+    path.write_bytes(
+        (json.dumps(meta()) + "\n" + json.dumps(good) + "\n").encode()
+        + b"\xff\xfe not utf8\n"
+        + b'{"kind": "edge", "ts_ns": "soon"}\n'
+        + json.dumps(meta()).encode()
+        + b"\n"
+        + b'{"kind": "edge", "ts_ns": 1, "from'
+    )
+    report = validate_file(path)
+    assert report.counts == {"meta": 1, "edge": 1}
+    lines = [(e.line, e.message.split(":")[0]) for e in report.errors]
+    assert lines == [
+        (3, "not UTF-8"),
+        (4, "ts_ns"),
+        (5, "a second 'meta' record; one file is one run"),
+        (6, "not valid JSON"),
+    ]
+
+
+def test_first_line_must_be_meta(tmp_path):
+    path = write(tmp_path / "t.jsonl", [{"kind": "edge"}])
+    assert "first record must be 'meta'" in validate_file(path).errors[0].message
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.touch()
+    assert "empty file" in validate_file(path).errors[0].message
