@@ -1,0 +1,33 @@
+"""Ember's runtime: ONNX models on JAX, with the events of the Transmuter seed.
+
+``load(source)`` reads a model (path, bytes, ``ModelProto`` or Hub source), ``compile(model)``
+turns it into a ``CompiledModel`` of ``jax.jit`` segments with a per-position cache, and
+``run(model, inputs)`` interprets it eagerly. ``ember.runtime.graph`` is the interpreter
+(``interpret``, ``run_nodes``) that the op tests and profile mode build on.
+"""
+
+from .compiled import CompiledModel, compile, run
+from .errors import (
+    EmberRuntimeError,
+    ExternalDataError,
+    InputError,
+    LoadError,
+    NodeError,
+    UnsupportedOpsError,
+)
+from .model import Model, TensorSpec, load
+
+__all__ = [
+    "load",
+    "compile",
+    "run",
+    "Model",
+    "TensorSpec",
+    "CompiledModel",
+    "EmberRuntimeError",
+    "LoadError",
+    "ExternalDataError",
+    "UnsupportedOpsError",
+    "InputError",
+    "NodeError",
+]

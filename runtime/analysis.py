@@ -1,0 +1,221 @@
+"""Graph-break analysis: which nodes need values that only exist when the model runs.
+
+A value is *host-known* (``host``) when it can be computed on the host while tracing:
+initializers, ``Constant``, the outputs of ``Shape``/``Size`` (static shapes under
+``jax.jit``), the outputs of a break node (it runs eagerly, so its outputs are concrete), and
+the outputs of any other node whose inputs are all host-known. Shape arithmetic
+(``Shape -> Gather -> Concat -> Reshape``) is therefore folded, not a break.
+
+A node is a *break* when it needs on the host a value that is not host-known: an input
+listed in its op's ``host_inputs`` (``Reshape``'s shape, ``TopK``'s k, ``If``'s condition,
+``Loop``'s trip count and condition), or any input of a ``value_shaped`` op (``NonZero``,
+``Unique``), whose output shape is its data.
+
+``needs_host`` are the values some later node reads on the host, found backwards from those
+inputs through host-known nodes. Values in ``needs_host`` that come from a break node (or
+from host work of an earlier segment) enter the next segments as *static values*: their
+values are part of the segment cache key. Other values cross segment boundaries as arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .graph import Graph, Node
+
+__all__ = ["Plan", "Segment", "BreakInfo", "analyse", "EAGER_SEGMENT_NODES", "PARAM_MIN_SIZE"]
+
+EAGER_SEGMENT_NODES = 20
+"""A segment after a break with fewer nodes than this runs eagerly (``compiled: false``)."""
+
+PARAM_MIN_SIZE = 1 << 16
+"""Initializers with at least this many elements that no node reads on the host are passed
+to compiled code as device arrays instead of being baked into the program as constants,
+which keeps compiles (and disk-cache entries) small for large models."""
+
+# Ops whose outputs depend only on the *shape* of their input.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+# Ops that never give host-known values, whatever their inputs.
+NEVER_HOST_OPS = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
+
+_CONTROL_REASONS = {
+    ("If", 0): "the If condition",
+    ("Loop", 0): "the Loop trip count",
+    ("Loop", 1): "the Loop condition",
+}
+
+
+@dataclass(frozen=True)
+class BreakInfo:
+    position: int
+    node: str
+    op_type: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Nodes ``[position, stop)`` of the sorted graph; ``stop`` None means the end."""
+
+    position: int
+    stop: int | None
+    args: tuple[str, ...]  # arrays from the caller or earlier segments, sorted by name
+    statics: tuple[str, ...]  # host values from earlier work, sorted by name (in the key)
+    params: tuple[str, ...]  # large initializers passed as device arrays
+    outputs: tuple[str, ...]  # values the rest of the graph (or the caller) needs
+    compiled: bool
+    reason: str | None  # what the break at ``stop`` needs, None at the end
+
+
+@dataclass(frozen=True)
+class Plan:
+    breaks: dict[int, BreakInfo]
+    segments: list[Segment]
+    host: frozenset[str]
+    needs_host: frozenset[str]
+    params: frozenset[str]
+
+    @property
+    def graph_break(self) -> bool:
+        return bool(self.breaks)
+
+
+def _input_name(node: Node, i: int) -> str:
+    try:
+        import onnx.defs
+
+        schema = onnx.defs.get_schema(node.op_type, node.domain or "")
+        formal = schema.inputs[min(i, len(schema.inputs) - 1)].name
+    except Exception:
+        formal = f"input {i}"
+    return formal
+
+
+def _reason(node: Node, i: int | None) -> str:
+    if i is None:
+        return f"the values of {node.op_type}'s input (its output shape depends on them)"
+    known = _CONTROL_REASONS.get((node.op_type, i))
+    if known:
+        return known
+    return f"the value of {node.op_type}'s input {_input_name(node, i)!r}"
+
+
+def analyse(graph: Graph) -> Plan:
+    """Find the breaks of ``graph`` and cut it into segments."""
+    nodes = graph.nodes
+    host: set[str] = set(graph.initializers)
+    breaks: dict[int, BreakInfo] = {}
+    for node in nodes:
+        opdef = node.opdef
+        present = [n for n in node.inputs if n]
+        reason_index: int | None | bool = False  # False: not a break
+        if opdef is not None:
+            if opdef.value_shaped and not all(n in host for n in present):
+                reason_index = None
+            else:
+                for i in opdef.host_inputs:
+                    if i < len(node.inputs) and node.inputs[i] and node.inputs[i] not in host:
+                        reason_index = i
+                        break
+        if reason_index is not False:
+            breaks[node.position] = BreakInfo(
+                node.position, node.name, node.op_type, _reason(node, reason_index)
+            )
+            host.update(o for o in node.outputs if o)
+            continue
+        if node.op_type in SHAPE_OPS:
+            host.update(o for o in node.outputs if o)
+        elif (
+            node.op_type not in NEVER_HOST_OPS
+            and not (opdef is not None and opdef.subgraphs)
+            and all(n in host for n in node.reads())
+        ):
+            host.update(o for o in node.outputs if o)
+
+    needs: set[str] = set()
+    for node in reversed(nodes):
+        if node.position in breaks:
+            continue  # a break node gets concrete inputs anyway
+        opdef = node.opdef
+        if opdef is not None:
+            if opdef.value_shaped:
+                needs.update(n for n in node.inputs if n)
+            for i in opdef.host_inputs:
+                if i < len(node.inputs) and node.inputs[i]:
+                    needs.add(node.inputs[i])
+        if node.op_type in SHAPE_OPS:
+            continue
+        if any(o in needs for o in node.outputs if o) and all(n in host for n in node.reads()):
+            needs.update(node.reads())
+
+    params = frozenset(
+        name
+        for name, value in graph.initializers.items()
+        if name not in needs and isinstance(value, np.ndarray) and value.size >= PARAM_MIN_SIZE
+    )
+    segments = _cut(graph, breaks, frozenset(host), frozenset(needs), params)
+    return Plan(breaks, segments, frozenset(host), frozenset(needs), params)
+
+
+def _cut(
+    graph: Graph,
+    breaks: dict[int, BreakInfo],
+    host: frozenset[str],
+    needs: frozenset[str],
+    params: frozenset[str],
+) -> list[Segment]:
+    nodes = graph.nodes
+    n = len(nodes)
+    starts = [0] + [b + 1 for b in sorted(breaks)]
+    stops: list[int | None] = [*sorted(breaks), None]
+    # For "needed later": the first position at which each value is read, from the end.
+    graph_outputs = set(graph.output_names)
+    segments: list[Segment] = []
+    for start, stop in zip(starts, stops, strict=True):
+        end = n if stop is None else stop
+        if end <= start:
+            continue  # two breaks in a row, or a break at the end: nothing to run
+        produced: set[str] = set()
+        reads: set[str] = set()
+        for node in nodes[start:end]:
+            reads |= {r for r in node.reads() if r not in produced}
+            produced.update(o for o in node.outputs if o)
+        later: set[str] = set(graph_outputs)
+        for node in nodes[end:]:
+            later |= node.reads()
+        outside = reads - produced
+        statics = sorted(
+            v for v in outside if v in needs and v in host and v not in graph.initializers
+        )
+        params_read = sorted(v for v in outside if v in params)
+        args = sorted(v for v in outside if v not in graph.initializers and v not in statics)
+        if start == 0 and stop is None:
+            outputs = list(dict.fromkeys(graph.output_names))
+        else:
+            outputs = sorted(v for v in produced if v in later)
+        compiled = start == 0 or (end - start) >= EAGER_SEGMENT_NODES
+        reason = breaks[stop].reason if stop is not None else None
+        segments.append(
+            Segment(
+                position=start,
+                stop=stop,
+                args=tuple(args),
+                statics=tuple(statics),
+                params=tuple(params_read),
+                outputs=tuple(outputs),
+                compiled=compiled,
+                reason=reason,
+            )
+        )
+    return segments

@@ -1,0 +1,709 @@
+"""``compile`` and ``run``: ONNX graphs as ``jax.jit`` segments with a per-position cache.
+
+**int64 and float64.** JAX keeps 32-bit types unless x64 is enabled, but ONNX models use
+int64 (shapes, indices) and sometimes float64. Every trace, compile and eager run of the
+runtime happens inside ``jax.enable_x64(True)``, a context manager that changes the setting
+only for the current thread and only for that block, so a model keeps its ONNX dtypes and
+the caller's global JAX setting is never touched. Compiled programs whose arguments are all
+32-bit are called without the context (the fast path); the others are called inside it.
+
+**Without graph breaks** the whole graph is one ``jax.jit`` program, compiled by
+``compile()`` for the input shapes it is given (``input_specs``, or the model's own input
+shapes when they are all static). A call with exactly those shapes and dtypes goes
+straight to that program and emits no cache events; a call with other shapes goes through
+the segment cache at position 0.
+
+**With graph breaks** (see ``ember.runtime.analysis``) each call runs the sorted graph as
+segments. For each segment the cache of its position is looked up with the key (position,
+argument shapes and dtypes, static values the segment reads). A hit runs the cached
+program; a miss traces and compiles the segment (or, for a segment of fewer than 20 nodes
+after a break, keeps it eager) and inserts it, evicting the least recently used segment
+of a full position. Then the break node runs eagerly, and its outputs that later nodes read
+on the host become static values of the next segments.
+
+**Order of events on a call** (each ``span`` is a ``.start`` and a ``.stop`` event)::
+
+    ember.call.start
+      for each non-empty segment, in graph order:
+        ember.cache.hit
+        | ember.cache.miss, ember.segment.compile.start, ember.segment.compile.stop,
+          [ember.cache.evict]                    (only when the position was full)
+        then, when the segment stops at a break node:
+        ember.break.start, ember.break.stop
+    ember.call.stop
+
+A call at the compile-time shapes of a graph without breaks emits only the call span.
+``compile()`` emits ``ember.compile`` and, inside it, one ``ember.segment.compile`` span
+for the whole-graph program when it has shapes to compile for.
+
+**Thread-safety.** A ``CompiledModel`` may be called from several threads. The fast path
+takes no lock. The segment cache is guarded by one lock per model, held while looking up,
+compiling and inserting, so two threads that miss the same key compile it once; programs
+run outside the lock. Events are emitted in the calling thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ember.recorder import bus
+
+from . import ops
+from .analysis import Plan, Segment, analyse
+from .diskcache import disk_cache
+from .errors import InputError
+from .graph import Graph, run_node, run_nodes, to_host
+from .model import Model, TensorSpec, load
+
+__all__ = ["compile", "run", "CompiledModel", "describe_shapes"]
+
+_END = "end"
+
+
+# ---------------------------------------------------------------------------------------------
+# event helpers
+
+
+def _listening(*names: str) -> bool:
+    routes = bus._routes  # the bus's lock-free routing snapshot; a dict lookup per name
+    return any(n in routes for n in names)
+
+
+def _describe_value(name: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, list):
+        return {
+            "name": name,
+            "sequence": [
+                {"shape": [int(d) for d in np.shape(v)], "dtype": _dtype_name(v)} for v in value
+            ],
+        }
+    if value is None:
+        return {"name": name, "shape": None, "dtype": None}
+    return {"name": name, "shape": [int(d) for d in np.shape(value)], "dtype": _dtype_name(value)}
+
+
+def _dtype_name(value: Any) -> str:
+    dt = getattr(value, "dtype", None)
+    return np.dtype(dt).name if dt is not None else type(value).__name__
+
+
+def describe_shapes(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``shapes`` metadata: sorted by name, ``{name, shape, dtype}`` or a sequence."""
+    return [_describe_value(n, values[n]) for n in sorted(values)]
+
+
+def _describe_statics(statics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name in sorted(statics):
+        v = statics[name]
+        if isinstance(v, list):
+            value: Any = [np.asarray(x).tolist() for x in v]
+        else:
+            value = np.asarray(v).tolist()
+        out.append({"name": name, "value": value})
+    return out
+
+
+def _shape_key(value: Any) -> Any:
+    if isinstance(value, list):
+        return ("seq", tuple(_shape_key(v) for v in value))
+    if value is None:
+        return None
+    return (tuple(np.shape(value)), _dtype_name(value))
+
+
+def _static_key(value: Any) -> Any:
+    if isinstance(value, list):
+        return ("seq", tuple(_static_key(v) for v in value))
+    if value is None:
+        return None
+    a = np.asarray(value)
+    if a.dtype == object:
+        return (a.shape, "object", tuple(a.reshape(-1).tolist()))
+    return (a.shape, a.dtype.str, a.tobytes())
+
+
+def _key_hex(key: tuple[Any, ...]) -> str:
+    return hashlib.blake2b(repr(key).encode(), digest_size=8).hexdigest()
+
+
+def _memory_of(exe: Any) -> dict[str, int] | None:
+    try:
+        m = exe.memory_analysis()
+    except Exception:
+        return None
+    if m is None:
+        return None
+    return {
+        "argument_bytes": int(m.argument_size_in_bytes),
+        "output_bytes": int(m.output_size_in_bytes),
+        "temp_bytes": int(m.temp_size_in_bytes),
+        "alias_bytes": int(m.alias_size_in_bytes),
+        "generated_code_bytes": int(m.generated_code_size_in_bytes),
+    }
+
+
+def _cost_of(exe: Any) -> dict[str, float | None] | None:
+    try:
+        c = exe.cost_analysis()
+    except Exception:
+        return None
+    if isinstance(c, (list, tuple)):
+        c = c[0] if c else None
+    if not c:
+        return None
+    flops = c.get("flops")
+    accessed = c.get("bytes accessed")
+    return {
+        "flops": float(flops) if flops is not None else None,
+        "bytes_accessed": float(accessed) if accessed is not None else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# segments
+
+
+@dataclass
+class _Entry:
+    """One cached segment: a compiled program (or None: eager) and what its trace knew."""
+
+    key: tuple[Any, ...]
+    shapes: list[dict[str, Any]]
+    statics: list[dict[str, Any]]
+    exe: Any = None
+    dynamic_outputs: tuple[str, ...] = ()
+    host_outputs: dict[str, Any] = field(default_factory=dict)
+    needs_x64: bool = True
+
+    @property
+    def key_hex(self) -> str:
+        return _key_hex(self.key)
+
+
+def _is_host_value(v: Any) -> bool:
+    if isinstance(v, list):
+        return all(_is_host_value(x) for x in v)
+    return v is None or ops.is_host(v)
+
+
+def _has_64bit(values: Sequence[Any]) -> bool:
+    for v in values:
+        if isinstance(v, list):
+            if _has_64bit(v):
+                return True
+        elif v is not None and np.dtype(getattr(v, "dtype", np.float32)).itemsize == 8:
+            return True
+    return False
+
+
+def _trace_segment(
+    graph: Graph,
+    seg: Segment,
+    statics: Mapping[str, Any],
+    params: Mapping[str, Any],
+    args: Sequence[Any],
+    cache_dir: str | None,
+) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """Trace and compile ``seg`` for ``args``; the entry (without key) and compile facts."""
+    import jax
+
+    box: dict[str, Any] = {}
+
+    def segment_fn(param_values: tuple[Any, ...], *arg_values: Any) -> tuple[Any, ...]:
+        env: dict[str, Any] = dict(graph.initializers)
+        env.update(statics)
+        env.update(zip(seg.params, param_values, strict=True))
+        env.update(zip(seg.args, arg_values, strict=True))
+        run_nodes(graph, env, seg.position, seg.stop)
+        host: dict[str, Any] = {}
+        dynamic: list[str] = []
+        for name in seg.outputs:
+            v = env[name]
+            if _is_host_value(v):
+                host[name] = v
+            else:
+                dynamic.append(name)
+        box["host"] = host
+        box["dynamic"] = tuple(dynamic)
+        return tuple(env[n] for n in dynamic)
+
+    param_values = tuple(params[n] for n in seg.params)
+    with disk_cache(cache_dir) as probe:
+        lowered = jax.jit(segment_fn).lower(param_values, *args)
+        exe = lowered.compile()
+    entry = _Entry(
+        key=(),
+        shapes=[],
+        statics=[],
+        exe=exe,
+        dynamic_outputs=box["dynamic"],
+        host_outputs=box["host"],
+        needs_x64=_has_64bit(args) or _has_64bit(param_values),
+    )
+    return entry, probe.result if cache_dir is not None else None, _memory_of(exe), _cost_of(exe)
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled model
+
+
+def _as_model(model: Any) -> Model:
+    return model if isinstance(model, Model) else load(model)
+
+
+def _spec_value(spec: Any, tspec: TensorSpec) -> Any:
+    """An input spec as something ``jax.jit(...).lower`` accepts (ShapeDtypeStruct)."""
+    import jax
+
+    if isinstance(spec, jax.ShapeDtypeStruct):
+        return spec
+    if hasattr(spec, "shape") and hasattr(spec, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(spec.shape), np.dtype(spec.dtype))
+    if isinstance(spec, tuple) and len(spec) == 2 and not isinstance(spec[1], int):
+        return jax.ShapeDtypeStruct(tuple(spec[0]), np.dtype(spec[1]))
+    if isinstance(spec, (tuple, list)):
+        if tspec.dtype is None:
+            raise InputError(
+                f"input_specs[{tspec.name!r}]: give (shape, dtype); the model "
+                "does not say the dtype of this input"
+            )
+        return jax.ShapeDtypeStruct(tuple(int(d) for d in spec), tspec.dtype)
+    raise InputError(
+        f"input_specs[{tspec.name!r}] = {spec!r}: give a shape tuple, (shape, dtype), "
+        "an array or a jax.ShapeDtypeStruct"
+    )
+
+
+class CompiledModel:
+    """A model compiled to JAX; call it with a dict of arrays or keyword arguments.
+
+    ``compiled({"x": x})`` or ``compiled(x=x)`` returns ``{output name: array}``.
+    Outputs are jax arrays, or numpy arrays for outputs known on the host.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        cache_size: int = 8,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, got {cache_size}")
+        self.model = model
+        self.graph = model.graph
+        self.cache_size = cache_size
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+        self.plan: Plan = analyse(model.graph)
+        self._input_names = tuple(model.input_names)
+        self._input_specs = {s.name: s for s in model.inputs}
+        self._output_names = tuple(model.output_names)
+        self._lock = threading.RLock()
+        self._cache: dict[int, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
+        self._known_host_values: dict[int, set[str]] = {}
+        self._params: dict[str, Any] = {}
+        self._main: _Entry | None = None
+        self._main_sig: tuple[Any, ...] | None = None
+        self._main_arg_names: tuple[str, ...] = ()
+        self._n_inputs = len(self._input_names)
+        # The call as a list of steps: a Segment, or the position of a break node.
+        self._steps: list[Segment | int] = []
+        by_start = {s.position: s for s in self.plan.segments}
+        for pos in [*sorted(self.plan.breaks), None]:
+            for start in list(by_start):
+                if pos is None or start < pos:
+                    self._steps.append(by_start.pop(start))
+            if pos is not None:
+                self._steps.append(pos)
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def graph_break(self) -> bool:
+        """True when the graph has nodes that need runtime values (see ``breaks``)."""
+        return self.plan.graph_break
+
+    @property
+    def breaks(self) -> list[dict[str, Any]]:
+        """The break nodes: position, node name, op type and the value each needs."""
+        return [
+            {"position": b.position, "node": b.node, "op_type": b.op_type, "reason": b.reason}
+            for b in sorted(self.plan.breaks.values(), key=lambda b: b.position)
+        ]
+
+    @property
+    def source(self) -> str | None:
+        return self.model.source
+
+    def cache_info(self) -> dict[int, list[list[dict[str, Any]]]]:
+        """The cached segments per position, least recently used first (their shapes)."""
+        with self._lock:
+            return {pos: [e.shapes for e in od.values()] for pos, od in self._cache.items()}
+
+    def __repr__(self) -> str:
+        return (
+            f"<CompiledModel {self.model.source or '<memory>'} graph_break={self.graph_break} "
+            f"segments={len(self.plan.segments)} cache_size={self.cache_size}>"
+        )
+
+    # -- compile ------------------------------------------------------------------------------
+
+    def _device_params(self) -> dict[str, Any]:
+        if self.plan.params and not self._params:
+            import jax
+            import jax.numpy as jnp
+
+            with jax.enable_x64(True):
+                self._params = {
+                    n: jnp.asarray(self.graph.initializers[n]) for n in self.plan.params
+                }
+        return self._params
+
+    def _precompile(self, specs: Mapping[str, Any]) -> None:
+        """Compile the whole graph (no breaks) for the given input specs."""
+        import jax
+
+        seg = self.plan.segments[0] if self.plan.segments else None
+        if seg is None:
+            return
+        args = [specs[n] for n in seg.args]
+        source = self.model.source
+        shapes = [
+            {"name": n, "shape": list(specs[n].shape), "dtype": np.dtype(specs[n].dtype).name}
+            for n in seg.args
+        ]
+        key = (0, tuple((tuple(s.shape), np.dtype(s.dtype).name) for s in args), ())
+        meta = {"source": source, "position": 0, "shapes": shapes, "key": _key_hex(key)}
+        with bus.span("ember.segment.compile", meta) as span, jax.enable_x64(True):
+            entry, disk, memory, cost = _trace_segment(
+                self.graph, seg, {}, self._device_params(), args, self.cache_dir
+            )
+            span.set(
+                shapes=shapes,
+                stop=_END,
+                compiled=True,
+                disk_cache=disk,
+                reason=None,
+                host_values=[],
+                memory=memory,
+                cost=cost,
+            )
+        entry.key = key
+        entry.shapes = shapes
+        self._main = entry
+        self._main_sig = tuple((tuple(specs[n].shape), np.dtype(specs[n].dtype)) for n in seg.args)
+        self._main_arg_names = seg.args
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def __call__(self, inputs: Mapping[str, Any] | None = None, /, **kwargs: Any) -> dict[str, Any]:
+        if inputs is None:
+            inputs = kwargs
+        elif kwargs:
+            inputs = {**inputs, **kwargs}
+        main = self._main
+        if main is not None and len(inputs) == self._n_inputs:
+            try:
+                args = [inputs[n] for n in self._main_arg_names]
+                sig = tuple((a.shape, a.dtype) for a in args)
+            except (KeyError, AttributeError):
+                sig = None
+            if sig == self._main_sig:
+                if _listening("ember.call.start", "ember.call.stop", "ember.call.exception"):
+                    meta = {"source": self.model.source, "shapes": describe_shapes(inputs)}
+                    with bus.span("ember.call", meta):
+                        return self._run_main(main, args)
+                return self._run_main(main, args)
+        meta = {"source": self.model.source}
+        if _listening("ember.call.start", "ember.call.stop", "ember.call.exception"):
+            meta["shapes"] = describe_shapes(dict(inputs))
+        with bus.span("ember.call", meta):
+            values = _check_inputs(self.model, inputs)
+            return self._run_segments(values)
+
+    def _run_main(self, main: _Entry, args: list[Any]) -> dict[str, Any]:
+        if main.needs_x64:
+            import jax
+
+            with jax.enable_x64(True):
+                outs = main.exe(self._params_for(self.plan.segments[0]), *args)
+        else:
+            outs = main.exe(self._params_for(self.plan.segments[0]), *args)
+        result = dict(main.host_outputs)
+        result.update(zip(main.dynamic_outputs, outs, strict=True))
+        return {n: result[n] for n in self._output_names}
+
+    def _params_for(self, seg: Segment) -> tuple[Any, ...]:
+        if not seg.params:
+            return ()
+        params = self._device_params()
+        return tuple(params[n] for n in seg.params)
+
+    def _run_segments(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        import jax
+
+        env: dict[str, Any] = dict(self.graph.initializers)
+        env.update(inputs)
+        source = self.model.source
+        with jax.enable_x64(True):
+            for step in self._steps:
+                if isinstance(step, Segment):
+                    self._run_segment(step, env)
+                    continue
+                node = self.graph.nodes[step]
+                meta = {
+                    "source": source,
+                    "position": step,
+                    "node": node.name,
+                    "op_type": node.op_type,
+                }
+                with bus.span("ember.break", meta):
+                    outs = run_node(node, env)
+                for name, value in zip(node.outputs, outs, strict=False):
+                    if name:
+                        env[name] = to_host(value)
+        return {n: env[n] for n in self._output_names}
+
+    def _segment_key(
+        self, seg: Segment, env: Mapping[str, Any]
+    ) -> tuple[tuple[Any, ...], list[Any], dict[str, Any]]:
+        args = [env[n] for n in seg.args]
+        statics = {n: to_host(env[n]) for n in seg.statics}
+        key = (
+            seg.position,
+            tuple((n, _shape_key(a)) for n, a in zip(seg.args, args, strict=True)),
+            tuple((n, _static_key(statics[n])) for n in seg.statics),
+        )
+        return key, args, statics
+
+    def _run_segment(self, seg: Segment, env: dict[str, Any]) -> None:
+        key, args, statics = self._segment_key(seg, env)
+        with self._lock:
+            entry = self._lookup_or_build(seg, key, args, statics)
+        if entry.exe is None:  # eager segment
+            local = env
+            local.update(statics)
+            run_nodes(self.graph, local, seg.position, seg.stop)
+            return
+        outs = entry.exe(self._params_for(seg), *args)
+        env.update(entry.host_outputs)
+        env.update(zip(entry.dynamic_outputs, outs, strict=True))
+
+    def _lookup_or_build(
+        self, seg: Segment, key: tuple[Any, ...], args: list[Any], statics: dict[str, Any]
+    ) -> _Entry:
+        source = self.model.source
+        cache = self._cache.setdefault(seg.position, collections.OrderedDict())
+        entry = cache.get(key)
+        if entry is not None:
+            cache.move_to_end(key)
+            if _listening("ember.cache.hit"):
+                bus.emit(
+                    "ember.cache.hit",
+                    {"count": 1},
+                    {
+                        "source": source,
+                        "position": seg.position,
+                        "shapes": entry.shapes,
+                        "key": entry.key_hex,
+                        "statics": entry.statics,
+                    },
+                )
+            return entry
+        shapes = [_describe_value(n, a) for n, a in zip(seg.args, args, strict=True)]
+        statics_meta = _describe_statics(statics)
+        key_hex = _key_hex(key)
+        bus.emit(
+            "ember.cache.miss",
+            {"count": 1},
+            {
+                "source": source,
+                "position": seg.position,
+                "shapes": shapes,
+                "key": key_hex,
+                "statics": statics_meta,
+            },
+        )
+        known = self._known_host_values.setdefault(seg.position, set())
+        new_host = sorted(set(seg.statics) - known)
+        known.update(seg.statics)
+        meta = {"source": source, "position": seg.position, "shapes": shapes, "key": key_hex}
+        with bus.span("ember.segment.compile", meta) as span:
+            if seg.compiled:
+                entry, disk, memory, cost = _trace_segment(
+                    self.graph, seg, statics, self._device_params(), args, self.cache_dir
+                )
+            else:
+                entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
+            span.set(
+                shapes=shapes,
+                stop=_END if seg.stop is None else seg.stop,
+                compiled=seg.compiled,
+                disk_cache=disk,
+                reason=seg.reason,
+                host_values=new_host,
+                memory=memory,
+                cost=cost,
+            )
+        entry.key = key
+        entry.shapes = shapes
+        entry.statics = statics_meta
+        if len(cache) >= self.cache_size:
+            _, removed = cache.popitem(last=False)
+            bus.emit(
+                "ember.cache.evict",
+                {"count": 1},
+                {
+                    "source": source,
+                    "position": seg.position,
+                    "shapes": removed.shapes,
+                    "key": removed.key_hex,
+                    "statics": removed.statics,
+                    "cache_size": self.cache_size,
+                },
+            )
+        cache[key] = entry
+        return entry
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks
+
+
+def _expected(model: Model) -> str:
+    return "the model expects: " + "; ".join(str(s) for s in model.inputs)
+
+
+def _check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate names, ranks, static dims and dtypes; arrays as given (lists -> numpy)."""
+    specs = {s.name: s for s in model.inputs}
+    unknown = [n for n in inputs if n not in specs]
+    missing = [n for n in specs if n not in inputs]
+    if unknown or missing:
+        parts = []
+        if missing:
+            parts.append(f"missing input(s) {missing}")
+        if unknown:
+            parts.append(f"unknown input(s) {unknown}")
+        raise InputError(f"{', '.join(parts)}; {_expected(model)}")
+    out: dict[str, Any] = {}
+    for name, value in inputs.items():
+        spec = specs[name]
+        if spec.kind in ("sequence", "optional", "unknown"):
+            out[name] = value
+            continue
+        if value is None:
+            raise InputError(f"input {name!r} is None; {_expected(model)}")
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            value = np.asarray(value)
+        shape = tuple(value.shape)
+        if spec.dtype is not None and np.dtype(value.dtype) != spec.dtype:
+            raise InputError(
+                f"input {name!r} has dtype {np.dtype(value.dtype).name}, expected "
+                f"{spec.dtype.name}; {_expected(model)}"
+            )
+        if spec.shape is not None:
+            if len(shape) != len(spec.shape):
+                raise InputError(
+                    f"input {name!r} has rank {len(shape)} (shape {list(shape)}), expected "
+                    f"rank {len(spec.shape)}; {_expected(model)}"
+                )
+            for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
+                if isinstance(want, int) and got != want:
+                    raise InputError(
+                        f"input {name!r} has shape {list(shape)}, but dim {axis} must be "
+                        f"{want}; {_expected(model)}"
+                    )
+        out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# public API
+
+
+def compile(  # noqa: A001 - the name the API promises
+    model: Model | Any,
+    input_specs: Mapping[str, Any] | Sequence[Any] | None = None,
+    *,
+    cache_size: int = 8,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> CompiledModel:
+    """Analyse ``model`` for graph breaks and compile it with ``jax.jit``.
+
+    ``input_specs`` maps input names (or lists in input order) to shapes, ``(shape,
+    dtype)``, arrays or ``jax.ShapeDtypeStruct``; without it the model's own input shapes
+    are used when they are all static. A graph without breaks is compiled here for those
+    shapes; otherwise segments compile on the calls that need them. ``cache_size`` is the
+    number of segments kept per position; ``cache_dir`` keeps compiled programs on disk.
+    """
+    model = _as_model(model)
+    meta = {"source": model.source, "compiler": "jax.jit"}
+    with bus.span("ember.compile", meta) as span:
+        compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
+        specs = _resolve_specs(model, input_specs)
+        if not compiled.graph_break and specs is not None:
+            compiled._precompile(specs)
+        span.set(graph_break=compiled.graph_break)
+    return compiled
+
+
+def _resolve_specs(model: Model, input_specs: Any) -> dict[str, Any] | None:
+    tensor_inputs = [s for s in model.inputs]
+    if input_specs is None:
+        if all(s.kind == "tensor" and s.static and s.dtype is not None for s in tensor_inputs):
+            return {s.name: _spec_value(s.shape, s) for s in tensor_inputs}
+        return None
+    if not isinstance(input_specs, Mapping):
+        input_specs = dict(zip(model.input_names, input_specs, strict=False))
+    unknown = [n for n in input_specs if n not in model.input_names]
+    if unknown:
+        raise InputError(f"input_specs names unknown input(s) {unknown}; {_expected(model)}")
+    specs = {}
+    for s in tensor_inputs:
+        if s.name not in input_specs:
+            if s.kind == "tensor" and s.static and s.dtype is not None:
+                specs[s.name] = _spec_value(s.shape, s)
+                continue
+            return None
+        if s.kind != "tensor":
+            return None
+        specs[s.name] = _spec_value(input_specs[s.name], s)
+    return specs
+
+
+def run(model: Model | Any, inputs: Mapping[str, Any] | None = None, /, **kwargs: Any) -> dict:
+    """Interpret ``model`` eagerly, one op at a time; outputs by name. Emits ``ember.run``."""
+    import jax
+    import jax.numpy as jnp
+
+    model = _as_model(model)
+    if inputs is None:
+        inputs = kwargs
+    elif kwargs:
+        inputs = {**inputs, **kwargs}
+    with bus.span("ember.run", {"source": model.source}):
+        values = _check_inputs(model, inputs)
+        with jax.enable_x64(True):
+            env: dict[str, Any] = dict(model.graph.initializers)
+            for name, value in values.items():
+                env[name] = _to_device(value, jnp)
+            run_nodes(model.graph, env)
+            return {n: env[n] for n in model.output_names}
+
+
+def _to_device(value: Any, jnp: Any) -> Any:
+    if isinstance(value, list):
+        return [_to_device(v, jnp) for v in value]
+    if value is None or (isinstance(value, np.ndarray) and value.dtype == object):
+        return value
+    return jnp.asarray(value)

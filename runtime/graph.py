@@ -1,0 +1,419 @@
+"""The graph and its interpreter: ONNX graphs as sorted node lists, run node by node.
+
+``Graph.from_proto`` turns an ``onnx.GraphProto`` into a topologically sorted list of
+``Node`` objects with their op functions resolved from ``ember.runtime.ops`` and their
+attributes converted to Python values (graph attributes become nested ``Graph`` objects).
+
+Running a graph is a loop over its nodes with an *environment*, a dict from value name to
+value. Values are ``numpy`` arrays when they are known on the host (initializers,
+``Constant``, shape arithmetic folded from static shapes) and ``jax`` arrays (or tracers
+inside ``jax.jit``) otherwise; sequences are Python lists of arrays; an absent optional
+value is ``None``. The same loop serves every mode:
+
+- ``interpret(graph, inputs)``: eager, one op at a time (``ember.runtime.run``);
+- inside ``jax.jit``: the trace of a compiled segment (``ember.runtime.compile``);
+- ``run_nodes(graph, env, start, stop, on_node=...)``: a slice of the sorted graph with a
+  hook after every node, the building block of profile mode (op timings, tensor liveness).
+
+Graph attributes (``If``'s branches, ``Loop``'s body) reach op functions as ``Subgraph``
+callables, ``body(*inputs) -> tuple(outputs)``, which see the values of the enclosing
+scope, so the same callable runs eagerly, under ``jax.jit``, or inside ``lax`` control flow.
+
+Call these inside ``jax.enable_x64(True)`` (``ember.runtime`` does) so int64 and float64
+values keep their ONNX dtypes.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from . import ops
+from .errors import NodeError, UnsupportedOpsError
+
+__all__ = [
+    "Graph",
+    "Node",
+    "Subgraph",
+    "interpret",
+    "run_nodes",
+    "run_node",
+    "to_host",
+    "OnNode",
+]
+
+OnNode = Callable[[int, "Node", list[Any], tuple[Any, ...]], None]
+"""``on_node(position, node, inputs, outputs)``: called after each node of ``run_nodes``."""
+
+
+@dataclass
+class Node:
+    """One node of a sorted graph. ``inputs`` keeps ``""`` for an omitted optional input."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict[str, Any]
+    opdef: ops.OpDef | None
+    position: int = 0
+    # Names this node reads from the enclosing scope through its subgraphs.
+    outer_reads: frozenset[str] = frozenset()
+
+    def reads(self) -> set[str]:
+        """Every value name the node reads: its inputs and its subgraphs' outer names."""
+        return {n for n in self.inputs if n} | set(self.outer_reads)
+
+    def label(self) -> str:
+        return f"node {self.position} {self.name!r} ({self.op_type})"
+
+
+@dataclass
+class Graph:
+    """A topologically sorted graph with resolved ops."""
+
+    name: str
+    nodes: list[Node]
+    initializers: dict[str, Any]
+    input_names: list[str]
+    output_names: list[str]
+    opsets: dict[str, int]
+    # Names read from an enclosing scope (for subgraphs): not produced here.
+    outer_reads: frozenset[str] = frozenset()
+    value_info: dict[str, onnx.TypeProto] = field(default_factory=dict)
+
+    @property
+    def opset(self) -> int:
+        return self.opsets.get("", self.opsets.get("ai.onnx", 1))
+
+    @classmethod
+    def from_proto(
+        cls,
+        graph: onnx.GraphProto,
+        opsets: Mapping[str, int],
+        *,
+        source: str | None = None,
+        check_ops: bool = True,
+        base_dir: str | None = None,
+    ) -> Graph:
+        """Sort and resolve ``graph``; raise one ``UnsupportedOpsError`` for all missing ops."""
+        missing: dict[tuple[str, str, int], list[str]] = {}
+        g = _build(graph, dict(opsets), missing, (), base_dir)
+        if check_ops and missing:
+            raise UnsupportedOpsError(missing, source)
+        return g
+
+    @classmethod
+    def from_node(cls, node: onnx.NodeProto, opset: int, n_inputs: int | None = None) -> Graph:
+        """A one-node graph, for ``Backend.run_node``."""
+        g = onnx.helper.make_graph(
+            [node],
+            node.name or node.op_type,
+            [onnx.helper.make_value_info(n, onnx.TypeProto()) for n in node.input if n],
+            [onnx.helper.make_value_info(n, onnx.TypeProto()) for n in node.output if n],
+        )
+        return cls.from_proto(g, {"": opset, node.domain: opset})
+
+
+def _attr_value(
+    attr: onnx.AttributeProto,
+    opsets: dict[str, int],
+    missing: dict[tuple[str, str, int], list[str]],
+    scope: tuple[str, ...],
+    base_dir: str | None,
+) -> Any:
+    A = onnx.AttributeProto
+    t = attr.type
+    if t == A.FLOAT:
+        return float(attr.f)
+    if t == A.INT:
+        return int(attr.i)
+    if t == A.STRING:
+        return attr.s.decode("utf-8", errors="surrogateescape")
+    if t == A.TENSOR:
+        return _tensor(attr.t, base_dir)
+    if t == A.GRAPH:
+        return _build(attr.g, opsets, missing, scope, base_dir)
+    if t == A.SPARSE_TENSOR:
+        return _sparse_to_dense(attr.sparse_tensor, base_dir)
+    if t == A.TYPE_PROTO:
+        return attr.tp
+    if t == A.FLOATS:
+        return [float(v) for v in attr.floats]
+    if t == A.INTS:
+        return [int(v) for v in attr.ints]
+    if t == A.STRINGS:
+        return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
+    if t == A.TENSORS:
+        return [_tensor(v, base_dir) for v in attr.tensors]
+    if t == A.GRAPHS:
+        return [_build(g, opsets, missing, scope, base_dir) for g in attr.graphs]
+    if t == A.SPARSE_TENSORS:
+        return [_sparse_to_dense(v, base_dir) for v in attr.sparse_tensors]
+    if t == A.TYPE_PROTOS:
+        return list(attr.type_protos)
+    return onnx.helper.get_attribute_value(attr)
+
+
+def _tensor(t: onnx.TensorProto, base_dir: str | None) -> np.ndarray:
+    return numpy_helper.to_array(t, base_dir or "")
+
+
+def _sparse_to_dense(sp: onnx.SparseTensorProto, base_dir: str | None) -> np.ndarray:
+    values = _tensor(sp.values, base_dir)
+    indices = _tensor(sp.indices, base_dir).astype(np.int64)
+    dims = tuple(sp.dims)
+    dense = np.zeros(dims, dtype=values.dtype)
+    if indices.ndim == 1:  # linearized indices
+        dense.reshape(-1)[indices] = values
+    else:
+        dense[tuple(indices.T)] = values
+    return dense
+
+
+def _build(
+    graph: onnx.GraphProto,
+    opsets: dict[str, int],
+    missing: dict[tuple[str, str, int], list[str]],
+    scope: tuple[str, ...],
+    base_dir: str | None,
+) -> Graph:
+    initializers: dict[str, Any] = {}
+    for t in graph.initializer:
+        initializers[t.name] = _tensor(t, base_dir)
+    for st in graph.sparse_initializer:
+        initializers[st.values.name] = _sparse_to_dense(st, base_dir)
+    input_names = [i.name for i in graph.input if i.name not in initializers]
+    inner_scope = (*scope, graph.name)
+    nodes: list[Node] = []
+    for i, n in enumerate(graph.node):
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        opset = opsets.get(domain, opsets.get("", 1) if domain == "" else 1)
+        opdef = ops.lookup(n.op_type, opset, domain)
+        name = n.name or f"{n.op_type}_{i}"
+        if opdef is None:
+            missing.setdefault((domain, n.op_type, opset), []).append(
+                "/".join((*scope, name)) if scope else name
+            )
+        attrs = {}
+        for a in n.attribute:
+            attrs[a.name] = _attr_value(a, opsets, missing, inner_scope, base_dir)
+        outer: set[str] = set()
+        for v in attrs.values():
+            subs = [v] if isinstance(v, Graph) else v if isinstance(v, list) else []
+            for s in subs:
+                if isinstance(s, Graph):
+                    outer |= s.outer_reads
+        nodes.append(
+            Node(
+                name=name,
+                op_type=n.op_type,
+                domain=domain,
+                inputs=tuple(n.input),
+                outputs=tuple(n.output),
+                attrs=attrs,
+                opdef=opdef,
+                outer_reads=frozenset(outer),
+            )
+        )
+    known = set(initializers) | {i.name for i in graph.input}
+    nodes = _toposort(nodes, known, graph.name)
+    produced = set(known)
+    reads: set[str] = set()
+    for pos, node in enumerate(nodes):
+        node.position = pos
+        reads |= node.reads()
+        produced.update(o for o in node.outputs if o)
+    outer_reads = frozenset((reads | {o.name for o in graph.output}) - produced)
+    value_info = {v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)}
+    return Graph(
+        name=graph.name,
+        nodes=nodes,
+        initializers=initializers,
+        input_names=input_names,
+        output_names=[o.name for o in graph.output],
+        opsets=dict(opsets),
+        outer_reads=outer_reads,
+        value_info=value_info,
+    )
+
+
+def _toposort(nodes: list[Node], known: set[str], graph_name: str) -> list[Node]:
+    """Kahn's sort keeping the file's order among ready nodes (most graphs are sorted)."""
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.outputs:
+            if o:
+                producer[o] = i
+    deps: list[set[int]] = []
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        d = {producer[r] for r in n.reads() if r in producer and r not in known}
+        d.discard(i)
+        deps.append(d)
+        for j in d:
+            users[j].append(i)
+    remaining = [len(d) for d in deps]
+    ready = [i for i, r in enumerate(remaining) if r == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name for i in range(len(nodes)) if remaining[i] > 0][:5]
+        raise ValueError(f"graph {graph_name!r} has a cycle through nodes {stuck}")
+    return [nodes[i] for i in order]
+
+
+# ---------------------------------------------------------------------------------------------
+# running
+
+
+def to_host(value: Any) -> Any:
+    """A concrete jax array as numpy (host); tracers, numpy and lists of them pass through."""
+    if isinstance(value, list):
+        return [to_host(v) for v in value]
+    if value is None or ops.is_host(value):
+        return value
+    import jax
+
+    if isinstance(value, jax.core.Tracer):
+        return value
+    if isinstance(value, jax.Array):
+        return np.asarray(value)
+    return value
+
+
+class Subgraph:
+    """A graph attribute bound to the values of its enclosing scope.
+
+    ``body(*inputs)`` runs the subgraph with its formal inputs bound positionally and
+    returns the tuple of its outputs. ``input_names``/``output_names`` are the formal names.
+    """
+
+    __slots__ = ("graph", "outer")
+
+    def __init__(self, graph: Graph, outer: Mapping[str, Any]):
+        self.graph = graph
+        self.outer = outer
+
+    @property
+    def input_names(self) -> list[str]:
+        return self.graph.input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.graph.output_names
+
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        g = self.graph
+        env: dict[str, Any] = {n: self.outer[n] for n in g.outer_reads if n in self.outer}
+        env.update(g.initializers)
+        if len(inputs) != len(g.input_names):
+            raise TypeError(
+                f"subgraph {g.name!r} takes {len(g.input_names)} inputs "
+                f"{g.input_names}, got {len(inputs)}"
+            )
+        env.update(zip(g.input_names, inputs, strict=True))
+        run_nodes(g, env)
+        return tuple(env[n] for n in g.output_names)
+
+
+def _bind_attrs(node: Node, env: Mapping[str, Any]) -> dict[str, Any]:
+    if not node.outer_reads and not (node.opdef and node.opdef.subgraphs):
+        return node.attrs
+    out = {}
+    for k, v in node.attrs.items():
+        if isinstance(v, Graph):
+            out[k] = Subgraph(v, env)
+        elif isinstance(v, list) and v and isinstance(v[0], Graph):
+            out[k] = [Subgraph(g, env) for g in v]
+        else:
+            out[k] = v
+    return out
+
+
+def run_node(node: Node, env: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Run one node on the values in ``env``; returns its outputs as a tuple."""
+    opdef = node.opdef
+    if opdef is None:
+        raise UnsupportedOpsError({(node.domain, node.op_type, 0): [node.name]})
+    args = [env[n] if n else None for n in node.inputs]
+    if opdef.host_inputs or opdef.value_shaped:
+        idx = range(len(args)) if opdef.value_shaped else opdef.host_inputs
+        for i in idx:
+            if i < len(args) and args[i] is not None:
+                args[i] = to_host(args[i])
+    try:
+        result = opdef.fn(*args, **_bind_attrs(node, env))
+    except NodeError:
+        raise
+    except Exception as exc:
+        raise NodeError(
+            f"{node.label()} failed: {type(exc).__name__}: {exc}\n"
+            f"  inputs: {_describe_args(node, args)}"
+        ) from exc
+    if not isinstance(result, tuple):
+        result = (result,)
+    return result
+
+
+def _describe_args(node: Node, args: list[Any]) -> str:
+    parts = []
+    for n, a in zip(node.inputs, args, strict=False):
+        if a is None:
+            parts.append(f"{n or '<omitted>'}=None")
+        elif isinstance(a, list):
+            parts.append(f"{n}=sequence[{len(a)}]")
+        else:
+            parts.append(f"{n}={getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}")
+    return ", ".join(parts)
+
+
+def run_nodes(
+    graph: Graph,
+    env: dict[str, Any],
+    start: int = 0,
+    stop: int | None = None,
+    *,
+    on_node: OnNode | None = None,
+    nodes: Iterable[Node] | None = None,
+) -> dict[str, Any]:
+    """Run ``graph.nodes[start:stop]`` on ``env`` in place and return ``env``.
+
+    ``env`` must hold every value the nodes read (inputs, initializers, outer values).
+    ``on_node(position, node, inputs, outputs)`` runs after each node (profile mode).
+    """
+    for node in graph.nodes[start:stop] if nodes is None else nodes:
+        outs = run_node(node, env)
+        for name, value in zip(node.outputs, outs, strict=False):
+            if name:
+                env[name] = value
+        if on_node is not None:
+            on_node(node.position, node, [env[n] if n else None for n in node.inputs], outs)
+    return env
+
+
+def interpret(
+    graph: Graph,
+    inputs: Mapping[str, Any],
+    *,
+    on_node: OnNode | None = None,
+) -> dict[str, Any]:
+    """Run the whole graph eagerly (or under an enclosing trace); outputs by name."""
+    env: dict[str, Any] = dict(graph.initializers)
+    env.update(inputs)
+    run_nodes(graph, env, on_node=on_node)
+    return {n: env[n] for n in graph.output_names}

@@ -1,0 +1,283 @@
+"""``load(source)``: an ONNX model from a path, bytes, a ``ModelProto`` or the Hub.
+
+External data files are read only from the model's own folder: a ``location`` that is
+absolute or climbs out with ``..`` is an ``ExternalDataError`` naming the tensor and the file.
+Unsupported ops are found here, all at once (``UnsupportedOpsError``), not in the middle of
+a call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import external_data_helper, helper
+
+from ember.recorder import bus
+
+from .errors import ExternalDataError, LoadError
+from .graph import Graph
+
+__all__ = ["Model", "TensorSpec", "load", "describe_source"]
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a graph input or output is: name, element dtype, dims (ints, symbols or None).
+
+    ``kind`` is ``"tensor"``, ``"sequence"``, ``"optional"`` or ``"unknown"``; for a
+    sequence or an optional, ``dtype`` and ``shape`` describe the elements.
+    """
+
+    name: str
+    dtype: np.dtype | None
+    shape: tuple[Dim, ...] | None
+    kind: str = "tensor"
+
+    @classmethod
+    def from_type(cls, name: str, tp: onnx.TypeProto) -> TensorSpec:
+        kind = "tensor"
+        inner = tp
+        while True:
+            which = inner.WhichOneof("value")
+            if which == "sequence_type":
+                kind = "sequence" if kind == "tensor" else kind
+                inner = inner.sequence_type.elem_type
+            elif which == "optional_type":
+                kind = "optional" if kind == "tensor" else kind
+                inner = inner.optional_type.elem_type
+            else:
+                break
+        if inner.WhichOneof("value") != "tensor_type":
+            return cls(name, None, None, kind if kind != "tensor" else "unknown")
+        tt = inner.tensor_type
+        dtype = None
+        if tt.elem_type:
+            try:
+                dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+            except (KeyError, TypeError, ValueError):
+                dtype = None
+        shape: tuple[Dim, ...] | None = None
+        if tt.HasField("shape"):
+            dims: list[Dim] = []
+            for d in tt.shape.dim:
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                elif d.HasField("dim_param"):
+                    dims.append(d.dim_param)
+                else:
+                    dims.append(None)
+            shape = tuple(dims)
+        return cls(name, dtype, shape, kind)
+
+    @property
+    def static(self) -> bool:
+        """True when every dim is a known integer."""
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    def __str__(self) -> str:
+        dt = self.dtype.name if self.dtype is not None else "?"
+        if self.shape is None:
+            dims = "?"
+        else:
+            dims = "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+        text = f"{self.name}: {dt}{dims}"
+        return f"{text} ({self.kind})" if self.kind != "tensor" else text
+
+
+@dataclass
+class Model:
+    """A loaded ONNX model: the sorted graph with resolved ops and what it takes and gives."""
+
+    proto: onnx.ModelProto
+    graph: Graph
+    source: str | None
+    opset: int
+    opsets: dict[str, int]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    folder: Path | None = None
+
+    @property
+    def node_count(self) -> int:
+        """The number of top-level nodes."""
+        return len(self.graph.nodes)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [s.name for s in self.outputs]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(s) for s in self.inputs)
+        outs = ", ".join(str(s) for s in self.outputs)
+        return (
+            f"<Model {self.source or '<memory>'} opset={self.opset} "
+            f"nodes={self.node_count} ({ins}) -> ({outs})>"
+        )
+
+
+def describe_source(source: Any) -> str | None:
+    """The ``source`` of events: the path as given, ``hf://owner/repo/file``, or None."""
+    if isinstance(source, (str, os.PathLike)):
+        hub = _parse_hub(source)
+        if hub is not None:
+            return f"hf://{hub[0]}/{hub[1]}"
+        return os.fspath(source)
+    if isinstance(source, tuple):
+        hub = _parse_hub(source)
+        if hub is not None:
+            return f"hf://{hub[0]}/{hub[1]}"
+    return None
+
+
+def _parse_hub(source: Any) -> tuple[str, str] | None:
+    if isinstance(source, str) and not source.startswith("hf://"):
+        return None
+    if isinstance(source, tuple) and not (source and source[0] == "hf"):
+        return None
+    if isinstance(source, os.PathLike):
+        return None
+    from . import hub  # lazy: the Hub client is only needed for Hub sources
+
+    return hub.parse_hub_source(source)
+
+
+def load(
+    source: str | os.PathLike[str] | bytes | onnx.ModelProto | tuple[str, str, str],
+    *,
+    revision: str = "main",
+    offline: bool | None = None,
+) -> Model:
+    """Load an ONNX model and resolve its ops.
+
+    ``source`` is a path, the bytes of a model, an ``onnx.ModelProto``, or a Hub source
+    (``"hf://owner/repo/path/in/repo.onnx"`` or ``("hf", "owner/repo", "path.onnx")``,
+    downloaded with ``revision``). Emits the ``ember.load`` span.
+    """
+    label = describe_source(source)
+    with bus.span("ember.load", {"source": label}) as span:
+        model = _load(source, label, revision=revision, offline=offline)
+        span.set(node_count=model.node_count, opset=model.opset)
+    return model
+
+
+def _load(source: Any, label: str | None, *, revision: str, offline: bool | None) -> Model:
+    folder: Path | None = None
+    hub = _parse_hub(source) if isinstance(source, (str, tuple)) else None
+    if hub is not None:
+        from . import hub as hub_mod
+
+        path = hub_mod.download_model(hub[0], hub[1], revision=revision, offline=offline)
+        source = path
+    if isinstance(source, onnx.ModelProto):
+        proto = source
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        try:
+            proto = onnx.load_model_from_string(bytes(source), load_external_data=False)
+        except Exception as exc:
+            raise LoadError(f"the bytes given to load() are not an ONNX model: {exc}") from exc
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise LoadError(f"{path}: no such model file")
+        folder = path.resolve().parent
+        try:
+            proto = onnx.load_model(str(path), load_external_data=False)
+        except Exception as exc:
+            raise LoadError(f"{path}: not an ONNX model ({exc})") from exc
+    else:
+        raise LoadError(
+            f"load() takes a path, bytes, an onnx.ModelProto or a Hub source "
+            f"('hf://owner/repo/file.onnx'), not {type(source).__name__}"
+        )
+    _load_external_data(proto, folder, label)
+    opsets = {
+        ("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in proto.opset_import
+    }
+    if "" not in opsets:
+        opsets[""] = 1
+    if proto.functions:
+        proto = _inline_functions(proto)
+    graph = Graph.from_proto(proto.graph, opsets, source=label)
+    inputs = [
+        TensorSpec.from_type(i.name, i.type)
+        for i in proto.graph.input
+        if i.name not in graph.initializers
+    ]
+    outputs = [TensorSpec.from_type(o.name, o.type) for o in proto.graph.output]
+    return Model(
+        proto=proto,
+        graph=graph,
+        source=label,
+        opset=opsets[""],
+        opsets=opsets,
+        inputs=inputs,
+        outputs=outputs,
+        folder=folder,
+    )
+
+
+def _inline_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
+    import onnx.inliner
+
+    return onnx.inliner.inline_local_functions(proto)
+
+
+def _external_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
+    return [
+        t
+        for t in external_data_helper._get_all_tensors(proto)
+        if external_data_helper.uses_external_data(t)
+    ]
+
+
+def _load_external_data(proto: onnx.ModelProto, folder: Path | None, label: str | None) -> None:
+    tensors = _external_tensors(proto)
+    if not tensors:
+        return
+    if folder is None:
+        raise ExternalDataError(
+            f"tensor {tensors[0].name!r} keeps its data in an external file, but the model "
+            "was given as bytes or a ModelProto: load it from its path so the file can be found"
+        )
+    for t in tensors:
+        info = external_data_helper.ExternalDataInfo(t)
+        location = info.location
+        if os.path.isabs(location) or Path(location).drive:
+            raise ExternalDataError(
+                f"{label}: tensor {t.name!r} points to the absolute path {location!r}; "
+                "external data must be a relative path inside the model's folder"
+            )
+        if ".." in Path(location).parts:
+            raise ExternalDataError(
+                f"{label}: tensor {t.name!r} points to {location!r}, outside the model's "
+                f"folder {folder}; move the file next to the model"
+            )
+        path = (folder / location).resolve()
+        if folder not in path.parents:
+            raise ExternalDataError(
+                f"{label}: tensor {t.name!r} points to {location!r}, which resolves to "
+                f"{path} outside the model's folder {folder}"
+            )
+        if not path.is_file():
+            raise ExternalDataError(
+                f"{label}: tensor {t.name!r} needs the external data file {location!r}, "
+                f"which is not in {folder}"
+            )
+        with open(path, "rb") as f:
+            if info.offset:
+                f.seek(info.offset)
+            data = f.read(info.length) if info.length else f.read()
+        t.raw_data = data
+        del t.external_data[:]
+        t.data_location = onnx.TensorProto.DEFAULT
