@@ -1,0 +1,218 @@
+"""Transformer ops: Attention (opset 23+), RotaryEmbedding.
+
+Masks are built as additive biases (0 / -inf) like the ONNX reference so that fully masked
+rows produce zeros instead of NaN.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import op
+
+
+def _split_heads(x, num_heads: int):
+    b, s, h = x.shape
+    return jnp.transpose(x.reshape(b, s, num_heads, h // num_heads), (0, 2, 1, 3))
+
+
+def _causal_bias(q_len: int, kv_len: int, offset, dtype, left=-1, right=-1, causal=True):
+    """(q, kv) or (batch, 1, q, kv) additive bias; ``offset`` aligns queries to keys."""
+    i = np.arange(q_len).reshape(q_len, 1)
+    j = np.arange(kv_len).reshape(1, kv_len)
+    if np.ndim(offset) > 0 or not isinstance(offset, (int, np.integer)):
+        diff = (i + jnp.reshape(offset, (-1, 1, 1))) - j  # (batch, q, kv)
+        allowed = jnp.ones(diff.shape, bool)
+    else:
+        diff = (i + int(offset)) - j
+        allowed = np.ones(diff.shape, bool)
+    if causal:
+        allowed = allowed & (diff >= 0)
+    if left >= 0:
+        allowed = allowed & (diff <= left)
+    if right >= 0:
+        allowed = allowed & (-diff <= right)
+    bias = jnp.where(allowed, jnp.asarray(0, dtype), jnp.asarray(-jnp.inf, dtype))
+    return bias[:, None] if bias.ndim == 3 else bias
+
+
+def _attention(
+    Q,
+    K,
+    V,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    nonpad_kv_seqlen=None,
+    *,
+    is_causal=0,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode=0,
+    scale=None,
+    softcap=0.0,
+    softmax_precision=None,
+    left_window_size=-1,
+    right_window_size=-1,
+):
+    q, k, v = jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V)
+    dtype = q.dtype
+    three_d = q.ndim == 3
+    if three_d:
+        if q_num_heads is None or kv_num_heads is None:
+            raise ValueError(
+                "Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes"
+            )
+        q = _split_heads(q, q_num_heads)
+        k = _split_heads(k, kv_num_heads)
+        v = _split_heads(v, kv_num_heads)
+    if scale is None:
+        scale = 1.0 / np.sqrt(q.shape[3])
+    root = np.sqrt(scale).astype(dtype)
+    if past_key is not None:
+        k = jnp.concatenate([jnp.asarray(past_key), k], axis=2)
+    if past_value is not None:
+        v = jnp.concatenate([jnp.asarray(past_value), v], axis=2)
+    present_key, present_value = k, v
+    q_len, kv_len = q.shape[2], k.shape[2]
+
+    bias = jnp.zeros((q_len, kv_len), dtype)
+    mask = None if attn_mask is None else jnp.asarray(attn_mask)
+    if mask is not None and mask.shape[-1] < kv_len:
+        fill = False if mask.dtype == jnp.bool_ else -jnp.inf
+        widths = [(0, 0)] * (mask.ndim - 1) + [(0, kv_len - mask.shape[-1])]
+        mask = jnp.pad(mask, widths, constant_values=fill)
+    if mask is not None:
+        if mask.dtype == jnp.bool_:
+            mask = jnp.where(mask, jnp.asarray(0, dtype), jnp.asarray(-jnp.inf, dtype))
+        bias = bias + mask.astype(dtype)
+    if nonpad_kv_seqlen is not None and past_key is None:
+        offset = jnp.reshape(jnp.asarray(nonpad_kv_seqlen), (-1,)) - q_len
+    else:
+        offset = 0 if past_key is None else int(jnp.shape(past_key)[2])
+    windowed = (left_window_size or -1) >= 0 or (right_window_size or -1) >= 0
+    if is_causal or windowed:
+        bias = bias + _causal_bias(
+            q_len,
+            kv_len,
+            offset,
+            dtype,
+            left=left_window_size if left_window_size is not None else -1,
+            right=right_window_size if right_window_size is not None else -1,
+            causal=bool(is_causal),
+        )
+    if nonpad_kv_seqlen is not None:
+        keep = jnp.arange(kv_len) < jnp.asarray(nonpad_kv_seqlen)[:, None]
+        pad_bias = jnp.where(keep, 0, -jnp.inf).astype(dtype)
+        bias = bias + pad_bias.reshape(q.shape[0], 1, 1, kv_len)
+
+    heads_q, heads_kv = q.shape[1], k.shape[1]
+    if heads_q != heads_kv:
+        k = jnp.repeat(k, heads_q // heads_kv, axis=1)
+        v = jnp.repeat(v, heads_q // heads_kv, axis=1)
+    qk = jnp.einsum("bhqd,bhkd->bhqk", q * root, k * root)
+    if softcap:
+        qk = jnp.tanh(qk / softcap) * softcap
+    scores = qk + bias
+    qk_out = scores if qk_matmul_output_mode == 2 else qk
+    if softmax_precision is not None:
+        from onnx.helper import tensor_dtype_to_np_dtype
+
+        scores = scores.astype(tensor_dtype_to_np_dtype(softmax_precision))
+    top = jnp.max(scores, axis=-1, keepdims=True)
+    e = jnp.exp(scores - jnp.where(jnp.isneginf(top), 0, top))
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    probs = e / jnp.where(total == 0, 1, total)
+    fully_masked = jnp.isneginf(jnp.max(bias, axis=-1, keepdims=True))
+    probs = jnp.where(fully_masked, 0, probs)
+    if qk_matmul_output_mode == 3:
+        qk_out = probs
+    probs = probs.astype(dtype)
+    y = jnp.einsum("bhqk,bhkd->bhqd", probs, v)
+    if three_d:
+        y = jnp.transpose(y, (0, 2, 1, 3)).reshape(y.shape[0], y.shape[2], -1)
+    return y.astype(dtype), present_key, present_value, qk_out.astype(dtype)
+
+
+@op("Attention", since=23)
+def attention(
+    Q,
+    K,
+    V,
+    attn_mask=None,
+    past_key=None,
+    past_value=None,
+    nonpad_kv_seqlen=None,
+    *,
+    is_causal=0,
+    kv_num_heads=None,
+    q_num_heads=None,
+    qk_matmul_output_mode=0,
+    scale=None,
+    softcap=0.0,
+    softmax_precision=None,
+    left_window_size=-1,
+    right_window_size=-1,
+):
+    return _attention(
+        Q,
+        K,
+        V,
+        attn_mask,
+        past_key,
+        past_value,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+        kv_num_heads=kv_num_heads,
+        q_num_heads=q_num_heads,
+        qk_matmul_output_mode=qk_matmul_output_mode,
+        scale=scale,
+        softcap=softcap,
+        softmax_precision=softmax_precision,
+        left_window_size=left_window_size,
+        right_window_size=right_window_size,
+    )
+
+
+@op("RotaryEmbedding", since=23)
+def rotary_embedding(
+    X,
+    cos_cache,
+    sin_cache,
+    position_ids=None,
+    *,
+    interleaved=0,
+    num_heads=0,
+    rotary_embedding_dim=0,
+):
+    x = jnp.asarray(X)
+    original = x.shape
+    if x.ndim == 4:  # (batch, heads, seq, head) -> (batch, seq, heads, head)
+        x = jnp.transpose(x, (0, 2, 1, 3))
+    else:
+        if not num_heads:
+            raise ValueError("RotaryEmbedding: 3-D input needs the num_heads attribute")
+        x = x.reshape(x.shape[0], x.shape[1], num_heads, -1)
+    head = x.shape[3]
+    dim = rotary_embedding_dim or head
+    rot, rest = x[..., :dim], x[..., dim:]
+    cos, sin = jnp.asarray(cos_cache), jnp.asarray(sin_cache)
+    if position_ids is not None:
+        pos = jnp.asarray(position_ids)
+        cos, sin = cos[pos], sin[pos]
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot[..., : dim // 2], rot[..., dim // 2 :]
+    real = cos * x1 - sin * x2
+    imag = sin * x1 + cos * x2
+    if interleaved:
+        rot = jnp.stack([real, imag], axis=-1).reshape(rot.shape)
+    else:
+        rot = jnp.concatenate([real, imag], axis=-1)
+    out = jnp.concatenate([rot, rest], axis=-1).astype(x.dtype)
+    if len(original) == 3:
+        return out.reshape(original)
+    return jnp.transpose(out, (0, 2, 1, 3))
