@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import dashboard  # noqa: F401
 from . import validate  # noqa: F401
 from .app import app
 

@@ -1,0 +1,160 @@
+"""Altair charts of the pages (zoomable, with tooltips) and SQL-side downsampling.
+
+Charts never receive more than ``MAX_POINTS`` rows per series: long series are reduced
+in DuckDB by ``downsample_sql`` before they reach Python, keeping each bucket's maximum
+so peaks survive the reduction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import polars as pl
+import streamlit as st
+
+__all__ = ["MAX_POINTS", "downsample_sql", "line", "area", "bars", "scatter", "show"]
+
+MAX_POINTS = 1500
+"""Points per series a chart gets at most (about one per screen pixel)."""
+
+
+def downsample_sql(
+    source: str,
+    *,
+    x: str,
+    values: Sequence[str],
+    groups: Sequence[str] = (),
+    max_points: int = MAX_POINTS,
+) -> str:
+    """SQL that reduces ``source`` (a relation or subquery) to at most ``max_points`` rows
+    per group: rows are bucketed on numeric ``x``; each bucket keeps its first ``x`` and
+    the maximum of every column in ``values``. Short series pass through unchanged.
+    """
+    g = ", ".join(groups)
+    g_sel = f"{g}, " if g else ""
+    part = f"PARTITION BY {g}" if g else ""
+    maxes = ", ".join(f"max({v}) AS {v}" for v in values)
+    return f"""
+        WITH src AS (SELECT * FROM {source}),
+        span AS (
+            SELECT {g_sel}min({x}) AS lo, max({x}) AS hi, count(*) AS n
+            FROM src {"GROUP BY " + g if g else ""}
+        ),
+        bucketed AS (
+            SELECT src.*, CASE WHEN span.n <= {max_points} THEN row_number() OVER ({part} ORDER BY src.{x})
+                ELSE floor((src.{x} - span.lo) * {max_points} / greatest(span.hi - span.lo, 1))
+                END AS bucket
+            FROM src JOIN span {"USING (" + g + ")" if g else "ON TRUE"}
+        )
+        SELECT {g_sel}min({x}) AS {x}, {maxes}
+        FROM bucketed GROUP BY {g_sel}bucket ORDER BY {g_sel}{x}
+    """
+
+
+def _tooltip(frame: pl.DataFrame, fields: Sequence[str] | None) -> list[alt.Tooltip]:
+    names = fields or frame.columns
+    return [alt.Tooltip(n, format=",") if frame[n].dtype.is_numeric() else n for n in names]
+
+
+def line(
+    frame: pl.DataFrame,
+    *,
+    x: str,
+    y: str,
+    color: str | None = None,
+    title: str = "",
+    x_title: str | None = None,
+    y_title: str | None = None,
+    tooltip: Sequence[str] | None = None,
+    points: bool = False,
+) -> alt.Chart:
+    """A line per ``color`` group, zoomable on x."""
+    enc = {
+        "x": alt.X(x, title=x_title),
+        "y": alt.Y(y, title=y_title),
+        "tooltip": _tooltip(frame, tooltip),
+    }
+    if color:
+        enc["color"] = alt.Color(f"{color}:N")
+    return (
+        alt.Chart(frame, title=title)
+        .mark_line(point=points, interpolate="step-after")
+        .encode(**enc)
+        .interactive(bind_y=False)
+    )
+
+
+def area(
+    frame: pl.DataFrame,
+    *,
+    x: str,
+    y: str,
+    color: str,
+    title: str = "",
+    x_title: str | None = None,
+    y_title: str | None = None,
+    tooltip: Sequence[str] | None = None,
+) -> alt.Chart:
+    """Areas stacked by ``color`` (e.g. memory by category), zoomable on x."""
+    return (
+        alt.Chart(frame, title=title)
+        .mark_area(interpolate="step-after", opacity=0.8)
+        .encode(
+            x=alt.X(x, title=x_title),
+            y=alt.Y(y, title=y_title, stack="zero"),
+            color=alt.Color(f"{color}:N"),
+            tooltip=_tooltip(frame, tooltip),
+        )
+        .interactive(bind_y=False)
+    )
+
+
+def bars(
+    frame: pl.DataFrame,
+    *,
+    x: str,
+    y: str,
+    color: str | None = None,
+    title: str = "",
+    x_title: str | None = None,
+    y_title: str | None = None,
+    tooltip: Sequence[str] | None = None,
+    horizontal: bool = False,
+) -> alt.Chart:
+    """Bars (grouped by ``color``), zoomable."""
+    enc = {
+        "x": alt.X(x, title=x_title, sort="-y" if horizontal else None),
+        "y": alt.Y(y, title=y_title, sort="-x" if horizontal else None),
+        "tooltip": _tooltip(frame, tooltip),
+    }
+    if color:
+        enc["color"] = alt.Color(f"{color}:N")
+    return alt.Chart(frame, title=title).mark_bar().encode(**enc).interactive()
+
+
+def scatter(
+    frame: pl.DataFrame,
+    *,
+    x: str,
+    y: str,
+    color: str | None = None,
+    title: str = "",
+    x_title: str | None = None,
+    y_title: str | None = None,
+    tooltip: Sequence[str] | None = None,
+) -> alt.Chart:
+    """Points (one per event), zoomable."""
+    enc = {
+        "x": alt.X(x, title=x_title),
+        "y": alt.Y(y, title=y_title),
+        "tooltip": _tooltip(frame, tooltip),
+    }
+    if color:
+        enc["color"] = alt.Color(f"{color}:N")
+    return alt.Chart(frame, title=title).mark_circle(size=60).encode(**enc).interactive()
+
+
+def show(chart: alt.Chart | alt.LayerChart, *, key: str) -> None:
+    """Render a chart across the page's width."""
+    st.altair_chart(chart, width="stretch", key=key)

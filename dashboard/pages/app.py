@@ -1,0 +1,46 @@
+"""Entry point of the Ember dashboard: ``ember dashboard`` (``streamlit run dashboard/pages/app.py``).
+
+It lives in ``pages/`` on purpose: Streamlit treats a folder named ``pages`` *next to* the
+entry script as an old-style page folder and then runs a page requested by URL without
+running the entry script (no login check, no navigation). With the entry inside the
+folder there is no such sibling, and ``st.navigation`` below defines the pages.
+
+The database comes from ``$EMBER_DASHBOARD_DB`` (``ember dashboard --db`` sets it). When
+``.streamlit/secrets.toml`` has an ``[auth]`` section, every page asks for an OpenID
+Connect login first (see dashboard/README.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from ember.dashboard import auth, db
+
+_PAGES = Path(__file__).resolve().parent
+
+st.set_page_config(page_title="Ember", page_icon=":fire:", layout="wide")
+
+auth.require_login()
+
+pages = [
+    st.Page(_PAGES / "runs.py", title="Runs", icon=":material/list:", default=True),
+    st.Page(_PAGES / "recompiles.py", title="Recompiles", icon=":material/replay:"),
+    st.Page(_PAGES / "cache.py", title="Cache", icon=":material/cached:"),
+    st.Page(_PAGES / "memory.py", title="Memory", icon=":material/memory:"),
+    st.Page(_PAGES / "hub.py", title="Hub", icon=":material/cloud_download:"),
+    st.Page(_PAGES / "calls.py", title="Calls", icon=":material/speed:"),
+    st.Page(_PAGES / "compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page(_PAGES / "sql.py", title="SQL", icon=":material/terminal:"),
+]
+page = st.navigation(pages)
+
+try:
+    version = db.db_version()
+except db.DatabaseError as e:
+    st.error(str(e))
+    st.stop()
+st.sidebar.caption(f"Database: `{version.path}`")
+
+page.run()

@@ -1,0 +1,71 @@
+"""The selected run and the filters, kept in the URL's query parameters.
+
+A link copied from the address bar opens the same view for a colleague. Streamlit
+clears query parameters when the sidebar switches pages, so the values are mirrored in
+the session and written back to the URL on the next page: a selection survives page
+changes and stays shareable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import streamlit as st
+
+__all__ = ["get_param", "set_param", "select_param", "multiselect_param"]
+
+_SESSION_PREFIX = "ember_qp_"
+
+
+def get_param(name: str, default: str | None = None) -> str | None:
+    """The value of ``?name=`` in the URL, else the one kept from an earlier page."""
+    value = st.query_params.get(name)
+    if value is None:
+        value = st.session_state.get(_SESSION_PREFIX + name)
+        if value is not None:
+            st.query_params[name] = value
+    return default if value is None else str(value)
+
+
+def set_param(name: str, value: str | None) -> None:
+    """Put ``value`` in the URL and the session (``None`` or ``""`` removes it)."""
+    if value is None or value == "":
+        st.query_params.pop(name, None)
+        st.session_state.pop(_SESSION_PREFIX + name, None)
+    else:
+        st.query_params[name] = value
+        st.session_state[_SESSION_PREFIX + name] = value
+
+
+def select_param(
+    label: str,
+    name: str,
+    options: Sequence[str],
+    *,
+    default: str | None = None,
+    where: object = st,
+    help: str | None = None,
+) -> str | None:
+    """A selectbox whose choice lives in ``?name=``; an unknown value in the URL is ignored."""
+    if not options:
+        return None
+    wanted = get_param(name, default)
+    index = options.index(wanted) if wanted in options else 0
+    if wanted is not None and wanted not in options:
+        st.warning(
+            f"`{name}={wanted}` from the link is not in this database; showing {options[0]}."
+        )
+    choice = where.selectbox(label, options, index=index, key=f"ember_sel_{name}", help=help)  # type: ignore[attr-defined]
+    set_param(name, choice)
+    return choice
+
+
+def multiselect_param(
+    label: str, name: str, options: Sequence[str], *, where: object = st
+) -> list[str]:
+    """A multiselect whose choices live in ``?name=a,b`` (empty means all)."""
+    raw = get_param(name) or ""
+    wanted = [v for v in raw.split(",") if v in options]
+    chosen = where.multiselect(label, options, default=wanted, key=f"ember_ms_{name}")  # type: ignore[attr-defined]
+    set_param(name, ",".join(chosen))
+    return list(chosen)
