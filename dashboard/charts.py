@@ -42,7 +42,8 @@ def downsample_sql(
             FROM src {"GROUP BY " + g if g else ""}
         ),
         bucketed AS (
-            SELECT src.*, CASE WHEN span.n <= {max_points} THEN row_number() OVER ({part} ORDER BY src.{x})
+            SELECT src.*, CASE
+                WHEN span.n <= {max_points} THEN row_number() OVER ({part} ORDER BY src.{x})
                 ELSE floor((src.{x} - span.lo) * {max_points} / greatest(span.hi - span.lo, 1))
                 END AS bucket
             FROM src JOIN span {"USING (" + g + ")" if g else "ON TRUE"}

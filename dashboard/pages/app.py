@@ -1,4 +1,4 @@
-"""Entry point of the Ember dashboard: ``ember dashboard`` (``streamlit run dashboard/pages/app.py``).
+"""Entry point of the Ember dashboard: ``ember dashboard``, or ``streamlit run`` of this file.
 
 It lives in ``pages/`` on purpose: Streamlit treats a folder named ``pages`` *next to* the
 entry script as an old-style page folder and then runs a page requested by URL without

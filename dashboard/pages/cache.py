@@ -1,3 +1,3 @@
 import streamlit as st
 
-st.title('cache (coming)')
+st.title("cache (coming)")

@@ -1,3 +1,3 @@
 import streamlit as st
 
-st.title('calls (coming)')
+st.title("calls (coming)")

@@ -1,3 +1,3 @@
 import streamlit as st
 
-st.title('compare (coming)')
+st.title("compare (coming)")

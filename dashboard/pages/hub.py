@@ -1,3 +1,3 @@
 import streamlit as st
 
-st.title('hub (coming)')
+st.title("hub (coming)")

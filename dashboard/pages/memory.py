@@ -1,3 +1,3 @@
 import streamlit as st
 
-st.title('memory (coming)')
+st.title("memory (coming)")

@@ -1,3 +1,3 @@
 import streamlit as st
 
-st.title('recompiles (coming)')
+st.title("recompiles (coming)")

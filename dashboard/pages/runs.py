@@ -1,3 +1,3 @@
 import streamlit as st
 
-st.title('runs (coming)')
+st.title("runs (coming)")
