@@ -760,16 +760,6 @@ def softmax_cross_entropy_loss(
 
 
 # ---------------------------------------------------------------------------------------------
-# activations defined here (the rest live with the elementwise math)
-
-
-@op("Swish", since=24)
-def swish(X, *, alpha=1.0):
-    x = jnp.asarray(X)
-    return (x * jax.nn.sigmoid(alpha * x)).astype(x.dtype)
-
-
-# ---------------------------------------------------------------------------------------------
 # random: values cannot be checked against a reference, only shapes and dtypes
 
 
