@@ -1,0 +1,589 @@
+"""Hub models through the real ``huggingface_hub`` client against a local Hub on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ember.recorder import bus, record
+from ember.runtime import hub
+from ember.runtime.hub import HubError, HubIntegrityError, download_model, parse_hub_source
+from ember.schemas import validate_file
+from tests.runtime.hub_server import LocalHub
+
+REPO = "acme/tiny-mlp"
+MODEL = "onnx/model.onnx"
+DATA = "onnx/model.onnx.data"
+CONFIG = "config.json"
+HUB_EVENTS = [
+    "ember.hub.hit",
+    "ember.hub.download.start",
+    "ember.hub.download.stop",
+    "ember.hub.download.exception",
+    "ember.hub.info.start",
+    "ember.hub.info.stop",
+    "ember.hub.info.exception",
+]
+
+
+def _model_files(scale: float = 1.0) -> dict[str, bytes]:
+    """A MatMul+Add model whose weights live in an external data file."""
+    w = (np.arange(64, dtype=np.float32).reshape(8, 8) / 64 * scale).astype(np.float32)
+    b = np.full(8, scale, dtype=np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"]),
+            helper.make_node("Add", ["h", "b"], ["y"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.external_data_helper.convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=0
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save_model(model, f"{tmp}/model.onnx")
+        return {
+            MODEL: Path(f"{tmp}/model.onnx").read_bytes(),
+            DATA: Path(f"{tmp}/model.onnx.data").read_bytes(),
+            CONFIG: json.dumps({"model_type": "tiny-mlp", "scale": scale}).encode(),
+            "README.md": b"# tiny mlp\n",
+        }
+
+
+def _expected(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    w = (np.arange(64, dtype=np.float32).reshape(8, 8) / 64 * scale).astype(np.float32)
+    return x @ w + scale
+
+
+@pytest.fixture
+def local_hub(tmp_path, monkeypatch):
+    """A running local Hub with REPO published; the HF cache in a fresh tmp folder."""
+    server = LocalHub()
+    server.publish(REPO, _model_files(), lfs={MODEL, DATA})
+    server.start()
+    monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def events():
+    """Every Hub event as a compact tuple, in order."""
+    seen: list[tuple] = []
+
+    def on_event(name, measurements, metadata):
+        short = name.removeprefix("ember.hub.")
+        if short == "hit":
+            seen.append((short, metadata["source"], metadata["check"], measurements["bytes"]))
+            assert metadata["revision"] == on_event.revision
+            assert measurements["count"] == 1
+        elif short == "download.stop":
+            seen.append((short, metadata["source"], measurements["bytes"]))
+        elif short == "info.stop":
+            seen.append((short, metadata["source"], metadata["result"]))
+        elif short.endswith("exception"):
+            seen.append((short, metadata["source"], metadata["reason"].split(":")[0]))
+        else:
+            seen.append((short, metadata["source"]))
+        if not short == "hit":
+            assert metadata["revision"] == on_event.revision
+
+    on_event.revision = "main"
+    bus.attach("test-hub-events", HUB_EVENTS, on_event)
+    yield seen, on_event
+    bus.detach("test-hub-events")
+
+
+def _size(files, name):
+    return len(files[name])
+
+
+def _snapshot(tmp_path, commit):
+    return tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}" / "snapshots" / commit
+
+
+def _first_load(local_hub) -> tuple[Path, str]:
+    path = download_model(REPO, MODEL)
+    return path, local_hub.repos[REPO].branches["main"]
+
+
+# ---------------------------------------------------------------- sources
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("hf://acme/tiny-mlp/onnx/model.onnx", ("acme/tiny-mlp", "onnx/model.onnx")),
+        (("hf", "acme/tiny-mlp", "model.onnx"), ("acme/tiny-mlp", "model.onnx")),
+        (("hf", "gpt2", "onnx/decoder.onnx"), ("gpt2", "onnx/decoder.onnx")),
+        ("model.onnx", None),
+        (Path("hf:/x/y/z.onnx"), None),
+        (("local", "a", "b"), None),
+    ],
+)
+def test_parse_hub_source(source, expected):
+    assert parse_hub_source(source) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("hf://acme/tiny-mlp/../../etc/passwd", "'..'"),
+        ("hf://acme/tiny-mlp/onnx/../../x.onnx", "'..'"),
+        ("hf://acme/tiny-mlp//etc/passwd", "absolute"),
+        ("hf://acme/tiny-mlp/onnx\\model.onnx", "backslash"),
+        ("hf://acme/tiny-mlp/model\n.onnx", "control character"),
+        ("hf://acme/tiny-mlp/model\x00.onnx", "control character"),
+        ("hf://acme/tiny-mlp/a//b.onnx", "the part ''"),
+        ("hf://acme/tiny-mlp/./model.onnx", "the part '.'"),
+        ("hf://acme/tiny-mlp", "give the repository and the file"),
+        ("hf://../tiny-mlp/model.onnx", "the part '..'"),
+        ("hf://acme/tiny--mlp/model.onnx", "'--'"),
+        (("hf", "acme/x/y", "model.onnx"), "more than 'owner/repo'"),
+        (("hf", "acme\\x", "model.onnx"), "backslash"),
+        (("hf", "acme/x\t", "model.onnx"), "control character"),
+        (("hf", "acme/x", "/abs/model.onnx"), "absolute"),
+        (("hf", "acme/x", "C:/model.onnx"), "absolute"),
+        (("hf", "acme/x"), "give ('hf', 'owner/repo'"),
+    ],
+)
+def test_bad_sources_are_refused_before_any_request(local_hub, events, source, names):
+    with pytest.raises(ValueError, match=names.replace("(", r"\(").replace("'", "'")):
+        parse_hub_source(source)
+    assert local_hub.requests == []
+    assert events[0] == []
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "filename", "revision"),
+    [
+        ("acme/tiny-mlp", "../model.onnx", "main"),
+        ("acme/../x", "model.onnx", "main"),
+        ("acme/tiny-mlp", "model.onnx", "../../x"),
+        ("acme/tiny-mlp", "model.onnx", "main\r\n"),
+    ],
+)
+def test_download_model_validates_before_any_request(
+    local_hub, events, repo_id, filename, revision
+):
+    with pytest.raises(ValueError, match=r"\.\.|control character"):
+        download_model(repo_id, filename, revision=revision)
+    assert local_hub.requests == []
+    assert events[0] == []
+
+
+# ---------------------------------------------------------------- the cache
+
+
+def test_first_load_downloads_model_external_data_and_config(local_hub, events, tmp_path):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    path, commit = _first_load(local_hub)
+    seen, _ = events
+    assert seen == [
+        ("info.start", f"hf://{REPO}"),
+        ("info.stop", f"hf://{REPO}", "fetched"),
+        ("download.start", f"hf://{REPO}/{MODEL}"),
+        ("download.stop", f"hf://{REPO}/{MODEL}", _size(files, MODEL)),
+        ("download.start", f"hf://{REPO}/{DATA}"),
+        ("download.stop", f"hf://{REPO}/{DATA}", _size(files, DATA)),
+        ("download.start", f"hf://{REPO}/{CONFIG}"),
+        ("download.stop", f"hf://{REPO}/{CONFIG}", _size(files, CONFIG)),
+    ]
+    snap = _snapshot(tmp_path, commit)
+    assert path == snap / MODEL
+    # the model and its data are plain files (onnx refuses linked external data), the
+    # config is huggingface_hub's symlink into blobs/; README.md was not fetched
+    assert not path.is_symlink() and not (snap / DATA).is_symlink()
+    assert (snap / CONFIG).is_symlink()
+    assert not (snap / "README.md").exists()
+    assert (snap / DATA).read_bytes() == files[DATA]
+    # huggingface_hub's own tools see the same cache: the ref and the snapshot
+    repo_dir = snap.parent.parent
+    assert (repo_dir / "refs" / "main").read_text() == commit
+    saved = json.loads((repo_dir / "ember" / "revisions" / "main.json").read_text())
+    assert saved["commit"] == commit
+    assert saved["files"][DATA] == {
+        "etag": hashlib.sha256(files[DATA]).hexdigest(),
+        "lfs": True,
+        "size": len(files[DATA]),
+    }
+    assert json.loads((repo_dir / "ember" / "revisions" / f"{commit}.json").read_text()) == saved
+    # onnx itself loads the model with its external data from the returned path
+    proto = onnx.load(str(path))
+    assert numpy_helper.to_array(proto.graph.initializer[0]).shape == (8, 8)
+    import onnxruntime as ort
+
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    (y,) = ort.InferenceSession(str(path)).run(None, {"x": x})
+    np.testing.assert_allclose(y, _expected(x), rtol=1e-6)
+    # LFS files: HEAD on the Hub answers 302 with X-Linked-Etag, the bytes come from the CDN
+    resolve = f"/{REPO}/resolve/{commit}"
+    assert local_hub.requests == [
+        ("GET", f"/api/models/{REPO}/revision/main"),
+        ("HEAD", f"{resolve}/{MODEL}"),
+        ("GET", f"cdn:/lfs/{hashlib.sha256(files[MODEL]).hexdigest()}"),
+        ("HEAD", f"{resolve}/{DATA}"),
+        ("GET", f"cdn:/lfs/{hashlib.sha256(files[DATA]).hexdigest()}"),
+        ("HEAD", f"{resolve}/{CONFIG}"),
+        ("GET", f"{resolve}/{CONFIG}"),
+    ]
+
+
+def test_second_load_hits_with_etag_check(local_hub, events):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    first, _ = _first_load(local_hub)
+    seen, _ = events
+    seen.clear()
+    before = len(local_hub.requests)
+    assert download_model(REPO, MODEL) == first
+    assert seen == [
+        ("info.start", f"hf://{REPO}"),
+        ("info.stop", f"hf://{REPO}", "fetched"),
+        ("hit", f"hf://{REPO}/{MODEL}", "etag", _size(files, MODEL)),
+        ("hit", f"hf://{REPO}/{DATA}", "etag", _size(files, DATA)),
+        ("hit", f"hf://{REPO}/{CONFIG}", "etag", _size(files, CONFIG)),
+    ]
+    # one request: the repository's file list; no file request
+    assert local_hub.requests[before:] == [("GET", f"/api/models/{REPO}/revision/main")]
+
+
+def test_changed_file_downloads_again_and_unchanged_files_come_from_the_cache(
+    local_hub, events, tmp_path
+):
+    old_path, old_commit = _first_load(local_hub)
+    changed = _model_files()
+    new_data = changed[DATA][:-4] + np.float32(9.0).tobytes()  # the last bias value changes
+    changed[DATA] = new_data
+    new_commit = local_hub.publish(REPO, changed, lfs={MODEL, DATA})
+    seen, _ = events
+    seen.clear()
+    path = download_model(REPO, MODEL)
+    # unchanged files at the new commit have no saved ETag: hashed, then taken from the cache
+    assert seen == [
+        ("info.start", f"hf://{REPO}"),
+        ("info.stop", f"hf://{REPO}", "fetched"),
+        ("hit", f"hf://{REPO}/{MODEL}", "hash", len(changed[MODEL])),
+        ("download.start", f"hf://{REPO}/{DATA}"),
+        ("download.stop", f"hf://{REPO}/{DATA}", len(new_data)),
+        ("hit", f"hf://{REPO}/{CONFIG}", "hash", len(changed[CONFIG])),
+    ]
+    assert path == _snapshot(tmp_path, new_commit) / MODEL
+    assert (path.parent / "model.onnx.data").read_bytes() == new_data
+    # the old commit's snapshot is intact
+    assert (old_path.parent / "model.onnx.data").read_bytes() != new_data
+    assert (
+        tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}" / "refs" / "main"
+    ).read_text() == new_commit
+    assert old_commit != new_commit
+    # and once saved, the next load is all ETag hits
+    seen.clear()
+    download_model(REPO, MODEL)
+    assert [e[2] for e in seen if e[0] == "hit"] == ["etag", "etag", "etag"]
+
+
+def test_stopped_hub_uses_saved_metadata_and_cached_files(local_hub, events):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    first, _ = _first_load(local_hub)
+    local_hub.stop()
+    seen, _ = events
+    seen.clear()
+    assert download_model(REPO, MODEL) == first
+    assert seen == [
+        ("info.start", f"hf://{REPO}"),
+        ("info.stop", f"hf://{REPO}", "saved"),
+        ("hit", f"hf://{REPO}/{MODEL}", "etag", _size(files, MODEL)),
+        ("hit", f"hf://{REPO}/{DATA}", "etag", _size(files, DATA)),
+        ("hit", f"hf://{REPO}/{CONFIG}", "etag", _size(files, CONFIG)),
+    ]
+
+
+def test_hub_error_status_uses_saved_metadata(local_hub, events):
+    first, _ = _first_load(local_hub)
+    del local_hub.repos[REPO]  # the Hub now answers 404 RepoNotFound
+    seen, _ = events
+    seen.clear()
+    assert download_model(REPO, MODEL) == first
+    assert seen[:2] == [("info.start", f"hf://{REPO}"), ("info.stop", f"hf://{REPO}", "saved")]
+    assert [e[2] for e in seen[2:]] == ["etag", "etag", "etag"]
+
+
+def test_commit_revision_with_saved_metadata_sends_no_request_and_no_info_event(local_hub, events):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    first, commit = _first_load(local_hub)
+    seen, handler = events
+    seen.clear()
+    handler.revision = commit
+    before = len(local_hub.requests)
+    assert download_model(REPO, MODEL, revision=commit) == first
+    assert local_hub.requests[before:] == []
+    assert seen == [
+        ("hit", f"hf://{REPO}/{MODEL}", "etag", _size(files, MODEL)),
+        ("hit", f"hf://{REPO}/{DATA}", "etag", _size(files, DATA)),
+        ("hit", f"hf://{REPO}/{CONFIG}", "etag", _size(files, CONFIG)),
+    ]
+
+
+def test_commit_revision_without_saved_metadata_asks_the_hub_once(local_hub, events):
+    commit = local_hub.repos[REPO].branches["main"]
+    seen, handler = events
+    handler.revision = commit
+    download_model(REPO, MODEL, revision=commit)
+    assert seen[:2] == [("info.start", f"hf://{REPO}"), ("info.stop", f"hf://{REPO}", "fetched")]
+    assert local_hub.requests[0] == ("GET", f"/api/models/{REPO}/revision/{commit}")
+    seen.clear()
+    before = len(local_hub.requests)
+    download_model(REPO, MODEL, revision=commit)
+    assert local_hub.requests[before:] == []
+    assert [e[0] for e in seen] == ["hit", "hit", "hit"]
+
+
+@pytest.mark.parametrize("how", ["env", "option"])
+def test_offline_uses_the_cache_without_a_check(local_hub, events, monkeypatch, how):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    first, _ = _first_load(local_hub)
+    seen, _ = events
+    seen.clear()
+    before = len(local_hub.requests)
+    if how == "env":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        path = download_model(REPO, MODEL)
+    else:
+        path = download_model(REPO, MODEL, offline=True)
+    assert path == first
+    assert local_hub.requests[before:] == []
+    assert seen == [
+        ("hit", f"hf://{REPO}/{MODEL}", "offline", _size(files, MODEL)),
+        ("hit", f"hf://{REPO}/{DATA}", "offline", _size(files, DATA)),
+        ("hit", f"hf://{REPO}/{CONFIG}", "offline", _size(files, CONFIG)),
+    ]
+
+
+def test_offline_with_an_empty_cache_says_what_to_do(local_hub, events):
+    with pytest.raises(HubError, match=r"offline.*run the load once online, or pass a local path"):
+        download_model(REPO, MODEL, offline=True)
+    assert local_hub.requests == []
+    assert events[0] == []
+
+
+def test_offline_reads_files_other_hugging_face_tools_downloaded(local_hub, events, tmp_path):
+    from huggingface_hub import hf_hub_download
+
+    for name in (MODEL, DATA):
+        hf_hub_download(REPO, name, cache_dir=tmp_path / "hf-cache", endpoint=local_hub.endpoint)
+    seen, _ = events
+    path = download_model(REPO, MODEL, offline=True)
+    assert [(e[1], e[2]) for e in seen] == [
+        (f"hf://{REPO}/{MODEL}", "offline"),
+        (f"hf://{REPO}/{DATA}", "offline"),
+    ]
+    assert path.name == "model.onnx"
+
+
+def test_files_without_saved_etag_are_hashed_once(local_hub, events, tmp_path):
+    """Files another tool put in the cache have no saved ETag: check ``hash``, then ``etag``."""
+    from huggingface_hub import hf_hub_download
+
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    for name in (MODEL, DATA, CONFIG):
+        hf_hub_download(REPO, name, cache_dir=tmp_path / "hf-cache", endpoint=local_hub.endpoint)
+    seen, _ = events
+    path = download_model(REPO, MODEL)
+    assert seen == [
+        ("info.start", f"hf://{REPO}"),
+        ("info.stop", f"hf://{REPO}", "fetched"),
+        ("hit", f"hf://{REPO}/{MODEL}", "hash", _size(files, MODEL)),
+        ("hit", f"hf://{REPO}/{DATA}", "hash", _size(files, DATA)),
+        ("hit", f"hf://{REPO}/{CONFIG}", "hash", _size(files, CONFIG)),
+    ]
+    assert not path.is_symlink() and onnx.load(str(path)).graph.node[0].op_type == "MatMul"
+    seen.clear()
+    download_model(REPO, MODEL)
+    assert [e[2] for e in seen if e[0] == "hit"] == ["etag", "etag", "etag"]
+
+
+def test_file_without_etag_in_the_metadata_is_used_without_check(local_hub, events):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    local_hub.no_etag(REPO, CONFIG)
+    _first_load(local_hub)
+    seen, _ = events
+    seen.clear()
+    download_model(REPO, MODEL)
+    assert seen[2:] == [
+        ("hit", f"hf://{REPO}/{MODEL}", "etag", _size(files, MODEL)),
+        ("hit", f"hf://{REPO}/{DATA}", "etag", _size(files, DATA)),
+        ("hit", f"hf://{REPO}/{CONFIG}", "none", _size(files, CONFIG)),
+    ]
+
+
+# ---------------------------------------------------------------- integrity
+
+
+def test_corrupted_lfs_download_is_detected_and_not_kept(local_hub, events, tmp_path):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    commit = local_hub.repos[REPO].branches["main"]
+    local_hub.corrupt(REPO, DATA)
+    with pytest.raises(HubIntegrityError, match=r"sha256 [0-9a-f]{64} but the repository lists"):
+        download_model(REPO, MODEL)
+    seen, _ = events
+    assert seen[-2:] == [
+        ("download.start", f"hf://{REPO}/{DATA}"),
+        ("download.exception", f"hf://{REPO}/{DATA}", "HubIntegrityError"),
+    ]
+    repo_dir = tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}"
+    sha = hashlib.sha256(files[DATA]).hexdigest()
+    assert not (_snapshot(tmp_path, commit) / DATA).exists()
+    assert not (repo_dir / "blobs" / sha).exists()
+    assert not any(p.suffix == ".incomplete" for p in (repo_dir / "blobs").iterdir())
+    # the Hub is fixed: the next load downloads the data again and takes the model from the cache
+    local_hub.corrupted.clear()
+    seen.clear()
+    path = download_model(REPO, MODEL)
+    assert [e[:2] for e in seen[2:]] == [
+        ("hit", f"hf://{REPO}/{MODEL}"),
+        ("download.start", f"hf://{REPO}/{DATA}"),
+        ("download.stop", f"hf://{REPO}/{DATA}"),
+        ("download.start", f"hf://{REPO}/{CONFIG}"),
+        ("download.stop", f"hf://{REPO}/{CONFIG}"),
+    ]
+    assert (path.parent / "model.onnx.data").read_bytes() == files[DATA]
+
+
+def test_damaged_cached_file_is_hashed_and_downloaded_again(local_hub, events):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    path, _ = _first_load(local_hub)
+    data = path.parent / "model.onnx.data"
+    data.write_bytes(b"\0" * len(files[DATA]))  # same size, other bytes: the saved ETag is stale
+    seen, _ = events
+    seen.clear()
+    download_model(REPO, MODEL)
+    assert [e[:2] for e in seen[2:]] == [
+        ("hit", f"hf://{REPO}/{MODEL}"),
+        ("download.start", f"hf://{REPO}/{DATA}"),
+        ("download.stop", f"hf://{REPO}/{DATA}"),
+        ("hit", f"hf://{REPO}/{CONFIG}"),
+    ]
+    assert data.read_bytes() == files[DATA]
+
+
+def test_partial_file_left_by_a_killed_download_is_not_taken_as_good(local_hub, events, tmp_path):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    commit = local_hub.repos[REPO].branches["main"]
+    path, _ = _first_load(local_hub)
+    # a process killed after the move but before Ember saved the ETag, with a short file
+    marker = path.parent.parent.parent.parent / "ember" / "etags" / commit / f"{DATA}.json"
+    marker.unlink()
+    (path.parent / "model.onnx.data").write_bytes(files[DATA][:10])
+    seen, _ = events
+    seen.clear()
+    download_model(REPO, MODEL)
+    assert ("download.stop", f"hf://{REPO}/{DATA}", len(files[DATA])) in seen
+    assert (path.parent / "model.onnx.data").read_bytes() == files[DATA]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_no_saved_metadata_and_no_hub_gives_exception_event_and_advice(local_hub, events):
+    local_hub.stop()
+    with pytest.raises(HubError) as err:
+        download_model(REPO, MODEL)
+    message = str(err.value)
+    assert f"hf://{REPO}" in message and "'main'" in message and local_hub.endpoint in message
+    assert "Check the network and HF_ENDPOINT" in message
+    assert "run the load once online" in message and "local path" in message
+    seen, _ = events
+    assert seen == [
+        ("info.start", f"hf://{REPO}"),
+        ("info.exception", f"hf://{REPO}", "HubError"),
+    ]
+
+
+def test_unknown_repository_names_it(local_hub, events):
+    with pytest.raises(HubError, match=r"hf://acme/missing.*RepositoryNotFoundError"):
+        download_model("acme/missing", MODEL)
+
+
+def test_file_not_in_the_repository_lists_its_onnx_files(local_hub):
+    with pytest.raises(
+        HubError, match=r"no file 'onnx/other.onnx'.*its ONNX files: onnx/model.onnx"
+    ):
+        download_model(REPO, "onnx/other.onnx")
+
+
+def test_external_data_outside_the_model_folder_is_refused(local_hub, tmp_path):
+    files = _model_files()
+    proto = onnx.load_model_from_string(files[MODEL])
+    for t in proto.graph.initializer:
+        for kv in t.external_data:
+            if kv.key == "location":
+                kv.value = "../secret.bin"
+    local_hub.publish(REPO, {**files, MODEL: proto.SerializeToString()}, lfs={MODEL, DATA})
+    with pytest.raises(HubError, match=r"external data location '\.\./secret\.bin'.*'\.\.'"):
+        download_model(REPO, MODEL)
+
+
+# ---------------------------------------------------------------- the trace
+
+
+def test_a_recorded_hub_load_is_a_valid_trace(local_hub, tmp_path):
+    trace = tmp_path / "run.jsonl"
+    with record(trace):
+        download_model(REPO, MODEL)
+        download_model(REPO, MODEL)
+    report = validate_file(trace)
+    assert report.ok, report
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    ends = [r for r in records if r["kind"] == "span_end"]
+    assert [(r["span_kind"], r["attrs"].get("result"), r["attrs"].get("bytes")) for r in ends] == [
+        ("hub_info", "fetched", None),
+        (
+            "hub_download",
+            None,
+            len(local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files[MODEL]),
+        ),
+        (
+            "hub_download",
+            None,
+            len(local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files[DATA]),
+        ),
+        (
+            "hub_download",
+            None,
+            len(
+                local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files[CONFIG]
+            ),
+        ),
+        ("hub_info", "fetched", None),
+    ]
+    hits = [r for r in records if r["kind"] == "hub"]
+    assert [(h["source"], h["check"], h["revision"]) for h in hits] == [
+        (f"hf://{REPO}/{MODEL}", "etag", "main"),
+        (f"hf://{REPO}/{DATA}", "etag", "main"),
+        (f"hf://{REPO}/{CONFIG}", "etag", "main"),
+    ]
+
+
+def test_settings_are_read_per_call(local_hub, tmp_path, monkeypatch):
+    assert hub.hub_endpoint() == local_hub.endpoint
+    assert hub.hub_cache_dir() == (tmp_path / "hf-cache").resolve()
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert hub.hub_cache_dir() == (tmp_path / "home" / "hub").resolve()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "yes")
+    assert hub.is_offline()
