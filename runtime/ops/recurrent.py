@@ -1,0 +1,299 @@
+"""Recurrent ops: RNN, GRU, LSTM as ``lax.scan`` over time, one scan per direction.
+
+``sequence_lens`` is honoured by masking: past a sequence's end the state is carried
+unchanged and the output is zero; the reverse direction reverses each sequence within its
+own length, as ONNX Runtime does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import op
+
+_DEFAULTS: dict[str, tuple[float, float]] = {
+    "leakyrelu": (0.01, 0.0),
+    "thresholdedrelu": (1.0, 0.0),
+    "scaledtanh": (1.0, 1.0),
+    "hardsigmoid": (0.2, 0.5),
+    "elu": (1.0, 0.0),
+    "affine": (1.0, 0.0),
+}
+
+
+def _activation(name: str, alpha: float | None, beta: float | None) -> Callable:
+    key = name.lower()
+    a0, b0 = _DEFAULTS.get(key, (0.0, 0.0))
+    a = a0 if alpha is None else alpha
+    b = b0 if beta is None else beta
+    table: dict[str, Callable] = {
+        "sigmoid": jax.nn.sigmoid,
+        "tanh": jnp.tanh,
+        "relu": jax.nn.relu,
+        "leakyrelu": lambda x: jnp.where(x >= 0, x, a * x),
+        "thresholdedrelu": lambda x: jnp.where(x > a, x, 0),
+        "scaledtanh": lambda x: a * jnp.tanh(b * x),
+        "hardsigmoid": lambda x: jnp.clip(a * x + b, 0, 1),
+        "elu": lambda x: jnp.where(x >= 0, x, a * (jnp.exp(x) - 1)),
+        "softsign": lambda x: x / (1 + jnp.abs(x)),
+        "softplus": jax.nn.softplus,
+        "affine": lambda x: a * x + b,
+    }
+    if key not in table:
+        raise ValueError(f"unsupported recurrent activation {name!r}")
+    return table[key]
+
+
+def _activations(
+    names: Sequence[str] | None,
+    alphas: Sequence[float] | None,
+    betas: Sequence[float] | None,
+    defaults: Sequence[str],
+    num_dir: int,
+) -> list[list[Callable]]:
+    """Activation functions per direction (forward first)."""
+    per_dir = len(defaults)
+    if not names:
+        names = list(defaults) * num_dir
+    elif len(names) == per_dir and num_dir == 2:
+        names = list(names) * 2
+    fns = []
+    for i, n in enumerate(names):
+        alpha = alphas[i] if alphas is not None and i < len(alphas) else None
+        beta = betas[i] if betas is not None and i < len(betas) else None
+        fns.append(_activation(n, alpha, beta))
+    return [fns[d * per_dir : (d + 1) * per_dir] for d in range(num_dir)]
+
+
+def _time_index(seq_len: int, lens, reverse: bool):
+    """(seq, batch) gather index into time for each direction, or None for identity."""
+    if not reverse:
+        return None
+    t = jnp.arange(seq_len)[:, None]
+    if lens is None:
+        return jnp.broadcast_to(seq_len - 1 - t, (seq_len, 1))
+    lens = jnp.asarray(lens)[None, :]
+    return jnp.where(t < lens, lens - 1 - t, t)
+
+
+def _gather_time(x, idx):
+    if idx is None:
+        return x
+    if idx.shape[1] == 1:
+        return x[idx[:, 0]]
+    return jnp.take_along_axis(x, idx[..., None], axis=0)
+
+
+def _run(
+    cell: Callable,
+    x,
+    states: tuple,
+    lens,
+    reverse: bool,
+):
+    """Scan ``cell(x_t, states) -> (h_t, states)`` over time with masking."""
+    seq_len, batch = x.shape[0], x.shape[1]
+    idx = _time_index(seq_len, lens, reverse)
+    xs = _gather_time(x, idx)
+    if lens is None:
+        mask = jnp.ones((seq_len, batch, 1), bool)
+    else:
+        mask = (jnp.arange(seq_len)[:, None] < jnp.asarray(lens)[None, :])[..., None]
+
+    def step(carry, inp):
+        xt, m = inp
+        h, new = cell(xt, carry)
+        new = tuple(jnp.where(m, n, c) for n, c in zip(new, carry, strict=True))
+        return new, jnp.where(m, h, jnp.zeros_like(h))
+
+    final, ys = lax.scan(step, states, (xs, mask))
+    return _gather_time(ys, idx), final
+
+
+def _prepare(X, layout: int):
+    x = jnp.asarray(X)
+    return jnp.swapaxes(x, 0, 1) if layout == 1 else x
+
+
+def _finish(ys: list, finals: list[list], layout: int):
+    y = jnp.stack(ys, axis=1)  # (seq, dir, batch, hidden)
+    outs = [jnp.stack(f, axis=0) for f in finals]  # (dir, batch, hidden)
+    if layout == 1:
+        y = jnp.transpose(y, (2, 0, 1, 3))
+        outs = [jnp.swapaxes(o, 0, 1) for o in outs]
+    return (y, *outs)
+
+
+def _initial(value, d: int, batch: int, hidden: int, dtype, layout: int):
+    if value is None:
+        return jnp.zeros((batch, hidden), dtype)
+    v = jnp.asarray(value)
+    return v[:, d] if layout == 1 else v[d]
+
+
+def _clip(v, clip):
+    return v if clip is None else jnp.clip(v, -clip, clip)
+
+
+def _directions(direction: str) -> list[bool]:
+    return {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+
+
+@op("RNN", since=1)
+def rnn(
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    layout=0,
+    output_sequence=0,
+):
+    x = _prepare(X, layout)
+    w, r = jnp.asarray(W), jnp.asarray(R)
+    hidden = r.shape[-1]
+    dirs = _directions(direction)
+    acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], len(dirs))
+    ys, finals = [], [[]]
+    for d, reverse in enumerate(dirs):
+        bias = 0 if B is None else jnp.asarray(B)[d, :hidden] + jnp.asarray(B)[d, hidden:]
+        wd, rd, f = w[d], r[d], acts[d][0]
+
+        def cell(xt, carry, wd=wd, rd=rd, bias=bias, f=f):
+            h = f(_clip(xt @ wd.T + carry[0] @ rd.T + bias, clip))
+            return h, (h,)
+
+        h0 = _initial(initial_h, d, x.shape[1], hidden, x.dtype, layout)
+        y, (h,) = _run(cell, x, (h0,), sequence_lens, reverse)
+        ys.append(y)
+        finals[0].append(h)
+    return _finish(ys, finals, layout)
+
+
+@op("GRU", since=1)
+def gru(
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    layout=0,
+    linear_before_reset=0,
+    output_sequence=0,
+):
+    x = _prepare(X, layout)
+    w, r = jnp.asarray(W), jnp.asarray(R)
+    hidden = r.shape[-1]
+    dirs = _directions(direction)
+    acts = _activations(
+        activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], len(dirs)
+    )
+    ys, finals = [], [[]]
+    for d, reverse in enumerate(dirs):
+        if B is None:
+            wb = rb = jnp.zeros((3 * hidden,), x.dtype)
+        else:
+            wb, rb = jnp.asarray(B)[d, : 3 * hidden], jnp.asarray(B)[d, 3 * hidden :]
+        wd, rd = w[d], r[d]
+        f, g = acts[d]
+
+        def cell(xt, carry, wd=wd, rd=rd, wb=wb, rb=rb, f=f, g=g):
+            h_prev = carry[0]
+            xw = xt @ wd.T + wb
+            xz, xr, xh = jnp.split(xw, 3, axis=-1)
+            rz, rr, rh = jnp.split(rd, 3, axis=0)
+            bz, br, bh = jnp.split(rb, 3)
+            z = f(_clip(xz + h_prev @ rz.T + bz, clip))
+            rg = f(_clip(xr + h_prev @ rr.T + br, clip))
+            if linear_before_reset:
+                cand = g(_clip(xh + rg * (h_prev @ rh.T + bh), clip))
+            else:
+                cand = g(_clip(xh + (rg * h_prev) @ rh.T + bh, clip))
+            h = (1 - z) * cand + z * h_prev
+            return h, (h,)
+
+        h0 = _initial(initial_h, d, x.shape[1], hidden, x.dtype, layout)
+        y, (h,) = _run(cell, x, (h0,), sequence_lens, reverse)
+        ys.append(y)
+        finals[0].append(h)
+    return _finish(ys, finals, layout)
+
+
+@op("LSTM", since=1)
+def lstm(
+    X,
+    W,
+    R,
+    B=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    P=None,
+    *,
+    activation_alpha=None,
+    activation_beta=None,
+    activations=None,
+    clip=None,
+    direction="forward",
+    hidden_size=None,
+    input_forget=0,
+    layout=0,
+    output_sequence=0,
+):
+    x = _prepare(X, layout)
+    w, r = jnp.asarray(W), jnp.asarray(R)
+    hidden = r.shape[-1]
+    dirs = _directions(direction)
+    acts = _activations(
+        activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], len(dirs)
+    )
+    ys, finals = [], [[], []]
+    for d, reverse in enumerate(dirs):
+        bias = (
+            jnp.zeros((4 * hidden,), x.dtype)
+            if B is None
+            else jnp.asarray(B)[d, : 4 * hidden] + jnp.asarray(B)[d, 4 * hidden :]
+        )
+        peep = jnp.zeros((3 * hidden,), x.dtype) if P is None else jnp.asarray(P)[d]
+        pi, po, pf = jnp.split(peep, 3)
+        wd, rd = w[d], r[d]
+        f, g, hact = acts[d]
+
+        def cell(xt, carry, wd=wd, rd=rd, bias=bias, pi=pi, po=po, pf=pf, f=f, g=g, hact=hact):
+            h_prev, c_prev = carry
+            gates = xt @ wd.T + h_prev @ rd.T + bias
+            gi, go, gf, gc = jnp.split(gates, 4, axis=-1)
+            i = f(_clip(gi + pi * c_prev, clip))
+            fg = 1 - i if input_forget else f(_clip(gf + pf * c_prev, clip))
+            c = fg * c_prev + i * g(_clip(gc, clip))
+            o = f(_clip(go + po * c, clip))
+            h = o * hact(c)
+            return h, (h, c)
+
+        h0 = _initial(initial_h, d, x.shape[1], hidden, x.dtype, layout)
+        c0 = _initial(initial_c, d, x.shape[1], hidden, x.dtype, layout)
+        y, (h, c) = _run(cell, x, (h0, c0), sequence_lens, reverse)
+        ys.append(y)
+        finals[0].append(h)
+        finals[1].append(c)
+    return _finish(ys, finals, layout)
