@@ -16,11 +16,13 @@ from .errors import (
     UnsupportedOpsError,
 )
 from .model import Model, TensorSpec, load
+from .profile import profile
 
 __all__ = [
     "load",
     "compile",
     "run",
+    "profile",
     "Model",
     "TensorSpec",
     "CompiledModel",
