@@ -27,7 +27,7 @@ def downsample_sql(
     groups: Sequence[str] = (),
     max_points: int = MAX_POINTS,
 ) -> str:
-    """SQL that reduces ``source`` (a relation or subquery) to at most ``max_points`` rows
+    """A subquery that reduces ``source`` (a relation or subquery) to at most ``max_points`` rows
     per group: rows are bucketed on numeric ``x``; each bucket keeps its first ``x`` and
     the maximum of every column in ``values``. Short series pass through unchanged.
     """
@@ -35,7 +35,7 @@ def downsample_sql(
     g_sel = f"{g}, " if g else ""
     part = f"PARTITION BY {g}" if g else ""
     maxes = ", ".join(f"max({v}) AS {v}" for v in values)
-    return f"""
+    return f"""(
         WITH src AS (SELECT * FROM {source}),
         span AS (
             SELECT {g_sel}min({x}) AS lo, max({x}) AS hi, count(*) AS n
@@ -50,7 +50,7 @@ def downsample_sql(
         )
         SELECT {g_sel}min({x}) AS {x}, {maxes}
         FROM bucketed GROUP BY {g_sel}bucket ORDER BY {g_sel}{x}
-    """
+    )"""
 
 
 def _tooltip(frame: pl.DataFrame, fields: Sequence[str] | None) -> list[alt.Tooltip]:

@@ -105,7 +105,7 @@ def open_readonly(version: DbVersion) -> Iterator[duckdb.DuckDBPyConnection]:
 @st.cache_data(show_spinner=False, max_entries=512)
 def _cached_query(version: DbVersion, sql: str, params: tuple[Any, ...]) -> pl.DataFrame:
     with open_readonly(version) as con:
-        return con.execute(sql, list(params)).pl()
+        return con.sql(sql, params=list(params) or None).pl()
 
 
 def query(sql: str, *params: Any) -> pl.DataFrame:

@@ -1,3 +1,100 @@
+"""Runs: every run with its tags, model, start, calls, compiles, evictions and peak memory."""
+
+from __future__ import annotations
+
+import polars as pl
 import streamlit as st
 
-st.title("runs (coming)")
+from ember.dashboard import charts, state, summary, ui
+
+st.title("Runs")
+ui.require_relations("runs", "span_end", "cache", "memory", "device_memory")
+
+runs = summary.run_summary()
+if runs.is_empty():
+    st.info("This database has no runs yet. Add traces with `ember ingest TRACES --db DB`.")
+    st.stop()
+
+# Filters live in the URL (?model=a,b&phase=train&q=text) so a filtered view can be shared.
+f1, f2, f3 = st.columns([2, 1, 2])
+models = state.multiselect_param(
+    "Model", "model", sorted(runs["model"].drop_nulls().unique().to_list()), where=f1
+)
+phases = state.multiselect_param(
+    "Phase", "phase", sorted(runs["phase"].drop_nulls().unique().to_list()), where=f2
+)
+text = f3.text_input("Run id or tag contains", value=state.get_param("q") or "", key="ember_runs_q")
+state.set_param("q", text)
+
+shown = runs
+if models:
+    shown = shown.filter(pl.col("model").is_in(models))
+if phases:
+    shown = shown.filter(pl.col("phase").is_in(phases))
+if text:
+    needle = text.lower()
+    shown = shown.filter(
+        pl.col("run_id").str.to_lowercase().str.contains(needle, literal=True)
+        | pl.col("tags").str.to_lowercase().str.contains(needle, literal=True)
+    )
+
+m = st.columns(5)
+m[0].metric("Runs", f"{shown.height:,}")
+m[1].metric("Calls", f"{int(shown['calls'].sum()):,}")
+m[2].metric("Compiles", f"{int(shown['compiles'].sum()):,}")
+m[3].metric("Evictions", f"{int(shown['evictions'].sum()):,}")
+m[4].metric("Largest peak memory", ui.fmt_bytes(shown["peak_memory_bytes"].max()))
+
+st.dataframe(
+    shown,
+    hide_index=True,
+    width="stretch",
+    column_order=[
+        "run_id",
+        "started_at",
+        "model",
+        "phase",
+        "calls",
+        "compiles",
+        "evictions",
+        "hit_rate",
+        "peak_memory_bytes",
+        "call_p50_ms",
+        "compile_ms",
+        "failed_calls",
+        "host",
+        "backend",
+        "tags",
+        "entrypoint",
+        "file",
+    ],
+    column_config={
+        "run_id": st.column_config.TextColumn("run"),
+        "started_at": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
+        "hit_rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0),
+        "peak_memory_bytes": st.column_config.NumberColumn("peak memory (B)", format="%d"),
+        "call_p50_ms": st.column_config.NumberColumn("call p50 (ms)", format="%.2f"),
+        "compile_ms": st.column_config.NumberColumn("compile (ms)", format="%.1f"),
+    },
+    key="ember_runs_table",
+)
+
+if shown.height > 1:
+    by_start = shown.select("run_id", "started_at", "compiles", "evictions", "calls")
+    charts.show(
+        charts.bars(
+            by_start.unpivot(
+                index=["run_id", "started_at"], on=["compiles", "evictions"], variable_name="what"
+            ),
+            x="run_id:N",
+            y="value:Q",
+            color="what",
+            title="Compiles and evictions per run",
+            x_title="run",
+            y_title="count",
+        ),
+        key="ember_runs_chart",
+    )
+
+run = ui.pick_run()
+st.caption(f"Selected run: **{run}** (the other pages show it; change it in the sidebar).")
