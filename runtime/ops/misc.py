@@ -278,3 +278,61 @@ def string_normalizer(
         row = [change(s) for s in x if keep(s)]
         return np.array(row or [""], dtype=object)
     raise ValueError("StringNormalizer: input must be [C] or [1, C]")
+
+
+# ---------------------------------------------------------------------------------------------
+# text features (host only: counting n-grams is a dictionary walk)
+
+
+@op("TfIdfVectorizer", since=9, value_shaped=True)
+def tfidf_vectorizer(
+    X,
+    *,
+    max_gram_length,
+    max_skip_count,
+    min_gram_length,
+    mode,
+    ngram_counts,
+    ngram_indexes,
+    pool_int64s=None,
+    pool_strings=None,
+    weights=None,
+):
+    pool = list(pool_int64s) if pool_int64s else list(pool_strings or [])
+    columns: dict[tuple, int] = {}
+    gram_id = 0
+    for i, start in enumerate(ngram_counts):
+        end = ngram_counts[i + 1] if i + 1 < len(ngram_counts) else len(pool)
+        n = i + 1
+        for k in range(start, end - n + 1, n):
+            if min_gram_length <= n <= max_gram_length:
+                columns.setdefault(tuple(pool[k : k + n]), int(ngram_indexes[gram_id]))
+            gram_id += 1
+    width = max(ngram_indexes) + 1
+    x = np.asarray(X)
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    counts = np.zeros((rows.shape[0], width), np.float32)
+    for r, row in enumerate(rows):
+        values = [v.item() if isinstance(v, np.generic) else v for v in row]
+        for skip in range(1, max_skip_count + 2):
+            lowest = min_gram_length if skip == 1 else max(min_gram_length, 2)
+            if lowest > max_gram_length:
+                break
+            for start in range(len(values)):
+                for n in range(lowest, max_gram_length + 1):
+                    last = start + skip * (n - 1)
+                    if last >= len(values):
+                        break
+                    col = columns.get(tuple(values[start : last + 1 : skip]))
+                    if col is not None:
+                        counts[r, col] += 1
+    w = np.asarray(weights, np.float32) if weights else None
+    if mode == "TF":
+        out = counts
+    elif mode == "IDF":
+        out = (counts > 0).astype(np.float32) * (w if w is not None else 1.0)
+    elif mode == "TFIDF":
+        out = counts * (w if w is not None else 1.0)
+    else:
+        raise ValueError(f"TfIdfVectorizer: unknown mode {mode!r}")
+    return out.astype(np.float32).reshape(-1) if x.ndim == 1 else out.astype(np.float32)
