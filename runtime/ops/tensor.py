@@ -1,0 +1,599 @@
+"""Shape, layout, indexing and construction ops.
+
+Shape, Size, EyeLike and ConstantOfShape read only static shapes or host values, so
+they always return numpy: ``Shape -> Gather -> Concat -> Reshape`` chains stay on the
+host and become static values inside ``jax.jit``. Inputs that decide an output shape are
+declared in ``host_inputs`` and read with ``np.asarray``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ember.runtime.ops import op, xp
+
+Array = Any
+
+
+def _host(value: Array) -> Array:
+    return np.asarray(value) if isinstance(value, np.generic) else value
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _tensor_attr(value: Any) -> np.ndarray:
+    """A tensor attribute, given by the interpreter as numpy or as a ``TensorProto``."""
+    if hasattr(value, "dims") and hasattr(value, "data_type"):
+        import onnx.numpy_helper
+
+        return onnx.numpy_helper.to_array(value)
+    return np.asarray(value)
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ----------------------------------------------------------------------- shapes
+
+
+@op("Shape")
+def shape(data: Array, *, start: int = 0, end: int | None = None) -> np.ndarray:
+    dims = np.asarray(np.shape(data) if not hasattr(data, "shape") else data.shape, np.int64)
+    rank = len(dims)
+    lo = min(max(_axis(start, rank), 0), rank)
+    hi = rank if end is None else min(max(_axis(end, rank), 0), rank)
+    return dims[lo:hi].copy()
+
+
+@op("Size")
+def size(data: Array) -> np.ndarray:
+    return np.asarray(int(np.prod(data.shape, dtype=np.int64)), dtype=np.int64)
+
+
+def _reshape(data: Array, shape: Any, allowzero: int) -> Array:
+    target = _ints(shape)
+    if not allowzero:
+        target = [data.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return _host(xp(data).reshape(data, target))
+
+
+@op("Reshape")
+def reshape_v1(data: Array, *, shape: Any = (), consumed_inputs: Any = None) -> Array:
+    return _reshape(data, shape, 0)
+
+
+@op("Reshape", since=5, host_inputs=(1,))
+def reshape(data: Array, shape: Array, *, allowzero: int = 0) -> Array:
+    return _reshape(data, shape, allowzero)
+
+
+@op("Flatten")
+def flatten(input: Array, *, axis: int = 1) -> Array:
+    axis = _axis(axis, input.ndim)
+    rows = int(np.prod(input.shape[:axis], dtype=np.int64))
+    cols = int(np.prod(input.shape[axis:], dtype=np.int64))
+    return _host(xp(input).reshape(input, (rows, cols)))
+
+
+def _squeeze(data: Array, axes: list[int] | None) -> Array:
+    m = xp(data)
+    if axes is None:
+        axes = [i for i, d in enumerate(data.shape) if d == 1]
+    return _host(m.squeeze(data, axis=tuple(_axis(a, data.ndim) for a in axes)))
+
+
+@op("Squeeze")
+def squeeze_v1(data: Array, *, axes: Any = None) -> Array:
+    return _squeeze(data, None if axes is None else _ints(axes))
+
+
+@op("Squeeze", since=13, host_inputs=(1,))
+def squeeze(data: Array, axes: Array | None = None) -> Array:
+    return _squeeze(data, None if axes is None else _ints(axes))
+
+
+def _unsqueeze(data: Array, axes: list[int]) -> Array:
+    rank = data.ndim + len(axes)
+    shape = list(data.shape)
+    for a in sorted(_axis(a, rank) for a in axes):
+        shape.insert(a, 1)
+    return _host(xp(data).reshape(data, shape))
+
+
+@op("Unsqueeze")
+def unsqueeze_v1(data: Array, *, axes: Any = ()) -> Array:
+    return _unsqueeze(data, _ints(axes))
+
+
+@op("Unsqueeze", since=13, host_inputs=(1,))
+def unsqueeze(data: Array, axes: Array) -> Array:
+    return _unsqueeze(data, _ints(axes))
+
+
+@op("Transpose")
+def transpose(data: Array, *, perm: Any = None) -> Array:
+    axes = None if perm is None else _ints(perm)
+    return _host(xp(data).transpose(data, axes))
+
+
+@op("Concat")
+def concat(*inputs: Array, axis: int = 1) -> Array:
+    m = xp(*inputs)
+    if m is np and any(x.dtype.kind == "O" for x in inputs):
+        return np.concatenate([np.asarray(x, dtype=object) for x in inputs], axis=axis)
+    return _host(m.concatenate(inputs, axis=axis))
+
+
+def _split(input: Array, split: Any, axis: int, num_outputs: int | None) -> tuple[Array, ...]:
+    m = xp(input)
+    axis = _axis(axis, input.ndim)
+    dim = input.shape[axis]
+    if split is not None and len(_ints(split)) > 0:
+        sizes = _ints(split)
+    else:
+        if not num_outputs:
+            raise ValueError(
+                "Split without 'split' sizes needs num_outputs (the interpreter passes "
+                "the node's output count)"
+            )
+        chunk = -(-dim // num_outputs)
+        sizes = [min(chunk, dim - i * chunk) for i in range(num_outputs)]
+    bounds = np.cumsum([0] + sizes)
+    index = [slice(None)] * input.ndim
+    outputs = []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        index[axis] = slice(int(lo), int(hi))
+        outputs.append(_host(m.asarray(input[tuple(index)])))
+    return tuple(outputs)
+
+
+@op("Split")
+def split_v1(
+    input: Array,
+    split: Array | None = None,
+    *,
+    axis: int = 0,
+    num_outputs: int | None = None,
+    **attrs: Any,
+) -> tuple[Array, ...]:
+    sizes = attrs.get("split", split)
+    return _split(input, sizes, axis, num_outputs)
+
+
+@op("Split", since=13, host_inputs=(1,))
+def split(
+    input: Array, split: Array | None = None, *, axis: int = 0, num_outputs: int | None = None
+) -> tuple[Array, ...]:
+    return _split(input, split, axis, num_outputs)
+
+
+def _slice(data: Array, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Array:
+    starts, ends = _ints(starts), _ints(ends)
+    axes = list(range(len(starts))) if axes is None else _ints(axes)
+    steps = [1] * len(starts) if steps is None else _ints(steps)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        axis = _axis(axis, data.ndim)
+        dim = data.shape[axis]
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        index[axis] = slice(start, None if end < 0 else end, step)
+    return _host(data[tuple(index)])
+
+
+@op("Slice")
+def slice_v1(data: Array, *, starts: Any, ends: Any, axes: Any = None) -> Array:
+    return _slice(data, starts, ends, axes)
+
+
+@op("Slice", since=10, host_inputs=(1, 2, 3, 4))
+def slice_(
+    data: Array,
+    starts: Array,
+    ends: Array,
+    axes: Array | None = None,
+    steps: Array | None = None,
+) -> Array:
+    return _slice(data, starts, ends, axes, steps)
+
+
+# ------------------------------------------------------------------ gather/scatter
+
+
+def _normalize_indices(m: Any, indices: Array, dim: Any) -> Array:
+    return m.where(indices < 0, indices + dim, indices)
+
+
+@op("Gather")
+def gather(data: Array, indices: Array, *, axis: int = 0) -> Array:
+    m = xp(data, indices)
+    axis = _axis(axis, data.ndim)
+    idx = _normalize_indices(m, indices, data.shape[axis])
+    if m is np:
+        return np.asarray(np.take(data, idx, axis=axis))
+    return m.take(data, idx, axis=axis)
+
+
+@op("GatherElements", since=11)
+def gather_elements(data: Array, indices: Array, *, axis: int = 0) -> Array:
+    m = xp(data, indices)
+    axis = _axis(axis, data.ndim)
+    idx = _normalize_indices(m, indices, data.shape[axis])
+    return _host(m.take_along_axis(data, idx, axis=axis))
+
+
+@op("GatherND", since=11)
+def gather_nd(data: Array, indices: Array, *, batch_dims: int = 0) -> Array:
+    m = xp(data, indices)
+    batch_shape = tuple(data.shape[:batch_dims])
+    batch = int(np.prod(batch_shape, dtype=np.int64))
+    k = indices.shape[-1]
+    inner = tuple(indices.shape[batch_dims:-1])
+    flat_data = data.reshape((batch,) + tuple(data.shape[batch_dims:]))
+    flat_idx = indices.reshape((batch,) + inner + (k,))
+    dims = np.asarray(data.shape[batch_dims : batch_dims + k], dtype=np.int64)
+    flat_idx = _normalize_indices(m, flat_idx, dims)
+    batch_ids = np.arange(batch).reshape((batch,) + (1,) * len(inner))
+    picked = flat_data[(batch_ids,) + tuple(flat_idx[..., i] for i in range(k))]
+    out_shape = batch_shape + inner + tuple(data.shape[batch_dims + k :])
+    return _host(picked.reshape(out_shape))
+
+
+def _scatter_at(data: Array, index: tuple[Array, ...], updates: Array, reduction: str) -> Array:
+    reduction = _str(reduction)
+    if xp(data, updates, *index) is np:
+        out = np.array(data, copy=True)
+        if reduction == "none":
+            out[index] = updates
+        else:
+            ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+            ufunc[reduction].at(out, index, updates)
+        return out
+    import jax.numpy as jnp
+
+    at = jnp.asarray(data).at[index]
+    if reduction == "none":
+        return at.set(updates)
+    return {"add": at.add, "mul": at.multiply, "max": at.max, "min": at.min}[reduction](updates)
+
+
+def _scatter_elements(
+    data: Array, indices: Array, updates: Array, axis: int, reduction: str
+) -> Array:
+    m = xp(data, indices, updates)
+    axis = _axis(axis, data.ndim)
+    idx = _normalize_indices(m, indices, data.shape[axis])
+    grid = list(np.indices(indices.shape, sparse=True))
+    grid[axis] = idx
+    return _scatter_at(data, tuple(grid), updates, reduction)
+
+
+@op("Scatter", since=9)
+def scatter(data: Array, indices: Array, updates: Array, *, axis: int = 0) -> Array:
+    return _scatter_elements(data, indices, updates, axis, "none")
+
+
+@op("ScatterElements", since=11)
+def scatter_elements(
+    data: Array, indices: Array, updates: Array, *, axis: int = 0, reduction: str = "none"
+) -> Array:
+    return _scatter_elements(data, indices, updates, axis, reduction)
+
+
+@op("ScatterND", since=11)
+def scatter_nd(data: Array, indices: Array, updates: Array, *, reduction: str = "none") -> Array:
+    m = xp(data, indices)
+    k = indices.shape[-1]
+    dims = np.asarray(data.shape[:k], dtype=np.int64)
+    idx = _normalize_indices(m, indices, dims)
+    return _scatter_at(data, tuple(idx[..., i] for i in range(k)), updates, reduction)
+
+
+# ------------------------------------------------------------------ broadcasting
+
+
+@op("Expand", since=8, host_inputs=(1,))
+def expand(input: Array, shape: Array) -> Array:
+    target = np.broadcast_shapes(tuple(input.shape), tuple(_ints(shape)))
+    m = xp(input)
+    out = m.broadcast_to(input, target)
+    return np.array(out) if m is np else out
+
+
+@op("Tile", since=6, host_inputs=(1,))
+def tile(input: Array, repeats: Array) -> Array:
+    return _host(xp(input).tile(input, _ints(repeats)))
+
+
+def _pad(
+    data: Array, pads: list[int], mode: str, value: Any, axes: list[int] | None = None
+) -> Array:
+    m = xp(data)
+    rank = data.ndim
+    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
+    n = len(axes)
+    before, after = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        before[a], after[a] = pads[i], pads[i + n]
+    # Negative pads crop; crop first, then pad with the non-negative amounts.
+    crop = tuple(
+        slice(max(-b, 0), dim - max(-e, 0))
+        for dim, b, e in zip(data.shape, before, after, strict=True)
+    )
+    data = data[crop]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(before, after, strict=True)]
+    mode = _str(mode)
+    if mode == "constant":
+        fill = 0 if value is None else value
+        if not np.isscalar(fill):
+            fill = fill.reshape(()) if hasattr(fill, "reshape") else fill
+        if m is np:
+            fill = np.asarray(fill).astype(data.dtype).item()
+        return _host(m.pad(data, widths, mode="constant", constant_values=fill))
+    return _host(m.pad(data, widths, mode=mode))
+
+
+@op("Pad")
+def pad_v1(
+    data: Array,
+    *,
+    pads: Any = None,
+    paddings: Any = None,
+    mode: str = "constant",
+    value: float = 0.0,
+) -> Array:
+    return _pad(data, _ints(pads if pads is not None else paddings), mode, value)
+
+
+@op("Pad", since=11, host_inputs=(1, 3))
+def pad(
+    data: Array,
+    pads: Array,
+    constant_value: Array | None = None,
+    axes: Array | None = None,
+    *,
+    mode: str = "constant",
+) -> Array:
+    return _pad(data, _ints(pads), mode, constant_value, None if axes is None else _ints(axes))
+
+
+# ------------------------------------------------------------------- construction
+
+
+@op("ConstantOfShape", since=9, host_inputs=(0,))
+def constant_of_shape(input: Array, *, value: Any = None) -> np.ndarray:
+    fill = np.zeros(1, np.float32) if value is None else _tensor_attr(value)
+    return np.full(tuple(_ints(input)), fill.reshape(-1)[0], dtype=fill.dtype)
+
+
+@op("Constant")
+def constant(
+    *,
+    value: Any = None,
+    value_float: float | None = None,
+    value_floats: Any = None,
+    value_int: int | None = None,
+    value_ints: Any = None,
+    value_string: Any = None,
+    value_strings: Any = None,
+    sparse_value: Any = None,
+) -> np.ndarray:
+    if value is not None:
+        return _tensor_attr(value)
+    if value_float is not None:
+        return np.asarray(value_float, dtype=np.float32)
+    if value_floats is not None:
+        return np.asarray(list(value_floats), dtype=np.float32)
+    if value_int is not None:
+        return np.asarray(value_int, dtype=np.int64)
+    if value_ints is not None:
+        return np.asarray(list(value_ints), dtype=np.int64)
+    if value_string is not None:
+        return np.asarray(_str(value_string), dtype=object)
+    if value_strings is not None:
+        return np.asarray([_str(s) for s in value_strings], dtype=object)
+    if sparse_value is not None:
+        return _sparse_to_dense(sparse_value)
+    raise ValueError("Constant node has none of the value attributes")
+
+
+def _sparse_to_dense(sparse: Any) -> np.ndarray:
+    import onnx.numpy_helper
+
+    values = onnx.numpy_helper.to_array(sparse.values)
+    indices = onnx.numpy_helper.to_array(sparse.indices)
+    dims = tuple(sparse.dims)
+    dense = np.zeros(int(np.prod(dims, dtype=np.int64)), dtype=values.dtype)
+    if indices.ndim == 2:
+        indices = np.ravel_multi_index(tuple(indices.T), dims)
+    dense[indices.reshape(-1)] = values.reshape(-1)
+    return dense.reshape(dims)
+
+
+@op("Identity")
+def identity(input: Array) -> Array:
+    return input
+
+
+@op("Range", since=11, host_inputs=(0, 1, 2))
+def range_(start: Array, limit: Array, delta: Array) -> np.ndarray:
+    dtype = np.asarray(start).dtype
+    s, lim, d = (np.asarray(v).reshape(()).item() for v in (start, limit, delta))
+    count = max(int(np.ceil((lim - s) / d)), 0)
+    return (s + np.arange(count) * d).astype(dtype) if count else np.zeros(0, dtype)
+
+
+@op("OneHot", since=9, host_inputs=(1,))
+def one_hot(indices: Array, depth: Array, values: Array, *, axis: int = -1) -> Array:
+    m = xp(indices, values)
+    depth_ = int(np.asarray(depth).reshape(-1)[0])
+    rank = indices.ndim + 1
+    axis = _axis(axis, rank)
+    idx = indices.astype(np.int64) if m is np else indices.astype("int64")
+    idx = m.where(idx < 0, idx + depth_, idx)
+    positions = np.arange(depth_).reshape([-1] + [1] * (rank - axis - 1))
+    hot = m.expand_dims(idx, axis) == positions
+    return _host(m.where(hot, values[1], values[0]))
+
+
+@op("Trilu", since=14, host_inputs=(1,))
+def trilu(input: Array, k: Array | None = None, *, upper: int = 1) -> Array:
+    m = xp(input)
+    offset = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+    return _host(m.triu(input, offset) if upper else m.tril(input, offset))
+
+
+@op("EyeLike", since=9)
+def eye_like(input: Array, *, dtype: int | None = None, k: int = 0) -> np.ndarray:
+    if dtype is None:
+        out_dtype = np.dtype(input.dtype)
+    else:
+        from ember.runtime.ops.math import onnx_dtype
+
+        out_dtype = onnx_dtype(dtype)
+    rows, cols = input.shape
+    return np.eye(rows, cols, k=k, dtype=out_dtype)
+
+
+# ---------------------------------------------------------- value-shaped outputs
+
+
+@op("Compress", since=9, value_shaped=True)
+def compress(input: Array, condition: Array, *, axis: int | None = None) -> Array:
+    m = xp(input)
+    keep = np.flatnonzero(np.asarray(condition).reshape(-1))
+    if axis is None:
+        return _host(m.take(m.reshape(input, -1), keep))
+    return _host(m.take(input, keep, axis=_axis(axis, input.ndim)))
+
+
+@op("NonZero", since=9, value_shaped=True)
+def non_zero(X: Array) -> np.ndarray:
+    return np.asarray(np.nonzero(np.asarray(X)), dtype=np.int64).reshape(np.ndim(X), -1)
+
+
+@op("Unique", since=11, value_shaped=True)
+def unique(
+    X: Array, *, axis: int | None = None, sorted: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    x = np.asarray(X)
+    ax = None if axis is None else _axis(axis, x.ndim)
+    values, first, inverse, counts = np.unique(
+        x, return_index=True, return_inverse=True, return_counts=True, axis=ax
+    )
+    inverse = inverse.reshape(-1)
+    if not sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values = np.take(values, order, axis=0 if ax is None else ax)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return (
+        values,
+        first.astype(np.int64),
+        inverse.astype(np.int64),
+        counts.astype(np.int64),
+    )
+
+
+# ------------------------------------------------------------------------ layout
+
+
+@op("DepthToSpace")
+def depth_to_space(input: Array, *, blocksize: int, mode: str = "DCR") -> Array:
+    m = xp(input)
+    b, c, h, w = input.shape
+    bs = blocksize
+    if _str(mode) == "DCR":
+        tmp = m.reshape(input, (b, bs, bs, c // (bs * bs), h, w))
+        tmp = m.transpose(tmp, (0, 3, 4, 1, 5, 2))
+    else:
+        tmp = m.reshape(input, (b, c // (bs * bs), bs, bs, h, w))
+        tmp = m.transpose(tmp, (0, 1, 4, 2, 5, 3))
+    return _host(m.reshape(tmp, (b, c // (bs * bs), h * bs, w * bs)))
+
+
+@op("SpaceToDepth")
+def space_to_depth(input: Array, *, blocksize: int, mode: str = "DCR") -> Array:
+    m = xp(input)
+    b, c, h, w = input.shape
+    bs = blocksize
+    tmp = m.reshape(input, (b, c, h // bs, bs, w // bs, bs))
+    order = (0, 3, 5, 1, 2, 4) if _str(mode) == "DCR" else (0, 1, 3, 5, 2, 4)
+    tmp = m.transpose(tmp, order)
+    return _host(m.reshape(tmp, (b, c * bs * bs, h // bs, w // bs)))
+
+
+@op("ReverseSequence", since=10)
+def reverse_sequence(
+    input: Array, sequence_lens: Array, *, batch_axis: int = 1, time_axis: int = 0
+) -> Array:
+    m = xp(input, sequence_lens)
+    steps = input.shape[time_axis]
+    time = np.arange(steps).reshape([-1 if i == time_axis else 1 for i in range(input.ndim)])
+    lens = m.reshape(sequence_lens, [-1 if i == batch_axis else 1 for i in range(input.ndim)])
+    source = m.where(time < lens, lens - 1 - time, time)
+    source = m.broadcast_to(source, input.shape)
+    return _host(m.take_along_axis(input, source.astype(np.int64), axis=time_axis))
+
+
+@op("Dropout")
+def dropout_v1(data: Array, *, ratio: float = 0.5, is_test: int = 0, **_: Any) -> tuple:
+    return data, _all_kept(data)
+
+
+@op("Dropout", since=12, host_inputs=(1, 2))
+def dropout(
+    data: Array,
+    ratio: Array | None = None,
+    training_mode: Array | None = None,
+    *,
+    seed: int | None = None,
+) -> tuple[Array, Array]:
+    rate = 0.5 if ratio is None else float(np.asarray(ratio))
+    if training_mode is None or not bool(np.asarray(training_mode)) or rate == 0.0:
+        return data, _all_kept(data)
+    # Training mode draws the mask on the host the way the ONNX reference does, so a
+    # given seed reproduces its result.
+    keep = np.random.RandomState(seed).uniform(0, 1.0, data.shape) >= rate
+    m = xp(data)
+    scaled = m.where(keep, data * (1.0 / (1.0 - rate)), 0).astype(data.dtype)
+    return _host(scaled), keep
+
+
+def _all_kept(data: Array) -> Array:
+    return np.ones(data.shape, dtype=bool)
+
+
+@op("CenterCropPad", since=18, host_inputs=(1,))
+def center_crop_pad(input_data: Array, shape: Array, *, axes: Any = None) -> Array:
+    m = xp(input_data)
+    rank = input_data.ndim
+    axes_ = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
+    out = input_data
+    for a, target in zip(axes_, _ints(shape), strict=True):
+        dim = out.shape[a]
+        if target < dim:
+            lo = (dim - target) // 2
+            index = [slice(None)] * rank
+            index[a] = slice(lo, lo + target)
+            out = out[tuple(index)]
+        elif target > dim:
+            lo = (target - dim) // 2
+            widths = [(0, 0)] * rank
+            widths[a] = (lo, target - dim - lo)
+            out = m.pad(out, widths)
+    return _host(out)
