@@ -19,6 +19,7 @@ values are part of the segment cache key. Other values cross segment boundaries 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,38 +112,68 @@ def _reason(node: Node, i: int | None) -> str:
     return f"the value of {node.op_type}'s input {_input_name(node, i)!r}"
 
 
-def analyse(graph: Graph) -> Plan:
-    """Find the breaks of ``graph`` and cut it into segments."""
+def _needs(node: Node, host: set[str]) -> str | None:
+    """Why ``node`` needs a value that is not host-known, or None."""
+    opdef = node.opdef
+    if opdef is None:
+        return None
+    present = [n for n in node.inputs if n]
+    if opdef.value_shaped and not all(n in host for n in present):
+        return _reason(node, None)
+    for i in opdef.host_inputs:
+        if i < len(node.inputs) and node.inputs[i] and node.inputs[i] not in host:
+            return _reason(node, i)
+    if opdef.subgraphs:
+        for value in node.attrs.values():
+            subs = value if isinstance(value, list) else [value]
+            for sub in subs:
+                if isinstance(sub, Graph):
+                    inner = _subgraph_needs(sub, host)
+                    if inner is not None:
+                        return f"{inner} inside {node.op_type} {node.name!r}"
+    return None
+
+
+def _subgraph_needs(graph: Graph, outer_host: set[str]) -> str | None:
+    # Formal inputs of a subgraph (Loop's iteration values, Scan's slices) count as computed.
+    host = (set(outer_host) - set(graph.input_names)) | set(graph.initializers)
+    for node in graph.nodes:
+        reason = _needs(node, host)
+        if reason is not None:
+            return reason
+        _propagate(node, host)
+    return None
+
+
+def _propagate(node: Node, host: set[str]) -> None:
+    opdef = node.opdef
+    if node.op_type in SHAPE_OPS:
+        host.update(o for o in node.outputs if o)
+    elif (
+        node.op_type not in NEVER_HOST_OPS
+        and not (opdef is not None and opdef.subgraphs)
+        and all(n in host for n in node.reads())
+    ):
+        host.update(o for o in node.outputs if o)
+
+
+def analyse(graph: Graph, forced: Mapping[int, str] | None = None) -> Plan:
+    """Find the breaks of ``graph`` and cut it into segments.
+
+    ``forced`` adds breaks found by tracing (position -> reason), for nodes whose needs the
+    registry does not declare.
+    """
     nodes = graph.nodes
+    forced = forced or {}
     host: set[str] = set(graph.initializers)
     breaks: dict[int, BreakInfo] = {}
     for node in nodes:
-        opdef = node.opdef
-        present = [n for n in node.inputs if n]
-        reason_index: int | None | bool = False  # False: not a break
-        if opdef is not None:
-            if opdef.value_shaped and not all(n in host for n in present):
-                reason_index = None
-            else:
-                for i in opdef.host_inputs:
-                    if i < len(node.inputs) and node.inputs[i] and node.inputs[i] not in host:
-                        reason_index = i
-                        break
-        if reason_index is not False:
-            breaks[node.position] = BreakInfo(
-                node.position, node.name, node.op_type, _reason(node, reason_index)
-            )
+        reason = forced.get(node.position) or _needs(node, host)
+        if reason is not None:
+            breaks[node.position] = BreakInfo(node.position, node.name, node.op_type, reason)
             host.update(o for o in node.outputs if o)
             continue
-        if node.op_type in SHAPE_OPS:
-            host.update(o for o in node.outputs if o)
-        elif (
-            node.op_type not in NEVER_HOST_OPS
-            and not (opdef is not None and opdef.subgraphs)
-            and all(n in host for n in node.reads())
-        ):
-            host.update(o for o in node.outputs if o)
-
+        _propagate(node, host)
     needs: set[str] = set()
     for node in reversed(nodes):
         if node.position in breaks:
@@ -154,6 +185,9 @@ def analyse(graph: Graph) -> Plan:
             for i in opdef.host_inputs:
                 if i < len(node.inputs) and node.inputs[i]:
                     needs.add(node.inputs[i])
+        if opdef is not None and opdef.subgraphs:
+            # Branches and bodies may read outer values on the host (shape arithmetic).
+            needs.update(r for r in node.outer_reads if r in host)
         if node.op_type in SHAPE_OPS:
             continue
         if any(o in needs for o in node.outputs if o) and all(n in host for n in node.reads()):

@@ -205,6 +205,34 @@ def _has_64bit(values: Sequence[Any]) -> bool:
     return False
 
 
+class _NeedsHost(Exception):
+    """A node read a traced value on the host: it becomes a break (found by tracing)."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(reason)
+        self.position = position
+        self.reason = reason
+
+
+def _needs_concrete(exc: BaseException | None) -> bool:
+    import jax
+
+    kinds = (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerArrayConversionError,
+        jax.errors.TracerIntegerConversionError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.NonConcreteBooleanIndexError,
+    )
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, kinds):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def _trace_segment(
     graph: Graph,
     seg: Segment,
@@ -223,7 +251,19 @@ def _trace_segment(
         env.update(statics)
         env.update(zip(seg.params, param_values, strict=True))
         env.update(zip(seg.args, arg_values, strict=True))
-        run_nodes(graph, env, seg.position, seg.stop)
+        for node in graph.nodes[seg.position : seg.stop]:
+            try:
+                outs = run_node(node, env)
+            except Exception as exc:
+                if _needs_concrete(exc):
+                    raise _NeedsHost(
+                        node.position,
+                        f"a value that {node.op_type} {node.name!r} reads on the host",
+                    ) from exc
+                raise
+            for name, value in zip(node.outputs, outs, strict=False):
+                if name:
+                    env[name] = value
         host: dict[str, Any] = {}
         dynamic: list[str] = []
         for name in seg.outputs:
@@ -303,27 +343,39 @@ class CompiledModel:
         self.graph = model.graph
         self.cache_size = cache_size
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
-        self.plan: Plan = analyse(model.graph)
         self._input_names = tuple(model.input_names)
         self._input_specs = {s.name: s for s in model.inputs}
         self._output_names = tuple(model.output_names)
+        self._n_inputs = len(self._input_names)
         self._lock = threading.RLock()
+        self._params: dict[str, Any] = {}
+        self._forced: dict[int, str] = {}
+        self._plan(analyse(model.graph))
+
+    def _plan(self, plan: Plan) -> None:
+        """Adopt ``plan``: the steps of a call, an empty cache, no whole-graph program."""
+        self.plan = plan
         self._cache: dict[int, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
         self._known_host_values: dict[int, set[str]] = {}
-        self._params: dict[str, Any] = {}
         self._main: _Entry | None = None
         self._main_sig: tuple[Any, ...] | None = None
         self._main_arg_names: tuple[str, ...] = ()
-        self._n_inputs = len(self._input_names)
         # The call as a list of steps: a Segment, or the position of a break node.
         self._steps: list[Segment | int] = []
-        by_start = {s.position: s for s in self.plan.segments}
-        for pos in [*sorted(self.plan.breaks), None]:
+        by_start = {s.position: s for s in plan.segments}
+        for pos in [*sorted(plan.breaks), None]:
             for start in list(by_start):
                 if pos is None or start < pos:
                     self._steps.append(by_start.pop(start))
             if pos is not None:
                 self._steps.append(pos)
+
+    def _add_break(self, found: _NeedsHost) -> None:
+        """A trace found a node that reads a traced value on the host: make it a break."""
+        if found.position in self._forced:  # the node fails even as a break: give up
+            raise RuntimeError(f"node at position {found.position} failed as a break too")
+        self._forced[found.position] = found.reason
+        self._plan(analyse(self.graph, self._forced))
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -383,20 +435,27 @@ class CompiledModel:
         ]
         key = (0, tuple((tuple(s.shape), np.dtype(s.dtype).name) for s in args), ())
         meta = {"source": source, "position": 0, "shapes": shapes, "key": _key_hex(key)}
+        found: _NeedsHost | None = None
         with bus.span("ember.segment.compile", meta) as span, jax.enable_x64(True):
-            entry, disk, memory, cost = _trace_segment(
-                self.graph, seg, {}, self._device_params(), args, self.cache_dir
-            )
+            try:
+                entry, disk, memory, cost = _trace_segment(
+                    self.graph, seg, {}, self._device_params(), args, self.cache_dir
+                )
+            except _NeedsHost as exc:
+                found = exc
+                entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
             span.set(
                 shapes=shapes,
-                stop=_END,
-                compiled=True,
+                stop=_END if found is None else found.position,
+                compiled=found is None,
                 disk_cache=disk,
-                reason=None,
+                reason=None if found is None else found.reason,
                 host_values=[],
                 memory=memory,
                 cost=cost,
             )
+        if found is not None:
+            raise found
         entry.key = key
         entry.shapes = shapes
         self._main = entry
@@ -428,7 +487,13 @@ class CompiledModel:
             meta["shapes"] = describe_shapes(dict(inputs))
         with bus.span("ember.call", meta):
             values = _check_inputs(self.model, inputs)
-            return self._run_segments(values)
+            for _ in range(len(self.graph.nodes) + 1):
+                try:
+                    return self._run_segments(values)
+                except _NeedsHost as found:
+                    with self._lock:
+                        self._add_break(found)
+            raise AssertionError("unreachable: each retry adds a break")
 
     def _run_main(self, main: _Entry, args: list[Any]) -> dict[str, Any]:
         if main.needs_x64:
@@ -537,23 +602,28 @@ class CompiledModel:
         new_host = sorted(set(seg.statics) - known)
         known.update(seg.statics)
         meta = {"source": source, "position": seg.position, "shapes": shapes, "key": key_hex}
+        found: _NeedsHost | None = None
         with bus.span("ember.segment.compile", meta) as span:
+            entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
             if seg.compiled:
-                entry, disk, memory, cost = _trace_segment(
-                    self.graph, seg, statics, self._device_params(), args, self.cache_dir
-                )
-            else:
-                entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
+                try:
+                    entry, disk, memory, cost = _trace_segment(
+                        self.graph, seg, statics, self._device_params(), args, self.cache_dir
+                    )
+                except _NeedsHost as exc:
+                    found = exc
             span.set(
                 shapes=shapes,
-                stop=_END if seg.stop is None else seg.stop,
-                compiled=seg.compiled,
+                stop=(_END if seg.stop is None else seg.stop) if found is None else found.position,
+                compiled=seg.compiled and found is None,
                 disk_cache=disk,
-                reason=seg.reason,
+                reason=seg.reason if found is None else found.reason,
                 host_values=new_host,
                 memory=memory,
                 cost=cost,
             )
+        if found is not None:
+            raise found
         entry.key = key
         entry.shapes = shapes
         entry.statics = statics_meta
@@ -651,8 +721,12 @@ def compile(  # noqa: A001 - the name the API promises
     with bus.span("ember.compile", meta) as span:
         compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
         specs = _resolve_specs(model, input_specs)
-        if not compiled.graph_break and specs is not None:
-            compiled._precompile(specs)
+        while not compiled.graph_break and specs is not None:
+            try:
+                compiled._precompile(specs)
+                break
+            except _NeedsHost as found:
+                compiled._add_break(found)
         span.set(graph_break=compiled.graph_break)
     return compiled
 

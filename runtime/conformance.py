@@ -1,0 +1,271 @@
+"""The ONNX backend conformance suite against Ember: ``python -m ember.runtime.conformance``.
+
+Runs the test cases that the installed ``onnx`` package ships: the node cases it builds in
+memory (``onnx.backend.test.case.node``) and the model cases of ``simple``,
+``pytorch-converted`` and ``pytorch-operator`` from its data folder. Each case goes through
+``EmberBackend`` (compiled by default, ``--mode eager`` to interpret) and is compared the
+way ONNX's own runner compares (``Runner.assert_similar_outputs``).
+
+Prints ``N passed, M failed`` per kind and the failures grouped by op, and writes nothing
+else. Exits 1 when the node cases that pass fall below the floor kept in
+``tests/conformance_floor.txt`` (``--floor`` overrides), so CI keeps the count from falling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import glob
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator")
+FLOOR_FILE = Path(__file__).resolve().parents[1] / "tests" / "conformance_floor.txt"
+
+
+@dataclass
+class Result:
+    kind: str
+    name: str
+    ok: bool
+    group: str
+    message: str
+    seconds: float
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Timeout()
+
+
+def _data_dir() -> str:
+    import onnx
+
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+
+
+def _load_cases(kinds: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """``(kind, TestCase)`` pairs, in a stable order."""
+    out: list[tuple[str, Any]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            if "node" in kinds:
+                from onnx.backend.test.case import node
+
+                for case in sorted(node.collect_testcases(None), key=lambda c: c.name):
+                    out.append(("node", case))
+            from onnx.backend.test.loader import load_model_tests
+
+            for kind in kinds:
+                if kind == "node":
+                    continue
+                for case in sorted(load_model_tests(kind=kind), key=lambda c: c.name):
+                    out.append((kind, case))
+    return out
+
+
+def _read_proto(path: str, type_proto: Any) -> Any:
+    import onnx
+    from onnx import numpy_helper
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if type_proto.HasField("sequence_type"):
+        seq = onnx.SequenceProto()
+        seq.ParseFromString(data)
+        return numpy_helper.to_list(seq)
+    if type_proto.HasField("optional_type"):
+        opt = onnx.OptionalProto()
+        opt.ParseFromString(data)
+        return numpy_helper.to_optional(opt)
+    t = onnx.TensorProto()
+    t.ParseFromString(data)
+    return numpy_helper.to_array(t)
+
+
+def _model_and_data(case: Any) -> tuple[Any, list[tuple[list[Any], list[Any]]]]:
+    import onnx
+    from onnx.backend.test.runner import _normalize_tensor
+
+    if case.model is not None:
+        sets = [
+            ([_normalize_tensor(x) for x in ins], [_normalize_tensor(x) for x in outs])
+            for ins, outs in case.data_sets
+        ]
+        return case.model, sets
+    model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+    inits = {i.name for i in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in inits]
+    sets = []
+    for d in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set*"))):
+        n_in = len(glob.glob(os.path.join(d, "input_*.pb")))
+        n_out = len(glob.glob(os.path.join(d, "output_*.pb")))
+        ins = [
+            _read_proto(os.path.join(d, f"input_{i}.pb"), graph_inputs[i].type) for i in range(n_in)
+        ]
+        outs = [
+            _read_proto(os.path.join(d, f"output_{i}.pb"), model.graph.output[i].type)
+            for i in range(n_out)
+        ]
+        sets.append((ins, outs))
+    return model, sets
+
+
+def _group(kind: str, name: str, model: Any) -> str:
+    if model is None:
+        return "?"
+    ops = [n.op_type for n in model.graph.node]
+    if not ops:
+        return "(no nodes)"
+    base = name[len("test_") :].lower().replace("_", "")
+    for op_type in sorted(set(ops), key=len, reverse=True):
+        if base.startswith(op_type.lower()):
+            return op_type
+    return ops[0] if len(set(ops)) == 1 or kind == "node" else f"{kind} model"
+
+
+def run_case(kind: str, case: Any, mode: str, timeout_s: int) -> Result:
+    import numpy as np
+    from onnx.backend.test.runner import Runner
+
+    from .backend import EmberBackend
+    from .errors import UnsupportedOpsError
+
+    start = time.perf_counter()
+    model = None
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(timeout_s)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            model, data_sets = _model_and_data(case)
+            rep = EmberBackend.prepare(model, "CPU", mode=mode)
+            for inputs, expected in data_sets:
+                outputs = list(rep.run(inputs))
+                Runner.assert_similar_outputs(expected, outputs, rtol=case.rtol, atol=case.atol)
+        ok, message = True, ""
+    except _Timeout:
+        ok, message = False, f"timed out after {timeout_s}s"
+    except UnsupportedOpsError as exc:
+        ok = False
+        missing = sorted({op for (_, op, _) in exc.ops})
+        message = "unsupported: " + ", ".join(missing)
+    except BaseException as exc:  # a failing case must never stop the suite
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        ok = False
+        text = str(exc).strip().splitlines()
+        message = f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+    finally:
+        signal.alarm(0)
+    group = _group(kind, case.name, model)
+    return Result(kind, case.name, ok, group, message, time.perf_counter() - start)
+
+
+def _worker(index: int, jobs: int, kinds: tuple[str, ...], mode: str, timeout_s: int) -> list:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    cases = _load_cases(kinds)
+    return [
+        run_case(kind, case, mode, timeout_s)
+        for i, (kind, case) in enumerate(cases)
+        if i % jobs == index
+    ]
+
+
+def run_suite(
+    kinds: tuple[str, ...] = KINDS, *, mode: str = "compile", jobs: int = 1, timeout_s: int = 60
+) -> list[Result]:
+    """Run the cases of ``kinds``; ``jobs`` worker processes share them."""
+    if jobs <= 1:
+        return _worker(0, 1, kinds, mode, timeout_s)
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        futures = [pool.submit(_worker, i, jobs, kinds, mode, timeout_s) for i in range(jobs)]
+        results: list[Result] = []
+        for f in futures:
+            results.extend(f.result())
+    return sorted(results, key=lambda r: (KINDS.index(r.kind), r.name))
+
+
+def read_floor(path: Path = FLOOR_FILE) -> int | None:
+    """The integer floor of node passes, or None when the file does not exist."""
+    if not path.is_file():
+        return None
+    return int(path.read_text().split()[0])
+
+
+def report(results: list[Result], out: Any = sys.stdout) -> dict[str, tuple[int, int]]:
+    """Print the counts and the failures grouped by op; returns {kind: (passed, failed)}."""
+    counts: dict[str, tuple[int, int]] = {}
+    for kind in KINDS:
+        rs = [r for r in results if r.kind == kind]
+        if not rs:
+            continue
+        passed = sum(r.ok for r in rs)
+        counts[kind] = (passed, len(rs) - passed)
+    failures: dict[str, list[Result]] = collections.defaultdict(list)
+    for r in results:
+        if not r.ok:
+            failures[r.group].append(r)
+    if failures:
+        print("Failures by op:", file=out)
+        for group in sorted(failures, key=lambda g: (-len(failures[g]), g)):
+            rs = failures[group]
+            names = ", ".join(r.name for r in rs[:6]) + (" ..." if len(rs) > 6 else "")
+            print(f"  {group} ({len(rs)}): {names}", file=out)
+            print(f"      {rs[0].message}", file=out)
+    for kind, (p, f) in counts.items():
+        print(f"{kind}: {p} passed, {f} failed", file=out)
+    total_p = sum(p for p, _ in counts.values())
+    total_f = sum(f for _, f in counts.values())
+    print(f"{total_p} passed, {total_f} failed", file=out)
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ember.runtime.conformance", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated case kinds")
+    parser.add_argument("--mode", choices=("compile", "eager"), default="compile")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--timeout", type=int, default=60, help="seconds per case")
+    parser.add_argument("--floor", type=int, default=None, help="minimum node passes")
+    parser.add_argument("-k", default=None, help="only cases whose name contains this")
+    args = parser.parse_args(argv)
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    started = time.perf_counter()
+    if args.k:
+        results = [
+            run_case(kind, case, args.mode, args.timeout)
+            for kind, case in _load_cases(kinds)
+            if args.k in case.name
+        ]
+    else:
+        results = run_suite(kinds, mode=args.mode, jobs=args.jobs, timeout_s=args.timeout)
+    counts = report(results)
+    print(f"({time.perf_counter() - started:.0f}s, mode={args.mode}, jobs={args.jobs})")
+    floor = args.floor if args.floor is not None else read_floor()
+    node_passed = counts.get("node", (0, 0))[0]
+    if floor is not None and "node" in kinds and not args.k and node_passed < floor:
+        print(f"FAIL: {node_passed} node cases passed, below the floor of {floor}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
