@@ -30,7 +30,10 @@ Layout note: ``onnx`` refuses external data that is a symbolic link or has sever
 links (GHSA-538c-55jv-c5g9), and the runtime reads external data from the model's own
 folder. So the model file and its external data files are stored as plain files in the
 snapshot (as ``huggingface_hub`` itself does where symlinks are unsupported); other files
-(configs) stay symlinks into ``blobs/``.
+(configs) stay symlinks into ``blobs/``. A blob Ember downloaded moves into the snapshot; a
+blob another tool downloaded (or another commit links to) is copied, so that tool's files
+stay intact. ``scan_cache_dir`` and ``hf_hub_download(local_files_only=True)`` read the
+result like any Hugging Face cache.
 """
 
 from __future__ import annotations
@@ -431,10 +434,13 @@ def _place(src: Path, dst: Path, *, plain: bool) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
+        if not plain:
+            try:
+                os.symlink(os.path.relpath(src, dst.parent), tmp)
+            except OSError:  # no symlinks here (Windows without developer mode)
+                plain = True
         if plain:
             shutil.copyfile(src, tmp)
-        else:
-            os.symlink(os.path.relpath(src, dst.parent), tmp)
         os.replace(tmp, dst)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -51,7 +51,8 @@ class LocalHub:
     """``publish()`` files, ``start()``, point ``HF_ENDPOINT`` at ``endpoint``, ``stop()``.
 
     ``corrupt(repo, path)`` makes the CDN serve other bytes of the same size for that
-    file; ``no_etag(repo, path)`` leaves its ETag out of the model info.
+    file; ``no_etag(repo, path)`` leaves its ETag out of the model info; ``outage = 503``
+    makes every Hub route answer that status.
     """
 
     def __init__(self) -> None:
@@ -59,6 +60,7 @@ class LocalHub:
         self.requests: list[tuple[str, str]] = []
         self.corrupted: set[tuple[str, str]] = set()
         self.without_etag: set[tuple[str, str]] = set()
+        self.outage: int | None = None  # an HTTP status every Hub route answers, e.g. 503
         self._blobs: dict[str, bytes] = {}
         self._servers: list[ThreadingHTTPServer] = []
         self._connections: set[socket.socket] = set()
@@ -173,6 +175,8 @@ class LocalHub:
         return 404, headers, json.dumps({"error": code}).encode()
 
     def _route(self, path: str) -> tuple[int, dict, bytes]:
+        if self.outage is not None:
+            return self.outage, {"Content-Type": "text/plain"}, b"the Hub is down"
         parts = path.lstrip("/").split("/")
         if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "revision":
             return self._model_info(f"{parts[2]}/{parts[3]}", unquote("/".join(parts[5:])))

@@ -15,7 +15,7 @@ from ember.recorder import bus, record
 from ember.runtime import hub
 from ember.runtime.hub import HubError, HubIntegrityError, download_model, parse_hub_source
 from ember.schemas import validate_file
-from tests.runtime.hub_server import LocalHub
+from tests.runtime.hub_server import LocalHub, git_blob_id
 
 REPO = "acme/tiny-mlp"
 MODEL = "onnx/model.onnx"
@@ -84,15 +84,21 @@ def local_hub(tmp_path, monkeypatch):
 
 @pytest.fixture
 def events():
-    """Every Hub event as a compact tuple, in order."""
+    """Every Hub event as a compact tuple, in order.
+
+    The revision of each event is checked against ``handler.revision`` (``"main"`` unless
+    a test sets it) and hit counts against 1; mismatches fail the test at teardown (a
+    handler that raises would only be detached by the bus).
+    """
     seen: list[tuple] = []
+    problems: list[str] = []
 
     def on_event(name, measurements, metadata):
         short = name.removeprefix("ember.hub.")
         if short == "hit":
             seen.append((short, metadata["source"], metadata["check"], measurements["bytes"]))
-            assert metadata["revision"] == on_event.revision
-            assert measurements["count"] == 1
+            if measurements["count"] != 1:
+                problems.append(f"{name}: count {measurements['count']}")
         elif short == "download.stop":
             seen.append((short, metadata["source"], measurements["bytes"]))
         elif short == "info.stop":
@@ -101,13 +107,14 @@ def events():
             seen.append((short, metadata["source"], metadata["reason"].split(":")[0]))
         else:
             seen.append((short, metadata["source"]))
-        if not short == "hit":
-            assert metadata["revision"] == on_event.revision
+        if metadata["revision"] != on_event.revision:
+            problems.append(f"{name}: revision {metadata['revision']!r}")
 
     on_event.revision = "main"
     bus.attach("test-hub-events", HUB_EVENTS, on_event)
     yield seen, on_event
     bus.detach("test-hub-events")
+    assert problems == []
 
 
 def _size(files, name):
@@ -224,6 +231,20 @@ def test_first_load_downloads_model_external_data_and_config(local_hub, events, 
         "size": len(files[DATA]),
     }
     assert json.loads((repo_dir / "ember" / "revisions" / f"{commit}.json").read_text()) == saved
+    from huggingface_hub import hf_hub_download, scan_cache_dir
+
+    scan = scan_cache_dir(tmp_path / "hf-cache")
+    assert scan.warnings == []
+    ((repo,),) = [scan.repos]
+    assert (repo.repo_id, set(repo.refs)) == (REPO, {"main"})
+    ((revision,),) = [repo.revisions]
+    assert sorted(f.file_name for f in revision.files) == [
+        "config.json",
+        "model.onnx",
+        "model.onnx.data",
+    ]
+    cached = hf_hub_download(REPO, DATA, cache_dir=tmp_path / "hf-cache", local_files_only=True)
+    assert Path(cached) == snap / DATA
     # onnx itself loads the model with its external data from the returned path
     proto = onnx.load(str(path))
     assert numpy_helper.to_array(proto.graph.initializer[0]).shape == (8, 8)
@@ -313,9 +334,13 @@ def test_stopped_hub_uses_saved_metadata_and_cached_files(local_hub, events):
     ]
 
 
-def test_hub_error_status_uses_saved_metadata(local_hub, events):
+@pytest.mark.parametrize("error", ["repo-not-found", "503"])
+def test_hub_error_status_uses_saved_metadata(local_hub, events, error):
     first, _ = _first_load(local_hub)
-    del local_hub.repos[REPO]  # the Hub now answers 404 RepoNotFound
+    if error == "503":
+        local_hub.outage = 503
+    else:
+        del local_hub.repos[REPO]  # the Hub now answers 404 RepoNotFound
     seen, _ = events
     seen.clear()
     assert download_model(REPO, MODEL) == first
@@ -517,6 +542,35 @@ def test_no_saved_metadata_and_no_hub_gives_exception_event_and_advice(local_hub
 def test_unknown_repository_names_it(local_hub, events):
     with pytest.raises(HubError, match=r"hf://acme/missing.*RepositoryNotFoundError"):
         download_model("acme/missing", MODEL)
+    assert [e[0] for e in events[0]] == ["info.start", "info.exception"]
+
+
+def test_hub_outage_during_a_download_keeps_nothing(local_hub, events, tmp_path):
+    """The Hub refuses (403, as a proxy may): saved file list, a download error, nothing kept.
+
+    (A 5xx or a dropped connection would do the same after huggingface_hub's ~25 s of
+    retries, too slow for a unit test.)"""
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    commit = local_hub.repos[REPO].branches["main"]
+    download_model(REPO, MODEL)  # saves the metadata
+    snap = _snapshot(tmp_path, commit)
+    for name in (MODEL, DATA, CONFIG):
+        (snap / name).unlink()
+    local_hub.outage = 403
+    seen, _ = events
+    seen.clear()
+    with pytest.raises(HubError, match=r"download from .* failed.*nothing partial was kept"):
+        download_model(REPO, MODEL)
+    assert seen == [
+        ("info.start", f"hf://{REPO}"),
+        ("info.stop", f"hf://{REPO}", "saved"),
+        ("download.start", f"hf://{REPO}/{MODEL}"),
+        ("download.exception", f"hf://{REPO}/{MODEL}", "HubError"),
+    ]
+    assert not (snap / MODEL).exists()
+    assert sorted(p.name for p in (snap.parent.parent / "blobs").iterdir()) == [
+        git_blob_id(files[CONFIG])  # the config's blob; no partial file
+    ]
 
 
 def test_file_not_in_the_repository_lists_its_onnx_files(local_hub):
@@ -541,42 +595,61 @@ def test_external_data_outside_the_model_folder_is_refused(local_hub, tmp_path):
 # ---------------------------------------------------------------- the trace
 
 
-def test_a_recorded_hub_load_is_a_valid_trace(local_hub, tmp_path):
+def test_runtime_load_of_a_hub_source_records_a_valid_trace(local_hub, tmp_path):
+    """``ember.runtime.load("hf://...")`` end to end: Hub events nest in the load span."""
+    import ember.runtime as rt
+
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    commit = local_hub.repos[REPO].branches["main"]
     trace = tmp_path / "run.jsonl"
     with record(trace):
-        download_model(REPO, MODEL)
-        download_model(REPO, MODEL)
+        model = rt.load(f"hf://{REPO}/{MODEL}")
+        again = rt.load(("hf", REPO, MODEL), revision=commit)
     report = validate_file(trace)
     assert report.ok, report
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    for m in (model, again):
+        assert m.source == f"hf://{REPO}/{MODEL}"
+        assert m.folder == _snapshot(tmp_path, commit) / "onnx"
+        np.testing.assert_allclose(np.asarray(rt.run(m, x=x)["y"]), _expected(x), rtol=1e-6)
+
     records = [json.loads(line) for line in trace.read_text().splitlines()]
+    starts = {r["span_id"]: r for r in records if r["kind"] == "span_start"}
+    loads = [
+        r["span_id"] for r in records if r["kind"] == "span_start" and r["span_kind"] == "load"
+    ]
+    assert len(loads) == 2
     ends = [r for r in records if r["kind"] == "span_end"]
     assert [(r["span_kind"], r["attrs"].get("result"), r["attrs"].get("bytes")) for r in ends] == [
         ("hub_info", "fetched", None),
-        (
-            "hub_download",
-            None,
-            len(local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files[MODEL]),
-        ),
-        (
-            "hub_download",
-            None,
-            len(local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files[DATA]),
-        ),
-        (
-            "hub_download",
-            None,
-            len(
-                local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files[CONFIG]
-            ),
-        ),
-        ("hub_info", "fetched", None),
+        ("hub_download", None, len(files[MODEL])),
+        ("hub_download", None, len(files[DATA])),
+        ("hub_download", None, len(files[CONFIG])),
+        ("load", None, None),
+        ("load", None, None),  # the commit's saved metadata: no info span, no request
     ]
+    assert ends[4]["attrs"] == {"source": f"hf://{REPO}/{MODEL}", "node_count": 2, "opset": 17}
+    assert all(starts[r["span_id"]]["parent_id"] == loads[0] for r in ends[:4])
+    assert starts[ends[1]["span_id"]]["attrs"] == {
+        "source": f"hf://{REPO}/{MODEL}",
+        "revision": "main",
+    }
     hits = [r for r in records if r["kind"] == "hub"]
-    assert [(h["source"], h["check"], h["revision"]) for h in hits] == [
-        (f"hf://{REPO}/{MODEL}", "etag", "main"),
-        (f"hf://{REPO}/{DATA}", "etag", "main"),
-        (f"hf://{REPO}/{CONFIG}", "etag", "main"),
+    assert [(h["source"], h["check"], h["revision"], h["bytes"], h["span_id"]) for h in hits] == [
+        (f"hf://{REPO}/{MODEL}", "etag", commit, len(files[MODEL]), loads[1]),
+        (f"hf://{REPO}/{DATA}", "etag", commit, len(files[DATA]), loads[1]),
+        (f"hf://{REPO}/{CONFIG}", "etag", commit, len(files[CONFIG]), loads[1]),
     ]
+
+
+def test_runtime_load_refuses_a_malicious_hub_source_before_any_request(local_hub, tmp_path):
+    import ember.runtime as rt
+
+    trace = tmp_path / "run.jsonl"
+    with record(trace), pytest.raises(ValueError, match=r"'\.\.'"):
+        rt.load("hf://acme/tiny-mlp/../../../etc/passwd")
+    assert local_hub.requests == []
+    assert not (tmp_path / "hf-cache").exists()
 
 
 def test_settings_are_read_per_call(local_hub, tmp_path, monkeypatch):
