@@ -576,7 +576,9 @@ class _Fetch:
                         "or a proxy on the way is damaged"
                     )
             if plain:
-                _make_plain(local, move=True)
+                # with an ETag, the blob did not exist before this download (see file()), so
+                # no other snapshot links to it and it can move; without one, copy it
+                _make_plain(local, move=entry.etag is not None)
             if entry.etag is not None:
                 _save_etag(self.folder, commit, path, local, entry.etag)
             span.measure(bytes=local.stat().st_size)

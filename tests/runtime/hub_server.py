@@ -50,9 +50,9 @@ class _Repo:
 class LocalHub:
     """``publish()`` files, ``start()``, point ``HF_ENDPOINT`` at ``endpoint``, ``stop()``.
 
-    ``corrupt(repo, path)`` makes the CDN serve other bytes of the same size for that
-    file; ``no_etag(repo, path)`` leaves its ETag out of the model info; ``outage = 503``
-    makes every Hub route answer that status.
+    ``corrupt(repo, path)`` serves other bytes of the same size for that file (from the
+    CDN for LFS files); ``no_etag(repo, path)`` leaves its ETag out of the model info;
+    ``outage = 503`` makes every Hub route answer that status.
     """
 
     def __init__(self) -> None:
@@ -229,6 +229,8 @@ class LocalHub:
             )
             return 302, headers, b""
         headers["ETag"] = f'"{git_blob_id(data)}"'
+        if (repo_id, name) in self.corrupted:
+            data = bytes(b ^ 0xFF for b in data[:16]) + data[16:]  # same size, other bytes
         return 200, headers, data
 
     def _cdn(self, path: str) -> tuple[int, dict, bytes]:

@@ -489,6 +489,19 @@ def test_corrupted_lfs_download_is_detected_and_not_kept(local_hub, events, tmp_
     assert (path.parent / "model.onnx.data").read_bytes() == files[DATA]
 
 
+def test_corrupted_regular_file_fails_its_git_blob_hash(local_hub, events, tmp_path):
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    commit = local_hub.repos[REPO].branches["main"]
+    local_hub.corrupt(REPO, CONFIG)
+    with pytest.raises(HubIntegrityError, match=r"git blob sha1 [0-9a-f]{40} but the repository"):
+        download_model(REPO, MODEL)
+    assert events[0][-1] == ("download.exception", f"hf://{REPO}/{CONFIG}", "HubIntegrityError")
+    repo_dir = tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}"
+    assert not (_snapshot(tmp_path, commit) / CONFIG).exists()
+    assert not (repo_dir / "blobs" / git_blob_id(files[CONFIG])).exists()
+    assert list((repo_dir / "blobs").iterdir()) == []  # model and data moved to the snapshot
+
+
 def test_damaged_cached_file_is_hashed_and_downloaded_again(local_hub, events):
     files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
     path, _ = _first_load(local_hub)
