@@ -216,3 +216,152 @@ def rotary_embedding(
     if len(original) == 3:
         return out.reshape(original)
     return jnp.transpose(out, (0, 2, 1, 3))
+
+
+@op("FlexAttention", since=1, domain="ai.onnx.preview", subgraphs=True)
+def flex_attention(Q, K, V, *, scale=None, score_mod=None, prob_mod=None, softmax_precision=None):
+    q, k, v = jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V)
+    if scale is None:
+        scale = 1.0 / np.sqrt(q.shape[-1])
+    if q.shape[1] != k.shape[1]:
+        k = jnp.repeat(k, q.shape[1] // k.shape[1], axis=1)
+        v = jnp.repeat(v, q.shape[1] // v.shape[1], axis=1)
+    root = np.sqrt(np.float32(scale)).astype(q.dtype)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q * root, k * root)
+    if softmax_precision is not None:
+        from onnx.helper import tensor_dtype_to_np_dtype
+
+        work = np.dtype(tensor_dtype_to_np_dtype(softmax_precision))
+    else:
+        work = np.dtype(np.float32) if np.dtype(q.dtype).itemsize < 4 else np.dtype(q.dtype)
+    scores = scores.astype(work)
+    if score_mod is not None:
+        scores = jnp.asarray(score_mod(scores)[0]).astype(work)
+    e = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+    probs = e / jnp.sum(e, axis=-1, keepdims=True)
+    if prob_mod is not None:
+        probs = jnp.asarray(prob_mod(probs)[0]).astype(work)
+    return jnp.einsum("bhqk,bhkd->bhqd", probs, v.astype(work)).astype(v.dtype)
+
+
+@op("LinearAttention", since=27)
+def linear_attention(
+    query,
+    key,
+    value,
+    past_state=None,
+    decay=None,
+    beta=None,
+    *,
+    chunk_size=None,
+    kv_num_heads=None,
+    q_num_heads=None,
+    scale=None,
+    update_rule="gated_delta",
+):
+    from jax import lax
+
+    if q_num_heads is None or kv_num_heads is None:
+        raise ValueError("LinearAttention needs the q_num_heads and kv_num_heads attributes")
+    gating = update_rule in ("gated", "gated_delta")
+    delta = update_rule in ("delta", "gated_delta")
+    q = jnp.asarray(query)
+    out_dtype = q.dtype
+    b, t, _ = q.shape
+    d_k = q.shape[-1] // q_num_heads
+    d_v = jnp.shape(value)[-1] // kv_num_heads
+    group = q_num_heads // kv_num_heads
+    f32 = jnp.float32
+    q4 = _split_heads(q, q_num_heads).astype(f32)
+    k4 = _split_heads(jnp.asarray(key), kv_num_heads).astype(f32)
+    v4 = _split_heads(jnp.asarray(value), kv_num_heads).astype(f32)
+    if gating:
+        g = jnp.asarray(decay)
+        if g.shape[-1] == kv_num_heads:
+            g4 = jnp.transpose(g.reshape(b, t, kv_num_heads, 1), (0, 2, 1, 3))
+        else:
+            g4 = _split_heads(g, kv_num_heads)
+        g4 = g4.astype(f32)
+    else:
+        g4 = jnp.zeros((b, kv_num_heads, t, 1), f32)
+    if delta:
+        bt = jnp.asarray(beta)
+        beta4 = jnp.transpose(bt.reshape(b, t, bt.shape[-1], 1), (0, 2, 1, 3)).astype(f32)
+    else:
+        beta4 = jnp.ones((b, 1, t, 1), f32)
+    if past_state is not None:
+        state0 = jnp.asarray(past_state).astype(f32)
+        state_dtype = jnp.asarray(past_state).dtype
+    else:
+        state0 = jnp.zeros((b, kv_num_heads, d_k, d_v), f32)
+        state_dtype = out_dtype
+    scale_val = 1.0 / np.sqrt(d_k) if not scale else float(scale)
+
+    def step(state, xs):
+        q_t, k_t, v_t, g_t, beta_t = xs
+        if gating:
+            state = state * jnp.exp(g_t)[..., None]
+        if delta:
+            v_t = beta_t * (v_t - jnp.einsum("bhdm,bhd->bhm", state, k_t))
+        state = state + k_t[..., :, None] * v_t[..., None, :]
+        read = jnp.repeat(state, group, axis=1) if group > 1 else state
+        return state, scale_val * jnp.einsum("bhd,bhdm->bhm", q_t, read)
+
+    def time_major(x):
+        return jnp.moveaxis(x, 2, 0)
+
+    state, ys = lax.scan(
+        step, state0, tuple(time_major(x) for x in (q4, k4, v4, g4, beta4))
+    )  # ys: (t, b, hq, d_v)
+    out = jnp.transpose(ys, (1, 0, 2, 3)).reshape(b, t, q_num_heads * d_v)
+    return out.astype(out_dtype), state.astype(state_dtype)
+
+
+@op("CausalConvWithState", since=27)
+def causal_conv_with_state(input, weight, bias=None, past_state=None, *, activation="none"):
+    from jax import lax
+
+    x = jnp.asarray(input)
+    w = jnp.asarray(weight)
+    batch, channels, _ = x.shape
+    k = w.shape[2]
+    pad = jnp.zeros((batch, channels, k - 1), x.dtype) if past_state is None else past_state
+    padded = jnp.concatenate([jnp.asarray(pad, x.dtype), x], axis=2)
+    y = lax.conv_general_dilated(
+        padded, w, window_strides=[1], padding=[(0, 0)], feature_group_count=channels
+    )
+    if bias is not None:
+        y = y + jnp.asarray(bias).reshape(1, -1, 1)
+    y = y.astype(x.dtype)
+    if activation in ("silu", "swish"):
+        yf = y.astype(jnp.float32)
+        y = (yf * (1.0 / (1.0 + jnp.exp(-yf)))).astype(x.dtype)
+    elif activation != "none":
+        raise ValueError(f"CausalConvWithState: unsupported activation {activation!r}")
+    return y, padded[:, :, padded.shape[2] - (k - 1) :]
+
+
+@op("TensorScatter", since=24)
+def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="linear"):
+    cache = jnp.asarray(past_cache)
+    upd = jnp.asarray(update)
+    axis = axis % cache.ndim
+    max_len, seq = cache.shape[axis], upd.shape[axis]
+    if write_indices is None:
+        starts = jnp.zeros((cache.shape[0],), jnp.int64)
+    else:
+        starts = jnp.asarray(write_indices).astype(jnp.int64)
+    pos = starts[:, None] + jnp.arange(seq)[None, :]  # (batch, seq)
+    if mode == "circular":
+        pos = pos % max_len
+    # For every cache slot: which update row lands there (a dense, jittable gather).
+    hit = pos[:, :, None] == jnp.arange(max_len)[None, None, :]  # (batch, seq, max_len)
+    written = jnp.any(hit, axis=1)  # (batch, max_len)
+    source = jnp.argmax(hit, axis=1)  # (batch, max_len)
+    moved_c = jnp.moveaxis(cache, axis, -1)  # (batch, ..., max_len)
+    moved_u = jnp.moveaxis(upd, axis, -1)  # (batch, ..., seq)
+    mid = (1,) * (moved_c.ndim - 2)
+    source = jnp.broadcast_to(source.reshape((source.shape[0],) + mid + (max_len,)), moved_c.shape)
+    placed = jnp.take_along_axis(moved_u, source, axis=-1)
+    out = jnp.where(written.reshape((written.shape[0],) + mid + (max_len,)), placed, moved_c)
+    return jnp.moveaxis(out, -1, axis)

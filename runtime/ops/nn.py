@@ -820,3 +820,67 @@ def bernoulli(input, *, dtype=None, seed=None):
 
 __all__: list[str] = []
 _ = (math, is_host)
+
+
+@op("SwiGLU", since=28)
+def swiglu(A, B, *, alpha=1.0):
+    a = jnp.asarray(A)
+    return (a * jax.nn.sigmoid(alpha * a).astype(a.dtype) * jnp.asarray(B)).astype(a.dtype)
+
+
+@op("DeformConv", since=19)
+def deform_conv(
+    X,
+    W,
+    offset,
+    B=None,
+    mask=None,
+    *,
+    dilations=None,
+    group=1,
+    kernel_shape=None,
+    offset_group=1,
+    pads=None,
+    strides=None,
+):
+    x = jnp.asarray(X)
+    w = jnp.asarray(W)
+    off = jnp.asarray(offset)
+    n, c, height, width = x.shape
+    oc = w.shape[0]
+    kh, kw = w.shape[2:]
+    oh, ow = off.shape[2:]
+    sh, sw = _ints(strides, 2, 1)
+    dh, dw = _ints(dilations, 2, 1)
+    p = _ints(pads, 4, 0)
+    off = off.reshape(n, offset_group, kh, kw, 2, oh, ow)
+    m = (
+        jnp.ones((n, offset_group, kh, kw, oh, ow), x.dtype)
+        if mask is None
+        else jnp.asarray(mask).reshape(n, offset_group, kh, kw, oh, ow)
+    )
+    base_h = (-p[0] + sh * np.arange(oh))[None, :] + (dh * np.arange(kh))[:, None]  # (kh, oh)
+    base_w = (-p[1] + sw * np.arange(ow))[None, :] + (dw * np.arange(kw))[:, None]  # (kw, ow)
+    ph = jnp.asarray(base_h)[None, None, :, None, :, None] + off[:, :, :, :, 0]
+    pw = jnp.asarray(base_w)[None, None, None, :, None, :] + off[:, :, :, :, 1]
+    # Bilinear sampling with zero padding, per offset group.
+    xg = x.reshape(n, offset_group, c // offset_group, height * width)
+    y0, x0 = jnp.floor(ph), jnp.floor(pw)
+    cols = 0
+    for yy, wy in ((y0, 1 - (ph - y0)), (y0 + 1, ph - y0)):
+        for xx, wx in ((x0, 1 - (pw - x0)), (x0 + 1, pw - x0)):
+            ok = (yy >= 0) & (yy < height) & (xx >= 0) & (xx < width)
+            idx = (jnp.clip(yy, 0, height - 1) * width + jnp.clip(xx, 0, width - 1)).astype(
+                jnp.int32
+            )
+            flat = idx.reshape(n, offset_group, -1)
+            vals = jnp.take_along_axis(xg, flat[:, :, None, :], axis=-1)
+            weight = jnp.where(ok, wy * wx, 0).reshape(n, offset_group, 1, -1)
+            cols = cols + vals * weight
+    cols = cols * m.reshape(n, offset_group, 1, -1)
+    cols = cols.reshape(n, c, kh * kw, oh * ow).reshape(n, group, (c // group) * kh * kw, -1)
+    wg = w.reshape(group, oc // group, -1)
+    y = jnp.einsum("gok,ngkp->ngop", wg, cols).reshape(n, oc, oh, ow)
+    if B is not None:
+        y = y + jnp.asarray(B).reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
