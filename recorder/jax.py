@@ -202,7 +202,7 @@ def _fun_name(module_name: str) -> str:
 
 
 class _ExplainCapture(logging.Handler):
-    """Takes JAX's cache-miss explanations to the watcher.
+    """Takes JAX's cache-miss explanations to the bridge.
 
     Installed as a filter on the loggers that emit them, where it also decides whether
     the message goes on to the program's own logging (only if the program had asked for
@@ -210,9 +210,9 @@ class _ExplainCapture(logging.Handler):
     logs them from another module.
     """
 
-    def __init__(self, watcher: CompileWatcher, pass_through: bool) -> None:
+    def __init__(self, bridge: _Bridge, pass_through: bool) -> None:
         super().__init__(logging.DEBUG)
-        self.watcher = watcher
+        self.bridge = bridge
         self.pass_through = pass_through
 
     def filter(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
@@ -225,103 +225,91 @@ class _ExplainCapture(logging.Handler):
         if not msg.startswith(_EXPLAIN_PREFIX):
             return True
         record._ember_seen = True  # type: ignore[attr-defined]
-        self.watcher._on_explanation(msg)
+        self.bridge.on_explanation(msg)
         return self.pass_through
 
     def emit(self, record: logging.LogRecord) -> None:
         self.filter(record)
 
 
-class CompileWatcher:
-    """Turns each JAX compile into a ``jit`` span on the bus while started.
+class _Bridge:
+    """The one set of ``jax.monitoring`` listeners of the process, shared by all watchers.
 
-    ``explain=True`` switches on ``jax_explain_cache_misses`` for as long as the watcher
-    runs (restored on ``stop``) so retraces carry their reason; the explanations are
-    captured from JAX's logger and are not printed unless the program had switched the
-    option on itself. ``compiles`` counts the spans emitted.
+    However many watchers are started (a ``ProfileSession`` inside a ``watch_compiles``
+    block, say), each compile becomes one ``jit`` span, and ``jax_explain_cache_misses``
+    is switched on when the first watcher that wants explanations starts and restored
+    to the program's own value when the last one stops, whatever the order of stops.
     """
 
-    def __init__(self, *, explain: bool = True) -> None:
-        self.explain = explain
-        self.compiles = 0
-        self._local = threading.local()
-        self._started = False
-        self._prev_explain: bool | None = None
-        self._capture: _ExplainCapture | None = None
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.watchers: list[CompileWatcher] = []
+        self.local = threading.local()
+        self.capture: _ExplainCapture | None = None
+        self.saved_explain: bool | None = None
         # monotonic ns = wall ns + offset: JAX reports spans in time.time() seconds
-        self._mono_offset = 0
+        self.mono_offset = 0
 
-    # ------------------------------------------------------------ lifecycle
+    def add(self, watcher: CompileWatcher) -> None:
+        with self.lock:
+            if not self.watchers:
+                self.mono_offset = time.monotonic_ns() - time.time_ns()
+                monitoring.register_event_time_span_listener(self.on_span)
+                monitoring.register_event_listener(self.on_event)
+            self.watchers.append(watcher)
+            if watcher.explain and self.capture is None:
+                self.saved_explain = bool(jax.config.jax_explain_cache_misses)
+                self.capture = _ExplainCapture(self, pass_through=self.saved_explain)
+                for name in _EXPLAIN_LOGGERS:
+                    logging.getLogger(name).addFilter(self.capture)
+                logging.getLogger("jax").addHandler(self.capture)
+                jax.config.update("jax_explain_cache_misses", True)
 
-    def start(self) -> CompileWatcher:
-        if self._started:
-            raise RuntimeError("CompileWatcher already started; make a new one")
-        self._started = True
-        self._mono_offset = time.monotonic_ns() - time.time_ns()
-        monitoring.register_event_time_span_listener(self._on_span)
-        monitoring.register_event_listener(self._on_event)
-        if self.explain:
-            self._prev_explain = bool(jax.config.jax_explain_cache_misses)
-            self._capture = _ExplainCapture(self, pass_through=self._prev_explain)
-            for name in _EXPLAIN_LOGGERS:
-                logging.getLogger(name).addFilter(self._capture)
-            logging.getLogger("jax").addHandler(self._capture)
-            jax.config.update("jax_explain_cache_misses", True)
-        return self
+    def remove(self, watcher: CompileWatcher) -> None:
+        with self.lock:
+            self.watchers.remove(watcher)
+            if self.capture is not None and not any(w.explain for w in self.watchers):
+                jax.config.update("jax_explain_cache_misses", self.saved_explain)
+                for name in _EXPLAIN_LOGGERS:
+                    logging.getLogger(name).removeFilter(self.capture)
+                logging.getLogger("jax").removeHandler(self.capture)
+                self.capture = None
+            if not self.watchers:
+                monitoring.unregister_event_time_span_listener(self.on_span)
+                monitoring.unregister_event_listener(self.on_event)
 
-    def stop(self) -> None:
-        if not self._started:
-            return
-        self._started = False
-        monitoring.unregister_event_time_span_listener(self._on_span)
-        monitoring.unregister_event_listener(self._on_event)
-        if self._capture is not None:
-            jax.config.update("jax_explain_cache_misses", self._prev_explain)
-            for name in _EXPLAIN_LOGGERS:
-                logging.getLogger(name).removeFilter(self._capture)
-            logging.getLogger("jax").removeHandler(self._capture)
-            self._capture = None
-
-    def __enter__(self) -> CompileWatcher:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # ------------------------------------------------------------ jax.monitoring -> spans
-
-    def _state(self) -> _ThreadState:
-        st = getattr(self._local, "state", None)
+    def state(self) -> _ThreadState:
+        st = getattr(self.local, "state", None)
         if st is None:
-            st = self._local.state = _ThreadState()
+            st = self.local.state = _ThreadState()
         return st
 
-    def _on_explanation(self, text: str) -> None:
+    def on_explanation(self, text: str) -> None:
         exp = parse_explanation(text)
         if exp is not None:
-            self._state().explanations[exp.fun_name] = exp
+            self.state().explanations[exp.fun_name] = exp
 
-    def _on_event(self, event: str, **kwargs: Any) -> None:
+    def on_event(self, event: str, **kwargs: Any) -> None:
         if event == CACHE_REQUEST_EVENT:
-            self._state().cache_requested = True
+            self.state().cache_requested = True
         elif event == CACHE_HIT_EVENT:
-            self._state().cache_result = "hit"
+            self.state().cache_result = "hit"
         elif event == CACHE_MISS_EVENT:
-            self._state().cache_result = "miss"
+            self.state().cache_result = "miss"
 
-    def _on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
+    def on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
         if event == TRACE_EVENT:
-            self._state().traces[str(kwargs.get("fun_name", ""))] = (start, end)
+            self.state().traces[str(kwargs.get("fun_name", ""))] = (start, end)
         elif event == LOWER_EVENT:
-            st = self._state()
+            st = self.state()
             st.lowering = (_fun_name(str(kwargs.get("fun_name", ""))), start, end)
             st.cache_requested = False
             st.cache_result = None
         elif event == COMPILE_EVENT:
-            self._compiled(_fun_name(str(kwargs.get("fun_name", ""))), start, end)
+            self.compiled(_fun_name(str(kwargs.get("fun_name", ""))), start, end)
 
-    def _compiled(self, name: str, start: float, end: float) -> None:
-        st = self._state()
+    def compiled(self, name: str, start: float, end: float) -> None:
+        st = self.state()
         trace = st.traces.pop(name, None)
         lowering = st.lowering if st.lowering and st.lowering[0] == name else None
         st.lowering = None
@@ -334,8 +322,8 @@ class CompileWatcher:
         # traces of functions nested in this one never compile alone: forget them
         st.traces = {k: v for k, v in st.traces.items() if v[1] >= first}
 
-        t0 = int(first * 1e9) + self._mono_offset
-        t1 = int(end * 1e9) + self._mono_offset
+        t0 = int(first * 1e9) + self.mono_offset
+        t1 = int(end * 1e9) + self.mono_offset
         span_id = next(bus._span_ids)
         parent = bus.current_span_id()
         start_md = {"span_id": span_id, "parent_id": parent, "fun_name": name}
@@ -352,7 +340,46 @@ class CompileWatcher:
             "ember.jit.start", {"monotonic_time": t0, "system_time": int(first * 1e9)}, start_md
         )
         bus.emit("ember.jit.stop", {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)
-        self.compiles += 1
+        for w in list(self.watchers):
+            w.compiles += 1
+
+
+_BRIDGE = _Bridge()
+
+
+class CompileWatcher:
+    """Turns each JAX compile into a ``jit`` span on the bus while started.
+
+    ``explain=True`` switches on ``jax_explain_cache_misses`` for as long as the watcher
+    runs (restored on ``stop``) so retraces carry their reason; the explanations are
+    captured from JAX's logger and are not printed unless the program had switched the
+    option on itself. ``compiles`` counts the spans emitted while it ran. Watchers may
+    overlap: each compile is still one span.
+    """
+
+    def __init__(self, *, explain: bool = True) -> None:
+        self.explain = explain
+        self.compiles = 0
+        self._started = False
+
+    def start(self) -> CompileWatcher:
+        if self._started:
+            raise RuntimeError("CompileWatcher already started; make a new one")
+        self._started = True
+        _BRIDGE.add(self)
+        return self
+
+    def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        _BRIDGE.remove(self)
+
+    def __enter__(self) -> CompileWatcher:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _ns(span: tuple[float, float] | None) -> int | None:

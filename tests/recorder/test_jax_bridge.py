@@ -414,3 +414,26 @@ def test_persistent_cache_miss_then_hit(tmp_path):
     spans = _jit_spans(_read(path), "cached_fn")
     assert [s["attrs"]["persistent_cache"] for s in spans] == ["miss", "hit"]
     assert validate_file(path).ok
+
+
+def test_overlapping_watchers_record_each_compile_once_and_restore_the_option(tmp_path):
+    path = tmp_path / "overlap.jsonl"
+
+    def overlap_fn(x):
+        return x * x
+
+    two, five = jnp.ones(2), jnp.ones(5)  # made before watching: no eager compiles inside
+    with record(path):
+        outer = CompileWatcher(explain=False).start()
+        inner = CompileWatcher().start()
+        assert jax.config.jax_explain_cache_misses is True
+        f = jax.jit(overlap_fn)
+        jax.block_until_ready(f(two))
+        outer.stop()  # stopped first, out of order: explanations stay on for `inner`
+        assert jax.config.jax_explain_cache_misses is True
+        jax.block_until_ready(f(five))
+        inner.stop()
+    assert jax.config.jax_explain_cache_misses is False
+    spans = _jit_spans(_read(path), "overlap_fn")
+    assert [s["attrs"]["retrace_reason"] for s in spans] == [None, "x dim 0: 2 -> 5"]
+    assert (outer.compiles, inner.compiles) == (1, 2)
