@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from . import dashboard  # noqa: F401
-from . import validate  # noqa: F401
+from . import (
+    dashboard,  # noqa: F401
+    run,  # noqa: F401
+    validate,  # noqa: F401
+)
 from .app import app
 
 __all__ = ["app"]

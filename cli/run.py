@@ -1,0 +1,116 @@
+"""``ember run MODEL``: run any ONNX model on made-up inputs, record a trace, sum it up."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .app import app, console, fail
+
+
+def default_trace_path(source: str) -> Path:
+    """``traces/<model>-<time>.jsonl`` for a model source."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source.rstrip("/")).stem) or "model"
+    return Path("traces") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@app.command()
+def run(
+    model: str = typer.Argument(
+        ...,
+        help="A path, hf://owner/repo/file.onnx, or onnx:light/NAME (e.g. onnx:light/squeezenet).",
+    ),
+    input: list[str] = typer.Option(
+        [], "--input", "-i", help="NAME=SHAPE[:DTYPE], e.g. input_ids=1x17:int64. Repeatable."
+    ),
+    sweep: str | None = typer.Option(
+        None, help="NAME:DIM=v1,v2,... : call once per value of that dimension."
+    ),
+    calls: int = typer.Option(3, help="Calls per input shape."),
+    cache_size: int = typer.Option(8, help="Compiled segments kept per position."),
+    cache_dir: Path | None = typer.Option(None, help="Keep compiled programs on disk here."),
+    profile: bool = typer.Option(False, help="Also run once node by node for the memory timeline."),
+    record_path: Path | None = typer.Option(
+        None, "--record", help="Trace file to write (default: traces/<model>-<time>.jsonl)."
+    ),
+    tag: list[str] = typer.Option([], help="key=value tags for the run. Repeatable."),
+) -> None:
+    """Run a model, record a trace, and print calls, compiles, cache, latency and memory."""
+    from ember.recorder import record
+    from ember.runtime import EmberRuntimeError
+    from ember.runtime.workload import (
+        WorkloadError,
+        parse_input,
+        parse_sweep,
+        parse_tag,
+        run_workload,
+    )
+
+    try:
+        overrides = [parse_input(t) for t in input]
+        sweep_spec = parse_sweep(sweep) if sweep else None
+        tags = dict(parse_tag(t) for t in tag)
+    except WorkloadError as exc:
+        raise fail(str(exc)) from None
+    trace = record_path or default_trace_path(model)
+    tags.setdefault("model", model)
+    progress = Progress(
+        TextColumn("[bold]calling[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    try:
+        with record(trace, entrypoint=f"ember run {model}", **tags), progress:
+            task = progress.add_task("calls", total=None)
+            summary = run_workload(
+                model,
+                inputs=overrides,
+                sweep=sweep_spec,
+                calls=calls,
+                cache_size=cache_size,
+                cache_dir=cache_dir,
+                profile=profile,
+                on_call=lambda done, total: progress.update(task, completed=done, total=total),
+            )
+    except (EmberRuntimeError, FileNotFoundError, ValueError) as exc:
+        raise fail(f"{model}: {exc}") from None
+
+    table = Table(title=f"ember run {model}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("calls", str(summary.calls))
+    table.add_row("graph breaks", "yes" if summary.graph_break else "no")
+    table.add_row("compiles", f"{summary.compiles} ({summary.compile_s:.2f} s)")
+    table.add_row(
+        "cache", f"{summary.hits} hits, {summary.misses} misses, {summary.evictions} evictions"
+    )
+    p50, p99 = summary.percentile(50), summary.percentile(99)
+    table.add_row("latency", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms" if p50 is not None else "n/a")
+    table.add_row(
+        "peak memory",
+        f"{_bytes(summary.peak_bytes)} measured (device), "
+        f"{_bytes(summary.static_peak_bytes)} planned by XLA for the largest segment",
+    )
+    if summary.defaults:
+        filled = ", ".join(f"{k}={v}" for k, v in summary.defaults.items())
+        table.add_row("defaults", f"{filled} (set with --input)")
+    table.add_row("trace", str(trace))
+    console.print(table)

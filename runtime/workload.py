@@ -1,0 +1,435 @@
+"""Run any ONNX model on made-up inputs, the way ``ember run`` does, and sum up what happened.
+
+A *workload* is: a model source (a path, an ``hf://`` source, or ``onnx:light/NAME`` for
+the small models that the ``onnx`` package ships), input shapes (``--input
+NAME=SHAPE[:DTYPE]``), an optional sweep of one dimension (``--sweep NAME:DIM=v1,v2``)
+and a number of calls per shape. Symbolic dimensions shared by several inputs
+(``[batch, seq]`` for both ``input_ids`` and ``attention_mask``) take one value.
+
+Inputs are made to look real: integer ids are drawn below the vocabulary size (read from
+the embedding table that a ``Gather`` reads them into), masks are ones, token type ids
+zeros, position ids ``0..n-1``, floats are standard normal.
+
+The summary (calls, compiles, cache hits/misses/evictions, latency percentiles, peak
+memory) is counted from the bus events of the run, the same events a trace records.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.recorder import bus
+
+from .errors import EmberRuntimeError
+from .model import Model, TensorSpec
+
+__all__ = [
+    "WorkloadError",
+    "InputOverride",
+    "Sweep",
+    "RunSummary",
+    "EventTally",
+    "resolve_source",
+    "parse_input",
+    "parse_sweep",
+    "parse_tag",
+    "plan_shapes",
+    "make_inputs",
+    "run_workload",
+]
+
+
+class WorkloadError(EmberRuntimeError, ValueError):
+    """A workload that cannot run as given: the message says what is expected."""
+
+
+LIGHT_PREFIX = "onnx:light/"
+
+
+def light_models_dir() -> Path:
+    import onnx
+
+    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def resolve_source(source: str) -> str:
+    """``onnx:light/NAME`` -> the path of that model in the ``onnx`` package; else as given."""
+    if not source.startswith(LIGHT_PREFIX):
+        return source
+    name = source[len(LIGHT_PREFIX) :].removeprefix("light_").removesuffix(".onnx")
+    path = light_models_dir() / f"light_{name}.onnx"
+    if not path.is_file():
+        known = sorted(p.stem.removeprefix("light_") for p in light_models_dir().glob("*.onnx"))
+        raise WorkloadError(f"{source}: no such light model; the onnx package ships {known}")
+    return str(path)
+
+
+@dataclass(frozen=True)
+class InputOverride:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype | None = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    dim: int
+    values: tuple[int, ...]
+
+
+_SHAPE = re.compile(r"^\d+(?:[x,]\d+)*$")
+
+
+def parse_input(text: str) -> InputOverride:
+    """``NAME=SHAPE[:DTYPE]``, e.g. ``input_ids=1x17:int64`` or ``x=2,3`` or ``scalar=``."""
+    name, eq, rest = text.partition("=")
+    shape_text, _, dtype_text = rest.partition(":")
+    if not eq or not name or (shape_text and not _SHAPE.match(shape_text)):
+        raise WorkloadError(
+            f"--input {text!r}: expected NAME=SHAPE[:DTYPE] with SHAPE like 1x17 (or empty for "
+            "a scalar), e.g. --input input_ids=1x17:int64"
+        )
+    shape = tuple(int(d) for d in re.split(r"[x,]", shape_text)) if shape_text else ()
+    dtype = None
+    if dtype_text:
+        try:
+            dtype = np.dtype(dtype_text)
+        except TypeError as exc:
+            raise WorkloadError(
+                f"--input {text!r}: unknown dtype {dtype_text!r}; use a numpy name such as "
+                "float32, int64, bool"
+            ) from exc
+    return InputOverride(name, shape, dtype)
+
+
+def parse_sweep(text: str) -> Sweep:
+    """``NAME:DIM=v1,v2,...``, e.g. ``input_ids:1=8,16,32`` (dimension 1 of input_ids)."""
+    m = re.match(r"^([^:=]+):(\d+)=(\d+(?:,\d+)*)$", text)
+    if not m:
+        raise WorkloadError(
+            f"--sweep {text!r}: expected NAME:DIM=v1,v2,... e.g. --sweep input_ids:1=8,16,32"
+        )
+    return Sweep(m[1], int(m[2]), tuple(int(v) for v in m[3].split(",")))
+
+
+def parse_tag(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise WorkloadError(f"--tag {text!r}: expected key=value, e.g. --tag team=search")
+    return key, value
+
+
+def _expected(model: Model) -> str:
+    return "the model takes " + ", ".join(str(s) for s in model.inputs)
+
+
+def plan_shapes(
+    model: Model,
+    overrides: Sequence[InputOverride] = (),
+    sweep: Sweep | None = None,
+) -> tuple[list[dict[str, tuple[tuple[int, ...], np.dtype]]], dict[str, int]]:
+    """The input shapes and dtypes of each step of the sweep (one step without a sweep).
+
+    Returns the steps and the symbolic dimensions that were given no value and took a
+    default (1 for a leading dimension, 8 elsewhere), so the caller can say so.
+    """
+    specs = {s.name: s for s in model.inputs}
+    for o in overrides:
+        if o.name not in specs:
+            raise WorkloadError(f"--input {o.name}: no such input; {_expected(model)}")
+        spec = specs[o.name]
+        if spec.shape is not None and len(spec.shape) != len(o.shape):
+            raise WorkloadError(
+                f"--input {o.name}: {len(o.shape)} dims given, the model's input has "
+                f"{len(spec.shape)} ({spec})"
+            )
+    if sweep is not None:
+        if sweep.name not in specs:
+            raise WorkloadError(f"--sweep {sweep.name}: no such input; {_expected(model)}")
+        shape = specs[sweep.name].shape
+        if shape is None or not 0 <= sweep.dim < len(shape):
+            raise WorkloadError(
+                f"--sweep {sweep.name}:{sweep.dim}: the input has no dimension {sweep.dim} "
+                f"({specs[sweep.name]})"
+            )
+    given = {o.name: o for o in overrides}
+    # symbolic dim name -> value, from the overrides
+    symbols: dict[str, int] = {}
+    for o in overrides:
+        for d, v in zip(specs[o.name].shape or (), o.shape, strict=False):
+            if isinstance(d, str):
+                symbols[d] = v
+    defaults: dict[str, int] = {}
+    steps = []
+    for value in sweep.values if sweep else (None,):
+        step_symbols = dict(symbols)
+        swept_symbol = None
+        if sweep is not None:
+            d = (specs[sweep.name].shape or ())[sweep.dim]
+            if isinstance(d, str):
+                step_symbols[d] = value
+                swept_symbol = d
+        step: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        for spec in model.inputs:
+            step[spec.name] = _shape_of(spec, given.get(spec.name), step_symbols, defaults)
+            if sweep is not None and spec.name == sweep.name and swept_symbol is None:
+                shape = list(step[spec.name][0])
+                shape[sweep.dim] = value
+                step[spec.name] = (tuple(shape), step[spec.name][1])
+        steps.append(step)
+    return steps, defaults
+
+
+def _shape_of(
+    spec: TensorSpec,
+    override: InputOverride | None,
+    symbols: dict[str, int],
+    defaults: dict[str, int],
+) -> tuple[tuple[int, ...], np.dtype]:
+    if spec.kind != "tensor":
+        raise WorkloadError(
+            f"input {spec}: ember run makes tensor inputs only; call the model from Python "
+            "(ember.runtime.compile) to pass sequences or optionals"
+        )
+    dtype = (override.dtype if override and override.dtype is not None else None) or spec.dtype
+    if dtype is None:
+        raise WorkloadError(f"input {spec.name}: the model gives no dtype; add :DTYPE to --input")
+    if spec.shape is None and override is None:
+        raise WorkloadError(f"input {spec.name}: the model gives no shape; use --input NAME=SHAPE")
+    dims = list(spec.shape or ())
+    if override is not None:
+        dims = list(override.shape)
+    out = []
+    for i, d in enumerate(dims):
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, str) and d in symbols:
+            out.append(symbols[d])
+        else:
+            label = d if isinstance(d, str) else f"{spec.name}[{i}]"
+            value = defaults.setdefault(label, 1 if i == 0 else 8)
+            if isinstance(d, str):
+                symbols[d] = value
+            out.append(value)
+    return tuple(out), np.dtype(dtype)
+
+
+def _vocab_size(model: Model, input_name: str) -> int | None:
+    """Rows of the embedding table that a Gather reads ``input_name`` into, if any."""
+    for node in model.graph.nodes:
+        if node.op_type == "Gather" and len(node.inputs) > 1 and node.inputs[1] == input_name:
+            table = model.graph.initializers.get(node.inputs[0])
+            if table is not None and np.ndim(table) >= 1:
+                return int(np.shape(table)[0])
+    return None
+
+
+def make_inputs(
+    model: Model,
+    shapes: dict[str, tuple[tuple[int, ...], np.dtype]],
+    rng: np.random.Generator | None = None,
+) -> dict[str, np.ndarray]:
+    """Inputs of the given shapes with realistic values (see the module docstring)."""
+    rng = rng or np.random.default_rng(0)
+    out = {}
+    for name, (shape, dtype) in shapes.items():
+        lname = name.lower()
+        if dtype == np.bool_:
+            out[name] = np.ones(shape, dtype=bool)
+        elif np.issubdtype(dtype, np.integer):
+            if "mask" in lname:
+                out[name] = np.ones(shape, dtype=dtype)
+            elif "type" in lname:
+                out[name] = np.zeros(shape, dtype=dtype)
+            elif "position" in lname and shape:
+                out[name] = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
+            else:
+                high = _vocab_size(model, name) or 100
+                out[name] = rng.integers(0, high, size=shape).astype(dtype)
+        elif np.issubdtype(dtype, np.floating):
+            out[name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            raise WorkloadError(f"input {name}: cannot make values of dtype {dtype}")
+    return out
+
+
+# ------------------------------------------------------------------ counting the events
+
+
+_TALLY_EVENTS = (
+    "ember.call.stop",
+    "ember.cache.hit",
+    "ember.cache.miss",
+    "ember.cache.evict",
+    "ember.segment.compile.stop",
+    "ember.break.stop",
+    "ember.device_memory",
+)
+
+
+@dataclass
+class EventTally:
+    """Counts of the events of a run, collected from the bus while attached."""
+
+    calls: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    compiles: int = 0
+    compile_ns: int = 0
+    breaks: int = 0
+    peak_bytes: int | None = None
+    static_peak_bytes: int | None = None
+    _id: str = field(default="", repr=False)
+
+    def __enter__(self) -> EventTally:
+        self._id = f"ember.runtime.workload.{id(self)}"
+        bus.attach(self._id, _TALLY_EVENTS, self._on_event)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        bus.detach(self._id)
+
+    def _on_event(self, name: str, m: dict[str, Any], md: dict[str, Any]) -> None:
+        if name == "ember.call.stop":
+            self.calls += 1
+        elif name == "ember.cache.hit":
+            self.hits += 1
+        elif name == "ember.cache.miss":
+            self.misses += 1
+        elif name == "ember.cache.evict":
+            self.evictions += 1
+        elif name == "ember.segment.compile.stop":
+            if md.get("compiled"):
+                self.compiles += 1
+                self.compile_ns += m.get("duration", 0)
+            mem = md.get("memory")
+            if mem:
+                # what XLA plans for one run of the segment: arguments, outputs, scratch
+                need = sum(
+                    mem.get(k) or 0 for k in ("argument_bytes", "output_bytes", "temp_bytes")
+                )
+                need -= mem.get("alias_bytes") or 0
+                self.static_peak_bytes = max(self.static_peak_bytes or 0, need)
+        elif name == "ember.break.stop":
+            self.breaks += 1
+        elif name == "ember.device_memory":
+            used = md.get("peak_bytes") or md.get("used_bytes")
+            if used is not None:
+                self.peak_bytes = max(self.peak_bytes or 0, int(used))
+
+
+@dataclass
+class RunSummary:
+    source: str
+    calls: int
+    compiles: int
+    compile_s: float
+    hits: int
+    misses: int
+    evictions: int
+    breaks: int
+    graph_break: bool
+    latency_ms: list[float]
+    peak_bytes: int | None
+    static_peak_bytes: int | None
+    defaults: dict[str, int]
+    shapes: list[dict[str, tuple[int, ...]]]
+    trace: Path | None = None
+
+    def percentile(self, q: float) -> float | None:
+        return float(np.percentile(self.latency_ms, q)) if self.latency_ms else None
+
+
+def _free_swept_dim(model: Model, sweep: Sweep) -> None:
+    """Make a swept dimension that the model fixes symbolic, so other sizes are accepted.
+
+    Exported models often fix the batch size to 1; sweeping it is how one finds out
+    whether the graph really depends on it (a fixed ``Reshape`` inside fails, naming
+    the node).
+    """
+    for i, spec in enumerate(model.inputs):
+        if spec.name == sweep.name and spec.shape is not None and sweep.dim < len(spec.shape):
+            if isinstance(spec.shape[sweep.dim], int):
+                shape = list(spec.shape)
+                shape[sweep.dim] = f"{spec.name}_dim{sweep.dim}"
+                model.inputs[i] = TensorSpec(spec.name, spec.dtype, tuple(shape), spec.kind)
+
+
+def run_workload(
+    source: str,
+    *,
+    inputs: Sequence[InputOverride] = (),
+    sweep: Sweep | None = None,
+    calls: int = 1,
+    cache_size: int = 8,
+    cache_dir: str | Path | None = None,
+    profile: bool = False,
+    seed: int = 0,
+    on_call: Callable[[int, int], None] | None = None,
+) -> RunSummary:
+    """Load, compile and call a model on made-up inputs; count what happened.
+
+    ``on_call(done, total)`` is called after each call (for a progress bar). With
+    ``profile`` the first shape is also run once node by node (``ember.runtime.profile``)
+    for the memory timeline.
+    """
+    import jax
+
+    from .compiled import compile as compile_model
+    from .memory import track_device_memory
+    from .model import load
+    from .profile import profile as profile_model
+
+    if calls < 1:
+        raise WorkloadError(f"--calls {calls}: give at least 1 call")
+    if cache_size < 1:
+        raise WorkloadError(f"--cache-size {cache_size}: the cache keeps at least 1 segment")
+    model = load(resolve_source(source))
+    if sweep is not None:
+        _free_swept_dim(model, sweep)
+    steps, defaults = plan_shapes(model, inputs, sweep)
+    rng = np.random.default_rng(seed)
+    latencies: list[float] = []
+    total = calls * len(steps)
+    with EventTally() as tally, track_device_memory():
+        compiled = compile_model(model, cache_size=cache_size, cache_dir=cache_dir)
+        if profile:
+            profile_model(model, make_inputs(model, steps[0], rng))
+        for step in steps:
+            values = make_inputs(model, step, rng)
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                outputs = compiled(values)
+                jax.block_until_ready(list(outputs.values()))
+                latencies.append((time.perf_counter() - t0) * 1e3)
+                if on_call:
+                    on_call(len(latencies), total)
+    return RunSummary(
+        source=source,
+        calls=tally.calls,
+        compiles=tally.compiles,
+        compile_s=tally.compile_ns / 1e9,
+        hits=tally.hits,
+        misses=tally.misses,
+        evictions=tally.evictions,
+        breaks=tally.breaks,
+        graph_break=compiled.graph_break,
+        latency_ms=latencies,
+        peak_bytes=tally.peak_bytes,
+        static_peak_bytes=tally.static_peak_bytes,
+        defaults=defaults,
+        shapes=[{n: s for n, (s, _) in step.items()} for step in steps],
+    )
+
+
+def iter_light_models() -> Iterator[Path]:
+    yield from sorted(light_models_dir().glob("light_*.onnx"))
