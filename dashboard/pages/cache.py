@@ -1,3 +1,151 @@
+"""Cache: hit rate, evictions, thrashing positions and what each compile paid back."""
+
+from __future__ import annotations
+
+import altair as alt
 import streamlit as st
 
-st.title("cache (coming)")
+from ember.dashboard import charts, db, ui
+
+st.title("Cache")
+ui.require_relations("cache_lookups", "evictions")
+run = ui.pick_run()
+
+per_position = db.query(
+    """
+    WITH l AS (
+        SELECT position, count(*) FILTER (WHERE action = 'hit') AS hits,
+            count(*) FILTER (WHERE action = 'miss') AS misses,
+            count(DISTINCT key) AS keys
+        FROM cache_lookups WHERE run_id = ? GROUP BY position
+    ),
+    e AS (
+        SELECT position, count(*) AS evictions, max(cache_size) AS cache_size,
+            count(*) FILTER (WHERE recompiled) AS evicted_then_recompiled
+        FROM evictions WHERE run_id = ? GROUP BY position
+    )
+    SELECT l.position, l.hits, l.misses,
+        round(l.hits / greatest(l.hits + l.misses, 1), 4) AS hit_rate,
+        coalesce(e.evictions, 0) AS evictions,
+        coalesce(e.evicted_then_recompiled, 0) AS evicted_then_recompiled,
+        l.keys AS distinct_keys, e.cache_size
+    FROM l LEFT JOIN e USING (position) ORDER BY l.position
+    """,
+    run,
+    run,
+)
+if per_position.is_empty():
+    st.info(f"Run {run} looked nothing up in the segment cache.")
+    st.stop()
+
+hits, misses = int(per_position["hits"].sum()), int(per_position["misses"].sum())
+evictions = int(per_position["evictions"].sum())
+thrash = (
+    None
+    if ui.lacks("cache_thrash")
+    else db.query(
+        """
+    SELECT position, shapes_text, key, compiles, evictions, wasted_compiles,
+        wasted_compile_ns / 1e6 AS wasted_compile_ms, cache_size, keys_at_position
+    FROM cache_thrash WHERE run_id = ? ORDER BY wasted_compiles DESC, position, key
+    """,
+        run,
+    )
+)
+m = st.columns(5)
+m[0].metric("Hit rate", f"{hits / max(hits + misses, 1):.1%}")
+m[1].metric("Hits", f"{hits:,}")
+m[2].metric("Misses", f"{misses:,}")
+m[3].metric("Evictions", f"{evictions:,}")
+m[4].metric(
+    "Thrashing positions",
+    "–" if thrash is None else f"{thrash['position'].n_unique():,}",
+)
+
+charts.show(
+    charts.bars(
+        per_position.with_columns(per_position["position"].cast(str)).unpivot(
+            index="position", on=["hits", "misses", "evictions"], variable_name="what"
+        ),
+        x="position:N",
+        y="value:Q",
+        color="what",
+        title="Lookups and evictions per position",
+        y_title="count",
+    ),
+    key="ember_cache_positions_chart",
+)
+st.dataframe(per_position, hide_index=True, width="stretch", key="ember_cache_positions")
+
+st.subheader("Thrashing")
+if thrash is not None and thrash.is_empty():
+    st.success("No key was compiled again after an eviction.")
+elif thrash is not None:
+    worst = (
+        thrash.group_by("position")
+        .agg(wasted=thrash["wasted_compiles"].sum(), keys=thrash["keys_at_position"].max())
+        .sort("wasted", descending=True)
+        .row(0, named=True)
+    )
+    st.warning(
+        f"Position {worst['position']} compiled keys again after evicting them "
+        f"({worst['wasted']} wasted compiles); a cache of {worst['keys']} per position "
+        "keeps every key it used."
+    )
+    st.dataframe(thrash, hide_index=True, width="stretch", key="ember_cache_thrash")
+
+st.subheader("Evictions")
+ev = db.query(
+    """
+    SELECT position, round(ts_ns / 1e9, 3) AS t_s, shapes_text, cache_size,
+        hits AS hits_before_eviction, lifetime_ns / 1e6 AS lifetime_ms, recompiled
+    FROM evictions WHERE run_id = ? ORDER BY ts_ns LIMIT 5000
+    """,
+    run,
+)
+if ev.is_empty():
+    st.caption("Nothing was evicted.")
+else:
+    st.dataframe(ev, hide_index=True, width="stretch", key="ember_cache_evictions")
+
+st.subheader("Compile payback")
+if not ui.lacks("compile_payback"):
+    payback = db.query(
+        """
+        SELECT CAST(position AS VARCHAR) AS position, shapes_text, compile_index,
+            compile_ns / 1e6 AS compile_ms, reuses,
+            compile_ns_per_reuse / 1e6 AS compile_ms_per_reuse, paid_back,
+            evicted_ns IS NOT NULL AS evicted
+        FROM compile_payback WHERE run_id = ? ORDER BY ts_ns LIMIT 5000
+        """,
+        run,
+    )
+    if payback.is_empty():
+        st.caption("No segment compiles in this run.")
+    else:
+        never = payback.filter(~payback["paid_back"])
+        st.caption(
+            f"{never.height} of {payback.height} compiles were never reused before they "
+            "were evicted or the run ended."
+        )
+        chart = (
+            alt.Chart(payback, title="Compile time against reuses, per compile")
+            .mark_circle(size=90)
+            .encode(
+                x=alt.X("reuses:Q", title="calls that reused the segment"),
+                y=alt.Y("compile_ms:Q", title="compile (ms)"),
+                color=alt.Color("position:N"),
+                shape=alt.Shape("evicted:N"),
+                tooltip=[
+                    "position",
+                    "shapes_text",
+                    "compile_index",
+                    alt.Tooltip("compile_ms", format=",.1f"),
+                    "reuses",
+                    "evicted",
+                ],
+            )
+            .interactive()
+        )
+        charts.show(chart, key="ember_cache_payback_chart")
+        st.dataframe(payback, hide_index=True, width="stretch", key="ember_cache_payback")

@@ -1,3 +1,113 @@
+"""Calls: latency percentiles over time and by input shapes."""
+
+from __future__ import annotations
+
 import streamlit as st
 
-st.title("calls (coming)")
+from ember.dashboard import charts, db, state, ui
+
+st.title("Calls")
+ui.require_relations("call_latency", "spans")
+run = ui.pick_run()
+
+overall = db.query(
+    """
+    SELECT count(*) AS calls, count(*) FILTER (WHERE status = 'error') AS errors,
+        quantile_cont(duration_ns, 0.5) / 1e6 AS p50_ms,
+        quantile_cont(duration_ns, 0.9) / 1e6 AS p90_ms,
+        quantile_cont(duration_ns, 0.99) / 1e6 AS p99_ms
+    FROM spans WHERE run_id = ? AND span_kind = 'call' AND duration_ns IS NOT NULL
+    """,
+    run,
+).row(0, named=True)
+if not overall["calls"]:
+    st.info(f"Run {run} made no model calls.")
+    st.stop()
+
+m = st.columns(5)
+m[0].metric("Calls", f"{overall['calls']:,}")
+m[1].metric("Errors", f"{overall['errors']:,}")
+m[2].metric("p50", ui.fmt_ms(overall["p50_ms"]))
+m[3].metric("p90", ui.fmt_ms(overall["p90_ms"]))
+m[4].metric("p99", ui.fmt_ms(overall["p99_ms"]))
+
+# ---- percentiles over time: the run cut into at most 200 windows, quantiles per window
+windows = int(state.get_param("windows") or 50)
+windows = st.slider("Time windows", 5, 200, min(max(windows, 5), 200), key="ember_calls_windows")
+state.set_param("windows", str(windows))
+over_time = db.query(
+    """
+    WITH c AS (
+        SELECT start_ns, duration_ns FROM spans
+        WHERE run_id = $1 AND span_kind = 'call' AND duration_ns IS NOT NULL
+    ),
+    b AS (SELECT min(start_ns) AS lo, greatest(max(start_ns) - min(start_ns), 1) AS width FROM c),
+    w AS (
+        SELECT least(floor((start_ns - lo) * $2 / width), $2 - 1) AS win,
+            lo + (least(floor((start_ns - lo) * $2 / width), $2 - 1) + 0.5) * width / $2
+                AS mid_ns,
+            duration_ns
+        FROM c, b
+    )
+    SELECT any_value(mid_ns) / 1e9 AS t_s, count(*) AS calls,
+        quantile_cont(duration_ns, 0.5) / 1e6 AS p50,
+        quantile_cont(duration_ns, 0.9) / 1e6 AS p90,
+        quantile_cont(duration_ns, 0.99) / 1e6 AS p99
+    FROM w GROUP BY win ORDER BY t_s
+    """,
+    run,
+    windows,
+)
+charts.show(
+    charts.line(
+        over_time.unpivot(
+            index=["t_s", "calls"],
+            on=["p50", "p90", "p99"],
+            variable_name="percentile",
+            value_name="ms",
+        ),
+        x="t_s:Q",
+        y="ms:Q",
+        color="percentile",
+        title="Call latency over time",
+        x_title="seconds since the run started",
+        y_title="ms",
+        points=True,
+    ),
+    key="ember_calls_over_time",
+)
+
+# ---- by input shapes
+st.subheader("By input shapes")
+by_shape = db.query(
+    """
+    SELECT shapes_text AS shapes, calls, errors, compiling_calls,
+        p50_ns / 1e6 AS p50_ms, p90_ns / 1e6 AS p90_ms, p99_ns / 1e6 AS p99_ms,
+        p50_warm_ns / 1e6 AS p50_warm_ms, first_ns / 1e6 AS first_ms,
+        CAST(total_ns AS BIGINT) / 1e6 AS total_ms, source
+    FROM call_latency WHERE run_id = ? ORDER BY total_ns DESC, shapes_text
+    """,
+    run,
+)
+charts.show(
+    charts.bars(
+        by_shape.unpivot(
+            index="shapes",
+            on=["p50_ms", "p90_ms", "p99_ms"],
+            variable_name="percentile",
+            value_name="ms",
+        ),
+        x="ms:Q",
+        y="shapes:N",
+        color="percentile",
+        title="Latency percentiles by input shapes",
+        y_title=None,
+        horizontal=True,
+    ),
+    key="ember_calls_by_shape_chart",
+)
+st.caption(
+    "`p50_warm` leaves out the calls that compiled a segment; `first` is the first call "
+    "with these shapes (it usually compiles)."
+)
+st.dataframe(by_shape, hide_index=True, width="stretch", key="ember_calls_by_shape")

@@ -1,3 +1,103 @@
+"""Compare: two runs side by side (compiles, evictions, latency, peak memory) and what differs."""
+
+from __future__ import annotations
+
+import polars as pl
 import streamlit as st
 
-st.title("compare (coming)")
+from ember.dashboard import db, state, summary, ui
+
+st.title("Compare runs")
+ids = summary.run_ids()
+if len(ids) < 2:
+    st.info(
+        "Comparing needs two runs; this database has "
+        f"{len(ids)}. Ingest another trace with `ember ingest`."
+    )
+    st.stop()
+
+c1, c2 = st.columns(2)
+a = state.select_param("Run A", "run", ids, where=c1)
+b = state.select_param("Run B", "other", [i for i in ids if i != a], where=c2)
+
+runs = summary.run_summary().filter(pl.col("run_id").is_in([a, b]))
+row_a = runs.filter(pl.col("run_id") == a).row(0, named=True)
+row_b = runs.filter(pl.col("run_id") == b).row(0, named=True)
+
+# (label, column, formatter, lower is better)
+MEASURES = [
+    ("Calls", "calls", lambda v: f"{v:,}", None),
+    ("Compiles", "compiles", lambda v: f"{v:,}", True),
+    ("Evictions", "evictions", lambda v: f"{v:,}", True),
+    ("Cache hit rate", "hit_rate", lambda v: "–" if v is None else f"{v:.1%}", False),
+    ("Call p50", "call_p50_ms", ui.fmt_ms, True),
+    ("Compile time", "compile_ms", ui.fmt_ms, True),
+    ("Peak memory", "peak_memory_bytes", ui.fmt_bytes, True),
+]
+
+cols = st.columns(len(MEASURES))
+for col, (label, key, fmt, lower_better) in zip(cols, MEASURES, strict=True):
+    va, vb = row_a[key], row_b[key]
+    delta = None
+    if va is not None and vb is not None and va != vb:
+        diff = vb - va
+        delta = f"{diff:+.1%}" if key == "hit_rate" else ("+" if diff > 0 else "-") + fmt(abs(diff))
+    col.metric(
+        f"{label} (B)",
+        fmt(vb) if vb is not None else "–",
+        delta,
+        delta_color="off" if lower_better is None else ("inverse" if lower_better else "normal"),
+        help=f"Run A: {fmt(va) if va is not None else '–'}",
+    )
+
+table = pl.DataFrame(
+    {
+        "measure": [m[0] for m in MEASURES],
+        "run A": [m[2](row_a[m[1]]) if row_a[m[1]] is not None else "–" for m in MEASURES],
+        "run B": [m[2](row_b[m[1]]) if row_b[m[1]] is not None else "–" for m in MEASURES],
+        "B - A": [
+            None if row_a[m[1]] is None or row_b[m[1]] is None else float(row_b[m[1]] - row_a[m[1]])
+            for m in MEASURES
+        ],
+    }
+)
+st.dataframe(table, hide_index=True, width="stretch", key="ember_compare_table")
+
+tags_a, tags_b = row_a["tags"], row_b["tags"]
+if tags_a != tags_b:
+    st.caption(f"Tags differ. A: `{tags_a}`  B: `{tags_b}`")
+
+st.subheader("Compiles per position")
+if not ui.lacks("compiles"):
+    per_position = db.query(
+        """
+        SELECT coalesce(CAST(position AS VARCHAR), fun_name) AS "where",
+            count(*) FILTER (WHERE run_id = $1) AS compiles_a,
+            count(*) FILTER (WHERE run_id = $2) AS compiles_b,
+            compiles_b - compiles_a AS difference
+        FROM compiles WHERE run_id IN ($1, $2)
+        GROUP BY ALL ORDER BY abs(difference) DESC, "where"
+        """,
+        a,
+        b,
+    )
+    st.dataframe(per_position, hide_index=True, width="stretch", key="ember_compare_compiles")
+
+st.subheader("Latency by input shapes")
+if not ui.lacks("call_latency"):
+    latency = db.query(
+        """
+        SELECT coalesce(x.shapes_text, y.shapes_text) AS shapes,
+            x.calls AS calls_a, y.calls AS calls_b,
+            x.p50_ns / 1e6 AS p50_ms_a, y.p50_ns / 1e6 AS p50_ms_b,
+            (y.p50_ns - x.p50_ns) / 1e6 AS p50_ms_difference,
+            x.p99_ns / 1e6 AS p99_ms_a, y.p99_ns / 1e6 AS p99_ms_b
+        FROM (SELECT * FROM call_latency WHERE run_id = $1) x
+        FULL JOIN (SELECT * FROM call_latency WHERE run_id = $2) y
+            ON x.shapes_text = y.shapes_text AND x.source IS NOT DISTINCT FROM y.source
+        ORDER BY shapes
+        """,
+        a,
+        b,
+    )
+    st.dataframe(latency, hide_index=True, width="stretch", key="ember_compare_latency")

@@ -1,3 +1,91 @@
+"""Hub: the files a run took from the Hugging Face Hub, hits against downloads, how the
+cache was checked, and when Ember fell back to its saved metadata."""
+
+from __future__ import annotations
+
+import polars as pl
 import streamlit as st
 
-st.title("hub (coming)")
+from ember.dashboard import charts, db, ui
+
+st.title("Hub")
+ui.require_relations("hub_files")
+run = ui.pick_run()
+
+files = db.query(
+    """
+    SELECT repo, path, what, revision, hits, downloads, failures, info_fetched, info_saved,
+        bytes, round(download_ns / 1e6, 1) AS download_ms,
+        array_to_string(checks, ', ') AS checks, source
+    FROM hub_files WHERE run_id = ? ORDER BY what, repo, path
+    """,
+    run,
+)
+if files.is_empty():
+    st.info(f"Run {run} used nothing from the Hub.")
+    st.stop()
+
+only_files = files.filter(pl.col("what") == "file")
+info = files.filter(pl.col("what") == "repo_info")
+m = st.columns(5)
+m[0].metric("Files", f"{only_files.height:,}")
+m[1].metric("Bytes", ui.fmt_bytes(only_files["bytes"].sum()))
+m[2].metric("Cache hits", f"{int(only_files['hits'].sum()):,}")
+m[3].metric("Downloads", f"{int(only_files['downloads'].sum()):,}")
+m[4].metric("Saved-metadata fallbacks", f"{int(info['info_saved'].sum()):,}")
+
+if int(info["info_saved"].sum()):
+    st.warning(
+        "The Hub could not be reached (or answered with an error) for "
+        f"{int(info['info_saved'].sum())} metadata request(s): Ember used its saved copy. "
+        "Files may be older than the Hub's current revision."
+    )
+failures = int(files["failures"].sum())
+if failures:
+    st.error(f"{failures} Hub request(s) failed in this run.")
+
+if only_files.height:
+    charts.show(
+        charts.bars(
+            only_files.select("path", "hits", "downloads").unpivot(
+                index="path", on=["hits", "downloads"], variable_name="what"
+            ),
+            x="value:Q",
+            y="path:N",
+            color="what",
+            title="Hits against downloads per file",
+            x_title="times",
+            y_title=None,
+            horizontal=True,
+        ),
+        key="ember_hub_chart",
+    )
+
+checks = db.query(
+    """
+    SELECT "check", count(*) AS hits, sum(bytes) AS bytes FROM hub
+    WHERE run_id = ? GROUP BY "check" ORDER BY hits DESC
+    """,
+    run,
+)
+c1, c2 = st.columns([1, 2])
+with c1:
+    st.subheader("Check kinds")
+    st.caption("How each cache hit was found current: etag, hash, none, offline.")
+    st.dataframe(checks, hide_index=True, width="stretch", key="ember_hub_checks")
+with c2:
+    st.subheader("Repository metadata")
+    st.dataframe(
+        info.select("repo", "revision", "info_fetched", "info_saved", "failures"),
+        hide_index=True,
+        width="stretch",
+        key="ember_hub_info",
+    )
+
+st.subheader("Files")
+st.dataframe(
+    only_files.drop("what", "info_fetched", "info_saved"),
+    hide_index=True,
+    width="stretch",
+    key="ember_hub_files",
+)

@@ -1,3 +1,158 @@
+"""Memory: the timeline stacked by category (per device), peaks marked, each compiled
+segment's static memory, and the device's own readings."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
 import streamlit as st
 
-st.title("memory (coming)")
+from ember.dashboard import charts, db, ui
+
+st.title("Memory")
+ui.require_relations("memory_timeline", "peak_memory")
+run = ui.pick_run()
+
+peaks = db.query(
+    """
+    SELECT device, series, CAST(peak_bytes AS BIGINT) AS peak_bytes,
+        round(peak_ts_ns / 1e9, 3) AS peak_t_s, span_id,
+        CAST(by_category AS VARCHAR) AS by_category, samples
+    FROM peak_memory WHERE run_id = ? ORDER BY device, series
+    """,
+    run,
+)
+if peaks.is_empty():
+    st.info(f"Run {run} recorded no memory (no alloc/free records, no device readings).")
+    st.stop()
+
+devices = sorted(peaks["device"].unique().to_list())
+device = (
+    st.selectbox("Device", devices, key="ember_memory_device") if len(devices) > 1 else devices[0]
+)
+here = peaks.filter(pl.col("device") == device)
+
+
+def _peak(series: str) -> dict | None:
+    rows = here.filter(pl.col("series") == series)
+    return rows.row(0, named=True) if rows.height else None
+
+
+tensors, used, rss = _peak("tensors"), _peak("used") or _peak("peak"), _peak("rss")
+m = st.columns(3)
+m[0].metric("Peak of live tensors", ui.fmt_bytes(tensors and tensors["peak_bytes"]))
+m[1].metric("Peak device memory used", ui.fmt_bytes(used and used["peak_bytes"]))
+m[2].metric("Peak process RSS", ui.fmt_bytes(rss and rss["peak_bytes"]))
+if tensors:
+    st.caption(
+        f"Live tensors peaked at {ui.fmt_bytes(tensors['peak_bytes'])} at "
+        f"{tensors['peak_t_s']:.3f} s"
+        + (f" (span {tensors['span_id']})" if tensors["span_id"] is not None else "")
+        + f": {tensors['by_category']}"
+    )
+
+# ---- tensors by category: sampled on a common time grid (exact when the series is short)
+# so the stacked areas line up; each grid point carries the last value at or before it.
+if tensors:
+    n = charts.MAX_POINTS
+    stacked = db.query(
+        f"""
+        WITH t AS (
+            SELECT category, ts_ns, CAST(bytes AS BIGINT) AS bytes FROM memory_timeline
+            WHERE run_id = $1 AND device = $2 AND series = 'tensors'
+        ),
+        span AS (SELECT min(ts_ns) AS lo, max(ts_ns) AS hi, count(*) AS rows FROM t),
+        grid AS (
+            SELECT DISTINCT ts_ns FROM t, span WHERE span.rows <= {n}
+            UNION ALL
+            SELECT lo + (hi - lo) * i // {n} FROM span, range(0, {n} + 1) r(i)
+            WHERE span.rows > {n}
+        ),
+        cats AS (SELECT DISTINCT category FROM t),
+        g AS (SELECT cats.category, grid.ts_ns FROM cats, grid)
+        SELECT g.ts_ns / 1e9 AS t_s, g.category, coalesce(t.bytes, 0) AS bytes
+        FROM g ASOF LEFT JOIN t ON t.category = g.category AND t.ts_ns <= g.ts_ns
+        ORDER BY t_s, g.category
+        """,
+        run,
+        device,
+    )
+    area = charts.area(
+        stacked,
+        x="t_s:Q",
+        y="bytes:Q",
+        color="category",
+        title=f"Live tensor bytes by category on {device}",
+        x_title="seconds since the run started",
+        y_title="bytes",
+    )
+    peak_rule = (
+        alt.Chart(pl.DataFrame({"t_s": [tensors["peak_t_s"]], "peak": ["peak"]}))
+        .mark_rule(color="red", strokeDash=[4, 3], size=2)
+        .encode(x="t_s:Q", tooltip=["peak", alt.Tooltip("t_s", format=",.3f")])
+    )
+    charts.show(area + peak_rule, key="ember_memory_stacked")
+
+# ---- device readings (memory_stats, or live arrays and RSS on the CPU), peaks kept
+readings = db.query(
+    f"""
+    SELECT ts_ns / 1e9 AS t_s, series, bytes FROM {
+        charts.downsample_sql(
+            '''(SELECT series, ts_ns, CAST(bytes AS BIGINT) AS bytes FROM memory_timeline
+            WHERE run_id = $1 AND device = $2 AND series <> 'tensors')''',
+            x="ts_ns",
+            values=["bytes"],
+            groups=["series"],
+        )
+    }
+    """,
+    run,
+    device,
+)
+if readings.is_empty():
+    st.caption("No device memory readings in this run.")
+else:
+    series = sorted(readings["series"].unique().to_list())
+    pick = st.multiselect(
+        "Device readings",
+        series,
+        default=[s for s in series if s != "rss"] or series,
+        key="ember_memory_series",
+    )
+    charts.show(
+        charts.line(
+            readings.filter(pl.col("series").is_in(pick)),
+            x="t_s:Q",
+            y="bytes:Q",
+            color="series",
+            title=f"Device memory readings on {device}",
+            x_title="seconds since the run started",
+            y_title="bytes",
+            points=readings.height < 200,
+        ),
+        key="ember_memory_readings",
+    )
+
+# ---- static memory of each compiled segment (memory_analysis of the executable)
+st.subheader("Static memory per compiled segment")
+static = db.query(
+    """
+    SELECT position, start_attrs.key AS key,
+        end_attrs.memory.argument_bytes AS argument_bytes,
+        end_attrs.memory.output_bytes AS output_bytes,
+        end_attrs.memory.temp_bytes AS temp_bytes,
+        end_attrs.memory.generated_code_bytes AS code_bytes,
+        round(duration_ns / 1e6, 2) AS compile_ms
+    FROM spans
+    WHERE run_id = ? AND span_kind = 'segment_compile' AND end_attrs.memory IS NOT NULL
+    ORDER BY start_ns LIMIT 5000
+    """,
+    run,
+)
+if static.is_empty():
+    st.caption("No compiled segment reported its memory in this run.")
+else:
+    st.dataframe(static, hide_index=True, width="stretch", key="ember_memory_static")
+
+with st.expander("Peaks per series"):
+    st.dataframe(here, hide_index=True, width="stretch", key="ember_memory_peaks")

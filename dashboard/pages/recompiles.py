@@ -105,8 +105,9 @@ else:
     st.dataframe(reasons, hide_index=True, width="stretch", key="ember_recompiles_reasons")
     detail = db.query(
         """
-        SELECT position, fun_name, compile_index, "at", reason, change, arg, dim, old_value,
-            new_value, after_eviction, compile_ns / 1e6 AS compile_ms, shapes_text
+        SELECT position, fun_name, compile_index, round(ts_ns / 1e9, 3) AS t_s, reason,
+            change, arg, dim, old_value, new_value, after_eviction,
+            compile_ns / 1e6 AS compile_ms, shapes_text
         FROM recompiles WHERE run_id = ? ORDER BY ts_ns LIMIT 5000
         """,
         run,
