@@ -411,13 +411,15 @@ def test_offline_reads_files_other_hugging_face_tools_downloaded(local_hub, even
 
     for name in (MODEL, DATA):
         hf_hub_download(REPO, name, cache_dir=tmp_path / "hf-cache", endpoint=local_hub.endpoint)
+    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
     seen, _ = events
     path = download_model(REPO, MODEL, offline=True)
-    assert [(e[1], e[2]) for e in seen] == [
-        (f"hf://{REPO}/{MODEL}", "offline"),
-        (f"hf://{REPO}/{DATA}", "offline"),
+    # no saved metadata: huggingface_hub's refs/main and snapshot say what is cached
+    assert seen == [
+        ("hit", f"hf://{REPO}/{MODEL}", "offline", len(files[MODEL])),
+        ("hit", f"hf://{REPO}/{DATA}", "offline", len(files[DATA])),
     ]
-    assert path.name == "model.onnx"
+    assert path.name == "model.onnx" and path.read_bytes() == files[MODEL]
 
 
 def test_files_without_saved_etag_are_hashed_once(local_hub, events, tmp_path):
@@ -591,6 +593,35 @@ def test_file_not_in_the_repository_lists_its_onnx_files(local_hub):
         HubError, match=r"no file 'onnx/other.onnx'.*its ONNX files: onnx/model.onnx"
     ):
         download_model(REPO, "onnx/other.onnx")
+
+
+def test_missing_external_data_file_is_named(local_hub):
+    files = _model_files()
+    del files[DATA]
+    local_hub.publish(REPO, files, lfs={MODEL})
+    with pytest.raises(HubError, match=r"keeps tensors in 'model.onnx.data'.*no file 'onnx/model"):
+        download_model(REPO, MODEL)
+
+
+def test_revision_with_a_slash_is_saved_and_referenced_like_huggingface_hub(
+    local_hub, events, tmp_path
+):
+    commit = local_hub.publish(REPO, _model_files(scale=2.0), lfs={MODEL, DATA}, branch="refs/pr/1")
+    seen, handler = events
+    handler.revision = "refs/pr/1"
+    path = download_model(REPO, MODEL, revision="refs/pr/1")
+    assert path == _snapshot(tmp_path, commit) / MODEL
+    assert seen[1] == ("info.stop", f"hf://{REPO}", "fetched")
+    assert local_hub.requests[0] == ("GET", f"/api/models/{REPO}/revision/refs%2Fpr%2F1")
+    repo_dir = tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}"
+    assert (repo_dir / "refs" / "refs" / "pr" / "1").read_text() == commit
+    saved = json.loads((repo_dir / "ember" / "revisions" / "refs%2Fpr%2F1.json").read_text())
+    assert saved["commit"] == commit
+    x = np.ones((1, 8), dtype=np.float32)
+    import onnxruntime as ort
+
+    (y,) = ort.InferenceSession(str(path)).run(None, {"x": x})
+    np.testing.assert_allclose(y, _expected(x, scale=2.0), rtol=1e-6)
 
 
 def test_external_data_outside_the_model_folder_is_refused(local_hub, tmp_path):
