@@ -10,11 +10,13 @@ how a real decoder behaves when its prompt grows, and what Ember is there to sho
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["token_filter_model", "LIGHT_MODELS"]
+__all__ = ["token_filter_model", "train_tiny_mlp", "LIGHT_MODELS"]
 
 LIGHT_MODELS = (
     "bvlc_alexnet",
@@ -99,3 +101,51 @@ def token_filter_model(
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def train_tiny_mlp(
+    path: str | Path, *, steps: int = 6, batch_sizes: tuple[int, ...] = (32, 16), seed: int = 0
+) -> Path:
+    """Train a two-layer MLP with plain SGD for a few steps while recording it.
+
+    The batch size changes once (``batch_sizes``), so the trace shows the ``jit``
+    compiles of the step function, one retrace with its reason, step spans and gradient
+    records in the ``train`` phase. Returns the trace path.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from ember.recorder.jax import ProfileSession
+
+    key = jax.random.PRNGKey(seed)
+    k1, k2, k3 = jax.random.split(key, 3)
+    params = {
+        "dense1": {"w": jax.random.normal(k1, (8, 32)) * 0.3, "b": jnp.zeros(32)},
+        "dense2": {"w": jax.random.normal(k2, (32, 1)) * 0.3, "b": jnp.zeros(1)},
+    }
+
+    def loss_fn(p, x, y):
+        h = jnp.tanh(x @ p["dense1"]["w"] + p["dense1"]["b"])
+        return jnp.mean((h @ p["dense2"]["w"] + p["dense2"]["b"] - y) ** 2)
+
+    @jax.jit
+    def grad_step(p, x, y):
+        return jax.value_and_grad(loss_fn)(p, x, y)
+
+    @jax.jit
+    def sgd(p, g):
+        return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g)
+
+    with ProfileSession(path, phase="train", model="tiny_mlp", scenario="jax-training") as s:
+        for i in range(steps):
+            batch = batch_sizes[0] if i < steps // 2 else batch_sizes[-1]
+            x = jax.random.normal(jax.random.fold_in(k3, i), (batch, 8))
+            y = jnp.sum(x, axis=1, keepdims=True)
+            with s.step("forward", i):
+                loss, grads = grad_step(params, x, y)
+                loss.block_until_ready()
+            s.record_gradients(i, grads)
+            with s.step("optimizer", i):
+                params = sgd(params, grads)
+                jax.block_until_ready(params)
+    return Path(path)
