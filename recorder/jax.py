@@ -448,7 +448,7 @@ def record_gradients(
             "ember.gradient",
             None,
             {
-                "event_id": f"{phase}-grad-{step if step is not None else 'x'}-{i}",
+                "event_id": f"{phase}-grad-{root}-{step if step is not None else 'x'}-{i}",
                 "step": step,
                 "root": root,
                 **r,
@@ -473,7 +473,9 @@ class ProfileSession:
                 with session.step("optimizer", i):
                     params, opt_state = update(params, opt_state, grads)
 
-    Keyword arguments other than the named ones become the run's tags.
+    Keyword arguments other than the named ones become the run's tags. Device memory is
+    the runtime's business (the recorder does not import it): add
+    ``ember.runtime.memory.MemorySampler(0.1)`` around the loop for a memory timeline.
     """
 
     def __init__(

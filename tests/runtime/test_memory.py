@@ -8,11 +8,15 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import psutil
 import pytest
+from onnx import TensorProto, helper
 
-from ember.recorder import bus, record
+import ember.runtime as rt
+from ember.recorder import record
 from ember.runtime import memory
+from ember.runtime.errors import InputError
 from ember.schemas import validate_file
 
 
@@ -118,23 +122,39 @@ def test_device_that_raises_in_memory_stats_falls_back_to_live_arrays():
     assert reading["source"] == "live_arrays"
 
 
-def test_track_device_memory_reads_at_each_call_stop(tmp_path):
+def _relu_model():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])],
+    )
+    return rt.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_track_device_memory_reads_at_each_model_call(tmp_path):
+    compiled = rt.compile(_relu_model())
+    x = np.ones((64, 64), np.float32)
     path = tmp_path / "calls.jsonl"
     stub = _StubGpu(0, XLA_GPU_STATS)
+    kept = []
     with record(path):
         with memory.track_device_memory(devices=[stub]) as tracker:
             for _ in range(3):
-                with bus.span("ember.call", {"source": "model.onnx"}):
-                    pass
-            with pytest.raises(ValueError):
-                with bus.span("ember.call", {"source": "model.onnx"}):
-                    raise ValueError("boom")
-        with bus.span("ember.call", {"source": "model.onnx"}):  # after stop: no reading
-            pass
-    assert tracker.readings == 4
+                kept.append(compiled({"x": x}))
+            with pytest.raises(InputError):  # a failed call is read too
+                compiled({"x": np.ones((2, 2), np.float32)})
+        compiled({"x": x})  # after stop: no reading
+        with memory.track_device_memory() as cpu_tracker:  # the real CPU device
+            kept.append(compiled({"x": x}))
+    assert tracker.readings == 4 and cpu_tracker.readings == 1
+    records = _records(path, "device_memory")
     calls = [r["span_id"] for r in _records(path, "span_start") if r["span_kind"] == "call"]
-    readings = _records(path, "device_memory")
-    assert [r["span_id"] for r in readings] == calls[:4]
+    assert [r["span_id"] for r in records] == calls[:4] + calls[5:]
+    assert [r["source"] for r in records] == ["memory_stats"] * 4 + ["live_arrays"]
+    # the CPU reading counts the outputs the calls returned and that are still alive
+    outputs = sum(out["y"].nbytes for out in kept)
+    assert records[-1]["used_bytes"] >= outputs
     assert validate_file(path).ok
 
 
