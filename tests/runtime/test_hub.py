@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +172,7 @@ def test_parse_hub_source(source, expected):
     ],
 )
 def test_bad_sources_are_refused_before_any_request(local_hub, events, source, names):
-    with pytest.raises(ValueError, match=names.replace("(", r"\(").replace("'", "'")):
+    with pytest.raises(ValueError, match=re.escape(names)):
         parse_hub_source(source)
     assert local_hub.requests == []
     assert events[0] == []
