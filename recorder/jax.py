@@ -63,6 +63,7 @@ CACHE_MISS_EVENT = "/jax/compilation_cache/cache_misses"
 # Where JAX logs its cache-miss explanations (partial_eval since 0.5, pjit before).
 _EXPLAIN_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 _EXPLAIN_PREFIX = "TRACING CACHE MISS"
+_log = logging.getLogger("ember.recorder")
 
 # ---------------------------------------------------------------- cache-miss explanations
 
@@ -285,7 +286,11 @@ class _Bridge:
         return st
 
     def on_explanation(self, text: str) -> None:
-        exp = parse_explanation(text)
+        try:
+            exp = parse_explanation(text)
+        except Exception:
+            _log.exception("ember: could not parse a JAX cache-miss explanation")
+            return
         if exp is not None:
             self.state().explanations[exp.fun_name] = exp
 
@@ -298,6 +303,14 @@ class _Bridge:
             self.state().cache_result = "miss"
 
     def on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
+        # Called inside JAX's compile path: a bug here must never fail the program's
+        # compile, so it is logged and the span is lost.
+        try:
+            self._on_span(event, start, end, **kwargs)
+        except Exception:
+            _log.exception("ember: could not record a JAX compile event %s", event)
+
+    def _on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
         if event == TRACE_EVENT:
             self.state().traces[str(kwargs.get("fun_name", ""))] = (start, end)
         elif event == LOWER_EVENT:

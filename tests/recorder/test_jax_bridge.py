@@ -437,3 +437,19 @@ def test_overlapping_watchers_record_each_compile_once_and_restore_the_option(tm
     spans = _jit_spans(_read(path), "overlap_fn")
     assert [s["attrs"]["retrace_reason"] for s in spans] == [None, "x dim 0: 2 -> 5"]
     assert (outer.compiles, inner.compiles) == (1, 2)
+
+
+def test_a_failure_in_the_bridge_never_fails_the_compile(monkeypatch, caplog):
+    from ember.recorder import jax as bridge
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bridge bug")
+
+    monkeypatch.setattr(bridge._BRIDGE, "compiled", broken)
+
+    def survives_fn(x):
+        return x + 41
+
+    with caplog.at_level(logging.ERROR, logger="ember.recorder"), watch_compiles():
+        assert float(jax.jit(survives_fn)(jnp.float32(1))) == 42.0
+    assert any("could not record a JAX compile event" in r.getMessage() for r in caplog.records)
