@@ -1,0 +1,209 @@
+"""SQL checks generated from the pydantic models: what DuckDB's typed read does not check.
+
+DuckDB's ``read_json`` with explicit column types checks that a value can become the
+column's type, but not that a required field is present, that a ``Literal`` field holds
+one of its values, that a non-negative int is not negative, or that a field belongs to
+the record's kind (a ``position`` on a ``hub`` record). ``row_problem_sql()`` builds one
+SQL expression over the staging table's columns that is NULL for a valid row and the
+text of the first problem otherwise; ingest sends the rows where it is not NULL to
+pydantic for the full explanation.
+"""
+
+from __future__ import annotations
+
+import typing
+
+import annotated_types
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from ember.schemas import records as R
+
+from .schema_types import (
+    KIND_MODELS,
+    READ_COLUMNS,
+    _strip_optional,
+    _unwrap_annotated,
+    literal_values,
+)
+
+__all__ = ["row_problem_sql", "KIND_COLUMNS"]
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lit(values: tuple[object, ...]) -> str:
+    out = []
+    for v in values:
+        if isinstance(v, str):
+            out.append("'" + v.replace("'", "''") + "'")
+        else:
+            out.append(str(v).upper() if isinstance(v, bool) else str(v))
+    return ", ".join(out)
+
+
+def _non_negative(info: FieldInfo) -> bool:
+    metas = list(info.metadata)
+    ann = _strip_optional(info.annotation)
+    if typing.get_origin(ann) is typing.Annotated:
+        metas += list(typing.get_args(ann)[1:])
+    return any(isinstance(m, annotated_types.Ge) and m.ge == 0 for m in metas)
+
+
+def _list_item(annotation: object) -> object | None:
+    ann = _strip_optional(_unwrap_annotated(annotation))
+    if typing.get_origin(ann) is list:
+        return typing.get_args(ann)[0]
+    return None
+
+
+def _model_of(annotation: object) -> type[BaseModel] | None:
+    ann = _strip_optional(_unwrap_annotated(annotation))
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    return None
+
+
+_depth = 0
+
+
+def _field_problems(
+    expr: str, model: type[BaseModel], where: str, skip: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """(condition that is TRUE when wrong, message) for each field of ``model`` at ``expr``.
+
+    ``expr`` is a SQL expression of the struct (or ``""`` for top-level columns).
+    """
+    global _depth
+    out: list[tuple[str, str]] = []
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key in skip:
+            continue
+        col = f"{expr}.{_q(key)}" if expr else _q(key)
+        label = f"{where}{key}"
+        if info.is_required() and info.annotation is not typing.Any:
+            out.append((f"{col} IS NULL", f"{label}: missing required field (or wrong type)"))
+        values = literal_values(info.annotation)
+        if values is not None and all(isinstance(v, str) for v in values):
+            # ``int | Literal["end"]``: the int part is checked by the typed read
+            out.append(
+                (f"{col} NOT IN ({_lit(values)})", f"{label}: not one of {', '.join(values)}")
+            )
+        if _non_negative(info):
+            out.append((f"{col} < 0", f"{label}: must be >= 0"))
+        item = _list_item(info.annotation)
+        if item is not None:
+            inner_model = _model_of(item)
+            if inner_model is not None:
+                _depth += 1
+                var = f"x{_depth}"
+                inner = _field_problems(var, inner_model, f"{label}[].")
+                _depth -= 1
+                if inner:
+                    bad = " OR ".join(f"coalesce({c}, false)" for c, _ in inner)
+                    out.append(
+                        (
+                            f"list_bool_or(list_transform({col}, lambda {var}: {bad}))",
+                            f"{label}: an item is invalid",
+                        )
+                    )
+            elif typing.get_origin(_unwrap_annotated(item)) is typing.Annotated or (
+                _non_negative_item(item)
+            ):
+                out.append(
+                    (
+                        f"list_bool_or(list_transform({col}, lambda v: v < 0))",
+                        f"{label}: values must be >= 0",
+                    )
+                )
+        sub = _model_of(info.annotation)
+        if sub is not None:
+            inner = _field_problems(col, sub, f"{label}.")
+            for c, m in inner:
+                out.append((f"({col} IS NOT NULL AND {c})", m))
+    return out
+
+
+def _non_negative_item(item: object) -> bool:
+    if typing.get_origin(item) is typing.Annotated:
+        return any(
+            isinstance(m, annotated_types.Ge) and m.ge == 0 for m in typing.get_args(item)[1:]
+        )
+    return False
+
+
+def _case(conds: list[tuple[str, str]]) -> str:
+    if not conds:
+        return "NULL"
+    whens = " ".join(
+        f"WHEN coalesce({c}, false) THEN '{m.replace(chr(39), chr(39) * 2)}'" for c, m in conds
+    )
+    return f"CASE {whens} ELSE NULL END"
+
+
+def _kind_columns() -> dict[str, frozenset[str]]:
+    out = {
+        kind: frozenset(info.alias or n for n, info in model.model_fields.items())
+        for kind, model in KIND_MODELS.items()
+    }
+    out["span_start"] = frozenset(R._SpanStartBase.model_fields) | {"span_kind", "attrs"}
+    out["span_end"] = frozenset(R._SpanEndBase.model_fields) | {"span_kind", "attrs"}
+    return out
+
+
+KIND_COLUMNS: dict[str, frozenset[str]] = _kind_columns()
+"""The top-level fields each kind may have."""
+
+
+def _foreign_columns(kind: str) -> list[tuple[str, str]]:
+    # a field of another kind on this record: pydantic calls it an unknown field
+    return [
+        (f"{_q(c)} IS NOT NULL", f"{c}: unknown field for a '{kind}' record")
+        for c in READ_COLUMNS
+        if c not in KIND_COLUMNS[kind]
+    ]
+
+
+def _span_problems(which: int) -> str:
+    base = R._SpanStartBase if which == 0 else R._SpanEndBase
+    kind = "span_start" if which == 0 else "span_end"
+    common = _field_problems("", base, "", skip=frozenset({"kind"}))
+    whens = []
+    all_attr_fields: set[str] = set()
+    for pair in R.SPAN_ATTRS.values():
+        all_attr_fields |= set(pair[which].model_fields)
+    for span_kind, pair in R.SPAN_ATTRS.items():
+        model = pair[which]
+        conds = [("attrs IS NULL", "attrs: missing required field")]
+        conds += _field_problems("attrs", model, "attrs.")
+        conds += [
+            (f"attrs.{_q(f)} IS NOT NULL", f"attrs.{f}: unknown field for a '{span_kind}' span")
+            for f in sorted(all_attr_fields - set(model.model_fields))
+        ]
+        whens.append(f"WHEN '{span_kind}' THEN {_case(conds)}")
+    span_case = (
+        f"CASE span_kind {' '.join(whens)} "
+        f"ELSE 'span_kind: missing, or not one of {', '.join(R.SPAN_KINDS)}' END"
+    )
+    return f"coalesce({_case(common + _foreign_columns(kind))}, {span_case})"
+
+
+def row_problem_sql() -> str:
+    """SQL over the staging columns: NULL when the row is valid, else the first problem."""
+    whens = []
+    for kind in R.RECORD_KINDS:
+        if kind == "span_start":
+            expr = _span_problems(0)
+        elif kind == "span_end":
+            expr = _span_problems(1)
+        else:
+            conds = _field_problems("", KIND_MODELS[kind], "", skip=frozenset({"kind"}))
+            expr = _case(conds + _foreign_columns(kind))
+        whens.append(f"WHEN '{kind}' THEN {expr}")
+    return (
+        f"CASE kind {' '.join(whens)} "
+        f"ELSE 'kind: missing, or not one of {', '.join(R.RECORD_KINDS)}' END"
+    )

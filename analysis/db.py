@@ -1,0 +1,252 @@
+"""The database: tables (from the schema), views (from ``sql/*.sql``), and ``connect()``.
+
+Tables
+------
+- one per record kind, named after the kind (``span_start``, ``span_end``, ``cache``,
+  ``hub``, ``op``, ``tensor``, ``memory``, ``device_memory``, ``gradient``, ``edge``):
+  ``run_id`` first, then the record's fields with the types of ``schema_types``;
+- ``runs``: one row per run, the ``meta`` record plus the file it came from and
+  ``started_at`` (the wall-clock anchor as a TIMESTAMP);
+- ``ingested_files``: one row per file ingest has seen (how far it read, what it found);
+- ``rejected_lines``: one row per line ingest refused (file, line, reason, raw start).
+
+Concurrency: DuckDB lets one process write a database file; while it does, no other
+process can open the file, not even to read. ``connect(wait=...)`` retries for a while
+and then raises ``DatabaseBusyError``, which says so; ingest writes each file in one
+transaction, so a reader that gets in between two files sees whole files only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from ember.schemas import RECORD_KINDS
+
+from .schema_types import TABLE_COLUMNS
+
+__all__ = [
+    "Connection",
+    "DatabaseBusyError",
+    "connect",
+    "RECORD_TABLES",
+    "VIEW_NAMES",
+    "table_ddl",
+    "view_sql",
+]
+
+DEFAULT_DB = "ember.duckdb"
+
+RECORD_TABLES: tuple[str, ...] = tuple(k for k in RECORD_KINDS if k != "meta")
+"""The table of each record kind except ``meta`` (which becomes ``runs``)."""
+
+# views in dependency order (a view may read the ones before it)
+VIEW_NAMES: tuple[str, ...] = (
+    "spans",
+    "cache_lookups",
+    "compiles",
+    "recompiles",
+    "evictions",
+    "cache_thrash",
+    "cache_what_if",
+    "shape_buckets",
+    "memory_timeline",
+    "peak_memory",
+    "hub_files",
+    "call_latency",
+    "compile_payback",
+    "breaks",
+)
+
+
+class DatabaseBusyError(RuntimeError):
+    """Another process holds the database (DuckDB allows one writer process at a time)."""
+
+
+def _record_columns(kind: str) -> dict[str, str]:
+    cols = {k: v for k, v in TABLE_COLUMNS[kind].items() if k != "kind"}
+    return {"run_id": "VARCHAR", **cols}
+
+
+RUNS_COLUMNS: dict[str, str] = {
+    **{k: v for k, v in TABLE_COLUMNS["meta"].items() if k != "kind"},
+    "started_at": "TIMESTAMP_NS",
+    "file": "VARCHAR",
+}
+
+
+def table_ddl() -> list[str]:
+    """CREATE TABLE statements of every table (IF NOT EXISTS)."""
+    stmts = []
+    for kind in RECORD_TABLES:
+        cols = ", ".join(f'"{c}" {t}' for c, t in _record_columns(kind).items())
+        stmts.append(f"CREATE TABLE IF NOT EXISTS {kind} ({cols})")
+    cols = ", ".join(f'"{c}" {t}' for c, t in RUNS_COLUMNS.items())
+    stmts.append(f"CREATE TABLE IF NOT EXISTS runs ({cols}, PRIMARY KEY (run_id))")
+    stmts.append(
+        """CREATE TABLE IF NOT EXISTS ingested_files (
+            file VARCHAR PRIMARY KEY,   -- absolute path
+            run_id VARCHAR,             -- NULL when the file was refused before its meta
+            status VARCHAR,             -- ok | partial (a truncated last line) | refused
+            message VARCHAR,            -- why refused or partial; NULL when ok
+            offset_bytes BIGINT,        -- bytes read: the next ingest continues from here
+            lines BIGINT,               -- lines read up to offset_bytes
+            records BIGINT,             -- records stored from this file
+            rejected BIGINT,            -- lines rejected from this file
+            first_line_hash VARCHAR,    -- tells a grown file from a replaced one
+            schema_version INTEGER,     -- the version the file was written with
+            ingested_at TIMESTAMP       -- last ingest (UTC)
+        )"""
+    )
+    stmts.append(
+        """CREATE TABLE IF NOT EXISTS rejected_lines (
+            file VARCHAR,               -- absolute path
+            line BIGINT,                -- 1-based line number
+            byte_offset BIGINT,         -- where the line starts in the file
+            reason VARCHAR,             -- what is wrong, field by field
+            raw VARCHAR,                -- the start of the line (200 chars, bad bytes escaped)
+            run_id VARCHAR,
+            ingested_at TIMESTAMP
+        )"""
+    )
+    return stmts
+
+
+def view_sql(name: str) -> str:
+    """The text of ``analysis/sql/<name>.sql``."""
+    return resources.files("ember.analysis").joinpath("sql", f"{name}.sql").read_text("utf-8")
+
+
+def _create_views(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(view_sql("macros"))
+    for name in VIEW_NAMES:
+        body = view_sql(name).strip().rstrip(";")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS\n{body}")
+
+
+def _schema_hash() -> str:
+    text = "\n".join(table_ddl()) + view_sql("macros") + "".join(view_sql(v) for v in VIEW_NAMES)
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def init_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the tables that do not exist yet and (re)create the views if they changed."""
+    current = _schema_hash()
+    try:
+        rows = con.execute("SELECT hash FROM ember_schema").fetchall()
+        row = rows[0] if rows else None
+    except duckdb.CatalogException:
+        row = None
+    if row is not None and row[0] == current:
+        return
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for stmt in table_ddl():
+            con.execute(stmt)
+        _create_views(con)
+        con.execute("CREATE OR REPLACE TABLE ember_schema (hash VARCHAR)")
+        con.execute("INSERT INTO ember_schema VALUES (?)", [current])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+_LOCK_RE = re.compile(r"lock", re.IGNORECASE)
+_PID_RE = re.compile(r"PID (\d+)")
+
+
+def _open(path: str, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + wait
+    delay = 0.02
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.IOException as exc:
+            text = str(exc)
+            if not _LOCK_RE.search(text):
+                raise
+            if time.monotonic() >= deadline:
+                pid = _PID_RE.search(text)
+                who = f"process {pid.group(1)}" if pid else "another process"
+                raise DatabaseBusyError(
+                    f"{path} is open for writing by {who} (an ingest?). DuckDB allows one "
+                    f"writer process at a time and no readers while it writes; waited "
+                    f"{wait:g}s. Wait for it to finish and try again, or pass a longer wait."
+                ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
+class Connection:
+    """An Ember database: ``.sql(query) -> polars.DataFrame``; ``.duck`` is the DuckDB one."""
+
+    def __init__(self, duck: duckdb.DuckDBPyConnection, path: str, read_only: bool) -> None:
+        self.duck = duck
+        self.path = path
+        self.read_only = read_only
+
+    def sql(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
+        """Run one query; the result as a polars DataFrame."""
+        if params is None:
+            rel = self.duck.sql(query)
+            if rel is None:  # a statement without a result
+                return pl.DataFrame()
+            return rel.pl()
+        cur = self.duck.execute(query, params)
+        if cur.description is None:
+            return pl.DataFrame()
+        return cur.pl()
+
+    def execute(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
+        return self.duck.execute(query, params) if params is not None else self.duck.execute(query)
+
+    def tables(self) -> list[str]:
+        return [r[0] for r in self.duck.execute("SHOW TABLES").fetchall()]
+
+    def close(self) -> None:
+        self.duck.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    db: str | os.PathLike[str] = DEFAULT_DB,
+    *,
+    read_only: bool = False,
+    wait: float = 10.0,
+    threads: int | None = None,
+) -> Connection:
+    """Open (or create) an Ember database.
+
+    A writable connection creates missing tables and refreshes the views. A read-only
+    one needs an existing database. While another process writes (an ingest), opening
+    waits up to ``wait`` seconds, then raises ``DatabaseBusyError``.
+    """
+    path = str(db)
+    if path != ":memory:":
+        p = Path(path)
+        if read_only and not p.exists():
+            raise FileNotFoundError(
+                f"{path}: no such database; create it with `ember ingest TRACE... --db {path}`"
+            )
+        path = str(p)
+    duck = _open(path, read_only, wait)
+    duck.execute("SET enable_progress_bar = false")
+    if threads:
+        duck.execute(f"SET threads = {int(threads)}")
+    if not read_only:
+        init_schema(duck)
+    return Connection(duck, path, read_only)

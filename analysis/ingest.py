@@ -1,0 +1,801 @@
+"""Ingest JSONL traces into DuckDB: typed, validated, idempotent per file.
+
+How one file goes in (each file is one transaction):
+
+1. The first line must be ``meta``: it names the run and the schema version. A newer
+   version, a missing or invalid meta, an empty file or a run id that another file
+   already brought are refused as a whole (``ingested_files.status = 'refused'``).
+2. DuckDB reads the file once with ``read_json`` and the column types derived from the
+   pydantic models (``schema_types.READ_COLUMNS``) into a staging table. This is the fast
+   path: no Python per line.
+3. SQL checks generated from the same models (``checks.row_problem_sql``) find what the
+   typed read does not check (required fields, allowed values, fields of another kind,
+   a second meta, a span_end without its span_start). Only those rows are mapped back
+   to line numbers and explained by pydantic; they go to ``rejected_lines``.
+4. When DuckDB refuses the file (a line that is not JSON, not UTF-8, a value of the
+   wrong type, a line over 16 MB), every line is checked by pydantic (the slow path:
+   only such files pay for it), the valid ones are read by DuckDB as in 2, the others
+   rejected with pydantic's explanation. Files of an older schema version take the same
+   path, through ``ember.schemas.MIGRATIONS``.
+
+Idempotent: ``ingested_files`` keeps how many bytes of each file were read. The same
+file again is skipped; a file that grew (a run still recording) is continued from its
+last complete line; a file that was replaced (its first line changed, or it shrank) is
+ingested again and replaces its old rows. A last line without a newline is a write cut
+short: it is rejected as truncated and read again if the file grows.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import ValidationError
+
+from ember.schemas import (
+    MIGRATIONS,
+    RECORD,
+    SCHEMA_VERSION,
+    Migrations,
+    TraceVersionError,
+    check_version,
+    explain,
+    parse_schema_id,
+)
+
+from .checks import row_problem_sql
+from .db import DEFAULT_DB, RECORD_TABLES, RUNS_COLUMNS, Connection, _record_columns, connect
+from .schema_types import READ_COLUMNS
+
+__all__ = ["FileResult", "IngestSummary", "expand_paths", "ingest", "MAX_LINE_BYTES"]
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""The longest line ingest reads (DuckDB's ``maximum_object_size``)."""
+
+RAW_PREFIX_CHARS = 200
+
+
+@dataclass
+class FileResult:
+    """What ingest did with one file."""
+
+    path: str
+    status: str  # ok | partial | refused | unchanged
+    records: int = 0
+    rejected: int = 0
+    message: str | None = None
+    run_id: str | None = None
+    bytes_read: int = 0
+    seconds: float = 0.0
+    continued: bool = False  # continued a file that grew
+    replaced: bool = False  # the file changed since it was ingested: old rows replaced
+    slow_path: bool = False  # DuckDB refused the file: every line went through pydantic
+
+
+@dataclass
+class IngestSummary:
+    files: list[FileResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def rejected(self) -> int:
+        return sum(f.rejected for f in self.files)
+
+    @property
+    def refused(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "refused"]
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Refused(Exception):
+    """The file cannot be ingested at all; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------- paths
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Files as given, folders as their ``*.jsonl`` files (recursively), globs expanded.
+
+    Raises FileNotFoundError naming a path that matches nothing.
+    """
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        text = str(raw)
+        p = Path(text)
+        if p.is_dir():
+            found = sorted(x for x in p.rglob("*.jsonl") if x.is_file())
+        elif p.is_file():
+            found = [p]
+        elif glob.has_magic(text):
+            found = sorted(Path(x) for x in glob.glob(text, recursive=True) if Path(x).is_file())
+            if not found:
+                raise FileNotFoundError(f"{text}: the pattern matches no file")
+        else:
+            raise FileNotFoundError(f"{text}: no such file or folder")
+        for f in found:
+            r = f.resolve()
+            if r not in seen:
+                seen.add(r)
+                out.append(r)
+    return out
+
+
+# ---------------------------------------------------------------- reading helpers
+
+
+def _raw_text(raw: bytes) -> str:
+    return raw[: RAW_PREFIX_CHARS * 4].decode("utf-8", "backslashreplace")[:RAW_PREFIX_CHARS]
+
+
+def _first_line(path: Path, size: int) -> tuple[bytes, int]:
+    """The first non-blank line (without newline) and the byte offset after it."""
+    with path.open("rb") as f:
+        offset = 0
+        while offset < size:
+            line = f.readline(MAX_LINE_BYTES + 1)
+            start = offset
+            offset += len(line)
+            if line.strip():
+                if len(line) > MAX_LINE_BYTES:
+                    raise _Refused(
+                        f"line 1 is over {MAX_LINE_BYTES // 2**20} MB; the first line must be "
+                        f"the 'meta' record (is this an Ember trace?)"
+                    )
+                del start
+                return line.rstrip(b"\r\n"), offset
+    return b"", offset
+
+
+def _end_of_complete_lines(path: Path, start: int, size: int) -> tuple[int, bytes]:
+    """The offset after the last newline at or after ``start`` and the bytes after it."""
+    if size <= start:
+        return size, b""
+    with path.open("rb") as f:
+        pos = size
+        chunk = 1 << 16
+        tail = b""
+        while pos > start:
+            step = min(chunk, pos - start)
+            pos -= step
+            f.seek(pos)
+            data = f.read(step)
+            i = data.rfind(b"\n")
+            if i >= 0:
+                end = pos + i + 1
+                f.seek(end)
+                return end, f.read(size - end)
+            tail = data + tail
+            if len(tail) > MAX_LINE_BYTES + 1:
+                # no newline for 16 MB: the tail is one over-long partial line
+                f.seek(start)
+                return start, f.read(RAW_PREFIX_CHARS * 4)
+        return start, tail
+
+
+def _count_lines(path: Path, start: int, end: int) -> int:
+    if end <= start:
+        return 0
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return (
+            m[start:end].count(b"\n") if end - start < (1 << 26) else _count_chunks(m, start, end)
+        )
+
+
+def _count_chunks(m: mmap.mmap, start: int, end: int) -> int:
+    n = 0
+    step = 1 << 26
+    for a in range(start, end, step):
+        n += m[a : min(a + step, end)].count(b"\n")
+    return n
+
+
+def _iter_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """``(byte offset, line without newline)`` of every line in ``[start, end)``."""
+    with path.open("rb") as f:
+        f.seek(start)
+        offset = start
+        while offset < end:
+            line = f.readline(min(end - offset, MAX_LINE_BYTES + 2))
+            if not line:
+                break
+            if len(line) > MAX_LINE_BYTES + 1 and not line.endswith(b"\n"):
+                # an over-long line: skip to its end without keeping it in memory
+                rest = 0
+                while True:
+                    more = f.readline(1 << 20)
+                    rest += len(more)
+                    if not more or more.endswith(b"\n"):
+                        break
+                yield offset, line[: MAX_LINE_BYTES + 1]
+                offset += len(line) + rest
+                continue
+            yield offset, line.rstrip(b"\r\n") if line.endswith(b"\n") else line
+            offset += len(line)
+
+
+def _copy_range(src: Path, start: int, end: int, dst: Path) -> None:
+    with src.open("rb") as fi, dst.open("wb") as fo:
+        fi.seek(start)
+        remaining = end - start
+        while remaining > 0:
+            buf = fi.read(min(remaining, 1 << 22))
+            if not buf:
+                break
+            fo.write(buf)
+            remaining -= len(buf)
+
+
+def _columns_sql(columns: dict[str, str]) -> str:
+    return "{" + ", ".join(f"'{k}': '{v}'" for k, v in columns.items()) + "}"
+
+
+_READ_COLUMNS_SQL = _columns_sql(READ_COLUMNS)
+_PROBLEM_SQL = row_problem_sql()
+
+
+def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
+    p = str(path).replace("'", "''")
+    extra = ", ignore_errors = true" if ignore_errors else ""
+    return (
+        f"SELECT * FROM read_json('{p}', format = 'newline_delimited', "
+        f"columns = {_READ_COLUMNS_SQL}, maximum_object_size = {MAX_LINE_BYTES}{extra})"
+    )
+
+
+def _explain_line(raw: bytes, *, expect_meta: bool) -> str | None:
+    """Pydantic's explanation of one line, or None when pydantic accepts it."""
+    if len(raw) > MAX_LINE_BYTES:
+        return (
+            f"line is over {MAX_LINE_BYTES // 2**20} MB (the limit for one record); "
+            f"record large values elsewhere and keep a reference in the trace"
+        )
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8: {exc}"
+    except json.JSONDecodeError as exc:
+        return f"not valid JSON: {exc}"
+    if not isinstance(data, dict):
+        return "a record must be a JSON object"
+    if data.get("kind") == "meta" and not expect_meta:
+        return "a second 'meta' record; one file is one run"
+    try:
+        RECORD.validate_python(data)
+    except ValidationError as exc:
+        return explain(exc)
+    return None
+
+
+# ---------------------------------------------------------------- the per-file state
+
+
+@dataclass
+class _Plan:
+    path: Path
+    size: int
+    start: int  # byte offset to read from
+    base_line: int  # lines before ``start``
+    first_hash: str
+    run_id: str
+    version: int
+    meta: dict[str, Any] | None  # the meta record when reading from the start
+    replaced_run: str | None = None  # rows to delete first (a replaced file)
+    continued: bool = False
+
+
+def _previous(con: duckdb.DuckDBPyConnection, file: str) -> dict[str, Any] | None:
+    row = con.execute(
+        "SELECT run_id, status, offset_bytes, lines, first_line_hash, schema_version "
+        "FROM ingested_files WHERE file = ?",
+        [file],
+    ).fetchall()
+    if not row:
+        return None
+    row = row[0]
+    keys = ("run_id", "status", "offset_bytes", "lines", "first_line_hash", "schema_version")
+    return dict(zip(keys, row, strict=True))
+
+
+def _parse_meta(first: bytes, migrations: Migrations) -> tuple[dict[str, Any], int]:
+    try:
+        data = json.loads(first)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _Refused(
+            f"line 1 is not valid JSON ({exc}); the first line must be the 'meta' record"
+        ) from exc
+    if not isinstance(data, dict) or data.get("kind") != "meta":
+        raise _Refused(
+            "missing 'meta': the first record must be 'meta' (schema, run id, wall-clock "
+            "anchor); is this an Ember trace? Record it with ember.recorder.record()"
+        )
+    try:
+        version = parse_schema_id(data.get("schema"))
+        check_version(version)
+    except TraceVersionError as exc:
+        raise _Refused(str(exc)) from exc
+    if version != SCHEMA_VERSION:
+        try:
+            data = migrations.upgrade(dict(data), version)
+        except (TraceVersionError, KeyError, TypeError, ValueError) as exc:
+            raise _Refused(f"cannot upgrade the meta record: {exc}") from exc
+    try:
+        meta = RECORD.validate_python(data)
+    except ValidationError as exc:
+        raise _Refused(f"line 1: invalid 'meta' record: {explain(exc)}") from exc
+    return meta.model_dump(mode="json", by_alias=True), version
+
+
+def _plan(con: duckdb.DuckDBPyConnection, path: Path, migrations: Migrations) -> _Plan | FileResult:
+    file = str(path)
+    size = path.stat().st_size
+    if size == 0:
+        raise _Refused("empty file: no 'meta' record (is the run still starting?)")
+    first, _ = _first_line(path, size)
+    if not first:
+        raise _Refused("the file has only blank lines: no 'meta' record")
+    first_hash = hashlib.sha1(first).hexdigest()
+    prev = _previous(con, file)
+    if prev is not None and prev["status"] != "refused" and prev["first_line_hash"] == first_hash:
+        if size == prev["offset_bytes"]:
+            return FileResult(file, "unchanged", run_id=prev["run_id"], message="already ingested")
+        if size > prev["offset_bytes"]:
+            return _Plan(
+                path,
+                size,
+                prev["offset_bytes"],
+                prev["lines"],
+                first_hash,
+                prev["run_id"],
+                prev["schema_version"],
+                None,
+                continued=True,
+            )
+    meta, version = _parse_meta(first, migrations)
+    run_id = meta["run_id"]
+    replaced = prev["run_id"] if prev is not None and prev["status"] != "refused" else None
+    other = con.execute(
+        "SELECT file FROM runs WHERE run_id = ? AND file <> ?", [run_id, file]
+    ).fetchall()
+    if other:
+        raise _Refused(
+            f"run {run_id} is already in the database from {other[0][0]}; one run is one file. "
+            f"If this file is a copy, skip it; if it is another run, record it with a new run id"
+        )
+    return _Plan(path, size, 0, 0, first_hash, run_id, version, meta, replaced_run=replaced)
+
+
+# ---------------------------------------------------------------- stage and checks
+
+
+@dataclass
+class _Rejected:
+    line: int
+    offset: int
+    reason: str
+    raw: str
+
+
+class _FileIngest:
+    """Reads one planned file into the staging table and finds the rows to reject."""
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, plan: _Plan, migrations: Migrations, tmp: Path
+    ):
+        self.con = con
+        self.plan = plan
+        self.migrations = migrations
+        self.tmp = tmp
+        self.rejected: list[_Rejected] = []
+        # stage rowid -> (line, offset) when the slow path wrote the staged lines itself
+        self.line_map: list[tuple[int, int]] | None = None
+        self.slow_path = False
+        self.end = plan.start
+        self.lines_read = 0
+        self.partial: str | None = None
+
+    def run(self) -> None:
+        plan = self.plan
+        end, tail = _end_of_complete_lines(plan.path, plan.start, plan.size)
+        if tail:
+            tail_ok = False
+            if len(tail) <= MAX_LINE_BYTES and tail.strip():
+                try:
+                    tail_ok = isinstance(json.loads(tail), dict)
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    tail_ok = False
+            if tail_ok:  # a complete record without its newline (a hand-made file)
+                end = plan.size
+            elif tail.strip():
+                line = plan.base_line + _count_lines(plan.path, plan.start, end) + 1
+                self.partial = (
+                    f"truncated last line {line}: no newline at the end of the file (the "
+                    f"writer stopped mid-line); it is read again if the file grows"
+                )
+                self.rejected.append(_Rejected(line, end, self.partial, _raw_text(tail)))
+        self.end = end
+        self.lines_read = _count_lines(plan.path, plan.start, end) + (
+            1 if end == plan.size and tail and end > plan.start and not tail.endswith(b"\n") else 0
+        )
+        if end <= plan.start:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql_empty()}")
+            return
+        if plan.version != SCHEMA_VERSION:
+            self._slow_path(end)
+        else:
+            src = plan.path
+            if plan.start != 0 or end != plan.size:
+                src = self.tmp / "range.jsonl"
+                _copy_range(plan.path, plan.start, end, src)
+            try:
+                self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(src)}")
+            except duckdb.Error:
+                self._slow_path(end)
+        self._check_rows()
+
+    # -- the slow path: pydantic on every line, DuckDB on the valid ones
+    def _slow_path(self, end: int) -> None:
+        plan = self.plan
+        self.slow_path = True
+        clean = self.tmp / "clean.jsonl"
+        line_map: list[tuple[int, int]] = []
+        number = plan.base_line
+        seen_meta = plan.start > 0
+        with clean.open("wb") as out:
+            for offset, raw in _iter_lines(plan.path, plan.start, end):
+                number += 1
+                if not raw.strip():
+                    continue
+                reason = None
+                if len(raw) > MAX_LINE_BYTES:
+                    reason = _explain_line(raw, expect_meta=False)
+                else:
+                    try:
+                        data = json.loads(raw)
+                    except UnicodeDecodeError as exc:
+                        reason = f"not UTF-8: {exc}"
+                    except json.JSONDecodeError as exc:
+                        reason = f"not valid JSON: {exc}"
+                    else:
+                        reason, raw = self._check_parsed(data, raw, seen_meta)
+                        if reason is None and isinstance(data, dict) and data.get("kind") == "meta":
+                            seen_meta = True
+                if reason is not None:
+                    self.rejected.append(_Rejected(number, offset, reason, _raw_text(raw)))
+                    continue
+                out.write(raw)
+                out.write(b"\n")
+                line_map.append((number, offset))
+        self.line_map = line_map
+        if not line_map:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql_empty()}")
+            return
+        try:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(clean)}")
+        except duckdb.Error:
+            # pydantic accepted a value DuckDB cannot hold (an int over 2**63?): read what
+            # DuckDB can and reject the rest
+            lenient = _read_json_sql(clean, ignore_errors=True)
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {lenient}")
+            bad = [
+                r[0]
+                for r in self.con.execute("SELECT rowid FROM _stage WHERE kind IS NULL").fetchall()
+            ]
+            for rowid in bad:
+                line, offset = line_map[rowid]
+                self.rejected.append(
+                    _Rejected(
+                        line,
+                        offset,
+                        "DuckDB cannot read a value of this record (a number out of range?)",
+                        self._raw_at(offset),
+                    )
+                )
+            if bad:
+                self.con.execute("DELETE FROM _stage WHERE kind IS NULL")
+
+    def _check_parsed(self, data: Any, raw: bytes, seen_meta: bool) -> tuple[str | None, bytes]:
+        if not isinstance(data, dict):
+            return "a record must be a JSON object", raw
+        if data.get("kind") == "meta" and seen_meta:
+            return "a second 'meta' record; one file is one run", raw
+        if self.plan.version != SCHEMA_VERSION:
+            try:
+                data = self.migrations.upgrade(data, self.plan.version)
+            except (TraceVersionError, KeyError, TypeError, ValueError) as exc:
+                return f"cannot upgrade from {self.plan.version}: {exc}", raw
+            raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            RECORD.validate_python(data)
+        except ValidationError as exc:
+            return explain(exc), raw
+        return None, raw
+
+    def _raw_at(self, offset: int) -> str:
+        with self.plan.path.open("rb") as f:
+            f.seek(offset)
+            return _raw_text(f.readline(RAW_PREFIX_CHARS * 4))
+
+    # -- checks the typed read does not do
+    def _check_rows(self) -> None:
+        plan = self.plan
+        meta_ok = "rowid = 0" if plan.start == 0 else "false"
+        problems = self.con.execute(
+            f"""
+            SELECT rowid, problem FROM (
+                SELECT rowid, CASE
+                    WHEN kind = 'meta' AND NOT ({meta_ok})
+                        THEN 'a second ''meta'' record; one file is one run'
+                    ELSE {_PROBLEM_SQL}
+                END AS problem
+                FROM _stage
+            ) WHERE problem IS NOT NULL
+            UNION ALL
+            SELECT e.rowid, 'span_end without a span_start (span_id ' || e.span_id || ')'
+            FROM _stage e
+            WHERE e.kind = 'span_end'
+                AND NOT EXISTS (SELECT 1 FROM _stage s
+                    WHERE s.kind = 'span_start' AND s.span_id = e.span_id AND s.rowid < e.rowid)
+                AND NOT EXISTS (SELECT 1 FROM span_start t
+                    WHERE t.run_id = ? AND t.span_id = e.span_id)
+            """,
+            [plan.run_id],
+        ).fetchall()
+        if not problems:
+            return
+        by_row: dict[int, str] = {}
+        for rowid, problem in problems:
+            by_row.setdefault(rowid, problem)
+        located = self._locate(sorted(by_row))
+        for rowid, (line, offset, raw) in located.items():
+            reason = by_row[rowid]
+            if not reason.startswith(("span_end without", "a second 'meta'")):
+                reason = _explain_line(raw, expect_meta=rowid == 0 and plan.start == 0) or reason
+            self.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+        self.con.execute(
+            "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))", [sorted(by_row)]
+        )
+
+    def _locate(self, rowids: list[int]) -> dict[int, tuple[int, int, bytes]]:
+        """Line number, offset and bytes of the staged rows ``rowids`` (sorted)."""
+        out: dict[int, tuple[int, int, bytes]] = {}
+        if self.line_map is not None:
+            with self.plan.path.open("rb") as f:
+                for rowid in rowids:
+                    line, offset = self.line_map[rowid]
+                    f.seek(offset)
+                    out[rowid] = (line, offset, f.readline(MAX_LINE_BYTES + 1).rstrip(b"\r\n"))
+            return out
+        # the fast path staged the file as it is: row n is the n-th non-blank line
+        wanted = iter(rowids)
+        target = next(wanted, None)
+        ordinal = -1
+        number = self.plan.base_line
+        for offset, raw in _iter_lines(self.plan.path, self.plan.start, self.end):
+            number += 1
+            if not raw.strip():
+                continue
+            ordinal += 1
+            if ordinal == target:
+                out[target] = (number, offset, raw)
+                target = next(wanted, None)
+                if target is None:
+                    break
+        return out
+
+
+def _read_json_sql_empty() -> str:
+    cols = ", ".join(f'NULL::{t} AS "{c}"' for c, t in READ_COLUMNS.items())
+    return f"SELECT {cols} WHERE false"
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _select_for(kind: str) -> str:
+    cols = _record_columns(kind)
+    parts = []
+    for c, t in cols.items():
+        if c == "run_id":
+            parts.append("$run_id")
+        elif READ_COLUMNS.get(c) == "JSON" and t != "JSON":
+            parts.append(
+                f"json_extract_string(\"{c}\", '$')" if t == "VARCHAR" else f'CAST("{c}" AS {t})'
+            )
+        else:
+            parts.append(f'"{c}"')
+    return ", ".join(parts)
+
+
+_INSERTS = {
+    kind: f"INSERT INTO {kind} SELECT {_select_for(kind)} FROM _stage WHERE kind = '{kind}'"
+    for kind in RECORD_TABLES
+}
+_RUN_COLS = [c for c in RUNS_COLUMNS if c not in ("started_at", "file")]
+
+
+def _delete_run(con: duckdb.DuckDBPyConnection, run_id: str, file: str) -> None:
+    for table in (*RECORD_TABLES, "runs"):
+        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+    con.execute("DELETE FROM rejected_lines WHERE file = ?", [file])
+
+
+def _write(
+    con: duckdb.DuckDBPyConnection, plan: _Plan, work: _FileIngest, message: str | None
+) -> int:
+    file = str(plan.path)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if plan.replaced_run is not None:
+            _delete_run(con, plan.replaced_run, file)
+        elif plan.start == 0:
+            con.execute("DELETE FROM rejected_lines WHERE file = ?", [file])
+        else:
+            # a partial last line rejected before is read again now
+            con.execute(
+                "DELETE FROM rejected_lines WHERE file = ? AND byte_offset >= ?", [file, plan.start]
+            )
+        records = 0
+        if plan.start == 0:
+            n = con.execute("SELECT count(*) FROM _stage WHERE kind = 'meta'").fetchall()
+            n = n[0]
+            if n[0]:
+                cols = ", ".join(f'"{c}"' for c in _RUN_COLS)
+                con.execute(
+                    f"INSERT INTO runs ({cols}, started_at, file) SELECT {cols}, "
+                    f"make_timestamp_ns(wall_time_ns), ? FROM _stage WHERE kind = 'meta'",
+                    [file],
+                )
+                records += n[0]
+        for kind in RECORD_TABLES:
+            cur = con.execute(_INSERTS[kind], {"run_id": plan.run_id})
+            records += cur.fetchall()[0][0]
+        if work.rejected:
+            now = time.time()
+            con.executemany(
+                "INSERT INTO rejected_lines VALUES (?, ?, ?, ?, ?, ?, to_timestamp(?)::TIMESTAMP)",
+                [
+                    [file, r.line, r.offset, r.reason, r.raw, plan.run_id, now]
+                    for r in work.rejected
+                ],
+            )
+        status = "partial" if work.partial else "ok"
+        rejected_total = con.execute(
+            "SELECT count(*) FROM rejected_lines WHERE file = ?", [file]
+        ).fetchall()[0][0]
+        con.execute(
+            """
+            INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)
+            ON CONFLICT (file) DO UPDATE SET
+                run_id = excluded.run_id, status = excluded.status, message = excluded.message,
+                offset_bytes = excluded.offset_bytes, lines = excluded.lines,
+                records = CASE WHEN ? THEN ingested_files.records ELSE 0 END + excluded.records,
+                rejected = excluded.rejected,
+                first_line_hash = excluded.first_line_hash,
+                schema_version = excluded.schema_version,
+                ingested_at = excluded.ingested_at
+            """,
+            [
+                file,
+                plan.run_id,
+                status,
+                message,
+                work.end,
+                plan.base_line + work.lines_read,
+                records,
+                rejected_total,
+                plan.first_hash,
+                plan.version,
+                plan.continued,
+            ],
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return records
+
+
+def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
+    file = str(path)
+    prev = _previous(con, file)
+    if prev is not None and prev["status"] != "refused":
+        # a file that was ingested before and is unreadable now keeps its rows
+        return
+    con.execute(
+        """
+        INSERT INTO ingested_files VALUES (?, NULL, 'refused', ?, 0, 0, 0, 0, NULL, NULL,
+            now()::TIMESTAMP)
+        ON CONFLICT (file) DO UPDATE SET status = 'refused', message = excluded.message,
+            ingested_at = excluded.ingested_at
+        """,
+        [file, message],
+    )
+
+
+def ingest_file(con: Connection, path: Path, migrations: Migrations = MIGRATIONS) -> FileResult:
+    """Ingest one file on an open connection (see the module doc)."""
+    t0 = time.perf_counter()
+    duck = con.duck
+    try:
+        plan = _plan(duck, path, migrations)
+    except _Refused as exc:
+        _refuse(duck, path, str(exc))
+        return FileResult(str(path), "refused", message=str(exc), seconds=time.perf_counter() - t0)
+    except OSError as exc:
+        msg = f"cannot read the file: {exc.strerror or exc}"
+        _refuse(duck, path, msg)
+        return FileResult(str(path), "refused", message=msg, seconds=time.perf_counter() - t0)
+    if isinstance(plan, FileResult):
+        plan.seconds = time.perf_counter() - t0
+        return plan
+    tmp = Path(tempfile.mkdtemp(prefix="ember-ingest-"))
+    try:
+        work = _FileIngest(duck, plan, migrations, tmp)
+        work.run()
+        message = work.partial
+        if work.rejected and not message:
+            message = f"{len(work.rejected)} line(s) rejected; see rejected_lines"
+        records = _write(duck, plan, work, message)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        duck.execute("DROP TABLE IF EXISTS _stage")
+    return FileResult(
+        str(path),
+        "partial" if work.partial else "ok",
+        records=records,
+        rejected=len(work.rejected),
+        message=message,
+        run_id=plan.run_id,
+        bytes_read=work.end - plan.start,
+        seconds=time.perf_counter() - t0,
+        continued=plan.continued,
+        replaced=plan.replaced_run is not None,
+        slow_path=work.slow_path,
+    )
+
+
+def ingest(
+    paths: Iterable[str | os.PathLike[str]],
+    db: str | os.PathLike[str] = DEFAULT_DB,
+    *,
+    on_file: Callable[[FileResult], None] | None = None,
+    migrations: Migrations = MIGRATIONS,
+    threads: int | None = None,
+    wait: float = 10.0,
+) -> IngestSummary:
+    """Ingest trace files, folders or globs into the database ``db``.
+
+    The database is opened for each file and closed after it, so that other processes
+    (a dashboard) can read between files; ``on_file`` is called after each file.
+    """
+    files = expand_paths(paths)
+    summary = IngestSummary()
+    t0 = time.perf_counter()
+    for path in files:
+        with connect(db, wait=wait, threads=threads) as con:
+            result = ingest_file(con, path, migrations)
+        summary.files.append(result)
+        if on_file is not None:
+            on_file(result)
+    summary.seconds = time.perf_counter() - t0
+    return summary

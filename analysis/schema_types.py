@@ -1,0 +1,203 @@
+"""DuckDB column types derived from the pydantic models, so ``schemas/`` stays the one truth.
+
+``duckdb_type(annotation)`` maps one pydantic field annotation to a DuckDB type;
+``TABLE_COLUMNS`` gives, per record kind, the columns of its table (name -> type), and
+``READ_COLUMNS`` the union of them all, which is what ingest asks ``read_json`` to read
+(one typed pass over a file, whatever kinds it mixes).
+
+Mapping: ``int`` -> BIGINT, ``float`` -> DOUBLE, ``bool`` -> BOOLEAN, ``str`` and
+``Literal[...]`` of strings -> VARCHAR, ``list[X]`` -> ``X[]``, a model -> STRUCT of its
+fields, ``dict`` and ``Any`` -> JSON, ``X | None`` -> X (every column is nullable; the
+checks of required fields are generated separately, see ``required_checks``). A union
+of different types (``int | Literal["end"]``) is VARCHAR. Spans: the start and end of
+every span kind share one table each; their ``attrs`` is one STRUCT with the union of
+the attribute fields of all span kinds (the same name always has the same type, which
+``_merge_struct`` checks).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from ember.schemas import records as R
+
+__all__ = [
+    "duckdb_type",
+    "model_columns",
+    "TABLE_COLUMNS",
+    "READ_COLUMNS",
+    "KIND_MODELS",
+    "literal_values",
+    "struct_sql",
+]
+
+_SCALARS: dict[Any, str] = {int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN", str: "VARCHAR"}
+
+# a type is either a string (scalar or JSON), ("list", inner) or ("struct", {name: type})
+DuckType = Any
+
+
+def _strip_optional(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _strip_optional(args[0])
+        return Union[tuple(args)]  # noqa: UP007
+    return annotation
+
+
+def _unwrap_annotated(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def duckdb_type(annotation: Any) -> DuckType:
+    """The DuckDB type of one pydantic field annotation (as a nested description)."""
+    annotation = _strip_optional(_unwrap_annotated(annotation))
+    annotation = _unwrap_annotated(annotation)
+    if annotation in _SCALARS:
+        return _SCALARS[annotation]
+    if annotation is Any:
+        return "JSON"
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        values = typing.get_args(annotation)
+        if all(isinstance(v, bool) for v in values):
+            return "BOOLEAN"
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return "BIGINT"
+        return "VARCHAR"
+    if origin in (list, tuple, set, frozenset):
+        return ("list", duckdb_type(typing.get_args(annotation)[0]))
+    if origin is dict:
+        return "JSON"
+    if origin in (Union, types.UnionType):
+        inner = {_type_sql(duckdb_type(a)) for a in typing.get_args(annotation)}
+        return inner.pop() if len(inner) == 1 else "VARCHAR"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return ("struct", model_columns(annotation))
+    raise TypeError(f"no DuckDB type for the schema annotation {annotation!r}")
+
+
+def _field_name(name: str, info: FieldInfo) -> str:
+    return info.alias or name
+
+
+def model_columns(model: type[BaseModel]) -> dict[str, DuckType]:
+    """``{json field name: DuckDB type}`` of a model, in declaration order."""
+    return {
+        _field_name(name, info): duckdb_type(info.annotation)
+        for name, info in model.model_fields.items()
+    }
+
+
+def _type_sql(t: DuckType) -> str:
+    if isinstance(t, str):
+        return t
+    if t[0] == "list":
+        return f"{_type_sql(t[1])}[]"
+    return struct_sql(t[1])
+
+
+def struct_sql(fields: dict[str, DuckType]) -> str:
+    """``STRUCT("a" BIGINT, ...)`` of a field dict."""
+    return "STRUCT(" + ", ".join(f'"{k}" {_type_sql(v)}' for k, v in fields.items()) + ")"
+
+
+def _merge_struct(into: dict[str, DuckType], fields: dict[str, DuckType], where: str) -> None:
+    for name, t in fields.items():
+        old = into.get(name)
+        if old is None:
+            into[name] = t
+        elif old != t:
+            if isinstance(old, tuple) and isinstance(t, tuple) and old[0] == t[0] == "struct":
+                _merge_struct(old[1], t[1], f"{where}.{name}")
+            elif _type_sql(old) != _type_sql(t):
+                raise TypeError(
+                    f"{where}.{name} has two types: {_type_sql(old)} and {_type_sql(t)}"
+                )
+
+
+def _span_columns(which: int) -> dict[str, DuckType]:
+    base = R._SpanStartBase if which == 0 else R._SpanEndBase
+    cols = model_columns(base)
+    cols["span_kind"] = "VARCHAR"
+    attrs: dict[str, DuckType] = {}
+    for kind, pair in R.SPAN_ATTRS.items():
+        _merge_struct(attrs, model_columns(pair[which]), f"span {kind} attrs")
+    cols["attrs"] = ("struct", attrs)
+    return cols
+
+
+KIND_MODELS: dict[str, type[BaseModel]] = {
+    "meta": R.Meta,
+    "cache": R.Cache,
+    "hub": R.Hub,
+    "op": R.Op,
+    "tensor": R.Tensor,
+    "memory": R.Memory,
+    "device_memory": R.DeviceMemory,
+    "gradient": R.Gradient,
+    "edge": R.Edge,
+}
+"""The model of each record kind other than spans (whose models depend on span_kind)."""
+
+
+def _table_columns() -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for kind in R.RECORD_KINDS:
+        if kind == "span_start":
+            cols = _span_columns(0)
+        elif kind == "span_end":
+            cols = _span_columns(1)
+        else:
+            cols = model_columns(KIND_MODELS[kind])
+        out[kind] = {k: _type_sql(v) for k, v in cols.items()}
+    return out
+
+
+TABLE_COLUMNS: dict[str, dict[str, str]] = _table_columns()
+"""Record kind -> {column: DuckDB type} of its table (before the ingest columns)."""
+
+
+def _read_columns() -> dict[str, str]:
+    merged: dict[str, DuckType] = {}
+    for kind in R.RECORD_KINDS:
+        if kind == "span_start":
+            cols = _span_columns(0)
+        elif kind == "span_end":
+            cols = _span_columns(1)
+        else:
+            cols = model_columns(KIND_MODELS[kind])
+        # the same field name in two kinds must have one type; when not (e.g. ``step``:
+        # a number for gradients, a name for ops) the read type is VARCHAR and the
+        # table of each kind casts it back
+        for name, t in cols.items():
+            old = merged.get(name)
+            if old is None:
+                merged[name] = t
+            elif _type_sql(old) != _type_sql(t):
+                if isinstance(old, tuple) and isinstance(t, tuple) and old[0] == t[0] == "struct":
+                    _merge_struct(old[1], t[1], name)
+                else:
+                    merged[name] = "JSON"
+    return {k: _type_sql(v) for k, v in merged.items()}
+
+
+READ_COLUMNS: dict[str, str] = _read_columns()
+"""The union of every kind's columns: the ``columns`` of ingest's one typed read."""
+
+
+def literal_values(annotation: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a ``Literal`` field (through Optional), else None."""
+    annotation = _strip_optional(_unwrap_annotated(annotation))
+    if typing.get_origin(annotation) is Literal:
+        return typing.get_args(annotation)
+    return None

@@ -1,0 +1,48 @@
+-- cache_thrash: one row per cache key that was compiled again after the cache evicted it
+-- (the cache at its position was too small for the keys in use).
+--
+-- run_id, source, position   where
+-- key, shapes_text   the key compiled more than once
+-- compiles           how often it was compiled (>= 2)
+-- evictions          how often it was evicted
+-- wasted_compiles    compiles - 1: the compiles a large enough cache would have saved
+-- wasted_compile_ns  the time of those compiles (all but the first)
+-- first_compile_ns, last_compile_ns   ts_ns of its first and last compile
+-- cache_size         the cache size at this position (from its evict events)
+-- keys_at_position   distinct keys compiled at this position (a cache this big keeps all)
+WITH per_key AS (
+    SELECT
+        run_id, source, position, key,
+        any_value(shapes_text) AS shapes_text,
+        count(*) AS compiles,
+        CAST(sum(compile_ns) - arg_min(compile_ns, compile_index) AS BIGINT) AS wasted_compile_ns,
+        min(ts_ns) AS first_compile_ns,
+        max(ts_ns) AS last_compile_ns
+    FROM compiles
+    WHERE position IS NOT NULL
+    GROUP BY ALL
+),
+ev AS (
+    SELECT run_id, source, position, key, count(*) AS evictions, max(cache_size) AS cache_size
+    FROM evictions GROUP BY ALL
+),
+keys AS (
+    SELECT run_id, source, position, count(DISTINCT key) AS keys_at_position
+    FROM compiles WHERE position IS NOT NULL GROUP BY ALL
+)
+SELECT
+    p.run_id, p.source, p.position, p.key, p.shapes_text,
+    p.compiles,
+    coalesce(ev.evictions, 0) AS evictions,
+    p.compiles - 1 AS wasted_compiles,
+    p.wasted_compile_ns,
+    p.first_compile_ns,
+    p.last_compile_ns,
+    ev.cache_size,
+    k.keys_at_position
+FROM per_key p
+LEFT JOIN ev ON ev.run_id = p.run_id AND ev.source IS NOT DISTINCT FROM p.source
+    AND ev.position = p.position AND ev.key = p.key
+LEFT JOIN keys k ON k.run_id = p.run_id AND k.source IS NOT DISTINCT FROM p.source
+    AND k.position = p.position
+WHERE p.compiles > 1

@@ -1,0 +1,40 @@
+-- call_latency: one row per (run, source, input shapes): how long calls took.
+--
+-- run_id, source
+-- shapes_text     the call's input shapes, 'input_ids[1,17]:int64'
+-- calls           finished calls (ok or error)
+-- errors          calls that raised
+-- p50_ns, p90_ns, p99_ns, mean_ns, max_ns, min_ns   call duration percentiles (ns)
+-- first_ns        the duration of the first call with these shapes (it usually compiles)
+-- compiling_calls calls that compiled at least one segment (a cache miss inside the call)
+-- p50_warm_ns     median of the calls that did not compile
+-- total_ns        time spent in these calls
+WITH calls AS (
+    SELECT s.run_id, s.span_id, s.source, s.start_ns, s.duration_ns, s.status,
+        ember_shapes_text(s.start_attrs.shapes) AS shapes_text
+    FROM spans s
+    WHERE s.span_kind = 'call' AND s.status <> 'open'
+),
+compiling AS (
+    SELECT DISTINCT run_id, span_id AS call_span_id
+    FROM cache WHERE action = 'miss' AND span_id IS NOT NULL
+)
+SELECT
+    c.run_id,
+    c.source,
+    c.shapes_text,
+    count(*) AS calls,
+    count(*) FILTER (WHERE c.status = 'error') AS errors,
+    quantile_cont(c.duration_ns, 0.5) AS p50_ns,
+    quantile_cont(c.duration_ns, 0.9) AS p90_ns,
+    quantile_cont(c.duration_ns, 0.99) AS p99_ns,
+    avg(c.duration_ns) AS mean_ns,
+    max(c.duration_ns) AS max_ns,
+    min(c.duration_ns) AS min_ns,
+    arg_min(c.duration_ns, c.start_ns) AS first_ns,
+    count(k.call_span_id) AS compiling_calls,
+    quantile_cont(c.duration_ns, 0.5) FILTER (WHERE k.call_span_id IS NULL) AS p50_warm_ns,
+    CAST(sum(c.duration_ns) AS BIGINT) AS total_ns
+FROM calls c
+LEFT JOIN compiling k ON k.run_id = c.run_id AND k.call_span_id = c.span_id
+GROUP BY c.run_id, c.source, c.shapes_text

@@ -1,0 +1,113 @@
+-- compiles: one row per compile of a segment (a cache miss) or of a jitted function (a
+-- 'jit' span from the JAX bridge), in order per position / function.
+--
+-- run_id, source   the run and the model source
+-- position      the segment's graph position (NULL for a jit compile)
+-- fun_name      the jitted function (NULL for a segment)
+-- compile_index 1 for the first compile at this position / of this function, then 2, 3...
+-- ts_ns, ts     when the lookup missed (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- call_span_id  the call that compiled
+-- key, shapes, statics, shapes_text   the cache key and what it is made of
+-- compile_ns    duration of the segment_compile (or jit) span; NULL if none matched
+-- compiled      false when the segment runs eagerly (fewer than 20 nodes after a break)
+-- disk_cache    hit | miss | NULL: whether the program came from the disk cache
+-- stop          where the segment stops: a break position or 'end'
+-- jit_changes   for jit compiles, what JAX said changed (list of {arg, what, old, new})
+-- retrace_reason  for jit compiles, JAX's explanation
+WITH misses AS (
+    SELECT
+        run_id, source, position, ts_ns, call_span_id, key, shapes, statics, shapes_text, seq
+    FROM cache_lookups
+    WHERE action = 'miss'
+),
+seg AS (
+    SELECT
+        s.run_id,
+        s.parent_id,
+        s.start_ns,
+        s.position,
+        s.duration_ns,
+        s.end_attrs.compiled AS compiled,
+        s.end_attrs.disk_cache AS disk_cache,
+        s.end_attrs.stop AS stop
+    FROM spans s
+    WHERE s.span_kind = 'segment_compile'
+),
+segment_compiles AS (
+    SELECT
+        m.run_id,
+        m.source,
+        m.position,
+        CAST(NULL AS VARCHAR) AS fun_name,
+        m.ts_ns,
+        m.call_span_id,
+        m.key,
+        m.shapes,
+        m.statics,
+        m.shapes_text,
+        g.duration_ns AS compile_ns,
+        g.compiled,
+        g.disk_cache,
+        g.stop,
+        CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
+            AS jit_changes,
+        CAST(NULL AS VARCHAR) AS retrace_reason,
+        m.seq
+    FROM misses m
+    ASOF LEFT JOIN seg g
+        ON g.run_id = m.run_id
+        AND g.position = m.position
+        AND g.start_ns >= m.ts_ns
+),
+jit_compiles AS (
+    SELECT
+        s.run_id,
+        s.source,
+        CAST(NULL AS BIGINT) AS position,
+        s.start_attrs.fun_name AS fun_name,
+        s.start_ns AS ts_ns,
+        s.parent_id AS call_span_id,
+        s.start_attrs.fun_name AS key,
+        CAST(NULL AS STRUCT("name" VARCHAR, "shape" BIGINT[], "dtype" VARCHAR,
+            "sequence" STRUCT("shape" BIGINT[], "dtype" VARCHAR)[])[]) AS shapes,
+        CAST(NULL AS STRUCT("name" VARCHAR, "value" JSON)[]) AS statics,
+        CAST(NULL AS VARCHAR) AS shapes_text,
+        s.duration_ns AS compile_ns,
+        true AS compiled,
+        s.end_attrs.persistent_cache AS disk_cache,
+        CAST(NULL AS VARCHAR) AS stop,
+        s.end_attrs.changes AS jit_changes,
+        s.end_attrs.retrace_reason AS retrace_reason,
+        row_number() OVER (PARTITION BY s.run_id, s.start_attrs.fun_name ORDER BY s.start_ns)
+            AS seq
+    FROM spans s
+    WHERE s.span_kind = 'jit'
+),
+all_compiles AS (
+    SELECT * FROM segment_compiles
+    UNION ALL
+    SELECT * FROM jit_compiles
+)
+SELECT
+    a.run_id,
+    a.source,
+    a.position,
+    a.fun_name,
+    row_number() OVER (
+        PARTITION BY a.run_id, a.source, a.position, a.fun_name ORDER BY a.ts_ns, a.seq
+    ) AS compile_index,
+    a.ts_ns,
+    ember_at(r.wall_time_ns, a.ts_ns) AS ts,
+    a.call_span_id,
+    a.key,
+    a.shapes,
+    a.statics,
+    a.shapes_text,
+    a.compile_ns,
+    a.compiled,
+    a.disk_cache,
+    a.stop,
+    a.jit_changes,
+    a.retrace_reason
+FROM all_compiles a
+LEFT JOIN runs r ON r.run_id = a.run_id

@@ -1,0 +1,49 @@
+-- hub_files: one row per Hub file (or repository metadata) a run used, per revision.
+--
+-- run_id
+-- source        'hf://owner/repo/path/in/repo' (a file) or 'hf://owner/repo' (metadata)
+-- repo          'owner/repo'
+-- path          the path in the repository; NULL for repository metadata
+-- what          file | repo_info
+-- revision      the revision asked for ('main', a tag, a commit)
+-- hits          times the file came from the local cache, current
+-- downloads     times it was downloaded (hub_download spans that ended ok)
+-- failures      downloads or info requests that ended in an error
+-- info_fetched, info_saved   repo_info: metadata from the Hub / from the cache (Hub down)
+-- bytes         the file's size (largest seen)
+-- download_ns   time spent downloading it
+-- checks        how the cache found the file current (etag | hash | none | offline)
+-- first_ts_ns, first_at   when the run first asked for it
+WITH ev AS (
+    SELECT run_id, source, revision, 'hit' AS action, bytes, NULL::BIGINT AS duration_ns,
+        "check", ts_ns, 'ok' AS status, NULL AS result
+    FROM hub
+    UNION ALL
+    SELECT run_id, source, start_attrs.revision, 'download', end_attrs.bytes, duration_ns,
+        NULL, start_ns, status, NULL
+    FROM spans WHERE span_kind = 'hub_download'
+    UNION ALL
+    SELECT run_id, source, start_attrs.revision, 'info', NULL, duration_ns, NULL, start_ns,
+        status, end_attrs.result
+    FROM spans WHERE span_kind = 'hub_info'
+)
+SELECT
+    ev.run_id,
+    ev.source,
+    regexp_extract(ev.source, '^hf://([^/]+/[^/]+)', 1) AS repo,
+    nullif(regexp_extract(ev.source, '^hf://[^/]+/[^/]+/(.+)$', 1), '') AS path,
+    CASE WHEN bool_or(ev.action = 'info') THEN 'repo_info' ELSE 'file' END AS what,
+    ev.revision,
+    count(*) FILTER (WHERE ev.action = 'hit') AS hits,
+    count(*) FILTER (WHERE ev.action = 'download' AND ev.status = 'ok') AS downloads,
+    count(*) FILTER (WHERE ev.status = 'error') AS failures,
+    count(*) FILTER (WHERE ev.result = 'fetched') AS info_fetched,
+    count(*) FILTER (WHERE ev.result = 'saved') AS info_saved,
+    max(ev.bytes) AS bytes,
+    CAST(sum(ev.duration_ns) FILTER (WHERE ev.action = 'download') AS BIGINT) AS download_ns,
+    list(DISTINCT ev."check") FILTER (WHERE ev."check" IS NOT NULL) AS checks,
+    min(ev.ts_ns) AS first_ts_ns,
+    ember_at(any_value(r.wall_time_ns), min(ev.ts_ns)) AS first_at
+FROM ev
+LEFT JOIN runs r ON r.run_id = ev.run_id
+GROUP BY ev.run_id, ev.source, ev.revision

@@ -1,0 +1,57 @@
+-- memory_timeline: one row per memory change or reading, over time, per run and device.
+--
+-- Two kinds of rows:
+--   series = 'tensors'   from `memory` records (alloc/free): cumulative bytes per category
+--   series = 'used' | 'peak' | 'reserved' | 'limit' | 'rss'   from `device_memory` readings
+--                        (memory_stats of a GPU/TPU; on the CPU live JAX arrays and the
+--                        process's resident set)
+--
+-- run_id, device    the run and the device ('cpu:0', 'cuda:0', ...)
+-- series            see above
+-- source            memory (tensor records) | memory_stats | live_arrays
+-- category          parameter | input | activation | output | temporary | gradient |
+--                   optimizer_state | unknown (tensor rows); NULL for readings
+-- ts_ns, ts         when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- delta_bytes       + alloc / - free (tensor rows); NULL for readings
+-- bytes             tensor rows: live bytes of this category on this device after this
+--                   change; readings: the value read
+-- device_bytes      tensor rows: live bytes of all categories on this device; readings: bytes
+-- tensor_id, op_name   the tensor and the op that made it (tensor rows)
+-- span_id           the enclosing span (a call, a step)
+WITH m AS (
+    SELECT
+        run_id, device, 'tensors' AS series, 'memory' AS source, category, ts_ns,
+        CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END AS delta_bytes,
+        tensor_id, op_name, span_id, rowid AS rid
+    FROM memory
+),
+tensor_rows AS (
+    SELECT
+        run_id, device, series, source, category, ts_ns, delta_bytes,
+        CAST(sum(delta_bytes) OVER (
+            PARTITION BY run_id, device, category ORDER BY ts_ns, rid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS BIGINT) AS bytes,
+        CAST(sum(delta_bytes) OVER (
+            PARTITION BY run_id, device ORDER BY ts_ns, rid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS BIGINT) AS device_bytes,
+        tensor_id, op_name, span_id
+    FROM m
+),
+readings AS (
+    SELECT run_id, device, v.series, source, NULL AS category, ts_ns, NULL::BIGINT AS delta_bytes,
+        v.bytes, v.bytes AS device_bytes, NULL AS tensor_id, NULL AS op_name, span_id
+    FROM device_memory,
+        unnest([
+            {'series': 'used', 'bytes': used_bytes},
+            {'series': 'peak', 'bytes': peak_bytes},
+            {'series': 'reserved', 'bytes': reserved_bytes},
+            {'series': 'limit', 'bytes': limit_bytes},
+            {'series': 'rss', 'bytes': rss_bytes}
+        ]) AS u(v)
+    WHERE v.bytes IS NOT NULL
+)
+SELECT t.*, ember_at(r.wall_time_ns, t.ts_ns) AS ts
+FROM (SELECT * FROM tensor_rows UNION ALL SELECT * FROM readings) t
+LEFT JOIN runs r ON r.run_id = t.run_id

@@ -1,0 +1,47 @@
+-- shape_buckets: one row per (run, source, position, argument, dimension) whose size
+-- changed between compiles: how many compiles padding that dimension to buckets would save.
+--
+-- run_id, source, position   where
+-- arg, dim          the argument and its (0-based) dimension
+-- distinct_sizes    sizes compiled for this dimension
+-- min_size, max_size
+-- sizes             the sizes, ascending
+-- compiles          compiles at this position
+-- pow2_buckets      distinct sizes after padding up to the next power of two
+-- pow2_sizes        those bucket sizes
+-- saved_compiles    distinct_sizes - pow2_buckets: compiles saved by padding (at least, with
+--                   a cache big enough for the buckets; other dims may still differ)
+-- multiple_of_64_buckets   distinct sizes after padding up to a multiple of 64
+WITH dims AS (
+    SELECT c.run_id, c.source, c.position, s.arg.name AS arg, d.i - 1 AS dim,
+        s.arg.shape[d.i] AS size, c.compile_index
+    FROM compiles c, unnest(c.shapes) AS s(arg), range(1, len(s.arg.shape) + 1) AS d(i)
+    WHERE c.position IS NOT NULL
+),
+per_dim AS (
+    SELECT run_id, source, position, arg, dim,
+        count(DISTINCT size) AS distinct_sizes,
+        min(size) AS min_size,
+        max(size) AS max_size,
+        list(DISTINCT size ORDER BY size) AS sizes,
+        list(DISTINCT CASE WHEN size <= 1 THEN size
+            ELSE CAST(pow(2, ceil(log2(size))) AS BIGINT) END) AS pow2_list,
+        count(DISTINCT (size + 63) // 64) AS multiple_of_64_buckets
+    FROM dims GROUP BY ALL
+),
+n AS (
+    SELECT run_id, source, position, count(*) AS compiles
+    FROM compiles WHERE position IS NOT NULL GROUP BY ALL
+)
+SELECT
+    p.run_id, p.source, p.position, p.arg, p.dim,
+    p.distinct_sizes, p.min_size, p.max_size, p.sizes,
+    n.compiles,
+    len(p.pow2_list) AS pow2_buckets,
+    list_sort(p.pow2_list) AS pow2_sizes,
+    p.distinct_sizes - len(p.pow2_list) AS saved_compiles,
+    p.multiple_of_64_buckets
+FROM per_dim p
+JOIN n ON n.run_id = p.run_id AND n.source IS NOT DISTINCT FROM p.source
+    AND n.position = p.position
+WHERE p.distinct_sizes > 1

@@ -1,0 +1,161 @@
+"""Realistic synthetic traces, fast: for benchmarks and scale tests (not for view values).
+
+A run calls a model with a graph break many times with drifting sequence lengths: each
+call is a ``call`` span with two segment lookups (hits mostly, misses with a
+``segment_compile`` span and an eviction when the length is new), a ``break`` span,
+tensor ``memory`` alloc/free pairs and a ``device_memory`` reading. Lines are built from
+string templates (not ``json.dumps`` of dicts) so millions of records take seconds.
+Every line is a valid record (a test checks a sample with pydantic).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from ember.schemas import SCHEMA_ID
+
+__all__ = ["write_trace"]
+
+_META = (
+    '{{"kind":"meta","schema":"{schema}","run_id":"{run}","wall_time_ns":{wall},"host":"bench",'
+    '"pid":4242,"versions":{{"python":"3.11.9","jax":"0.10.2"}},"backend":"cpu",'
+    '"devices":["TFRT_CPU_0"],"entrypoint":"bench_ingest","phase":"infer",'
+    '"tags":{{"model":"bert-tiny"}}}}\n'
+)
+_SRC = "hf://acme/bert-tiny/onnx/model.onnx"
+_SHAPES = '[{{"name":"input_ids","shape":[1,{n}],"dtype":"int64"}}]'
+_CALL_START = (
+    '{{"kind":"span_start","ts_ns":{t},"span_id":{sid},"parent_id":null,"name":"ember.call",'
+    '"span_kind":"call","attrs":{{"source":"' + _SRC + '","shapes":' + _SHAPES + "}}}}\n"
+)
+_CALL_END = (
+    '{{"kind":"span_end","ts_ns":{t},"span_id":{sid},"duration_ns":{d},"status":"ok",'
+    '"span_kind":"call","attrs":{{"source":"' + _SRC + '","shapes":' + _SHAPES + "}}}}\n"
+)
+_CACHE = (
+    '{{"kind":"cache","ts_ns":{t},"action":"{a}","span_id":{sid},"source":"' + _SRC + '",'
+    '"position":{p},"shapes":' + _SHAPES + ',"key":"{p}:{n}","statics":[]{extra}}}\n'
+)
+_SEG_START = (
+    '{{"kind":"span_start","ts_ns":{t},"span_id":{sid},"parent_id":{parent},'
+    '"name":"ember.segment.compile","span_kind":"segment_compile","attrs":{{"source":"'
+    + _SRC
+    + '","position":{p},"shapes":'
+    + _SHAPES
+    + ',"key":"{p}:{n}"}}}}\n'
+)
+_SEG_END = (
+    '{{"kind":"span_end","ts_ns":{t},"span_id":{sid},"duration_ns":{d},"status":"ok",'
+    '"span_kind":"segment_compile","attrs":{{"source":"' + _SRC + '","position":{p},'
+    '"shapes":' + _SHAPES + ',"key":"{p}:{n}","stop":{stop},"compiled":true,'
+    '"disk_cache":null,"reason":"the shape of a Reshape","host_values":[],'
+    '"memory":{{"argument_bytes":{ab},"output_bytes":{ab},"temp_bytes":4096}}}}}}\n'
+)
+_BREAK_START = (
+    '{{"kind":"span_start","ts_ns":{t},"span_id":{sid},"parent_id":{parent},'
+    '"name":"ember.break","span_kind":"break","attrs":{{"source":"' + _SRC + '",'
+    '"position":12,"node":"nonzero_0","op_type":"NonZero"}}}}\n'
+)
+_BREAK_END = (
+    '{{"kind":"span_end","ts_ns":{t},"span_id":{sid},"duration_ns":{d},"status":"ok",'
+    '"span_kind":"break","attrs":{{"source":"' + _SRC + '","position":12,"node":"nonzero_0",'
+    '"op_type":"NonZero"}}}}\n'
+)
+_MEMORY = (
+    '{{"kind":"memory","ts_ns":{t},"span_id":{sid},"tensor_id":"t{tid}","op_name":"MatMul",'
+    '"device":"cpu:0","bytes":{b},"action":"{a}","shape":[1,{n},128],"dtype":"float32",'
+    '"category":"activation"}}\n'
+)
+_DEVICE_MEMORY = (
+    '{{"kind":"device_memory","ts_ns":{t},"span_id":null,"device":"cpu:0",'
+    '"source":"live_arrays","used_bytes":{u},"rss_bytes":{r}}}\n'
+)
+
+
+def write_trace(
+    path: str | os.PathLike[str],
+    records: int,
+    *,
+    run_id: str = "bench-run",
+    seed: int = 0,
+    cache_size: int = 4,
+    lengths: int = 12,
+) -> int:
+    """Write about ``records`` records (meta first) to ``path``; returns the exact count."""
+    rng = random.Random(seed)
+    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000)]
+    n_written = 1
+    t = 1_000
+    sid = 0
+    tid = 0
+    cached: dict[int, list[int]] = {0: [], 13: []}  # position -> LRU list of lengths
+    used = 0
+    p = Path(path)
+    with p.open("w", encoding="utf-8") as f:
+        while n_written < records:
+            before = len(out)
+            n = 8 * rng.randrange(1, lengths + 1)
+            sid += 1
+            call = sid
+            t += rng.randrange(2_000, 9_000)
+            out.append(_CALL_START.format(t=t, sid=call, n=n))
+            for pos in (0, 13):
+                t += 500
+                lru = cached[pos]
+                if n in lru:
+                    lru.remove(n)
+                    lru.append(n)
+                    out.append(_CACHE.format(t=t, a="hit", sid=call, p=pos, n=n, extra=""))
+                else:
+                    out.append(_CACHE.format(t=t, a="miss", sid=call, p=pos, n=n, extra=""))
+                    if len(lru) >= cache_size:
+                        old = lru.pop(0)
+                        out.append(
+                            _CACHE.format(
+                                t=t,
+                                a="evict",
+                                sid=call,
+                                p=pos,
+                                n=old,
+                                extra=f',"cache_size":{cache_size}',
+                            )
+                        )
+                    lru.append(n)
+                    sid += 1
+                    d = rng.randrange(5_000_000, 40_000_000)
+                    out.append(_SEG_START.format(t=t, sid=sid, parent=call, p=pos, n=n))
+                    t += d
+                    out.append(
+                        _SEG_END.format(
+                            t=t,
+                            sid=sid,
+                            d=d,
+                            p=pos,
+                            n=n,
+                            stop=12 if pos == 0 else '"end"',
+                            ab=n * 512,
+                        )
+                    )
+                if pos == 0:
+                    sid += 1
+                    d = rng.randrange(10_000, 50_000)
+                    out.append(_BREAK_START.format(t=t, sid=sid, parent=call))
+                    t += d
+                    out.append(_BREAK_END.format(t=t, sid=sid, d=d))
+            for action in ("alloc", "free"):
+                tid += action == "alloc"
+                t += 300
+                b = n * 512
+                used += b if action == "alloc" else -b
+                out.append(_MEMORY.format(t=t, sid=call, tid=tid, b=b, a=action, n=n))
+            t += rng.randrange(10_000, 90_000)
+            out.append(_CALL_END.format(t=t, sid=call, d=rng.randrange(50_000, 900_000), n=n))
+            out.append(_DEVICE_MEMORY.format(t=t, u=used + 1_000_000, r=300_000_000 + used))
+            n_written += len(out) - before
+            if len(out) > 50_000:
+                f.writelines(out)
+                out.clear()
+        f.writelines(out)
+    return n_written

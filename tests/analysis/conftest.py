@@ -1,0 +1,43 @@
+"""Fixtures: traces recorded once per session by the real runtime and the real recorder."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from traces import record_bus_trace, record_runtime_sweep  # noqa: E402
+
+from ember.analysis import connect, ingest  # noqa: E402
+
+# each new length compiles position 0 again; with cache_size=2 the third length evicts
+# the first, so 17 and 23 come back as re-compiles after eviction
+SWEEP = [17, 23, 31, 17, 23]
+
+
+@pytest.fixture(scope="session")
+def sweep_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sweep") / "sweep.jsonl"
+    return record_runtime_sweep(path, SWEEP, cache_size=2, run_id="sweep")
+
+
+@pytest.fixture(scope="session")
+def bus_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record_bus_trace(tmp_path_factory.mktemp("bus") / "bus.jsonl", run_id="bus-run")
+
+
+@pytest.fixture(scope="session")
+def views_db(tmp_path_factory: pytest.TempPathFactory, sweep_trace: Path, bus_trace: Path) -> Path:
+    db = tmp_path_factory.mktemp("db") / "views.duckdb"
+    summary = ingest([sweep_trace, bus_trace], db)
+    assert summary.rejected == 0, [f.message for f in summary.files]
+    return db
+
+
+@pytest.fixture()
+def con(views_db: Path):
+    with connect(views_db, read_only=True) as c:
+        yield c
