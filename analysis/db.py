@@ -196,15 +196,10 @@ class Connection:
 
     def sql(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
         """Run one query; the result as a polars DataFrame."""
-        if params is None:
-            rel = self.duck.sql(query)
-            if rel is None:  # a statement without a result
-                return pl.DataFrame()
-            return rel.pl()
-        cur = self.duck.execute(query, params)
-        if cur.description is None:
+        rel = self.duck.sql(query, params=params)
+        if rel is None:  # a statement without a result
             return pl.DataFrame()
-        return cur.pl()
+        return rel.pl()
 
     def execute(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
         return self.duck.execute(query, params) if params is not None else self.duck.execute(query)

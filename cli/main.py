@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import (
+    analysis,  # noqa: F401
     dashboard,  # noqa: F401
     run,  # noqa: F401
     validate,  # noqa: F401

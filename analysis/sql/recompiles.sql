@@ -22,7 +22,7 @@ WITH c AS (
         lag(shapes) OVER w AS previous_shapes,
         lag(statics) OVER w AS previous_statics,
         lag(shapes_text) OVER w AS previous_shapes_text,
-        count(*) OVER (
+        position IS NOT NULL AND count(*) OVER (
             PARTITION BY run_id, source, position, fun_name, key
             ORDER BY compile_index ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
         ) > 1 AS after_eviction

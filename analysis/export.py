@@ -1,0 +1,171 @@
+"""Exports: Chrome/Perfetto trace JSON of one run, and Parquet of everything.
+
+Chrome trace (``export_chrome``): the JSON object format of the Trace Event Format, which
+ui.perfetto.dev and chrome://tracing open. Spans become complete events (``"ph": "X"``,
+microseconds), cache lookups and evictions instant events (``"i"``), memory counters
+(``"C"``: live tensor bytes per category, and each device reading). Times are relative
+to the start of the run; ``otherData`` carries the wall-clock anchor.
+
+Parquet (``export_parquet``): every table and view as a Hive-partitioned dataset,
+``DIR/<name>/run_date=YYYY-MM-DD/run_id=<id>/*.parquet``, which DuckDB, polars, Spark,
+pandas/pyarrow read with partition discovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .db import RECORD_TABLES, VIEW_NAMES, Connection
+
+__all__ = ["export_chrome", "export_parquet"]
+
+
+def _us(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1000.0
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v is not None and v != []}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def export_chrome(con: Connection, run_id: str, path: str | os.PathLike[str]) -> int:
+    """Write run ``run_id`` as Chrome trace JSON to ``path``; returns the event count."""
+    run = con.duck.execute(
+        "SELECT pid, entrypoint, wall_time_ns, host, tags FROM runs WHERE run_id = ?", [run_id]
+    ).fetchall()
+    if not run:
+        known = [r[0] for r in con.duck.execute("SELECT run_id FROM runs LIMIT 5").fetchall()]
+        raise LookupError(
+            f"no run {run_id!r} in {con.path}; runs there include {known} "
+            f"(list them with `ember query \"SELECT run_id, started_at FROM runs\"`)"
+        )
+    pid, entrypoint, wall, host, tags = run[0]
+    events: list[dict[str, Any]] = [
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": pid,
+            "args": {"name": f"{entrypoint or 'run'} ({run_id})"},
+        },
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "spans"}},
+    ]
+    last = con.duck.execute(
+        "SELECT max(coalesce(end_ns, start_ns)) FROM spans WHERE run_id = ?", [run_id]
+    ).fetchall()[0][0]
+    spans = con.duck.execute(
+        """
+        SELECT span_id, parent_id, name, span_kind, start_ns, duration_ns, status, error_reason,
+            to_json(start_attrs), to_json(end_attrs)
+        FROM spans WHERE run_id = ? ORDER BY start_ns, span_id
+        """,
+        [run_id],
+    ).fetchall()
+    for sid, parent, name, kind, start, dur, status, err, sa, ea in spans:
+        attrs = _clean({**json.loads(sa or "{}"), **json.loads(ea or "{}")})
+        args = {"span_id": sid, "parent_id": parent, "status": status, **attrs}
+        if err:
+            args["error"] = err
+        label = name
+        if kind in ("segment_compile", "break") and attrs.get("position") is not None:
+            label = f"{name} @{attrs['position']}"
+        events.append(
+            {
+                "ph": "X",
+                "name": label,
+                "cat": kind,
+                "pid": pid,
+                "tid": 1,
+                "ts": _us(start),
+                "dur": _us(dur if dur is not None else max((last or start) - start, 0)),
+                "args": _clean(args),
+            }
+        )
+    for ts, action, position, shapes_text, key in con.duck.execute(
+        """
+        SELECT ts_ns, action, position, ember_shapes_text(shapes), key
+        FROM cache WHERE run_id = ? ORDER BY ts_ns
+        """,
+        [run_id],
+    ).fetchall():
+        events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "name": f"cache {action} @{position}",
+                "cat": "cache",
+                "pid": pid,
+                "tid": 1,
+                "ts": _us(ts),
+                "args": {"shapes": shapes_text, "key": key},
+            }
+        )
+    for device, series, category, ts, value in con.duck.execute(
+        """
+        SELECT device, series, category, ts_ns, bytes
+        FROM memory_timeline WHERE run_id = ? ORDER BY ts_ns
+        """,
+        [run_id],
+    ).fetchall():
+        name = f"{device} tensor bytes" if series == "tensors" else f"{device} {series} bytes"
+        key = category if series == "tensors" else series
+        events.append(
+            {
+                "ph": "C",
+                "name": name,
+                "pid": pid,
+                "ts": _us(ts),
+                "args": {key: value},
+            }
+        )
+    doc = {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "run_id": run_id,
+            "host": host,
+            "wall_time_ns": wall,
+            "tags": json.loads(tags) if isinstance(tags, str) else tags,
+        },
+    }
+    Path(path).write_bytes(orjson.dumps(doc))
+    return len(events)
+
+
+def export_parquet(
+    con: Connection, directory: str | os.PathLike[str], *, views: bool = True
+) -> dict[str, int]:
+    """Write every table (and view) as Parquet partitioned by run date and run id.
+
+    Returns rows written per dataset. Existing partitions of the same runs are replaced.
+    """
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    names = ["runs", *RECORD_TABLES, "rejected_lines"] + (list(VIEW_NAMES) if views else [])
+    written: dict[str, int] = {}
+    for name in names:
+        n = con.duck.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]
+        if n == 0:
+            continue
+        target = str(out / name).replace("'", "''")
+        if name == "runs":
+            select = "SELECT *, CAST(started_at AS DATE) AS run_date FROM runs"
+        else:
+            select = (
+                f"SELECT t.*, CAST(r.started_at AS DATE) AS run_date "
+                f"FROM {name} t JOIN runs r ON r.run_id = t.run_id"
+            )
+        con.duck.execute(
+            f"COPY ({select}) TO '{target}' "
+            f"(FORMAT parquet, PARTITION_BY (run_date, run_id), OVERWRITE_OR_IGNORE)"
+        )
+        written[name] = n
+    return written

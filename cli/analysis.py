@@ -1,0 +1,241 @@
+"""``ember ingest``, ``ember query``, ``ember report``, ``ember export``, ``ember import``."""
+
+from __future__ import annotations
+
+import enum
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ember.analysis import DatabaseBusyError, connect, expand_paths
+from ember.analysis.candle import CandleImportError, import_candle
+from ember.analysis.db import DEFAULT_DB
+from ember.analysis.export import export_chrome, export_parquet
+from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
+from ember.analysis.report import findings
+
+from .app import app, console, err_console, fail
+
+DB_OPTION = typer.Option(DEFAULT_DB, "--db", help="The DuckDB database file.")
+
+
+def _open(db: Path, read_only: bool):
+    try:
+        return connect(db, read_only=read_only)
+    except DatabaseBusyError as exc:
+        raise fail(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command("ingest")
+def ingest_command(
+    paths: list[str] = typer.Argument(..., help="Trace files, folders (*.jsonl inside) or globs."),
+    db: Path = DB_OPTION,
+) -> None:
+    """Read traces into the database: validated, each file once (a grown file continues)."""
+    try:
+        files = expand_paths(paths)
+    except FileNotFoundError as exc:
+        raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
+    summary = IngestSummary()
+    total = sum(p.stat().st_size for p in files)
+    progress = Progress(
+        TextColumn("[bold]ingest[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[file]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=total < (64 << 20) and len(files) < 50,
+    )
+    t0 = time.perf_counter()
+    with progress:
+        task = progress.add_task("ingest", total=len(files), file="")
+        for path in files:
+            progress.update(task, file=path.name)
+            try:
+                with connect(db) as con:
+                    result = ingest_file(con, path)
+            except DatabaseBusyError as exc:
+                raise fail(str(exc)) from None
+            summary.files.append(result)
+            _print_file(result)
+            progress.advance(task)
+    summary.seconds = time.perf_counter() - t0
+    refused = len(summary.refused)
+    console.print(
+        f"{len(files)} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
+        f"{refused} refused, {summary.seconds:.2f} s, {summary.records_per_second:,.0f} records/s "
+        f"-> {db}",
+        highlight=False,
+    )
+    if refused:
+        raise typer.Exit(1)
+
+
+def _print_file(r: FileResult) -> None:
+    if r.status == "refused":
+        err_console.print(f"{r.path}: refused: {r.message}", highlight=False, markup=False)
+    elif r.status == "unchanged":
+        console.print(f"{r.path}: unchanged (already ingested)", highlight=False, markup=False)
+    else:
+        how = " (continued)" if r.continued else " (replaced)" if r.replaced else ""
+        line = f"{r.path}: {r.records:,} records, {r.rejected} rejected{how}"
+        if r.message:
+            line += f": {r.message}"
+        console.print(line, highlight=False, markup=False)
+
+
+class Format(enum.StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+def _rich_table(df: pl.DataFrame, title: str | None = None) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for name in df.columns:
+        table.add_column(name, overflow="fold")
+    for row in df.iter_rows():
+        table.add_row(*["" if v is None else str(v) for v in row])
+    return table
+
+
+@app.command()
+def query(
+    sql: str = typer.Argument(..., help="One SQL query over the tables and views."),
+    db: Path = DB_OPTION,
+    format: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
+) -> None:
+    """Run SQL on the database (read-only) and print the result."""
+    if format is Format.parquet and output is None:
+        raise fail("--format parquet writes a file: give --output FILE.parquet")
+    with _open(db, read_only=True) as con:
+        try:
+            df = con.sql(sql)
+        except duckdb.Error as exc:
+            raise fail(
+                f"{exc}\nThe tables and views: "
+                + ", ".join(con.tables())
+            ) from None
+    if format is Format.table:
+        if output is not None:
+            output.write_text(str(df))
+        else:
+            console.print(_rich_table(df))
+            console.print(f"{df.height} row(s)", style="dim")
+        return
+    if format is Format.parquet:
+        df.write_parquet(output)
+        return
+    if format is Format.csv:
+        text = _csv_safe(df).write_csv()
+    else:
+        text = df.write_json()
+    if output is not None:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _csv_safe(df: pl.DataFrame) -> pl.DataFrame:
+    # CSV has no nested values: write lists and structs as JSON text
+    nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Struct, pl.Array))]
+    if not nested:
+        return df
+    return df.with_columns(
+        pl.col(c).map_elements(lambda v: None if v is None else _json(v), return_dtype=pl.String)
+        for c in nested
+    )
+
+
+def _json(v: object) -> str:
+    import json
+
+    if isinstance(v, pl.Series):
+        v = v.to_list()
+    return json.dumps(v, default=str)
+
+
+@app.command()
+def report(
+    db: Path = DB_OPTION,
+    run: str | None = typer.Option(None, "--run", help="Only this run id."),
+    limit: int = typer.Option(10, "--limit", help="Rows per finding."),
+) -> None:
+    """The findings to read first: recompiles and why, thrashing, memory peak, slow calls."""
+    with _open(db, read_only=True) as con:
+        if run is not None and con.sql("SELECT 1 FROM runs WHERE run_id = ?", [run]).is_empty():
+            raise fail(f"no run {run!r} in {db}; list runs with `ember query \"FROM runs\"`")
+        for f in findings(con, run, limit=limit):
+            if f.frame.is_empty():
+                console.print(f"[bold]{f.title}[/]: [dim]{f.empty_text}[/]")
+            else:
+                console.print(_rich_table(f.frame, title=f.title))
+            console.print()
+
+
+@app.command("export")
+def export_command(
+    db: Path = DB_OPTION,
+    chrome: Path | None = typer.Option(None, "--chrome", help="Write a Chrome/Perfetto trace."),
+    run: str | None = typer.Option(None, "--run", help="The run to export (with --chrome)."),
+    parquet: Path | None = typer.Option(
+        None, "--parquet", help="Write tables and views as Parquet (hive partitions) here."
+    ),
+) -> None:
+    """Export a run as Chrome trace JSON (ui.perfetto.dev), or everything as Parquet."""
+    if chrome is None and parquet is None:
+        raise fail("give --chrome FILE --run ID, or --parquet DIR")
+    with _open(db, read_only=True) as con:
+        if chrome is not None:
+            if run is None:
+                raise fail("--chrome needs --run ID (one run per trace file)")
+            try:
+                n = export_chrome(con, run, chrome)
+            except LookupError as exc:
+                raise fail(str(exc)) from None
+            console.print(
+                f"{chrome}: {n} events; open it in https://ui.perfetto.dev", highlight=False
+            )
+        if parquet is not None:
+            written = export_parquet(con, parquet)
+            console.print(
+                f"{parquet}: {len(written)} datasets, {sum(written.values()):,} rows "
+                f"(partitioned by run_date, run_id)",
+                highlight=False,
+            )
+
+
+import_app = typer.Typer(
+    help="Convert other trace formats into Ember traces.", no_args_is_help=True
+)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("candle")
+def import_candle_command(
+    file: Path = typer.Argument(..., help="A candle-graph trace/6 JSONL file."),
+    out: Path | None = typer.Option(None, "--out", help="The Ember trace to write."),
+) -> None:
+    """Convert a candle-graph trace/6 file into an Ember trace (then `ember ingest` it)."""
+    if not file.is_file():
+        raise fail(f"{file}: no such file")
+    try:
+        result = import_candle(file, out)
+    except CandleImportError as exc:
+        raise fail(str(exc)) from None
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(result.counts.items()))
+    console.print(
+        f"{result.path}: {result.records} records ({counts}), run {result.run_id}", highlight=False
+    )
