@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import altair as alt
+import polars as pl
 import streamlit as st
 
 from ember.dashboard import charts, db, ui
@@ -83,14 +84,26 @@ if thrash is not None and thrash.is_empty():
 elif thrash is not None:
     worst = (
         thrash.group_by("position")
-        .agg(wasted=thrash["wasted_compiles"].sum(), keys=thrash["keys_at_position"].max())
-        .sort("wasted", descending=True)
+        .agg(wasted=pl.col("wasted_compiles").sum(), keys=pl.col("keys_at_position").max())
+        .sort(["wasted", "position"], descending=[True, False])
         .row(0, named=True)
+    )
+    # the smallest size the LRU replay (cache_what_if) says compiles each key once
+    fix = (
+        db.query(
+            "SELECT min(cache_size) AS size FROM cache_what_if "
+            "WHERE run_id = ? AND position = ? AND fixes_thrash",
+            run,
+            worst["position"],
+        )["size"][0]
+        if db.has_relation("cache_what_if")
+        else None
     )
     st.warning(
         f"Position {worst['position']} compiled keys again after evicting them "
-        f"({worst['wasted']} wasted compiles); a cache of {worst['keys']} per position "
-        "keeps every key it used."
+        f"({worst['wasted']} wasted compiles); a cache of {fix or worst['keys']} per "
+        "position would compile each key once (see Recompiles, 'What if the cache were "
+        "bigger')."
     )
     st.dataframe(thrash, hide_index=True, width="stretch", key="ember_cache_thrash")
 

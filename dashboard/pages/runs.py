@@ -15,7 +15,7 @@ if runs.is_empty():
     st.info("This database has no runs yet. Add traces with `ember ingest TRACES --db DB`.")
     st.stop()
 
-# Filters live in the URL (?model=a,b&phase=train&q=text) so a filtered view can be shared.
+# Filters live in the URL (?model=a,b&phase=train&find=text) so a filtered view can be shared.
 f1, f2, f3 = st.columns([2, 1, 2])
 models = state.multiselect_param(
     "Model", "model", sorted(runs["model"].drop_nulls().unique().to_list()), where=f1
@@ -23,8 +23,10 @@ models = state.multiselect_param(
 phases = state.multiselect_param(
     "Phase", "phase", sorted(runs["phase"].drop_nulls().unique().to_list()), where=f2
 )
-text = f3.text_input("Run id or tag contains", value=state.get_param("q") or "", key="ember_runs_q")
-state.set_param("q", text)
+text = f3.text_input(
+    "Run id or tag contains", value=state.get_param("find") or "", key="ember_runs_q"
+)
+state.set_param("find", text)
 
 shown = runs
 if models:

@@ -21,10 +21,10 @@ with st.expander(f"Tables and views ({len(relations)})"):
         width="stretch",
     )
 
-default_sql = state.get_param("q") or "SELECT * FROM runs LIMIT 100"
+default_sql = state.get_param("sql") or "SELECT * FROM runs LIMIT 100"
 sql = st.text_area("Query", value=default_sql, height=140, key="ember_sql_text")
-if st.button("Run", type="primary", key="ember_sql_run") or state.get_param("q"):
-    state.set_param("q", sql)
+if st.button("Run", type="primary", key="ember_sql_run") or state.get_param("sql"):
+    state.set_param("sql", sql)
     try:
         result = run_console_query(db.db_version(), sql)
     except ConsoleRefused as e:
@@ -33,7 +33,7 @@ if st.button("Run", type="primary", key="ember_sql_run") or state.get_param("q")
         frame = result.frame
         note = f" (cut off at {MAX_ROWS:,}; add a LIMIT or aggregate)" if result.truncated else ""
         st.caption(f"{frame.height:,} rows{note}")
-        st.dataframe(frame, hide_index=True, width="stretch")
+        st.dataframe(frame, hide_index=True, width="stretch", key="ember_sql_result")
         st.download_button(
             "Download CSV",
             data=to_csv(frame),

@@ -1,0 +1,357 @@
+"""Every page with Streamlit's AppTest, on traces recorded by the real runtime and ingested
+by ember.analysis (conftest.py): the values the pages show, the URL state, the login."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.dashboard.traces import ALLOCS, DISTINCT, SWEEP
+
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
+PEAK_TENSORS = sum(nbytes for _, nbytes in ALLOCS)  # all live at once, then freed
+
+
+def lru_compiles(keys: list[int], size: int) -> int:
+    """Compiles an LRU cache of ``size`` costs for this key sequence (the reference)."""
+    cache: list[int] = []
+    compiles = 0
+    for key in keys:
+        if key in cache:
+            cache.remove(key)
+        else:
+            compiles += 1
+            if len(cache) == size:
+                cache.pop(0)
+        cache.append(key)
+    return compiles
+
+
+SMALLEST_SIZE = min(s for s in range(1, 9) if lru_compiles(SWEEP, s) == len(DISTINCT))
+
+
+def open_page(page: str | None = None, **params: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def table(at: AppTest, *columns: str) -> pd.DataFrame:
+    """The first table on the page that has these columns (plain st.dataframe has no key)."""
+    for frame in at.dataframe:
+        value = frame.value
+        if set(columns) <= set(value.columns):
+            return value
+    raise AssertionError(
+        f"no table with columns {columns}: {[list(f.value.columns) for f in at.dataframe]}"
+    )
+
+
+def texts(elements) -> str:
+    return " | ".join(str(e.value) for e in elements)
+
+
+# ---------------------------------------------------------------- Runs
+
+
+def test_runs_page_lists_every_run_with_its_counts(app_env: Path) -> None:
+    at = open_page()
+    assert [t.value for t in at.title] == ["Runs"]
+    assert metrics(at) == {
+        "Runs": "3",
+        "Calls": f"{2 * len(SWEEP)}",
+        "Compiles": "20",  # 12 with cache_size=2, 8 with cache_size=8
+        "Evictions": "8",
+        "Largest peak memory": "1.5 MiB",
+    }
+    runs = table(at, "run_id", "calls", "tags").set_index("run_id")
+    assert set(runs.index) == {"small-cache", "big-cache", "hub"}
+    small, big = runs.loc["small-cache"], runs.loc["big-cache"]
+    assert (small["calls"], small["compiles"], small["evictions"]) == (8, 12, 8)
+    assert (big["calls"], big["compiles"], big["evictions"]) == (8, 8, 0)
+    assert small["hit_rate"] == pytest.approx(0.25) and big["hit_rate"] == pytest.approx(0.5)
+    assert small["model"] == "tiny-break" and '"cache":"2"' in small["tags"]
+    assert small["peak_memory_bytes"] >= PEAK_TENSORS
+    assert runs.loc["hub", "calls"] == 0
+
+
+def test_runs_filters_come_from_and_go_to_the_url(app_env: Path) -> None:
+    at = open_page(find='"cache":"8"')
+    assert metrics(at)["Runs"] == "1"
+    assert table(at, "run_id", "calls", "tags")["run_id"].tolist() == ["big-cache"]
+
+    at = open_page(model="tiny-break,no-such-model", phase="infer")
+    assert at.multiselect(key="ember_ms_model").value == ["tiny-break"]
+    assert metrics(at)["Runs"] == "3"
+
+    at.text_input(key="ember_runs_q").input("small").run()
+    assert at.query_params["find"] == "small"
+    assert table(at, "run_id", "calls", "tags")["run_id"].tolist() == ["small-cache"]
+
+
+def test_selected_run_lives_in_the_url_and_survives_a_page_change(app_env: Path) -> None:
+    at = open_page(run="big-cache")
+    assert at.selectbox(key="ember_sel_run").value == "big-cache"
+    at.switch_page("cache.py").run()
+    # Streamlit clears the URL on a page change; the selection is written back.
+    assert at.query_params["run"] == "big-cache"
+    assert metrics(at)["Evictions"] == "0"
+
+    at.selectbox(key="ember_sel_run").select("small-cache").run()
+    assert at.query_params["run"] == "small-cache"
+    assert metrics(at)["Evictions"] == "8"
+
+
+def test_unknown_run_in_the_link_falls_back_with_a_warning(app_env: Path) -> None:
+    at = open_page(run="deleted-run")
+    assert "`run=deleted-run` from the link is not in this database" in texts(at.warning)
+    assert at.query_params["run"] == at.selectbox(key="ember_sel_run").value != "deleted-run"
+
+
+# ---------------------------------------------------------------- Recompiles
+
+
+def test_recompiles_page_shows_reasons_what_if_and_buckets(app_env: Path) -> None:
+    at = open_page("recompiles.py", run="small-cache")
+    assert metrics(at) == {
+        "Compiles": "12",
+        "Recompiles": "10",
+        "After eviction": "4",
+        "Distinct keys": str(2 * len(DISTINCT)),
+        "Compile time": metrics(at)["Compile time"],
+    }
+    reasons = table(at, "change", "arg", "recompiles", "example")
+    counts = {(r.change, r.arg): r.recompiles for r in reasons.itertuples()}
+    # per position: 24, 32 and 40 are new lengths; 24 and 16 come back after eviction
+    assert counts == {
+        ("shape", "x"): 3,
+        ("shape", "nz"): 3,
+        ("after_eviction", "x"): 2,
+        ("after_eviction", "nz"): 2,
+    }
+    detail = table(at, "reason", "after_eviction", "t_s")
+    x_reasons = detail[detail["position"] == 0]["reason"].tolist()
+    assert x_reasons[0] == "x dim 1: 16 -> 24"
+    assert x_reasons[2].startswith("re-compile after eviction: ")
+
+    advice = table(at, "smallest_size_without_recompiles").set_index("position")
+    assert advice["cache_size_used"].tolist() == [2, 2]
+    assert advice["smallest_size_without_recompiles"].tolist() == [SMALLEST_SIZE] * 2
+    assert advice["compiles_recorded"].tolist() == [lru_compiles(SWEEP, 2)] * 2
+
+    buckets = table(at, "pow2_buckets", "saved_compiles")
+    assert buckets["saved_compiles"].tolist() == [1, 1]
+    assert "powers of two turns 4 sizes into 3 buckets" in texts(at.info)
+
+    breaks = table(at, "op_type", "runs")
+    assert breaks["op_type"].tolist() == ["NonZero"] and breaks["runs"].tolist() == [len(SWEEP)]
+
+
+def test_recompiles_page_of_a_run_without_compiles(app_env: Path) -> None:
+    at = open_page("recompiles.py", run="hub")
+    assert metrics(at)["Compiles"] == "0"
+    assert "compiled nothing" in texts(at.info)
+
+
+# ---------------------------------------------------------------- Cache
+
+
+def test_cache_page_shows_hit_rate_thrashing_and_payback(app_env: Path) -> None:
+    at = open_page("cache.py", run="small-cache")
+    assert metrics(at) == {
+        "Hit rate": "25.0%",
+        "Hits": "4",
+        "Misses": "12",
+        "Evictions": "8",
+        "Thrashing positions": "2",
+    }
+    positions = table(at, "hits", "misses", "evicted_then_recompiled")
+    assert positions["evictions"].tolist() == [4, 4]
+    assert positions["evicted_then_recompiled"].tolist() == [2, 2]
+    thrash = table(at, "wasted_compiles", "shapes_text")
+    assert sorted(thrash["shapes_text"]) == [
+        "nz[2,16]:int64",
+        "nz[2,24]:int64",
+        "x[1,16]:float32",
+        "x[1,24]:float32",
+    ]
+    assert f"a cache of {SMALLEST_SIZE} per position would compile each key once" in texts(
+        at.warning
+    )
+    assert len(table(at, "hits_before_eviction")) == 8
+    payback = table(at, "reuses", "paid_back")
+    assert len(payback) == 12 and int(payback["reuses"].sum()) == 4
+
+
+def test_cache_page_with_a_big_enough_cache(app_env: Path) -> None:
+    at = open_page("cache.py", run="big-cache")
+    assert metrics(at)["Hit rate"] == "50.0%"
+    assert metrics(at)["Thrashing positions"] == "0"
+    assert "No key was compiled again after an eviction." in texts(at.success)
+
+
+# ---------------------------------------------------------------- Memory
+
+
+def test_memory_page_shows_peaks_and_static_memory(app_env: Path) -> None:
+    at = open_page("memory.py", run="small-cache")
+    shown = metrics(at)
+    assert shown["Peak of live tensors"] == "1.5 MiB"
+    assert shown["Peak process RSS"].endswith("MiB")
+    assert "activation=1572864, parameter=4096" in texts(at.caption)
+    static = table(at, "argument_bytes", "temp_bytes")
+    assert len(static) == 12 and (static["argument_bytes"] > 0).all()
+    peaks = table(at, "series", "peak_bytes", "samples").set_index("series")
+    assert peaks.loc["tensors", "peak_bytes"] == PEAK_TENSORS
+    assert {"tensors", "rss", "used"} <= set(peaks.index)
+    assert len(at.get("vega_lite_chart")) == 2  # stacked categories, device readings
+
+
+def test_memory_page_of_a_run_without_memory(app_env: Path) -> None:
+    at = open_page("memory.py", run="hub")
+    assert "recorded no memory" in texts(at.info)
+
+
+# ---------------------------------------------------------------- Hub
+
+
+def test_hub_page_shows_hits_downloads_and_the_saved_metadata_fallback(app_env: Path) -> None:
+    at = open_page("hub.py", run="hub")
+    shown = metrics(at)
+    assert {k: shown[k] for k in ("Files", "Cache hits", "Downloads")} == {
+        "Files": "2",
+        "Cache hits": "4",
+        "Downloads": "2",
+    }
+    assert shown["Saved-metadata fallbacks"] == "1"
+    assert "Ember used its saved copy" in texts(at.warning)
+    files = table(at, "path", "bytes", "checks", "downloads").set_index("path")
+    assert sorted(files.index) == ["config.json", "onnx/model.onnx"]
+    assert files.loc["config.json", "bytes"] == len(b'{"model_type": "tiny-break"}')
+    assert files.loc["onnx/model.onnx", "checks"] == "etag"
+    checks = table(at, "check", "hits")
+    assert checks["check"].tolist() == ["etag"] and checks["hits"].tolist() == [4]
+    info = table(at, "info_fetched", "info_saved")
+    assert (info["info_fetched"].tolist(), info["info_saved"].tolist()) == ([2], [1])
+
+
+def test_hub_page_of_a_run_without_the_hub(app_env: Path) -> None:
+    at = open_page("hub.py", run="small-cache")
+    assert "used nothing from the Hub" in texts(at.info)
+
+
+# ---------------------------------------------------------------- Calls
+
+
+def test_calls_page_shows_percentiles_by_shape(app_env: Path) -> None:
+    at = open_page("calls.py", run="small-cache", windows="10")
+    shown = metrics(at)
+    assert (shown["Calls"], shown["Errors"]) == ("8", "0")
+    assert all(shown[p].endswith(("ms", "s")) for p in ("p50", "p90", "p99"))
+    assert at.slider(key="ember_calls_windows").value == 10
+    by_shape = table(at, "shapes", "p50_ms", "p99_ms")
+    assert by_shape["calls"].sum() == len(SWEEP)
+    calls_per_length = {SWEEP.count(n) for n in DISTINCT}
+    assert set(by_shape["calls"]) == calls_per_length
+    assert (by_shape["p50_ms"] <= by_shape["p99_ms"]).all()
+
+
+# ---------------------------------------------------------------- Compare
+
+
+def test_compare_page_shows_the_differences(app_env: Path) -> None:
+    at = open_page("compare.py", run="small-cache", other="big-cache")
+    shown = metrics(at)
+    assert shown["Compiles (B)"] == "8" and shown["Evictions (B)"] == "0"
+    assert shown["Cache hit rate (B)"] == "50.0%"
+    diff = table(at, "measure", "run A", "B - A").set_index("measure")
+    assert (diff.loc["Compiles", "run A"], diff.loc["Compiles", "run B"]) == ("12", "8")
+    assert diff.loc["Compiles", "B - A"] == -4
+    assert diff.loc["Evictions", "B - A"] == -8
+    assert diff.loc["Cache hit rate", "B - A"] == pytest.approx(0.25)
+    per_position = table(at, "compiles_a", "difference")
+    assert per_position["difference"].tolist() == [-2, -2]
+    latency = table(at, "p50_ms_a", "p50_ms_b")
+    assert len(latency) == len(DISTINCT)
+    assert at.query_params["other"] == "big-cache"
+
+
+# ---------------------------------------------------------------- SQL console
+
+
+def test_sql_console_runs_a_select_over_a_view_from_the_url(app_env: Path) -> None:
+    sql = "SELECT run_id, count(*) AS evictions FROM evictions GROUP BY ALL"
+    at = open_page("sql.py", sql=sql)
+    result = table(at, "run_id", "evictions")
+    assert result.to_dict("records") == [{"run_id": "small-cache", "evictions": 8}]
+    csv = at.get("download_button")[0]
+    assert csv.proto.label == "Download CSV"
+    assert "1 rows" in texts(at.caption)
+
+
+def test_sql_console_refuses_a_write_typed_in(app_env: Path) -> None:
+    at = open_page("sql.py")
+    at.text_area(key="ember_sql_text").input("DELETE FROM runs").run()
+    at.button(key="ember_sql_run").click().run()
+    assert "Refused: the SQL console is read-only: DELETE" in texts(at.error)
+    at.text_area(key="ember_sql_text").input("SELECT * FROM read_csv('/etc/passwd')").run()
+    at.button(key="ember_sql_run").click().run()
+    assert "reading or writing files is disabled" in texts(at.error)
+
+
+# ---------------------------------------------------------------- errors and login
+
+
+def test_missing_database_says_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    from ember.dashboard.db import DB_ENV
+
+    monkeypatch.setenv(DB_ENV, str(tmp_path / "nope.duckdb"))
+    at = AppTest.from_file(str(APP), default_timeout=30).run()
+    assert "no such database" in texts(at.error)
+    assert "ember ingest TRACES --db" in texts(at.error)
+
+
+AUTH = {
+    "redirect_uri": "http://localhost:8501/oauth2callback",
+    "cookie_secret": "x" * 32,
+    "client_id": "ember",
+    "client_secret": "s",
+    "server_metadata_url": "https://id.example.com/.well-known/openid-configuration",
+}
+
+
+def test_login_is_required_when_auth_is_configured(app_env: Path) -> None:
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.secrets["auth"] = AUTH
+    at.user = {"is_logged_in": False}
+    at.run()
+    assert "This dashboard needs a login." in texts(at.info)
+    assert [b.label for b in at.button] == ["Log in"]
+    assert not at.metric  # nothing of the database is shown
+
+
+def test_logged_in_user_of_an_allowed_domain_sees_the_pages(app_env: Path) -> None:
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.secrets["auth"] = AUTH
+    at.secrets["ember"] = {"allowed_domains": ["example.com"]}
+    at.user = {"is_logged_in": True, "email": "ana@example.com", "name": "Ana"}
+    at.run()
+    assert metrics(at)["Runs"] == "3"
+    assert "Logged in as Ana" in texts(at.sidebar.caption)
+
+    at.user = {"is_logged_in": True, "email": "eve@elsewhere.org", "name": "Eve"}
+    at.run()
+    assert "eve@elsewhere.org is not allowed here" in texts(at.error)
+    assert not at.metric
