@@ -86,6 +86,8 @@ class Plan:
     host: frozenset[str]
     needs_host: frozenset[str]
     params: frozenset[str]
+    # Values computed from initializers and constants alone: folded once per model.
+    const: frozenset[str] = frozenset()
 
     @property
     def graph_break(self) -> bool:
@@ -166,6 +168,7 @@ def analyse(graph: Graph, forced: Mapping[int, str] | None = None) -> Plan:
     nodes = graph.nodes
     forced = forced or {}
     host: set[str] = set(graph.initializers)
+    const: set[str] = set(graph.initializers)
     breaks: dict[int, BreakInfo] = {}
     for node in nodes:
         reason = forced.get(node.position) or _needs(node, host)
@@ -174,6 +177,12 @@ def analyse(graph: Graph, forced: Mapping[int, str] | None = None) -> Plan:
             host.update(o for o in node.outputs if o)
             continue
         _propagate(node, host)
+        if (
+            node.op_type not in NEVER_HOST_OPS
+            and not (node.opdef is not None and node.opdef.subgraphs)
+            and all(n in const for n in node.reads())
+        ):
+            const.update(o for o in node.outputs if o)
     needs: set[str] = set()
     for node in reversed(nodes):
         if node.position in breaks:
@@ -198,8 +207,9 @@ def analyse(graph: Graph, forced: Mapping[int, str] | None = None) -> Plan:
         for name, value in graph.initializers.items()
         if name not in needs and isinstance(value, np.ndarray) and value.size >= PARAM_MIN_SIZE
     )
-    segments = _cut(graph, breaks, frozenset(host), frozenset(needs), params)
-    return Plan(breaks, segments, frozenset(host), frozenset(needs), params)
+    consts = frozenset(const)
+    segments = _cut(graph, breaks, frozenset(host), frozenset(needs), params, consts)
+    return Plan(breaks, segments, frozenset(host), frozenset(needs), params, consts)
 
 
 def _cut(
@@ -208,6 +218,7 @@ def _cut(
     host: frozenset[str],
     needs: frozenset[str],
     params: frozenset[str],
+    const: frozenset[str],
 ) -> list[Segment]:
     nodes = graph.nodes
     n = len(nodes)
@@ -229,11 +240,9 @@ def _cut(
         for node in nodes[end:]:
             later |= node.reads()
         outside = reads - produced
-        statics = sorted(
-            v for v in outside if v in needs and v in host and v not in graph.initializers
-        )
+        statics = sorted(v for v in outside if v in needs and v in host and v not in const)
         params_read = sorted(v for v in outside if v in params)
-        args = sorted(v for v in outside if v not in graph.initializers and v not in statics)
+        args = sorted(v for v in outside if v not in const and v not in statics)
         if start == 0 and stop is None:
             outputs = list(dict.fromkeys(graph.output_names))
         else:

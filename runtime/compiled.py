@@ -235,6 +235,7 @@ def _needs_concrete(exc: BaseException | None) -> bool:
 
 def _trace_segment(
     graph: Graph,
+    base_env: Mapping[str, Any],
     seg: Segment,
     statics: Mapping[str, Any],
     params: Mapping[str, Any],
@@ -247,7 +248,7 @@ def _trace_segment(
     box: dict[str, Any] = {}
 
     def segment_fn(param_values: tuple[Any, ...], *arg_values: Any) -> tuple[Any, ...]:
-        env: dict[str, Any] = dict(graph.initializers)
+        env: dict[str, Any] = dict(base_env)
         env.update(statics)
         env.update(zip(seg.params, param_values, strict=True))
         env.update(zip(seg.args, arg_values, strict=True))
@@ -358,6 +359,7 @@ class CompiledModel:
         self._cache: dict[int, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
         self._known_host_values: dict[int, set[str]] = {}
         self._main: _Entry | None = None
+        self._consts: dict[str, Any] | None = None
         self._main_sig: tuple[Any, ...] | None = None
         self._main_arg_names: tuple[str, ...] = ()
         # The call as a list of steps: a Segment, or the position of a break node.
@@ -409,6 +411,23 @@ class CompiledModel:
 
     # -- compile ------------------------------------------------------------------------------
 
+    def _base_env(self) -> dict[str, Any]:
+        """Initializers and the values folded from constants alone (computed once)."""
+        if self._consts is None:
+            import jax
+
+            env: dict[str, Any] = dict(self.graph.initializers)
+            with jax.enable_x64(True):
+                for node in self.graph.nodes:
+                    outs = [o for o in node.outputs if o]
+                    if outs and all(o in self.plan.const for o in outs):
+                        values = run_node(node, env)
+                        for name, value in zip(node.outputs, values, strict=False):
+                            if name:
+                                env[name] = to_host(value)
+            self._consts = env
+        return self._consts
+
     def _device_params(self) -> dict[str, Any]:
         if self.plan.params and not self._params:
             import jax
@@ -439,7 +458,13 @@ class CompiledModel:
         with bus.span("ember.segment.compile", meta) as span, jax.enable_x64(True):
             try:
                 entry, disk, memory, cost = _trace_segment(
-                    self.graph, seg, {}, self._device_params(), args, self.cache_dir
+                    self.graph,
+                    self._base_env(),
+                    seg,
+                    {},
+                    self._device_params(),
+                    args,
+                    self.cache_dir,
                 )
             except _NeedsHost as exc:
                 found = exc
@@ -516,7 +541,7 @@ class CompiledModel:
     def _run_segments(self, inputs: dict[str, Any]) -> dict[str, Any]:
         import jax
 
-        env: dict[str, Any] = dict(self.graph.initializers)
+        env: dict[str, Any] = dict(self._base_env())
         env.update(inputs)
         source = self.model.source
         with jax.enable_x64(True):
@@ -608,7 +633,13 @@ class CompiledModel:
             if seg.compiled:
                 try:
                     entry, disk, memory, cost = _trace_segment(
-                        self.graph, seg, statics, self._device_params(), args, self.cache_dir
+                        self.graph,
+                        self._base_env(),
+                        seg,
+                        statics,
+                        self._device_params(),
+                        args,
+                        self.cache_dir,
                     )
                 except _NeedsHost as exc:
                     found = exc

@@ -191,7 +191,6 @@ def _build(
     for st in graph.sparse_initializer:
         initializers[st.values.name] = _sparse_to_dense(st, base_dir)
     input_names = [i.name for i in graph.input if i.name not in initializers]
-    inner_scope = (*scope, graph.name)
     nodes: list[Node] = []
     for i, n in enumerate(graph.node):
         domain = "" if n.domain == "ai.onnx" else n.domain
@@ -204,7 +203,7 @@ def _build(
             )
         attrs = {}
         for a in n.attribute:
-            attrs[a.name] = _attr_value(a, opsets, missing, inner_scope, base_dir)
+            attrs[a.name] = _attr_value(a, opsets, missing, (*scope, name, a.name), base_dir)
         outer: set[str] = set()
         for v in attrs.values():
             subs = [v] if isinstance(v, Graph) else v if isinstance(v, list) else []

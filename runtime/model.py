@@ -183,7 +183,7 @@ def _load(source: Any, label: str | None, *, revision: str, offline: bool | None
         proto = source
     elif isinstance(source, (bytes, bytearray, memoryview)):
         try:
-            proto = onnx.load_model_from_string(bytes(source), load_external_data=False)
+            proto = onnx.load_model_from_string(bytes(source))
         except Exception as exc:
             raise LoadError(f"the bytes given to load() are not an ONNX model: {exc}") from exc
     elif isinstance(source, (str, os.PathLike)):

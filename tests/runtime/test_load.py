@@ -1,0 +1,188 @@
+"""load(): sources, model facts, external data rules, unsupported ops, the load span."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember.runtime as rt
+from ember.runtime.errors import ExternalDataError, LoadError, UnsupportedOpsError
+
+from .conftest import make_model, tensor
+
+
+def _add_model() -> onnx.ModelProto:
+    return make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor("x", shape=["batch", 3])],
+        [tensor("y", shape=["batch", 3])],
+        [numpy_helper.from_array(np.arange(3, dtype=np.float32), "w")],
+        opset=17,
+    )
+
+
+def test_load_path_bytes_and_proto_give_the_same_model(tmp_path, ember_events):
+    proto = _add_model()
+    path = tmp_path / "add.onnx"
+    onnx.save(proto, path)
+    from_path = rt.load(path)
+    from_str = rt.load(str(path))
+    from_bytes = rt.load(proto.SerializeToString())
+    from_proto = rt.load(proto)
+    for m in (from_path, from_str, from_bytes, from_proto):
+        assert m.node_count == 1
+        assert m.opset == 17
+        assert m.input_names == ["x"]  # the initializer is not an input
+        assert m.inputs[0].shape == ("batch", 3)
+        assert m.inputs[0].dtype == np.float32
+        assert m.outputs[0].name == "y"
+    assert from_path.source == str(path)
+    assert from_bytes.source is None and from_proto.source is None
+    starts = ember_events.of("ember.load.start")
+    stops = ember_events.of("ember.load.stop")
+    assert [s["source"] for s in starts] == [str(path), str(path), None, None]
+    assert all(s["node_count"] == 1 and s["opset"] == 17 for s in stops)
+
+
+def test_missing_file_and_garbage_bytes_are_load_errors(tmp_path, ember_events):
+    with pytest.raises(LoadError, match="no such model file"):
+        rt.load(tmp_path / "nope.onnx")
+    with pytest.raises(LoadError, match="not an ONNX model"):
+        rt.load(b"\xff\x00 definitely not protobuf \xff" * 3)
+    with pytest.raises(LoadError, match="takes a path"):
+        rt.load(42)  # type: ignore[arg-type]
+    exc = ember_events.of("ember.load.exception")
+    assert len(exc) == 3 and "LoadError" in exc[0]["reason"]
+
+
+def test_unsupported_ops_are_listed_in_one_error_with_node_names():
+    then_branch = helper.make_graph(
+        [helper.make_node("NoSuchOpInBranch", ["x"], ["t"], name="inner")],
+        "then",
+        [],
+        [tensor("t", shape=[2])],
+    )
+    nodes = [
+        helper.make_node("FancyOp", ["x"], ["a"], name="fancy_1", domain="com.acme"),
+        helper.make_node("FancyOp", ["a"], ["b"], name="fancy_2", domain="com.acme"),
+        helper.make_node("NoSuchOp", ["b"], ["c"], name="nosuch"),
+        helper.make_node("Greater", ["c", "c"], ["cond"], name="gt"),
+        helper.make_node(
+            "If", ["cond"], ["y"], name="if", then_branch=then_branch, else_branch=then_branch
+        ),
+    ]
+    graph = helper.make_graph(nodes, "g", [tensor("x", shape=[2])], [tensor("y", shape=[2])])
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.acme", 3)],
+    )
+    with pytest.raises(UnsupportedOpsError) as info:
+        rt.load(model)
+    err = info.value
+    assert err.ops == {
+        ("com.acme", "FancyOp", 3): ["fancy_1", "fancy_2"],
+        ("", "NoSuchOp", 17): ["nosuch"],
+        ("", "NoSuchOpInBranch", 17): ["if/else_branch/inner", "if/then_branch/inner"],
+    }
+    text = str(err)
+    assert "3 unsupported op(s)" in text
+    assert "com.acme::FancyOp (opset 3): nodes 'fancy_1', 'fancy_2'" in text
+    assert "ai.onnx::NoSuchOp (opset 17)" in text
+
+
+def _external_model(tmp_path, location: str) -> tuple[onnx.ModelProto, np.ndarray]:
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    init = numpy_helper.from_array(w, "w")
+    init.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", str(w.nbytes))):
+        entry = init.external_data.add()
+        entry.key, entry.value = k, v
+    init.ClearField("raw_data")
+    model = make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [tensor("x", shape=[2, 3])],
+        [tensor("y", shape=[2, 3])],
+        [init],
+        check=False,
+    )
+    return model, w
+
+
+def test_external_data_inside_the_folder_loads(tmp_path):
+    model, w = _external_model(tmp_path, "weights.bin")
+    (tmp_path / "weights.bin").write_bytes(w.tobytes())
+    onnx.save(model, tmp_path / "m.onnx")
+    loaded = rt.load(tmp_path / "m.onnx")
+    np.testing.assert_array_equal(loaded.graph.initializers["w"], w)
+    out = rt.compile(loaded)({"x": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(np.asarray(out["y"]), w + 1)
+
+
+@pytest.mark.parametrize("location", ["../secret.bin", "sub/../../secret.bin"])
+def test_external_data_outside_the_folder_is_refused(tmp_path, location):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    model, w = _external_model(folder, location)
+    (tmp_path / "secret.bin").write_bytes(w.tobytes())
+    onnx.save(model, folder / "m.onnx")
+    with pytest.raises(ExternalDataError, match="tensor 'w' points to .*secret.bin.*outside"):
+        rt.load(folder / "m.onnx")
+
+
+def test_external_data_absolute_path_is_refused(tmp_path):
+    secret = tmp_path / "secret.bin"
+    model, w = _external_model(tmp_path, str(secret))
+    secret.write_bytes(w.tobytes())
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(ExternalDataError, match="tensor 'w' points to the absolute path"):
+        rt.load(tmp_path / "m.onnx")
+
+
+def test_external_data_missing_file_and_bytes_source(tmp_path):
+    model, _ = _external_model(tmp_path, "gone.bin")
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(ExternalDataError, match="needs the external data file 'gone.bin'"):
+        rt.load(tmp_path / "m.onnx")
+    with pytest.raises(ExternalDataError, match="load it from its path"):
+        rt.load(model.SerializeToString())
+
+
+def test_local_functions_are_inlined():
+    fn = helper.make_function(
+        "local",
+        "Twice",
+        ["a"],
+        ["b"],
+        [helper.make_node("Add", ["a", "a"], ["b"])],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Twice", ["x"], ["y"], domain="local")],
+        "g",
+        [tensor("x", shape=[2])],
+        [tensor("y", shape=[2])],
+    )
+    model = helper.make_model(
+        graph,
+        functions=[fn],
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+    )
+    loaded = rt.load(model)
+    assert [n.op_type for n in loaded.graph.nodes] == ["Add"]
+    out = rt.run(loaded, {"x": np.array([1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(np.asarray(out["y"]), [2.0, 4.0])
+
+
+def test_unsorted_graph_is_sorted():
+    nodes = [
+        helper.make_node("Relu", ["t"], ["y"], name="second"),
+        helper.make_node("Neg", ["x"], ["t"], name="first"),
+    ]
+    graph = helper.make_graph(nodes, "g", [tensor("x", shape=[2])], [tensor("y", shape=[2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    loaded = rt.load(model)
+    assert [n.name for n in loaded.graph.nodes] == ["first", "second"]
+    out = rt.compile(loaded)({"x": np.array([1.0, -2.0], np.float32)})
+    np.testing.assert_array_equal(np.asarray(out["y"]), [0.0, 2.0])

@@ -1,0 +1,491 @@
+"""Graph breaks, segments and the segment cache: outputs against onnxruntime, exact events."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ember.runtime as rt
+
+from .conftest import const, make_model, reference, tensor
+
+# ---------------------------------------------------------------------------------------------
+# models
+
+
+def nonzero_reshape_model(extra_adds: int = 0) -> onnx.ModelProto:
+    """y = Reshape(data (+1 x extra_adds), [-1, max(NonZero(x > 0)) + 1]).
+
+    Positions: 0-3 constants, 4 Greater, 5 NonZero (the break), then the segment after it.
+    """
+    nodes = [
+        const("one", np.array([1], np.int64)),
+        const("minus_one", np.array([-1], np.int64)),
+        const("zero", np.array(0.0, np.float32)),
+        const("axes0", np.array([0], np.int64)),
+        helper.make_node("Greater", ["x", "zero"], ["mask"], name="greater"),
+        helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+        helper.make_node("ReduceMax", ["nz"], ["mx"], name="max", keepdims=0),
+        helper.make_node("Unsqueeze", ["mx", "axes0"], ["mx1"], name="unsqueeze"),
+        helper.make_node("Add", ["mx1", "one"], ["cols"], name="cols"),
+        helper.make_node("Concat", ["minus_one", "cols"], ["shape"], name="concat", axis=0),
+    ]
+    prev = "data"
+    for i in range(extra_adds):
+        nodes.append(helper.make_node("Add", [prev, "data"], [f"acc{i}"], name=f"acc{i}"))
+        prev = f"acc{i}"
+    nodes.append(helper.make_node("Reshape", [prev, "shape"], ["y"], name="reshape"))
+    return make_model(
+        nodes,
+        [tensor("x", shape=[6]), tensor("data", shape=[6])],
+        [tensor("y", shape=["rows", "cols"])],
+    )
+
+
+def if_model() -> onnx.ModelProto:
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["t"])], "then", [], [tensor("t", shape=["n"])]
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Concat", ["x", "x"], ["e"], axis=0)],
+        "else",
+        [],
+        [tensor("e", shape=["2n"])],
+    )
+    nodes = [
+        const("zero", np.array(0.0, np.float32)),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
+        helper.make_node(
+            "If", ["cond"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch
+        ),
+    ]
+    return make_model(nodes, [tensor("x", shape=["n"])], [tensor("y", shape=["m"])])
+
+
+def loop_model() -> onnx.ModelProto:
+    body = helper.make_graph(
+        [
+            const("b_one", np.array(1.0, np.float32)),
+            helper.make_node("Add", ["v_in", "b_one"], ["v_out"]),
+            helper.make_node("Identity", ["v_out"], ["scan_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("v_in", shape=[3]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("v_out", shape=[3]),
+            tensor("scan_out", shape=[3]),
+        ],
+    )
+    nodes = [
+        const("true", np.array(True)),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+        helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64, name="trips"),
+        helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="loop"),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[3])],
+        [tensor("v", shape=[3]), tensor("scans", shape=["trips", 3])],
+    )
+
+
+def topk_model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=1, name="max"),
+        helper.make_node("Cast", ["m"], ["k"], to=TensorProto.INT64, name="k"),
+        helper.make_node("TopK", ["x", "k"], ["values", "indices"], name="topk"),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[6])],
+        [tensor("values", shape=["k"]), tensor("indices", TensorProto.INT64, shape=["k"])],
+    )
+
+
+def relu_model(dim: object = "n") -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["t"], name="add"),
+        helper.make_node("Relu", ["t"], ["y"], name="relu"),
+    ]
+    return make_model(nodes, [tensor("x", shape=[dim])], [tensor("y", shape=[dim])])
+
+
+def _strip(events, keep=("span_id", "parent_id")):
+    """(name, metadata without span ids) for comparing sequences."""
+    return [(n, {k: v for k, v in md.items() if k not in keep}) for n, _, md in events]
+
+
+def _f32(*values: float) -> np.ndarray:
+    return np.array(values, np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# breaks
+
+
+def test_nonzero_feeding_reshape_events_and_outputs(ember_events):
+    proto = nonzero_reshape_model()
+    model = rt.load(proto)
+    compiled = rt.compile(model)
+    assert compiled.graph_break
+    assert compiled.breaks == [
+        {
+            "position": 5,
+            "node": "nonzero",
+            "op_type": "NonZero",
+            "reason": "the values of NonZero's input (its output shape depends on them)",
+        }
+    ]
+    assert _strip(ember_events)[-1] == (
+        "ember.compile.stop",
+        {"source": None, "compiler": "jax.jit", "graph_break": True},
+    )
+    ember_events.clear_all()
+
+    data = np.arange(6, dtype=np.float32)
+    x1 = _f32(0, 1, 0, 0, 0, 0)  # nz = [[1]] -> y: [3, 2]
+    out = compiled({"x": x1, "data": data})
+    ref = reference(proto, {"x": x1, "data": data})
+    assert np.asarray(out["y"]).shape == (3, 2)
+    np.testing.assert_array_equal(np.asarray(out["y"]), ref["y"])
+
+    x_shapes = [{"name": "x", "shape": [6], "dtype": "float32"}]
+    data_shapes = [{"name": "data", "shape": [6], "dtype": "float32"}]
+    statics = [{"name": "nz", "value": [[1]]}]
+    got = _strip(ember_events)
+    names = [n for n, _ in got]
+    assert names == [
+        "ember.call.start",
+        "ember.cache.miss",
+        "ember.segment.compile.start",
+        "ember.segment.compile.stop",
+        "ember.break.start",
+        "ember.break.stop",
+        "ember.cache.miss",
+        "ember.segment.compile.start",
+        "ember.segment.compile.stop",
+        "ember.call.stop",
+    ]
+    assert got[0][1] == {
+        "source": None,
+        "shapes": [*data_shapes, *x_shapes],
+    }
+    miss0 = got[1][1]
+    assert miss0["position"] == 0 and miss0["shapes"] == x_shapes and miss0["statics"] == []
+    assert len(miss0["key"]) == 16 and int(miss0["key"], 16) >= 0
+    stop0 = got[3][1]
+    assert stop0["stop"] == 5 and stop0["compiled"] is True and stop0["disk_cache"] is None
+    assert stop0["reason"].startswith("the values of NonZero")
+    assert stop0["host_values"] == [] and stop0["key"] == miss0["key"]
+    assert set(stop0["memory"]) == {
+        "argument_bytes",
+        "output_bytes",
+        "temp_bytes",
+        "alias_bytes",
+        "generated_code_bytes",
+    }
+    assert stop0["memory"]["argument_bytes"] == 6 * 4
+    assert set(stop0["cost"]) == {"flops", "bytes_accessed"}
+    assert got[4][1] == {"source": None, "position": 5, "node": "nonzero", "op_type": "NonZero"}
+    miss1 = got[6][1]
+    assert miss1["position"] == 6 and miss1["shapes"] == data_shapes
+    assert miss1["statics"] == statics
+    stop1 = got[8][1]
+    assert stop1["stop"] == "end" and stop1["compiled"] is False
+    assert stop1["reason"] is None and stop1["disk_cache"] is None
+    assert stop1["host_values"] == ["nz"]
+    assert stop1["memory"] is None and stop1["cost"] is None
+
+    # other positions of the nonzero value: segment 0 hits, the eager segment misses
+    ember_events.clear_all()
+    x2 = _f32(0, 0, 1, 0, 0, 0)  # nz = [[2]] -> y: [2, 3]
+    out = compiled({"x": x2, "data": data})
+    np.testing.assert_array_equal(
+        np.asarray(out["y"]), reference(proto, {"x": x2, "data": data})["y"]
+    )
+    assert np.asarray(out["y"]).shape == (2, 3)
+    got = _strip(ember_events)
+    assert [n for n, _ in got] == [
+        "ember.call.start",
+        "ember.cache.hit",
+        "ember.break.start",
+        "ember.break.stop",
+        "ember.cache.miss",
+        "ember.segment.compile.start",
+        "ember.segment.compile.stop",
+        "ember.call.stop",
+    ]
+    assert got[1][1]["key"] == miss0["key"]
+    assert got[4][1]["statics"] == [{"name": "nz", "value": [[2]]}]
+    assert got[6][1]["host_values"] == []  # no new names at this position
+
+    # the first inputs again: both segments hit
+    ember_events.clear_all()
+    compiled({"x": x1, "data": data})
+    hits = ember_events.of("ember.cache.hit")
+    assert [h["position"] for h in hits] == [0, 6]
+    assert hits[1]["key"] == miss1["key"] and hits[1]["statics"] == statics
+    assert not ember_events.of("ember.cache.miss")
+
+
+def test_compiled_segment_after_a_break_reads_host_values(ember_events):
+    proto = nonzero_reshape_model(extra_adds=20)
+    compiled = rt.compile(proto)
+    data = np.arange(6, dtype=np.float32)
+    for x in (_f32(0, 1, 0, 0, 0, 0), _f32(0, 0, 1, 0, 0, 0), _f32(0, 1, 0, 0, 0, 0)):
+        out = compiled({"x": x, "data": data})
+        ref = reference(proto, {"x": x, "data": data})
+        np.testing.assert_allclose(np.asarray(out["y"]), ref["y"])
+    stops = ember_events.of("ember.segment.compile.stop")
+    after = [s for s in stops if s["position"] == 6]
+    assert [s["compiled"] for s in after] == [True, True]
+    assert after[0]["host_values"] == ["nz"] and after[1]["host_values"] == []
+    assert after[0]["stop"] == "end" and after[0]["memory"]["output_bytes"] == 6 * 4
+    # the third call hits both positions
+    assert [h["position"] for h in ember_events.of("ember.cache.hit")] == [0, 0, 6]
+
+
+def test_if_on_computed_condition_with_different_branch_shapes(ember_events):
+    proto = if_model()
+    compiled = rt.compile(proto)
+    assert compiled.breaks[0]["reason"] == "the If condition"
+    for x in (_f32(1, 2, 3), _f32(-1, -2, 0.5), _f32(4, 5)):
+        out = compiled({"x": x})
+        ref = reference(proto, {"x": x})
+        np.testing.assert_array_equal(np.asarray(out["y"]), ref["y"])
+    stops = ember_events.of("ember.segment.compile.stop")
+    # position 0 compiles once per input length; the If is the last node: no end segment
+    assert [(s["position"], s["stop"], s["reason"]) for s in stops] == [
+        (0, 3, "the If condition"),
+        (0, 3, "the If condition"),
+    ]
+    breaks = ember_events.of("ember.break.stop")
+    assert [(b["position"], b["op_type"], b["node"]) for b in breaks] == [(3, "If", "if")] * 3
+
+
+def test_loop_with_computed_trip_count(ember_events):
+    proto = loop_model()
+    compiled = rt.compile(proto)
+    assert compiled.breaks[0]["reason"] == "the Loop trip count"
+    for x in (_f32(1, 0.5, 0.5), _f32(1, 1, 1), _f32(0, 0, 0)):
+        out = compiled({"x": x})
+        ref = reference(proto, {"x": x})
+        np.testing.assert_allclose(np.asarray(out["v"]), ref["v"])
+        if ref["scans"].size:
+            np.testing.assert_allclose(np.asarray(out["scans"]), ref["scans"])
+        else:
+            assert np.asarray(out["scans"]).size == 0
+    assert [b["op_type"] for b in ember_events.of("ember.break.start")] == ["Loop"] * 3
+
+
+def test_topk_with_computed_k(ember_events):
+    proto = topk_model()
+    compiled = rt.compile(proto)
+    assert compiled.breaks == [
+        {
+            "position": 2,
+            "node": "topk",
+            "op_type": "TopK",
+            "reason": "the value of TopK's input 'K'",
+        }
+    ]
+    for x in (_f32(1, 3, 2, 0, 2, 1), _f32(1, 1, 2, 0, 0, 0)):
+        out = compiled({"x": x})
+        ref = reference(proto, {"x": x})
+        np.testing.assert_array_equal(np.asarray(out["values"]), ref["values"])
+        np.testing.assert_array_equal(np.asarray(out["indices"]), ref["indices"])
+    # one segment (position 0, same shapes both times) and the TopK break each call
+    assert len(ember_events.of("ember.cache.miss")) == 1
+    assert len(ember_events.of("ember.cache.hit")) == 1
+    assert len(ember_events.of("ember.break.stop")) == 2
+
+
+def test_shape_arithmetic_is_not_a_break():
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        const("idx", np.array([0], np.int64)),
+        const("minus_one", np.array([-1], np.int64)),
+        helper.make_node("Gather", ["s", "idx"], ["n"], axis=0),
+        helper.make_node("Concat", ["n", "minus_one"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    proto = make_model(nodes, [tensor("x", shape=[2, 3, 4])], [tensor("y", shape=[2, 12])])
+    compiled = rt.compile(proto)
+    assert not compiled.graph_break
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), x.reshape(2, 12))
+
+
+# ---------------------------------------------------------------------------------------------
+# no breaks, LRU, decode loop, threads
+
+
+def test_no_breaks_compiles_once_and_emits_no_cache_events(ember_events):
+    proto = relu_model(dim=4)
+    model = rt.load(proto)
+    ember_events.clear_all()
+    compiled = rt.compile(model)
+    names = ember_events.names()
+    assert names == [
+        "ember.compile.start",
+        "ember.segment.compile.start",
+        "ember.segment.compile.stop",
+        "ember.compile.stop",
+    ]
+    seg = ember_events.of("ember.segment.compile.stop")[0]
+    assert seg["stop"] == "end" and seg["compiled"] is True and seg["reason"] is None
+    assert seg["memory"]["argument_bytes"] == 16 and seg["memory"]["output_bytes"] == 16
+    ember_events.clear_all()
+    x = _f32(1, -2, 3, -4)
+    for _ in range(3):
+        out = compiled(x=x)
+    np.testing.assert_array_equal(np.asarray(out["y"]), reference(proto, {"x": x})["y"])
+    assert ember_events.names() == ["ember.call.start", "ember.call.stop"] * 3
+    assert ember_events.of("ember.call.start")[0]["shapes"] == [
+        {"name": "x", "shape": [4], "dtype": "float32"}
+    ]
+
+
+def test_other_shapes_go_through_the_cache_at_position_0(ember_events):
+    proto = relu_model()
+    compiled = rt.compile(proto, {"x": (4,)})
+    ember_events.clear_all()
+    compiled(x=_f32(1, 2))
+    compiled(x=_f32(1, 2, 3, 4))  # the compile-time shape: no cache events
+    compiled(x=_f32(3, 4))
+    assert ember_events.names("ember.cache") == ["ember.cache.miss", "ember.cache.hit"]
+    assert ember_events.of("ember.cache.miss")[0]["position"] == 0
+
+
+def test_lru_with_three_lengths_in_rotation(ember_events):
+    compiled = rt.compile(relu_model(), cache_size=2)
+    lengths = [3, 4, 5] * 3
+    for n in lengths:
+        x = np.linspace(-1, 1, n).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), np.maximum(2 * x, 0))
+    cache_events = [(n, md) for n, _, md in ember_events if n.startswith("ember.cache")]
+    kinds = [n.rsplit(".", 1)[1] for n, _ in cache_events]
+    # first round: 3 misses (the third evicts); after it every call misses and evicts
+    assert kinds == ["miss", "miss", "miss", "evict"] + ["miss", "evict"] * 6
+    evicted = [md["shapes"][0]["shape"][0] for n, md in cache_events if n.endswith("evict")]
+    assert evicted == [3, 4, 5, 3, 4, 5, 3]
+    assert all(md["cache_size"] == 2 for n, md in cache_events if n.endswith("evict"))
+    assert compiled.cache_info()[0] == [
+        [{"name": "x", "shape": [4], "dtype": "float32"}],
+        [{"name": "x", "shape": [5], "dtype": "float32"}],
+    ]
+
+
+def test_greedy_decode_loop_misses_once_per_length(ember_events):
+    nodes = [
+        helper.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["f"], ["s"], axes=None, keepdims=0),
+    ]
+    proto = make_model(
+        nodes, [tensor("ids", TensorProto.INT64, [1, "seq"])], [tensor("s", shape=[])]
+    )
+    compiled = rt.compile(proto, cache_size=3)
+    ids = [1]
+    for _ in range(6):
+        out = compiled(ids=np.array([ids], np.int64))
+        assert float(out["s"]) == sum(ids)
+        ids.append(int(float(out["s"])) % 7 + 1)  # the next token depends on the output
+    assert len(ember_events.of("ember.cache.miss")) == 6
+    evicted = [e["shapes"][0]["shape"] for e in ember_events.of("ember.cache.evict")]
+    assert evicted == [[1, 1], [1, 2], [1, 3]]
+
+
+def test_threads_share_one_compile_per_key(ember_events):
+    compiled = rt.compile(relu_model())
+    x = _f32(-1, 0, 1, 2, 3)
+    results = []
+    barrier = threading.Barrier(4)
+
+    def call():
+        barrier.wait()
+        results.append(np.asarray(compiled(x=x)["y"]))
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4
+    for r in results:
+        np.testing.assert_array_equal(r, np.maximum(2 * x, 0))
+    assert len(ember_events.of("ember.cache.miss")) == 1
+    assert len(ember_events.of("ember.cache.hit")) == 3
+
+
+def test_cache_size_must_be_positive():
+    with pytest.raises(ValueError, match="cache_size must be at least 1"):
+        rt.compile(relu_model(), cache_size=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# disk cache
+
+
+_DISK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import ember.runtime as rt
+    from ember.recorder import bus
+    stops = []
+    bus.attach("t", ["ember.segment.compile.stop"], lambda n, m, md: stops.append(
+        {"position": md["position"], "compiled": md["compiled"],
+         "disk_cache": md["disk_cache"]}))
+    compiled = rt.compile(sys.argv[1], cache_dir=sys.argv[2])
+    data = np.arange(6, dtype=np.float32)
+    out = compiled({"x": np.array([0, 1, 0, 0, 0, 0], np.float32), "data": data})
+    print(json.dumps({"stops": stops, "y": np.asarray(out["y"]).tolist()}))
+    """
+)
+
+
+def test_second_process_reads_every_segment_from_the_disk_cache(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(nonzero_reshape_model(extra_adds=20), path)
+    cache = tmp_path / "cache"
+
+    def run_process() -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-c", _DISK_SCRIPT, str(path), str(cache)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = run_process()
+    second = run_process()
+    assert [s["disk_cache"] for s in first["stops"]] == ["miss", "miss"]
+    assert [s["disk_cache"] for s in second["stops"]] == ["hit", "hit"]
+    assert all(s["compiled"] for s in second["stops"])
+    assert first["y"] == second["y"]
+    assert any(cache.iterdir())
+
+
+def test_disk_cache_does_not_change_the_callers_jax_setting(tmp_path):
+    import jax
+
+    before = jax.config.jax_compilation_cache_dir
+    rt.compile(relu_model(dim=3), cache_dir=tmp_path / "c")
+    assert jax.config.jax_compilation_cache_dir == before
