@@ -83,9 +83,13 @@ class _Converter:
                 f"(candle_graph/trace/events.rs)"
             )
         stat = self.source.stat()
-        run_id = rec.get("run_id") or "candle-" + hashlib.sha1(
-            f"{self.source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
-        ).hexdigest()[:16]
+        run_id = (
+            rec.get("run_id")
+            or "candle-"
+            + hashlib.sha1(
+                f"{self.source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+            ).hexdigest()[:16]
+        )
         phase = rec.get("phase") if rec.get("phase") in ("infer", "train") else "infer"
         tags = {
             k: v if isinstance(v, str) else json.dumps(v)

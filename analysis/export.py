@@ -46,7 +46,7 @@ def export_chrome(con: Connection, run_id: str, path: str | os.PathLike[str]) ->
         known = [r[0] for r in con.duck.execute("SELECT run_id FROM runs LIMIT 5").fetchall()]
         raise LookupError(
             f"no run {run_id!r} in {con.path}; runs there include {known} "
-            f"(list them with `ember query \"SELECT run_id, started_at FROM runs\"`)"
+            f'(list them with `ember query "SELECT run_id, started_at FROM runs"`)'
         )
     pid, entrypoint, wall, host, tags = run[0]
     events: list[dict[str, Any]] = [

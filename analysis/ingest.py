@@ -56,7 +56,7 @@ from ember.schemas import (
 
 from .checks import row_problem_sql
 from .db import DEFAULT_DB, RECORD_TABLES, RUNS_COLUMNS, Connection, _record_columns, connect
-from .schema_types import READ_COLUMNS
+from .schema_types import READ_COLUMNS, field_defaults, sql_literal
 
 __all__ = ["FileResult", "IngestSummary", "expand_paths", "ingest", "MAX_LINE_BYTES"]
 
@@ -64,6 +64,10 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 """The longest line ingest reads (DuckDB's ``maximum_object_size``)."""
 
 RAW_PREFIX_CHARS = 200
+# DuckDB's own limit on one JSON object; lines over MAX_LINE_BYTES never reach it (see
+# _find_long_line), so it only has to be large enough
+_DUCKDB_OBJECT_SIZE = MAX_LINE_BYTES + 4096
+_CONTROL = {c: f"\\x{c:02x}" for c in range(32) if c != 9}
 
 
 @dataclass
@@ -144,7 +148,9 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 
 def _raw_text(raw: bytes) -> str:
-    return raw[: RAW_PREFIX_CHARS * 4].decode("utf-8", "backslashreplace")[:RAW_PREFIX_CHARS]
+    """The start of a line as text: undecodable bytes and control characters escaped."""
+    text = raw[: RAW_PREFIX_CHARS * 4].decode("utf-8", "backslashreplace")
+    return text.translate(_CONTROL)[:RAW_PREFIX_CHARS]
 
 
 def _first_line(path: Path, size: int) -> tuple[bytes, int]:
@@ -233,6 +239,25 @@ def _iter_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]
             offset += len(line)
 
 
+def _find_long_line(path: Path, start: int, end: int) -> int | None:
+    """The offset of a line longer than MAX_LINE_BYTES in ``[start, end)``, else None.
+
+    Jumps from line start to the last line start within the next MAX_LINE_BYTES bytes (a
+    backward search from there finds it at once), so a file costs a few searches per
+    16 MB, not a pass over its bytes.
+    """
+    if end - start <= MAX_LINE_BYTES:
+        return None
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        pos = start
+        while end - pos > MAX_LINE_BYTES:
+            window_end = pos + MAX_LINE_BYTES + 1
+            if m.find(b"\n", pos, window_end) < 0:
+                return pos
+            pos = m.rfind(b"\n", pos, window_end) + 1
+    return None
+
+
 def _copy_range(src: Path, start: int, end: int, dst: Path) -> None:
     with src.open("rb") as fi, dst.open("wb") as fo:
         fi.seek(start)
@@ -258,7 +283,7 @@ def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
     extra = ", ignore_errors = true" if ignore_errors else ""
     return (
         f"SELECT * FROM read_json('{p}', format = 'newline_delimited', "
-        f"columns = {_READ_COLUMNS_SQL}, maximum_object_size = {MAX_LINE_BYTES}{extra})"
+        f"columns = {_READ_COLUMNS_SQL}, maximum_object_size = {_DUCKDB_OBJECT_SIZE}{extra})"
     )
 
 
@@ -439,7 +464,10 @@ class _FileIngest:
         if end <= plan.start:
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql_empty()}")
             return
-        if plan.version != SCHEMA_VERSION:
+        if (
+            plan.version != SCHEMA_VERSION
+            or _find_long_line(plan.path, plan.start, end) is not None
+        ):
             self._slow_path(end)
         else:
             src = plan.path
@@ -611,26 +639,36 @@ def _read_json_sql_empty() -> str:
 # ---------------------------------------------------------------- writing
 
 
-def _select_for(kind: str) -> str:
-    cols = _record_columns(kind)
+def _select_for(kind: str, cols: dict[str, str]) -> str:
+    defaults = field_defaults(kind)
     parts = []
     for c, t in cols.items():
-        if c == "run_id":
+        if c == "run_id" and kind != "meta":
             parts.append("$run_id")
-        elif READ_COLUMNS.get(c) == "JSON" and t != "JSON":
-            parts.append(
-                f"json_extract_string(\"{c}\", '$')" if t == "VARCHAR" else f'CAST("{c}" AS {t})'
-            )
+            continue
+        if READ_COLUMNS.get(c) == "JSON" and t != "JSON":
+            expr = f"json_extract_string(\"{c}\", '$')" if t == "VARCHAR" else f'CAST("{c}" AS {t})'
         else:
-            parts.append(f'"{c}"')
+            expr = f'"{c}"'
+        if c in defaults:
+            expr = f"coalesce({expr}, {sql_literal(defaults[c], t)})"
+        parts.append(expr)
     return ", ".join(parts)
 
 
 _INSERTS = {
-    kind: f"INSERT INTO {kind} SELECT {_select_for(kind)} FROM _stage WHERE kind = '{kind}'"
+    kind: (
+        f"INSERT INTO {kind} SELECT {_select_for(kind, _record_columns(kind))} "
+        f"FROM _stage WHERE kind = '{kind}'"
+    )
     for kind in RECORD_TABLES
 }
-_RUN_COLS = [c for c in RUNS_COLUMNS if c not in ("started_at", "file")]
+_RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
+_INSERT_RUN = (
+    f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "
+    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(wall_time_ns), $file "
+    f"FROM _stage WHERE kind = 'meta'"
+)
 
 
 def _delete_run(con: duckdb.DuckDBPyConnection, run_id: str, file: str) -> None:
@@ -659,12 +697,7 @@ def _write(
             n = con.execute("SELECT count(*) FROM _stage WHERE kind = 'meta'").fetchall()
             n = n[0]
             if n[0]:
-                cols = ", ".join(f'"{c}"' for c in _RUN_COLS)
-                con.execute(
-                    f"INSERT INTO runs ({cols}, started_at, file) SELECT {cols}, "
-                    f"make_timestamp_ns(wall_time_ns), ? FROM _stage WHERE kind = 'meta'",
-                    [file],
-                )
+                con.execute(_INSERT_RUN, {"file": file})
                 records += n[0]
         for kind in RECORD_TABLES:
             cur = con.execute(_INSERTS[kind], {"run_id": plan.run_id})

@@ -201,3 +201,39 @@ def literal_values(annotation: Any) -> tuple[Any, ...] | None:
     if typing.get_origin(annotation) is Literal:
         return typing.get_args(annotation)
     return None
+
+
+def field_defaults(kind: str) -> dict[str, Any]:
+    """Top-level fields of a record kind whose default is not None (pydantic fills them in;
+    DuckDB reads a missing field as NULL, so ingest fills them in too)."""
+    if kind == "span_start":
+        model: type[BaseModel] = R._SpanStartBase
+    elif kind == "span_end":
+        model = R._SpanEndBase
+    else:
+        model = KIND_MODELS[kind]
+    out: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if info.is_required() or name == "kind":
+            continue
+        value = info.get_default(call_default_factory=True)
+        if value is not None:
+            out[info.alias or name] = value
+    return out
+
+
+def sql_literal(value: Any, duck_type: str) -> str:
+    """``value`` as a DuckDB literal of ``duck_type``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if duck_type == "JSON":
+        import json
+
+        return "'" + json.dumps(value).replace("'", "''") + "'::JSON"
+    if isinstance(value, list) and not value:
+        return f"CAST([] AS {duck_type})"
+    raise TypeError(f"no SQL literal for the default {value!r} ({duck_type})")

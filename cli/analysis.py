@@ -124,10 +124,7 @@ def query(
         try:
             df = con.sql(sql)
         except duckdb.Error as exc:
-            raise fail(
-                f"{exc}\nThe tables and views: "
-                + ", ".join(con.tables())
-            ) from None
+            raise fail(f"{exc}\nThe tables and views: " + ", ".join(con.tables())) from None
     if format is Format.table:
         if output is not None:
             output.write_text(str(df))
@@ -176,7 +173,7 @@ def report(
     """The findings to read first: recompiles and why, thrashing, memory peak, slow calls."""
     with _open(db, read_only=True) as con:
         if run is not None and con.sql("SELECT 1 FROM runs WHERE run_id = ?", [run]).is_empty():
-            raise fail(f"no run {run!r} in {db}; list runs with `ember query \"FROM runs\"`")
+            raise fail(f'no run {run!r} in {db}; list runs with `ember query "FROM runs"`')
         for f in findings(con, run, limit=limit):
             if f.frame.is_empty():
                 console.print(f"[bold]{f.title}[/]: [dim]{f.empty_text}[/]")

@@ -10,10 +10,10 @@
 -- p50_warm_ns     median of the calls that did not compile
 -- total_ns        time spent in these calls
 WITH calls AS (
-    SELECT s.run_id, s.span_id, s.source, s.start_ns, s.duration_ns, s.status,
-        ember_shapes_text(s.start_attrs.shapes) AS shapes_text
-    FROM spans s
-    WHERE s.span_kind = 'call' AND s.status <> 'open'
+    SELECT span_row.run_id, span_row.span_id, span_row.source, span_row.start_ns, span_row.duration_ns, span_row.status,
+        ember_shapes_text(span_row.start_attrs.shapes) AS shapes_text
+    FROM spans span_row
+    WHERE span_row.span_kind = 'call' AND span_row.status <> 'open'
 ),
 compiling AS (
     SELECT DISTINCT run_id, span_id AS call_span_id

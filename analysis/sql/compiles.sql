@@ -22,16 +22,16 @@ WITH misses AS (
 ),
 seg AS (
     SELECT
-        s.run_id,
-        s.parent_id,
-        s.start_ns,
-        s.position,
-        s.duration_ns,
-        s.end_attrs.compiled AS compiled,
-        s.end_attrs.disk_cache AS disk_cache,
-        s.end_attrs.stop AS stop
-    FROM spans s
-    WHERE s.span_kind = 'segment_compile'
+        span_row.run_id,
+        span_row.parent_id,
+        span_row.start_ns,
+        span_row.position,
+        span_row.duration_ns,
+        span_row.end_attrs.compiled AS compiled,
+        span_row.end_attrs.disk_cache AS disk_cache,
+        span_row.end_attrs.stop AS stop
+    FROM spans span_row
+    WHERE span_row.span_kind = 'segment_compile'
 ),
 segment_compiles AS (
     SELECT
@@ -61,27 +61,27 @@ segment_compiles AS (
 ),
 jit_compiles AS (
     SELECT
-        s.run_id,
-        s.source,
+        span_row.run_id,
+        span_row.source,
         CAST(NULL AS BIGINT) AS position,
-        s.start_attrs.fun_name AS fun_name,
-        s.start_ns AS ts_ns,
-        s.parent_id AS call_span_id,
-        s.start_attrs.fun_name AS key,
+        span_row.start_attrs.fun_name AS fun_name,
+        span_row.start_ns AS ts_ns,
+        span_row.parent_id AS call_span_id,
+        span_row.start_attrs.fun_name AS key,
         CAST(NULL AS STRUCT("name" VARCHAR, "shape" BIGINT[], "dtype" VARCHAR,
             "sequence" STRUCT("shape" BIGINT[], "dtype" VARCHAR)[])[]) AS shapes,
         CAST(NULL AS STRUCT("name" VARCHAR, "value" JSON)[]) AS statics,
         CAST(NULL AS VARCHAR) AS shapes_text,
-        s.duration_ns AS compile_ns,
+        span_row.duration_ns AS compile_ns,
         true AS compiled,
-        s.end_attrs.persistent_cache AS disk_cache,
+        span_row.end_attrs.persistent_cache AS disk_cache,
         CAST(NULL AS VARCHAR) AS stop,
-        s.end_attrs.changes AS jit_changes,
-        s.end_attrs.retrace_reason AS retrace_reason,
-        row_number() OVER (PARTITION BY s.run_id, s.start_attrs.fun_name ORDER BY s.start_ns)
+        span_row.end_attrs.changes AS jit_changes,
+        span_row.end_attrs.retrace_reason AS retrace_reason,
+        row_number() OVER (PARTITION BY span_row.run_id, span_row.start_attrs.fun_name ORDER BY span_row.start_ns)
             AS seq
-    FROM spans s
-    WHERE s.span_kind = 'jit'
+    FROM spans span_row
+    WHERE span_row.span_kind = 'jit'
 ),
 all_compiles AS (
     SELECT * FROM segment_compiles

@@ -31,9 +31,9 @@ WITH c AS (
 ),
 re AS (SELECT * FROM c WHERE compile_index > 1),
 cur_args AS (
-    SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, s.arg,
-        list_filter(re.previous_shapes, lambda _prev: _prev.name = s.arg.name)[1] AS prev
-    FROM re, unnest(re.shapes) AS s(arg)
+    SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, cur_u.arg,
+        list_filter(re.previous_shapes, lambda _prev: _prev.name = cur_u.arg.name)[1] AS prev
+    FROM re, unnest(re.shapes) AS cur_u(arg)
     WHERE re.position IS NOT NULL
 ),
 shape_changes AS (
@@ -61,29 +61,29 @@ shape_changes AS (
 ),
 removed_args AS (
     SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, 4 AS ord,
-        'removed_arg' AS change, p.arg.name AS arg, NULL::BIGINT AS dim,
-        coalesce('[' || array_to_string(p.arg.shape, ',') || ']', '') AS old_value,
+        'removed_arg' AS change, prev_u.arg.name AS arg, NULL::BIGINT AS dim,
+        coalesce('[' || array_to_string(prev_u.arg.shape, ',') || ']', '') AS old_value,
         NULL AS new_value
-    FROM re, unnest(re.previous_shapes) AS p(arg)
+    FROM re, unnest(re.previous_shapes) AS prev_u(arg)
     WHERE re.position IS NOT NULL
-        AND len(list_filter(re.shapes, lambda _cur: _cur.name = p.arg.name)) = 0
+        AND len(list_filter(re.shapes, lambda _cur: _cur.name = prev_u.arg.name)) = 0
 ),
 static_changes AS (
     SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, 5 AS ord,
-        'static' AS change, v.sv.name AS arg, NULL::BIGINT AS dim,
-        CAST(list_filter(re.previous_statics, lambda _prev: _prev.name = v.sv.name)[1].value AS VARCHAR)
+        'static' AS change, stat_u.sv.name AS arg, NULL::BIGINT AS dim,
+        CAST(list_filter(re.previous_statics, lambda _prev: _prev.name = stat_u.sv.name)[1].value AS VARCHAR)
             AS old_value,
-        CAST(v.sv.value AS VARCHAR) AS new_value
-    FROM re, unnest(re.statics) AS v(sv)
+        CAST(stat_u.sv.value AS VARCHAR) AS new_value
+    FROM re, unnest(re.statics) AS stat_u(sv)
     WHERE re.position IS NOT NULL
-        AND CAST(list_filter(re.previous_statics, lambda _prev: _prev.name = v.sv.name)[1].value AS VARCHAR)
-            IS DISTINCT FROM CAST(v.sv.value AS VARCHAR)
+        AND CAST(list_filter(re.previous_statics, lambda _prev: _prev.name = stat_u.sv.name)[1].value AS VARCHAR)
+            IS DISTINCT FROM CAST(stat_u.sv.value AS VARCHAR)
 ),
 jit_changes AS (
     SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, 6 AS ord,
-        'jit:' || j.ch.what AS change, j.ch.arg AS arg, NULL::BIGINT AS dim,
-        j.ch.old AS old_value, j.ch.new AS new_value
-    FROM re, unnest(re.jit_changes) AS j(ch)
+        'jit:' || jit_u.ch.what AS change, jit_u.ch.arg AS arg, NULL::BIGINT AS dim,
+        jit_u.ch.old AS old_value, jit_u.ch.new AS new_value
+    FROM re, unnest(re.jit_changes) AS jit_u(ch)
     WHERE re.fun_name IS NOT NULL
 ),
 all_changes AS (

@@ -13,9 +13,9 @@
 --                   a cache big enough for the buckets; other dims may still differ)
 -- multiple_of_64_buckets   distinct sizes after padding up to a multiple of 64
 WITH dims AS (
-    SELECT c.run_id, c.source, c.position, s.arg.name AS arg, d.i - 1 AS dim,
-        s.arg.shape[d.i] AS size, c.compile_index
-    FROM compiles c, unnest(c.shapes) AS s(arg), range(1, len(s.arg.shape) + 1) AS d(i)
+    SELECT c.run_id, c.source, c.position, u_arg.arg.name AS arg, d.i - 1 AS dim,
+        u_arg.arg.shape[d.i] AS size, c.compile_index
+    FROM compiles c, unnest(c.shapes) AS u_arg(arg), range(1, len(u_arg.arg.shape) + 1) AS d(i)
     WHERE c.position IS NOT NULL
 ),
 per_dim AS (

@@ -14,23 +14,23 @@
 -- start_attrs, end_attrs     the typed attributes of each record (STRUCT)
 -- started_at, ended_at       absolute times (TIMESTAMP_NS, UTC) from runs.wall_time_ns
 SELECT
-    s.run_id,
-    s.span_id,
-    s.parent_id,
-    s.name,
-    s.span_kind,
-    s.ts_ns AS start_ns,
-    e.ts_ns AS end_ns,
-    e.duration_ns,
-    coalesce(e.status, 'open') AS status,
-    e.error.kind AS error_kind,
-    e.error.reason AS error_reason,
-    coalesce(e.attrs.source, s.attrs.source) AS source,
-    coalesce(e.attrs.position, s.attrs.position) AS position,
-    s.attrs AS start_attrs,
-    e.attrs AS end_attrs,
-    ember_at(r.wall_time_ns, s.ts_ns) AS started_at,
-    ember_at(r.wall_time_ns, e.ts_ns) AS ended_at
-FROM span_start s
-LEFT JOIN span_end e ON e.run_id = s.run_id AND e.span_id = s.span_id
-LEFT JOIN runs r ON r.run_id = s.run_id
+    span_s.run_id,
+    span_s.span_id,
+    span_s.parent_id,
+    span_s.name,
+    span_s.span_kind,
+    span_s.ts_ns AS start_ns,
+    span_e.ts_ns AS end_ns,
+    span_e.duration_ns,
+    coalesce(span_e.status, 'open') AS status,
+    span_e.error.kind AS error_kind,
+    span_e.error.reason AS error_reason,
+    coalesce(span_e.attrs.source, span_s.attrs.source) AS source,
+    coalesce(span_e.attrs.position, span_s.attrs.position) AS position,
+    span_s.attrs AS start_attrs,
+    span_e.attrs AS end_attrs,
+    ember_at(r.wall_time_ns, span_s.ts_ns) AS started_at,
+    ember_at(r.wall_time_ns, span_e.ts_ns) AS ended_at
+FROM span_start span_s
+LEFT JOIN span_end span_e ON span_e.run_id = span_s.run_id AND span_e.span_id = span_s.span_id
+LEFT JOIN runs r ON r.run_id = span_s.run_id

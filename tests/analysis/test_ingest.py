@@ -1,0 +1,284 @@
+"""Ingest: the bad-input corpus, idempotency, growth, migrations, and the typed read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from traces import cache_line, meta_line, write_lines
+
+from ember.analysis import connect, ingest
+from ember.analysis.ingest import MAX_LINE_BYTES
+from ember.analysis.schema_types import TABLE_COLUMNS, duckdb_type
+from ember.schemas import Migrations
+
+
+def _one(tmp_path: Path, name: str, lines: list, **kw):
+    path = write_lines(tmp_path / name, lines, **kw)
+    db = tmp_path / "t.duckdb"
+    summary = ingest([path], db)
+    return path, db, summary.files[0]
+
+
+def _rows(db: Path, sql: str, params=None) -> list[tuple]:
+    with connect(db, read_only=True) as con:
+        return con.duck.execute(sql, params or []).fetchall()
+
+
+def _rejected(db: Path) -> list[tuple]:
+    return _rows(db, "SELECT line, reason, raw FROM rejected_lines ORDER BY line")
+
+
+def _valid(n: int) -> list[str]:
+    return [cache_line(1000 + i, "miss" if i == 0 else "hit") for i in range(n)]
+
+
+# ---------------------------------------------------------------- the type mapping
+
+
+def test_duckdb_types_come_from_the_pydantic_models():
+    from ember.schemas.records import ArgShape, Cache
+
+    assert duckdb_type(Cache.model_fields["ts_ns"].annotation) == "BIGINT"
+    assert duckdb_type(Cache.model_fields["action"].annotation) == "VARCHAR"
+    assert duckdb_type(ArgShape.model_fields["shape"].annotation) == ("list", "BIGINT")
+    cache = TABLE_COLUMNS["cache"]
+    assert cache["shapes"].startswith('STRUCT("name" VARCHAR, "shape" BIGINT[], "dtype" VARCHAR')
+    assert cache["shapes"].endswith("[]")
+    assert cache["statics"] == 'STRUCT("name" VARCHAR, "value" JSON)[]'
+    assert TABLE_COLUMNS["meta"]["tags"] == "JSON"
+    # a union of an int and a literal ("stop": 3 or "end") is text
+    assert '"stop" VARCHAR' in TABLE_COLUMNS["span_end"]["attrs"]
+
+
+def test_a_valid_file_goes_in_whole(tmp_path):
+    path, db, r = _one(tmp_path, "ok.jsonl", [meta_line(), *_valid(3)])
+    assert (r.status, r.records, r.rejected, r.slow_path) == ("ok", 4, 0, False)
+    assert _rows(db, "SELECT count(*) FROM cache") == [(3,)]
+    assert _rows(db, "SELECT run_id, host, file FROM runs") == [("r1", "test", str(path))]
+    row = _rows(db, "SELECT status, offset_bytes, lines, records FROM ingested_files")
+    assert row == [("ok", path.stat().st_size, 4, 4)]
+
+
+# ---------------------------------------------------------------- the bad-input corpus
+
+
+def test_truncated_last_line_is_rejected_then_read_when_the_file_grows(tmp_path):
+    whole = cache_line(2000, "hit")
+    path, db, r = _one(
+        tmp_path, "t.jsonl", [meta_line(), *_valid(2), whole[:25]], newline_at_end=False
+    )
+    assert (r.status, r.records, r.rejected) == ("partial", 3, 1)
+    assert "truncated last line 4" in r.message
+    [(line, reason, raw)] = _rejected(db)
+    assert line == 4 and raw == whole[:25] and "writer stopped mid-line" in reason
+    # the writer finishes the line and writes one more: ingest continues from line 4
+    with path.open("a") as f:
+        f.write(whole[25:] + "\n" + cache_line(3000, "hit") + "\n")
+    r2 = ingest([path], db).files[0]
+    assert (r2.status, r2.continued, r2.records, r2.rejected) == ("ok", True, 2, 0)
+    assert _rejected(db) == []
+    assert _rows(db, "SELECT count(*) FROM cache") == [(4,)]
+    assert _rows(db, "SELECT records, rejected, lines FROM ingested_files") == [(5, 0, 5)]
+
+
+def test_binary_garbage_line_is_rejected_and_the_rest_kept(tmp_path):
+    garbage = b"\x00\x01\x02\xff\xfe\x80 PNG\x1a garbage"
+    path, db, r = _one(tmp_path, "g.jsonl", [meta_line(), *_valid(1), garbage, *_valid(2)])
+    assert (r.status, r.records, r.rejected, r.slow_path) == ("ok", 4, 1, True)
+    [(line, reason, raw)] = _rejected(db)
+    assert line == 3
+    assert reason.startswith(("not valid JSON", "not UTF-8"))
+    assert raw.startswith("\\x00\\x01")  # undecodable bytes are escaped, not lost
+    assert _rows(db, "SELECT count(*) FROM cache") == [(3,)]
+
+
+def test_non_utf8_text_is_rejected(tmp_path):
+    bad = b'{"kind":"cache","ts_ns":5,"action":"hit","position":0,"shapes":[],"key":"\xff\xfe"}'
+    path, db, r = _one(tmp_path, "u.jsonl", [meta_line(), bad, *_valid(1)])
+    assert (r.records, r.rejected) == (2, 1)
+    [(line, reason, raw)] = _rejected(db)
+    assert line == 2 and reason.startswith("not UTF-8")
+    assert "\\xff\\xfe" in raw
+
+
+def test_wrong_types_are_explained_by_pydantic(tmp_path):
+    wrong = cache_line(5, "hit").replace('"position": 0', '"position": "first"')
+    path, db, r = _one(tmp_path, "w.jsonl", [meta_line(), *_valid(1), wrong])
+    assert (r.records, r.rejected) == (2, 1)
+    [(line, reason, _)] = _rejected(db)
+    assert line == 3
+    assert reason.startswith("position: Input should be a valid integer")
+    assert '"first"' in reason
+
+
+def test_a_missing_required_field_is_found_by_the_typed_read_checks(tmp_path):
+    # valid JSON with the right types, so DuckDB reads it: the generated SQL checks catch it
+    missing = json.dumps({"kind": "cache", "ts_ns": 5, "action": "hit", "shapes": []})
+    bad_value = cache_line(6, "bogus")
+    path, db, r = _one(tmp_path, "m.jsonl", [meta_line(), missing, *_valid(1), bad_value])
+    assert (r.records, r.rejected, r.slow_path) == (2, 2, False)
+    assert _rejected(db) == [
+        (2, "position: missing required field", missing[:200]),
+        (
+            4,
+            "action: Input should be 'hit', 'miss' or 'evict' (got \"bogus\")",
+            bad_value[:200],
+        ),
+    ]
+
+
+def test_unknown_kind(tmp_path):
+    unknown = json.dumps({"kind": "telemetry", "ts_ns": 1})
+    path, db, r = _one(tmp_path, "k.jsonl", [meta_line(), unknown, *_valid(1)])
+    assert (r.records, r.rejected) == (2, 1)
+    [(line, reason, _)] = _rejected(db)
+    assert line == 2
+    assert reason.startswith("record: unknown kind 'telemetry'; expected one of 'meta'")
+
+
+def test_newer_schema_version_refuses_the_file_naming_both_versions(tmp_path):
+    path, db, r = _one(tmp_path, "n.jsonl", [meta_line(schema="ember.trace/9"), *_valid(2)])
+    assert r.status == "refused"
+    assert "ember.trace/9" in r.message and "ember.trace/1" in r.message
+    assert "upgrade Ember" in r.message
+    assert _rows(db, "SELECT count(*) FROM cache") == [(0,)]
+    assert _rows(db, "SELECT status, message FROM ingested_files") == [("refused", r.message)]
+
+
+def test_missing_meta_refuses_the_file(tmp_path):
+    path, db, r = _one(tmp_path, "nm.jsonl", _valid(2))
+    assert r.status == "refused"
+    assert r.message.startswith("missing 'meta': the first record must be 'meta'")
+    assert _rows(db, "SELECT count(*) FROM runs") == [(0,)]
+
+
+def test_two_meta_lines(tmp_path):
+    path, db, r = _one(tmp_path, "2m.jsonl", [meta_line(), *_valid(1), meta_line("r2")])
+    assert (r.records, r.rejected) == (2, 1)
+    assert _rejected(db)[0][:2] == (3, "a second 'meta' record; one file is one run")
+    assert _rows(db, "SELECT run_id FROM runs") == [("r1",)]
+
+
+def test_span_end_without_start(tmp_path):
+    start = {
+        "kind": "span_start",
+        "ts_ns": 1,
+        "span_id": 1,
+        "name": "ember.run",
+        "span_kind": "run",
+        "attrs": {},
+    }
+    end = {
+        "kind": "span_end",
+        "ts_ns": 2,
+        "span_id": 1,
+        "duration_ns": 1,
+        "span_kind": "run",
+        "attrs": {},
+    }
+    orphan = {**end, "span_id": 99}
+    lines = [meta_line(), json.dumps(start), json.dumps(end), json.dumps(orphan)]
+    path, db, r = _one(tmp_path, "s.jsonl", lines)
+    assert (r.records, r.rejected) == (3, 1)
+    assert _rejected(db)[0][:2] == (4, "span_end without a span_start (span_id 99)")
+    assert _rows(db, "SELECT span_id, status FROM spans") == [(1, "ok")]
+
+
+def test_a_run_id_seen_in_another_file_is_refused(tmp_path):
+    first = write_lines(tmp_path / "a.jsonl", [meta_line("same"), *_valid(2)])
+    copy = tmp_path / "copy.jsonl"
+    shutil.copy(first, copy)
+    db = tmp_path / "t.duckdb"
+    a, b = ingest([first, copy], db).files
+    assert a.status == "ok"
+    assert b.status == "refused"
+    assert f"run same is already in the database from {first}" in b.message
+    assert _rows(db, "SELECT count(*) FROM cache") == [(2,)]
+
+
+def test_a_line_over_16_mb_is_rejected(tmp_path):
+    huge = cache_line(9, "hit", key="x" * (MAX_LINE_BYTES + 10))
+    path, db, r = _one(tmp_path, "big.jsonl", [meta_line(), *_valid(1), huge, *_valid(1)])
+    assert (r.records, r.rejected) == (3, 1)
+    [(line, reason, raw)] = _rejected(db)
+    assert line == 3 and reason.startswith("line is over 16 MB")
+    assert len(raw) == 200
+
+
+def test_an_empty_file_is_refused(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    r = ingest([path], tmp_path / "t.duckdb").files[0]
+    assert r.status == "refused"
+    assert r.message.startswith("empty file: no 'meta' record")
+
+
+def test_an_unknown_field_of_another_kind_is_rejected(tmp_path):
+    wrong = json.loads(cache_line(5, "hit"))
+    wrong["op_name"] = "MatMul"  # a field of `op` records
+    path, db, r = _one(tmp_path, "f.jsonl", [meta_line(), json.dumps(wrong)])
+    assert r.rejected == 1
+    assert _rejected(db)[0][1].startswith("op_name: unknown field")
+
+
+# ---------------------------------------------------------------- idempotency
+
+
+def test_the_same_file_twice_is_not_duplicated(tmp_path):
+    path, db, r = _one(tmp_path, "i.jsonl", [meta_line(), *_valid(3)])
+    again = ingest([path, tmp_path], db).files  # the file, then its folder
+    assert [f.status for f in again] == ["unchanged"]
+    assert _rows(db, "SELECT count(*) FROM cache") == [(3,)]
+
+
+def test_a_replaced_file_replaces_its_rows(tmp_path):
+    path, db, r = _one(tmp_path, "rp.jsonl", [meta_line("old"), *_valid(3)])
+    write_lines(path, [meta_line("new"), *_valid(1)])
+    r2 = ingest([path], db).files[0]
+    assert (r2.status, r2.replaced, r2.records) == ("ok", True, 2)
+    assert _rows(db, "SELECT run_id FROM runs") == [("new",)]
+    assert _rows(db, "SELECT run_id, count(*) FROM cache GROUP BY ALL") == [("new", 1)]
+
+
+def test_folders_and_globs(tmp_path):
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    write_lines(tmp_path / "runs" / "a" / "1.jsonl", [meta_line("g1"), *_valid(1)])
+    write_lines(tmp_path / "runs" / "2.jsonl", [meta_line("g2"), *_valid(1)])
+    write_lines(tmp_path / "runs" / "notes.txt", ["not a trace"])
+    db = tmp_path / "t.duckdb"
+    assert len(ingest([tmp_path / "runs"], db).files) == 2
+    assert [f.status for f in ingest([str(tmp_path / "runs" / "*.jsonl")], db).files] == [
+        "unchanged"
+    ]
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        ingest([tmp_path / "nope.jsonl"], db)
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def test_an_older_version_is_upgraded_by_a_registered_migration(tmp_path):
+    migrations = Migrations()
+
+    @migrations.register(0)
+    def rename_pos(record: dict) -> dict:  # version 0 called the position "pos"
+        if record.get("kind") == "cache":
+            record["position"] = record.pop("pos")
+        return record
+
+    old = json.loads(cache_line(5, "hit", position=7))
+    old["pos"] = old.pop("position")
+    path = write_lines(tmp_path / "old.jsonl", [meta_line(schema="ember.trace/0"), json.dumps(old)])
+    db = tmp_path / "t.duckdb"
+    r = ingest([path], db, migrations=migrations).files[0]
+    assert (r.status, r.records, r.rejected) == ("ok", 2, 0)
+    assert _rows(db, "SELECT position FROM cache") == [(7,)]
+    assert _rows(db, "SELECT schema, schema_version FROM runs, ingested_files") == [
+        ("ember.trace/1", 0)
+    ]
+    # without the migration the same file is refused with both versions named
+    r2 = ingest([path], tmp_path / "t2.duckdb").files[0]
+    assert r2.status == "refused" and "ember.trace/0" in r2.message
