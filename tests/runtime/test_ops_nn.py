@@ -1,0 +1,468 @@
+"""Values of the neural-network ops against onnx's reference evaluator, onnxruntime or numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from ember.runtime.ops import lookup
+from tests.runtime.conftest import make_model, reference, tensor
+from tests.runtime.op_check import assert_matches, run_op
+
+rng = np.random.default_rng(0)
+
+
+def randn(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# --------------------------------------------------------------------------- convolution
+
+
+def test_conv_groups_dilations_strides_same_upper() -> None:
+    x, w, b = randn(2, 4, 9, 8), randn(6, 2, 3, 3), randn(6)
+    attrs = {"group": 2, "dilations": [2, 1], "strides": [2, 2], "auto_pad": "SAME_UPPER"}
+    (y,) = assert_matches("Conv", [x, w, b], attrs)
+    assert y.shape == (2, 6, 5, 4)
+
+
+def test_conv_explicit_asymmetric_pads_1d() -> None:
+    assert_matches("Conv", [randn(1, 3, 11), randn(2, 3, 4)], {"pads": [2, 1], "strides": [3]})
+
+
+def test_conv_transpose_output_shape_and_groups_against_onnxruntime() -> None:
+    x, w = randn(1, 4, 5, 5), randn(4, 3, 3, 3)
+    attrs = {"group": 2, "strides": [2, 2], "output_shape": [10, 11]}
+    (y,) = run_op("ConvTranspose", [x, w], attrs)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    model = make_model(
+        [node],
+        [tensor("x", shape=[1, 4, 5, 5]), tensor("w", shape=[4, 3, 3, 3])],
+        [tensor("y", shape=[1, 6, 10, 11])],
+    )
+    assert y.shape == (1, 6, 10, 11)
+    np.testing.assert_allclose(y, reference(model, {"x": x, "w": w})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_conv_transpose_pads_output_padding_dilations() -> None:
+    x, w, b = randn(2, 2, 4, 3), randn(2, 3, 2, 3), randn(3)
+    attrs = {"strides": [3, 2], "pads": [1, 0, 2, 1], "output_padding": [1, 1], "dilations": [2, 1]}
+    assert_matches("ConvTranspose", [x, w, b], attrs)
+
+
+def test_conv_integer_subtracts_zero_points() -> None:
+    x = rng.integers(0, 255, (1, 2, 5, 5)).astype(np.uint8)
+    w = rng.integers(0, 255, (3, 2, 2, 2)).astype(np.uint8)
+    xz, wz = np.uint8(12), np.uint8(100)
+    (y,) = run_op("ConvInteger", [x, w, xz, wz], {"pads": [1, 1, 1, 1]})
+    want = reference(
+        make_model(
+            [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], pads=[1, 1, 1, 1])],
+            [
+                tensor(n, TensorProto.UINT8, list(np.shape(v)))
+                for n, v in [("x", x), ("w", w), ("xz", xz), ("wz", wz)]
+            ],
+            [tensor("y", TensorProto.INT32, [1, 3, 6, 6])],
+        ),
+        {"x": x, "w": w, "xz": np.asarray(xz), "wz": np.asarray(wz)},
+    )["y"]
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, want)
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def test_max_pool_indices_ceil_mode_storage_order() -> None:
+    x = randn(2, 3, 7, 6)
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1, "storage_order": 1}
+    y, idx = run_op("MaxPool", [x], attrs)
+    want_y, want_idx = reference_pool(x, attrs)
+    np.testing.assert_allclose(y, want_y)
+    np.testing.assert_array_equal(idx, want_idx)
+    assert idx.dtype == np.int64
+
+
+def reference_pool(x: np.ndarray, attrs: dict) -> list[np.ndarray]:
+    from tests.runtime.op_check import reference_op
+
+    return reference_op("MaxPool", [x], attrs, n_outputs=2, opset=12)
+
+
+def test_max_pool_integers_and_dilations() -> None:
+    x = rng.integers(-100, 100, (1, 2, 8, 8)).astype(np.int8)
+    assert_matches(
+        "MaxPool", [x], {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 1, 0, 0]}
+    )
+
+
+@pytest.mark.parametrize("include_pad", [0, 1])
+def test_average_pool_pads_ceil_and_count_include_pad(include_pad: int) -> None:
+    x = randn(1, 2, 6, 7)
+    attrs = {
+        "kernel_shape": [3, 3],
+        "strides": [2, 2],
+        "pads": [1, 1, 1, 0],
+        "ceil_mode": 1,
+        "count_include_pad": include_pad,
+    }
+    assert_matches("AveragePool", [x], attrs)
+
+
+def test_lp_pool_and_global_pools() -> None:
+    x = randn(2, 3, 5, 4)
+    assert_matches("LpPool", [x], {"kernel_shape": [2, 2], "p": 3}, opset=18, atol=1e-4)
+    for op_type in ("GlobalAveragePool", "GlobalMaxPool"):
+        assert_matches(op_type, [x], {})
+    (y,) = run_op("GlobalLpPool", [x], {"p": 2})
+    np.testing.assert_allclose(y, np.sqrt((x**2).sum(axis=(2, 3), keepdims=True)), rtol=1e-5)
+
+
+def test_max_unpool_inverts_max_pool_indices() -> None:
+    x = randn(1, 1, 4, 4)
+    y, idx = run_op("MaxPool", [x], {"kernel_shape": [2, 2], "strides": [2, 2]})
+    (up,) = run_op(
+        "MaxUnpool", [y, idx, np.array([1, 1, 5, 5])], {"kernel_shape": [2, 2], "strides": [2, 2]}
+    )
+    assert up.shape == (1, 1, 5, 5)
+    assert np.count_nonzero(up) == 4
+    np.testing.assert_allclose(np.sort(up[up != 0]), np.sort(y.ravel()))
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def test_batch_normalization_inference_and_training() -> None:
+    x, scale, bias = randn(4, 3, 5, 5), randn(3), randn(3)
+    mean, var = randn(3), np.abs(randn(3)) + 0.5
+    assert_matches("BatchNormalization", [x, scale, bias, mean, var], {"epsilon": 1e-3}, opset=15)
+    y, running_mean, running_var = run_op(
+        "BatchNormalization",
+        [x, scale, bias, mean, var],
+        {"training_mode": 1, "momentum": 0.8},
+        opset=15,
+    )
+    batch_mean = x.mean(axis=(0, 2, 3))
+    batch_var = x.var(axis=(0, 2, 3))
+    np.testing.assert_allclose(running_mean, mean * 0.8 + batch_mean * 0.2, rtol=1e-5)
+    np.testing.assert_allclose(running_var, var * 0.8 + batch_var * 0.2, rtol=1e-5)
+    want = (x - batch_mean[:, None, None]) / np.sqrt(batch_var[:, None, None] + 1e-5)
+    np.testing.assert_allclose(y, want * scale[:, None, None] + bias[:, None, None], atol=1e-4)
+
+
+def test_layer_normalization_returns_mean_and_inverse_std() -> None:
+    x, s, b = randn(2, 3, 4), randn(3, 4), randn(3, 4)
+    y, mean, inv = assert_matches(
+        "LayerNormalization", [x, s, b], {"axis": 1, "epsilon": 1e-3}, n_outputs=3, opset=17
+    )
+    assert mean.shape == inv.shape == (2, 1, 1)
+
+
+def test_group_normalization_scale_per_group_before_opset_21() -> None:
+    x = randn(2, 4, 3, 3)
+    per_channel = run_op("GroupNormalization", [x, randn(4), randn(4)], {"num_groups": 2}, opset=21)
+    per_group = run_op(
+        "GroupNormalization",
+        [x, np.ones(2, np.float32), np.zeros(2, np.float32)],
+        {"num_groups": 2},
+        opset=18,
+    )
+    g = x.reshape(2, 2, -1)
+    norm = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(
+        x.shape
+    )
+    np.testing.assert_allclose(per_group[0], norm, atol=1e-5)
+    assert per_channel[0].shape == x.shape
+
+
+def test_rms_instance_lp_mvn_lrn_match_reference() -> None:
+    x = randn(2, 3, 4, 5)
+    assert_matches("RMSNormalization", [x, randn(5)], {"epsilon": 1e-4}, opset=23)
+    assert_matches("InstanceNormalization", [x, randn(3), randn(3)], {})
+    assert_matches("LpNormalization", [x], {"axis": 1, "p": 2})
+    (l1,) = run_op("LpNormalization", [x], {"axis": 1, "p": 1})
+    np.testing.assert_allclose(l1, x / np.abs(x).sum(axis=1, keepdims=True), rtol=1e-5)
+    assert_matches("MeanVarianceNormalization", [x], {"axes": [0, 2, 3]})
+    # onnx's reference LRN walks the batch axis instead of channels, so check by formula.
+    (y,) = run_op("LRN", [x], {"size": 3, "alpha": 1e-3, "beta": 0.7, "bias": 1.5})
+    sq = np.pad(x**2, [(0, 0), (1, 1), (0, 0), (0, 0)])
+    window = sq[:, :-2] + sq[:, 1:-1] + sq[:, 2:]
+    np.testing.assert_allclose(y, x / (1.5 + 1e-3 / 3 * window) ** 0.7, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def test_losses_with_weights_and_ignore_index() -> None:
+    scores = randn(4, 5, 3)
+    labels = rng.integers(0, 5, (4, 3)).astype(np.int64)
+    labels[0, 0] = -1
+    weights = np.abs(randn(5))
+    attrs = {"ignore_index": -1, "reduction": "mean"}
+    assert_matches(
+        "SoftmaxCrossEntropyLoss", [scores, labels, weights], attrs, n_outputs=2, opset=13
+    )
+    assert_matches(
+        "NegativeLogLikelihoodLoss",
+        [scores, labels, weights],
+        {**attrs, "reduction": "sum"},
+        opset=13,
+    )
+    assert_matches(
+        "NegativeLogLikelihoodLoss",
+        [scores, labels],
+        {"ignore_index": -1, "reduction": "none"},
+        opset=13,
+    )
+
+
+# --------------------------------------------------------------------------- image sampling
+
+
+@pytest.mark.parametrize(
+    ("attrs", "scales", "sizes"),
+    [
+        ({"mode": "linear"}, np.array([1, 1, 1.5, 0.75], np.float32), None),
+        ({"mode": "cubic", "antialias": 1}, np.array([1, 1, 0.5, 0.6], np.float32), None),
+        (
+            {
+                "mode": "nearest",
+                "nearest_mode": "ceil",
+                "coordinate_transformation_mode": "asymmetric",
+                "keep_aspect_ratio_policy": "not_larger",
+                "axes": [2, 3],
+            },
+            None,
+            np.array([7, 9], np.int64),
+        ),
+        (
+            {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+            None,
+            np.array([1, 2, 3, 11], np.int64),
+        ),
+    ],
+)
+def test_resize_modes(attrs: dict, scales: np.ndarray | None, sizes: np.ndarray | None) -> None:
+    x = randn(1, 2, 6, 8)
+    assert_matches("Resize", [x, None, scales, sizes], attrs, opset=19)
+
+
+def test_resize_tf_crop_and_resize_extrapolates() -> None:
+    x = randn(1, 1, 4, 4)
+    roi = np.array([0, 0, -0.5, 0.2, 1, 1, 0.9, 1.4], np.float32)
+    attrs = {
+        "mode": "linear",
+        "coordinate_transformation_mode": "tf_crop_and_resize",
+        "extrapolation_value": 7.0,
+    }
+    (y,) = assert_matches(
+        "Resize", [x, roi, None, np.array([1, 1, 5, 5], np.int64)], attrs, opset=19
+    )
+    assert (y == 7.0).any()
+
+
+def test_resize_integer_input_keeps_dtype() -> None:
+    x = rng.integers(0, 255, (1, 1, 3, 3)).astype(np.uint8)
+    assert_matches(
+        "Resize",
+        [x, None, np.array([1, 1, 2, 2], np.float32)],
+        {"mode": "linear"},
+        opset=19,
+        atol=1,
+    )
+
+
+def test_resize_without_scales_or_sizes_is_an_error() -> None:
+    with pytest.raises(ValueError, match="scales"):
+        run_op("Resize", [randn(1, 1, 2, 2), None, None, None], {}, opset=19, jit=False)
+
+
+@pytest.mark.parametrize(
+    ("mode", "padding_mode"),
+    [("linear", "zeros"), ("nearest", "border"), ("cubic", "reflection"), ("linear", "reflection")],
+)
+def test_grid_sample(mode: str, padding_mode: str) -> None:
+    x = randn(1, 2, 4, 5)
+    grid = rng.uniform(-1.3, 1.3, (1, 3, 4, 2)).astype(np.float32)
+    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": 0}
+    assert_matches("GridSample", [x, grid], attrs, opset=20, atol=1e-4)
+
+
+def test_affine_grid_feeds_grid_sample_identity() -> None:
+    theta = np.array([[[1, 0, 0], [0, 1, 0]]], np.float32)
+    (grid,) = assert_matches(
+        "AffineGrid", [theta, np.array([1, 1, 3, 4], np.int64)], {"align_corners": 1}, opset=20
+    )
+    x = randn(1, 1, 3, 4)
+    (y,) = run_op("GridSample", [x, grid], {"align_corners": 1}, opset=20)
+    np.testing.assert_allclose(y, x, atol=1e-5)
+
+
+def test_roi_align_and_col2im() -> None:
+    x = randn(2, 3, 8, 8)
+    rois = np.array([[0, 0, 4, 4], [1.5, 2.5, 7, 6]], np.float32)
+    assert_matches(
+        "RoiAlign",
+        [x, rois, np.array([0, 1], np.int64)],
+        {"output_height": 3, "output_width": 2},
+        opset=16,
+    )
+    cols = randn(1, 2 * 4, 9)
+    assert_matches(
+        "Col2Im",
+        [cols, np.array([4, 4], np.int64), np.array([2, 2], np.int64)],
+        {"strides": [1, 1]},
+        opset=18,
+    )
+
+
+# --------------------------------------------------------------------------- recurrent
+
+
+def _rnn_model(op_type: str, gates: int, attrs: dict, with_lens: bool):
+    names = ["X", "W", "R", "B", "L" if with_lens else ""]
+    node = helper.make_node(op_type, names, ["Y", "Y_h"], hidden_size=3, **attrs)
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    inputs = [
+        tensor("X", shape=[5, 2, 4]),
+        tensor("W", shape=[dirs, gates * 3, 4]),
+        tensor("R", shape=[dirs, gates * 3, 3]),
+        tensor("B", shape=[dirs, 2 * gates * 3]),
+    ] + ([tensor("L", TensorProto.INT32, [2])] if with_lens else [])
+    outputs = [tensor("Y", shape=[5, dirs, 2, 3]), tensor("Y_h", shape=[dirs, 2, 3])]
+    return make_model([node], inputs, outputs, opset=14), dirs
+
+
+@pytest.mark.parametrize(
+    ("op_type", "gates", "attrs"),
+    [
+        ("LSTM", 4, {"direction": "bidirectional"}),
+        ("GRU", 3, {"direction": "reverse", "linear_before_reset": 1}),
+        ("RNN", 1, {"direction": "forward", "activations": ["Relu"]}),
+    ],
+)
+def test_recurrent_against_onnxruntime_with_sequence_lens(
+    op_type: str, gates: int, attrs: dict
+) -> None:
+    model, dirs = _rnn_model(op_type, gates, attrs, with_lens=True)
+    feeds = {
+        "X": randn(5, 2, 4),
+        "W": randn(dirs, gates * 3, 4) * 0.5,
+        "R": randn(dirs, gates * 3, 3) * 0.5,
+        "B": randn(dirs, 2 * gates * 3) * 0.1,
+        "L": np.array([5, 3], np.int32),
+    }
+    want = reference(model, feeds)
+    got = run_op(
+        op_type,
+        [feeds["X"], feeds["W"], feeds["R"], feeds["B"], feeds["L"]],
+        {"hidden_size": 3, **attrs},
+        opset=14,
+    )
+    np.testing.assert_allclose(got[0], want["Y"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1], want["Y_h"], rtol=1e-4, atol=1e-5)
+
+
+def test_gru_batch_first_layout_matches_reference() -> None:
+    x, w, r = randn(2, 5, 4), randn(1, 9, 4), randn(1, 9, 3)
+    assert_matches("GRU", [x, w, r], {"hidden_size": 3, "layout": 1}, n_outputs=2, opset=14)
+
+
+def test_unknown_recurrent_activation_is_an_error() -> None:
+    with pytest.raises(ValueError, match="Bogus"):
+        run_op(
+            "RNN",
+            [randn(2, 1, 2), randn(1, 3, 2), randn(1, 3, 3)],
+            {"activations": ["Bogus"]},
+            jit=False,
+        )
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def test_attention_causal_grouped_query_3d() -> None:
+    q, k, v = randn(2, 4, 8), randn(2, 6, 4), randn(2, 6, 4)
+    attrs = {"is_causal": 1, "q_num_heads": 4, "kv_num_heads": 2}
+    assert_matches("Attention", [q, k, v], attrs, opset=23)
+
+
+def test_attention_past_cache_bool_mask_and_softcap() -> None:
+    q, k, v = randn(1, 2, 3, 4), randn(1, 2, 2, 4), randn(1, 2, 2, 4)
+    past_k, past_v = randn(1, 2, 5, 4), randn(1, 2, 5, 4)
+    mask = rng.random((3, 7)) > 0.3
+    mask[:, 0] = True
+    attrs = {"softcap": 2.0, "qk_matmul_output_mode": 3}
+    got = assert_matches("Attention", [q, k, v, mask, past_k, past_v], attrs, n_outputs=4, opset=23)
+    assert got[1].shape == (1, 2, 7, 4)
+
+
+def test_attention_3d_without_head_counts_is_an_error() -> None:
+    with pytest.raises(ValueError, match="q_num_heads"):
+        run_op("Attention", [randn(1, 2, 4)] * 3, {}, opset=23, jit=False)
+
+
+def test_rotary_embedding_interleaved_with_positions() -> None:
+    x = randn(2, 3, 8)
+    cos, sin = randn(10, 2), randn(10, 2)
+    pos = np.array([[0, 1, 2], [5, 6, 7]], np.int64)
+    attrs = {"interleaved": 1, "num_heads": 2, "rotary_embedding_dim": 4}
+    assert_matches("RotaryEmbedding", [x, cos, sin, pos], attrs, opset=23)
+
+
+# --------------------------------------------------------------------------- signal
+
+
+def test_dft_matches_numpy_fft() -> None:
+    x = randn(2, 8, 1, dtype=np.float64)
+    (y,) = run_op("DFT", [x, None, np.array(1, np.int64)], {"onesided": 1}, opset=20)
+    want = np.fft.rfft(x[..., 0], axis=1)
+    np.testing.assert_allclose(y[..., 0] + 1j * y[..., 1], want, atol=1e-12)
+    (back,) = run_op(
+        "DFT",
+        [y, np.array(8, np.int64), np.array(1, np.int64)],
+        {"onesided": 1, "inverse": 1},
+        opset=20,
+    )
+    np.testing.assert_allclose(back, x, atol=1e-12)
+
+
+def test_stft_with_hann_window() -> None:
+    signal = randn(1, 32, 1)
+    (window,) = run_op("HannWindow", [np.array(8, np.int64)], {}, opset=17)
+    (y,) = assert_matches("STFT", [signal, np.array(4, np.int64), window], {}, opset=17, atol=1e-4)
+    assert y.shape == (1, 7, 5, 2)
+
+
+def test_windows_and_mel_weight_matrix_match_reference() -> None:
+    for op_type in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+        assert_matches(op_type, [np.array(10, np.int64)], {"periodic": 0}, opset=17)
+    args = [np.array(v, np.int64) for v in (8, 16, 8192)] + [
+        np.array(0, np.float32),
+        np.array(4096, np.float32),
+    ]
+    assert_matches("MelWeightMatrix", args, {}, opset=17)
+
+
+# --------------------------------------------------------------------------- random
+
+
+def test_random_ops_shapes_dtypes_and_ranges() -> None:
+    (normal,) = run_op(
+        "RandomNormal", [], {"shape": [3, 4], "dtype": TensorProto.DOUBLE, "seed": 1.0}
+    )
+    assert normal.shape == (3, 4) and normal.dtype == np.float64
+    (uniform,) = run_op(
+        "RandomUniformLike", [np.zeros((5, 2), np.float16)], {"low": 2.0, "high": 3.0}
+    )
+    assert uniform.dtype == np.float16 and ((uniform >= 2) & (uniform <= 3)).all()
+    (coin,) = run_op("Bernoulli", [np.full((100,), 0.5, np.float32)], {"seed": 3.0}, opset=15)
+    assert set(np.unique(coin)) <= {0.0, 1.0} and 0 < coin.sum() < 100
+
+
+def test_every_nn_op_registers_with_its_host_inputs() -> None:
+    assert lookup("Resize", 19).host_inputs == (1, 2, 3)
+    assert lookup("ConvTranspose", 22) is not None
+    assert lookup("MaxPool", 7).fn is not lookup("MaxPool", 12).fn
+    assert lookup("FlexAttention", 1, "ai.onnx.preview").subgraphs
