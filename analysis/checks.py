@@ -24,6 +24,7 @@ from .schema_types import (
     READ_COLUMNS,
     _strip_optional,
     _unwrap_annotated,
+    duckdb_type,
     literal_values,
 )
 
@@ -67,6 +68,7 @@ def _model_of(annotation: object) -> type[BaseModel] | None:
 
 
 _depth = 0
+_TYPE_WORDS = {"BIGINT": "an integer", "VARCHAR": "a string"}
 
 
 def _field_problems(
@@ -84,6 +86,18 @@ def _field_problems(
             continue
         col = f"{expr}.{_q(key)}" if expr else _q(key)
         label = f"{where}{key}"
+        if not expr and READ_COLUMNS.get(key) == "JSON" and duckdb_type(info.annotation) != "JSON":
+            # a field two kinds type differently (``step``) is read as JSON: check its JSON
+            # type here and compare its text
+            want = duckdb_type(info.annotation)
+            json_types = {"BIGINT": "'BIGINT', 'UBIGINT'", "VARCHAR": "'VARCHAR'"}[want]
+            out.append(
+                (
+                    f"{col} IS NOT NULL AND json_type({col}) NOT IN ({json_types}, 'NULL')",
+                    f"{label}: wrong type (expected {_TYPE_WORDS[want]})",
+                )
+            )
+            col = f"json_extract_string({col}, '$')"
         if info.is_required() and info.annotation is not typing.Any:
             out.append((f"{col} IS NULL", f"{label}: missing required field (or wrong type)"))
         values = literal_values(info.annotation)
