@@ -38,6 +38,9 @@ def _open(db: Path, read_only: bool):
 def ingest_command(
     paths: list[str] = typer.Argument(..., help="Trace files, folders (*.jsonl inside) or globs."),
     db: Path = DB_OPTION,
+    wait: float = typer.Option(
+        10.0, "--wait", help="Seconds to wait while another process writes the database."
+    ),
 ) -> None:
     """Read traces into the database: validated, each file once (a grown file continues)."""
     try:
@@ -62,7 +65,7 @@ def ingest_command(
         for path in files:
             progress.update(task, file=path.name)
             try:
-                with connect(db) as con:
+                with connect(db, wait=wait) as con:
                     result = ingest_file(con, path)
             except DatabaseBusyError as exc:
                 raise fail(str(exc)) from None
