@@ -33,7 +33,10 @@ def downsample_sql(
     """
     g = ", ".join(groups)
     g_sel = f"{g}, " if g else ""
-    part = f"PARTITION BY {g}" if g else ""
+    # groups may hold NULLs (a segment has no fun_name): join with IS NOT DISTINCT FROM
+    on = " AND ".join(f"src.{c} IS NOT DISTINCT FROM span.{c}" for c in groups) or "TRUE"
+    part = "PARTITION BY " + ", ".join(f"src.{c}" for c in groups) if groups else ""
+    src_g = "".join(f"src.{c}, " for c in groups)
     maxes = ", ".join(f"max({v}) AS {v}" for v in values)
     return f"""(
         WITH src AS (SELECT * FROM {source}),
@@ -42,11 +45,11 @@ def downsample_sql(
             FROM src {"GROUP BY " + g if g else ""}
         ),
         bucketed AS (
-            SELECT src.*, CASE
+            SELECT {src_g}src.{x}, {", ".join(f"src.{v}" for v in values)}, CASE
                 WHEN span.n <= {max_points} THEN row_number() OVER ({part} ORDER BY src.{x})
                 ELSE floor((src.{x} - span.lo) * {max_points} / greatest(span.hi - span.lo, 1))
                 END AS bucket
-            FROM src JOIN span {"USING (" + g + ")" if g else "ON TRUE"}
+            FROM src JOIN span ON {on}
         )
         SELECT {g_sel}min({x}) AS {x}, {maxes}
         FROM bucketed GROUP BY {g_sel}bucket ORDER BY {g_sel}{x}
@@ -123,14 +126,19 @@ def bars(
     tooltip: Sequence[str] | None = None,
     horizontal: bool = False,
 ) -> alt.Chart:
-    """Bars (grouped by ``color``), zoomable."""
+    """Bars, side by side per ``color`` group, zoomable."""
     enc = {
-        "x": alt.X(x, title=x_title, sort="-y" if horizontal else None),
-        "y": alt.Y(y, title=y_title, sort="-x" if horizontal else None),
+        "x": alt.X(x, title=x_title),
+        "y": alt.Y(y, title=y_title),
         "tooltip": _tooltip(frame, tooltip),
     }
     if color:
+        # side by side, not stacked: the groups are different measures
         enc["color"] = alt.Color(f"{color}:N")
+        if horizontal:
+            enc["yOffset"] = alt.YOffset(f"{color}:N")
+        else:
+            enc["xOffset"] = alt.XOffset(f"{color}:N")
     return alt.Chart(frame, title=title).mark_bar().encode(**enc).interactive()
 
 

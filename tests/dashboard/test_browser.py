@@ -1,0 +1,102 @@
+"""The dashboard in a real browser: ``ember dashboard`` as a subprocess on a free port,
+every page opened in headless Debian Chromium (Playwright), values read off the screen.
+
+Screenshots go to ``$EMBER_SCREENSHOTS`` (kept, e.g. as CI artifacts) or the test's tmp dir.
+Chromium comes from ``tests/dashboard/install_browser.sh`` (``make browser``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.dashboard.browser import CHROMIUM, chromium, dashboard_server
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason=f"{CHROMIUM} is missing: run `bash tests/dashboard/install_browser.sh` "
+        "(Debian's chromium package) to run the browser test",
+    ),
+]
+
+# page path -> (query string, texts that must be visible)
+PAGES: dict[str, tuple[str, list[str]]] = {
+    "": ("", ["Runs", "Largest peak memory", "1.5 MiB", "Compiles", "20"]),
+    "recompiles": (
+        "?run=small-cache",
+        ["Why it compiled again", "What if the cache were bigger", "1 fewer compiles"],
+    ),
+    "cache": ("?run=small-cache", ["Hit rate", "25.0%", "Thrashing positions", "Compile payback"]),
+    "memory": ("?run=small-cache", ["Peak of live tensors", "1.5 MiB", "Static memory"]),
+    "hub": ("?run=hub", ["Saved-metadata fallbacks", "Ember used its saved copy", "Check kinds"]),
+    "calls": ("?run=small-cache", ["By input shapes", "p99"]),
+    "compare": ("?run=small-cache&other=big-cache", ["Compiles (B)", "Latency by input shapes"]),
+    "sql": ("?sql=SELECT%20count(*)%20AS%20n%20FROM%20evictions", ["SQL console", "1 rows"]),
+}
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = os.environ.get("EMBER_SCREENSHOTS")
+    folder = Path(where) if where else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _wait_until_idle(page) -> None:
+    # Done when the script has finished (no status widget, no skeleton placeholders) and
+    # every chart and table has drawn (vega-lite and the data grid draw on a canvas/svg).
+    page.wait_for_function(
+        """() => !document.querySelector('[data-testid="stStatusWidget"]')
+            && !document.querySelector('[data-testid="stSkeleton"]')
+            && [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+                .every(c => c.querySelector('canvas, svg'))
+            && [...document.querySelectorAll('[data-testid="stDataFrame"]')]
+                .filter(d => d.checkVisibility())  // tables in closed expanders wait
+                .every(d => d.querySelector('canvas'))""",
+        timeout=60_000,
+    )
+    page.wait_for_timeout(300)  # let the last chart finish its first paint
+
+
+def test_every_page_renders_its_values_in_chromium(dashboard_db: Path, screenshots: Path) -> None:
+    from playwright.sync_api import expect
+
+    with dashboard_server(dashboard_db) as base, chromium() as browser:
+        page = browser.new_page()
+        for path, (query, expected) in PAGES.items():
+            page.goto(f"{base}/{path}{query}")
+            for text in expected:
+                expect(page.get_by_text(text, exact=False).first).to_be_visible(timeout=60_000)
+            _wait_until_idle(page)
+            assert not page.get_by_test_id("stException").count(), f"exception on /{path}"
+            page.screenshot(path=str(screenshots / f"{path or 'runs'}.png"), full_page=True)
+
+        # the sidebar navigation lists every page, and the selected run survives a click
+        page.goto(f"{base}/cache?run=big-cache")
+        expect(page.get_by_text("50.0%").first).to_be_visible(timeout=60_000)
+        nav = page.get_by_test_id("stSidebarNav")
+        for title in ("Runs", "Recompiles", "Cache", "Memory", "Hub", "Calls", "Compare", "SQL"):
+            expect(nav.get_by_text(title, exact=True)).to_be_visible()
+        nav.get_by_text("Recompiles", exact=True).click()
+        expect(page.get_by_text("Why it compiled again")).to_be_visible(timeout=60_000)
+        page.wait_for_url("**/recompiles?run=big-cache", timeout=30_000)
+
+        # the SQL console refuses a write typed into the browser
+        page.goto(f"{base}/sql")
+        expect(page.get_by_text("SQL console").first).to_be_visible(timeout=60_000)
+        box = page.get_by_role("textbox", name="Query")
+        box.fill("DROP TABLE runs")
+        page.get_by_role("button", name="Run", exact=True).click()
+        expect(page.get_by_text("Refused: the SQL console is read-only: DROP")).to_be_visible(
+            timeout=60_000
+        )
+        page.screenshot(path=str(screenshots / "sql-refused.png"), full_page=True)
+
+    assert sorted(p.name for p in screenshots.glob("*.png")) == sorted(
+        [f"{p or 'runs'}.png" for p in PAGES] + ["sql-refused.png"]
+    )
