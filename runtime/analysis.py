@@ -159,11 +159,16 @@ def _propagate(node: Node, host: set[str]) -> None:
         host.update(o for o in node.outputs if o)
 
 
-def analyse(graph: Graph, forced: Mapping[int, str] | None = None) -> Plan:
+def analyse(
+    graph: Graph,
+    forced: Mapping[int, str] | None = None,
+    const_sizes: Mapping[str, int] | None = None,
+) -> Plan:
     """Find the breaks of ``graph`` and cut it into segments.
 
     ``forced`` adds breaks found by tracing (position -> reason), for nodes whose needs the
-    registry does not declare.
+    registry does not declare. ``const_sizes`` gives the element counts of values folded
+    from constants, so large ones are passed as device arrays like large initializers.
     """
     nodes = graph.nodes
     forced = forced or {}
@@ -202,10 +207,12 @@ def analyse(graph: Graph, forced: Mapping[int, str] | None = None) -> Plan:
         if any(o in needs for o in node.outputs if o) and all(n in host for n in node.reads()):
             needs.update(node.reads())
 
+    sizes = {n: v.size for n, v in graph.initializers.items() if isinstance(v, np.ndarray)}
+    sizes.update(const_sizes or {})
     params = frozenset(
         name
-        for name, value in graph.initializers.items()
-        if name not in needs and isinstance(value, np.ndarray) and value.size >= PARAM_MIN_SIZE
+        for name, size in sizes.items()
+        if name in const and name not in needs and size >= PARAM_MIN_SIZE
     )
     consts = frozenset(const)
     segments = _cut(graph, breaks, frozenset(host), frozenset(needs), params, consts)

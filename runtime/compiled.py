@@ -351,7 +351,12 @@ class CompiledModel:
         self._lock = threading.RLock()
         self._params: dict[str, Any] = {}
         self._forced: dict[int, str] = {}
+        self._consts: dict[str, Any] | None = None
+        self._const_sizes: dict[str, int] = {}
         self._plan(analyse(model.graph))
+        # Values folded from constants stay constants of the programs even when large:
+        # passing them as arguments changes XLA's fusion and, for the degenerate weights of
+        # ConstantOfShape-built models, its rounding (see analysis.PARAM_MIN_SIZE).
 
     def _plan(self, plan: Plan) -> None:
         """Adopt ``plan``: the steps of a call, an empty cache, no whole-graph program."""
@@ -359,7 +364,6 @@ class CompiledModel:
         self._cache: dict[int, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
         self._known_host_values: dict[int, set[str]] = {}
         self._main: _Entry | None = None
-        self._consts: dict[str, Any] | None = None
         self._main_sig: tuple[Any, ...] | None = None
         self._main_arg_names: tuple[str, ...] = ()
         # The call as a list of steps: a Segment, or the position of a break node.
@@ -377,7 +381,7 @@ class CompiledModel:
         if found.position in self._forced:  # the node fails even as a break: give up
             raise RuntimeError(f"node at position {found.position} failed as a break too")
         self._forced[found.position] = found.reason
-        self._plan(analyse(self.graph, self._forced))
+        self._plan(analyse(self.graph, self._forced, self._const_sizes))
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -434,9 +438,8 @@ class CompiledModel:
             import jax.numpy as jnp
 
             with jax.enable_x64(True):
-                self._params = {
-                    n: jnp.asarray(self.graph.initializers[n]) for n in self.plan.params
-                }
+                base = self._base_env()
+                self._params = {n: jnp.asarray(base[n]) for n in self.plan.params}
         return self._params
 
     def _precompile(self, specs: Mapping[str, Any]) -> None:

@@ -15,6 +15,9 @@ value is ``None``. The same loop serves every mode:
 - ``run_nodes(graph, env, start, stop, on_node=...)``: a slice of the sorted graph with a
   hook after every node, the building block of profile mode (op timings, tensor liveness).
 
+An op function with a keyword parameter ``num_outputs`` gets the node's number of outputs
+when the node has no such attribute (``Split`` without sizes divides into that many parts).
+
 Graph attributes (``If``'s branches, ``Loop``'s body) reach op functions as ``Subgraph``
 callables, ``body(*inputs) -> tuple(outputs)``, which see the values of the enclosing
 scope, so the same callable runs eagerly, under ``jax.jit``, or inside ``lax`` control flow.
@@ -204,6 +207,8 @@ def _build(
         attrs = {}
         for a in n.attribute:
             attrs[a.name] = _attr_value(a, opsets, missing, (*scope, name, a.name), base_dir)
+        if opdef is not None and "num_outputs" not in attrs and _takes_num_outputs(opdef):
+            attrs["num_outputs"] = len(n.output)
         outer: set[str] = set()
         for v in attrs.values():
             subs = [v] if isinstance(v, Graph) else v if isinstance(v, list) else []
@@ -242,6 +247,23 @@ def _build(
         outer_reads=outer_reads,
         value_info=value_info,
     )
+
+
+_NUM_OUTPUTS: dict[int, bool] = {}
+
+
+def _takes_num_outputs(opdef: ops.OpDef) -> bool:
+    """Whether the op function has a ``num_outputs`` keyword (Split's default sizes)."""
+    key = id(opdef.fn)
+    if key not in _NUM_OUTPUTS:
+        import inspect
+
+        try:
+            params = inspect.signature(opdef.fn).parameters
+            _NUM_OUTPUTS[key] = "num_outputs" in params
+        except (TypeError, ValueError):
+            _NUM_OUTPUTS[key] = False
+    return _NUM_OUTPUTS[key]
 
 
 def _toposort(nodes: list[Node], known: set[str], graph_name: str) -> list[Node]:

@@ -1,0 +1,146 @@
+"""compile/run/call: outputs by name, dtypes under x64, input errors, exception events."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import ember.runtime as rt
+from ember.recorder.log import log_compiles
+from ember.runtime.errors import InputError, NodeError
+
+from .conftest import const, make_model, reference, tensor
+
+
+def _matmul_model():
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["ab"], name="matmul"),
+        helper.make_node("Sigmoid", ["ab"], ["y"], name="sigmoid"),
+    ]
+    return make_model(
+        nodes,
+        [tensor("a", shape=["batch", 3]), tensor("b", shape=[3, 2])],
+        [tensor("y", shape=["batch", 2])],
+    )
+
+
+def test_call_with_dict_or_kwargs_matches_onnxruntime_and_run(ember_events):
+    proto = _matmul_model()
+    model = rt.load(proto)
+    compiled = rt.compile(model, {"a": (4, 3)})
+    a = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    b = np.linspace(0, 2, 6, dtype=np.float32).reshape(3, 2)
+    ref = reference(proto, {"a": a, "b": b})["y"]
+    by_dict = compiled({"a": a, "b": b})
+    by_kwargs = compiled(a=a, b=b)
+    by_run = rt.run(model, {"a": a, "b": b})
+    assert list(by_dict) == ["y"]
+    for out in (by_dict, by_kwargs, by_run):
+        np.testing.assert_allclose(np.asarray(out["y"]), ref, rtol=1e-6)
+    runs = ember_events.of("ember.run.start")
+    assert runs == [{"source": None, "span_id": runs[0]["span_id"], "parent_id": None}]
+    assert len(ember_events.of("ember.run.stop")) == 1
+
+
+def test_int64_and_float64_keep_their_dtypes_without_touching_global_x64():
+    nodes = [
+        helper.make_node("Add", ["i", "i"], ["i2"]),
+        helper.make_node("Cast", ["i2"], ["d"], to=TensorProto.DOUBLE),
+        helper.make_node("Mul", ["d", "f"], ["y"]),
+    ]
+    proto = make_model(
+        nodes,
+        [tensor("i", TensorProto.INT64, [2]), tensor("f", TensorProto.DOUBLE, [2])],
+        [tensor("i2", TensorProto.INT64, [2]), tensor("y", TensorProto.DOUBLE, [2])],
+    )
+    before = jax.config.jax_enable_x64
+    big = np.array([2**40, -3], np.int64)
+    f = np.array([0.1, 1e-300], np.float64)
+    for out in (rt.compile(proto)(i=big, f=f), rt.run(proto, i=big, f=f)):
+        assert out["i2"].dtype == np.int64 and out["y"].dtype == np.float64
+        np.testing.assert_array_equal(np.asarray(out["i2"]), [2**41, -6])
+        np.testing.assert_array_equal(
+            np.asarray(out["y"]), reference(proto, {"i": big, "f": f})["y"]
+        )
+    assert jax.config.jax_enable_x64 == before
+
+
+def test_wrong_inputs_list_what_the_model_expects():
+    compiled = rt.compile(_matmul_model(), {"a": (2, 3)})
+    a = np.zeros((2, 3), np.float32)
+    b = np.zeros((3, 2), np.float32)
+    expects = r"the model expects: a: float32\[batch, 3\]; b: float32\[3, 2\]"
+    with pytest.raises(InputError, match=r"missing input\(s\) \['b'\].*" + expects):
+        compiled(a=a)
+    with pytest.raises(InputError, match=r"unknown input\(s\) \['c'\]"):
+        compiled(a=a, b=b, c=b)
+    with pytest.raises(InputError, match=r"'a' has dtype float64, expected float32.*" + expects):
+        compiled(a=a.astype(np.float64), b=b)
+    with pytest.raises(InputError, match=r"'a' has rank 1 \(shape \[6\]\), expected rank 2"):
+        compiled(a=np.zeros(6, np.float32), b=b)
+    with pytest.raises(InputError, match=r"'b' has shape \[4, 2\], but dim 0 must be 3"):
+        compiled(a=a, b=np.zeros((4, 2), np.float32))
+    with pytest.raises(InputError, match="expected float32"):
+        rt.run(_matmul_model(), a=a.astype(np.int32), b=b)
+
+
+def test_input_specs_errors():
+    with pytest.raises(InputError, match=r"unknown input\(s\) \['z'\]"):
+        rt.compile(_matmul_model(), {"z": (1, 3)})
+    with pytest.raises(InputError, match="give a shape tuple"):
+        rt.compile(_matmul_model(), {"a": "big"})
+
+
+def test_failure_inside_a_call_is_an_exception_event_and_names_the_node(ember_events):
+    # Reshape to a shape that does not fit: fails while the segment traces
+    nodes = [
+        const("shape", np.array([5, -1], np.int64)),
+        helper.make_node("Reshape", ["x", "shape"], ["y"], name="bad_reshape"),
+    ]
+    proto = make_model(nodes, [tensor("x", shape=["n"])], [tensor("y", shape=[5, "m"])])
+    compiled = rt.compile(proto)
+    with pytest.raises(NodeError, match=r"node 1 'bad_reshape' \(Reshape\) failed") as info:
+        compiled(x=np.zeros(6, np.float32))
+    assert "x=float32[6]" in str(info.value)
+    exc = ember_events.of("ember.call.exception")
+    assert len(exc) == 1 and "bad_reshape" in exc[0]["reason"]
+    assert len(ember_events.of("ember.segment.compile.exception")) == 1
+
+
+def test_log_compiles_writes_one_line_per_compile_event(caplog):
+    proto = make_model(
+        [
+            helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
+            helper.make_node("Cast", ["nz"], ["y"], to=TensorProto.FLOAT, name="cast"),
+        ],
+        [tensor("x", shape=[4])],
+        [tensor("y", shape=[1, "k"])],
+    )
+    log_compiles(level=logging.INFO)
+    try:
+        with caplog.at_level(logging.INFO, logger="ember.compile"):
+            compiled = rt.compile(proto, cache_size=1)
+            compiled(x=np.array([0, 1, 0, 2], np.float32))
+            compiled(x=np.array([3, 0, 0, 0], np.float32))
+    finally:
+        log_compiles(False)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ember.compile"]
+    assert lines[0].startswith("compiled <memory> in ") and "with graph breaks" in lines[0]
+    assert lines[1].startswith("break <memory> at position 0: node 'nonzero' (NonZero) ran")
+    assert lines[2].startswith("cache miss <memory> at position 1 for nz: int64[1, 2]")
+    assert lines[3].startswith("segment <memory> [1..end) kept eager (not compiled) in ")
+    assert lines[4].startswith("break <memory> at position 0")
+    assert lines[5].startswith("cache miss <memory> at position 1 for nz: int64[1, 1]")
+    assert lines[6].startswith("segment <memory> [1..end)")
+    assert lines[7] == (
+        "cache evict <memory> at position 1 (cache_size 1): removed nz: int64[1, 2]"
+    )
+    assert len(lines) == 8
+    # detached: nothing more is logged
+    caplog.clear()
+    compiled(x=np.array([1, 1, 0, 0], np.float32))
+    assert not [r for r in caplog.records if r.name == "ember.compile"]
