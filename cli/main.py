@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import (
     analysis,  # noqa: F401
     dashboard,  # noqa: F401
+    demo,  # noqa: F401
     run,  # noqa: F401
     validate,  # noqa: F401
 )

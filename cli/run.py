@@ -51,6 +51,8 @@ def run(
     tag: list[str] = typer.Option([], help="key=value tags for the run. Repeatable."),
 ) -> None:
     """Run a model, record a trace, and print calls, compiles, cache, latency and memory."""
+    import jax  # noqa: F401  (imported before recording, so the trace names backend and devices)
+
     from ember.recorder import record
     from ember.runtime import EmberRuntimeError
     from ember.runtime.workload import (
