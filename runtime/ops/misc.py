@@ -336,3 +336,26 @@ def tfidf_vectorizer(
     else:
         raise ValueError(f"TfIdfVectorizer: unknown mode {mode!r}")
     return out.astype(np.float32).reshape(-1) if x.ndim == 1 else out.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# images (host only: decoding is Pillow's job)
+
+
+@op("ImageDecoder", since=20, value_shaped=True)
+def image_decoder(encoded_stream, *, pixel_format="RGB"):
+    import io
+
+    try:
+        from PIL import Image
+    except ImportError as e:  # pragma: no cover - Pillow ships with streamlit
+        raise ImportError("ImageDecoder needs Pillow: pip install pillow") from e
+    image = Image.open(io.BytesIO(np.asarray(encoded_stream, np.uint8).tobytes()))
+    if pixel_format == "Grayscale":
+        return np.asarray(image.convert("L"))[:, :, None]
+    rgb = np.asarray(image.convert("RGB"))
+    if pixel_format == "RGB":
+        return rgb
+    if pixel_format == "BGR":
+        return np.ascontiguousarray(rgb[:, :, ::-1])
+    raise ValueError(f"ImageDecoder: unknown pixel_format {pixel_format!r} (RGB, BGR, Grayscale)")
