@@ -114,5 +114,6 @@ def run(
     if summary.defaults:
         filled = ", ".join(f"{k}={v}" for k, v in summary.defaults.items())
         table.add_row("defaults", f"{filled} (set with --input)")
-    table.add_row("trace", str(trace))
     console.print(table)
+    # the path on a line of its own, never cut, so it can be copied
+    console.print(f"trace: {trace}", soft_wrap=True, highlight=False)

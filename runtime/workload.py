@@ -204,15 +204,18 @@ def _shape_of(
         raise WorkloadError(f"input {spec.name}: the model gives no dtype; add :DTYPE to --input")
     if spec.shape is None and override is None:
         raise WorkloadError(f"input {spec.name}: the model gives no shape; use --input NAME=SHAPE")
-    dims = list(spec.shape or ())
-    if override is not None:
-        dims = list(override.shape)
+    # A symbolic dim takes its symbol's value (from --input, or the sweep, which wins),
+    # then the --input value, then the model's fixed value, else a default.
+    rank = len(override.shape) if override is not None else len(spec.shape or ())
+    model_dims = list(spec.shape) if spec.shape is not None else [None] * rank
     out = []
-    for i, d in enumerate(dims):
-        if isinstance(d, int):
-            out.append(d)
-        elif isinstance(d, str) and d in symbols:
+    for i, d in enumerate(model_dims):
+        if isinstance(d, str) and d in symbols:
             out.append(symbols[d])
+        elif override is not None:
+            out.append(override.shape[i])
+        elif isinstance(d, int):
+            out.append(d)
         else:
             label = d if isinstance(d, str) else f"{spec.name}[{i}]"
             value = defaults.setdefault(label, 1 if i == 0 else 8)

@@ -1,0 +1,171 @@
+"""`ember run`: a light model, a model with symbolic dims and a sweep, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from ember.cli.main import app
+from ember.runtime.workload import (
+    WorkloadError,
+    parse_input,
+    parse_sweep,
+    plan_shapes,
+)
+from ember.schemas import validate_file
+
+runner = CliRunner()
+
+
+def records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def ends(recs, span_kind):
+    return [r for r in recs if r["kind"] == "span_end" and r["span_kind"] == span_kind]
+
+
+@pytest.fixture(scope="module")
+def symbolic_model(tmp_path_factory):
+    """x: float32[batch, n] -> Relu(x @ W^T... ) with W applied on the batch axis."""
+    w = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["w", "x"], ["y"]),
+            helper.make_node("Relu", ["y"], ["out"]),
+        ],
+        "symbolic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "n"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, "n"])],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path_factory.mktemp("models") / "symbolic.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_sweep_larger_than_the_cache_compiles_each_shape_and_evicts(symbolic_model, tmp_path):
+    trace = tmp_path / "sweep.jsonl"
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(symbolic_model),
+            "--sweep",
+            "x:1=2,3,4,5",
+            "--calls",
+            "2",
+            "--cache-size",
+            "2",
+            "--record",
+            str(trace),
+            "--tag",
+            "team=search",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert validate_file(trace).ok
+    recs = records(trace)
+    assert recs[0]["tags"] == {"team": "search", "model": str(symbolic_model)}
+    assert len(ends(recs, "call")) == 8
+    compiles = [r for r in ends(recs, "segment_compile") if r["attrs"]["compiled"]]
+    assert [c["attrs"]["shapes"][0]["shape"] for c in compiles] == [[3, 2], [3, 3], [3, 4], [3, 5]]
+    cache = [(r["action"], r["shapes"][0]["shape"][1]) for r in recs if r["kind"] == "cache"]
+    assert cache == [
+        ("miss", 2),
+        ("hit", 2),
+        ("miss", 3),
+        ("hit", 3),
+        ("miss", 4),
+        ("evict", 2),
+        ("hit", 4),
+        ("miss", 5),
+        ("evict", 3),
+        ("hit", 5),
+    ]
+    out = " ".join(result.output.split())
+    assert "4 hits, 4 misses, 2 evictions" in out
+    assert f"trace: {trace}" in result.output
+
+
+def test_light_model_compiles_once(tmp_path):
+    trace = tmp_path / "light.jsonl"
+    result = runner.invoke(
+        app, ["run", "onnx:light/squeezenet", "--calls", "2", "--record", str(trace)]
+    )
+    assert result.exit_code == 0, result.output
+    recs = records(trace)
+    assert recs[0]["backend"] == "cpu" and recs[0]["devices"]
+    (compile_end,) = ends(recs, "compile")
+    assert compile_end["attrs"]["graph_break"] is False
+    # compiled once, at compile time, for the model's own input shape; calls hit it directly
+    assert [r["attrs"]["compiled"] for r in ends(recs, "segment_compile")] == [True]
+    assert len(ends(recs, "call")) == 2
+    assert not [r for r in recs if r["kind"] == "cache"]
+    assert [r["kind"] for r in recs].count("device_memory") >= 2
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--input", "x=3by4"], "expected NAME=SHAPE[:DTYPE]"),
+        (["--input", "x=3x4:float99"], "unknown dtype 'float99'"),
+        (["--input", "nope=3x4"], "no such input; the model takes x: float32[3, n]"),
+        (["--input", "x=3"], "1 dims given, the model's input has 2"),
+        (["--sweep", "x=1,2"], "expected NAME:DIM=v1,v2"),
+        (["--sweep", "x:7=1,2"], "the input has no dimension 7"),
+        (["--tag", "novalue"], "expected key=value"),
+        (["--calls", "0"], "give at least 1 call"),
+    ],
+)
+def test_bad_arguments_say_what_is_expected(symbolic_model, tmp_path, args, words):
+    result = runner.invoke(
+        app, ["run", str(symbolic_model), *args, "--record", str(tmp_path / "t.jsonl")]
+    )
+    assert result.exit_code == 1
+    assert words in " ".join(result.output.split())
+
+
+def test_unknown_light_model_lists_the_shipped_ones(tmp_path):
+    result = runner.invoke(app, ["run", "onnx:light/gpt5", "--record", str(tmp_path / "t.jsonl")])
+    assert result.exit_code == 1
+    assert "no such light model" in result.output and "squeezenet" in result.output
+
+
+def test_not_a_model(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a protobuf")
+    result = runner.invoke(app, ["run", str(bad), "--record", str(tmp_path / "t.jsonl")])
+    assert result.exit_code == 1
+    assert str(bad) in " ".join(result.output.split())
+
+
+def test_shared_symbolic_dims_take_one_value():
+    from ember.runtime import load
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["ids", "mask"], ["s"])],
+        "g",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"]),
+        ],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, ["batch", "seq"])],
+    )
+    model = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    steps, defaults = plan_shapes(model, [parse_input("ids=2x5")], parse_sweep("mask:1=7,9"))
+    assert [{n: s for n, (s, _) in st.items()} for st in steps] == [
+        {"ids": (2, 7), "mask": (2, 7)},
+        {"ids": (2, 9), "mask": (2, 9)},
+    ]
+    assert defaults == {}
+    steps, defaults = plan_shapes(model)
+    assert steps[0]["ids"][0] == (1, 8) and defaults == {"batch": 1, "seq": 8}
+    with pytest.raises(WorkloadError):
+        parse_input("=3")
