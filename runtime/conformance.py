@@ -225,8 +225,9 @@ def read_floor(path: Path = FLOOR_FILE) -> int | None:
     return int(path.read_text().split()[0])
 
 
-def report(results: list[Result], out: Any = sys.stdout) -> dict[str, tuple[int, int]]:
+def report(results: list[Result], out: Any = None) -> dict[str, tuple[int, int]]:
     """Print the counts and the failures grouped by op; returns {kind: (passed, failed)}."""
+    out = out if out is not None else sys.stdout
     counts: dict[str, tuple[int, int]] = {}
     for kind in KINDS:
         rs = [r for r in results if r.kind == kind]

@@ -1,0 +1,109 @@
+"""EmberBackend (onnx.backend.base.Backend), the nine light models, the conformance script."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from onnx.backend.test.runner import Runner
+
+import ember.runtime as rt
+from ember.runtime import conformance
+from ember.runtime.backend import EmberBackend
+
+from .conftest import make_model, reference, tensor
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+LIGHT_MODELS = sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx")))
+# Their weights come from ConstantOfShape, so they compile as large constants: the biggest
+# take 5-15 s each on 2 cores and run with the slow tests.
+SLOW_LIGHT = {"bvlc_alexnet", "densenet121", "inception_v2", "vgg19", "zfnet512"}
+
+
+def _light_param(path: str):
+    name = os.path.basename(path)[len("light_") : -len(".onnx")]
+    marks = [pytest.mark.slow] if name in SLOW_LIGHT else []
+    return pytest.param(path, id=name, marks=marks)
+
+
+def light_inputs(path: str) -> dict[str, np.ndarray]:
+    """The inputs ONNX's runner gives the light models (and their expected outputs fit)."""
+    proto = onnx.load(path)
+    inits = {i.name for i in proto.graph.initializer}
+    return {
+        i.name: Runner.generate_dummy_data(i, seed=0, name=path, random=False)
+        for i in proto.graph.input
+        if i.name not in inits
+    }
+
+
+def test_there_are_nine_light_models():
+    assert len(LIGHT_MODELS) == 9
+
+
+@pytest.mark.parametrize("path", [_light_param(p) for p in LIGHT_MODELS])
+def test_light_model_loads_compiles_and_matches_expected_output(path):
+    model = rt.load(path)
+    assert model.source == path and model.node_count > 0
+    compiled = rt.compile(model)
+    assert not compiled.graph_break
+    out = compiled(light_inputs(path))
+    expected = numpy_helper.to_array(onnx.load_tensor(path[: -len(".onnx")] + "_output_0.pb"))
+    got = np.asarray(out[model.output_names[0]])
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-6)
+
+
+def test_backend_prepare_run_model_and_run_node():
+    proto = make_model(
+        [helper.make_node("Sub", ["a", "b"], ["y"])],
+        [tensor("a", shape=[2]), tensor("b", shape=[2])],
+        [tensor("y", shape=[2])],
+    )
+    a = np.array([3.0, 4.0], np.float32)
+    b = np.array([1.0, 5.0], np.float32)
+    expected = reference(proto, {"a": a, "b": b})["y"]
+    for mode in ("compile", "eager"):
+        rep = EmberBackend.prepare(proto, "CPU", mode=mode)
+        (y,) = rep.run([a, b])
+        assert isinstance(y, np.ndarray)
+        np.testing.assert_array_equal(y, expected)
+    np.testing.assert_array_equal(EmberBackend.run_model(proto, {"a": a, "b": b})[0], expected)
+    node = helper.make_node("Mul", ["p", "q"], ["r"])
+    (r,) = EmberBackend.run_node(node, [a, b])
+    np.testing.assert_array_equal(r, a * b)
+    assert EmberBackend.supports_device("CPU")
+    with pytest.raises(ValueError, match="mode must be"):
+        EmberBackend.prepare(proto, mode="fast")
+
+
+def test_conformance_runs_cases_prints_counts_and_checks_the_floor(capsys, tmp_path):
+    code = conformance.main(["--kinds", "node", "-k", "test_abs", "--floor", "0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "node: 1 passed, 0 failed" in out and "1 passed, 0 failed" in out
+    results = [
+        conformance.run_case("simple", c, "compile", 60)
+        for _, c in conformance._load_cases(("simple",))
+        if c.name in ("test_sequence_model1", "test_gradient_of_add")
+    ]
+    by_name = {r.name: r for r in results}
+    assert by_name["test_sequence_model1"].ok
+    assert not by_name["test_gradient_of_add"].ok
+    assert by_name["test_gradient_of_add"].message == "unsupported: Gradient"
+    conformance.report(results)
+    out = capsys.readouterr().out
+    assert "Gradient (1): test_gradient_of_add" in out and "simple: 1 passed, 1 failed" in out
+    floor = tmp_path / "floor.txt"
+    floor.write_text("1450\n")
+    assert conformance.read_floor(floor) == 1450
+    assert conformance.read_floor(tmp_path / "missing.txt") is None
+
+
+def test_conformance_floor_file_exists_and_is_reasonable():
+    floor = conformance.read_floor()
+    assert floor is not None and floor >= 1450
