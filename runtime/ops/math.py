@@ -809,3 +809,25 @@ def cast_like(
     if dtype.kind != "O":
         to = onnx.helper.np_dtype_to_tensor_dtype(dtype)
     return _cast(input, dtype, saturate, to, _str(round_mode))
+
+
+@op("BitCast", since=26)
+def bit_cast(input: Array, *, to: int) -> Array:
+    dtype = onnx_dtype(to)
+    src = np.dtype(input.dtype)
+    if src.kind in "OUS" or dtype.kind in "OUS":
+        raise TypeError("BitCast does not take strings (their width is not defined)")
+    if src.itemsize != dtype.itemsize:
+        raise TypeError(
+            f"BitCast needs types of one width: {src} has {src.itemsize * 8} bits, "
+            f"{dtype} has {dtype.itemsize * 8}"
+        )
+    m = xp(input)
+    if m is np:
+        return np.array(input, order="C").view(dtype)
+    import jax
+
+    value = input.astype(np.uint8) if src == np.bool_ else input
+    if dtype == np.bool_:
+        return value.astype(np.uint8) != 0
+    return jax.lax.bitcast_convert_type(value, dtype)
