@@ -392,10 +392,8 @@ def max_pool_1(X, *, auto_pad="NOTSET", kernel_shape=(), pads=None, strides=None
     return _max_pool(jnp.asarray(X), kernel_shape, auto_pad, 0, None, pads, strides, 0, False)
 
 
-# Register a version that always returns both outputs: the interpreter drops unused outputs,
-# and XLA removes the index computation when Indices is not consumed.
 @op("MaxPool", since=8)
-def max_pool_with_indices(
+def max_pool(
     X,
     *,
     auto_pad="NOTSET",
@@ -405,7 +403,10 @@ def max_pool_with_indices(
     pads=None,
     storage_order=0,
     strides=None,
+    num_outputs=2,
 ):
+    # The interpreter passes the node's output count: the Indices gather is only built
+    # when a model asks for it.
     return _max_pool(
         jnp.asarray(X),
         kernel_shape,
@@ -415,7 +416,7 @@ def max_pool_with_indices(
         pads,
         strides,
         storage_order,
-        True,
+        num_outputs > 1,
     )
 
 

@@ -466,3 +466,11 @@ def test_every_nn_op_registers_with_its_host_inputs() -> None:
     assert lookup("ConvTranspose", 22) is not None
     assert lookup("MaxPool", 7).fn is not lookup("MaxPool", 12).fn
     assert lookup("FlexAttention", 1, "ai.onnx.preview").subgraphs
+
+
+def test_max_pool_builds_indices_only_when_the_node_has_two_outputs() -> None:
+    x = randn(1, 1, 4, 4)
+    only_y = lookup("MaxPool", 12).fn(x, kernel_shape=[2, 2], num_outputs=1)
+    both = run_op("MaxPool", [x], {"kernel_shape": [2, 2]}, opset=12)
+    assert not isinstance(only_y, tuple)
+    np.testing.assert_allclose(np.asarray(only_y), both[0])
