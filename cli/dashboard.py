@@ -49,7 +49,9 @@ def streamlit_command(host: str, port: int) -> list[str]:
 @app.command()
 def dashboard(
     db: Path = typer.Option(
-        Path("ember.duckdb"), "--db", help="Database written by `ember ingest`."
+        Path("ember.duckdb"),
+        "--db",
+        help="Database written by `ember ingest`, or a folder written by `ember export --parquet`.",
     ),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind; 0.0.0.0 opens it to the network."
@@ -58,12 +60,18 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard (runs, recompiles, cache, memory, Hub, calls, SQL) on a database."""
     db = db.expanduser().resolve()
-    if not db.is_file():
+    from ember.dashboard.db import DB_ENV, DatabaseError, db_version, open_readonly
+
+    try:
+        with open_readonly(db_version(db), wait_s=2.0) as con:
+            names = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    except DatabaseError as e:
+        raise fail(str(e)) from None
+    if "runs" not in names:
         raise fail(
-            f"{db}: no such database; create it with `ember ingest TRACES --db {db}` "
-            "or pass --db PATH"
+            f"{db}: not an Ember database (it has no `runs` table); create one with "
+            f"`ember ingest TRACES --db {db}`"
         )
-    from ember.dashboard.db import DB_ENV
 
     cmd = streamlit_command(host, port)
     env = {**os.environ, DB_ENV: str(db)}

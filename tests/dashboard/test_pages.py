@@ -355,3 +355,50 @@ def test_logged_in_user_of_an_allowed_domain_sees_the_pages(app_env: Path) -> No
     at.run()
     assert "eve@elsewhere.org is not allowed here" in texts(at.error)
     assert not at.metric
+
+
+# ---------------------------------------------------------------- the Parquet export
+
+
+@pytest.fixture(scope="module")
+def parquet_export(dashboard_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ember.analysis.db import connect
+    from ember.analysis.export import export_parquet
+
+    folder = tmp_path_factory.mktemp("export")
+    with connect(dashboard_db, read_only=True) as con:
+        export_parquet(con, folder)
+    return folder
+
+
+def test_pages_read_a_parquet_export_like_the_database(
+    parquet_export: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ember.dashboard.db import DB_ENV
+
+    monkeypatch.setenv(DB_ENV, str(parquet_export))
+    at = open_page()
+    assert metrics(at)["Runs"] == "3" and metrics(at)["Evictions"] == "8"
+    at.switch_page("recompiles.py").run()
+    at.selectbox(key="ember_sel_run").select("small-cache").run()
+    assert metrics(at)["Recompiles"] == "10" and metrics(at)["After eviction"] == "4"
+    at.switch_page("hub.py").run()
+    at.selectbox(key="ember_sel_run").select("hub").run()
+    assert metrics(at)["Saved-metadata fallbacks"] == "1"
+
+
+def test_console_on_a_parquet_export_reads_only_that_folder(parquet_export: Path) -> None:
+    from ember.dashboard.console import ConsoleRefused, run_console_query
+    from ember.dashboard.db import db_version
+
+    version = db_version(parquet_export)
+    got = run_console_query(version, "SELECT count(*) AS n FROM evictions").frame
+    assert got["n"].to_list() == [8]
+    for sql, message in [
+        ("SELECT * FROM read_csv('/etc/passwd')", "reading or writing files is disabled"),
+        (f"COPY runs TO '{parquet_export}/x.csv'", "COPY is refused"),
+        ("SET enable_external_access = true", "settings are locked"),
+    ]:
+        with pytest.raises(ConsoleRefused, match=message):
+            run_console_query(version, sql)
+    assert not (parquet_export / "x.csv").exists()
