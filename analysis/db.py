@@ -52,6 +52,7 @@ RECORD_TABLES: tuple[str, ...] = tuple(k for k in RECORD_KINDS if k != "meta")
 VIEW_NAMES: tuple[str, ...] = (
     "spans",
     "cache_lookups",
+    "cache_events",
     "compiles",
     "recompiles",
     "evictions",

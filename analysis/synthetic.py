@@ -85,6 +85,7 @@ def write_trace(
 ) -> int:
     """Write about ``records`` records (meta first) to ``path``; returns the exact count."""
     rng = random.Random(seed)
+    popular = [8 * rng.randrange(1, lengths + 1) for _ in range(2)]
     out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000)]
     n_written = 1
     t = 1_000
@@ -96,7 +97,9 @@ def write_trace(
     with p.open("w", encoding="utf-8") as f:
         while n_written < records:
             before = len(out)
-            n = 8 * rng.randrange(1, lengths + 1)
+            # most calls use a few common lengths; some use rarer ones, which thrash a
+            # cache of ``cache_size`` now and then (as prompts of a service do)
+            n = rng.choice(popular) if rng.random() < 0.9 else 8 * rng.randrange(1, lengths + 1)
             sid += 1
             call = sid
             t += rng.randrange(2_000, 9_000)

@@ -23,12 +23,16 @@ WITH per_key AS (
     GROUP BY ALL
 ),
 ev AS (
-    SELECT run_id, source, position, key, count(*) AS evictions, max(cache_size) AS cache_size
-    FROM evictions GROUP BY ALL
+    SELECT run_id, source, position, ember_key(key, shapes, statics) AS key,
+        count(*) AS evictions, max(cache_size) AS cache_size
+    FROM cache WHERE action = 'evict' GROUP BY ALL
 ),
 keys AS (
-    SELECT run_id, source, position, count(DISTINCT key) AS keys_at_position
-    FROM compiles WHERE position IS NOT NULL GROUP BY ALL
+    SELECT run_id, source, position, count(*) AS keys_at_position
+    FROM per_key GROUP BY ALL
+),
+sizes AS (
+    SELECT run_id, source, position, max(cache_size) AS cache_size FROM ev GROUP BY ALL
 )
 SELECT
     p.run_id, p.source, p.position, p.key, p.shapes_text,
@@ -38,11 +42,13 @@ SELECT
     p.wasted_compile_ns,
     p.first_compile_ns,
     p.last_compile_ns,
-    ev.cache_size,
+    sz.cache_size,
     k.keys_at_position
 FROM per_key p
 LEFT JOIN ev ON ev.run_id = p.run_id AND ev.source IS NOT DISTINCT FROM p.source
     AND ev.position = p.position AND ev.key = p.key
+LEFT JOIN sizes sz ON sz.run_id = p.run_id AND sz.source IS NOT DISTINCT FROM p.source
+    AND sz.position = p.position
 LEFT JOIN keys k ON k.run_id = p.run_id AND k.source IS NOT DISTINCT FROM p.source
     AND k.position = p.position
 WHERE p.compiles > 1

@@ -3,7 +3,9 @@
 --
 -- The lookups (cache_lookups) are replayed by LRU stack distance: a lookup hits an LRU
 -- cache of size s exactly when fewer than s other keys were used since the last lookup of
--- its key. Sizes run from 1 to the number of distinct keys (which never re-compiles).
+-- its key. The distance is a window over the lookups in between (a bit set of keys where a
+-- position has at most 64 keys, a distinct count otherwise). Sizes run from 1 to the
+-- number of distinct keys (a cache that big never compiles a key twice).
 --
 -- run_id, source, position   where
 -- cache_size        the size replayed
@@ -16,62 +18,69 @@
 -- is_actual         cache_size = actual_cache_size
 -- saved_compiles    actual_compiles - compiles (negative: this size would cost more)
 -- fixes_thrash      true for sizes with no avoidable compile (recompiles = 0)
-WITH l AS (
-    SELECT run_id, source, position, seq, key, prev_seq, action FROM cache_lookups
+WITH l AS MATERIALIZED (
+    SELECT run_id, source, position, seq, key, prev_seq, action,
+        dense_rank() OVER (PARTITION BY run_id, source, position ORDER BY key) AS key_rank,
+        count(DISTINCT key) OVER (PARTITION BY run_id, source, position) AS distinct_keys
+    FROM cache_lookups
 ),
 dist AS (
-    -- distinct keys used strictly between the previous lookup of this key and this one:
-    -- the lookups in between that are the last of their key before this lookup
-    SELECT
-        a.run_id, a.source, a.position, a.seq,
-        CASE WHEN a.prev_seq IS NULL THEN NULL ELSE (
-            SELECT count(DISTINCT b.key) FROM l b
-            WHERE b.run_id = a.run_id AND b.source IS NOT DISTINCT FROM a.source
-                AND b.position = a.position AND b.seq > a.prev_seq AND b.seq < a.seq
-        ) END AS stack_distance
-    FROM l a
+    SELECT run_id, source, position, prev_seq,
+        bit_count(bit_or(CAST(1 AS UBIGINT) << CAST(key_rank - 1 AS UBIGINT)) OVER (
+            PARTITION BY run_id, source, position ORDER BY seq
+            ROWS BETWEEN coalesce(seq - prev_seq - 1, 0) PRECEDING AND 1 PRECEDING
+        )) AS d
+    FROM l WHERE distinct_keys <= 64
+    UNION ALL
+    SELECT run_id, source, position, prev_seq,
+        count(DISTINCT key) OVER (
+            PARTITION BY run_id, source, position ORDER BY seq
+            ROWS BETWEEN coalesce(seq - prev_seq - 1, 0) PRECEDING AND 1 PRECEDING
+        ) AS d
+    FROM l WHERE distinct_keys > 64
+),
+histogram AS (
+    SELECT run_id, source, position, d AS stack_distance, count(*) AS n
+    FROM dist WHERE prev_seq IS NOT NULL GROUP BY ALL
 ),
 per_position AS (
-    SELECT
-        run_id, source, position,
+    SELECT run_id, source, position,
         count(*) AS lookups,
-        count(*) FILTER (WHERE stack_distance IS NULL) AS distinct_keys
-    FROM dist GROUP BY ALL
+        any_value(distinct_keys) AS distinct_keys,
+        count(*) FILTER (WHERE action = 'miss') AS actual_compiles
+    FROM l GROUP BY ALL
 ),
 actual AS (
-    SELECT
-        p.run_id, p.source, p.position,
-        (SELECT max(c.cache_size) FROM cache c WHERE c.action = 'evict' AND c.run_id = p.run_id
-            AND c.source IS NOT DISTINCT FROM p.source AND c.position = p.position)
-            AS actual_cache_size,
-        (SELECT count(*) FROM l WHERE l.action = 'miss' AND l.run_id = p.run_id
-            AND l.source IS NOT DISTINCT FROM p.source AND l.position = p.position)
-            AS actual_compiles
-    FROM per_position p
+    SELECT run_id, source, position, max(cache_size) AS actual_cache_size
+    FROM cache WHERE action = 'evict' GROUP BY ALL
 ),
 sizes AS (
     SELECT p.*, s.cache_size
     FROM per_position p, range(1, greatest(p.distinct_keys, 1) + 1) AS s(cache_size)
 ),
 replay AS (
-    SELECT s.*, s.distinct_keys + (
-        SELECT count(*) FROM dist d
-        WHERE d.run_id = s.run_id AND d.source IS NOT DISTINCT FROM s.source
-            AND d.position = s.position AND d.stack_distance >= s.cache_size
-    ) AS compiles
+    SELECT s.run_id, s.source, s.position, s.cache_size,
+        any_value(s.lookups) AS lookups,
+        any_value(s.distinct_keys) AS distinct_keys,
+        any_value(s.actual_compiles) AS actual_compiles,
+        any_value(s.distinct_keys) + coalesce(sum(h.n) FILTER (WHERE h.stack_distance >= s.cache_size), 0)
+            AS compiles
     FROM sizes s
+    LEFT JOIN histogram h ON h.run_id = s.run_id AND h.source IS NOT DISTINCT FROM s.source
+        AND h.position = s.position
+    GROUP BY s.run_id, s.source, s.position, s.cache_size
 )
 SELECT
     s.run_id, s.source, s.position, s.cache_size,
     s.lookups,
     s.distinct_keys,
-    s.compiles,
-    s.compiles - s.distinct_keys AS recompiles,
+    CAST(s.compiles AS BIGINT) AS compiles,
+    CAST(s.compiles - s.distinct_keys AS BIGINT) AS recompiles,
     a.actual_cache_size,
-    a.actual_compiles,
+    s.actual_compiles,
     s.cache_size IS NOT DISTINCT FROM a.actual_cache_size AS is_actual,
-    a.actual_compiles - s.compiles AS saved_compiles,
+    CAST(s.actual_compiles - s.compiles AS BIGINT) AS saved_compiles,
     s.compiles = s.distinct_keys AS fixes_thrash
 FROM replay s
-JOIN actual a ON a.run_id = s.run_id AND a.source IS NOT DISTINCT FROM s.source
+LEFT JOIN actual a ON a.run_id = s.run_id AND a.source IS NOT DISTINCT FROM s.source
     AND a.position = s.position

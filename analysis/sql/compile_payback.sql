@@ -5,40 +5,32 @@
 -- compile_ns      time of the compile (segment_compile span)
 -- reuses          cache hits of this key at this position until it was evicted
 -- evicted_ns      when it was evicted (NULL: kept to the end of the run)
--- lifetime_ns     evicted_ns (or the last lookup at this position) - ts_ns
+-- lifetime_ns     evicted_ns (or the last cache event at this position) - ts_ns
 -- compile_ns_per_reuse   compile_ns / reuses (NULL when never reused)
 -- paid_back       reused at least once
-WITH c AS (
-    SELECT run_id, source, position, key, shapes_text, compile_index, ts_ns, ts, compile_ns
-    FROM compiles WHERE position IS NOT NULL
+WITH life AS (
+    SELECT run_id, source, position, key, life,
+        min(ts_ns) FILTER (WHERE action = 'miss') AS compiled_ns,
+        count(*) FILTER (WHERE action = 'hit') AS reuses,
+        min(ts_ns) FILTER (WHERE action = 'evict') AS evicted_ns
+    FROM cache_events
+    WHERE life > 0
+    GROUP BY ALL
 ),
-ev AS (
-    SELECT c.*, (
-        SELECT min(e.ts_ns) FROM cache e
-        WHERE e.action = 'evict' AND e.run_id = c.run_id
-            AND e.source IS NOT DISTINCT FROM c.source AND e.position = c.position
-            AND ember_key(e.key, e.shapes, e.statics) = c.key AND e.ts_ns >= c.ts_ns
-    ) AS evicted_ns
-    FROM c
-),
-r AS (
-    SELECT ev.*,
-    (SELECT count(*) FROM cache_lookups l
-        WHERE l.action = 'hit' AND l.run_id = ev.run_id
-            AND l.source IS NOT DISTINCT FROM ev.source AND l.position = ev.position
-            AND l.key = ev.key AND l.ts_ns >= ev.ts_ns
-            AND (ev.evicted_ns IS NULL OR l.ts_ns <= ev.evicted_ns)) AS reuses,
-    (SELECT max(l.ts_ns) FROM cache_lookups l
-        WHERE l.run_id = ev.run_id AND l.source IS NOT DISTINCT FROM ev.source
-            AND l.position = ev.position) AS last_lookup_ns
-    FROM ev
+last_event AS (
+    SELECT run_id, source, position, max(ts_ns) AS last_ns FROM cache GROUP BY ALL
 )
 SELECT
-    r.run_id, r.source, r.position, r.key, r.shapes_text, r.compile_index,
-    r.ts_ns, r.ts, r.compile_ns,
-    r.reuses,
-    r.evicted_ns,
-    coalesce(r.evicted_ns, r.last_lookup_ns) - r.ts_ns AS lifetime_ns,
-    r.compile_ns / nullif(r.reuses, 0) AS compile_ns_per_reuse,
-    r.reuses > 0 AS paid_back
-FROM r
+    c.run_id, c.source, c.position, c.key, c.shapes_text, c.compile_index,
+    c.ts_ns, c.ts, c.compile_ns,
+    coalesce(l.reuses, 0) AS reuses,
+    l.evicted_ns,
+    coalesce(l.evicted_ns, e.last_ns) - c.ts_ns AS lifetime_ns,
+    c.compile_ns / nullif(coalesce(l.reuses, 0), 0) AS compile_ns_per_reuse,
+    coalesce(l.reuses, 0) > 0 AS paid_back
+FROM compiles c
+LEFT JOIN life l ON l.run_id = c.run_id AND l.source IS NOT DISTINCT FROM c.source
+    AND l.position = c.position AND l.key = c.key AND l.compiled_ns = c.ts_ns
+LEFT JOIN last_event e ON e.run_id = c.run_id AND e.source IS NOT DISTINCT FROM c.source
+    AND e.position = c.position
+WHERE c.position IS NOT NULL

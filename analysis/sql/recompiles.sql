@@ -15,7 +15,7 @@
 -- changes             every change, as a list of {change, arg, dim, old_value, new_value}
 -- reason              for a person: 'input_ids dim 1: 17 -> 23', several joined by '; ',
 --                     prefixed 're-compile after eviction: ' when after_eviction
-WITH c AS (
+WITH c AS MATERIALIZED (
     SELECT
         *,
         lag(key) OVER w AS previous_key,
@@ -29,72 +29,77 @@ WITH c AS (
     FROM compiles
     WINDOW w AS (PARTITION BY run_id, source, position, fun_name ORDER BY compile_index)
 ),
-re AS (SELECT * FROM c WHERE compile_index > 1),
+re AS MATERIALIZED (
+    SELECT row_number() OVER () AS rid, * FROM c WHERE compile_index > 1
+),
 cur_args AS (
-    SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, cur_u.arg,
-        list_filter(re.previous_shapes, lambda _prev: _prev.name = cur_u.arg.name)[1] AS prev
-    FROM re, unnest(re.shapes) AS cur_u(arg)
-    WHERE re.position IS NOT NULL
+    SELECT rid, unnest(shapes) AS arg FROM re WHERE position IS NOT NULL
+),
+prev_args AS (
+    SELECT rid, unnest(previous_shapes) AS arg FROM re WHERE position IS NOT NULL
+),
+arg_pairs AS MATERIALIZED (
+    SELECT coalesce(cu.rid, pr.rid) AS rid, cu.arg AS arg, pr.arg AS prev
+    FROM cur_args cu
+    FULL JOIN prev_args pr ON pr.rid = cu.rid AND pr.arg.name = cu.arg.name
+),
+dims AS (
+    SELECT rid, arg.name AS arg, unnest(range(len(arg.shape))) AS dim,
+        unnest(arg.shape) AS new_size, unnest(prev.shape) AS old_size
+    FROM arg_pairs
+    WHERE arg IS NOT NULL AND prev IS NOT NULL AND len(prev.shape) = len(arg.shape)
+        AND prev.shape <> arg.shape
 ),
 shape_changes AS (
-    -- dtype, rank, then per-dimension size changes of arguments present before and now
-    SELECT run_id, source, position, fun_name, compile_index, 0 AS ord, 'new_arg' AS change,
-        arg.name AS arg, NULL::BIGINT AS dim, NULL AS old_value,
+    -- new and removed arguments, dtype, rank, then per-dimension size changes
+    SELECT rid, 0 AS ord, 'new_arg' AS change, arg.name AS arg, NULL::BIGINT AS dim,
+        NULL AS old_value,
         coalesce('[' || array_to_string(arg.shape, ',') || ']', '') || coalesce(':' || arg.dtype, '')
             AS new_value
-    FROM cur_args WHERE prev IS NULL
+    FROM arg_pairs WHERE prev IS NULL
     UNION ALL
-    SELECT run_id, source, position, fun_name, compile_index, 1, 'dtype', arg.name, NULL,
-        prev.dtype, arg.dtype
-    FROM cur_args WHERE prev IS NOT NULL AND prev.dtype IS DISTINCT FROM arg.dtype
+    SELECT rid, 4, 'removed_arg', prev.name, NULL,
+        coalesce('[' || array_to_string(prev.shape, ',') || ']', ''), NULL
+    FROM arg_pairs WHERE arg IS NULL
     UNION ALL
-    SELECT run_id, source, position, fun_name, compile_index, 2, 'rank', arg.name, NULL,
+    SELECT rid, 1, 'dtype', arg.name, NULL, prev.dtype, arg.dtype
+    FROM arg_pairs
+    WHERE arg IS NOT NULL AND prev IS NOT NULL AND prev.dtype IS DISTINCT FROM arg.dtype
+    UNION ALL
+    SELECT rid, 2, 'rank', arg.name, NULL,
         CAST(len(prev.shape) AS VARCHAR), CAST(len(arg.shape) AS VARCHAR)
-    FROM cur_args
-    WHERE prev IS NOT NULL AND len(prev.shape) IS DISTINCT FROM len(arg.shape)
+    FROM arg_pairs
+    WHERE arg IS NOT NULL AND prev IS NOT NULL AND len(prev.shape) IS DISTINCT FROM len(arg.shape)
     UNION ALL
-    SELECT run_id, source, position, fun_name, compile_index, 3, 'shape', arg.name, i - 1,
-        CAST(prev.shape[i] AS VARCHAR), CAST(arg.shape[i] AS VARCHAR)
-    FROM cur_args, range(1, coalesce(len(arg.shape), 0) + 1) AS r(i)
-    WHERE prev IS NOT NULL AND len(prev.shape) = len(arg.shape)
-        AND prev.shape[i] IS DISTINCT FROM arg.shape[i]
+    SELECT rid, 3, 'shape', arg, dim, CAST(old_size AS VARCHAR), CAST(new_size AS VARCHAR)
+    FROM dims WHERE old_size IS DISTINCT FROM new_size
 ),
-removed_args AS (
-    SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, 4 AS ord,
-        'removed_arg' AS change, prev_u.arg.name AS arg, NULL::BIGINT AS dim,
-        coalesce('[' || array_to_string(prev_u.arg.shape, ',') || ']', '') AS old_value,
-        NULL AS new_value
-    FROM re, unnest(re.previous_shapes) AS prev_u(arg)
-    WHERE re.position IS NOT NULL
-        AND len(list_filter(re.shapes, lambda _cur: _cur.name = prev_u.arg.name)) = 0
+cur_statics AS (
+    SELECT rid, unnest(statics) AS sv FROM re WHERE position IS NOT NULL
+),
+prev_statics AS (
+    SELECT rid, unnest(previous_statics) AS sv FROM re WHERE position IS NOT NULL
 ),
 static_changes AS (
-    SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, 5 AS ord,
-        'static' AS change, stat_u.sv.name AS arg, NULL::BIGINT AS dim,
-        CAST(list_filter(re.previous_statics, lambda _prev: _prev.name = stat_u.sv.name)[1].value AS VARCHAR)
-            AS old_value,
-        CAST(stat_u.sv.value AS VARCHAR) AS new_value
-    FROM re, unnest(re.statics) AS stat_u(sv)
-    WHERE re.position IS NOT NULL
-        AND CAST(list_filter(re.previous_statics, lambda _prev: _prev.name = stat_u.sv.name)[1].value AS VARCHAR)
-            IS DISTINCT FROM CAST(stat_u.sv.value AS VARCHAR)
+    SELECT cu.rid, 5 AS ord, 'static' AS change, cu.sv.name AS arg, NULL::BIGINT AS dim,
+        CAST(pr.sv.value AS VARCHAR) AS old_value, CAST(cu.sv.value AS VARCHAR) AS new_value
+    FROM cur_statics cu
+    LEFT JOIN prev_statics pr ON pr.rid = cu.rid AND pr.sv.name = cu.sv.name
+    WHERE CAST(pr.sv.value AS VARCHAR) IS DISTINCT FROM CAST(cu.sv.value AS VARCHAR)
 ),
 jit_changes AS (
-    SELECT re.run_id, re.source, re.position, re.fun_name, re.compile_index, 6 AS ord,
-        'jit:' || jit_u.ch.what AS change, jit_u.ch.arg AS arg, NULL::BIGINT AS dim,
-        jit_u.ch.old AS old_value, jit_u.ch.new AS new_value
-    FROM re, unnest(re.jit_changes) AS jit_u(ch)
-    WHERE re.fun_name IS NOT NULL
+    SELECT rid, 6 AS ord, 'jit:' || ch.what AS change, ch.arg AS arg, NULL::BIGINT AS dim,
+        ch.old AS old_value, ch.new AS new_value
+    FROM (SELECT rid, unnest(jit_changes) AS ch FROM re WHERE fun_name IS NOT NULL)
 ),
 all_changes AS (
     SELECT * FROM shape_changes
-    UNION ALL SELECT * FROM removed_args
     UNION ALL SELECT * FROM static_changes
     UNION ALL SELECT * FROM jit_changes
 ),
 grouped AS (
     SELECT
-        run_id, source, position, fun_name, compile_index,
+        rid,
         list({
             'change': change, 'arg': arg, 'dim': dim,
             'old_value': old_value, 'new_value': new_value
@@ -110,7 +115,7 @@ grouped AS (
             END, '; ' ORDER BY ord, arg, dim
         ) AS reason_text
     FROM all_changes
-    GROUP BY ALL
+    GROUP BY rid
 )
 SELECT
     re.run_id,
@@ -144,9 +149,4 @@ SELECT
                  ELSE 'key changed: ' || coalesce(re.previous_key, '?') || ' -> ' || re.key END
         ) AS reason
 FROM re
-LEFT JOIN grouped g
-    ON g.run_id = re.run_id
-    AND g.source IS NOT DISTINCT FROM re.source
-    AND g.position IS NOT DISTINCT FROM re.position
-    AND g.fun_name IS NOT DISTINCT FROM re.fun_name
-    AND g.compile_index = re.compile_index
+LEFT JOIN grouped g ON g.rid = re.rid

@@ -1,0 +1,199 @@
+"""Segment-path costs: call overhead, the cost of a cache hit per break, disk-cache compiles.
+
+    .venv/bin/python benchmarks/bench_segments.py [--quick]
+
+1. Call overhead of a compiled model without breaks against a bare ``jax.jit`` of the same
+   function on a tiny graph (target ratio <= 1.2).
+2. The cost of one break on the segment path: a model with a break against the same model
+   without it, per call, when every segment hits the cache.
+3. Cold against disk-cache-warm compile time of a light model, each in a fresh process
+   (target: warm >= 5x faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+
+def _best_per_call(fn, calls: int, repeats: int = 7) -> float:
+    """Best mean seconds per call over ``repeats`` rounds of ``calls`` calls."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def tiny_model() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["t"]),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def break_model(with_break: bool) -> onnx.ModelProto:
+    """y = Reshape(x * 2, shape) where shape is computed (a break) or constant."""
+    shape_nodes = (
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+            helper.make_node("ReduceMax", ["xi"], ["m"], keepdims=1),
+            helper.make_node("Concat", ["m", "minus_one"], ["shape"], axis=0),
+        ]
+        if with_break
+        else [helper.make_node("Concat", ["two", "minus_one"], ["shape"], axis=0)]
+    )
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["minus_one"], value=onnx.numpy_helper.from_array(np.array([-1]))
+        ),
+        helper.make_node(
+            "Constant", [], ["two"], value=onnx.numpy_helper.from_array(np.array([2]))
+        ),
+        *shape_nodes,
+        helper.make_node("Add", ["x", "x"], ["x2"]),
+        helper.make_node("Reshape", ["x2", "shape"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "brk",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def bench_overhead(calls: int) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    import ember.runtime as rt
+    from ember.runtime.graph import interpret
+
+    model = rt.load(tiny_model())
+    compiled = rt.compile(model)
+    graph = model.graph
+
+    def fn(x):
+        return interpret(graph, {"x": x})
+
+    with jax.enable_x64(True):
+        bare = jax.jit(fn)
+        x = jnp.asarray(np.linspace(-1, 1, 8, dtype=np.float32))
+        bare(x)
+
+        def call_bare():
+            return bare(x)
+
+        t_bare = _best_per_call(call_bare, calls)
+    t_ember = _best_per_call(lambda: compiled(x=x), calls)
+    np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), np.asarray(bare(x)["y"]))
+    ratio = t_ember / t_bare
+    print("1. call overhead, tiny graph without breaks (x: float32[8])")
+    print(f"   bare jax.jit             {t_bare * 1e6:8.2f} us/call")
+    print(f"   ember CompiledModel      {t_ember * 1e6:8.2f} us/call")
+    print(f"   ratio ember/bare         {ratio:8.2f}   (target <= 1.2)")
+    return ratio
+
+
+def bench_break(calls: int) -> float:
+    import ember.runtime as rt
+
+    x = np.array([1, 2, 0, 0, 1, 0, 0, 1], np.float32)  # max 2 -> shape [2, -1]
+    with_break = rt.compile(break_model(True))
+    without = rt.compile(break_model(False))
+    assert with_break.graph_break and not without.graph_break
+    np.testing.assert_array_equal(np.asarray(with_break(x=x)["y"]), np.asarray(without(x=x)["y"]))
+    t_with = _best_per_call(lambda: with_break(x=x), calls)
+    t_without = _best_per_call(lambda: without(x=x), calls)
+    print("2. one break on the segment path (every segment a cache hit)")
+    print(f"   without break            {t_without * 1e6:8.2f} us/call")
+    print(f"   with 1 break             {t_with * 1e6:8.2f} us/call")
+    print(f"   cost per break           {(t_with - t_without) * 1e6:8.2f} us")
+    return t_with - t_without
+
+
+_COMPILE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    t0 = time.perf_counter()
+    import ember.runtime as rt
+    from ember.recorder import bus
+    disk = []
+    bus.attach("b", ["ember.segment.compile.stop"], lambda n, m, md: disk.append(md["disk_cache"]))
+    model = rt.load(sys.argv[1])
+    t1 = time.perf_counter()
+    rt.compile(model, cache_dir=sys.argv[2])
+    t2 = time.perf_counter()
+    print(json.dumps({"compile_s": t2 - t1, "disk": disk}))
+    """
+)
+
+
+def bench_disk_cache(model_path: str) -> float:
+    with tempfile.TemporaryDirectory() as cache:
+        runs = []
+        for _ in range(2):
+            proc = subprocess.run(
+                [sys.executable, "-c", _COMPILE_SCRIPT, model_path, cache],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    ratio = cold["compile_s"] / warm["compile_s"]
+    print(f"3. compile of {os.path.basename(model_path)} in a fresh process")
+    print(f"   cold (disk cache {cold['disk']})   {cold['compile_s']:8.2f} s")
+    print(f"   warm (disk cache {warm['disk']})    {warm['compile_s']:8.2f} s")
+    print(f"   speed-up cold/warm       {ratio:8.1f}x  (target >= 5x)")
+    return ratio
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls")
+    parser.add_argument(
+        "--model",
+        default=os.path.join(
+            os.path.dirname(onnx.__file__),
+            "backend",
+            "test",
+            "data",
+            "light",
+            "light_resnet50.onnx",
+        ),
+    )
+    args = parser.parse_args()
+    calls = 2000 if args.quick else 20000
+    results = {
+        "overhead_ratio": bench_overhead(calls),
+        "break_cost_us": bench_break(calls // 4) * 1e6,
+        "disk_cache_speedup": bench_disk_cache(args.model),
+    }
+    print(json.dumps({k: round(v, 3) for k, v in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
