@@ -18,7 +18,10 @@ if len(ids) < 2:
 
 c1, c2 = st.columns(2)
 a = state.select_param("Run A", "run", ids, where=c1)
-b = state.select_param("Run B", "other", [i for i in ids if i != a], where=c2)
+# Run B defaults to the newest other run of the same model (ids are newest first).
+models = dict(summary.run_summary().select("run_id", "model").iter_rows())
+others = sorted((i for i in ids if i != a), key=lambda i: models.get(i) != models.get(a))
+b = state.select_param("Run B", "other", others, where=c2)
 
 runs = summary.run_summary().filter(pl.col("run_id").is_in([a, b]))
 row_a = runs.filter(pl.col("run_id") == a).row(0, named=True)
