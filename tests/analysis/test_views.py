@@ -22,7 +22,7 @@ def test_recompiles_name_the_input_dim_and_sizes(con):
     # one compile per call (cache_size 2 < 3 lengths): the first is not a recompile
     assert [r["compile_index"] for r in rows] == [2, 3, 4, 5]
     assert [(r["arg"], r["dim"], r["old_value"], r["new_value"]) for r in rows] == [
-        ("input_ids", 1, str(a), str(b)) for a, b in zip(SWEEP, SWEEP[1:], strict=False)
+        ("input_ids", 1, str(a), str(b)) for a, b in zip(SWEEP[:4], SWEEP[1:5], strict=True)
     ]
     assert rows[0]["reason"] == "input_ids dim 1: 17 -> 23"
     assert rows[1]["reason"] == "input_ids dim 1: 23 -> 31"
@@ -68,7 +68,154 @@ def test_cache_what_if_shows_the_size_that_removes_the_recompiles(con):
         "SELECT cache_size, compiles, recompiles, is_actual, actual_compiles, fixes_thrash "
         "FROM cache_what_if WHERE run_id = 'sweep' AND position = 0 ORDER BY cache_size"
     ).to_dicts()
+    # 17 23 31 17 23 23: size 1 and 2 compile all but the repeated 23; size 3 keeps all
     assert [(r["cache_size"], r["compiles"]) for r in rows] == [(1, 5), (2, 5), (3, 3)]
     assert [r["is_actual"] for r in rows] == [False, True, False]
     assert rows[1]["actual_compiles"] == 5  # the replay of the real size matches the run
     assert [r["fixes_thrash"] for r in rows] == [False, False, True]
+
+
+def test_compile_payback_counts_the_reuses_before_eviction(con):
+    rows = con.sql(
+        "SELECT compile_index, shapes_text, reuses, evicted_ns IS NOT NULL AS evicted, paid_back"
+        " FROM compile_payback WHERE run_id = 'sweep' AND position = 0 ORDER BY compile_index"
+    ).rows()
+    assert rows == [
+        (1, "input_ids[1,17]:int64", 0, True, False),
+        (2, "input_ids[1,23]:int64", 0, True, False),
+        (3, "input_ids[1,31]:int64", 0, True, False),
+        (4, "input_ids[1,17]:int64", 0, False, False),
+        (5, "input_ids[1,23]:int64", 1, False, True),  # the last call reused it
+    ]
+
+
+def test_shape_buckets_pad_the_sequence_length(con):
+    row = con.sql(
+        "SELECT sizes, pow2_sizes, saved_compiles FROM shape_buckets "
+        "WHERE run_id = 'sweep' AND position = 0 AND arg = 'input_ids' AND dim = 1"
+    ).rows()
+    assert row == [([17, 23, 31], [32], 2)]
+
+
+def test_call_latency_per_input_shape(con):
+    rows = con.sql(
+        "SELECT shapes_text, calls, compiling_calls, p50_warm_ns IS NOT NULL, errors, "
+        "p50_ns <= p90_ns AND p90_ns <= p99_ns AND p99_ns <= max_ns "
+        "FROM call_latency WHERE run_id = 'sweep' ORDER BY shapes_text"
+    ).rows()
+    assert rows[0] == ("input_ids[1,17]:int64", 2, 2, False, 0, True)
+    assert rows[2] == ("input_ids[1,31]:int64", 1, 1, False, 0, True)
+    # the last call of length 23 hits position 0; position 27 compiles again only when the
+    # number of kept tokens (data-dependent) is new, so it may or may not compile
+    shapes, calls, compiling, has_warm, errors, ordered = rows[1]
+    assert (shapes, calls, errors, ordered) == ("input_ids[1,23]:int64", 3, 0, True)
+    assert compiling in (2, 3) and has_warm == (compiling == 2)
+    failed = con.sql("SELECT calls, errors FROM call_latency WHERE run_id = 'bus-run'").rows()
+    assert failed == [(1, 1)]
+
+
+def test_breaks_name_the_node_and_why(con):
+    [row] = con.sql(
+        "SELECT position, node, op_type, reason, runs FROM breaks WHERE run_id = 'sweep'"
+    ).rows()
+    assert row[1:3] == ("kept_positions", "NonZero")
+    assert "NonZero" in row[3]
+    assert row[4] == len(SWEEP)
+
+
+def test_memory_timeline_accumulates_allocs_and_frees(con):
+    rows = con.sql(
+        "SELECT category, delta_bytes, bytes, device_bytes FROM memory_timeline "
+        "WHERE run_id = 'bus-run' AND series = 'tensors' ORDER BY ts_ns"
+    ).rows()
+    assert [r[3] for r in rows] == [4000, 5000, 4000, 6000, 4000, 7000, 4000]
+    assert rows[0] == ("parameter", 4000, 4000, 4000)
+    assert rows[-1] == ("activation", -3000, 0, 4000)
+    used = con.sql(
+        "SELECT bytes FROM memory_timeline WHERE run_id = 'bus-run' AND series = 'used' "
+        "ORDER BY ts_ns"
+    )["bytes"].to_list()
+    assert used == [5000, 6000, 7000]
+    # the real runtime reads device memory after each call (live arrays and RSS on the CPU)
+    sweep = con.sql(
+        "SELECT series, source, count(*) FROM memory_timeline WHERE run_id = 'sweep' "
+        "GROUP BY ALL ORDER BY series"
+    ).rows()
+    assert sweep == [("rss", "live_arrays", len(SWEEP)), ("used", "live_arrays", len(SWEEP))]
+
+
+def test_peak_memory_says_when_and_by_category(con):
+    peak = con.sql(
+        "SELECT p.peak_bytes, p.by_category, s.span_kind, s.start_attrs.index AS step, "
+        "p.peak_at = s.started_at + to_microseconds(CAST((p.peak_ts_ns - s.start_ns) / 1000 "
+        "AS BIGINT)) AS about_then "
+        "FROM peak_memory p JOIN spans s ON s.run_id = p.run_id AND s.span_id = p.span_id "
+        "WHERE p.run_id = 'bus-run' AND p.series = 'tensors'"
+    ).rows()
+    # the peak is reached inside the third forward step (index 2): parameter + activation
+    assert peak[0][:4] == (7000, {"activation": 3000, "parameter": 4000}, "step", 2)
+
+
+def test_hub_files(con):
+    rows = con.sql(
+        "SELECT source, repo, path, what, hits, downloads, info_fetched, bytes, checks "
+        "FROM hub_files WHERE run_id = 'bus-run' ORDER BY source"
+    ).rows()
+    assert rows == [
+        ("hf://acme/tiny", "acme/tiny", None, "repo_info", 0, 0, 1, None, None),
+        ("hf://acme/tiny/config.json", "acme/tiny", "config.json", "file", 1, 0, 0, 1234, ["etag"]),
+        (
+            "hf://acme/tiny/onnx/model.onnx",
+            "acme/tiny",
+            "onnx/model.onnx",
+            "file",
+            0,
+            1,
+            0,
+            5_000_000,
+            None,
+        ),
+    ]
+
+
+def test_jit_retraces_are_recompiles_with_jax_reason(con):
+    rows = con.sql(
+        "SELECT fun_name, compile_index, change, arg, old_value, new_value, after_eviction, "
+        "reason FROM recompiles WHERE run_id = 'bus-run'"
+    ).rows()
+    assert rows == [
+        (
+            "loss_fn",
+            2,
+            "jit:shape",
+            "x",
+            "f32[8,3]",
+            "f32[16,3]",
+            False,
+            "x shape: f32[8,3] -> f32[16,3]",
+        ),
+    ]
+
+
+def test_spans_have_absolute_times_and_show_open_spans(tmp_path):
+    import json
+
+    from traces import meta_line, write_lines
+
+    from ember.analysis import connect, ingest
+
+    start = {
+        "kind": "span_start",
+        "ts_ns": 2_000_000_000,
+        "span_id": 1,
+        "name": "ember.compile",
+        "span_kind": "compile",
+        "attrs": {"compiler": "jax.jit"},
+    }
+    path = write_lines(tmp_path / "crash.jsonl", [meta_line("crash"), json.dumps(start)])
+    db = tmp_path / "c.duckdb"
+    ingest([path], db)
+    with connect(db, read_only=True) as c:
+        rows = c.sql("SELECT status, end_ns, CAST(started_at AS VARCHAR) FROM spans").rows()
+    # the process died inside the compile: the span is open; 2 s after the anchor
+    assert rows == [("open", None, "2025-11-29 08:00:02")]
