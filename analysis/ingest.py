@@ -18,6 +18,12 @@ How one file goes in (each file is one transaction):
    rejected with pydantic's explanation. Files of an older schema version take the same
    path, through ``ember.schemas.MIGRATIONS``.
 
+What the fast path does not see (``ember validate`` runs pydantic on every line and does):
+a field no record kind has (DuckDB's typed read skips keys it was not asked for), and a
+JSON number or boolean given for a text field (DuckDB casts it to its text). Everything
+else pydantic checks is checked: types of numbers, lists and objects, required fields,
+allowed values, non-negative ints, fields of another kind or span kind.
+
 Idempotent: ``ingested_files`` keeps how many bytes of each file were read. The same
 file again is skipped; a file that grew (a run still recording) is continued from its
 last complete line; a file that was replaced (its first line changed, or it shrank) is

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ember.analysis import DatabaseBusyError, connect, expand_paths
@@ -48,11 +48,12 @@ def ingest_command(
     except FileNotFoundError as exc:
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
     summary = IngestSummary()
-    total = sum(p.stat().st_size for p in files)
+    sizes = {p: p.stat().st_size for p in files}
+    total = sum(sizes.values())
     progress = Progress(
         TextColumn("[bold]ingest[/]"),
         BarColumn(),
-        MofNCompleteColumn(),
+        DownloadColumn(),
         TextColumn("{task.fields[file]}"),
         TimeElapsedColumn(),
         console=err_console,
@@ -61,7 +62,7 @@ def ingest_command(
     )
     t0 = time.perf_counter()
     with progress:
-        task = progress.add_task("ingest", total=len(files), file="")
+        task = progress.add_task("ingest", total=total, file="")
         for path in files:
             progress.update(task, file=path.name)
             try:
@@ -71,7 +72,7 @@ def ingest_command(
                 raise fail(str(exc)) from None
             summary.files.append(result)
             _print_file(result)
-            progress.advance(task)
+            progress.advance(task, sizes[path])
     summary.seconds = time.perf_counter() - t0
     refused = len(summary.refused)
     console.print(
