@@ -7,7 +7,6 @@ Padding arithmetic is done on the host from static shapes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import is_host, op
+from . import op, xp
 
 # ---------------------------------------------------------------------------------------------
 # padding / window arithmetic shared by Conv and the pools
@@ -598,9 +597,11 @@ def batch_normalization(
 ):
     x = jnp.asarray(X)
     if not training_mode:
-        # Fold into one multiply-add: XLA fuses it into the preceding conv's epilogue.
-        inv = jnp.asarray(scale) * lax.rsqrt(jnp.asarray(input_var) + epsilon)
-        shift = jnp.asarray(B) - jnp.asarray(input_mean) * inv
+        # Fold into one multiply-add (on the host when the statistics are initializers):
+        # XLA fuses it into the preceding conv's epilogue.
+        m = xp(scale, B, input_mean, input_var)
+        inv = m.asarray(scale) / m.sqrt(m.asarray(input_var) + epsilon)
+        shift = m.asarray(B) - m.asarray(input_mean) * inv
         return (x * _channel(inv, x.ndim) + _channel(shift, x.ndim)).astype(x.dtype)
     axes = (0,) + _spatial_axes(x)
     mean = jnp.mean(x, axis=axes)
@@ -817,10 +818,6 @@ def bernoulli(input, *, dtype=None, seed=None):
     d = _onnx_dtype(dtype, p)
     u = jax.random.uniform(_key(seed), p.shape, jnp.float32)
     return (u < p.astype(jnp.float32)).astype(d)
-
-
-__all__: list[str] = []
-_ = (math, is_host)
 
 
 @op("SwiGLU", since=28)
