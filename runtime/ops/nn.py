@@ -762,7 +762,8 @@ def softmax_cross_entropy_loss(
 
 
 # ---------------------------------------------------------------------------------------------
-# random: values cannot be checked against a reference, only shapes and dtypes
+# random: ONNX leaves the values unspecified (tests check shapes and dtypes). The key comes from
+# ``seed``, or is drawn when the node is traced, so a compiled segment repeats its draws.
 
 
 _ONNX_FLOAT = {1: np.float32, 10: np.float16, 11: np.float64, 16: jnp.bfloat16}
