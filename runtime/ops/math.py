@@ -386,7 +386,15 @@ def thresholded_relu(X: Array, *, alpha: float = 1.0) -> Array:
 
 
 @op("PRelu")
-def prelu(X: Array, slope: Array, **_: Any) -> Array:
+def prelu_v1(X: Array, slope: Array, **_: Any) -> Array:
+    # Before opset 7 the slope is one value per channel (axis 1), not numpy-broadcast.
+    if slope.ndim == 1 and X.ndim > 2 and slope.shape[0] == X.shape[1] > 1:
+        slope = slope.reshape((-1,) + (1,) * (X.ndim - 2))
+    return prelu(X, slope)
+
+
+@op("PRelu", since=7)
+def prelu(X: Array, slope: Array) -> Array:
     m = xp(X, slope)
     return _astype(m, m.where(X < 0, X * slope, X), X.dtype)
 

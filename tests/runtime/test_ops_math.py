@@ -108,6 +108,12 @@ def test_prelu_broadcasts_slope() -> None:
     assert_matches("PRelu", [randn(2, 3, 4), randn(3, 1)])
 
 
+def test_prelu_before_opset_7_has_one_slope_per_channel() -> None:
+    x, slope = randn(2, 3, 4), np.array([0.1, 0.2, 0.3], np.float32)
+    (y,) = run_op("PRelu", [x, slope], opset=6)
+    np.testing.assert_allclose(y, np.where(x < 0, x * slope[:, None], x), rtol=1e-6)
+
+
 @pytest.mark.parametrize("op_type", ["Max", "Min", "Sum", "Mean"])
 def test_variadic_ops_broadcast_three_inputs(op_type: str) -> None:
     assert_matches(op_type, [randn(2, 3), randn(3), randn(1, 3)])
