@@ -179,6 +179,8 @@ def _resize(
     if mode == "nearest":
 
         def coeffs_fn(r, s):
+            if nearest_mode == "simple":  # Resize-10/Upsample: ceil when shrinking, else floor
+                return _nearest_coeffs(r, "ceil" if s < 1 else "floor")
             return _nearest_coeffs(r, nearest_mode)
     elif mode == "linear":
         coeffs_fn = _linear_coeffs_antialias if antialias else _linear_coeffs
@@ -238,7 +240,7 @@ def resize_10(X, scales, *, mode="nearest"):
         None,
         mode=mode,
         coordinate_transformation_mode="asymmetric",
-        nearest_mode="floor",
+        nearest_mode="simple",
     )
 
 
@@ -295,7 +297,7 @@ def _upsample(X, scales, mode):
         None,
         mode="linear" if mode in ("linear", "bilinear") else mode,
         coordinate_transformation_mode="asymmetric",
-        nearest_mode="floor",
+        nearest_mode="simple",
     )
 
 

@@ -474,3 +474,18 @@ def test_max_pool_builds_indices_only_when_the_node_has_two_outputs() -> None:
     both = run_op("MaxPool", [x], {"kernel_shape": [2, 2]}, opset=12)
     assert not isinstance(only_y, tuple)
     np.testing.assert_allclose(np.asarray(only_y), both[0])
+
+
+@pytest.mark.parametrize("scales", [[1, 1, 0.6, 0.5], [1, 1, 2.0, 1.5]])
+def test_resize_10_nearest_rounds_like_onnxruntime(scales: list[float]) -> None:
+    x = randn(1, 2, 7, 9)
+    s = np.array(scales, np.float32)
+    (y,) = run_op("Resize", [x, s], {"mode": "nearest"}, opset=10)
+    node = helper.make_node("Resize", ["x", "s"], ["y"], mode="nearest")
+    model = make_model(
+        [node],
+        [tensor("x", shape=[1, 2, 7, 9]), tensor("s", shape=[4])],
+        [tensor("y", shape=list(y.shape))],
+        opset=10,
+    )
+    np.testing.assert_array_equal(y, reference(model, {"x": x, "s": s})["y"])
