@@ -221,3 +221,55 @@ def row_problem_sql() -> str:
         f"CASE kind {' '.join(whens)} "
         f"ELSE 'kind: missing, or not one of {', '.join(R.RECORD_KINDS)}' END"
     )
+
+
+def _span_attr_owners() -> dict[str, dict[str, set[str]]]:
+    """attrs field -> {'span_start': span kinds that have it, 'span_end': ...}."""
+    owners: dict[str, dict[str, set[str]]] = {}
+    for span_kind, pair in R.SPAN_ATTRS.items():
+        for which, kind in ((0, "span_start"), (1, "span_end")):
+            for f in pair[which].model_fields:
+                owners.setdefault(f, {"span_start": set(), "span_end": set()})[kind].add(span_kind)
+    return owners
+
+
+def row_invalid_sql() -> str:
+    """SQL over the staging columns: TRUE when the row breaks the schema (else FALSE).
+
+    The same checks as ``row_problem_sql`` without the messages (pydantic gives those),
+    and with the "field of another kind" checks written per column (a field, and the
+    kinds that may have it) rather than per kind, which keeps the expression small:
+    DuckDB binds it in milliseconds, so a small file does not pay for its size.
+    """
+    whens = []
+    for kind in R.RECORD_KINDS:
+        if kind in ("span_start", "span_end"):
+            which = 0 if kind == "span_start" else 1
+            base = R._SpanStartBase if which == 0 else R._SpanEndBase
+            common = _field_problems("", base, "", skip=frozenset({"kind"}))
+            per_span = []
+            for span_kind, pair in R.SPAN_ATTRS.items():
+                conds = [("attrs IS NULL", "")] + _field_problems("attrs", pair[which], "attrs.")
+                per_span.append(f"WHEN '{span_kind}' THEN ({' OR '.join(c for c, _ in conds)})")
+            expr = (
+                f"({' OR '.join(c for c, _ in common)}) "
+                f"OR CASE span_kind {' '.join(per_span)} ELSE true END"
+            )
+        else:
+            conds = _field_problems("", KIND_MODELS[kind], "", skip=frozenset({"kind"}))
+            expr = " OR ".join(c for c, _ in conds) or "false"
+        whens.append(f"WHEN '{kind}' THEN coalesce({expr}, false)")
+    fields = f"CASE kind {' '.join(whens)} ELSE true END"
+    foreign = []
+    for col in READ_COLUMNS:
+        owners = [k for k, cols in KIND_COLUMNS.items() if col in cols]
+        if len(owners) < len(KIND_COLUMNS):
+            foreign.append(f"({_q(col)} IS NOT NULL AND kind NOT IN ({_lit(tuple(owners))}))")
+    for field, by_kind in _span_attr_owners().items():
+        allowed = " OR ".join(
+            f"(kind = '{k}' AND span_kind IN ({_lit(tuple(sorted(kinds)))}))"
+            for k, kinds in by_kind.items()
+            if kinds
+        )
+        foreign.append(f"(attrs.{_q(field)} IS NOT NULL AND NOT ({allowed}))")
+    return f"({fields}) OR coalesce({' OR '.join(foreign)}, false)"

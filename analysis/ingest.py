@@ -60,7 +60,7 @@ from ember.schemas import (
     parse_schema_id,
 )
 
-from .checks import row_problem_sql
+from .checks import row_invalid_sql, row_problem_sql
 from .db import DEFAULT_DB, RECORD_TABLES, RUNS_COLUMNS, Connection, _record_columns, connect
 from .schema_types import READ_COLUMNS, field_defaults, sql_literal
 
@@ -282,6 +282,7 @@ def _columns_sql(columns: dict[str, str]) -> str:
 
 _READ_COLUMNS_SQL = _columns_sql(READ_COLUMNS)
 _PROBLEM_SQL = row_problem_sql()
+_INVALID_SQL = row_invalid_sql()
 
 
 def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
@@ -575,14 +576,10 @@ class _FileIngest:
         meta_ok = "rowid = 0" if plan.start == 0 else "false"
         problems = self.con.execute(
             f"""
-            SELECT rowid, problem FROM (
-                SELECT rowid, CASE
-                    WHEN kind = 'meta' AND NOT ({meta_ok})
-                        THEN 'a second ''meta'' record; one file is one run'
-                    ELSE {_PROBLEM_SQL}
-                END AS problem
-                FROM _stage
-            ) WHERE problem IS NOT NULL
+            SELECT rowid, CASE WHEN kind = 'meta' AND NOT ({meta_ok})
+                THEN 'a second ''meta'' record; one file is one run' END
+            FROM _stage
+            WHERE (kind = 'meta' AND NOT ({meta_ok})) OR {_INVALID_SQL}
             UNION ALL
             SELECT e.rowid, 'span_end without a span_start (span_id ' || e.span_id || ')'
             FROM _stage e
@@ -596,15 +593,31 @@ class _FileIngest:
         ).fetchall()
         if not problems:
             return
-        by_row: dict[int, str] = {}
+        by_row: dict[int, str | None] = {}
         for rowid, problem in problems:
-            by_row.setdefault(rowid, problem)
+            if by_row.get(rowid) is None:
+                by_row[rowid] = problem
         located = self._locate(sorted(by_row))
+        unexplained = []
         for rowid, (line, offset, raw) in located.items():
             reason = by_row[rowid]
-            if not reason.startswith(("span_end without", "a second 'meta'")):
-                reason = _explain_line(raw, expect_meta=rowid == 0 and plan.start == 0) or reason
+            if reason is None:
+                reason = _explain_line(raw, expect_meta=rowid == 0 and plan.start == 0)
+            if reason is None:  # pydantic accepts what the typed read's checks refused
+                unexplained.append(rowid)
+                continue
             self.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+        if unexplained:
+            # the full messages of the SQL checks, for these few rows only
+            for rowid, reason in self.con.execute(
+                f"SELECT rowid, {_PROBLEM_SQL} FROM _stage "
+                f"WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
+                [unexplained],
+            ).fetchall():
+                line, offset, raw = located[rowid]
+                reason = reason or "refused by the typed read's checks"
+                self.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+        self.rejected.sort(key=lambda r: r.line)
         self.con.execute(
             "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))", [sorted(by_row)]
         )
