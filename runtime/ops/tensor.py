@@ -86,7 +86,7 @@ def flatten(input: Array, *, axis: int = 1) -> Array:
 
 def _squeeze(data: Array, axes: list[int] | None) -> Array:
     m = xp(data)
-    if axes is None:
+    if not axes:  # absent or empty: every dim of size 1 (as onnxruntime does)
         axes = [i for i, d in enumerate(data.shape) if d == 1]
     return _host(m.squeeze(data, axis=tuple(_axis(a, data.ndim) for a in axes)))
 
@@ -552,6 +552,12 @@ def reverse_sequence(
 
 @op("Dropout")
 def dropout_v1(data: Array, *, ratio: float = 0.5, is_test: int = 0, **_: Any) -> tuple:
+    # Before opset 10 the mask has the input's type.
+    return data, _all_kept(data).astype(data.dtype)
+
+
+@op("Dropout", since=10)
+def dropout_v10(data: Array, *, ratio: float = 0.5) -> tuple[Array, Array]:
     return data, _all_kept(data)
 
 

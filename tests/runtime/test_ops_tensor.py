@@ -136,6 +136,7 @@ def test_squeeze_and_unsqueeze_axes_as_input_and_as_attribute() -> None:
     assert_matches("Squeeze", [x, ints(0, -2)], opset=13)
     assert_matches("Squeeze", [x], opset=13)
     assert_matches("Squeeze", [x], {"axes": [2]}, opset=11)
+    assert host("Squeeze", x, np.zeros(0, I64), opset=13).shape == (3, 2)
     (y,) = assert_matches("Unsqueeze", [randn(3, 2), ints(-1, 0)], opset=13)
     assert y.shape == (1, 3, 2, 1)
     (y,) = assert_matches("Unsqueeze", [randn(3, 2)], {"axes": [1, 3]}, opset=11)
@@ -413,6 +414,8 @@ def test_dropout_inference_and_seeded_training() -> None:
     want = reference_op("Dropout", inputs, {"seed": 0}, n_outputs=2, opset=13)
     np.testing.assert_allclose(y, want[0], rtol=1e-6)
     np.testing.assert_array_equal(mask, want[1])
+    _, old_mask = run_op("Dropout", [x], {"ratio": 0.3}, opset=7)
+    assert old_mask.dtype == np.float32 and (old_mask == 1).all()
 
 
 def test_center_crop_pad() -> None:
