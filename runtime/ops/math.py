@@ -640,7 +640,7 @@ def _reduce(kind: str, data: Array, axes: list[int] | None, keepdims: int, noop:
     else:  # pragma: no cover - the registrations below name every kind
         raise ValueError(kind)
     if _is_int(dt) and not _is_int(out.dtype):
-        out = m.trunc(out) if kind != "mean" else m.floor(out)
+        out = m.trunc(out)  # integer results truncate toward zero, as C++ runtimes do
     return _astype(m, m.asarray(out), dt)
 
 

@@ -283,17 +283,17 @@ REDUCTIONS = ["ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax", "ReduceMin",
 
 
 @pytest.mark.parametrize("op_type", REDUCTIONS)
-@pytest.mark.parametrize("keepdims", [0, 1])
-def test_reductions_with_axes_input(op_type: str, keepdims: int) -> None:
+def test_reductions_with_axes_input(op_type: str) -> None:
     x = np.abs(randn(2, 3, 4)) + 0.5
-    assert_matches(op_type, [x, np.array([0, -1], np.int64)], {"keepdims": keepdims}, opset=18)
+    (y,) = assert_matches(op_type, [x, np.array([0, -1], np.int64)], {"keepdims": 0}, opset=18)
+    assert y.shape == (3,)
 
 
 @pytest.mark.parametrize("op_type", REDUCTIONS)
 def test_reductions_with_axes_attribute(op_type: str) -> None:
     x = np.abs(randn(2, 3, 4)) + 0.5
-    assert_matches(op_type, [x], {"axes": [1], "keepdims": 0}, opset=11)
-    assert_matches(op_type, [x], {}, opset=11)  # all axes
+    (y,) = assert_matches(op_type, [x], {"axes": [1]}, opset=11)
+    assert y.shape == (2, 1, 4)
 
 
 def test_reduce_sum_axes_become_an_input_at_opset_13() -> None:
