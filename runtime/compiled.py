@@ -254,6 +254,8 @@ def _trace_segment(
         env.update(zip(seg.params, param_values, strict=True))
         env.update(zip(seg.args, arg_values, strict=True))
         for node in graph.nodes[seg.position : seg.stop]:
+            if node.outputs and all(o in base_env for o in node.outputs if o):
+                continue  # folded once per model (constants), already in the environment
             try:
                 outs = run_node(node, env)
             except Exception as exc:
