@@ -282,7 +282,14 @@ def _trace_segment(
 
     param_values = tuple(params[n] for n in seg.params)
     with disk_cache(cache_dir) as probe:
-        lowered = jax.jit(segment_fn).lower(param_values, *args)
+        if param_values:
+            lowered = jax.jit(segment_fn).lower(param_values, *args)
+        else:  # no parameter pytree: the cheapest call
+
+            def no_params_fn(*arg_values: Any) -> tuple[Any, ...]:
+                return segment_fn((), *arg_values)
+
+            lowered = jax.jit(no_params_fn).lower(*args)
         exe = lowered.compile()
     entry = _Entry(
         key=(),
@@ -505,18 +512,21 @@ class CompiledModel:
         fast = self._fast
         if fast is not None and len(inputs) == self._n_inputs:
             # The whole-graph program at its compile-time shapes: no lock, no cache events.
-            try:
-                args = [inputs[n] for n in fast.arg_names]
-                hit = [(a.shape, a.dtype) for a in args] == fast.signature
-            except (KeyError, AttributeError):
-                hit = False
-            if hit:
+            args = []
+            for name, shape, dtype in fast.signature:
+                a = inputs.get(name)
+                if a is None or getattr(a, "shape", None) != shape or a.dtype != dtype:
+                    break
+                args.append(a)
+            else:
                 routes = bus._routes  # lock-free snapshot: one dict lookup per event name
                 if _CALL_START in routes or _CALL_STOP in routes or _CALL_EXCEPTION in routes:
                     meta = {"source": self.model.source, "shapes": describe_shapes(inputs)}
                     with bus.span("ember.call", meta):
-                        return fast(args)
-                return fast(args)
+                        return fast.run(args)
+                if fast.simple and not fast.x64 and fast.swapped:
+                    return dict(zip(fast.names, fast.call(*args), strict=False))
+                return fast.run(args)
         meta = {"source": self.model.source}
         if _listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
             meta["shapes"] = describe_shapes(dict(inputs))
@@ -582,7 +592,10 @@ class CompiledModel:
             local.update(statics)
             run_nodes(self.graph, local, seg.position, seg.stop)
             return
-        outs = entry.exe(self._params_for(seg), *args)
+        if seg.params:
+            outs = entry.exe(self._params_for(seg), *args)
+        else:
+            outs = entry.exe(*args)
         env.update(entry.host_outputs)
         env.update(zip(entry.dynamic_outputs, outs, strict=True))
 
@@ -682,23 +695,17 @@ _CALL_EXCEPTION = "ember.call.exception"
 class _FastPath:
     """The call of the whole-graph program, with as little Python around it as possible."""
 
-    __slots__ = (
-        "arg_names",
-        "signature",
-        "call",
-        "exe",
-        "x64",
-        "simple",
-        "entry",
-        "names",
-        "swapped",
-    )
+    __slots__ = ("signature", "call", "exe", "x64", "simple", "entry", "names", "swapped")
 
     def __init__(self, model: CompiledModel, entry: _Entry, seg: Segment) -> None:
-        self.arg_names = seg.args
-        self.signature = list(model._main_sig or ())
+        # (name, shape, dtype) per program argument
+        self.signature = tuple(
+            (n, shape, dtype)
+            for n, (shape, dtype) in zip(seg.args, model._main_sig or (), strict=False)
+        )
         self.exe = entry.exe
-        self.call = functools.partial(entry.exe, model._params_for(seg))
+        params = model._params_for(seg)
+        self.call = functools.partial(entry.exe, params) if params else entry.exe
         self.x64 = entry.needs_x64
         self.swapped = False
         self.entry = entry
@@ -706,7 +713,7 @@ class _FastPath:
         # Outputs straight from the program, in the model's order: build the dict by zip.
         self.simple = not entry.host_outputs and tuple(entry.dynamic_outputs) == self.names
 
-    def __call__(self, args: list[Any]) -> dict[str, Any]:
+    def run(self, args: list[Any]) -> dict[str, Any]:
         if self.x64:
             import jax
 
@@ -719,9 +726,14 @@ class _FastPath:
             self.swapped = True
             cpp = getattr(self.exe, "_call", None)
             if callable(cpp):
-                self.call = functools.partial(cpp, *self.call.args)
+                call = self.call
+                self.call = (
+                    functools.partial(cpp, *call.args)
+                    if isinstance(call, functools.partial)
+                    else cpp
+                )
         if self.simple:
-            return dict(zip(self.names, outs, strict=True))
+            return dict(zip(self.names, outs, strict=False))
         result = dict(self.entry.host_outputs)
         result.update(zip(self.entry.dynamic_outputs, outs, strict=True))
         return {n: result[n] for n in self.names}
