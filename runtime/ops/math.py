@@ -61,18 +61,36 @@ def _is_float(dtype: Any) -> bool:
 # ------------------------------------------------------------- elementwise arithmetic
 
 
+def _legacy_broadcast(A: Array, B: Array, axis: int | None, broadcast: int) -> Array:
+    """Before opset 7, ``broadcast=1`` aligns B with A's dims starting at ``axis``
+    (default: trailing dims) instead of numpy broadcasting."""
+    if not broadcast or axis is None or B.ndim >= A.ndim:
+        return B
+    axis = axis + A.ndim if axis < 0 else axis
+    return B.reshape(tuple(B.shape) + (1,) * (A.ndim - axis - B.ndim))
+
+
 @op("Add")
-def add(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+def add(
+    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
+) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).add(A, B))
 
 
 @op("Sub")
-def sub(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+def sub(
+    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
+) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).subtract(A, B))
 
 
 @op("Mul")
-def mul(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+def mul(
+    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
+) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if np.dtype(A.dtype) == np.bool_:
         return _host(m.logical_and(A, B))
@@ -80,7 +98,10 @@ def mul(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> A
 
 
 @op("Div")
-def div(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+def div(
+    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
+) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if _is_int(A.dtype):
         # ONNX integer division truncates toward zero (C semantics); stay in integers so
@@ -92,12 +113,12 @@ def div(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> A
 
 
 @op("Pow")
-def pow_(X: Array, Y: Array) -> Array:
+def pow_(X: Array, Y: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    Y = _legacy_broadcast(X, Y, axis, broadcast)
     m = xp(X, Y)
     if _is_int(X.dtype) and not _is_int(Y.dtype):
+        # an integer base with a fractional exponent: compute in the exponent's type
         return _astype(m, m.power(X.astype(Y.dtype), Y), X.dtype)
-    if _is_int(X.dtype) and _is_int(Y.dtype):
-        return _astype(m, m.power(X, Y.astype(X.dtype)), X.dtype)
     return _astype(m, m.power(X, Y.astype(X.dtype)), X.dtype)
 
 
@@ -110,7 +131,7 @@ def mod(A: Array, B: Array, *, fmod: int = 0) -> Array:
 
 
 def _unary(name: str, fn_name: str, since: int = 1) -> None:
-    def fn(X: Array, **_: Any) -> Array:
+    def fn(X: Array, *, consumed_inputs: Any = None) -> Array:
         m = xp(X)
         return _astype(m, getattr(m, fn_name)(X), X.dtype)
 
@@ -146,7 +167,7 @@ for _name, _fn in [
 
 
 @op("Reciprocal")
-def reciprocal(X: Array, **_: Any) -> Array:
+def reciprocal(X: Array, *, consumed_inputs: Any = None) -> Array:
     m = xp(X)
     return _astype(m, m.reciprocal(X), X.dtype)
 
@@ -196,17 +217,20 @@ def mean(*data_0: Array) -> Array:
 
 
 @op("And")
-def and_(A: Array, B: Array, **_: Any) -> Array:
+def and_(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).logical_and(A, B))
 
 
 @op("Or")
-def or_(A: Array, B: Array, **_: Any) -> Array:
+def or_(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).logical_or(A, B))
 
 
 @op("Xor")
-def xor(A: Array, B: Array, **_: Any) -> Array:
+def xor(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).logical_xor(A, B))
 
 
@@ -216,7 +240,8 @@ def not_(X: Array) -> Array:
 
 
 @op("Equal")
-def equal(A: Array, B: Array, **_: Any) -> Array:
+def equal(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if A.dtype == object or B.dtype == object or A.dtype.kind in "US":
         return np.asarray(np.asarray(A).astype(str) == np.asarray(B).astype(str))
@@ -224,12 +249,14 @@ def equal(A: Array, B: Array, **_: Any) -> Array:
 
 
 @op("Less")
-def less(A: Array, B: Array, **_: Any) -> Array:
+def less(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).less(A, B))
 
 
 @op("Greater")
-def greater(A: Array, B: Array, **_: Any) -> Array:
+def greater(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).greater(A, B))
 
 
@@ -291,7 +318,9 @@ def where(condition: Array, X: Array, Y: Array) -> Array:
 
 
 @op("Clip")
-def clip_v1(input: Array, *, min: float = -math.inf, max: float = math.inf, **_: Any) -> Array:
+def clip_v1(
+    input: Array, *, min: float = -math.inf, max: float = math.inf, consumed_inputs: Any = None
+) -> Array:
     m = xp(input)
     return _astype(m, m.minimum(m.maximum(input, min), max), input.dtype)
 
@@ -311,19 +340,19 @@ def clip(input: Array, min: Array | None = None, max: Array | None = None) -> Ar
 
 
 @op("Relu")
-def relu(X: Array, **_: Any) -> Array:
+def relu(X: Array, *, consumed_inputs: Any = None) -> Array:
     m = xp(X)
     return _astype(m, m.maximum(X, 0), X.dtype)
 
 
 @op("LeakyRelu")
-def leaky_relu(X: Array, *, alpha: float = 0.01, **_: Any) -> Array:
+def leaky_relu(X: Array, *, alpha: float = 0.01, consumed_inputs: Any = None) -> Array:
     m = xp(X)
     return _astype(m, m.where(X >= 0, X, X * alpha), X.dtype)
 
 
 @op("Elu")
-def elu(X: Array, *, alpha: float = 1.0, **_: Any) -> Array:
+def elu(X: Array, *, alpha: float = 1.0, consumed_inputs: Any = None) -> Array:
     m = xp(X)
     return _astype(m, m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
 
@@ -334,7 +363,7 @@ def selu(
     *,
     alpha: float = 1.67326319217681884765625,
     gamma: float = 1.05070102214813232421875,
-    **_: Any,
+    consumed_inputs: Any = None,
 ) -> Array:
     m = xp(X)
     return _astype(m, gamma * m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
@@ -350,13 +379,15 @@ def celu(X: Array, *, alpha: float = 1.0) -> Array:
 
 
 @op("Sigmoid")
-def sigmoid(X: Array, **_: Any) -> Array:
+def sigmoid(X: Array, *, consumed_inputs: Any = None) -> Array:
     m = xp(X)
     return _astype(m, 1 / (1 + m.exp(-X)), X.dtype)
 
 
 @op("HardSigmoid")
-def hard_sigmoid(X: Array, *, alpha: float = 0.2, beta: float = 0.5, **_: Any) -> Array:
+def hard_sigmoid(
+    X: Array, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs: Any = None
+) -> Array:
     m = xp(X)
     return _astype(m, m.clip(alpha * X + beta, 0, 1), X.dtype)
 
@@ -386,7 +417,7 @@ def thresholded_relu(X: Array, *, alpha: float = 1.0) -> Array:
 
 
 @op("PRelu")
-def prelu_v1(X: Array, slope: Array, **_: Any) -> Array:
+def prelu_v1(X: Array, slope: Array, *, consumed_inputs: Any = None) -> Array:
     # Before opset 7 the slope is one value per channel (axis 1), not numpy-broadcast.
     if slope.ndim == 1 and X.ndim > 2 and slope.shape[0] == X.shape[1] > 1:
         slope = slope.reshape((-1,) + (1,) * (X.ndim - 2))

@@ -551,7 +551,9 @@ def reverse_sequence(
 
 
 @op("Dropout")
-def dropout_v1(data: Array, *, ratio: float = 0.5, is_test: int = 0, **_: Any) -> tuple:
+def dropout_v1(
+    data: Array, *, ratio: float = 0.5, is_test: int = 0, consumed_inputs: Any = None
+) -> tuple:
     # Before opset 10 the mask has the input's type.
     return data, _all_kept(data).astype(data.dtype)
 

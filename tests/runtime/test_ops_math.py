@@ -60,6 +60,14 @@ def test_float_mod_with_fmod() -> None:
     assert_matches("Mod", [randn(3, 4) * 5, randn(4) + 3], {"fmod": 1})
 
 
+def test_legacy_broadcast_aligns_b_at_axis_before_opset_7() -> None:
+    a, b = randn(2, 3, 4), randn(3)
+    (y,) = run_op("Add", [a, b], {"broadcast": 1, "axis": 1}, opset=6)
+    np.testing.assert_allclose(y, a + b[:, None], rtol=1e-6)
+    (y,) = run_op("Mul", [a, randn(3, 4)], {"broadcast": 1}, opset=6)  # trailing dims
+    assert y.shape == (2, 3, 4)
+
+
 def test_pow_keeps_the_base_type() -> None:
     (y,) = assert_matches(
         "Pow", [np.array([1, 2, 3], np.int32), np.array([2.0, 0.5, 3], np.float32)]
