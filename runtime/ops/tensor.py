@@ -47,7 +47,7 @@ def _str(value: Any) -> str:
 
 @op("Shape")
 def shape(data: Array, *, start: int = 0, end: int | None = None) -> np.ndarray:
-    dims = np.asarray(np.shape(data) if not hasattr(data, "shape") else data.shape, np.int64)
+    dims = np.asarray(np.shape(data), np.int64)
     rank = len(dims)
     lo = min(max(_axis(start, rank), 0), rank)
     hi = rank if end is None else min(max(_axis(end, rank), 0), rank)
@@ -163,10 +163,9 @@ def split_v1(
     *,
     axis: int = 0,
     num_outputs: int | None = None,
-    **attrs: Any,
 ) -> tuple[Array, ...]:
-    sizes = attrs.get("split", split)
-    return _split(input, sizes, axis, num_outputs)
+    # opsets 2-12 give ``split`` as an attribute; it binds to the same parameter
+    return _split(input, split, axis, num_outputs)
 
 
 @op("Split", since=13, host_inputs=(1,))
