@@ -91,9 +91,17 @@ def _describe_value(name: str, value: Any) -> dict[str, Any]:
     return {"name": name, "shape": [int(d) for d in np.shape(value)], "dtype": _dtype_name(value)}
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def _dtype_name(value: Any) -> str:
     dt = getattr(value, "dtype", None)
-    return np.dtype(dt).name if dt is not None else type(value).__name__
+    if dt is None:
+        return type(value).__name__
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = _DTYPE_NAMES[dt] = np.dtype(dt).name
+    return name
 
 
 def describe_shapes(values: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -566,9 +574,11 @@ class CompiledModel:
                 }
                 with bus.span("ember.break", meta):
                     outs = run_node(node, env)
+                needs_host = self.plan.needs_host
                 for name, value in zip(node.outputs, outs, strict=False):
                     if name:
-                        env[name] = to_host(value)
+                        # values read on the host later come to the host; data stays put
+                        env[name] = to_host(value) if name in needs_host else value
         return {n: env[n] for n in self._output_names}
 
     def _segment_key(
