@@ -190,7 +190,9 @@ def _load(source: Any, label: str | None, *, revision: str, offline: bool | None
         path = Path(source)
         if not path.is_file():
             raise LoadError(f"{path}: no such model file")
-        folder = path.resolve().parent
+        # Not resolved: in the Hugging Face cache the model is a symlink into blobs/, and
+        # its external data sits next to the link, not next to the blob.
+        folder = Path(os.path.abspath(path)).parent
         try:
             proto = onnx.load_model(str(path), load_external_data=False)
         except Exception as exc:
@@ -263,7 +265,7 @@ def _load_external_data(proto: onnx.ModelProto, folder: Path | None, label: str 
                 f"{label}: tensor {t.name!r} points to {location!r}, outside the model's "
                 f"folder {folder}; move the file next to the model"
             )
-        path = (folder / location).resolve()
+        path = Path(os.path.normpath(folder / location))
         if folder not in path.parents:
             raise ExternalDataError(
                 f"{label}: tensor {t.name!r} points to {location!r}, which resolves to "
