@@ -10,14 +10,16 @@ datasets (``allowed_directories`` is that folder only, external access is off, t
 configuration locked), and whatever the export left out (empty tables) is created
 empty, with the analysis views over it.
 
-Connections are short-lived (one per cache miss): DuckDB lets one process write a file
-or many read it, so a dashboard that held a connection open would block ``ember ingest``
-from adding runs. Query results are cached per database *version* (path, size, mtime),
-so a new ingest shows up on the next rerun without a restart.
+Connections are short-lived: one per page run, opened at the first query that misses the
+cache and closed when the page has run (``page_connection``). DuckDB lets one process
+write a file or many read it, so a dashboard that held a connection open would block
+``ember ingest`` from adding runs. Query results are cached per database *version*
+(path, size, mtime), so a new ingest shows up on the next rerun without a restart.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import time
@@ -38,8 +40,11 @@ __all__ = [
     "DbVersion",
     "database_path",
     "db_version",
+    "connect_readonly",
     "open_readonly",
+    "page_connection",
     "query",
+    "query_set",
     "relations",
     "has_relation",
 ]
@@ -154,13 +159,10 @@ def _connect(version: DbVersion, wait_s: float) -> duckdb.DuckDBPyConnection:
             time.sleep(0.1)
 
 
-@contextmanager
-def open_readonly(
-    version: DbVersion, *, wait_s: float = 10.0
-) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only, locked-down connection to the database, closed on exit."""
+def connect_readonly(version: DbVersion, *, wait_s: float = 10.0) -> duckdb.DuckDBPyConnection:
+    """A read-only, locked-down connection to the database (the caller closes it)."""
     try:
-        con = _connect(version, wait_s)
+        return _connect(version, wait_s)
     except duckdb.IOException as e:
         if "lock" in str(e).lower():
             raise DatabaseError(
@@ -178,15 +180,57 @@ def open_readonly(
             "Point --db at a file written by `ember ingest` or a folder written by "
             "`ember export --parquet`."
         ) from e
+
+
+@contextmanager
+def open_readonly(
+    version: DbVersion, *, wait_s: float = 10.0
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only, locked-down connection to the database, closed on exit."""
+    con = connect_readonly(version, wait_s=wait_s)
     try:
         yield con
     finally:
         con.close()
 
 
+# The connection of the page run in progress (the script thread's), opened lazily.
+_page: contextvars.ContextVar[dict[DbVersion, duckdb.DuckDBPyConnection] | None] = (
+    contextvars.ContextVar("ember_dashboard_page_connection", default=None)
+)
+
+
+@contextmanager
+def page_connection() -> Iterator[None]:
+    """Share one connection among the queries of a page run; close it at the end.
+
+    Opening a database and binding its first query costs a few hundred milliseconds on a
+    large file; a page makes several queries. Outside this scope each query opens its own.
+    """
+    token = _page.set({})
+    try:
+        yield
+    finally:
+        for con in (_page.get() or {}).values():
+            con.close()
+        _page.reset(token)
+
+
+@contextmanager
+def _borrow(version: DbVersion) -> Iterator[duckdb.DuckDBPyConnection]:
+    shared = _page.get()
+    if shared is None:
+        with open_readonly(version) as con:
+            yield con
+        return
+    if version not in shared:
+        shared[version] = connect_readonly(version)  # closed by page_connection
+    yield shared[version]
+
+
 @st.cache_data(show_spinner=False, max_entries=512)
 def _cached_query(version: DbVersion, sql: str, params: tuple[Any, ...]) -> pl.DataFrame:
-    with open_readonly(version) as con:
+    with _borrow(version) as con:
         return con.sql(sql, params=list(params) or None).pl()
 
 
@@ -195,9 +239,35 @@ def query(sql: str, *params: Any) -> pl.DataFrame:
     return _cached_query(db_version(), sql, tuple(params))
 
 
+@st.cache_data(show_spinner=False, max_entries=128)
+def _cached_set(
+    version: DbVersion,
+    slices: tuple[tuple[str, str], ...],
+    queries: tuple[tuple[str, str], ...],
+    params: tuple[Any, ...],
+) -> dict[str, pl.DataFrame]:
+    with open_readonly(version) as con:
+        for name, sql in slices:
+            con.execute(f"CREATE TEMP TABLE {name} AS {sql}", list(params) or None)
+        return {key: con.sql(sql).pl() for key, sql in queries}
+
+
+def query_set(
+    slices: dict[str, str], queries: dict[str, str], *params: Any
+) -> dict[str, pl.DataFrame]:
+    """Several aggregations over the same slices of expensive views, computed once.
+
+    Each slice (``name -> SELECT ...`` with ``$1``... placeholders for ``params``) becomes
+    a temporary table of one connection; ``queries`` then aggregate those tables in
+    DuckDB. Use it when a page asks a view several questions about the same run: the
+    view is evaluated once instead of once per question.
+    """
+    return _cached_set(db_version(), tuple(slices.items()), tuple(queries.items()), params)
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def _relations(version: DbVersion) -> dict[str, str]:
-    with open_readonly(version) as con:
+    with _borrow(version) as con:
         rows = con.execute(
             "SELECT table_name, table_type FROM information_schema.tables "
             "WHERE table_schema = 'main' ORDER BY table_name"

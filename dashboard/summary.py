@@ -9,7 +9,7 @@ import polars as pl
 
 from . import db
 
-__all__ = ["RUN_SUMMARY_SQL", "run_summary", "run_ids", "tag_keys"]
+__all__ = ["RUN_SUMMARY_SQL", "run_summary", "run_ids", "tag_keys", "what_if"]
 
 RUN_SUMMARY_SQL = """
 WITH span_stats AS (
@@ -83,3 +83,27 @@ def tag_keys() -> list[str]:
         "SELECT DISTINCT unnest(json_keys(tags)) AS k FROM runs WHERE tags IS NOT NULL ORDER BY k"
     )
     return frame["k"].to_list()
+
+
+def what_if(run: str) -> dict[str, pl.DataFrame]:
+    """``cache_what_if`` of one run, evaluated once for the Recompiles and Cache pages:
+    ``what_if`` (compiles per position and cache size) and ``advice`` (per position, the
+    smallest size that compiles every key once)."""
+    return db.query_set(
+        {"w": "SELECT * FROM cache_what_if WHERE run_id = $1"},
+        {
+            "what_if": """
+                SELECT CAST(position AS VARCHAR) AS position, cache_size, compiles, recompiles,
+                    actual_cache_size, actual_compiles, is_actual, fixes_thrash, distinct_keys
+                FROM w ORDER BY w.position, cache_size""",
+            "advice": """
+                SELECT CAST(position AS VARCHAR) AS position,
+                    any_value(actual_cache_size) AS cache_size_used,
+                    any_value(actual_compiles) AS compiles_recorded,
+                    min(cache_size) FILTER (WHERE fixes_thrash)
+                        AS smallest_size_without_recompiles,
+                    any_value(distinct_keys) AS compiles_at_that_size
+                FROM w GROUP BY w.position ORDER BY w.position""",
+        },
+        run,
+    )

@@ -43,4 +43,5 @@ except db.DatabaseError as e:
     st.stop()
 st.sidebar.caption(f"Database: `{version.path}`")
 
-page.run()
+with db.page_connection():
+    page.run()

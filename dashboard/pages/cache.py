@@ -6,7 +6,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from ember.dashboard import charts, db, ui
+from ember.dashboard import charts, db, summary, ui
 
 st.title("Cache")
 ui.require_relations("cache_lookups", "evictions")
@@ -89,16 +89,11 @@ elif thrash is not None:
         .row(0, named=True)
     )
     # the smallest size the LRU replay (cache_what_if) says compiles each key once
-    fix = (
-        db.query(
-            "SELECT min(cache_size) AS size FROM cache_what_if "
-            "WHERE run_id = ? AND position = ? AND fixes_thrash",
-            run,
-            worst["position"],
-        )["size"][0]
-        if db.has_relation("cache_what_if")
-        else None
-    )
+    fix = None
+    if db.has_relation("cache_what_if"):
+        advice = summary.what_if(run)["advice"]
+        row = advice.filter(pl.col("position") == str(worst["position"]))
+        fix = row["smallest_size_without_recompiles"][0] if row.height else None
     st.warning(
         f"Position {worst['position']} compiled keys again after evicting them "
         f"({worst['wasted']} wasted compiles); a cache of {fix or worst['keys']} per "
