@@ -50,8 +50,8 @@ def test_a_database_being_written_is_reported_as_busy(small_db: Path) -> None:
         [
             sys.executable,
             "-c",
-            f"import duckdb, time; c = duckdb.connect({str(small_db)!r}); print('open', flush=True);"
-            " time.sleep(30)",
+            f"import duckdb, time; c = duckdb.connect({str(small_db)!r}); "
+            "print('open', flush=True); time.sleep(30)",
         ],
         stdout=subprocess.PIPE,
         text=True,
