@@ -210,7 +210,8 @@ def conv_transpose(
     strides_ = _ints(strides, n, 1)
     dil = _ints(dilations, n, 1)
     out_pad = _ints(output_padding, n, 0)
-    if output_shape is not None and len(output_shape) > 0:
+    explicit = output_shape is not None and len(output_shape) > 0
+    if explicit:
         target = [int(v) for v in output_shape][-n:]
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         target = [in_sp[i] * strides_[i] for i in range(n)]
@@ -222,6 +223,10 @@ def conv_transpose(
             total = (
                 strides_[i] * (in_sp[i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1 - target[i]
             )
+            if not explicit:
+                # ONNX Runtime never pads negatively for SAME: a 1-wide kernel with stride s
+                # yields (in - 1) * s + 1, not in * s.
+                total = max(total, 0)
             small, big = total // 2, total - total // 2
             pad.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
     elif auto_pad == "VALID":

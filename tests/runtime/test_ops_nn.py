@@ -489,3 +489,17 @@ def test_resize_10_nearest_rounds_like_onnxruntime(scales: list[float]) -> None:
         opset=10,
     )
     np.testing.assert_array_equal(y, reference(model, {"x": x, "s": s})["y"])
+
+
+def test_conv_transpose_same_with_unit_kernel_never_pads_negatively() -> None:
+    x, w = randn(1, 2, 6, 7), randn(2, 3, 1, 1)
+    attrs = {"strides": [2, 2], "auto_pad": "SAME_UPPER"}
+    (y,) = run_op("ConvTranspose", [x, w], attrs)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    model = make_model(
+        [node],
+        [tensor("x", shape=[1, 2, 6, 7]), tensor("w", shape=[2, 3, 1, 1])],
+        [tensor("y", shape=[1, 3, 11, 13])],
+    )
+    assert y.shape == (1, 3, 11, 13)
+    np.testing.assert_allclose(y, reference(model, {"x": x, "w": w})["y"], rtol=1e-5, atol=1e-6)
