@@ -70,7 +70,24 @@ def _linear_coeffs_antialias(ratio: float, scale: float) -> np.ndarray:
     return c / c.sum()
 
 
-def _source_coords(mode: str, out_len: int, in_len: int, scale: float, roi) -> np.ndarray:
+def _source_coords(
+    mode: str, out_len: int, in_len: int, scale: float, roi, nearest: bool = False
+) -> np.ndarray:
+    if nearest:
+        # Picking a pixel is sensitive to rounding: map coordinates the way ONNX Runtime
+        # does, in float32 and with the integer output length for align_corners.
+        y32 = np.arange(out_len, dtype=np.float32)
+        s32 = np.float32(scale)
+        if mode == "align_corners":
+            if out_len == 1:
+                return np.zeros(out_len)
+            return (y32 * np.float32(in_len - 1) / np.float32(out_len - 1)).astype(np.float64)
+        if mode == "asymmetric":
+            return (y32 / s32).astype(np.float64)
+        if mode in ("half_pixel", "pytorch_half_pixel") and not (
+            mode == "pytorch_half_pixel" and out_len == 1
+        ):
+            return ((y32 + np.float32(0.5)) / s32 - np.float32(0.5)).astype(np.float64)
     y = np.arange(out_len, dtype=np.float64)
     out_width = scale * in_len
     if mode == "align_corners":
@@ -101,9 +118,10 @@ def _axis_taps(
     coord_mode: str,
     roi,
     exclude_outside: bool,
+    nearest: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(out, n) source indices, (out, n) weights and the extrapolated rows of one axis."""
-    x = _source_coords(coord_mode, out_len, in_len, scale, roi)
+    x = _source_coords(coord_mode, out_len, in_len, scale, roi, nearest)
     extrapolated = None
     if coord_mode == "tf_crop_and_resize":
         extrapolated = (x < 0) | (x > in_len - 1)
@@ -209,6 +227,7 @@ def _resize(
             coordinate_transformation_mode,
             axis_roi,
             bool(exclude_outside),
+            mode == "nearest",
         )
         if mode == "nearest":
             pick = idx[np.arange(idx.shape[0]), np.argmax(coeffs, axis=1)]

@@ -503,3 +503,21 @@ def test_conv_transpose_same_with_unit_kernel_never_pads_negatively() -> None:
     )
     assert y.shape == (1, 3, 11, 13)
     np.testing.assert_allclose(y, reference(model, {"x": x, "w": w})["y"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("mode", "scale"), [("asymmetric", 0.8), ("align_corners", 0.8), ("half_pixel", 2.5)]
+)
+def test_resize_nearest_picks_the_pixels_onnxruntime_picks(mode: str, scale: float) -> None:
+    x = np.arange(7, dtype=np.float32).reshape(1, 1, 1, 7)
+    s = np.array([1, 1, 1, scale], np.float32)
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": mode, "nearest_mode": "floor"}
+    (y,) = run_op("Resize", [x, None, s, None], attrs, opset=19)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], **attrs)
+    model = make_model(
+        [node],
+        [tensor("x", shape=[1, 1, 1, 7]), tensor("s", shape=[4])],
+        [tensor("y", shape=list(y.shape))],
+        opset=19,
+    )
+    np.testing.assert_array_equal(y, reference(model, {"x": x, "s": s})["y"])
