@@ -474,7 +474,15 @@ class CompiledModel:
             {"name": n, "shape": list(specs[n].shape), "dtype": np.dtype(specs[n].dtype).name}
             for n in seg.args
         ]
-        key = (0, tuple((tuple(s.shape), np.dtype(s.dtype).name) for s in args), ())
+        # the same key the segment cache would give these shapes at position 0
+        key = (
+            0,
+            tuple(
+                (n, (tuple(s.shape), np.dtype(s.dtype).name))
+                for n, s in zip(seg.args, args, strict=True)
+            ),
+            (),
+        )
         meta = {"source": source, "position": 0, "shapes": shapes, "key": _key_hex(key)}
         found: _NeedsHost | None = None
         with bus.span("ember.segment.compile", meta) as span, jax.enable_x64(True):

@@ -489,3 +489,15 @@ def test_disk_cache_does_not_change_the_callers_jax_setting(tmp_path):
     before = jax.config.jax_compilation_cache_dir
     rt.compile(relu_model(dim=3), cache_dir=tmp_path / "c")
     assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_whole_graph_program_has_the_key_the_cache_gives_the_same_shapes(ember_events):
+    compiled = rt.compile(relu_model(), {"x": (4,)})
+    precompiled = ember_events.of("ember.segment.compile.start")[0]
+    compiled(x=_f32(1, 2))  # other shapes: through the cache at position 0
+    miss = ember_events.of("ember.cache.miss")[0]
+    assert precompiled["position"] == miss["position"] == 0
+    assert precompiled["key"] != miss["key"]
+    other = rt.compile(relu_model(), {"x": (2,)})
+    assert other is not compiled
+    assert ember_events.of("ember.segment.compile.start")[-1]["key"] == miss["key"]
