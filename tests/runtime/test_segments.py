@@ -501,3 +501,35 @@ def test_whole_graph_program_has_the_key_the_cache_gives_the_same_shapes(ember_e
     other = rt.compile(relu_model(), {"x": (2,)})
     assert other is not compiled
     assert ember_events.of("ember.segment.compile.start")[-1]["key"] == miss["key"]
+
+
+def test_sequence_argument_shapes_list_each_element(ember_events):
+    nodes = [
+        helper.make_node("SequenceConstruct", ["x", "x2"], ["seq"], name="seq"),
+        helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
+        helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=0, name="cat"),
+        helper.make_node("Cast", ["nz"], ["nzf"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("ReduceSum", ["nzf"], ["s"], keepdims=0, name="sum"),
+        helper.make_node("Mul", ["cat", "s"], ["y"], name="mul"),
+    ]
+    proto = make_model(
+        nodes,
+        [tensor("x", shape=[3]), tensor("x2", shape=[2])],
+        [tensor("y", shape=[5])],
+    )
+    compiled = rt.compile(proto)
+    x, x2 = _f32(0, 1, 1), _f32(5, 6)
+    out = compiled(x=x, x2=x2)
+    np.testing.assert_array_equal(np.asarray(out["y"]), reference(proto, {"x": x, "x2": x2})["y"])
+    after = [m for m in ember_events.of("ember.cache.miss") if m["position"] == 2][0]
+    assert after["shapes"] == [
+        {"name": "nz", "shape": [1, 2], "dtype": "int64"},
+        {
+            "name": "seq",
+            "sequence": [
+                {"shape": [3], "dtype": "float32"},
+                {"shape": [2], "dtype": "float32"},
+            ],
+        },
+    ]
+    assert rt.run(proto, x=x, x2=x2)["y"].tolist() == np.asarray(out["y"]).tolist()
