@@ -367,7 +367,8 @@ def _grid_sample(X, grid, mode, padding_mode, align_corners):
         if mode == "nearest":
             c = jnp.round(c)
         outside = (c < lo) | (c > hi)
-        if padding_mode == "border":
+        if padding_mode == "border" and mode != "cubic":
+            # Cubic keeps the coordinate and clamps each tap, as ONNX Runtime and PyTorch do.
             c = jnp.where(outside, jnp.clip(c, 0, size - 1), c)
         elif padding_mode == "reflection":
             c = jnp.where(outside, _reflect(c, lo, hi), c)

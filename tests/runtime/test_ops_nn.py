@@ -521,3 +521,18 @@ def test_resize_nearest_picks_the_pixels_onnxruntime_picks(mode: str, scale: flo
         opset=19,
     )
     np.testing.assert_array_equal(y, reference(model, {"x": x, "s": s})["y"])
+
+
+def test_grid_sample_cubic_border_clamps_taps_like_onnxruntime() -> None:
+    x = randn(1, 2, 5, 6)
+    grid = rng.uniform(-1.4, 1.4, (1, 4, 7, 2)).astype(np.float32)
+    attrs = {"mode": "cubic", "padding_mode": "border"}
+    (y,) = run_op("GridSample", [x, grid], attrs, opset=20)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], **attrs)
+    model = make_model(
+        [node],
+        [tensor("x", shape=[1, 2, 5, 6]), tensor("g", shape=[1, 4, 7, 2])],
+        [tensor("y", shape=[1, 2, 4, 7])],
+        opset=20,
+    )
+    np.testing.assert_allclose(y, reference(model, {"x": x, "g": grid})["y"], rtol=1e-4, atol=1e-5)
