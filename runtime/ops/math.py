@@ -631,6 +631,8 @@ def _reduce(kind: str, data: Array, axes: list[int] | None, keepdims: int, noop:
     axis = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
     keep = bool(keepdims)
     dt = data.dtype
+    if _is_int(dt) and kind in ("l2", "log_sum", "log_sum_exp"):
+        data = data.astype(np.float64)  # exp/log/sqrt of integers: compute in float64
     empty = any(data.shape[a] == 0 for a in axis)
     if kind == "sum":
         out = m.sum(data, axis=axis, keepdims=keep, dtype=dt)
@@ -792,6 +794,10 @@ def _cast(
         return rounded.astype(dtype)
     if m is np:
         return np.asarray(value).astype(dtype)
+    if dtype.kind == "u" and _is_float(src):
+        # XLA saturates negative floats to 0 where C casts (onnxruntime, numpy) wrap
+        # around; go through int64 so that both paths agree.
+        return m.where(value < 0, value.astype(np.int64).astype(dtype), value.astype(dtype))
     if dtype.name in _SUB_BYTE_INTS and not _is_int(src):
         # XLA saturates float -> int4/int2 where ONNX (and ml_dtypes) truncate and wrap.
         bits, signed = _SUB_BYTE_INTS[dtype.name]

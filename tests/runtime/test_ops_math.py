@@ -329,6 +329,12 @@ def test_reduce_sum_of_int32_stays_int32() -> None:
     assert host("ReduceSum", x, np.array([1], np.int64), opset=13).dtype == np.int32
 
 
+def test_reduce_log_sum_exp_of_integers_is_computed_in_float() -> None:
+    x = np.array([[1, 2], [3, 3]], np.int32)
+    (y,) = run_op("ReduceLogSumExp", [x, np.array([1], np.int64)], {"keepdims": 0}, opset=18)
+    assert y.dtype == np.int32 and y.tolist() == [2, 3]  # log(e + e^2) = 2.31, 3.69
+
+
 def test_reduce_over_an_empty_axis() -> None:
     x = np.zeros((2, 0, 3), np.float32)
     (y,) = assert_matches("ReduceMax", [x, np.array([1], np.int64)], opset=18)
@@ -376,6 +382,14 @@ def test_cast_numbers(src: type, to: int) -> None:
     if to == TensorProto.UINT8:
         x = np.array([0, 5, 250], src)
     assert_matches("Cast", [x], {"to": to})
+
+
+def test_cast_negative_floats_to_unsigned_wraps_on_both_paths() -> None:
+    # out of range in the spec; numpy and onnxruntime wrap, XLA would saturate to 0
+    x = np.array([-3.0, 2.0, -1.0], np.float32)
+    (traced,) = run_op("Cast", [x], {"to": TensorProto.UINT8})
+    assert traced.tolist() == [253, 2, 255]
+    assert host("Cast", x, to=TensorProto.UINT8).tolist() == [253, 2, 255]
 
 
 def test_cast_strings_both_ways() -> None:
