@@ -25,6 +25,10 @@ _DEFAULTS: dict[str, tuple[float, float]] = {
 }
 
 
+_TAKES_ALPHA = {"leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu", "affine"}
+_TAKES_BETA = {"scaledtanh", "hardsigmoid", "affine"}
+
+
 def _activation(name: str, alpha: float | None, beta: float | None) -> Callable:
     key = name.lower()
     a0, b0 = _DEFAULTS.get(key, (0.0, 0.0))
@@ -61,10 +65,15 @@ def _activations(
         names = list(defaults) * num_dir
     elif len(names) == per_dir and num_dir == 2:
         names = list(names) * 2
+    # The alpha/beta lists are consumed in order by the functions that take them (as ONNX
+    # Runtime reads them), not indexed by the function's position.
+    alpha_left = list(alphas or [])
+    beta_left = list(betas or [])
     fns = []
-    for i, n in enumerate(names):
-        alpha = alphas[i] if alphas is not None and i < len(alphas) else None
-        beta = betas[i] if betas is not None and i < len(betas) else None
+    for n in names:
+        key = n.lower()
+        alpha = alpha_left.pop(0) if key in _TAKES_ALPHA and alpha_left else None
+        beta = beta_left.pop(0) if key in _TAKES_BETA and beta_left else None
         fns.append(_activation(n, alpha, beta))
     return [fns[d * per_dir : (d + 1) * per_dir] for d in range(num_dir)]
 

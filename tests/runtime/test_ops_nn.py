@@ -536,3 +536,17 @@ def test_grid_sample_cubic_border_clamps_taps_like_onnxruntime() -> None:
         opset=20,
     )
     np.testing.assert_allclose(y, reference(model, {"x": x, "g": grid})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_recurrent_activation_alphas_are_consumed_by_the_functions_that_take_them() -> None:
+    attrs = {"activations": ["Sigmoid", "LeakyRelu"], "activation_alpha": [0.2], "hidden_size": 3}
+    x, w, r = randn(4, 2, 3), randn(1, 9, 3), randn(1, 9, 3)
+    (y, y_h) = run_op("GRU", [x, w, r], attrs, opset=14)
+    node = helper.make_node("GRU", ["x", "w", "r"], ["y", "y_h"], **attrs)
+    model = make_model(
+        [node],
+        [tensor("x", shape=[4, 2, 3]), tensor("w", shape=[1, 9, 3]), tensor("r", shape=[1, 9, 3])],
+        [tensor("y", shape=[4, 1, 2, 3]), tensor("y_h", shape=[1, 2, 3])],
+        opset=14,
+    )
+    np.testing.assert_allclose(y, reference(model, {"x": x, "w": w, "r": r})["y"], atol=1e-5)
