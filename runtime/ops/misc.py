@@ -46,6 +46,18 @@ def _per_axis(value, shape, axis: int, block_size: int):
     return v
 
 
+def _exact_div(x, scale):
+    """``x / scale`` rounded like IEEE float32 division.
+
+    XLA's CPU division is not correctly rounded (-2.5 / 0.019607844 gives -127.5, not
+    -127.49999), which flips round-half-to-even; dividing in float64 keeps the quotient on
+    the right side of the half.
+    """
+    if x.dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
+        return (x.astype(jnp.float64) / jnp.asarray(scale).astype(jnp.float64)).astype(x.dtype)
+    return x / scale
+
+
 def _quantize(x, y_scale, y_zero_point, *, axis, saturate, block_size, output_dtype, precision):
     x = jnp.asarray(x)
     if y_zero_point is not None:
@@ -59,7 +71,7 @@ def _quantize(x, y_scale, y_zero_point, *, axis, saturate, block_size, output_dt
         p = _np_dtype(precision)
         q = x.astype(p) / scale.astype(p)
     else:
-        q = x / scale
+        q = _exact_div(x, scale)
     if target in _FP8:
         if saturate:
             info = ml_dtypes.finfo(target)
@@ -119,7 +131,7 @@ def dynamic_quantize_linear(x):
     lo = jnp.minimum(0.0, jnp.min(xv))
     scale = jnp.where(hi == lo, 1.0, hi - lo).astype(jnp.float32) / jnp.float32(255)
     zp = jnp.round(jnp.clip(0.0 - lo / scale, 0, 255))
-    y = jnp.clip(jnp.round(xv / scale) + zp, 0, 255).astype(jnp.uint8)
+    y = jnp.clip(jnp.round(_exact_div(xv, scale)) + zp, 0, 255).astype(jnp.uint8)
     return y, scale.astype(jnp.asarray(x).dtype), zp.astype(jnp.uint8)
 
 

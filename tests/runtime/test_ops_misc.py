@@ -163,3 +163,13 @@ def test_adam_and_momentum_update_every_tensor_group() -> None:
     )
     np.testing.assert_allclose(v_new, 0.1 * g1, rtol=1e-6)
     np.testing.assert_allclose(x_new, x1 - 0.1 * v_new / (np.sqrt(h_new) + 1e-6), rtol=1e-5)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_quantize_rounds_the_exact_quotient(jit: bool) -> None:
+    # -2.5 / scale is -127.49999 in float32; XLA's approximate division would give -127.5.
+    x = np.array([0, 2, -3, -2.5, 1.34, 0.5], np.float32)
+    y, _, zp = run_op("DynamicQuantizeLinear", [x], {}, opset=11, jit=jit)
+    (want, _, _) = reference_op("DynamicQuantizeLinear", [x], {}, n_outputs=3, opset=11)
+    np.testing.assert_array_equal(y, want)
+    assert int(zp) == 153
