@@ -159,49 +159,45 @@ def _raw_text(raw: bytes) -> str:
     return text.translate(_CONTROL)[:RAW_PREFIX_CHARS]
 
 
-def _first_line(path: Path, size: int) -> tuple[bytes, int]:
-    """The first non-blank line (without newline) and the byte offset after it."""
+def _first_line(path: Path, size: int) -> bytes:
+    """The first non-blank line, without its newline (b"" when there is none)."""
     with path.open("rb") as f:
         offset = 0
         while offset < size:
             line = f.readline(MAX_LINE_BYTES + 1)
-            start = offset
             offset += len(line)
             if line.strip():
                 if len(line) > MAX_LINE_BYTES:
                     raise _Refused(
-                        f"line 1 is over {MAX_LINE_BYTES // 2**20} MB; the first line must be "
-                        f"the 'meta' record (is this an Ember trace?)"
+                        f"the first line is over {MAX_LINE_BYTES // 2**20} MB; it must be the "
+                        f"'meta' record (is this an Ember trace?)"
                     )
-                del start
-                return line.rstrip(b"\r\n"), offset
-    return b"", offset
+                return line.rstrip(b"\r\n")
+    return b""
 
 
-def _end_of_complete_lines(path: Path, start: int, size: int) -> tuple[int, bytes]:
-    """The offset after the last newline at or after ``start`` and the bytes after it."""
-    if size <= start:
-        return size, b""
+def _end_of_complete_lines(path: Path, start: int, size: int) -> tuple[int, bytes, int]:
+    """Where the complete lines in ``[start, size)`` end, and the partial line after them.
+
+    Returns ``(end, tail, tail_length)``: ``end`` is the offset after the last newline
+    (``start`` if there is none), ``tail`` the first bytes after it (all of them when the
+    tail is at most MAX_LINE_BYTES long) and ``tail_length`` its full length.
+    """
     with path.open("rb") as f:
         pos = size
-        chunk = 1 << 16
-        tail = b""
+        end = start
         while pos > start:
-            step = min(chunk, pos - start)
+            step = min(1 << 20, pos - start)
             pos -= step
             f.seek(pos)
-            data = f.read(step)
-            i = data.rfind(b"\n")
+            i = f.read(step).rfind(b"\n")
             if i >= 0:
                 end = pos + i + 1
-                f.seek(end)
-                return end, f.read(size - end)
-            tail = data + tail
-            if len(tail) > MAX_LINE_BYTES + 1:
-                # no newline for 16 MB: the tail is one over-long partial line
-                f.seek(start)
-                return start, f.read(RAW_PREFIX_CHARS * 4)
-        return start, tail
+                break
+        f.seek(end)
+        tail_length = size - end
+        tail = f.read(tail_length if tail_length <= MAX_LINE_BYTES else RAW_PREFIX_CHARS * 4)
+    return end, tail, tail_length
 
 
 def _count_lines(path: Path, start: int, end: int) -> int:
@@ -382,7 +378,7 @@ def _plan(con: duckdb.DuckDBPyConnection, path: Path, migrations: Migrations) ->
     size = path.stat().st_size
     if size == 0:
         raise _Refused("empty file: no 'meta' record (is the run still starting?)")
-    first, _ = _first_line(path, size)
+    first = _first_line(path, size)
     if not first:
         raise _Refused("the file has only blank lines: no 'meta' record")
     first_hash = hashlib.sha1(first).hexdigest()
@@ -447,27 +443,26 @@ class _FileIngest:
 
     def run(self) -> None:
         plan = self.plan
-        end, tail = _end_of_complete_lines(plan.path, plan.start, plan.size)
-        if tail:
-            tail_ok = False
-            if len(tail) <= MAX_LINE_BYTES and tail.strip():
-                try:
-                    tail_ok = isinstance(json.loads(tail), dict)
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    tail_ok = False
-            if tail_ok:  # a complete record without its newline (a hand-made file)
-                end = plan.size
-            elif tail.strip():
-                line = plan.base_line + _count_lines(plan.path, plan.start, end) + 1
-                self.partial = (
-                    f"truncated last line {line}: no newline at the end of the file (the "
-                    f"writer stopped mid-line); it is read again if the file grows"
-                )
-                self.rejected.append(_Rejected(line, end, self.partial, _raw_text(tail)))
+        end, tail, tail_length = _end_of_complete_lines(plan.path, plan.start, plan.size)
+        complete_tail = False
+        if tail_length and tail_length <= MAX_LINE_BYTES and tail.strip():
+            try:
+                complete_tail = isinstance(json.loads(tail), dict)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                complete_tail = False
+        lines = _count_lines(plan.path, plan.start, end)
+        if complete_tail:  # a complete record without its newline (a hand-made file)
+            end = plan.size
+            lines += 1
+        elif tail.strip():
+            line = plan.base_line + lines + 1
+            self.partial = (
+                f"truncated last line {line}: no newline at the end of the file (the writer "
+                f"stopped mid-line); it is read again if the file grows"
+            )
+            self.rejected.append(_Rejected(line, end, self.partial, _raw_text(tail)))
         self.end = end
-        self.lines_read = _count_lines(plan.path, plan.start, end) + (
-            1 if end == plan.size and tail and end > plan.start and not tail.endswith(b"\n") else 0
-        )
+        self.lines_read = lines
         if end <= plan.start:
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql_empty()}")
             return

@@ -24,24 +24,34 @@ WITH ev AS (
         c.cache_size
     FROM cache c
 ),
-lives AS (
+running AS MATERIALIZED (
+    -- running counts per key: which life (misses so far) and hits so far
     SELECT *,
-        count(*) FILTER (WHERE action = 'miss') OVER w_run AS life
+        sum(CASE WHEN action = 'miss' THEN 1 ELSE 0 END) OVER w AS life,
+        sum(CASE WHEN action = 'hit' THEN 1 ELSE 0 END) OVER w AS hits_so_far
     FROM ev
-    WINDOW w_run AS (PARTITION BY run_id, source, position, key ORDER BY ord
+    WINDOW w AS (PARTITION BY run_id, source, position, key ORDER BY ord
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+lives AS (
+    SELECT run_id, source, position, key, life,
+        min(ts_ns) FILTER (WHERE action = 'miss') AS life_start_ns,
+        min(hits_so_far - CASE WHEN action = 'hit' THEN 1 ELSE 0 END) AS hits_before
+    FROM running GROUP BY ALL
+),
+lives_next AS (
+    SELECT *,
+        lead(life_start_ns) OVER (PARTITION BY run_id, source, position, key ORDER BY life)
+            AS next_miss_ns
+    FROM lives
 )
 SELECT
-    run_id, source, position, key, ord, ts_ns, action, call_span_id, shapes_text, cache_size,
-    life,
-    min(ts_ns) FILTER (WHERE action = 'miss') OVER w_life AS life_start_ns,
-    count(*) FILTER (WHERE action = 'hit') OVER (
-        PARTITION BY run_id, source, position, key, life ORDER BY ord
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-    ) AS hits_in_life,
-    min(ts_ns) FILTER (WHERE action = 'miss') OVER (
-        PARTITION BY run_id, source, position, key ORDER BY ord
-        ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING
-    ) AS next_miss_ns
-FROM lives
-WINDOW w_life AS (PARTITION BY run_id, source, position, key, life)
+    r.run_id, r.source, r.position, r.key, r.ord, r.ts_ns, r.action, r.call_span_id,
+    r.shapes_text, r.cache_size,
+    CAST(r.life AS BIGINT) AS life,
+    l.life_start_ns,
+    CAST(r.hits_so_far - l.hits_before AS BIGINT) AS hits_in_life,
+    l.next_miss_ns
+FROM running r
+JOIN lives_next l ON l.run_id = r.run_id AND l.source IS NOT DISTINCT FROM r.source
+    AND l.position = r.position AND l.key = r.key AND l.life = r.life

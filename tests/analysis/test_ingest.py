@@ -84,6 +84,16 @@ def test_truncated_last_line_is_rejected_then_read_when_the_file_grows(tmp_path)
     assert _rows(db, "SELECT records, rejected, lines FROM ingested_files") == [(5, 0, 5)]
 
 
+def test_an_over_long_partial_last_line_keeps_the_lines_before_it(tmp_path):
+    partial = cache_line(9, "hit", key="y" * (MAX_LINE_BYTES + 10))[:-5]
+    path, db, r = _one(
+        tmp_path, "lp.jsonl", [meta_line(), *_valid(2), partial], newline_at_end=False
+    )
+    assert (r.status, r.records, r.rejected) == ("partial", 3, 1)
+    [(line, reason, raw)] = _rejected(db)
+    assert line == 4 and reason.startswith("truncated last line 4") and len(raw) == 200
+
+
 def test_binary_garbage_line_is_rejected_and_the_rest_kept(tmp_path):
     garbage = b"\x00\x01\x02\xff\xfe\x80 PNG\x1a garbage"
     path, db, r = _one(tmp_path, "g.jsonl", [meta_line(), *_valid(1), garbage, *_valid(2)])

@@ -219,3 +219,38 @@ def test_spans_have_absolute_times_and_show_open_spans(tmp_path):
         rows = c.sql("SELECT status, end_ns, CAST(started_at AS VARCHAR) FROM spans").rows()
     # the process died inside the compile: the span is open; 2 s after the anchor
     assert rows == [("open", None, "2025-11-29 08:00:02")]
+
+
+def test_recompile_reasons_for_dtype_static_value_and_new_argument(tmp_path):
+    """Cache events as the runtime emits them (through the bus and the real recorder)."""
+    from ember.analysis import connect, ingest
+    from ember.recorder import bus, record
+
+    def miss(shapes, statics):
+        with bus.span("ember.call", {"source": "m.onnx", "shapes": shapes}):
+            bus.emit(
+                "ember.cache.miss",
+                {"count": 1},
+                {"source": "m.onnx", "position": 4, "shapes": shapes, "statics": statics},
+            )
+
+    x32 = [{"name": "x", "shape": [2, 3], "dtype": "float32"}]
+    x16 = [{"name": "x", "shape": [2, 3], "dtype": "float16"}]
+    perm = [{"name": "perm", "value": [0, 1]}]
+    path = tmp_path / "kinds.jsonl"
+    with record(path, run_id="kinds"):
+        miss(x32, perm)
+        miss(x16, perm)  # dtype
+        miss(x16, [{"name": "perm", "value": [1, 0]}])  # a static value
+        miss(x16 + [{"name": "mask", "shape": [2], "dtype": "bool"}], [])  # a new input
+    db = tmp_path / "k.duckdb"
+    ingest([path], db)
+    with connect(db, read_only=True) as con:
+        rows = con.sql(
+            "SELECT change, arg, old_value, new_value, reason FROM recompiles ORDER BY ts_ns"
+        ).rows()
+    assert rows == [
+        ("dtype", "x", "float32", "float16", "x dtype: float32 -> float16"),
+        ("static", "perm", "[0,1]", "[1,0]", "static perm: [0,1] -> [1,0]"),
+        ("new_arg", "mask", None, "[2]:bool", "mask: new argument [2]:bool"),
+    ]
