@@ -212,15 +212,16 @@ def slice_(
 # ------------------------------------------------------------------ gather/scatter
 
 
-def _normalize_indices(m: Any, indices: Array, dim: Any) -> Array:
-    return m.where(indices < 0, indices + dim, indices)
+def _normalize_indices(indices: Array, dim: Any) -> Array:
+    """Negative indices count from the end. Host indices stay numpy (constants in XLA)."""
+    return xp(indices).where(indices < 0, indices + dim, indices)
 
 
 @op("Gather")
 def gather(data: Array, indices: Array, *, axis: int = 0) -> Array:
     m = xp(data, indices)
     axis = _axis(axis, data.ndim)
-    idx = _normalize_indices(m, indices, data.shape[axis])
+    idx = _normalize_indices(indices, data.shape[axis])
     if m is np:
         return np.asarray(np.take(data, idx, axis=axis))
     return m.take(data, idx, axis=axis)
@@ -230,7 +231,7 @@ def gather(data: Array, indices: Array, *, axis: int = 0) -> Array:
 def gather_elements(data: Array, indices: Array, *, axis: int = 0) -> Array:
     m = xp(data, indices)
     axis = _axis(axis, data.ndim)
-    idx = _normalize_indices(m, indices, data.shape[axis])
+    idx = _normalize_indices(indices, data.shape[axis])
     return _host(m.take_along_axis(data, idx, axis=axis))
 
 
@@ -241,10 +242,10 @@ def gather_nd(data: Array, indices: Array, *, batch_dims: int = 0) -> Array:
     batch = int(np.prod(batch_shape, dtype=np.int64))
     k = indices.shape[-1]
     inner = tuple(indices.shape[batch_dims:-1])
-    flat_data = data.reshape((batch,) + tuple(data.shape[batch_dims:]))
+    flat_data = m.asarray(data).reshape((batch,) + tuple(data.shape[batch_dims:]))
     flat_idx = indices.reshape((batch,) + inner + (k,))
     dims = np.asarray(data.shape[batch_dims : batch_dims + k], dtype=np.int64)
-    flat_idx = _normalize_indices(m, flat_idx, dims)
+    flat_idx = _normalize_indices(flat_idx, dims)
     batch_ids = np.arange(batch).reshape((batch,) + (1,) * len(inner))
     picked = flat_data[(batch_ids,) + tuple(flat_idx[..., i] for i in range(k))]
     out_shape = batch_shape + inner + tuple(data.shape[batch_dims + k :])
@@ -272,9 +273,8 @@ def _scatter_at(data: Array, index: tuple[Array, ...], updates: Array, reduction
 def _scatter_elements(
     data: Array, indices: Array, updates: Array, axis: int, reduction: str
 ) -> Array:
-    m = xp(data, indices, updates)
     axis = _axis(axis, data.ndim)
-    idx = _normalize_indices(m, indices, data.shape[axis])
+    idx = _normalize_indices(indices, data.shape[axis])
     grid = list(np.indices(indices.shape, sparse=True))
     grid[axis] = idx
     return _scatter_at(data, tuple(grid), updates, reduction)
@@ -294,10 +294,9 @@ def scatter_elements(
 
 @op("ScatterND", since=11)
 def scatter_nd(data: Array, indices: Array, updates: Array, *, reduction: str = "none") -> Array:
-    m = xp(data, indices)
     k = indices.shape[-1]
     dims = np.asarray(data.shape[:k], dtype=np.int64)
-    idx = _normalize_indices(m, indices, dims)
+    idx = _normalize_indices(indices, dims)
     return _scatter_at(data, tuple(idx[..., i] for i in range(k)), updates, reduction)
 
 
@@ -337,10 +336,11 @@ def _pad(
     mode = _str(mode)
     if mode == "constant":
         fill = 0 if value is None else value
-        if not np.isscalar(fill):
-            fill = fill.reshape(()) if hasattr(fill, "reshape") else fill
+        m = xp(data, fill)  # a computed pad value makes a host tensor a jax one
         if m is np:
-            fill = np.asarray(fill).astype(data.dtype).item()
+            fill = np.asarray(fill).reshape(()).astype(data.dtype).item()
+        else:
+            fill = m.asarray(fill).reshape(()).astype(data.dtype)
         return _host(m.pad(data, widths, mode="constant", constant_values=fill))
     return _host(m.pad(data, widths, mode=mode))
 

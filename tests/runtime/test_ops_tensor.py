@@ -426,3 +426,17 @@ def test_center_crop_pad() -> None:
 def test_identity_passes_the_value_through() -> None:
     x = jnp.ones(3)
     assert host("Identity", x) is x
+
+
+def test_host_data_with_traced_indices_or_values() -> None:
+    """An initializer (numpy) read through computed indices or padded with a computed
+    value: the op must switch to jax rather than hand a tracer to numpy."""
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    idx = ints(1, 2, 0, -1).reshape(2, 2)
+    with jax.enable_x64(True):
+        got = jax.jit(lambda i: host("GatherND", data, i))(idx)
+        padded = jax.jit(lambda v: host("Pad", data[0], ints(0, 1, 0, 1), v))(np.float32(7))
+        taken = jax.jit(lambda i: host("Gather", data, i, axis=1))(ints(-1))
+    np.testing.assert_array_equal(got, data[[1, 0], [2, -1]])
+    assert np.asarray(padded)[:, 0].tolist() == [7.0] * 3
+    np.testing.assert_array_equal(taken, data[:, [-1]])
