@@ -474,3 +474,19 @@ def test_host_inputs_are_declared_for_static_arguments() -> None:
     for name in REDUCTIONS:
         assert 1 in lookup(name, 18).host_inputs, name
         assert lookup(name, 11).host_inputs == (), name
+
+
+MATH_OPS = """Add Sub Mul Div Pow Mod Neg Abs Sqrt Exp Log Sin Cos Tan Asin Acos Atan Sinh Cosh
+Tanh Asinh Acosh Atanh Erf Sign Ceil Floor Round Reciprocal Min Max Sum Mean And Or Xor Not
+Equal Less Greater LessOrEqual GreaterOrEqual BitShift BitwiseAnd BitwiseOr BitwiseXor
+BitwiseNot IsNaN IsInf Where Clip Relu LeakyRelu Elu Selu Celu Sigmoid HardSigmoid HardSwish
+Softplus Softsign ThresholdedRelu PRelu Gelu Mish Swish Shrink MatMul MatMulInteger Gemm
+Einsum CumSum CumProd Det Softmax LogSoftmax Hardmax ReduceSum ReduceMean ReduceProd ReduceMax
+ReduceMin ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMax ArgMin TopK
+Cast CastLike BitCast""".split()
+
+
+@pytest.mark.parametrize("name", MATH_OPS)
+def test_math_ops_are_registered_at_the_latest_opset(name: str) -> None:
+    opdef = lookup(name, 26)
+    assert opdef is not None and opdef.fn.__module__ == "ember.runtime.ops.math"

@@ -440,3 +440,15 @@ def test_host_data_with_traced_indices_or_values() -> None:
     np.testing.assert_array_equal(got, data[[1, 0], [2, -1]])
     assert np.asarray(padded)[:, 0].tolist() == [7.0] * 3
     np.testing.assert_array_equal(taken, data[:, [-1]])
+
+
+TENSOR_OPS = """Shape Size Reshape Flatten Squeeze Unsqueeze Transpose Concat Split Slice Gather
+GatherElements GatherND ScatterElements ScatterND Scatter Expand Tile Pad ConstantOfShape
+Constant Identity Range OneHot Trilu Compress NonZero Unique EyeLike DepthToSpace SpaceToDepth
+ReverseSequence Dropout CenterCropPad""".split()
+
+
+@pytest.mark.parametrize("name", TENSOR_OPS)
+def test_tensor_ops_are_registered(name: str) -> None:
+    opdef = lookup(name, 26) or lookup(name, 10)  # Scatter ends at opset 11
+    assert opdef is not None and opdef.fn.__module__ == "ember.runtime.ops.tensor"
