@@ -254,3 +254,15 @@ def test_recompile_reasons_for_dtype_static_value_and_new_argument(tmp_path):
         ("static", "perm", "[0,1]", "[1,0]", "static perm: [0,1] -> [1,0]"),
         ("new_arg", "mask", None, "[2]:bool", "mask: new argument [2]:bool"),
     ]
+
+
+def test_the_analysis_layer_never_imports_jax():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ember.analysis, ember.analysis.report, ember.analysis.export, "
+        "ember.analysis.candle, ember.cli.analysis; print('jax' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
