@@ -1,7 +1,22 @@
 """Ember's analysis: JSONL traces -> DuckDB tables and SQL views, reports, exports.
 
-``connect(db)`` opens a database (``.sql(query) -> polars.DataFrame``); ``ingest(paths,
-db)`` brings traces in. Never imports jax.
+Never imports jax. The pieces:
+
+- ``ingest(paths, db)`` (``ingest.py``, ``ember ingest``): files, folders, globs into one
+  DuckDB database; typed by ``schema_types`` (DuckDB types derived from the pydantic
+  models), validated (``checks`` + pydantic), idempotent per file, one transaction a file.
+- ``connect(db, read_only=...)`` (``db.py``): a ``Connection`` whose ``.sql(query)``
+  returns a polars DataFrame. Tables: one per record kind (``span_start``, ``span_end``,
+  ``cache``, ``hub``, ``op``, ``tensor``, ``memory``, ``device_memory``, ``gradient``,
+  ``edge``) plus ``runs``, ``ingested_files``, ``rejected_lines``.
+- Views (``sql/<name>.sql``, each headed by what one row is and every column):
+  ``spans``, ``cache_lookups``, ``cache_events``, ``compiles``, ``recompiles``,
+  ``evictions``, ``cache_thrash``, ``cache_what_if``, ``shape_buckets``,
+  ``memory_timeline``, ``peak_memory``, ``hub_files``, ``call_latency``,
+  ``compile_payback``, ``breaks``. Macros shared by the views: ``sql/macros.sql``.
+- ``report.findings`` (``ember report``), ``export.export_chrome`` / ``export_parquet``
+  (``ember export``), ``candle.import_candle`` (``ember import candle``),
+  ``synthetic.write_trace`` (large realistic traces for benchmarks).
 """
 
 from .db import DEFAULT_DB, RECORD_TABLES, VIEW_NAMES, Connection, DatabaseBusyError, connect

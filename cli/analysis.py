@@ -120,6 +120,9 @@ def query(
     db: Path = DB_OPTION,
     format: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
+    max_rows: int = typer.Option(
+        100, "--max-rows", help="Rows a table shows (csv, json, parquet write them all)."
+    ),
 ) -> None:
     """Run SQL on the database (read-only) and print the result."""
     if format is Format.parquet and output is None:
@@ -133,8 +136,11 @@ def query(
         if output is not None:
             output.write_text(str(df))
         else:
-            console.print(_rich_table(df))
-            console.print(f"{df.height} row(s)", style="dim")
+            console.print(_rich_table(df.head(max_rows)))
+            more = (
+                f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""
+            )
+            console.print(f"{df.height} row(s){more}", style="dim", highlight=False)
         return
     if format is Format.parquet:
         df.write_parquet(output)

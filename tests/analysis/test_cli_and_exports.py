@@ -64,6 +64,10 @@ def test_query_formats(views_db, tmp_path):
         app, ["query", "SELECT [1, 2] AS l", "--db", str(views_db), "--format", "csv"]
     )
     assert nested.output.splitlines() == ["l", '"[1, 2]"']
+    many = runner.invoke(
+        app, ["query", "SELECT * FROM range(500)", "--db", str(views_db), "--max-rows", "3"]
+    )
+    assert "500 row(s), showing 3" in _flat(many.output)
 
 
 def test_query_is_read_only_and_errors_are_clear(views_db):
