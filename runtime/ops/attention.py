@@ -91,15 +91,17 @@ def _attention(
         offset = jnp.reshape(jnp.asarray(nonpad_kv_seqlen), (-1,)) - q_len
     else:
         offset = 0 if past_key is None else int(jnp.shape(past_key)[2])
-    windowed = (left_window_size or -1) >= 0 or (right_window_size or -1) >= 0
+    left = -1 if left_window_size is None else int(left_window_size)
+    right = -1 if right_window_size is None else int(right_window_size)
+    windowed = left >= 0 or right >= 0
     if is_causal or windowed:
         bias = bias + _causal_bias(
             q_len,
             kv_len,
             offset,
             dtype,
-            left=left_window_size if left_window_size is not None else -1,
-            right=right_window_size if right_window_size is not None else -1,
+            left=left,
+            right=right,
             causal=bool(is_causal),
         )
     if nonpad_kv_seqlen is not None:

@@ -550,3 +550,10 @@ def test_recurrent_activation_alphas_are_consumed_by_the_functions_that_take_the
         opset=14,
     )
     np.testing.assert_allclose(y, reference(model, {"x": x, "w": w, "r": r})["y"], atol=1e-5)
+
+
+def test_attention_sliding_window_of_zero_attends_only_to_itself() -> None:
+    q, k, v = randn(1, 1, 4, 2), randn(1, 1, 4, 2), randn(1, 1, 4, 2)
+    attrs = {"left_window_size": 0, "right_window_size": 0}
+    (y, *_) = assert_matches("Attention", [q, k, v], attrs, opset=25)
+    np.testing.assert_allclose(y, v, rtol=1e-5)
