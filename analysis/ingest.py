@@ -18,9 +18,10 @@ How one file goes in (each file is one transaction):
    rejected with pydantic's explanation. Files of an older schema version take the same
    path, through ``ember.schemas.MIGRATIONS``.
 
-What the fast path does not see (``ember validate`` runs pydantic on every line and does):
-a field no record kind has (DuckDB's typed read skips keys it was not asked for), and a
-JSON number or boolean given for a text field (DuckDB casts it to its text). Everything
+What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
+run pydantic on every line, do): a field no record kind has (DuckDB's typed read skips
+keys it was not asked for), and a JSON number or boolean given for a text field (DuckDB
+casts it to its text). Everything
 else pydantic checks is checked: types of numbers, lists and objects, required fields,
 allowed values, non-negative ints, fields of another kind or span kind.
 
@@ -427,11 +428,17 @@ class _FileIngest:
     """Reads one planned file into the staging table and finds the rows to reject."""
 
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, plan: _Plan, migrations: Migrations, tmp: Path
+        self,
+        con: duckdb.DuckDBPyConnection,
+        plan: _Plan,
+        migrations: Migrations,
+        tmp: Path,
+        strict: bool = False,
     ):
         self.con = con
         self.plan = plan
         self.migrations = migrations
+        self.strict = strict
         self.tmp = tmp
         self.rejected: list[_Rejected] = []
         # stage rowid -> (line, offset) when the slow path wrote the staged lines itself
@@ -467,7 +474,8 @@ class _FileIngest:
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql_empty()}")
             return
         if (
-            plan.version != SCHEMA_VERSION
+            self.strict
+            or plan.version != SCHEMA_VERSION
             or _find_long_line(plan.path, plan.start, end) is not None
         ):
             self._slow_path(end)
@@ -779,8 +787,14 @@ def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
     )
 
 
-def ingest_file(con: Connection, path: Path, migrations: Migrations = MIGRATIONS) -> FileResult:
-    """Ingest one file on an open connection (see the module doc)."""
+def ingest_file(
+    con: Connection, path: Path, migrations: Migrations = MIGRATIONS, *, strict: bool = False
+) -> FileResult:
+    """Ingest one file on an open connection (see the module doc).
+
+    ``strict`` sends every line through pydantic (the slow path): it also rejects what the
+    typed read does not see (a field no kind has, a number given for a text field).
+    """
     t0 = time.perf_counter()
     duck = con.duck
     try:
@@ -797,7 +811,7 @@ def ingest_file(con: Connection, path: Path, migrations: Migrations = MIGRATIONS
         return plan
     tmp = Path(tempfile.mkdtemp(prefix="ember-ingest-"))
     try:
-        work = _FileIngest(duck, plan, migrations, tmp)
+        work = _FileIngest(duck, plan, migrations, tmp, strict)
         work.run()
         message = work.partial
         if work.rejected and not message:
@@ -829,6 +843,7 @@ def ingest(
     migrations: Migrations = MIGRATIONS,
     threads: int | None = None,
     wait: float = 10.0,
+    strict: bool = False,
 ) -> IngestSummary:
     """Ingest trace files, folders or globs into the database ``db``.
 
@@ -840,7 +855,7 @@ def ingest(
     t0 = time.perf_counter()
     for path in files:
         with connect(db, wait=wait, threads=threads) as con:
-            result = ingest_file(con, path, migrations)
+            result = ingest_file(con, path, migrations, strict=strict)
         summary.files.append(result)
         if on_file is not None:
             on_file(result)

@@ -41,6 +41,11 @@ def ingest_command(
     wait: float = typer.Option(
         10.0, "--wait", help="Seconds to wait while another process writes the database."
     ),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Check every line with pydantic too (slower): also rejects unknown fields.",
+    ),
 ) -> None:
     """Read traces into the database: validated, each file once (a grown file continues)."""
     try:
@@ -67,7 +72,7 @@ def ingest_command(
             progress.update(task, file=path.name)
             try:
                 with connect(db, wait=wait) as con:
-                    result = ingest_file(con, path)
+                    result = ingest_file(con, path, strict=strict)
             except DatabaseBusyError as exc:
                 raise fail(str(exc)) from None
             summary.files.append(result)

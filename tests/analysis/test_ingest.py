@@ -234,6 +234,21 @@ def test_an_unknown_field_of_another_kind_is_rejected(tmp_path):
     assert _rejected(db)[0][1].startswith("op_name: unknown field")
 
 
+def test_strict_mode_also_rejects_what_the_typed_read_does_not_see(tmp_path):
+    unknown = json.loads(cache_line(5, "hit"))
+    unknown["colour"] = "red"  # a field no record kind has
+    number_for_text = json.loads(cache_line(6, "hit"))
+    number_for_text["source"] = 42
+    lines = [meta_line(), json.dumps(unknown), json.dumps(number_for_text)]
+    path, db, r = _one(tmp_path, "strict.jsonl", lines)
+    assert (r.records, r.rejected) == (3, 0)  # the fast path lets both through (documented)
+    strict = ingest([path], tmp_path / "s.duckdb", strict=True).files[0]
+    assert (strict.records, strict.rejected, strict.slow_path) == (1, 2, True)
+    reasons = _rows(tmp_path / "s.duckdb", "SELECT line, reason FROM rejected_lines ORDER BY 1")
+    assert reasons[0] == (2, "colour: unknown field (check the spelling, or the schema version)")
+    assert reasons[1][0] == 3 and reasons[1][1].startswith("source: Input should be a valid string")
+
+
 # ---------------------------------------------------------------- idempotency
 
 
