@@ -211,7 +211,9 @@ def _resize(
         raise ValueError(f"Resize: unknown mode {mode!r}")
 
     out_dtype = x.dtype
-    work = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
+    # Interpolate in at least float32: half-precision weights lose whole pixels of accuracy.
+    wide = x.dtype in (jnp.float32, jnp.float64)
+    work = x if wide else x.astype(jnp.float32)
     for a in axes:
         trivial_roi = roi is None or (
             math.isclose(roi[a], 0.0) and math.isclose(roi[a + rank], 1.0)

@@ -625,10 +625,11 @@ def batch_normalization(
 @op("InstanceNormalization")
 def instance_normalization(input, scale, B, *, epsilon=1e-5):
     x = jnp.asarray(input)
+    xs = _stash(x, 1)
     axes = _spatial_axes(x)
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    var = jnp.var(x, axis=axes, keepdims=True)
-    y = (x - mean) * lax.rsqrt(var + epsilon)
+    mean = jnp.mean(xs, axis=axes, keepdims=True)
+    var = jnp.var(xs, axis=axes, keepdims=True)
+    y = (xs - mean) * lax.rsqrt(var + epsilon)
     return (y * _channel(scale, x.ndim) + _channel(B, x.ndim)).astype(x.dtype)
 
 
