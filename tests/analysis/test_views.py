@@ -266,3 +266,13 @@ def test_the_analysis_layer_never_imports_jax():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_view_header_documents_every_column(con):
+    import re
+
+    for name in VIEW_NAMES:
+        header = "\n".join(line for line in view_sql(name).splitlines() if line.startswith("--"))
+        columns = con.sql(f"SELECT * FROM {name} LIMIT 0").columns
+        missing = [c for c in columns if not re.search(rf"\b{re.escape(c)}\b", header)]
+        assert not missing, f"{name}.sql does not document {missing}"
