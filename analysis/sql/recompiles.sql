@@ -5,29 +5,47 @@
 -- shapes_text, compile_ns   as in `compiles` (compile_index >= 2 here)
 -- previous_key        the key of the previous compile at this position
 -- previous_shapes_text
--- after_eviction      true when this exact key was compiled before here and evicted since
---                     (the cache was too small for the keys in use: see cache_what_if)
+-- after_eviction      true when this exact key was compiled before here and the cache
+--                     evicted it since (the cache was too small for the keys in use: see
+--                     cache_what_if)
 -- change              what changed first: shape | rank | dtype | static | new_arg |
---                     removed_arg | after_eviction | jit:<what> | other
+--                     removed_arg | after_eviction | same_key (compiled before, never
+--                     evicted: another compiled model of the same source) | jit:<what> |
+--                     other
 -- arg                 the input (argument or static value) that changed
 -- dim                 the dimension (0-based) for a shape change, else NULL
 -- old_value, new_value  before -> after, as text (a size, a dtype, a static value)
 -- changes             every change, as a list of {change, arg, dim, old_value, new_value}
 -- reason              for a person: 'input_ids dim 1: 17 -> 23', several joined by '; ',
 --                     prefixed 're-compile after eviction: ' when after_eviction
-WITH c AS MATERIALIZED (
+WITH c0 AS MATERIALIZED (
     SELECT
         *,
         lag(key) OVER w AS previous_key,
         lag(shapes) OVER w AS previous_shapes,
         lag(statics) OVER w AS previous_statics,
         lag(shapes_text) OVER w AS previous_shapes_text,
-        position IS NOT NULL AND count(*) OVER (
-            PARTITION BY run_id, source, position, fun_name, key
-            ORDER BY compile_index ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-        ) > 1 AS after_eviction
+        CASE WHEN position IS NOT NULL THEN lag(ts_ns) OVER (
+            PARTITION BY run_id, source, position, key ORDER BY compile_index
+        ) END AS same_key_before_ns
     FROM compiles
     WINDOW w AS (PARTITION BY run_id, source, position, fun_name ORDER BY compile_index)
+),
+evicts AS (
+    SELECT run_id, source, position, ember_key(key, shapes, statics) AS key, ts_ns
+    FROM cache WHERE action = 'evict'
+),
+c AS MATERIALIZED (
+    SELECT
+        c0.*,
+        c0.same_key_before_ns IS NOT NULL AS key_seen_before,
+        c0.same_key_before_ns IS NOT NULL AND EXISTS (
+            SELECT 1 FROM evicts e
+            WHERE e.run_id = c0.run_id AND e.source IS NOT DISTINCT FROM c0.source
+                AND e.position = c0.position AND e.key = c0.key
+                AND e.ts_ns BETWEEN c0.same_key_before_ns AND c0.ts_ns
+        ) AS after_eviction
+    FROM c0
 ),
 re AS MATERIALIZED (
     SELECT row_number() OVER () AS rid, * FROM c WHERE compile_index > 1
@@ -134,6 +152,7 @@ SELECT
     re.after_eviction,
     CASE
         WHEN re.after_eviction THEN 'after_eviction'
+        WHEN re.key_seen_before THEN 'same_key'
         ELSE coalesce(g.changes[1].change, 'other')
     END AS change,
     g.changes[1].arg AS arg,
@@ -141,7 +160,12 @@ SELECT
     g.changes[1].old_value AS old_value,
     g.changes[1].new_value AS new_value,
     coalesce(g.changes, []) AS changes,
-    CASE WHEN re.after_eviction THEN 're-compile after eviction: ' ELSE '' END
+    CASE
+        WHEN re.after_eviction THEN 're-compile after eviction: '
+        WHEN re.key_seen_before THEN 'compiled before and never evicted (another compiled '
+            || 'model of the same source?): '
+        ELSE ''
+    END
         || coalesce(
             g.reason_text,
             re.retrace_reason,

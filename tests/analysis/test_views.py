@@ -276,3 +276,30 @@ def test_every_view_header_documents_every_column(con):
         columns = con.sql(f"SELECT * FROM {name} LIMIT 0").columns
         missing = [c for c in columns if not re.search(rf"\b{re.escape(c)}\b", header)]
         assert not missing, f"{name}.sql does not document {missing}"
+
+
+def test_a_key_compiled_again_without_eviction_is_not_blamed_on_the_cache(tmp_path):
+    from ember.analysis import connect, ingest
+    from ember.recorder import bus, record
+
+    shapes = [{"name": "x", "shape": [4], "dtype": "float32"}]
+    path = tmp_path / "twice.jsonl"
+    with record(path, run_id="twice"):
+        for _ in range(2):  # two compiled models of the same source: two caches
+            bus.emit(
+                "ember.cache.miss",
+                {"count": 1},
+                {"source": "m.onnx", "position": 0, "shapes": shapes, "key": "k1"},
+            )
+    db = tmp_path / "t.duckdb"
+    ingest([path], db)
+    with connect(db, read_only=True) as con:
+        rows = con.sql("SELECT change, after_eviction, reason FROM recompiles").rows()
+    assert rows == [
+        (
+            "same_key",
+            False,
+            "compiled before and never evicted (another compiled model of the same source?): "
+            "same key as the previous compile",
+        )
+    ]
