@@ -21,6 +21,12 @@ after a break, keeps it eager) and inserts it, evicting the least recently used 
 of a full position. Then the break node runs eagerly, and its outputs that later nodes read
 on the host become static values of the next segments.
 
+**Constants and breaks found by tracing.** Values computed from initializers and
+``Constant`` nodes alone are folded once per model and baked into the programs. A node
+that reads a traced value on the host although the op registry did not say so (a missing
+``host_inputs``) is turned into a break when its trace fails, and the call is retried, so
+such a model still runs (its segments are re-planned and the cache starts afresh).
+
 **Order of events on a call** (each ``span`` is a ``.start`` and a ``.stop`` event)::
 
     ember.call.start
