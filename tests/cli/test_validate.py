@@ -34,4 +34,4 @@ def test_invalid_lines_are_listed_with_file_and_line(tmp_path):
 def test_missing_file(tmp_path):
     result = runner.invoke(app, ["validate", str(tmp_path / "nope.jsonl")])
     assert result.exit_code == 1
-    assert "no such file" in result.output
+    assert "no such file" in " ".join(result.output.split())
