@@ -64,7 +64,7 @@ import numpy as np
 from ember.recorder import bus
 
 from . import ops
-from .analysis import Plan, Segment, analyse
+from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
 from .diskcache import disk_cache
 from .errors import InputError
 from .graph import Graph, run_node, run_nodes, to_host
@@ -378,9 +378,17 @@ class CompiledModel:
         self._consts: dict[str, Any] | None = None
         self._const_sizes: dict[str, int] = {}
         self._plan(analyse(model.graph))
-        # Values folded from constants stay constants of the programs even when large:
-        # passing them as arguments changes XLA's fusion and, for the degenerate weights of
-        # ConstantOfShape-built models, its rounding (see analysis.PARAM_MIN_SIZE).
+        # Large values folded from constants (weights made by ConstantOfShape, say) are
+        # passed to the programs as device arrays like large initializers: XLA:CPU runs a
+        # dot against a large constant several times slower than against an argument.
+        sizes = {
+            n: int(np.size(v))
+            for n, v in self._base_env().items()
+            if n in self.plan.const and n not in self.graph.initializers and not isinstance(v, list)
+        }
+        if any(size >= PARAM_MIN_SIZE for size in sizes.values()):
+            self._const_sizes = sizes
+            self._plan(analyse(model.graph, self._forced, sizes))
 
     def _plan(self, plan: Plan) -> None:
         """Adopt ``plan``: the steps of a call, an empty cache, no whole-graph program."""
