@@ -66,7 +66,10 @@ def build(work: Path, records: int) -> Path:
 def render(page, url: str, text: str) -> float:
     t0 = time.perf_counter()
     page.goto(url)
-    page.get_by_text(text).first.wait_for(timeout=600_000)
+    failed = page.get_by_test_id("stException")
+    page.get_by_text(text).first.or_(failed.first).wait_for(timeout=600_000)
+    if failed.count():
+        raise SystemExit(f"{url}: the page failed: {failed.first.inner_text()[:500]}")
     page.wait_for_function(IDLE, timeout=600_000)
     return time.perf_counter() - t0
 
