@@ -402,3 +402,30 @@ def test_console_on_a_parquet_export_reads_only_that_folder(parquet_export: Path
         with pytest.raises(ConsoleRefused, match=message):
             run_console_query(version, sql)
     assert not (parquet_export / "x.csv").exists()
+
+
+def test_the_app_never_imports_jax(dashboard_db: Path) -> None:
+    # DESIGN.md: dashboard/ never imports jax. A fresh process opens every page.
+    import os
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({str(APP)!r}, default_timeout=60).run()
+for page in ["recompiles", "cache", "memory", "hub", "calls", "compare", "sql"]:
+    at.switch_page(page + ".py").run()
+    assert not at.exception, [e.message for e in at.exception]
+print("jax" in sys.modules)
+"""
+    from ember.dashboard.db import DB_ENV
+
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, DB_ENV: str(dashboard_db)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "False"
