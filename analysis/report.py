@@ -1,169 +1,857 @@
-"""``ember report``: the findings a person needs first, as polars frames from the views.
+"""``ember report``: per run, a headline of numbers and the findings as sentences.
 
-Each finding is one query over the views; ``findings()`` returns them in the order a
-person reads them: what ran, why it recompiled, which positions thrash and the cache
-size that fixes them, what padding to buckets would save, the memory peak and when, the
-slowest calls, and what ingest rejected.
+``report()`` reads the views and returns, per run, a :class:`RunSummary` (the headline
+numbers) and its :class:`Finding` list, most costly first. Each finding carries the
+sentence a person reads and the numbers it is made of (``data``), so the dashboard and
+tests use the same facts the CLI prints. Rendering (widths, colours) lives in the CLI.
+
+Costs: a finding's ``cost_ns`` is the compile time it names (recompiles, thrashing, what
+padding or a disk cache would save); findings about memory and latency cost 0 and come
+after the compile findings.
+
+JAX compiles its own eager ops (``_normal``, ``_reduce_sum``, ``convert_element_type``)
+through ``jit`` too. A jitted function counts as JAX's own when none of its compiles has
+a retrace reason and it never ran inside a call or step span: those compiles go into the
+headline as ``jax_compiles`` and never into the recompile findings.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
 from .db import Connection
 
-__all__ = ["Finding", "findings"]
+__all__ = [
+    "Finding",
+    "RunReport",
+    "RunSummary",
+    "findings",
+    "mib",
+    "rejected_summary",
+    "report",
+    "resolve_run",
+    "seconds",
+    "short_path",
+]
+
+SHORT_ID = 8
+
+
+@dataclass
+class RunSummary:
+    """The headline numbers of one run."""
+
+    run_id: str
+    name: str
+    phase: str | None
+    backend: str | None
+    model: str | None
+    calls: int
+    errors: int
+    steps: int
+    compiles: int
+    compile_ns: int
+    jax_compiles: int
+    jax_compile_ns: int
+    hits: int
+    misses: int
+    evictions: int
+    disk_hits: int
+    disk_misses: int
+    peak_bytes: int | None
+    peak_series: str | None  # 'tensors' | 'device peak' | 'device used' | 'live arrays' | 'RSS'
+    p50_ns: float | None
+    p99_ns: float | None
+
+    @property
+    def short_id(self) -> str:
+        return self.run_id[:SHORT_ID]
 
 
 @dataclass
 class Finding:
-    title: str
-    frame: pl.DataFrame
-    empty_text: str
+    """One thing worth knowing about a run, as a sentence with its numbers."""
+
+    run_id: str
+    kind: str  # recompile | jit_retrace | thrash | evictions | buckets | disk_cache |
+    # errors | memory | latency
+    text: str
+    cost_ns: int = 0
+    data: dict[str, Any] = field(default_factory=dict)
 
 
-def _where(run_id: str | None, alias: str = "") -> tuple[str, list[str]]:
+@dataclass
+class RunReport:
+    run: RunSummary
+    findings: list[Finding]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def short_path(text: str | None, width: int = 40) -> str:
+    """``text`` cut from the left to ``width`` characters (``…/light_squeezenet.onnx``)."""
+    if text is None:
+        return ""
+    if len(text) <= width:
+        return text
+    tail = text[-(width - 1) :]
+    cut = tail.find("/")
+    if 0 <= cut < len(tail) - 1:
+        tail = tail[cut:]
+    return "…" + tail
+
+
+def seconds(ns: float | None) -> str:
+    """A duration for a person: '3.9 s', '412 ms', '0.4 ms'."""
+    if ns is None:
+        return "?"
+    s = ns / 1e9
+    if s >= 10:
+        return f"{s:.0f} s"
+    if s >= 1:
+        return f"{s:.1f} s"
+    ms = ns / 1e6
+    if ms >= 10:
+        return f"{ms:.0f} ms"
+    if ms >= 1:
+        return f"{ms:.1f} ms"
+    return f"{ms:.2f} ms"
+
+
+def mib(n: float) -> str:
+    if n >= 10 * 2**30:
+        return f"{n / 2**30:.0f} GiB"
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    if n >= 10 * 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    if n >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    if n >= 1024:
+        return f"{n / 1024:.0f} KiB"
+    return f"{n:.0f} B"
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def sequence(values: list[Any], keep: int = 6) -> str:
+    """'8 -> 9 -> ... -> 19': the values in order, the middle elided when long."""
+    text = [str(v) for v in values]
+    if len(text) > keep:
+        text = [*text[:2], "...", *text[-2:]]
+    return " -> ".join(text)
+
+
+def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    return df.to_dicts()
+
+
+# ---------------------------------------------------------------- runs
+
+
+def resolve_run(con: Connection, run: str) -> str:
+    """The run id that ``run`` names: the exact id or a unique prefix of one.
+
+    Raises ``LookupError`` (no such run) or ``ValueError`` (the prefix is ambiguous),
+    each with a message that lists what would work.
+    """
+    exact = con.sql("SELECT run_id FROM runs WHERE run_id = ?", [run])
+    if exact.height:
+        return run
+    found = con.sql(
+        """
+        SELECT run_id, coalesce(json_extract_string(tags, '$.scenario'),
+            json_extract_string(tags, '$.model'), entrypoint) AS name
+        FROM runs WHERE starts_with(run_id, ?) ORDER BY started_at
+        """,
+        [run],
+    )
+    if found.height == 1:
+        return found["run_id"][0]
+    if found.height == 0:
+        known = con.sql("SELECT run_id FROM runs ORDER BY started_at")["run_id"].to_list()
+        listed = ", ".join(r[:SHORT_ID] for r in known[:10]) or "none"
+        raise LookupError(
+            f"no run {run!r} (not a run id, nor the start of one); runs: {listed}"
+            ' (all: `ember query "FROM runs"`)'
+        )
+    matches = ", ".join(
+        f"{r['run_id'][:SHORT_ID]} ({short_path(r['name'], 30)})" for r in _rows(found)
+    )
+    raise ValueError(
+        f"--run {run!r} is ambiguous: it starts {found.height} run ids: {matches}; "
+        "give more characters of the run id"
+    )
+
+
+def _summaries(con: Connection, run_ids: list[str]) -> dict[str, RunSummary]:
+    df = con.sql(
+        """
+        WITH r AS (
+            SELECT run_id, started_at, phase, backend, entrypoint,
+                json_extract_string(tags, '$.scenario') AS scenario,
+                json_extract_string(tags, '$.model') AS model
+            FROM runs WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
+        ),
+        calls AS (
+            SELECT run_id, count(*) AS calls,
+                count(*) FILTER (WHERE status = 'error') AS errors,
+                quantile_cont(duration_ns, 0.5) AS p50_ns,
+                quantile_cont(duration_ns, 0.99) AS p99_ns
+            FROM spans WHERE span_kind = 'call' AND status <> 'open' GROUP BY ALL
+        ),
+        steps AS (
+            SELECT run_id, count(*) AS steps,
+                quantile_cont(duration_ns, 0.5) AS p50_ns,
+                quantile_cont(duration_ns, 0.99) AS p99_ns
+            FROM spans WHERE span_kind = 'step' AND status <> 'open' GROUP BY ALL
+        ),
+        cache AS (
+            SELECT run_id,
+                count(*) FILTER (WHERE action = 'hit') AS hits,
+                count(*) FILTER (WHERE action = 'miss') AS misses,
+                count(*) FILTER (WHERE action = 'evict') AS evictions
+            FROM cache GROUP BY ALL
+        ),
+        comp AS (
+            SELECT c.run_id,
+                count(*) FILTER (WHERE NOT coalesce(j.internal, false)) AS compiles,
+                coalesce(sum(c.compile_ns) FILTER (WHERE NOT coalesce(j.internal, false)), 0)
+                    AS compile_ns,
+                count(*) FILTER (WHERE j.internal) AS jax_compiles,
+                coalesce(sum(c.compile_ns) FILTER (WHERE j.internal), 0) AS jax_compile_ns,
+                count(*) FILTER (WHERE c.position IS NOT NULL AND c.disk_cache = 'hit')
+                    AS disk_hits,
+                count(*) FILTER (WHERE c.position IS NOT NULL AND c.disk_cache = 'miss')
+                    AS disk_misses
+            FROM compiles c LEFT JOIN jit_functions j
+                ON j.run_id = c.run_id AND j.fun_name = c.fun_name
+            GROUP BY ALL
+        )
+        SELECT r.*, coalesce(calls.calls, 0) AS calls, coalesce(calls.errors, 0) AS errors,
+            coalesce(steps.steps, 0) AS steps,
+            coalesce(calls.p50_ns, steps.p50_ns) AS p50_ns,
+            coalesce(calls.p99_ns, steps.p99_ns) AS p99_ns,
+            coalesce(cache.hits, 0) AS hits, coalesce(cache.misses, 0) AS misses,
+            coalesce(cache.evictions, 0) AS evictions,
+            coalesce(comp.compiles, 0) AS compiles, coalesce(comp.compile_ns, 0) AS compile_ns,
+            coalesce(comp.jax_compiles, 0) AS jax_compiles,
+            coalesce(comp.jax_compile_ns, 0) AS jax_compile_ns,
+            coalesce(comp.disk_hits, 0) AS disk_hits, coalesce(comp.disk_misses, 0) AS disk_misses
+        FROM r
+        LEFT JOIN calls USING (run_id) LEFT JOIN steps USING (run_id)
+        LEFT JOIN cache USING (run_id) LEFT JOIN comp USING (run_id)
+        ORDER BY r.started_at
+        """.replace("jit_functions", _JIT_FUNCTIONS),
+        [run_ids],
+    )
+    peaks: dict[str, dict[str, Any]] = {}
+    for p in _peaks(con, run_ids):
+        peaks.setdefault(p["run_id"], p)  # the first of a run is its headline series
+    out: dict[str, RunSummary] = {}
+    for row in _rows(df):
+        peak = peaks.get(row["run_id"])
+        out[row["run_id"]] = RunSummary(
+            run_id=row["run_id"],
+            name=row["scenario"] or short_path(row["model"]) or short_path(row["entrypoint"]),
+            phase=row["phase"],
+            backend=row["backend"],
+            model=row["model"],
+            calls=row["calls"],
+            errors=row["errors"],
+            steps=row["steps"],
+            compiles=row["compiles"],
+            compile_ns=int(row["compile_ns"]),
+            jax_compiles=row["jax_compiles"],
+            jax_compile_ns=int(row["jax_compile_ns"]),
+            hits=row["hits"],
+            misses=row["misses"],
+            evictions=row["evictions"],
+            disk_hits=row["disk_hits"],
+            disk_misses=row["disk_misses"],
+            peak_bytes=peak["peak_bytes"] if peak else None,
+            peak_series=peak["label"] if peak else None,
+            p50_ns=row["p50_ns"],
+            p99_ns=row["p99_ns"],
+        )
+    return out
+
+
+# A jitted function per run, and whether it is JAX's own eager-op compile (see the module
+# docstring): no compile of it says why it retraced and none ran inside a call or step.
+_JIT_FUNCTIONS = """(
+    SELECT s.run_id, s.start_attrs.fun_name AS fun_name,
+        bool_and(s.end_attrs.retrace_reason IS NULL
+            AND coalesce(len(s.end_attrs.changes), 0) = 0
+            AND p.span_id IS NULL) AS internal
+    FROM spans s
+    LEFT JOIN spans p ON p.run_id = s.run_id AND p.span_id = s.parent_id
+        AND p.span_kind IN ('call', 'step')
+    WHERE s.span_kind = 'jit'
+    GROUP BY ALL
+)"""
+
+
+# ---------------------------------------------------------------- memory
+
+# the series that says most about a run's memory, first; readings on the CPU are the
+# process's resident set and JAX's live arrays, never a device's allocator
+_SERIES_RANK = {"tensors": 0, "peak": 1, "used": 2, "reserved": 3, "rss": 4}
+
+
+def _series_label(series: str, source: str | None, device: str) -> str:
+    if series == "tensors":
+        return "tensors"
+    if series == "rss":
+        return "RSS"
+    if source == "live_arrays":
+        return "live arrays"
+    return f"device {series}"
+
+
+def _peaks(con: Connection, run_ids: list[str]) -> list[dict[str, Any]]:
+    """Per run, every memory series' peak, the most telling first (the first per run wins)."""
+    df = con.sql(
+        """
+        WITH src AS (
+            SELECT run_id, device, series, any_value(source) AS source
+            FROM memory_timeline WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
+            GROUP BY ALL
+        ),
+        call_n AS (
+            SELECT run_id, span_id, span_kind, name, start_ns, end_ns,
+                row_number() OVER (PARTITION BY run_id, span_kind ORDER BY start_ns) AS n
+            FROM spans WHERE span_kind IN ('call', 'step')
+                AND run_id IN (SELECT unnest($1::VARCHAR[]))
+        )
+        SELECT p.run_id, p.device, p.series, s.source, p.peak_bytes, p.peak_ts_ns,
+            p.by_category,
+            (SELECT arg_min(c.span_kind || ' #' || c.n, c.end_ns - c.start_ns) FROM call_n c
+             WHERE c.run_id = p.run_id AND c.start_ns <= p.peak_ts_ns
+                AND c.end_ns >= p.peak_ts_ns) AS during
+        FROM peak_memory p
+        LEFT JOIN src s ON s.run_id = p.run_id AND s.device = p.device AND s.series = p.series
+        WHERE p.run_id IN (SELECT unnest($1::VARCHAR[])) AND p.series <> 'limit'
+        """,
+        [run_ids],
+    )
+    rows = _rows(df)
+    for r in rows:
+        r["label"] = _series_label(r["series"], r["source"], r["device"])
+    rows.sort(key=lambda r: (r["run_id"], _SERIES_RANK.get(r["series"], 9), -r["peak_bytes"]))
+    # the headline names one series: the device's own when there is one; on the CPU, RSS
+    # (what the machine really had to hold), with the arrays as the second sentence
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        cur = best.get(r["run_id"])
+        if cur is None or _headline_rank(r) < _headline_rank(cur):
+            best[r["run_id"]] = r
+    return [best[k] for k in best] + [r for r in rows if r is not best[r["run_id"]]]
+
+
+def _headline_rank(r: dict[str, Any]) -> tuple[int, int]:
+    device_reading = r["source"] == "memory_stats" and r["series"] in ("peak", "used")
+    if device_reading:
+        return (0, -r["peak_bytes"])
+    if r["series"] == "rss":
+        return (1, -r["peak_bytes"])
+    if r["series"] == "tensors":
+        return (2, -r["peak_bytes"])
+    return (3, -r["peak_bytes"])
+
+
+def _memory_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    rows = _peaks(con, run_ids)
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_run.setdefault(r["run_id"], []).append(r)
+    out = []
+    for run_id, peaks in by_run.items():
+        main, others = peaks[0], peaks[1:]
+        honest = {
+            "RSS": " (the whole process; CPU runs have no device allocator stats)",
+            "live arrays": " (live JAX arrays, not an allocator's peak)",
+        }.get(main["label"], "")
+        text = (
+            f"peak memory {mib(main['peak_bytes'])} {main['label']}{honest}"
+            f"{'' if main['device'] == 'cpu:0' else ' on ' + main['device']}"
+            f" at {main['peak_ts_ns'] / 1e9:.1f} s into the run"
+        )
+        if main["during"]:
+            text += f" (during {main['during']})"
+        seen = {(main["device"], main["label"])}
+        extra = []
+        for o in others:
+            if (o["device"], o["label"]) in seen:
+                continue
+            seen.add((o["device"], o["label"]))
+            part = f"{o['label']} {mib(o['peak_bytes'])}"
+            if o["device"] != main["device"]:
+                part += f" on {o['device']}"
+            if o["series"] == "tensors" and o["by_category"]:
+                cats = sorted(o["by_category"].items(), key=lambda kv: -(kv[1] or 0))
+                top = [f"{k} {mib(v)}" for k, v in cats if v]
+                if top:
+                    part += f" ({', '.join(top[:2])})"
+            extra.append(part)
+        if extra:
+            text += "; peaks of " + ", ".join(extra)
+        out.append(
+            Finding(
+                run_id,
+                "memory",
+                text,
+                data={
+                    "device": main["device"],
+                    "series": main["series"],
+                    "label": main["label"],
+                    "peak_bytes": main["peak_bytes"],
+                    "peak_ts_ns": main["peak_ts_ns"],
+                    "during": main["during"],
+                },
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------- compiles
+
+
+def _recompile_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    """One finding per segment position compiled more than once."""
+    positions = con.sql(
+        """
+        WITH lk AS (
+            SELECT run_id, source, position, count(*) AS lookups
+            FROM cache_lookups GROUP BY ALL
+        )
+        SELECT c.run_id, c.source, c.position, count(*) AS compiles,
+            CAST(coalesce(sum(c.compile_ns), 0) AS BIGINT) AS compile_ns,
+            CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.compile_index > 1), 0) AS BIGINT)
+                AS recompile_ns,
+            any_value(lk.lookups) AS lookups
+        FROM compiles c LEFT JOIN lk ON lk.run_id = c.run_id
+            AND lk.source IS NOT DISTINCT FROM c.source AND lk.position = c.position
+        WHERE c.position IS NOT NULL AND c.run_id IN (SELECT unnest($1::VARCHAR[]))
+        GROUP BY ALL HAVING count(*) > 1
+        """,
+        [run_ids],
+    )
+    changes = con.sql(
+        """
+        SELECT run_id, source, position, ch.change, ch.arg, ch.dim, count(*) AS n,
+            count(*) FILTER (WHERE after_eviction) AS after_eviction,
+            any_value(reason ORDER BY compile_index) AS example
+        FROM (SELECT *, unnest(CASE WHEN len(changes) = 0
+                THEN [{'change': change, 'arg': arg, 'dim': dim,
+                       'old_value': old_value, 'new_value': new_value}]
+                ELSE changes END) AS ch
+              FROM recompiles WHERE position IS NOT NULL
+                AND run_id IN (SELECT unnest($1::VARCHAR[])))
+        GROUP BY ALL
+        ORDER BY n DESC, ch.change, ch.arg, ch.dim
+        """,
+        [run_ids],
+    )
+    # the size of every (arg, dim) at every compile, in compile order: the sequence
+    sizes = con.sql(
+        """
+        SELECT c.run_id, c.source, c.position, a.arg.name AS arg, d.i - 1 AS dim,
+            list(a.arg.shape[d.i] ORDER BY c.compile_index) AS sizes
+        FROM compiles c, unnest(c.shapes) AS a(arg), range(1, len(a.arg.shape) + 1) AS d(i)
+        WHERE c.position IS NOT NULL AND c.run_id IN (SELECT unnest($1::VARCHAR[]))
+        GROUP BY ALL
+        """,
+        [run_ids],
+    )
+    size_of = {
+        (r["run_id"], r["source"], r["position"], r["arg"], r["dim"]): r["sizes"]
+        for r in _rows(sizes)
+    }
+    changes_of: dict[tuple, list[dict[str, Any]]] = {}
+    for r in _rows(changes):
+        changes_of.setdefault((r["run_id"], r["source"], r["position"]), []).append(r)
+    out = []
+    for p in _rows(positions):
+        key = (p["run_id"], p["source"], p["position"])
+        chs = changes_of.get(key, [])
+        recompiles = p["compiles"] - 1
+        text = f"position {p['position']} compiled {p['compiles']} times"
+        if p["lookups"] and p["lookups"] != p["compiles"]:
+            text += f" in {p['lookups']} lookups"
+        text += f" ({seconds(p['compile_ns'])})"
+        data: dict[str, Any] = {
+            "position": p["position"],
+            "source": p["source"],
+            "compiles": p["compiles"],
+            "compile_ns": p["compile_ns"],
+            "lookups": p["lookups"],
+        }
+        if chs:
+            main = chs[0]
+            what = _change_words(main, size_of.get((*key, main["arg"], main["dim"])))
+            every = main["n"] == recompiles and p["compiles"] == p["lookups"]
+            when = "on every call" if every else f"{times(main['n'])}"
+            if main["change"] == "shape":
+                seq = size_of.get((*key, main["arg"], main["dim"])) or []
+                text += f": {main['arg']} dim {main['dim']} changed {when} ({sequence(seq)})"
+                data.update(arg=main["arg"], dim=main["dim"], sizes=seq)
+            else:
+                text += f": {what}"
+            evicted = max((c["after_eviction"] for c in chs), default=0)
+            if evicted:
+                text += f"; {evicted} of them after an eviction"
+            others = [
+                f"{c['arg']} dim {c['dim']}" if c["change"] == "shape" else c["change"]
+                for c in chs[1:4]
+                if c["change"] not in ("after_eviction", "same_key")
+            ]
+            if others:
+                text += f"; also changed: {', '.join(others)}"
+            data["changes"] = [
+                {k: c[k] for k in ("change", "arg", "dim", "n", "after_eviction")} for c in chs
+            ]
+        out.append(Finding(p["run_id"], "recompile", text, int(p["recompile_ns"]), data))
+    return out
+
+
+def _change_words(c: dict[str, Any], sizes: list[int] | None) -> str:
+    if c["change"] == "shape":
+        return f"{c['arg']} dim {c['dim']}"
+    if c["change"] in ("same_key", "other"):
+        return c["example"]
+    return f"{c['arg']} {c['change'].replace('_', ' ')}: {c['example']}"
+
+
+def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    df = con.sql(
+        f"""
+        SELECT r.run_id, r.fun_name, count(*) AS retraces,
+            CAST(coalesce(sum(r.compile_ns), 0) AS BIGINT) AS compile_ns,
+            list(coalesce(c.retrace_reason, r.reason) ORDER BY r.compile_index) AS reasons
+        FROM recompiles r
+        JOIN {_JIT_FUNCTIONS} j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
+        LEFT JOIN compiles c ON c.run_id = r.run_id AND c.fun_name = r.fun_name
+            AND c.compile_index = r.compile_index
+        WHERE r.fun_name IS NOT NULL AND NOT j.internal
+            AND r.run_id IN (SELECT unnest($1::VARCHAR[]))
+        GROUP BY ALL
+        """,
+        [run_ids],
+    )
+    out = []
+    for r in _rows(df):
+        reasons = list(dict.fromkeys(r["reasons"]))
+        shown = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
+        text = (
+            f"{r['fun_name']} retraced {times(r['retraces'])} ({seconds(r['compile_ns'])}): {shown}"
+        )
+        out.append(
+            Finding(
+                r["run_id"],
+                "jit_retrace",
+                text,
+                r["compile_ns"],
+                {"fun_name": r["fun_name"], "retraces": r["retraces"], "reasons": reasons},
+            )
+        )
+    return out
+
+
+def _thrash_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    df = con.sql(
+        """
+        WITH t AS (
+            SELECT run_id, source, position, count(*) AS keys,
+                sum(wasted_compiles) AS wasted, CAST(sum(wasted_compile_ns) AS BIGINT) AS wasted_ns,
+                max(cache_size) AS cache_size
+            FROM cache_thrash WHERE run_id IN (SELECT unnest($1::VARCHAR[])) GROUP BY ALL
+        ),
+        fix AS (
+            SELECT run_id, source, position, min(cache_size) AS fixes
+            FROM cache_what_if WHERE fixes_thrash GROUP BY ALL
+        )
+        SELECT t.*, fix.fixes FROM t LEFT JOIN fix ON fix.run_id = t.run_id
+            AND fix.source IS NOT DISTINCT FROM t.source AND fix.position = t.position
+        """,
+        [run_ids],
+    )
+    out = []
+    for r in _rows(df):
+        segs = "1 segment was" if r["keys"] == 1 else f"{r['keys']} segments were"
+        text = (
+            f"position {r['position']} thrashed: {segs} compiled again after eviction "
+            f"({_n(r['wasted'], 'wasted compile')}, {seconds(r['wasted_ns'])})"
+        )
+        if r["fixes"] is not None and r["cache_size"] is not None:
+            text += f"; cache_size {r['cache_size']} -> {r['fixes']} removes them (cache_what_if)"
+        out.append(
+            Finding(
+                r["run_id"],
+                "thrash",
+                text,
+                r["wasted_ns"] or 0,
+                {
+                    "position": r["position"],
+                    "keys": r["keys"],
+                    "wasted_compiles": r["wasted"],
+                    "cache_size": r["cache_size"],
+                    "cache_size_that_fixes": r["fixes"],
+                },
+            )
+        )
+    return out
+
+
+def _eviction_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    """Evictions that cost nothing: say so, since a bigger cache would not help."""
+    df = con.sql(
+        """
+        SELECT run_id, count(*) AS evictions, count(*) FILTER (WHERE recompiled) AS recompiled,
+            max(cache_size) AS cache_size, count(DISTINCT position) AS positions
+        FROM evictions WHERE run_id IN (SELECT unnest($1::VARCHAR[])) GROUP BY ALL
+        """,
+        [run_ids],
+    )
+    out = []
+    for r in _rows(df):
+        if r["recompiled"]:
+            continue  # the thrash findings say what these cost
+        where = "" if r["positions"] == 1 else f" at {r['positions']} positions"
+        text = (
+            f"{r['evictions']} evictions{where} (cache_size {r['cache_size']}); no evicted "
+            "segment was needed again, so a bigger cache would not help"
+        )
+        out.append(Finding(r["run_id"], "evictions", text, 0, dict(r)))
+    return out
+
+
+def _bucket_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    df = con.sql(
+        """
+        WITH b AS (
+            SELECT *, count(*) OVER (PARTITION BY run_id, source, position) AS varying_dims,
+                list(arg || ' dim ' || dim) OVER (PARTITION BY run_id, source, position
+                    ORDER BY arg, dim ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+                    AS varying
+            FROM shape_buckets WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
+        ),
+        ns AS (
+            SELECT run_id, source, position, avg(compile_ns) AS mean_compile_ns
+            FROM compiles WHERE position IS NOT NULL GROUP BY ALL
+        )
+        SELECT b.*, ns.mean_compile_ns FROM b LEFT JOIN ns ON ns.run_id = b.run_id
+            AND ns.source IS NOT DISTINCT FROM b.source AND ns.position = b.position
+        WHERE b.saved_compiles > 0
+        ORDER BY b.saved_compiles DESC, b.position, b.arg, b.dim
+        """,
+        [run_ids],
+    )
+    out = []
+    for r in _rows(df):
+        buckets = "/".join(str(s) for s in r["pow2_sizes"])
+        if r["varying_dims"] == 1:
+            tail = f"would compile {times(r['pow2_buckets'])} instead of {r['compiles']}"
+        else:
+            tail = (
+                f"would leave {_n(r['pow2_buckets'], 'size')} instead of {r['distinct_sizes']} "
+                f"({', '.join(o for o in r['varying'] if o != r['arg'] + ' dim ' + str(r['dim']))}"
+                " varies too)"
+            )
+        text = f"position {r['position']}: padding {r['arg']} dim {r['dim']} to {buckets} {tail}"
+        saved_ns = int((r["mean_compile_ns"] or 0) * r["saved_compiles"])
+        out.append(
+            Finding(
+                r["run_id"],
+                "buckets",
+                text,
+                saved_ns,
+                {
+                    k: r[k]
+                    for k in (
+                        "position",
+                        "arg",
+                        "dim",
+                        "distinct_sizes",
+                        "pow2_buckets",
+                        "pow2_sizes",
+                        "saved_compiles",
+                        "compiles",
+                    )
+                },
+            )
+        )
+    return out
+
+
+def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> list[Finding]:
+    """A run that loaded segments from the disk cache, against a run of the same model."""
+    out = []
+    loaded = [s for s in summaries.values() if s.disk_hits]
+    if not loaded:
+        return out
+    # the runs to compare with may be outside the selection (--run): read them all
+    everyone = con.sql(
+        """
+        SELECT r.run_id, json_extract_string(r.tags, '$.model') AS model,
+            coalesce(json_extract_string(r.tags, '$.scenario'), r.run_id) AS name,
+            r.started_at,
+            count(c.position) AS segments,
+            count(*) FILTER (WHERE c.disk_cache = 'hit') AS disk_hits,
+            CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.position IS NOT NULL), 0) AS BIGINT)
+                AS compile_ns
+        FROM runs r JOIN compiles c ON c.run_id = r.run_id
+        GROUP BY ALL
+        """
+    )
+    rows = {r["run_id"]: r for r in _rows(everyone)}
+    for s in loaded:
+        me = rows[s.run_id]
+        total = s.disk_hits + s.disk_misses
+        text = f"disk cache: {s.disk_hits}/{total} segments loaded from disk"
+        data: dict[str, Any] = {"disk_hits": s.disk_hits, "segments": total}
+        peers = [
+            r
+            for r in rows.values()
+            if r["run_id"] != s.run_id
+            and r["model"] is not None
+            and r["model"] == me["model"]
+            and r["disk_hits"] == 0
+            and r["segments"] == me["segments"]
+        ]
+        saved = 0
+        if peers:
+            peer = max(peers, key=lambda r: r["started_at"])
+            saved = max(0, peer["compile_ns"] - me["compile_ns"])
+            text += (
+                f"; compile time {seconds(me['compile_ns'])} vs {seconds(peer['compile_ns'])}"
+                f" in run {peer['run_id'][:SHORT_ID]} ({short_path(peer['name'], 24)})"
+            )
+            data.update(compared_with=peer["run_id"], compile_ns=me["compile_ns"])
+            data["other_compile_ns"] = peer["compile_ns"]
+        out.append(Finding(s.run_id, "disk_cache", text, saved, data))
+    return out
+
+
+def _latency_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    df = con.sql(
+        """
+        SELECT * FROM call_latency WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
+        QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY p99_ns DESC) = 1
+        """,
+        [run_ids],
+    )
+    out = []
+    for r in _rows(df):
+        text = f"slowest shape: {short_path(r['shapes_text'], 48)} p99 {seconds(r['p99_ns'])}"
+        notes = []
+        if r["compiling_calls"]:
+            n = r["compiling_calls"]
+            notes.append("first call compiles" if n == 1 else f"{n} calls compiled")
+        if r["p50_warm_ns"] is not None:
+            notes.append(f"warm p50 {seconds(r['p50_warm_ns'])}")
+        notes.append("1 call" if r["calls"] == 1 else f"{r['calls']} calls")
+        text += f" ({'; '.join(notes)})"
+        out.append(
+            Finding(
+                r["run_id"],
+                "latency",
+                text,
+                0,
+                {k: r[k] for k in ("shapes_text", "calls", "p50_ns", "p99_ns", "p50_warm_ns")},
+            )
+        )
+    return out
+
+
+def _error_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    df = con.sql(
+        """
+        SELECT run_id, count(*) AS errors,
+            list(DISTINCT coalesce(error_reason, error_kind, 'error')) AS reasons
+        FROM spans WHERE span_kind = 'call' AND status = 'error'
+            AND run_id IN (SELECT unnest($1::VARCHAR[]))
+        GROUP BY ALL
+        """,
+        [run_ids],
+    )
+    out = []
+    for r in _rows(df):
+        calls = "1 call failed" if r["errors"] == 1 else f"{r['errors']} calls failed"
+        text = f"{calls}: {'; '.join(sorted(r['reasons'])[:2])}"
+        out.append(Finding(r["run_id"], "errors", text, 0, dict(r)))
+    return out
+
+
+# the order findings of equal cost come in: what to fix before what to know
+_KIND_ORDER = [
+    "errors",
+    "thrash",
+    "recompile",
+    "jit_retrace",
+    "buckets",
+    "evictions",
+    "disk_cache",
+    "memory",
+    "latency",
+]
+
+
+def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[RunReport]:
+    """Per run (one, or all in start order): the headline and up to ``limit`` findings."""
     if run_id is None:
-        return "", []
-    col = f"{alias}.run_id" if alias else "run_id"
-    return f"WHERE {col} = ?", [run_id]
+        run_ids = con.sql("SELECT run_id FROM runs ORDER BY started_at")["run_id"].to_list()
+    else:
+        run_ids = [resolve_run(con, run_id)]
+    if not run_ids:
+        return []
+    summaries = _summaries(con, run_ids)
+    found = [
+        *_error_findings(con, run_ids),
+        *_thrash_findings(con, run_ids),
+        *_recompile_findings(con, run_ids),
+        *_jit_findings(con, run_ids),
+        *_bucket_findings(con, run_ids),
+        *_eviction_findings(con, run_ids),
+        *_disk_cache_findings(con, summaries),
+        *_memory_findings(con, run_ids),
+        *_latency_findings(con, run_ids),
+    ]
+    by_run: dict[str, list[Finding]] = {r: [] for r in run_ids}
+    for f in found:
+        by_run[f.run_id].append(f)
+    out = []
+    for r in run_ids:
+        fs = sorted(by_run[r], key=lambda f: (-f.cost_ns, _KIND_ORDER.index(f.kind)))
+        out.append(RunReport(summaries[r], fs[: max(int(limit), 0)]))
+    return out
 
 
 def findings(con: Connection, run_id: str | None = None, limit: int = 10) -> list[Finding]:
-    """The report's findings for one run (or every run), most important first."""
-    where, params = _where(run_id)
-    out: list[Finding] = []
-    out.append(
-        Finding(
-            "Runs",
-            con.sql(
-                f"""
-                SELECT r.run_id, r.started_at, r.entrypoint, r.phase, r.backend,
-                    json_extract_string(r.tags, '$.model') AS model,
-                    f.records, f.rejected, f.status
-                FROM runs r LEFT JOIN ingested_files f ON f.file = r.file
-                {_where(run_id, "r")[0]}
-                ORDER BY r.started_at
-                """,
-                params,
-            ),
-            "no runs in the database: ingest traces with `ember ingest`",
+    """Every run's findings in one list (run by run, most costly first within a run)."""
+    return [f for r in report(con, run_id, limit) for f in r.findings]
+
+
+def rejected_summary(con: Connection, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Per trace file: lines ingest rejected, with the first one's line number and reason."""
+    where = "" if run_id is None else "WHERE run_id = ?"
+    return _rows(
+        con.sql(
+            f"""
+            SELECT file, count(*) AS lines, arg_min(line, line) AS first_line,
+                arg_min(reason, line) AS first_reason
+            FROM rejected_lines {where} GROUP BY file ORDER BY file
+            """,
+            [] if run_id is None else [run_id],
         )
     )
-    out.append(
-        Finding(
-            "Top recompile reasons",
-            con.sql(
-                f"""
-                SELECT
-                    coalesce(CAST(position AS VARCHAR), fun_name) AS "where",
-                    change, arg, dim,
-                    count(*) AS recompiles,
-                    round(sum(compile_ns) / 1e6, 1) AS compile_ms,
-                    list(DISTINCT new_value ORDER BY new_value)[1:8] AS new_values,
-                    any_value(reason ORDER BY compile_index) AS example
-                FROM recompiles {where}
-                GROUP BY ALL
-                ORDER BY recompiles DESC, compile_ms DESC NULLS LAST
-                LIMIT {int(limit)}
-                """,
-                params,
-            ),
-            "no recompiles: every position compiled once",
-        )
-    )
-    out.append(
-        Finding(
-            "Thrashing positions (compiled again after eviction)",
-            con.sql(
-                f"""
-                WITH t AS (
-                    SELECT run_id, source, position,
-                        count(*) AS thrashing_keys,
-                        sum(wasted_compiles) AS wasted_compiles,
-                        round(sum(wasted_compile_ns) / 1e6, 1) AS wasted_compile_ms,
-                        max(cache_size) AS cache_size
-                    FROM cache_thrash {where} GROUP BY ALL
-                ),
-                fix AS (
-                    SELECT run_id, source, position, min(cache_size) AS cache_size_that_fixes
-                    FROM cache_what_if WHERE fixes_thrash GROUP BY ALL
-                )
-                SELECT t.position, t.thrashing_keys, t.wasted_compiles, t.wasted_compile_ms,
-                    t.cache_size, fix.cache_size_that_fixes, t.source, t.run_id
-                FROM t LEFT JOIN fix ON fix.run_id = t.run_id
-                    AND fix.source IS NOT DISTINCT FROM t.source AND fix.position = t.position
-                ORDER BY t.wasted_compiles DESC
-                LIMIT {int(limit)}
-                """,
-                params,
-            ),
-            "no thrashing: no key was compiled again after an eviction",
-        )
-    )
-    out.append(
-        Finding(
-            "Padding to power-of-two buckets would save",
-            con.sql(
-                f"""
-                SELECT position, arg, dim, distinct_sizes, pow2_buckets, saved_compiles,
-                    sizes[1:8] AS sizes, pow2_sizes
-                FROM shape_buckets
-                WHERE saved_compiles > 0 {"AND run_id = ?" if run_id else ""}
-                ORDER BY saved_compiles DESC LIMIT {int(limit)}
-                """,
-                params,
-            ),
-            "no dimension would compile less with buckets",
-        )
-    )
-    out.append(
-        Finding(
-            "Memory peak",
-            con.sql(
-                f"""
-                SELECT device, series, peak_bytes, round(peak_bytes / 2^20, 2) AS peak_mib,
-                    peak_at, round(peak_ts_ns / 1e9, 3) AS peak_s_into_run, span_id,
-                    CAST(by_category AS VARCHAR) AS by_category, run_id
-                FROM peak_memory {where}
-                ORDER BY peak_bytes DESC LIMIT {int(limit)}
-                """,
-                params,
-            ),
-            "no memory records (record device memory with ember.runtime.memory)",
-        )
-    )
-    out.append(
-        Finding(
-            "Slowest calls (by p99)",
-            con.sql(
-                f"""
-                SELECT shapes_text, calls, errors,
-                    round(p50_ns / 1e6, 2) AS p50_ms, round(p90_ns / 1e6, 2) AS p90_ms,
-                    round(p99_ns / 1e6, 2) AS p99_ms, compiling_calls,
-                    round(p50_warm_ns / 1e6, 2) AS p50_warm_ms, source, run_id
-                FROM call_latency {where}
-                ORDER BY p99_ns DESC LIMIT {int(limit)}
-                """,
-                params,
-            ),
-            "no calls recorded",
-        )
-    )
-    rej_where = "" if run_id is None else "WHERE run_id = ?"
-    out.append(
-        Finding(
-            "Rejected lines",
-            con.sql(
-                f"""
-                SELECT file, line, reason FROM rejected_lines {rej_where}
-                ORDER BY file, line LIMIT {int(limit)}
-                """,
-                params,
-            ),
-            "no rejected lines",
-        )
-    )
-    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -12,13 +13,22 @@ import polars as pl
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ember.analysis import DatabaseBusyError, connect, expand_paths
 from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
-from ember.analysis.report import findings
+from ember.analysis.report import (
+    RunReport,
+    RunSummary,
+    mib,
+    rejected_summary,
+    seconds,
+    short_path,
+)
+from ember.analysis.report import report as run_report
 
 from .app import app, console, err_console, fail
 
@@ -182,19 +192,89 @@ def _json(v: object) -> str:
 @app.command()
 def report(
     db: Path = DB_OPTION,
-    run: str | None = typer.Option(None, "--run", help="Only this run id."),
-    limit: int = typer.Option(10, "--limit", help="Rows per finding."),
+    run: str | None = typer.Option(
+        None, "--run", help="Only this run: its id or a unique start of it (8 characters)."
+    ),
+    limit: int = typer.Option(10, "--limit", help="Findings per run."),
 ) -> None:
-    """The findings to read first: recompiles and why, thrashing, memory peak, slow calls."""
+    """Per run: a headline of numbers, then the findings as sentences, most costly first."""
     with _open(db, read_only=True) as con:
-        if run is not None and con.sql("SELECT 1 FROM runs WHERE run_id = ?", [run]).is_empty():
-            raise fail(f'no run {run!r} in {db}; list runs with `ember query "FROM runs"`')
-        for f in findings(con, run, limit=limit):
-            if f.frame.is_empty():
-                console.print(f"[bold]{f.title}[/]: [dim]{f.empty_text}[/]")
-            else:
-                console.print(_rich_table(f.frame, title=f.title))
-            console.print()
+        try:
+            runs = run_report(con, run, limit=limit)
+        except (LookupError, ValueError) as exc:
+            raise fail(f"{db}: {exc}") from None
+        rejected = rejected_summary(con, runs[0].run.run_id if run is not None else None)
+    if not runs:
+        console.print(f"no runs in {db}: ingest traces with `ember ingest`", highlight=False)
+    for r in runs:
+        _print_run(r)
+    for f in rejected:
+        console.print(
+            Text.assemble(
+                ("ingest rejected ", "yellow"),
+                f"{f['lines']} line(s) of {short_path(f['file'], 40)}: first at line "
+                f"{f['first_line']}: {f['first_reason']}",
+            )
+        )
+
+
+def _headline(s: RunSummary) -> str:
+    """The run's numbers in one line (rich wraps it at the console's width)."""
+    parts = []
+    if s.calls:
+        calls = "1 call" if s.calls == 1 else f"{s.calls} calls"
+        parts.append(calls + (f" ({s.errors} failed)" if s.errors else ""))
+    if s.steps:
+        parts.append(f"{s.steps} steps")
+    parts.append(f"{s.compiles} compiles ({seconds(s.compile_ns)})")
+    if s.jax_compiles:
+        parts.append(f"{s.jax_compiles} jax compiles ({seconds(s.jax_compile_ns)})")
+    if s.hits or s.misses or s.evictions:
+        parts.append(f"cache {s.hits} hits/{s.misses} misses/{s.evictions} evictions")
+    if s.disk_hits or s.disk_misses:
+        parts.append(f"disk cache {s.disk_hits} hits/{s.disk_misses} misses")
+    if s.peak_bytes is not None:
+        parts.append(f"peak {mib(s.peak_bytes)} {s.peak_series}")
+    if s.p50_ns is not None:
+        what = "call" if s.calls else "step"
+        parts.append(f"{what} p50 {seconds(s.p50_ns)} p99 {seconds(s.p99_ns)}")
+    return " · ".join(parts)
+
+
+def _wrap(text: str, first: str, rest: str) -> list[str]:
+    # wrapped here, not by rich: no trailing blanks, a hanging indent, never wider than
+    # the console (a long word is cut)
+    return textwrap.wrap(
+        text,
+        width=max(console.width, 20),
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+    )
+
+
+def _print_run(r: RunReport) -> None:
+    s = r.run
+    head = "  ".join(x for x in (s.name, s.short_id, s.phase, s.backend) if x)
+    for i, line in enumerate(_wrap(head, "", "  ")):
+        text = Text(line)
+        if i == 0:
+            text.stylize("bold", 0, len(s.name))
+        console.print(text, soft_wrap=True)
+    for line in _wrap(_headline(s), "  ", "  "):
+        console.print(Text(line), soft_wrap=True)
+    if not r.findings:
+        console.print(Text("  nothing to report", style="dim"), soft_wrap=True)
+    for f in r.findings:
+        for i, line in enumerate(_wrap(f.text, "  • ", "    ")):
+            text = Text(line)
+            if i == 0:
+                text.stylize(_STYLE.get(f.kind, ""), 2, 3)
+            console.print(text, soft_wrap=True)
+    console.print()
+
+
+_STYLE = {"errors": "red", "thrash": "red", "recompile": "yellow", "jit_retrace": "yellow"}
 
 
 @app.command("export")
