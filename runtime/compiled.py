@@ -531,6 +531,7 @@ class CompiledModel:
         self._main_sig = tuple((tuple(specs[n].shape), np.dtype(specs[n].dtype)) for n in seg.args)
         self._main_arg_names = seg.args
         self._fast = _FastPath(self, entry, seg)
+        self._fast.bind(self)
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -540,23 +541,11 @@ class CompiledModel:
         elif kwargs:
             inputs = {**inputs, **kwargs}
         fast = self._fast
-        if fast is not None and len(inputs) == self._n_inputs:
+        if fast is not None:
             # The whole-graph program at its compile-time shapes: no lock, no cache events.
-            args = []
-            for name, shape, dtype in fast.signature:
-                a = inputs.get(name)
-                if a is None or getattr(a, "shape", None) != shape or a.dtype != dtype:
-                    break
-                args.append(a)
-            else:
-                routes = bus._routes  # lock-free snapshot: one dict lookup per event name
-                if _CALL_START in routes or _CALL_STOP in routes or _CALL_EXCEPTION in routes:
-                    meta = {"source": self.model.source, "shapes": describe_shapes(inputs)}
-                    with bus.span("ember.call", meta):
-                        return fast.run(args)
-                if fast.simple and not fast.x64 and fast.swapped:
-                    return dict(zip(fast.names, fast.call(*args), strict=False))
-                return fast.run(args)
+            result = fast.try_call(inputs)
+            if result is not None:
+                return result
         meta = {"source": self.model.source}
         if _listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
             meta["shapes"] = describe_shapes(dict(inputs))
@@ -727,7 +716,18 @@ _CALL_EXCEPTION = "ember.call.exception"
 class _FastPath:
     """The call of the whole-graph program, with as little Python around it as possible."""
 
-    __slots__ = ("signature", "call", "exe", "x64", "simple", "entry", "names", "swapped")
+    __slots__ = (
+        "signature",
+        "call",
+        "exe",
+        "x64",
+        "simple",
+        "entry",
+        "names",
+        "swapped",
+        "direct",
+        "try_call",
+    )
 
     def __init__(self, model: CompiledModel, entry: _Entry, seg: Segment) -> None:
         # (name, shape, dtype) per program argument
@@ -740,10 +740,60 @@ class _FastPath:
         self.call = functools.partial(entry.exe, params) if params else entry.exe
         self.x64 = entry.needs_x64
         self.swapped = False
+        self.direct = False  # set after the first call: straight to jax's C++ call
         self.entry = entry
         self.names = model._output_names
         # Outputs straight from the program, in the model's order: build the dict by zip.
         self.simple = not entry.host_outputs and tuple(entry.dynamic_outputs) == self.names
+
+    def bind(self, model: CompiledModel) -> None:
+        """Build ``try_call``: a closure over locals, the cheapest Python around the call."""
+        signature = self.signature
+        n_inputs = model._n_inputs
+        names = self.names
+        source = model.model.source
+        run = self.run
+        state = self
+
+        arg_names = tuple(name for name, _, _ in signature)
+        single = arg_names[0] if len(arg_names) == 1 else None
+
+        def check(args: list[Any]) -> bool:
+            for a, (_, shape, dtype) in zip(args, signature, strict=True):
+                try:
+                    if a.shape != shape or a.dtype != dtype:
+                        return False
+                except AttributeError:
+                    return False
+            return True
+
+        def try_call(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+            if len(inputs) != n_inputs:
+                return None
+            try:
+                args = [inputs[single]] if single else [inputs[n] for n in arg_names]
+            except KeyError:
+                return None
+            routes = bus._routes  # lock-free snapshot: one dict lookup per event name
+            if _CALL_START in routes or _CALL_STOP in routes or _CALL_EXCEPTION in routes:
+                if not check(args):
+                    return None
+                meta = {"source": source, "shapes": describe_shapes(inputs)}
+                with bus.span("ember.call", meta):
+                    return run(args)
+            if state.direct:
+                # jax's C++ call checks shapes and dtypes itself and raises TypeError on a
+                # mismatch: then the call takes the checked path (cache at position 0).
+                try:
+                    outs = state.call(*args)
+                except TypeError:
+                    return None
+                return dict(zip(names, outs, strict=False))
+            if not check(args):
+                return None
+            return run(args)
+
+        self.try_call = try_call
 
     def run(self, args: list[Any]) -> dict[str, Any]:
         if self.x64:
@@ -764,6 +814,7 @@ class _FastPath:
                     if isinstance(call, functools.partial)
                     else cpp
                 )
+            self.direct = self.simple and not self.x64
         if self.simple:
             return dict(zip(self.names, outs, strict=False))
         result = dict(self.entry.host_outputs)

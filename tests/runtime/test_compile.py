@@ -144,3 +144,19 @@ def test_log_compiles_writes_one_line_per_compile_event(caplog):
     caplog.clear()
     compiled(x=np.array([1, 1, 0, 0], np.float32))
     assert not [r for r in caplog.records if r.name == "ember.compile"]
+
+
+def test_fast_path_falls_back_to_checked_path_on_other_shapes_and_dtypes(ember_events):
+    compiled = rt.compile(_matmul_model(), {"a": (2, 3)})
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 2), np.float32)
+    for _ in range(2):  # the second call goes straight to jax's C++ call
+        np.testing.assert_allclose(np.asarray(compiled(a=a, b=b)["y"]), 1 / (1 + np.exp(-3)))
+    assert not ember_events.of("ember.cache.miss")
+    out = compiled(a=np.ones((5, 3), np.float32), b=b)  # other batch: cache at position 0
+    assert np.asarray(out["y"]).shape == (5, 2)
+    assert [m["position"] for m in ember_events.of("ember.cache.miss")] == [0]
+    with pytest.raises(InputError, match="expected float32"):
+        compiled(a=a.astype(np.float16), b=b)
+    with pytest.raises(InputError, match="missing input"):
+        compiled(a=a, c=b)
