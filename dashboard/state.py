@@ -8,7 +8,7 @@ changes and stays shareable.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import streamlit as st
 
@@ -45,8 +45,12 @@ def select_param(
     default: str | None = None,
     where: object = st,
     help: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> str | None:
-    """A selectbox whose choice lives in ``?name=``; an unknown value in the URL is ignored."""
+    """A selectbox whose choice lives in ``?name=``; an unknown value in the URL is ignored.
+
+    ``labels`` show a readable name for each option; the URL keeps the option itself.
+    """
     if not options:
         return None
     wanted = get_param(name, default)
@@ -55,7 +59,10 @@ def select_param(
         st.warning(
             f"`{name}={wanted}` from the link is not in this database; showing {options[0]}."
         )
-    choice = where.selectbox(label, options, index=index, key=f"ember_sel_{name}", help=help)  # type: ignore[attr-defined]
+    shown = (lambda v: labels.get(v, v)) if labels else str
+    choice = where.selectbox(  # type: ignore[attr-defined]
+        label, options, index=index, key=f"ember_sel_{name}", help=help, format_func=shown
+    )
     set_param(name, choice)
     return choice
 

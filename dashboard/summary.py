@@ -9,7 +9,7 @@ import polars as pl
 
 from . import db
 
-__all__ = ["RUN_SUMMARY_SQL", "run_summary", "run_ids", "tag_keys", "what_if"]
+__all__ = ["RUN_SUMMARY_SQL", "run_summary", "run_ids", "run_labels", "tag_keys", "what_if"]
 
 RUN_SUMMARY_SQL = """
 WITH span_stats AS (
@@ -75,6 +75,22 @@ def run_summary() -> pl.DataFrame:
 def run_ids() -> list[str]:
     """Run ids, newest first."""
     return db.query("SELECT run_id FROM runs ORDER BY started_at DESC, run_id")["run_id"].to_list()
+
+
+def run_labels() -> dict[str, str]:
+    """A readable name per run for pickers and charts: its scenario (or model, or
+    entrypoint), its start time and the first 8 characters of its id."""
+    frame = db.query(
+        """
+        SELECT run_id,
+            coalesce(json_extract_string(tags, '$.scenario'), json_extract_string(tags, '$.model'),
+                     entrypoint, 'run')
+            || ' · ' || strftime(started_at, '%m-%d %H:%M:%S') || ' · ' || left(run_id, 8)
+            AS label
+        FROM runs
+        """
+    )
+    return dict(frame.iter_rows())
 
 
 def tag_keys() -> list[str]:

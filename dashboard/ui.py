@@ -36,7 +36,9 @@ def pick_run(label: str = "Run", name: str = "run", *, where: object = None) -> 
     if not ids:
         st.info("This database has no runs yet. Add traces with `ember ingest TRACES --db DB`.")
         st.stop()
-    return state.select_param(label, name, ids, where=where or st.sidebar)
+    return state.select_param(
+        label, name, ids, where=where or st.sidebar, labels=summary.run_labels()
+    )
 
 
 def require_relations(*names: str) -> None:

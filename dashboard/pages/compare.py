@@ -17,11 +17,12 @@ if len(ids) < 2:
     st.stop()
 
 c1, c2 = st.columns(2)
-a = state.select_param("Run A", "run", ids, where=c1)
+labels = summary.run_labels()
+a = state.select_param("Run A", "run", ids, where=c1, labels=labels)
 # Run B defaults to the newest other run of the same model (ids are newest first).
 models = dict(summary.run_summary().select("run_id", "model").iter_rows())
 others = sorted((i for i in ids if i != a), key=lambda i: models.get(i) != models.get(a))
-b = state.select_param("Run B", "other", others, where=c2)
+b = state.select_param("Run B", "other", others, where=c2, labels=labels)
 
 runs = summary.run_summary().filter(pl.col("run_id").is_in([a, b]))
 row_a = runs.filter(pl.col("run_id") == a).row(0, named=True)

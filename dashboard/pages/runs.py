@@ -14,6 +14,10 @@ runs = summary.run_summary()
 if runs.is_empty():
     st.info("This database has no runs yet. Add traces with `ember ingest TRACES --db DB`.")
     st.stop()
+labels = summary.run_labels()
+runs = runs.with_columns(
+    pl.col("run_id").replace_strict(labels, default=pl.col("run_id")).alias("name")
+)
 
 # Filters live in the URL (?model=a,b&phase=train&find=text) so a filtered view can be shared.
 f1, f2, f3 = st.columns([2, 1, 2])
@@ -52,7 +56,7 @@ st.dataframe(
     hide_index=True,
     width="stretch",
     column_order=[
-        "run_id",
+        "name",
         "started_at",
         "model",
         "phase",
@@ -68,6 +72,7 @@ st.dataframe(
         "backend",
         "tags",
         "entrypoint",
+        "run_id",
         "file",
     ],
     column_config={
@@ -82,13 +87,13 @@ st.dataframe(
 )
 
 if shown.height > 1:
-    by_start = shown.select("run_id", "started_at", "compiles", "evictions", "calls")
+    by_start = shown.select("name", "started_at", "compiles", "evictions", "calls")
     charts.show(
         charts.bars(
             by_start.unpivot(
-                index=["run_id", "started_at"], on=["compiles", "evictions"], variable_name="what"
+                index=["name", "started_at"], on=["compiles", "evictions"], variable_name="what"
             ),
-            x="run_id:N",
+            x="name:N",
             y="value:Q",
             color="what",
             title="Compiles and evictions per run",
@@ -99,4 +104,7 @@ if shown.height > 1:
     )
 
 run = ui.pick_run()
-st.caption(f"Selected run: **{run}** (the other pages show it; change it in the sidebar).")
+st.caption(
+    f"Selected run: **{labels.get(run, run)}** (`{run}`; the other pages show it, "
+    "change it in the sidebar)."
+)

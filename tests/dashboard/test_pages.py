@@ -104,6 +104,9 @@ def test_runs_filters_come_from_and_go_to_the_url(app_env: Path) -> None:
 def test_selected_run_lives_in_the_url_and_survives_a_page_change(app_env: Path) -> None:
     at = open_page(run="big-cache")
     assert at.selectbox(key="ember_sel_run").value == "big-cache"
+    # the picker shows a readable name (model tag, start time, id prefix), the URL the id
+    shown = at.selectbox(key="ember_sel_run").format_func("big-cache")
+    assert shown.startswith("tiny-break · ") and shown.endswith(" · big-cach")
     at.switch_page("cache.py").run()
     # Streamlit clears the URL on a page change; the selection is written back.
     assert at.query_params["run"] == "big-cache"
