@@ -119,7 +119,9 @@ def seconds(ns: float | None) -> str:
         return f"{ms:.0f} ms"
     if ms >= 1:
         return f"{ms:.1f} ms"
-    return f"{ms:.2f} ms"
+    if ms >= 0.1:
+        return f"{ms:.2f} ms"
+    return f"{ns / 1e3:.0f} µs"
 
 
 def mib(n: float) -> str:
@@ -832,7 +834,11 @@ def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[
         by_run[f.run_id].append(f)
     out = []
     for r in run_ids:
-        fs = sorted(by_run[r], key=lambda f: (-f.cost_ns, _KIND_ORDER.index(f.kind)))
+        # failed calls first whatever they cost: the run did not do what it was asked
+        fs = sorted(
+            by_run[r],
+            key=lambda f: (f.kind != "errors", -f.cost_ns, _KIND_ORDER.index(f.kind)),
+        )
         out.append(RunReport(summaries[r], fs[: max(int(limit), 0)]))
     return out
 

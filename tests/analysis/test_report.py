@@ -1,0 +1,323 @@
+"""`ember report` and `ember.analysis.report`, on traces the real runtime recorded.
+
+The session's sweep (conftest: lengths 17, 23, 31, 17, 23, 23 with a cache of 2) thrashes;
+the bus trace has a failed call, a JAX retrace and tensor memory. This module adds, each
+in a fresh process as a user's job would run: the token filter twice with one disk cache
+(cold, then warm), and the tiny JAX training loop whose eager ops JAX compiles itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import SWEEP
+from traces import REPO, record_bus_trace
+from typer.testing import CliRunner
+
+from ember.analysis import connect, ingest
+from ember.analysis.report import Finding, RunReport, findings, report, resolve_run, short_path
+from ember.cli.main import app
+
+runner = CliRunner()
+
+DISK_LENGTHS = [8, 12, 16, 8]
+
+DISK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from ember.recorder import record
+    from ember.runtime import load, compile
+    from ember.runtime.examples import token_filter_model
+
+    path, run_id, cache_dir, lengths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    model = load(token_filter_model())
+    with record(path, run_id=run_id, model="token_filter", scenario=run_id):
+        compiled = compile(model, cache_size=4, cache_dir=cache_dir)
+        rng = np.random.default_rng(0)
+        for n in json.loads(lengths):
+            compiled({"input_ids": rng.integers(0, 64, size=(1, n)).astype(np.int64)})
+    """
+)
+
+TRAIN_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from ember.runtime.examples import train_tiny_mlp
+    train_tiny_mlp(sys.argv[1])
+    """
+)
+
+
+def _python(script: str, *args: str) -> None:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    subprocess.run(
+        [sys.executable, "-c", script, *args], check=True, cwd=REPO, env=env, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def report_db(tmp_path_factory: pytest.TempPathFactory, sweep_trace: Path) -> Path:
+    d = tmp_path_factory.mktemp("report")
+    cache = d / "xla-cache"
+    traces = [sweep_trace]
+    for run_id in ("disk-cold", "disk-warm"):
+        path = d / f"{run_id}.jsonl"
+        _python(DISK_SCRIPT, str(path), run_id, str(cache), str(DISK_LENGTHS))
+        traces.append(path)
+    traces.append(d / "train.jsonl")
+    _python(TRAIN_SCRIPT, str(traces[-1]))
+    # two runs whose ids share a start, for the ambiguous --run prefix
+    traces.append(record_bus_trace(d / "bus-a.jsonl", run_id="bus-aaaa"))
+    traces.append(record_bus_trace(d / "bus-b.jsonl", run_id="bus-bbbb"))
+    db = d / "report.duckdb"
+    summary = ingest(traces, db)
+    assert summary.rejected == 0, [f.message for f in summary.files]
+    return db
+
+
+@pytest.fixture(scope="module")
+def reports(report_db: Path) -> dict[str, RunReport]:
+    with connect(report_db, read_only=True) as con:
+        return {r.run.name: r for r in report(con)}
+
+
+def _texts(r: RunReport, kind: str) -> list[str]:
+    return [f.text for f in r.findings if f.kind == kind]
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _report(db: Path, *args: str, columns: int = 100):
+    return runner.invoke(app, ["report", "--db", str(db), *args], env={"COLUMNS": str(columns)})
+
+
+# ------------------------------------------------------------------ the Python API
+
+
+def test_headline_numbers_of_the_thrashing_sweep(reports):
+    s = reports["token_filter"].run  # no scenario tag: the model tag names it
+    assert (s.run_id, s.short_id, s.phase) == ("sweep", "sweep", "infer")
+    assert s.calls == len(SWEEP) and s.errors == 0
+    # position 0 misses 5 times and position 27 (after the NonZero break) 6 times
+    assert (s.compiles, s.jax_compiles) == (11, 0)
+    assert (s.hits, s.misses, s.evictions) == (1, 11, 7)
+    assert (s.disk_hits, s.disk_misses) == (0, 0)
+    # on the CPU the readings are the process's RSS and JAX's live arrays: RSS is named
+    assert s.peak_series == "RSS" and s.peak_bytes > 2**20
+    assert s.p50_ns is not None and s.p99_ns >= s.p50_ns
+
+
+def test_recompile_sentence_names_the_dim_and_its_sizes_in_order(reports):
+    text = next(t for t in _texts(reports["token_filter"], "recompile") if "position 0 " in t)
+    assert text.startswith("position 0 compiled 5 times in 6 lookups (")
+    assert "input_ids dim 1 changed 4 times (17 -> 23 -> 31 -> 17 -> 23)" in text
+    assert "2 of them after an eviction" in text
+    rec = next(f for f in reports["token_filter"].findings if f.data.get("position") == 0)
+    assert rec.data["sizes"] == [17, 23, 31, 17, 23]
+    assert rec.cost_ns > 0  # the time of the 4 recompiles
+
+
+def test_thrash_sentence_gives_the_cache_size_that_fixes_it(reports):
+    thrash = reports["token_filter"].findings
+    pos0 = next(f for f in thrash if f.kind == "thrash" and f.data["position"] == 0)
+    assert pos0.text.startswith(
+        "position 0 thrashed: 2 segments were compiled again after eviction (2 wasted compiles, "
+    )
+    assert pos0.text.endswith("; cache_size 2 -> 3 removes them (cache_what_if)")
+    assert (pos0.data["cache_size"], pos0.data["cache_size_that_fixes"]) == (2, 3)
+
+
+def test_findings_come_most_costly_first(reports):
+    for r in reports.values():
+        costs = [f.cost_ns for f in r.findings if f.kind != "errors"]
+        assert costs == sorted(costs, reverse=True), r.run.name
+    # a failed call leads, whatever it cost
+    assert [f.kind for f in reports["tiny"].findings] == [
+        "errors",
+        "jit_retrace",
+        "memory",
+        "latency",
+    ]
+
+
+def test_buckets_say_how_often_padding_would_compile(reports):
+    texts = _texts(reports["disk-cold"], "buckets")
+    # 8, 12, 16 pad to 8, 16: two programs instead of three
+    assert "position 0: padding input_ids dim 1 to 8/16 would compile twice instead of 3" in texts
+
+
+def test_compiled_three_times_and_evictions_that_cost_nothing(reports):
+    cold = reports["disk-cold"]
+    text = next(t for t in _texts(cold, "recompile") if t.startswith("position 0 "))
+    # the fourth call (8 again) hits: 3 compiles in 4 lookups, numbers in call order
+    assert text.startswith("position 0 compiled 3 times in 4 lookups (")
+    assert "input_ids dim 1 changed twice (8 -> 12 -> 16)" in text
+    assert (cold.run.hits, cold.run.misses, cold.run.evictions) == (2, 6, 0)
+    assert _texts(cold, "evictions") == [] and _texts(cold, "thrash") == []
+
+
+def test_disk_cache_compares_the_warm_run_with_the_cold_one(reports):
+    cold, warm = reports["disk-cold"].run, reports["disk-warm"].run
+    assert (cold.disk_hits, cold.disk_misses) == (0, 6)
+    assert (warm.disk_hits, warm.disk_misses) == (6, 0)
+    (text,) = _texts(reports["disk-warm"], "disk_cache")
+    assert re.fullmatch(
+        r"disk cache: 6/6 segments loaded from disk; compile time \S+ m?s vs \S+ m?s "
+        r"in run disk-col \(disk-cold\)",
+        text,
+    ), text
+    assert _texts(reports["disk-cold"], "disk_cache") == []  # nothing came from disk
+
+
+def test_jax_eager_op_compiles_are_counted_not_reported(reports):
+    train = reports["jax-training"]
+    s = train.run
+    assert (s.phase, s.calls, s.steps) == ("train", 0, 12)
+    # grad_step twice (batch 32 then 16) and sgd once are the user's; the rest are
+    # JAX's own compiles of eager ops (_normal, _reduce_sum, convert_element_type...)
+    assert s.compiles == 3
+    assert s.jax_compiles >= 2
+    assert _texts(train, "jit_retrace") == [
+        next(t for t in _texts(train, "jit_retrace") if t.startswith("grad_step retraced once ("))
+    ]
+    (retrace,) = _texts(train, "jit_retrace")
+    assert retrace.endswith("): x dim 0: 32 -> 16; y dim 0: 32 -> 16")
+    everything = " ".join(f.text for f in train.findings)
+    assert "_normal" not in everything and "same key" not in everything
+
+
+def test_memory_and_errors_and_latency_sentences(reports):
+    bus = reports["tiny"]  # the two bus runs share a name; either has the same sentences
+    (mem,) = _texts(bus, "memory")
+    assert mem.startswith("peak memory 9.5 MiB RSS (the whole process; CPU runs have no")
+    assert "(during step #1)" in mem
+    assert "tensors 7 KiB (parameter 4 KiB, activation 3 KiB)" in mem
+    assert _texts(bus, "errors") == [
+        "1 call failed: ValueError: input_ids: expected int64, got float32"
+    ]
+    (slow,) = _texts(bus, "latency")
+    assert slow.startswith("slowest shape: input_ids[1,5]:int64 p99 ")
+    sweep = reports["token_filter"]
+    (slow,) = _texts(sweep, "latency")
+    assert re.fullmatch(r"slowest shape: input_ids\[1,\d+\]:int64 p99 .+ calls?\)", slow)
+
+
+def test_limit_and_findings_api(report_db):
+    with connect(report_db, read_only=True) as con:
+        one = report(con, "sweep", limit=2)
+        flat = findings(con, "disk-warm", limit=3)
+        assert resolve_run(con, "disk-w") == "disk-warm"
+    assert [r.run.run_id for r in one] == ["sweep"] and len(one[0].findings) == 2
+    assert len(flat) == 3 and all(isinstance(f, Finding) for f in flat)
+    assert flat[0].kind == "disk_cache"  # the most costly: the compile time it saved
+
+
+def test_short_path_cuts_from_the_left():
+    assert short_path("/very/long/path/to/models/light_squeezenet.onnx", 25) == (
+        "…/light_squeezenet.onnx"
+    )
+    assert short_path("model.onnx", 30) == "model.onnx"
+    assert len(short_path("x" * 100, 20)) == 20
+
+
+# ------------------------------------------------------------------ the CLI
+
+
+def test_cli_prints_a_headline_and_sentences(report_db):
+    result = _report(report_db, "--run", "sweep")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "token_filter  sweep  infer  cpu"
+    out = _flat(result.output)
+    assert "6 calls · 11 compiles (" in out
+    assert "cache 1 hits/11 misses/7 evictions · peak " in out and " MiB RSS · call p50 " in out
+    assert "• position 0 thrashed: 2 segments were compiled again after eviction" in out
+    assert "cache_size 2 -> 3 removes them (cache_what_if)" in out
+    assert "input_ids dim 1 changed 4 times (17 -> 23 -> 31 -> 17 -> 23)" in out
+    assert "bus-aaaa" not in out  # one run only
+
+
+def test_cli_training_headline_counts_jax_compiles(report_db):
+    out = _flat(_report(report_db).output)
+    assert re.search(
+        r"jax-training \w{8} train cpu 12 steps · 3 compiles \([^)]+\) · "
+        r"\d+ jax compiles \(",
+        out,
+    ), out
+    assert "disk cache 6 hits/0 misses" in out
+
+
+def test_no_line_is_wider_than_the_terminal(report_db):
+    for columns in (80, 60):
+        result = _report(report_db, columns=columns)
+        assert result.exit_code == 0, result.output
+        wide = [line for line in result.output.splitlines() if len(line) > columns]
+        assert wide == [], wide
+        assert not any(line != line.rstrip() for line in result.output.splitlines())
+    # every run has its headline; no full 32-character id is printed
+    out = _report(report_db, columns=80).output
+    for name in ("token_filter", "disk-cold", "disk-warm", "jax-training", "tiny"):
+        assert re.search(rf"^{re.escape(name)}  \S+  ", out, re.M), name
+    assert not re.search(r"[0-9a-f]{32}", out)
+
+
+def test_run_accepts_a_unique_prefix(report_db):
+    result = _report(report_db, "--run", "disk-w")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("disk-warm  disk-war  infer")
+    assert "disk-cold  " not in result.output
+
+
+def test_run_prefix_errors_say_what_to_do(report_db):
+    ambiguous = _report(report_db, "--run", "bus-")
+    assert ambiguous.exit_code == 1
+    text = _flat(ambiguous.output)
+    assert (
+        "--run 'bus-' is ambiguous: it starts 2 run ids: bus-aaaa (tiny), bus-bbbb (tiny)" in text
+    )
+    assert "give more characters of the run id" in text
+    unknown = _report(report_db, "--run", "zzz")
+    assert unknown.exit_code == 1
+    text = _flat(unknown.output)
+    assert "no run 'zzz' (not a run id, nor the start of one); runs: sweep, disk-col" in text
+    assert 'ember query "FROM runs"' in text
+
+
+def test_report_of_an_empty_database(tmp_path):
+    db = tmp_path / "empty.duckdb"
+    with connect(db):
+        pass
+    result = _report(db)
+    assert result.exit_code == 0, result.output
+    assert "no runs in" in _flat(result.output) and "ember ingest" in result.output
+
+
+def test_durations_and_sizes_read_like_a_person_wrote_them():
+    from ember.analysis.report import mib, seconds, sequence
+
+    assert [seconds(n) for n in (3.94e9, 412e6, 4.5e6, 0.42e6, 7461, 12.4e9)] == [
+        "3.9 s",
+        "412 ms",
+        "4.5 ms",
+        "0.42 ms",
+        "7 µs",
+        "12 s",
+    ]
+    assert [mib(n) for n in (615 * 2**20, 9.5 * 2**20, 7000, 64, 3 * 2**30)] == [
+        "615 MiB",
+        "9.5 MiB",
+        "7 KiB",
+        "64 B",
+        "3.0 GiB",
+    ]
+    assert sequence(list(range(8, 20))) == "8 -> 9 -> ... -> 18 -> 19"
+    assert sequence([10, 4, 9]) == "10 -> 4 -> 9"  # call order, numbers not text
