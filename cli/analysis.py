@@ -209,13 +209,15 @@ def report(
     for r in runs:
         _print_run(r)
     for f in rejected:
-        console.print(
-            Text.assemble(
-                ("ingest rejected ", "yellow"),
-                f"{f['lines']} line(s) of {short_path(f['file'], 40)}: first at line "
-                f"{f['first_line']}: {f['first_reason']}",
-            )
+        text = (
+            f"ingest rejected {f['lines']} line(s) of {short_path(f['file'], 40)}: "
+            f"first at line {f['first_line']}: {f['first_reason']}"
         )
+        for i, line in enumerate(_wrap(text, "", "  ")):
+            styled = Text(line)
+            if i == 0:
+                styled.stylize("yellow", 0, len("ingest rejected"))
+            console.print(styled, soft_wrap=True)
 
 
 def _headline(s: RunSummary) -> str:
@@ -226,7 +228,7 @@ def _headline(s: RunSummary) -> str:
         parts.append(calls + (f" ({s.errors} failed)" if s.errors else ""))
     if s.steps:
         parts.append(f"{s.steps} steps")
-    parts.append(f"{s.compiles} compiles ({seconds(s.compile_ns)})")
+    parts.append(f"{s.compiles} compiles" + (f" ({seconds(s.compile_ns)})" if s.compiles else ""))
     if s.jax_compiles:
         parts.append(f"{s.jax_compiles} jax compiles ({seconds(s.jax_compile_ns)})")
     if s.hits or s.misses or s.evictions:
