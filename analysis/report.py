@@ -338,9 +338,14 @@ def _peaks(con: Connection, run_ids: list[str]) -> list[dict[str, Any]]:
         )
         SELECT p.run_id, p.device, p.series, s.source, p.peak_bytes, p.peak_ts_ns,
             p.by_category,
-            (SELECT arg_min(c.span_kind || ' #' || c.n, c.end_ns - c.start_ns) FROM call_n c
-             WHERE c.run_id = p.run_id AND c.start_ns <= p.peak_ts_ns
-                AND c.end_ns >= p.peak_ts_ns) AS during
+            -- the call or step the recorder tied the reading to, else the one open then
+            coalesce(
+                (SELECT any_value(c.span_kind || ' #' || c.n) FROM call_n c
+                 WHERE c.run_id = p.run_id AND c.span_id = p.span_id),
+                (SELECT arg_min(c.span_kind || ' #' || c.n, c.end_ns - c.start_ns)
+                 FROM call_n c WHERE c.run_id = p.run_id AND c.start_ns <= p.peak_ts_ns
+                    AND c.end_ns >= p.peak_ts_ns)
+            ) AS during
         FROM peak_memory p
         LEFT JOIN src s ON s.run_id = p.run_id AND s.device = p.device AND s.series = p.series
         WHERE p.run_id IN (SELECT unnest($1::VARCHAR[])) AND p.series <> 'limit'

@@ -205,6 +205,9 @@ def test_memory_and_errors_and_latency_sentences(reports):
     (slow,) = _texts(bus, "latency")
     assert slow.startswith("slowest shape: input_ids[1,5]:int64 p99 ")
     sweep = reports["token_filter"]
+    (mem,) = _texts(sweep, "memory")
+    # the reading the recorder tied to a call names that call, counted from 1
+    assert re.search(r"at \d+\.\d s into the run \(during call #[1-6]\)", mem), mem
     (slow,) = _texts(sweep, "latency")
     assert re.fullmatch(r"slowest shape: input_ids\[1,\d+\]:int64 p99 .+ calls?\)", slow)
 
