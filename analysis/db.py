@@ -5,6 +5,9 @@ Tables
 - one per record kind, named after the kind (``span_start``, ``span_end``, ``cache``,
   ``hub``, ``op``, ``tensor``, ``memory``, ``device_memory``, ``gradient``, ``edge``):
   ``run_id`` first, then the record's fields with the types of ``schema_types``;
+- derived columns, computed once per ingest so that views do not rebuild them per query
+  (``DERIVED_COLUMNS``): ``cache.lookup_key`` (``ember_key(key, shapes, statics)``) and
+  ``cache.shapes_text`` (``ember_shapes_text(shapes)``), after the record's own columns;
 - ``runs``: one row per run, the ``meta`` record plus the file it came from and
   ``started_at`` (the wall-clock anchor as a TIMESTAMP);
 - ``ingested_files``: one row per file ingest has seen (how far it read, what it found);
@@ -72,6 +75,16 @@ class DatabaseBusyError(RuntimeError):
     """Another process holds the database (DuckDB allows one writer process at a time)."""
 
 
+DERIVED_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
+    # table -> column -> (type, SQL over the record's columns); ingest fills them, and
+    # ``init_schema`` adds and fills them in a database made before they existed
+    "cache": {
+        "lookup_key": ("VARCHAR", "ember_key(key, shapes, statics)"),
+        "shapes_text": ("VARCHAR", "ember_shapes_text(shapes)"),
+    },
+}
+
+
 def _record_columns(kind: str) -> dict[str, str]:
     cols = {k: v for k, v in TABLE_COLUMNS[kind].items() if k != "kind"}
     return {"run_id": "VARCHAR", **cols}
@@ -88,8 +101,10 @@ def table_ddl() -> list[str]:
     """CREATE TABLE statements of every table (IF NOT EXISTS)."""
     stmts = []
     for kind in RECORD_TABLES:
-        cols = ", ".join(f'"{c}" {t}' for c, t in _record_columns(kind).items())
-        stmts.append(f"CREATE TABLE IF NOT EXISTS {kind} ({cols})")
+        cols = {**_record_columns(kind)}
+        cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(kind, {}).items()})
+        text = ", ".join(f'"{c}" {t}' for c, t in cols.items())
+        stmts.append(f"CREATE TABLE IF NOT EXISTS {kind} ({text})")
     cols = ", ".join(f'"{c}" {t}' for c, t in RUNS_COLUMNS.items())
     stmts.append(f"CREATE TABLE IF NOT EXISTS runs ({cols}, PRIMARY KEY (run_id))")
     stmts.append(
@@ -133,6 +148,25 @@ def _create_views(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE OR REPLACE VIEW {name} AS\n{body}")
 
 
+def _add_derived_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Add the derived columns a database made by an older Ember lacks, and fill them."""
+    for table, cols in DERIVED_COLUMNS.items():
+        have = {
+            r[0]
+            for r in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
+                "AND schema_name = 'main' AND database_name = current_database()",
+                [table],
+            ).fetchall()
+        }
+        missing = {c: v for c, v in cols.items() if c not in have}
+        for c, (t, _) in missing.items():
+            con.execute(f'ALTER TABLE {table} ADD COLUMN "{c}" {t}')
+        if missing:
+            sets = ", ".join(f'"{c}" = {expr}' for c, (_, expr) in missing.items())
+            con.execute(f"UPDATE {table} SET {sets}")
+
+
 def _schema_hash() -> str:
     text = "\n".join(table_ddl()) + view_sql("macros") + "".join(view_sql(v) for v in VIEW_NAMES)
     return hashlib.sha1(text.encode()).hexdigest()
@@ -152,6 +186,8 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     try:
         for stmt in table_ddl():
             con.execute(stmt)
+        con.execute(view_sql("macros"))
+        _add_derived_columns(con)
         _create_views(con)
         con.execute("CREATE OR REPLACE TABLE ember_schema (hash VARCHAR)")
         con.execute("INSERT INTO ember_schema VALUES (?)", [current])

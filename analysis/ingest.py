@@ -62,7 +62,15 @@ from ember.schemas import (
 )
 
 from .checks import row_invalid_sql, row_problem_sql
-from .db import DEFAULT_DB, RECORD_TABLES, RUNS_COLUMNS, Connection, _record_columns, connect
+from .db import (
+    DEFAULT_DB,
+    DERIVED_COLUMNS,
+    RECORD_TABLES,
+    RUNS_COLUMNS,
+    Connection,
+    _record_columns,
+    connect,
+)
 from .schema_types import READ_COLUMNS, field_defaults, sql_literal
 
 __all__ = ["FileResult", "IngestSummary", "expand_paths", "ingest", "MAX_LINE_BYTES"]
@@ -678,13 +686,18 @@ def _select_for(kind: str, cols: dict[str, str]) -> str:
     return ", ".join(parts)
 
 
-_INSERTS = {
-    kind: (
-        f"INSERT INTO {kind} SELECT {_select_for(kind, _record_columns(kind))} "
-        f"FROM _stage WHERE kind = '{kind}'"
-    )
-    for kind in RECORD_TABLES
-}
+def _insert_sql(kind: str) -> str:
+    select = f"SELECT {_select_for(kind, _record_columns(kind))} FROM _stage WHERE kind = '{kind}'"
+    derived = DERIVED_COLUMNS.get(kind)
+    if not derived:
+        return f"INSERT INTO {kind} {select}"
+    # the derived columns are computed from the typed record columns, once, here
+    names = ", ".join(f'"{c}"' for c in _record_columns(kind))
+    exprs = ", ".join(expr for _, expr in derived.values())
+    return f"INSERT INTO {kind} SELECT *, {exprs} FROM ({select}) AS record({names})"
+
+
+_INSERTS = {kind: _insert_sql(kind) for kind in RECORD_TABLES}
 _RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
 _INSERT_RUN = (
     f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "

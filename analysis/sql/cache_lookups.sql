@@ -9,36 +9,42 @@
 -- shapes, statics            the segment's argument shapes and static values
 -- shapes_text   the shapes as text: 'input_ids[1,17]:int64'
 -- prev_seq      seq of the previous lookup of the same key here (NULL: its first lookup)
+--
+-- Speed: key and shapes_text are computed at ingest (cache.lookup_key, cache.shapes_text);
+-- the windows sort narrow rows (rowid, partition, order) and the wide columns are joined
+-- back by rowid afterwards, so millions of lookups do not drag their shapes through a sort.
 WITH ordered AS (
     SELECT
+        c.rowid AS rid,
         c.run_id,
         c.source,
         c.position,
+        c.lookup_key AS key,
         row_number() OVER (
             PARTITION BY c.run_id, c.source, c.position ORDER BY c.ts_ns, c.rowid
-        ) AS seq,
-        c.ts_ns,
-        c.action,
-        c.span_id AS call_span_id,
-        ember_key(c.key, c.shapes, c.statics) AS key,
-        c.shapes,
-        c.statics
+        ) AS seq
     FROM cache c
     WHERE c.action IN ('hit', 'miss')
+),
+numbered AS (
+    SELECT rid, run_id, seq,
+        lag(seq) OVER (PARTITION BY run_id, source, position, key ORDER BY seq) AS prev_seq
+    FROM ordered
 )
 SELECT
-    o.run_id,
-    o.source,
-    o.position,
-    o.seq,
-    o.ts_ns,
-    ember_at(r.wall_time_ns, o.ts_ns) AS ts,
-    o.action,
-    o.call_span_id,
-    o.key,
-    o.shapes,
-    o.statics,
-    ember_shapes_text(o.shapes) AS shapes_text,
-    lag(o.seq) OVER (PARTITION BY o.run_id, o.source, o.position, o.key ORDER BY o.seq) AS prev_seq
-FROM ordered o
-LEFT JOIN runs r ON r.run_id = o.run_id
+    c.run_id,
+    c.source,
+    c.position,
+    n.seq,
+    c.ts_ns,
+    ember_at(r.wall_time_ns, c.ts_ns) AS ts,
+    c.action,
+    c.span_id AS call_span_id,
+    c.lookup_key AS key,
+    c.shapes,
+    c.statics,
+    c.shapes_text,
+    n.prev_seq
+FROM numbered n
+JOIN cache c ON c.rowid = n.rid AND c.run_id = n.run_id
+LEFT JOIN runs r ON r.run_id = c.run_id
