@@ -656,10 +656,22 @@ def _bucket_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         ns AS (
             SELECT run_id, source, position, avg(compile_ns) AS mean_compile_ns
             FROM compiles WHERE position IS NOT NULL GROUP BY ALL
-        )
+        ),
+        -- the inputs the caller passes: a segment after a graph break gets tensors the
+        -- model made, which nobody outside can pad
+        inputs AS (
+            SELECT DISTINCT run_id, source, u.a.name AS arg
+            FROM spans, unnest(start_attrs.shapes) AS u(a)
+            WHERE span_kind = 'call' AND run_id IN (SELECT unnest($1::VARCHAR[]))
+        ),
+        known AS (SELECT DISTINCT run_id, source FROM inputs)
         SELECT b.*, ns.mean_compile_ns FROM b LEFT JOIN ns ON ns.run_id = b.run_id
             AND ns.source IS NOT DISTINCT FROM b.source AND ns.position = b.position
-        WHERE b.saved_compiles > 0
+        WHERE b.saved_compiles > 0 AND (
+            NOT EXISTS (SELECT 1 FROM known k WHERE k.run_id = b.run_id
+                AND k.source IS NOT DISTINCT FROM b.source)
+            OR EXISTS (SELECT 1 FROM inputs i WHERE i.run_id = b.run_id
+                AND i.source IS NOT DISTINCT FROM b.source AND i.arg = b.arg))
         ORDER BY b.saved_compiles DESC, b.position, b.arg, b.dim
         """,
         [run_ids],
