@@ -195,7 +195,7 @@ def report(
     run: str | None = typer.Option(
         None, "--run", help="Only this run: its id or a unique start of it (8 characters)."
     ),
-    limit: int = typer.Option(10, "--limit", help="Findings per run."),
+    limit: int = typer.Option(10, "--limit", min=1, help="Findings per run."),
 ) -> None:
     """Per run: a headline of numbers, then the findings as sentences, most costly first."""
     with _open(db, read_only=True) as con:
