@@ -727,6 +727,7 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
             r.started_at,
             count(c.position) AS segments,
             count(*) FILTER (WHERE c.disk_cache = 'hit') AS disk_hits,
+            count(*) FILTER (WHERE c.disk_cache = 'miss') AS disk_misses,
             CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.position IS NOT NULL), 0) AS BIGINT)
                 AS compile_ns
         FROM runs r JOIN compiles c ON c.run_id = r.run_id
@@ -750,7 +751,16 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
         ]
         saved = 0
         if peers:
-            peer = max(peers, key=lambda r: r["started_at"])
+            # the run that wrote the cache (its misses) if there is one, the latest before
+            # this one first
+            peer = max(
+                peers,
+                key=lambda r: (
+                    r["disk_misses"] > 0,
+                    r["started_at"] <= me["started_at"],
+                    r["started_at"],
+                ),
+            )
             saved = max(0, peer["compile_ns"] - me["compile_ns"])
             text += (
                 f"; compile time {seconds(me['compile_ns'])} vs {seconds(peer['compile_ns'])}"
