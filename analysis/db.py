@@ -84,6 +84,43 @@ DERIVED_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 
+CACHE_ORDER_COLUMNS: dict[str, str] = {
+    # computed by ingest with windows over each file's cache events (the order of events
+    # is ts_ns, then file order; a continued file numbers on from the rows it already has):
+    "ord": "BIGINT",  # 1, 2, 3... events at (run, source, position)
+    "seq": "BIGINT",  # 1, 2, 3... lookups (hit, miss) at (run, source, position); else NULL
+    "prev_seq": "BIGINT",  # seq of the previous lookup of lookup_key here; NULL: the first
+    "life": "BIGINT",  # misses of lookup_key here up to and including this event
+    "hits_so_far": "BIGINT",  # hits of lookup_key here up to and including this event
+}
+
+# the order columns of the cache rows already in a table, from their ts_ns and rowid
+_FILL_CACHE_ORDER = """
+UPDATE cache SET ord = w.ord, seq = w.seq, prev_seq = w.prev_seq, life = w.life,
+    hits_so_far = w.hits_so_far
+FROM (
+    SELECT rid, ord, seq, life, hits_so_far,
+        CASE WHEN seq IS NOT NULL THEN lag(seq) OVER (
+            PARTITION BY run_id, source, position, lookup_key, seq IS NULL ORDER BY seq
+        ) END AS prev_seq
+    FROM (
+        SELECT rowid AS rid, run_id, source, position, lookup_key,
+            row_number() OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, rowid)
+                AS ord,
+            CASE WHEN action IN ('hit', 'miss') THEN row_number() OVER (
+                PARTITION BY run_id, source, position, action IN ('hit', 'miss')
+                ORDER BY ts_ns, rowid
+            ) END AS seq,
+            sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life,
+            sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_so_far
+        FROM cache
+        WINDOW k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, rowid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+    )
+) AS w
+WHERE cache.rowid = w.rid
+"""
+
 
 def _record_columns(kind: str) -> dict[str, str]:
     cols = {k: v for k, v in TABLE_COLUMNS[kind].items() if k != "kind"}
@@ -103,6 +140,8 @@ def table_ddl() -> list[str]:
     for kind in RECORD_TABLES:
         cols = {**_record_columns(kind)}
         cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(kind, {}).items()})
+        if kind == "cache":
+            cols.update(CACHE_ORDER_COLUMNS)
         text = ", ".join(f'"{c}" {t}' for c, t in cols.items())
         stmts.append(f"CREATE TABLE IF NOT EXISTS {kind} ({text})")
     cols = ", ".join(f'"{c}" {t}' for c, t in RUNS_COLUMNS.items())
@@ -165,6 +204,11 @@ def _add_derived_columns(con: duckdb.DuckDBPyConnection) -> None:
         if missing:
             sets = ", ".join(f'"{c}" = {expr}' for c, (_, expr) in missing.items())
             con.execute(f"UPDATE {table} SET {sets}")
+        if table == "cache" and not have.issuperset(CACHE_ORDER_COLUMNS):
+            for c, t in CACHE_ORDER_COLUMNS.items():
+                if c not in have:
+                    con.execute(f'ALTER TABLE cache ADD COLUMN "{c}" {t}')
+            con.execute(_FILL_CACHE_ORDER)
 
 
 def _schema_hash() -> str:

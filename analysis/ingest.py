@@ -697,7 +697,69 @@ def _insert_sql(kind: str) -> str:
     return f"INSERT INTO {kind} SELECT *, {exprs} FROM ({select}) AS record({names})"
 
 
+def _insert_cache_sql() -> str:
+    """The cache rows with their derived columns and order columns (``CACHE_ORDER_COLUMNS``).
+
+    The views number events per (run, source, position) by ts_ns, then file order; doing
+    that here, once per file, spares every query a sort of all cache events. A continued
+    file numbers on from the rows of its run already stored (``prior_*``).
+    """
+    cols = _record_columns("cache")
+    names = ", ".join(f'"{c}"' for c in cols)
+    derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
+    select = f"SELECT {_select_for('cache', cols)}, rowid FROM _stage WHERE kind = 'cache'"
+    out = ", ".join(f"w.{c}" for c in [*cols, *DERIVED_COLUMNS["cache"]])
+    return f"""
+INSERT INTO cache
+WITH record AS (
+    SELECT *, {derived} FROM ({select}) AS r({names}, _rid)
+),
+w AS (
+    SELECT *,
+        row_number() OVER (PARTITION BY source, position ORDER BY ts_ns, _rid) AS ord_here,
+        CASE WHEN action IN ('hit', 'miss') THEN row_number() OVER (
+            PARTITION BY source, position, action IN ('hit', 'miss') ORDER BY ts_ns, _rid
+        ) END AS seq_here,
+        sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life_here,
+        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_here
+    FROM record
+    WINDOW k AS (PARTITION BY source, position, lookup_key ORDER BY ts_ns, _rid
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+w2 AS (
+    SELECT *,
+        CASE WHEN seq_here IS NOT NULL THEN lag(seq_here) OVER (
+            PARTITION BY source, position, lookup_key, seq_here IS NULL ORDER BY seq_here
+        ) END AS prev_here
+    FROM w
+),
+prior_position AS (
+    SELECT source, position, max(ord) AS ord, max(seq) AS seq
+    FROM cache WHERE run_id = $run_id GROUP BY ALL
+),
+prior_key AS (
+    SELECT source, position, lookup_key, max(seq) AS seq,
+        count(*) FILTER (WHERE action = 'miss') AS misses,
+        count(*) FILTER (WHERE action = 'hit') AS hits
+    FROM cache WHERE run_id = $run_id GROUP BY ALL
+)
+SELECT {out},
+    w.ord_here + coalesce(p.ord, 0),
+    w.seq_here + coalesce(p.seq, 0),
+    CASE WHEN w.seq_here IS NOT NULL THEN coalesce(w.prev_here + coalesce(p.seq, 0), k.seq) END,
+    w.life_here + coalesce(k.misses, 0),
+    w.hits_here + coalesce(k.hits, 0)
+FROM w2 AS w
+LEFT JOIN prior_position p ON p.source IS NOT DISTINCT FROM w.source
+    AND p.position IS NOT DISTINCT FROM w.position
+LEFT JOIN prior_key k ON k.source IS NOT DISTINCT FROM w.source
+    AND k.position IS NOT DISTINCT FROM w.position
+    AND k.lookup_key IS NOT DISTINCT FROM w.lookup_key
+"""
+
+
 _INSERTS = {kind: _insert_sql(kind) for kind in RECORD_TABLES}
+_INSERTS["cache"] = _insert_cache_sql()
 _RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
 _INSERT_RUN = (
     f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "

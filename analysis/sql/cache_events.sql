@@ -13,25 +13,15 @@
 -- life_start_ns ts_ns of the miss that started this life
 -- hits_in_life  hits of this key in this life up to and including this event
 -- next_miss_ns  ts_ns of the next miss of this key here (NULL: never compiled again)
-WITH ev AS (
+--
+-- Speed: key, shapes_text, ord, life and hits so far are computed once at ingest (columns
+-- of `cache`: lookup_key, shapes_text, ord, life, hits_so_far; see analysis/db.py).
+WITH running AS (
     SELECT
-        c.run_id, c.source, c.position,
-        ember_key(c.key, c.shapes, c.statics) AS key,
-        row_number() OVER (PARTITION BY c.run_id, c.source, c.position ORDER BY c.ts_ns, c.rowid)
-            AS ord,
-        c.ts_ns, c.action, c.span_id AS call_span_id,
-        ember_shapes_text(c.shapes) AS shapes_text,
-        c.cache_size
+        c.run_id, c.source, c.position, c.lookup_key AS key, c.ord,
+        c.ts_ns, c.action, c.span_id AS call_span_id, c.shapes_text, c.cache_size,
+        c.life, c.hits_so_far
     FROM cache c
-),
-running AS MATERIALIZED (
-    -- running counts per key: which life (misses so far) and hits so far
-    SELECT *,
-        sum(CASE WHEN action = 'miss' THEN 1 ELSE 0 END) OVER w AS life,
-        sum(CASE WHEN action = 'hit' THEN 1 ELSE 0 END) OVER w AS hits_so_far
-    FROM ev
-    WINDOW w AS (PARTITION BY run_id, source, position, key ORDER BY ord
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
 lives AS (
     SELECT run_id, source, position, key, life,

@@ -10,32 +10,13 @@
 -- shapes_text   the shapes as text: 'input_ids[1,17]:int64'
 -- prev_seq      seq of the previous lookup of the same key here (NULL: its first lookup)
 --
--- Speed: key and shapes_text are computed at ingest (cache.lookup_key, cache.shapes_text);
--- the windows sort narrow rows (rowid, partition, order) and the wide columns are joined
--- back by rowid afterwards, so millions of lookups do not drag their shapes through a sort.
-WITH ordered AS (
-    SELECT
-        c.rowid AS rid,
-        c.run_id,
-        c.source,
-        c.position,
-        c.lookup_key AS key,
-        row_number() OVER (
-            PARTITION BY c.run_id, c.source, c.position ORDER BY c.ts_ns, c.rowid
-        ) AS seq
-    FROM cache c
-    WHERE c.action IN ('hit', 'miss')
-),
-numbered AS (
-    SELECT rid, run_id, seq,
-        lag(seq) OVER (PARTITION BY run_id, source, position, key ORDER BY seq) AS prev_seq
-    FROM ordered
-)
+-- Speed: key, shapes_text, seq and prev_seq are computed once at ingest (columns of
+-- `cache`: lookup_key, shapes_text, seq, prev_seq; see analysis/db.py), so this is a scan.
 SELECT
     c.run_id,
     c.source,
     c.position,
-    n.seq,
+    c.seq,
     c.ts_ns,
     ember_at(r.wall_time_ns, c.ts_ns) AS ts,
     c.action,
@@ -44,7 +25,7 @@ SELECT
     c.shapes,
     c.statics,
     c.shapes_text,
-    n.prev_seq
-FROM numbered n
-JOIN cache c ON c.rowid = n.rid AND c.run_id = n.run_id
+    c.prev_seq
+FROM cache c
 LEFT JOIN runs r ON r.run_id = c.run_id
+WHERE c.action IN ('hit', 'miss')
