@@ -32,20 +32,21 @@ WITH c0 AS MATERIALIZED (
     WINDOW w AS (PARTITION BY run_id, source, position, fun_name ORDER BY compile_index)
 ),
 evicts AS (
-    SELECT run_id, source, position, ember_key(key, shapes, statics) AS key, ts_ns
+    SELECT run_id, source, position, lookup_key AS key, ts_ns
     FROM cache WHERE action = 'evict'
 ),
 c AS MATERIALIZED (
+    -- after an eviction: an evict of this key between its previous compile here and this
+    -- one, i.e. the last evict up to this compile came after the previous compile (an
+    -- ASOF join finds that evict without pairing every compile with every evict)
     SELECT
         c0.*,
         c0.same_key_before_ns IS NOT NULL AS key_seen_before,
-        c0.same_key_before_ns IS NOT NULL AND EXISTS (
-            SELECT 1 FROM evicts e
-            WHERE e.run_id = c0.run_id AND e.source IS NOT DISTINCT FROM c0.source
-                AND e.position = c0.position AND e.key = c0.key
-                AND e.ts_ns BETWEEN c0.same_key_before_ns AND c0.ts_ns
-        ) AS after_eviction
+        c0.same_key_before_ns IS NOT NULL AND coalesce(e.ts_ns >= c0.same_key_before_ns, false)
+            AS after_eviction
     FROM c0
+    ASOF LEFT JOIN evicts e ON e.run_id = c0.run_id AND e.source IS NOT DISTINCT FROM c0.source
+        AND e.position = c0.position AND e.key = c0.key AND e.ts_ns <= c0.ts_ns
 ),
 re AS MATERIALIZED (
     SELECT row_number() OVER () AS rid, * FROM c WHERE compile_index > 1
@@ -115,25 +116,41 @@ all_changes AS (
     UNION ALL SELECT * FROM static_changes
     UNION ALL SELECT * FROM jit_changes
 ),
+changes_per AS (
+    -- list_sort of (ord, arg, dim, ...) structs orders the changes; an aggregate with
+    -- ORDER BY would sort each group on its own, which is many times slower
+    SELECT
+        rid,
+        list_transform(
+            list_sort(list({
+                'ord': ord, 'arg': arg, 'dim': dim, 'change': change,
+                'old_value': old_value, 'new_value': new_value
+            })),
+            lambda ch: {
+                'change': ch.change, 'arg': ch.arg, 'dim': ch.dim,
+                'old_value': ch.old_value, 'new_value': ch.new_value
+            }
+        ) AS changes
+    FROM all_changes
+    GROUP BY rid
+),
 grouped AS (
     SELECT
         rid,
-        list({
-            'change': change, 'arg': arg, 'dim': dim,
-            'old_value': old_value, 'new_value': new_value
-        } ORDER BY ord, arg, dim) AS changes,
-        string_agg(
+        changes,
+        array_to_string(list_transform(changes, lambda ch:
             CASE
-                WHEN change = 'shape' THEN arg || ' dim ' || dim || ': ' || old_value || ' -> ' || new_value
-                WHEN change = 'new_arg' THEN arg || ': new argument ' || new_value
-                WHEN change = 'removed_arg' THEN arg || ': argument gone (was ' || old_value || ')'
-                WHEN change = 'static' THEN 'static ' || arg || ': ' || coalesce(old_value, '(none)') || ' -> ' || new_value
-                ELSE arg || ' ' || replace(change, 'jit:', '') || ': '
-                    || coalesce(old_value, '?') || ' -> ' || coalesce(new_value, '?')
-            END, '; ' ORDER BY ord, arg, dim
-        ) AS reason_text
-    FROM all_changes
-    GROUP BY rid
+                WHEN ch.change = 'shape'
+                    THEN ch.arg || ' dim ' || ch.dim || ': ' || ch.old_value || ' -> ' || ch.new_value
+                WHEN ch.change = 'new_arg' THEN ch.arg || ': new argument ' || ch.new_value
+                WHEN ch.change = 'removed_arg'
+                    THEN ch.arg || ': argument gone (was ' || ch.old_value || ')'
+                WHEN ch.change = 'static' THEN 'static ' || ch.arg || ': '
+                    || coalesce(ch.old_value, '(none)') || ' -> ' || ch.new_value
+                ELSE ch.arg || ' ' || replace(ch.change, 'jit:', '') || ': '
+                    || coalesce(ch.old_value, '?') || ' -> ' || coalesce(ch.new_value, '?')
+            END), '; ') AS reason_text
+    FROM changes_per
 )
 SELECT
     re.run_id,
