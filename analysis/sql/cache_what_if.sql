@@ -18,11 +18,19 @@
 -- is_actual         cache_size = actual_cache_size
 -- saved_compiles    actual_compiles - compiles (negative: this size would cost more)
 -- fixes_thrash      true for sizes with no avoidable compile (recompiles = 0)
-WITH l AS MATERIALIZED (
-    SELECT run_id, source, position, seq, key, prev_seq, action,
-        dense_rank() OVER (PARTITION BY run_id, source, position ORDER BY key) AS key_rank,
-        count(DISTINCT key) OVER (PARTITION BY run_id, source, position) AS distinct_keys
-    FROM cache_lookups
+WITH keys AS (
+    -- the keys of each position, ranked (a window over a few keys, not over every lookup)
+    SELECT run_id, source, position, key,
+        row_number() OVER (PARTITION BY run_id, source, position ORDER BY key) AS key_rank,
+        count(key) OVER (PARTITION BY run_id, source, position) AS distinct_keys
+    FROM (SELECT DISTINCT run_id, source, position, key FROM cache_lookups)
+),
+l AS (
+    SELECT c.run_id, c.source, c.position, c.seq, c.key, c.prev_seq, c.action,
+        k.key_rank, k.distinct_keys
+    FROM cache_lookups c
+    JOIN keys k ON k.run_id = c.run_id AND k.source IS NOT DISTINCT FROM c.source
+        AND k.position IS NOT DISTINCT FROM c.position AND k.key IS NOT DISTINCT FROM c.key
 ),
 dist AS (
     SELECT run_id, source, position, prev_seq,
