@@ -94,6 +94,31 @@ CACHE_ORDER_COLUMNS: dict[str, str] = {
     "hits_so_far": "BIGINT",  # hits of lookup_key here up to and including this event
 }
 
+MEMORY_RUNNING_COLUMNS: dict[str, str] = {
+    # computed by ingest like CACHE_ORDER_COLUMNS (order: ts_ns, then file order)
+    "category_live_bytes": "BIGINT",  # live bytes of (run, device, category) after this row
+    "device_live_bytes": "BIGINT",  # live bytes of (run, device) after this row
+}
+
+# the running sums of the memory rows already in a table, from their ts_ns and rowid
+_FILL_MEMORY_RUNNING = """
+UPDATE memory SET category_live_bytes = w.category_live_bytes,
+    device_live_bytes = w.device_live_bytes
+FROM (
+    SELECT rowid AS rid,
+        CAST(sum(CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END) OVER (
+            PARTITION BY run_id, device, category ORDER BY ts_ns, rowid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS BIGINT) AS category_live_bytes,
+        CAST(sum(CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END) OVER (
+            PARTITION BY run_id, device ORDER BY ts_ns, rowid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS BIGINT) AS device_live_bytes
+    FROM memory
+) AS w
+WHERE memory.rowid = w.rid
+"""
+
 # the order columns of the cache rows already in a table, from their ts_ns and rowid
 _FILL_CACHE_ORDER = """
 UPDATE cache SET ord = w.ord, seq = w.seq, prev_seq = w.prev_seq, life = w.life,
@@ -142,6 +167,8 @@ def table_ddl() -> list[str]:
         cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(kind, {}).items()})
         if kind == "cache":
             cols.update(CACHE_ORDER_COLUMNS)
+        if kind == "memory":
+            cols.update(MEMORY_RUNNING_COLUMNS)
         text = ", ".join(f'"{c}" {t}' for c, t in cols.items())
         stmts.append(f"CREATE TABLE IF NOT EXISTS {kind} ({text})")
     cols = ", ".join(f'"{c}" {t}' for c, t in RUNS_COLUMNS.items())
@@ -211,6 +238,23 @@ def _add_derived_columns(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(_FILL_CACHE_ORDER)
 
 
+def _add_running_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Add and fill the memory running sums a database made by an older Ember lacks."""
+    have = {
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE table_name = 'memory' "
+            "AND schema_name = 'main' AND database_name = current_database()"
+        ).fetchall()
+    }
+    if have.issuperset(MEMORY_RUNNING_COLUMNS):
+        return
+    for c, t in MEMORY_RUNNING_COLUMNS.items():
+        if c not in have:
+            con.execute(f'ALTER TABLE memory ADD COLUMN "{c}" {t}')
+    con.execute(_FILL_MEMORY_RUNNING)
+
+
 def _schema_hash() -> str:
     text = "\n".join(table_ddl()) + view_sql("macros") + "".join(view_sql(v) for v in VIEW_NAMES)
     return hashlib.sha1(text.encode()).hexdigest()
@@ -232,6 +276,7 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(stmt)
         con.execute(view_sql("macros"))
         _add_derived_columns(con)
+        _add_running_columns(con)
         _create_views(con)
         con.execute("CREATE OR REPLACE TABLE ember_schema (hash VARCHAR)")
         con.execute("INSERT INTO ember_schema VALUES (?)", [current])

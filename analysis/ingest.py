@@ -758,8 +758,47 @@ LEFT JOIN prior_key k ON k.source IS NOT DISTINCT FROM w.source
 """
 
 
+def _insert_memory_sql() -> str:
+    """The memory rows with their running live bytes (``MEMORY_RUNNING_COLUMNS``).
+
+    Running sums per (device, category) and per device, by ts_ns then file order; a
+    continued file adds the sums of the rows of its run already stored.
+    """
+    cols = _record_columns("memory")
+    names = ", ".join(f'"{c}"' for c in cols)
+    select = f"SELECT {_select_for('memory', cols)}, rowid FROM _stage WHERE kind = 'memory'"
+    out = ", ".join(f"w.{c}" for c in cols)
+    delta = "CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END"
+    return f"""
+INSERT INTO memory
+WITH w AS (
+    SELECT *,
+        sum({delta}) OVER (PARTITION BY device, category ORDER BY ts_ns, _rid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS category_here,
+        sum({delta}) OVER (PARTITION BY device ORDER BY ts_ns, _rid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS device_here
+    FROM ({select}) AS r({names}, _rid)
+),
+prior_category AS (
+    SELECT device, category, sum({delta}) AS live
+    FROM memory WHERE run_id = $run_id GROUP BY ALL
+),
+prior_device AS (
+    SELECT device, sum({delta}) AS live FROM memory WHERE run_id = $run_id GROUP BY ALL
+)
+SELECT {out},
+    CAST(w.category_here + coalesce(pc.live, 0) AS BIGINT),
+    CAST(w.device_here + coalesce(pd.live, 0) AS BIGINT)
+FROM w
+LEFT JOIN prior_category pc ON pc.device IS NOT DISTINCT FROM w.device
+    AND pc.category IS NOT DISTINCT FROM w.category
+LEFT JOIN prior_device pd ON pd.device IS NOT DISTINCT FROM w.device
+"""
+
+
 _INSERTS = {kind: _insert_sql(kind) for kind in RECORD_TABLES}
 _INSERTS["cache"] = _insert_cache_sql()
+_INSERTS["memory"] = _insert_memory_sql()
 _RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
 _INSERT_RUN = (
     f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "

@@ -18,26 +18,17 @@
 -- device_bytes      tensor rows: live bytes of all categories on this device; readings: bytes
 -- tensor_id, op_name   the tensor and the op that made it (tensor rows)
 -- span_id           the enclosing span (a call, a step)
-WITH m AS (
+--
+-- Speed: the running sums (bytes, device_bytes of tensor rows) are computed once at ingest
+-- (columns of `memory`: category_live_bytes, device_live_bytes; see analysis/db.py).
+WITH tensor_rows AS (
     SELECT
         run_id, device, 'tensors' AS series, 'memory' AS source, category, ts_ns,
         CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END AS delta_bytes,
-        tensor_id, op_name, span_id, rowid AS rid
-    FROM memory
-),
-tensor_rows AS (
-    SELECT
-        run_id, device, series, source, category, ts_ns, delta_bytes,
-        CAST(sum(delta_bytes) OVER (
-            PARTITION BY run_id, device, category ORDER BY ts_ns, rid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-        ) AS BIGINT) AS bytes,
-        CAST(sum(delta_bytes) OVER (
-            PARTITION BY run_id, device ORDER BY ts_ns, rid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-        ) AS BIGINT) AS device_bytes,
+        category_live_bytes AS bytes,
+        device_live_bytes AS device_bytes,
         tensor_id, op_name, span_id
-    FROM m
+    FROM memory
 ),
 readings AS (
     SELECT run_id, device, v.series, source, NULL AS category, ts_ns, NULL::BIGINT AS delta_bytes,

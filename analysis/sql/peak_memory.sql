@@ -8,35 +8,42 @@
 -- span_id       the span open around that moment (the call or step it happened in)
 -- by_category   tensors only: live bytes per category at the peak, as a MAP
 -- samples       rows of memory_timeline this peak is taken from
-WITH ranked AS (
-    SELECT *,
-        row_number() OVER (PARTITION BY run_id, device, series ORDER BY device_bytes DESC, ts_ns)
-            AS rk,
-        count(*) OVER (PARTITION BY run_id, device, series) AS samples
-    FROM memory_timeline
+--
+-- Speed: aggregates, not a window sorting every row of memory_timeline; the live bytes per
+-- category at the peak come from one join of the tensor rows with the few peaks.
+WITH agg AS (
+    SELECT run_id, device, series, max(device_bytes) AS peak_bytes, count(*) AS samples
+    FROM memory_timeline GROUP BY ALL
 ),
-peaks AS (SELECT * FROM ranked WHERE rk = 1),
+peaks AS (
+    -- the first row that reached the peak
+    SELECT a.run_id, a.device, a.series, a.peak_bytes AS device_bytes, a.samples,
+        arg_min({'ts_ns': t.ts_ns, 'ts': t.ts, 'span_id': t.span_id}, t.ts_ns) AS first
+    FROM memory_timeline t
+    JOIN agg a ON a.run_id = t.run_id AND a.device IS NOT DISTINCT FROM t.device
+        AND a.series = t.series AND t.device_bytes = a.peak_bytes
+    GROUP BY a.run_id, a.device, a.series, a.peak_bytes, a.samples
+),
 cat_at_peak AS (
-    SELECT p.run_id, p.device,
-        map_from_entries(list({'key': t.category, 'value': t.bytes} ORDER BY t.category))
+    SELECT run_id, device,
+        map_from_entries(list({'key': category, 'value': bytes} ORDER BY category))
             AS by_category
-    FROM peaks p,
-        LATERAL (
-            SELECT category, arg_max(bytes, ts_ns) AS bytes
-            FROM memory_timeline t
-            WHERE t.run_id = p.run_id AND t.device = p.device AND t.series = 'tensors'
-                AND t.ts_ns <= p.ts_ns
-            GROUP BY category
-        ) t
-    WHERE p.series = 'tensors'
+    FROM (
+        SELECT p.run_id, p.device, t.category, arg_max(t.bytes, t.ts_ns) AS bytes
+        FROM peaks p
+        JOIN memory_timeline t ON t.run_id = p.run_id AND t.device = p.device
+            AND t.series = 'tensors' AND t.ts_ns <= p.first.ts_ns
+        WHERE p.series = 'tensors'
+        GROUP BY p.run_id, p.device, t.category
+    )
     GROUP BY ALL
 )
 SELECT
     p.run_id, p.device, p.series,
     p.device_bytes AS peak_bytes,
-    p.ts_ns AS peak_ts_ns,
-    p.ts AS peak_at,
-    p.span_id,
+    p.first.ts_ns AS peak_ts_ns,
+    p.first.ts AS peak_at,
+    p.first.span_id AS span_id,
     c.by_category,
     p.samples
 FROM peaks p
