@@ -702,7 +702,8 @@ def _insert_cache_sql() -> str:
 
     The views number events per (run, source, position) by ts_ns, then file order; doing
     that here, once per file, spares every query a sort of all cache events. A continued
-    file numbers on from the rows of its run already stored (``prior_*``).
+    file numbers on from the rows of its run already stored (``prior_*``). Rows go in in
+    file order, as in every other table.
     """
     cols = _record_columns("cache")
     names = ", ".join(f'"{c}"' for c in cols)
@@ -755,6 +756,7 @@ LEFT JOIN prior_position p ON p.source IS NOT DISTINCT FROM w.source
 LEFT JOIN prior_key k ON k.source IS NOT DISTINCT FROM w.source
     AND k.position IS NOT DISTINCT FROM w.position
     AND k.lookup_key IS NOT DISTINCT FROM w.lookup_key
+ORDER BY w._rid
 """
 
 
@@ -793,6 +795,7 @@ FROM w
 LEFT JOIN prior_category pc ON pc.device IS NOT DISTINCT FROM w.device
     AND pc.category IS NOT DISTINCT FROM w.category
 LEFT JOIN prior_device pd ON pd.device IS NOT DISTINCT FROM w.device
+ORDER BY w._rid
 """
 
 
