@@ -12,11 +12,16 @@
 -- saved_compiles    distinct_sizes - pow2_buckets: compiles saved by padding (at least, with
 --                   a cache big enough for the buckets; other dims may still differ)
 -- multiple_of_64_buckets   distinct sizes after padding up to a multiple of 64
-WITH dims AS (
+WITH shape_sets AS (
+    -- the per-dimension figures below do not depend on how often a shape set was compiled:
+    -- unnest each distinct shape set once, not once per compile
+    SELECT DISTINCT run_id, source, position, shapes
+    FROM compiles WHERE position IS NOT NULL
+),
+dims AS (
     SELECT c.run_id, c.source, c.position, u_arg.arg.name AS arg, d.i - 1 AS dim,
-        u_arg.arg.shape[d.i] AS size, c.compile_index
-    FROM compiles c, unnest(c.shapes) AS u_arg(arg), range(1, len(u_arg.arg.shape) + 1) AS d(i)
-    WHERE c.position IS NOT NULL
+        u_arg.arg.shape[d.i] AS size
+    FROM shape_sets c, unnest(c.shapes) AS u_arg(arg), range(1, len(u_arg.arg.shape) + 1) AS d(i)
 ),
 per_dim AS (
     SELECT run_id, source, position, arg, dim,
