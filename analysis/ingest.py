@@ -717,15 +717,17 @@ WITH record AS (
 ),
 w AS (
     SELECT *,
-        row_number() OVER (PARTITION BY source, position ORDER BY ts_ns, _rid) AS ord_here,
-        CASE WHEN action IN ('hit', 'miss') THEN row_number() OVER (
-            PARTITION BY source, position, action IN ('hit', 'miss') ORDER BY ts_ns, _rid
-        ) END AS seq_here,
+        row_number() OVER p AS ord_here,
+        -- lookups so far, over the same sort as ord_here (one sort, not two)
+        CASE WHEN action IN ('hit', 'miss')
+            THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT)) OVER p END AS seq_here,
         sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life_here,
         sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_here
     FROM record
-    WINDOW k AS (PARTITION BY source, position, lookup_key ORDER BY ts_ns, _rid
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+    WINDOW p AS (PARTITION BY source, position ORDER BY ts_ns, _rid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+        k AS (PARTITION BY source, position, lookup_key ORDER BY ts_ns, _rid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
 w2 AS (
     SELECT *,
