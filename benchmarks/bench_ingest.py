@@ -10,7 +10,8 @@
 3. Ember: ``ember.analysis.ingest`` of the same file into a fresh database (validated,
    per-kind tables, bookkeeping), closed.
 4. Views: a second run of the same size is ingested (2 x records in the database) and
-   each view is computed in full (``CREATE TEMP TABLE AS SELECT * FROM view``).
+   each view is timed by ``bench_views.time_views`` (``count(*)`` and one run read in full;
+   ``bench_views.py`` does the same on a 10 M-record database it keeps).
 
 Prints seconds, records/s and the ratio Ember / raw (target >= 0.6x and >= 2 M records/s
 on 2 cores; each view <= 1 s on 10 M records). Heavy: run it once, not in a loop.
@@ -20,16 +21,20 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 
-from ember.analysis import VIEW_NAMES, connect, ingest
+from ember.analysis import connect, ingest
 from ember.analysis.ingest import _read_json_sql
 from ember.analysis.schema_types import READ_COLUMNS
 from ember.analysis.synthetic import write_trace
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_views import time_views  # noqa: E402  (one place times the views)
 
 
 def _raw(path: Path, db: Path, threads: int) -> float:
@@ -103,23 +108,12 @@ def main() -> None:
         if args.skip_views:
             return
         trace2 = work / "run2.jsonl"
-        n2 = write_trace(trace2, args.records, run_id="bench-2", seed=2)
+        write_trace(trace2, args.records, run_id="bench-2", seed=2)
         trace.unlink()
         ingest([trace2], ember_db, threads=args.threads)
         trace2.unlink()
-        total = n + n2
-        print(f"views on {total:,} records (each computed in full):")
         with connect(ember_db, threads=args.threads) as con:
-            worst = 0.0
-            for view in VIEW_NAMES:
-                t0 = time.perf_counter()
-                con.duck.execute(f"CREATE OR REPLACE TEMP TABLE _bench AS SELECT * FROM {view}")
-                s = time.perf_counter() - t0
-                rows = con.duck.execute("SELECT count(*) FROM _bench").fetchall()[0][0]
-                worst = max(worst, s)
-                flag = "" if s <= 1.0 else "   > 1 s"
-                print(f"  {view:<16} {s:6.2f} s  {rows:>10,} rows{flag}")
-            print(f"slowest view: {worst:.2f} s (target <= 1 s)")
+            time_views(con)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
