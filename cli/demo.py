@@ -54,74 +54,34 @@ def demo(
     model_path = out / "token_filter.onnx"
     onnx.save(token_filter_model(), model_path)
 
+    # a greedy decoder's prompt growing one token a step, 4 segments kept per position
+    decode = [str(model_path), "--sweep", GROWING, "--calls", "1", "--cache-size", "4"]
+    disk = ["--cache-dir", str(out / "xla-cache")]
+    squeezenet = ["onnx:light/squeezenet", "--sweep", "data_0:0=1,2,4", "--calls", "3", "--profile"]
+    # (what it shows, `ember run` arguments, scenario: the trace's name and tag)
     steps = [
         (
             "a graph break and a prompt that grows one token a step (cache of 4)",
-            [
-                str(model_path),
-                "--sweep",
-                GROWING,
-                "--calls",
-                "1",
-                "--cache-size",
-                "4",
-                "--tag",
-                "scenario=growing-sequence",
-            ],
+            decode,
             "growing-sequence",
         ),
-        (
-            "the same calls with a disk cache, cold",
-            [
-                str(model_path),
-                "--sweep",
-                GROWING,
-                "--calls",
-                "1",
-                "--cache-size",
-                "4",
-                "--cache-dir",
-                str(out / "xla-cache"),
-                "--tag",
-                "scenario=disk-cache-cold",
-            ],
-            "disk-cache-cold",
-        ),
+        ("the same calls with a disk cache, cold", decode + disk, "disk-cache-cold"),
         (
             "the same calls again in a new process: programs come from the disk cache",
-            [
-                str(model_path),
-                "--sweep",
-                GROWING,
-                "--calls",
-                "1",
-                "--cache-size",
-                "4",
-                "--cache-dir",
-                str(out / "xla-cache"),
-                "--tag",
-                "scenario=disk-cache-warm",
-            ],
+            decode + disk,
             "disk-cache-warm",
         ),
         (
             "squeezenet from the onnx package at batch sizes 1, 2, 4, profiled once",
-            [
-                "onnx:light/squeezenet",
-                "--sweep",
-                "data_0:0=1,2,4",
-                "--calls",
-                "3",
-                "--profile",
-                "--tag",
-                "scenario=light-batch-sweep",
-            ],
+            squeezenet,
             "light-batch-sweep",
         ),
     ]
     for i, (what, args, name) in enumerate(steps, start=1):
         with console.status(f"[{i}/{len(steps) + 1}] {what}"):
-            _ember("run", *args, "--record", str(traces / f"{name}.jsonl"))
+            _ember(
+                "run", *args, "--tag", f"scenario={name}", "--record", str(traces / f"{name}.jsonl")
+            )
         console.print(f"[green]✓[/] [{i}/{len(steps) + 1}] {what}")
     with console.status(f"[{len(steps) + 1}/{len(steps) + 1}] a tiny JAX training loop"):
         train_tiny_mlp(traces / "jax-training.jsonl")
