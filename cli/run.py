@@ -10,6 +10,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ember.analysis.report import mib
+
 from .app import app, console, fail
 
 
@@ -20,13 +22,7 @@ def default_trace_path(source: str) -> Path:
 
 
 def _bytes(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    return "n/a" if n is None else mib(n)
 
 
 @app.command()
