@@ -127,6 +127,17 @@ def test_recording_stops_with_the_context(tmp_path):
     assert len(lines(path)) == 1
 
 
+def test_lines_counts_what_was_written_and_a_closed_trace_refuses_writes(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path) as rec:
+        for i in range(3):
+            rec.edge("a", "b", i)
+        assert rec.lines == 4  # meta + 3, buffered ones included
+    with pytest.raises(ValueError, match=r"run\.jsonl is closed; open a new record\(\)"):
+        rec.write_record({"kind": "edge"})
+    assert len(lines(path)) == 4
+
+
 def test_threads_never_interleave_lines(tmp_path):
     path = tmp_path / "run.jsonl"
     with record(path) as rec:
