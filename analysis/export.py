@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from .db import RECORD_TABLES, VIEW_NAMES, Connection
+from .report import resolve_run
 
 __all__ = ["export_chrome", "export_parquet"]
 
@@ -37,18 +38,17 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def export_chrome(con: Connection, run_id: str, path: str | os.PathLike[str]) -> int:
-    """Write run ``run_id`` as Chrome trace JSON to ``path``; returns the event count."""
-    run = con.duck.execute(
+def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> int:
+    """Write one run as Chrome trace JSON to ``path``; returns the event count.
+
+    ``run`` is the run id or a unique start of it, as ``ember report --run`` takes it
+    (``resolve_run``: ``LookupError`` for no such run, ``ValueError`` for an ambiguous start).
+    """
+    run_id = resolve_run(con, run)
+    row = con.duck.execute(
         "SELECT pid, entrypoint, wall_time_ns, host, tags FROM runs WHERE run_id = ?", [run_id]
     ).fetchall()
-    if not run:
-        known = [r[0] for r in con.duck.execute("SELECT run_id FROM runs LIMIT 5").fetchall()]
-        raise LookupError(
-            f"no run {run_id!r} in {con.path}; runs there include {known} "
-            f'(list them with `ember query "SELECT run_id, started_at FROM runs"`)'
-        )
-    pid, entrypoint, wall, host, tags = run[0]
+    pid, entrypoint, wall, host, tags = row[0]
     events: list[dict[str, Any]] = [
         {
             "ph": "M",

@@ -283,7 +283,11 @@ _STYLE = {"errors": "red", "thrash": "red", "recompile": "yellow", "jit_retrace"
 def export_command(
     db: Path = DB_OPTION,
     chrome: Path | None = typer.Option(None, "--chrome", help="Write a Chrome/Perfetto trace."),
-    run: str | None = typer.Option(None, "--run", help="The run to export (with --chrome)."),
+    run: str | None = typer.Option(
+        None,
+        "--run",
+        help="The run to export (with --chrome): its id or a unique start of it (8 characters).",
+    ),
     parquet: Path | None = typer.Option(
         None, "--parquet", help="Write tables and views as Parquet (hive partitions) here."
     ),
@@ -297,8 +301,8 @@ def export_command(
                 raise fail("--chrome needs --run ID (one run per trace file)")
             try:
                 n = export_chrome(con, run, chrome)
-            except LookupError as exc:
-                raise fail(str(exc)) from None
+            except (LookupError, ValueError) as exc:
+                raise fail(f"{db}: {exc}") from None
             console.print(
                 f"{chrome}: {n} events; open it in https://ui.perfetto.dev", highlight=False
             )

@@ -8,6 +8,7 @@ in a fresh process as a user's job would run: the token filter twice with one di
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -293,6 +294,35 @@ def test_run_prefix_errors_say_what_to_do(report_db):
     text = _flat(unknown.output)
     assert "no run 'zzz' (not a run id, nor the start of one); runs: sweep, disk-col" in text
     assert 'ember query "FROM runs"' in text
+
+
+def _export(db: Path, run: str, out: Path):
+    return runner.invoke(
+        app, ["export", "--db", str(db), "--chrome", str(out), "--run", run], env={"COLUMNS": "100"}
+    )
+
+
+def test_export_takes_a_run_prefix_like_report(report_db, tmp_path):
+    out = tmp_path / "warm.json"
+    result = _export(report_db, "disk-w", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["otherData"]["run_id"] == "disk-warm"
+    assert doc["traceEvents"][0]["args"]["name"].endswith("(disk-warm)")
+
+
+def test_export_run_prefix_errors_are_the_reports(report_db, tmp_path):
+    out = tmp_path / "none.json"
+    ambiguous = _export(report_db, "bus-", out)
+    assert ambiguous.exit_code == 1
+    text = _flat(ambiguous.output)
+    assert f"{report_db}: --run 'bus-' is ambiguous: it starts 2 run ids: bus-aaaa (tiny), " in text
+    assert "bus-bbbb (tiny); give more characters of the run id" in text
+    unknown = _export(report_db, "zzz", out)
+    assert unknown.exit_code == 1
+    text = _flat(unknown.output)
+    assert "no run 'zzz' (not a run id, nor the start of one); runs: sweep, disk-col" in text
+    assert not out.exists()
 
 
 def test_report_of_an_empty_database(tmp_path):
