@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ember.analysis.report import mib
+
 from . import db, state, summary
 
 __all__ = ["fmt_bytes", "fmt_ms", "pick_run", "require_relations", "lacks"]
 
 
 def fmt_bytes(n: float | int | None) -> str:
-    """``1536`` -> ``1.5 KiB`` (binary units, as memory is allocated)."""
-    if n is None:
-        return "–"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    """Bytes as the text report writes them (``mib``: ``1.5 MiB``, ``615 MiB``); ``–`` if none."""
+    return "–" if n is None else mib(n)
 
 
 def fmt_ms(ms: float | None) -> str:

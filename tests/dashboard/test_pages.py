@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ember.analysis.report import mib
 from tests.dashboard.traces import ALLOCS, DISTINCT, SWEEP
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
@@ -61,6 +62,15 @@ def table(at: AppTest, *columns: str) -> pd.DataFrame:
 
 def texts(elements) -> str:
     return " | ".join(str(e.value) for e in elements)
+
+
+def test_bytes_read_as_in_the_text_report() -> None:
+    from ember.dashboard.ui import fmt_bytes
+
+    sizes = [615 * 2**20, 9.5 * 2**20, 7000, 64, 3 * 2**30]
+    assert [fmt_bytes(n) for n in sizes] == ["615 MiB", "9.5 MiB", "7 KiB", "64 B", "3.0 GiB"]
+    assert [fmt_bytes(n) for n in sizes] == [mib(n) for n in sizes]
+    assert fmt_bytes(None) == "–"
 
 
 # ---------------------------------------------------------------- Runs
@@ -244,6 +254,8 @@ def test_hub_page_shows_hits_downloads_and_the_saved_metadata_fallback(app_env: 
     assert sorted(files.index) == ["config.json", "onnx/model.onnx"]
     assert files.loc["config.json", "bytes"] == len(b'{"model_type": "tiny-break"}')
     assert files.loc["onnx/model.onnx", "checks"] == "etag"
+    # the same words for bytes as `ember report` (one formatter: ember.analysis.report.mib)
+    assert shown["Bytes"] == mib(int(files["bytes"].sum()))
     checks = table(at, "check", "hits")
     assert checks["check"].tolist() == ["etag"] and checks["hits"].tolist() == [4]
     info = table(at, "info_fetched", "info_saved")
