@@ -65,7 +65,7 @@ from ember.recorder import bus
 
 from . import ops
 from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
-from .diskcache import disk_cache
+from .diskcache import ProgramStore, StoredProgram, disk_cache
 from .errors import InputError
 from .graph import Graph, run_node, run_nodes, to_host
 from .model import Model, TensorSpec, load
@@ -368,6 +368,11 @@ class CompiledModel:
         self.graph = model.graph
         self.cache_size = cache_size
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+        self._programs = (
+            ProgramStore(self.cache_dir, model.proto.SerializeToString(deterministic=True))
+            if self.cache_dir is not None
+            else None
+        )
         self._input_names = tuple(model.input_names)
         self._input_specs = {s.name: s for s in model.inputs}
         self._output_names = tuple(model.output_names)
@@ -468,11 +473,12 @@ class CompiledModel:
     def _device_params(self) -> dict[str, Any]:
         if self.plan.params and not self._params:
             import jax
-            import jax.numpy as jnp
 
             with jax.enable_x64(True):
                 base = self._base_env()
-                self._params = {n: jnp.asarray(base[n]) for n in self.plan.params}
+                # device_put, not jnp.asarray: asarray compiles a small conversion
+                # program for each new shape (~20 ms each, most of a warm compile).
+                self._params = {n: jax.device_put(base[n]) for n in self.plan.params}
         return self._params
 
     def _precompile(self, specs: Mapping[str, Any]) -> None:
@@ -501,15 +507,7 @@ class CompiledModel:
         found: _NeedsHost | None = None
         with bus.span("ember.segment.compile", meta) as span, jax.enable_x64(True):
             try:
-                entry, disk, memory, cost = _trace_segment(
-                    self.graph,
-                    self._base_env(),
-                    seg,
-                    {},
-                    self._device_params(),
-                    args,
-                    self.cache_dir,
-                )
+                entry, disk, memory, cost = self._compile_segment(seg, key, {}, args)
             except _NeedsHost as exc:
                 found = exc
                 entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
@@ -532,6 +530,39 @@ class CompiledModel:
         self._main_arg_names = seg.args
         self._fast = _FastPath(self, entry, seg)
         self._fast.bind(self)
+
+    def _compile_segment(
+        self, seg: Segment, key: tuple[Any, ...], statics: dict[str, Any], args: Sequence[Any]
+    ) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
+        """``_trace_segment``, or the program store's copy when ``cache_dir`` has one."""
+        store = self._programs
+        if store is None:
+            return _trace_segment(
+                self.graph, self._base_env(), seg, statics, self._device_params(), args, None
+            )
+        # The segment's bounds, arguments and statics; the model, runtime and device are
+        # added by the store.
+        digest = store.digest(repr(seg), key[1], key[2])
+        stored = store.load(digest)
+        if stored is not None:
+            entry = _Entry(
+                key=(),
+                shapes=[],
+                statics=[],
+                exe=stored.exe,
+                dynamic_outputs=stored.dynamic_outputs,
+                host_outputs=stored.host_outputs,
+                needs_x64=stored.needs_x64,
+            )
+            return entry, "hit", _memory_of(stored.exe), _cost_of(stored.exe)
+        entry, disk, memory, cost = _trace_segment(
+            self.graph, self._base_env(), seg, statics, self._device_params(), args, self.cache_dir
+        )
+        store.save(
+            digest,
+            StoredProgram(entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64),
+        )
+        return entry, disk, memory, cost
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -664,15 +695,7 @@ class CompiledModel:
             entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
             if seg.compiled:
                 try:
-                    entry, disk, memory, cost = _trace_segment(
-                        self.graph,
-                        self._base_env(),
-                        seg,
-                        statics,
-                        self._device_params(),
-                        args,
-                        self.cache_dir,
-                    )
+                    entry, disk, memory, cost = self._compile_segment(seg, key, statics, args)
                 except _NeedsHost as exc:
                     found = exc
             span.set(
@@ -957,4 +980,8 @@ def _to_device(value: Any, jnp: Any) -> Any:
         return [_to_device(v, jnp) for v in value]
     if value is None or (isinstance(value, np.ndarray) and value.dtype == object):
         return value
+    if isinstance(value, np.ndarray):
+        import jax
+
+        return jax.device_put(value)  # no conversion program to compile, unlike asarray
     return jnp.asarray(value)

@@ -1,4 +1,20 @@
-"""Compiled segments on disk through JAX's persistent compilation cache.
+"""Compiled segments on disk: Ember's program store over JAX's persistent compilation cache.
+
+A ``CompiledModel`` with a ``cache_dir`` keeps compiled segments on disk in two layers:
+
+1. **The program store** (``ProgramStore``, files ``<cache_dir>/ember-programs/*.program``):
+   the compiled executable of a segment with what its trace learned (which outputs the
+   program returns, the values it computed on the host), keyed by a digest of everything
+   the program depends on: the model's bytes, the segment's bounds, arguments, parameters
+   and static values, the sources of ``ember.runtime``, the JAX version and the device. A
+   hit skips tracing, lowering and compiling: a warm load only deserializes.
+2. **JAX's persistent cache** (the rest of ``cache_dir``), for a program the store does not
+   have: when the lowered program is one XLA compiled before (the same model under
+   another name, say), compiling it is a read.
+
+Entries are pickles, like JAX's own cache entries: point ``cache_dir`` only at a
+directory you trust. An entry that cannot be read (truncated, written by another JAX) is
+logged, ignored and written again.
 
 JAX keeps one global persistent cache. ``disk_cache(path)`` points it at ``path`` for the
 duration of one compile (writing every program, whatever its compile time or size) and
@@ -13,12 +29,25 @@ Whether a program came from the directory is read from JAX's own monitoring even
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
 import os
+import pickle
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-__all__ = ["disk_cache", "DiskCacheProbe"]
+__all__ = ["disk_cache", "DiskCacheProbe", "ProgramStore", "StoredProgram"]
+
+log = logging.getLogger("ember.runtime")
+
+# Bump when the layout of a stored program changes: old entries then simply miss.
+_STORE_FORMAT = 1
 
 _lock = threading.RLock()
 _local = threading.local()
@@ -97,3 +126,129 @@ def disk_cache(path: str | os.PathLike[str] | None) -> Iterator[DiskCacheProbe]:
             finally:
                 _local.probe = previous
                 compilation_cache.reset_cache()
+
+
+@dataclass(frozen=True)
+class StoredProgram:
+    """A compiled segment as the program store gives it back."""
+
+    exe: Any
+    dynamic_outputs: tuple[str, ...]
+    host_outputs: dict[str, Any]
+    needs_x64: bool
+
+
+@functools.cache
+def _runtime_fingerprint() -> str:
+    """A digest of ``ember.runtime``'s sources: a change to an op must not reuse programs."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def _platform_fingerprint() -> str:
+    import jax
+    import jaxlib
+
+    device = jax.devices()[0]
+    return f"jax {jax.__version__} {jaxlib.__version__} {device.platform} {device.device_kind}"
+
+
+class ProgramStore:
+    """Compiled segments of one model in ``<cache_dir>/ember-programs``.
+
+    ``model_bytes`` is the serialized model: every program of the store depends on it.
+    Safe to share between threads and processes: entries are written to a temporary file
+    and renamed, so a reader sees a whole entry or none.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike[str], model_bytes: bytes) -> None:
+        self.directory = Path(cache_dir) / "ember-programs"
+        self._model_digest = hashlib.sha256(model_bytes).hexdigest()
+
+    def digest(self, *segment_key: Any) -> str:
+        """The entry name for a segment: ``segment_key`` is everything that tells it apart."""
+        text = repr(
+            (
+                _STORE_FORMAT,
+                self._model_digest,
+                _runtime_fingerprint(),
+                _platform_fingerprint(),
+                segment_key,
+            )
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def path(self, digest: str) -> Path:
+        return self.directory / f"{digest}.program"
+
+    def load(self, digest: str) -> StoredProgram | None:
+        """The stored program, or None when there is none or it cannot be used."""
+        path = self.path(digest)
+        try:
+            from jax.experimental import serialize_executable
+
+            try:
+                data = path.read_bytes()
+            except (FileNotFoundError, NotADirectoryError):  # not stored (yet): save() says why
+                return None
+            entry = pickle.loads(data)
+            exe = serialize_executable.deserialize_and_load(
+                entry["payload"], entry["in_tree"], entry["out_tree"]
+            )
+            return StoredProgram(
+                exe=exe,
+                dynamic_outputs=tuple(entry["dynamic_outputs"]),
+                host_outputs=entry["host_outputs"],
+                needs_x64=bool(entry["needs_x64"]),
+            )
+        except Exception as exc:  # a bad entry costs a compile, never the call
+            log.warning(
+                "ember: ignoring compiled program %s (%s: %s); it will be compiled and "
+                "written again",
+                path,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+
+    def save(self, digest: str, program: StoredProgram) -> bool:
+        """Write ``program``; False (and a warning) when it cannot be stored."""
+        path = self.path(digest)
+        try:
+            from jax.experimental import serialize_executable
+
+            payload, in_tree, out_tree = serialize_executable.serialize(program.exe)
+            data = pickle.dumps(
+                {
+                    "payload": payload,
+                    "in_tree": in_tree,
+                    "out_tree": out_tree,
+                    "dynamic_outputs": list(program.dynamic_outputs),
+                    "host_outputs": program.host_outputs,
+                    "needs_x64": program.needs_x64,
+                },
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            return True
+        except Exception as exc:  # the program still runs; only the next load pays
+            log.warning(
+                "ember: could not store the compiled program %s (%s: %s)",
+                path,
+                type(exc).__name__,
+                exc,
+            )
+            return False

@@ -447,14 +447,19 @@ _DISK_SCRIPT = textwrap.dedent(
     import numpy as np
     import ember.runtime as rt
     from ember.recorder import bus
+    from jax import monitoring
     stops = []
     bus.attach("t", ["ember.segment.compile.stop"], lambda n, m, md: stops.append(
         {"position": md["position"], "compiled": md["compiled"],
          "disk_cache": md["disk_cache"]}))
+    # programs handed to XLA's compiler through the persistent cache
+    xla = []
+    monitoring.register_event_listener(lambda event, **kw: xla.append(event)
+        if event == "/jax/compilation_cache/compile_requests_use_cache" else None)
     compiled = rt.compile(sys.argv[1], cache_dir=sys.argv[2])
     data = np.arange(6, dtype=np.float32)
     out = compiled({"x": np.array([0, 1, 0, 0, 0, 0], np.float32), "data": data})
-    print(json.dumps({"stops": stops, "y": np.asarray(out["y"]).tolist()}))
+    print(json.dumps({"stops": stops, "y": np.asarray(out["y"]).tolist(), "xla": len(xla)}))
     """
 )
 
@@ -480,7 +485,56 @@ def test_second_process_reads_every_segment_from_the_disk_cache(tmp_path):
     assert [s["disk_cache"] for s in second["stops"]] == ["hit", "hit"]
     assert all(s["compiled"] for s in second["stops"])
     assert first["y"] == second["y"]
-    assert any(cache.iterdir())
+    feeds = {"x": np.array([0, 1, 0, 0, 0, 0], np.float32), "data": np.arange(6, dtype=np.float32)}
+    np.testing.assert_allclose(
+        second["y"], reference(nonzero_reshape_model(extra_adds=20), feeds)["y"]
+    )
+    # the second process took both programs from Ember's store: nothing went to XLA
+    assert first["xla"] >= 2 and second["xla"] == 0
+    assert len(list((cache / "ember-programs").glob("*.program"))) == 2
+
+
+def _scaled_model(factor: float) -> onnx.ModelProto:
+    nodes = [const("k", np.float32(factor)), helper.make_node("Mul", ["x", "k"], ["y"])]
+    return make_model(nodes, [tensor("x", shape=[3])], [tensor("y", shape=[3])])
+
+
+def _disk_stops(events) -> list[str | None]:
+    return [md["disk_cache"] for md in events.of("ember.segment.compile.stop")]
+
+
+def test_program_store_is_keyed_by_the_models_bytes(tmp_path, ember_events):
+    x = _f32(1, 2, 3)
+    first = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    again = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    other = rt.compile(_scaled_model(3.0), cache_dir=tmp_path)  # same graph, other constant
+    assert _disk_stops(ember_events) == ["miss", "hit", "miss"]
+    np.testing.assert_allclose(np.asarray(again(x=x)["y"]), np.asarray(first(x=x)["y"]))
+    np.testing.assert_allclose(np.asarray(other(x=x)["y"]), [3, 6, 9])
+    assert len(list((tmp_path / "ember-programs").glob("*.program"))) == 2
+
+
+def test_unreadable_stored_program_is_compiled_and_written_again(tmp_path, caplog, ember_events):
+    rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    (entry,) = (tmp_path / "ember-programs").glob("*.program")
+    entry.write_bytes(b"not a program")
+    with caplog.at_level("WARNING", logger="ember.runtime"):
+        compiled = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    assert f"ignoring compiled program {entry}" in caplog.text
+    assert "compiled and written again" in caplog.text
+    np.testing.assert_allclose(np.asarray(compiled(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
+    assert entry.stat().st_size > 100  # rewritten: the next load reads it
+    rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    assert _disk_stops(ember_events)[-1] == "hit"
+
+
+def test_program_store_that_cannot_be_written_warns_and_the_model_runs(tmp_path, caplog):
+    (tmp_path / "ember-programs").write_text("a file where the store's folder would go")
+    with caplog.at_level("WARNING", logger="ember.runtime"):
+        compiled = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    assert "could not store the compiled program" in caplog.text
+    assert str(tmp_path / "ember-programs") in caplog.text
+    np.testing.assert_allclose(np.asarray(compiled(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
 
 
 def test_disk_cache_does_not_change_the_callers_jax_setting(tmp_path):
