@@ -17,6 +17,8 @@ headline as ``jax_compiles`` and never into the recompile findings.
 
 from __future__ import annotations
 
+import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,7 @@ __all__ = [
     "resolve_run",
     "seconds",
     "short_path",
+    "wrap",
 ]
 
 SHORT_ID = 8
@@ -136,6 +139,34 @@ def mib(n: float) -> str:
     if n >= 1024:
         return f"{n / 1024:.0f} KiB"
     return f"{n:.0f} B"
+
+
+# Wrapping keeps a number with the word it counts or measures ("12.3 MiB", "4 times") and
+# a run of changes ("17 -> 23 -> 31") on one line: their spaces become _GLUE (not a space
+# to textwrap) while wrapping. A run longer than a line breaks after an arrow instead.
+_GLUE = "\x1f"
+_NUMBER_WORD = re.compile(r"((?<![\w.])\d[\d.,]*) (?=[^\W\d_])")
+_ARROW_RUN = re.compile(r"\S+(?: -> \S+)+")
+
+
+def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """``text`` as lines of at most ``width`` characters (``first``/``rest``: the indent of
+    the first and of the other lines), never breaking between a number and its unit."""
+    room = width - max(len(first), len(rest))
+
+    def glue_run(m: re.Match[str]) -> str:
+        run = m.group(0)
+        return run.replace(" ", _GLUE) if len(run) <= room else run.replace(" ->", _GLUE + "->")
+
+    glued = _ARROW_RUN.sub(glue_run, _NUMBER_WORD.sub(r"\1" + _GLUE, text))
+    lines = textwrap.wrap(
+        glued,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+    )
+    return [line.replace(_GLUE, " ") for line in lines]
 
 
 def _n(n: int, what: str) -> str:

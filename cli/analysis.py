@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ember.analysis.report import (
     rejected_summary,
     seconds,
     short_path,
+    wrap,
 )
 from ember.analysis.report import report as run_report
 
@@ -245,14 +245,8 @@ def _headline(s: RunSummary) -> str:
 
 def _wrap(text: str, first: str, rest: str) -> list[str]:
     # wrapped here, not by rich: no trailing blanks, a hanging indent, never wider than
-    # the console (a long word is cut)
-    return textwrap.wrap(
-        text,
-        width=max(console.width, 20),
-        initial_indent=first,
-        subsequent_indent=rest,
-        break_on_hyphens=False,
-    )
+    # the console, a number never apart from its unit
+    return wrap(text, max(console.width, 20), first, rest)
 
 
 def _print_run(r: RunReport) -> None:

@@ -274,6 +274,57 @@ def test_no_line_is_wider_than_the_terminal(report_db):
     assert not re.search(r"[0-9a-f]{32}", out)
 
 
+# a unit, or an arrow, that must stay on the line of the number before it
+_UNIT_START = re.compile(r"\s*(?:(?:[KMGT]i)?B|s|ms|µs|ns|times|->)(?:\W|$)")
+
+
+def _split_numbers(text: str) -> list[tuple[str, str]]:
+    """Pairs of lines where a number ends one line and its unit or arrow starts the next."""
+    lines = text.splitlines()
+    return [
+        (a, b)
+        for a, b in zip(lines, lines[1:], strict=False)
+        if re.search(r"\d$", a) and _UNIT_START.match(b)
+    ]
+
+
+def test_numbers_stay_with_their_units_and_arrows_at_any_width(report_db):
+    for columns in range(30, 101):
+        result = _report(report_db, columns=columns)
+        assert result.exit_code == 0, result.output
+        assert _split_numbers(result.output) == [], columns
+        assert max(len(line) for line in result.output.splitlines()) <= columns
+        if columns >= 33:  # "(17 -> ... -> 23);" (29 characters) fits after the indent
+            assert "(17 -> 23 -> 31 -> 17 -> 23)" in result.output, columns
+    out = _flat(_report(report_db, "--run", "sweep", columns=30).output)
+    assert "input_ids dim 1 changed 4 times (17 -> 23 -> 31 -> 17 -> 23)" in out
+
+
+def test_wrap_keeps_sizes_durations_and_changes_whole():
+    from ember.analysis.report import wrap
+
+    text = "peak 12.3 MiB RSS · call p50 412 ms · dim 1 changed (17 -> 23 -> 31)"
+    assert wrap(text, 12) == [
+        "peak",
+        "12.3 MiB RSS",
+        "· call p50",
+        "412 ms · dim",
+        "1 changed",
+        "(17 -> 23 ->",
+        "31)",
+    ]
+    assert wrap(text, 40, "  • ", "    ") == [
+        "  • peak 12.3 MiB RSS · call p50 412 ms",
+        "    · dim 1 changed (17 -> 23 -> 31)",
+    ]
+    # a run of changes longer than the line breaks after an arrow, never inside a number
+    assert wrap("sizes 1000 -> 2000 -> 3000 -> 4000", 16) == [
+        "sizes 1000 ->",
+        "2000 -> 3000 ->",
+        "4000",
+    ]
+
+
 def test_run_accepts_a_unique_prefix(report_db):
     result = _report(report_db, "--run", "disk-w")
     assert result.exit_code == 0, result.output
