@@ -36,6 +36,8 @@ __all__ = [
     "span",
     "list_handlers",
     "current_span_id",
+    "listening",
+    "generation",
     "SpanHandle",
 ]
 
@@ -50,6 +52,10 @@ _handlers: dict[str, tuple[frozenset[str], Handler]] = {}
 # event name -> tuple of (handler_id, fn); rebuilt on every attach/detach, read lock-free.
 _routes: dict[str, tuple[tuple[str, Handler], ...]] = {}
 
+generation = 0
+"""Changes whenever a handler is attached or detached. A hot path may remember what
+``listening`` told it for as long as ``generation`` stays the same."""
+
 _span_ids = itertools.count(1)
 _current_span: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "ember_current_span", default=None
@@ -57,12 +63,19 @@ _current_span: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 
 
 def _rebuild_routes() -> None:
-    global _routes
+    global _routes, generation
     routes: dict[str, list[tuple[str, Handler]]] = {}
     for handler_id, (names, fn) in _handlers.items():
         for name in names:
             routes.setdefault(name, []).append((handler_id, fn))
     _routes = {name: tuple(hs) for name, hs in routes.items()}
+    generation += 1
+
+
+def listening(*event_names: str) -> bool:
+    """True when a handler is attached to any of ``event_names``: one lookup per name."""
+    routes = _routes  # the lock-free snapshot
+    return any(name in routes for name in event_names)
 
 
 def attach(handler_id: str, event_names: Iterable[str], fn: Handler) -> None:

@@ -55,7 +55,7 @@ import functools
 import hashlib
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,11 +77,6 @@ _END = "end"
 
 # ---------------------------------------------------------------------------------------------
 # event helpers
-
-
-def _listening(*names: str) -> bool:
-    routes = bus._routes  # the bus's lock-free routing snapshot; a dict lookup per name
-    return any(n in routes for n in names)
 
 
 def _describe_value(name: str, value: Any) -> dict[str, Any]:
@@ -404,6 +399,8 @@ class CompiledModel:
         self._main_sig: tuple[Any, ...] | None = None
         self._main_arg_names: tuple[str, ...] = ()
         self._fast: _FastPath | None = None
+        # the fast path's current entry point (``_FastPath.try_call``), None without one
+        self._try_call: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None
         # The call as a list of steps: a Segment, or the position of a break node.
         self._steps: list[Segment | int] = []
         by_start = {s.position: s for s in plan.segments}
@@ -571,14 +568,14 @@ class CompiledModel:
             inputs = kwargs
         elif kwargs:
             inputs = {**inputs, **kwargs}
-        fast = self._fast
-        if fast is not None:
+        try_call = self._try_call
+        if try_call is not None:
             # The whole-graph program at its compile-time shapes: no lock, no cache events.
-            result = fast.try_call(inputs)
+            result = try_call(inputs)
             if result is not None:
                 return result
         meta = {"source": self.model.source}
-        if _listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
+        if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
             meta["shapes"] = describe_shapes(dict(inputs))
         with bus.span("ember.call", meta):
             values = _check_inputs(self.model, inputs)
@@ -659,7 +656,7 @@ class CompiledModel:
         entry = cache.get(key)
         if entry is not None:
             cache.move_to_end(key)
-            if _listening("ember.cache.hit"):
+            if bus.listening("ember.cache.hit"):
                 bus.emit(
                     "ember.cache.hit",
                     {"count": 1},
@@ -737,20 +734,17 @@ _CALL_EXCEPTION = "ember.call.exception"
 
 
 class _FastPath:
-    """The call of the whole-graph program, with as little Python around it as possible."""
+    """The call of the whole-graph program, with as little Python around it as possible.
 
-    __slots__ = (
-        "signature",
-        "call",
-        "exe",
-        "x64",
-        "simple",
-        "entry",
-        "names",
-        "swapped",
-        "direct",
-        "try_call",
-    )
+    ``try_call`` starts as the checked call: it compares shapes and dtypes, opens the
+    ``ember.call`` span when someone listens, and calls the program. Once the program has
+    been called (jax has then built its C++ call) and nobody listens to calls, ``try_call``
+    becomes ``direct``: the inputs go straight to the C++ call, which checks shapes and
+    dtypes itself. ``direct`` is valid for one ``bus.generation``; after an attach or
+    detach it hands the call back to the checked path, which decides again.
+    """
+
+    __slots__ = ("signature", "call", "exe", "x64", "simple", "entry", "names", "try_call")
 
     def __init__(self, model: CompiledModel, entry: _Entry, seg: Segment) -> None:
         # (name, shape, dtype) per program argument
@@ -762,18 +756,15 @@ class _FastPath:
         params = model._params_for(seg)
         self.call = functools.partial(entry.exe, params) if params else entry.exe
         self.x64 = entry.needs_x64
-        self.swapped = False
-        self.direct = False  # set after the first call: straight to jax's C++ call
         self.entry = entry
         self.names = model._output_names
         # Outputs straight from the program, in the model's order: build the dict by zip.
         self.simple = not entry.host_outputs and tuple(entry.dynamic_outputs) == self.names
 
     def bind(self, model: CompiledModel) -> None:
-        """Build ``try_call``: a closure over locals, the cheapest Python around the call."""
+        """Build ``try_call``: closures over locals, the cheapest Python around the call."""
         signature = self.signature
         n_inputs = model._n_inputs
-        names = self.names
         source = model.model.source
         run = self.run
         state = self
@@ -790,33 +781,50 @@ class _FastPath:
                     return False
             return True
 
-        def try_call(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        def checked(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
             if len(inputs) != n_inputs:
                 return None
             try:
                 args = [inputs[single]] if single else [inputs[n] for n in arg_names]
             except KeyError:
                 return None
-            routes = bus._routes  # lock-free snapshot: one dict lookup per event name
-            if _CALL_START in routes or _CALL_STOP in routes or _CALL_EXCEPTION in routes:
-                if not check(args):
-                    return None
+            if not check(args):
+                return None
+            if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
                 meta = {"source": source, "shapes": describe_shapes(inputs)}
                 with bus.span("ember.call", meta):
                     return run(args)
-            if state.direct:
-                # jax's C++ call checks shapes and dtypes itself and raises TypeError on a
-                # mismatch: then the call takes the checked path (cache at position 0).
-                try:
-                    outs = state.call(*args)
-                except TypeError:
-                    return None
-                return dict(zip(names, outs, strict=False))
-            if not check(args):
-                return None
-            return run(args)
+            generation = bus.generation
+            result = run(args)
+            if state.simple and not state.x64 and generation == bus.generation:
+                state.try_call = model._try_call = direct_call(generation)
+            return result
 
-        self.try_call = try_call
+        def direct_call(generation: int) -> Callable[[Mapping[str, Any]], dict | None]:
+            call = state.call  # jax's C++ call, after the first run
+            names = state.names
+            only = names[0] if len(names) == 1 else None
+
+            def direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+                if bus.generation != generation or len(inputs) != n_inputs:
+                    return checked(inputs)
+                try:
+                    outs = (
+                        call(inputs[single])
+                        if single
+                        else call(*map(inputs.__getitem__, arg_names))
+                    )
+                except (KeyError, TypeError):
+                    # a missing input, or jax's C++ call refusing other shapes or dtypes:
+                    # the checked path (cache at position 0, or the input error)
+                    return None
+                if only is not None:
+                    return {only: outs[0]}
+                return dict(zip(names, outs, strict=False))
+
+            return direct
+
+        self.try_call = model._try_call = checked
 
     def run(self, args: list[Any]) -> dict[str, Any]:
         if self.x64:
@@ -826,9 +834,10 @@ class _FastPath:
                 outs = self.call(*args)
         else:
             outs = self.call(*args)
-        if not self.swapped:
+        if self.call is self.exe or (
+            isinstance(self.call, functools.partial) and self.call.func is self.exe
+        ):
             # jax makes the C++ call of a compiled program on its first call; use it directly
-            self.swapped = True
             cpp = getattr(self.exe, "_call", None)
             if callable(cpp):
                 call = self.call
@@ -837,7 +846,6 @@ class _FastPath:
                     if isinstance(call, functools.partial)
                     else cpp
                 )
-            self.direct = self.simple and not self.x64
         if self.simple:
             return dict(zip(self.names, outs, strict=False))
         result = dict(self.entry.host_outputs)

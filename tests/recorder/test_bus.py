@@ -153,3 +153,19 @@ def test_concurrent_attach_and_emit():
         bus.detach("steady")
     assert len(counts) == 8000
     assert sorted(set(counts)) == [0, 1, 2, 3]
+
+
+def test_listening_and_generation_follow_attach_and_detach():
+    before = bus.generation
+    assert not bus.listening("test.gen.a", "test.gen.b")
+    bus.attach("test-gen", ["test.gen.b"], lambda n, m, md: None)
+    try:
+        assert bus.listening("test.gen.a", "test.gen.b")
+        assert not bus.listening("test.gen.a")
+        assert bus.generation == before + 1
+    finally:
+        bus.detach("test-gen")
+    assert not bus.listening("test.gen.b")
+    assert bus.generation == before + 2
+    assert not bus.detach("test-gen")  # nothing changed: the generation stays
+    assert bus.generation == before + 2

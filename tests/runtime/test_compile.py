@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
+from ember.recorder import bus
 from ember.recorder.log import log_compiles
 from ember.runtime.errors import InputError, NodeError
 
@@ -160,3 +161,30 @@ def test_fast_path_falls_back_to_checked_path_on_other_shapes_and_dtypes(ember_e
         compiled(a=a.astype(np.float16), b=b)
     with pytest.raises(InputError, match="missing input"):
         compiled(a=a, c=b)
+
+
+def test_fast_path_notices_handlers_attached_after_it_went_direct():
+    compiled = rt.compile(_matmul_model(), {"a": (2, 3)})
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 2), np.float32)
+    other = np.ones((5, 3), np.float32)
+    for _ in range(3):  # nobody listens: after the first call, straight to jax's C++ call
+        np.testing.assert_allclose(np.asarray(compiled(a=a, b=b)["y"]), 1 / (1 + np.exp(-3)))
+    seen = []
+    names = ["ember.call.start", "ember.call.stop", "ember.cache.miss"]
+    bus.attach("test-late", names, lambda n, m, md: seen.append((n, md.get("position"))))
+    try:
+        compiled(a=a, b=b)
+        compiled(a=other, b=b)
+    finally:
+        bus.detach("test-late")
+    assert seen == [
+        ("ember.call.start", None),
+        ("ember.call.stop", None),
+        ("ember.call.start", None),
+        ("ember.cache.miss", 0),
+        ("ember.call.stop", None),
+    ]
+    for _ in range(2):  # detached: direct again, and other shapes still fall back
+        np.testing.assert_allclose(np.asarray(compiled(a=a, b=b)["y"]), 1 / (1 + np.exp(-3)))
+        assert np.asarray(compiled(a=other, b=b)["y"]).shape == (5, 2)
