@@ -29,7 +29,8 @@ def _bytes(n: int | None) -> str:
 def run(
     model: str = typer.Argument(
         ...,
-        help="A path, hf://owner/repo/file.onnx, or onnx:light/NAME (e.g. onnx:light/squeezenet).",
+        help="A path, hf://owner/repo[@REVISION]/file.onnx, or onnx:light/NAME "
+        "(e.g. onnx:light/squeezenet).",
     ),
     input: list[str] = typer.Option(
         [], "--input", "-i", help="NAME=SHAPE[:DTYPE], e.g. input_ids=1x17:int64. Repeatable."

@@ -13,6 +13,9 @@ event (see the "Hub events" section of the Transmuter telemetry seed):
   file) or ``offline`` (``HF_HUB_OFFLINE=1`` or ``offline=True``: used without a check).
 * span ``ember.hub.download`` ``{source, revision}``, stop measurement ``bytes``.
 
+``source`` is ``hub_source``'s text: ``hf://owner/repo/path/in/repo``; a one-part repository
+id carries its revision, ``hf://gpt2@main/onnx/model.onnx``, so that the id's end is known.
+
 The repository's file list with the ETags (``model_info`` with ``files_metadata``) comes
 from span ``ember.hub.info`` ``{source: "hf://owner/repo", revision}``, stop metadata
 ``result``: ``fetched``, or ``saved`` when the Hub errors or cannot be reached and Ember's
@@ -49,8 +52,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Any, NamedTuple
+from urllib.parse import quote, unquote
 
 from ember.recorder import bus
 
@@ -60,11 +63,13 @@ __all__ = [
     "CONFIG_FILES",
     "HubError",
     "HubIntegrityError",
+    "HubSource",
     "RepoMetadata",
     "RepoFile",
     "download_model",
     "hub_cache_dir",
     "hub_endpoint",
+    "hub_source",
     "is_offline",
     "parse_hub_source",
     "repo_folder",
@@ -90,24 +95,69 @@ class HubIntegrityError(HubError):
 # ---------------------------------------------------------------- sources and validation
 
 
-def parse_hub_source(source: Any) -> tuple[str, str] | None:
-    """``(repo_id, filename)`` for a Hub source, ``None`` for anything else.
+class HubSource(NamedTuple):
+    """A model file in a Hub repository, as a Hub source names it."""
 
-    Hub sources are ``"hf://owner/repo/path/in/repo.onnx"`` and ``("hf", repo_id, file)``.
-    The repository id and the file name are validated here, before any request: a
+    repo_id: str
+    filename: str
+    revision: str | None = None  # named in the source ('@v1'); None: the load's revision
+
+
+# hf://<id>@<revision>[/<path>] (huggingface_hub's HF URI grammar): '@' ends the id; the
+# revision is quoted ('refs%2Fpr%2F1') or one of the Hub's refs/pr/N, refs/convert/NAME
+_WITH_REVISION = re.compile(
+    r"hf://(?P<id>[^/@]+(?:/[^/@]+)?)@(?P<rev>refs/pr/\d+|refs/convert/\w+|[^/]*)(?:/(?P<path>.*))?",
+    re.S,
+)
+
+
+def hub_source(
+    repo_id: str, path: str | None = None, revision: str = "main", *, with_revision: bool = False
+) -> str:
+    """The text form of a Hub file (of the repository without ``path``): the ``source`` of
+    Hub events and of ``Model.source``.
+
+    ``hf://owner/name/path/in/repo``, in the grammar of huggingface_hub's HF URIs
+    (``hf://<id>[@<revision>][/<path>]``). The revision (quoted) is written
+    ``with_revision``, and always after a one-part id (``gpt2``):
+    ``hf://gpt2@main/onnx/model.onnx``, because only the '@' says where such an id ends
+    (``hf://gpt2/onnx/model.onnx`` reads as the repository ``gpt2/onnx``).
+    ``parse_hub_source`` reads every form back, as does the ``hub_files`` view.
+    """
+    root = f"hf://{repo_id}"
+    if with_revision or "/" not in repo_id:
+        root += "@" + quote(revision, safe="")
+    return root if path is None else f"{root}/{path}"
+
+
+def parse_hub_source(source: Any) -> HubSource | None:
+    """The repository, file and revision of a Hub source; ``None`` for anything else.
+
+    Hub sources are ``"hf://owner/repo/path/in/repo.onnx"``, with a revision
+    ``"hf://owner/repo@v1/path/in/repo.onnx"`` (a one-part id needs it:
+    ``"hf://gpt2@main/model.onnx"``), and ``("hf", repo_id, file)``.
+    The repository id, file name and revision are validated here, before any request: a
     ``ValueError`` names the bad part.
     """
+    revision = None
     if isinstance(source, str):
         if not source.startswith("hf://"):
             return None
-        rest = source[len("hf://") :]
-        parts = rest.split("/", 2)
-        if len(parts) < 3 or not parts[2]:
+        tagged = _WITH_REVISION.fullmatch(source)
+        if tagged is not None:
+            repo_id, filename = tagged["id"], tagged["path"] or ""
+            revision = unquote(tagged["rev"])
+            validate_revision(revision)
+        else:
+            parts = source[len("hf://") :].split("/", 2)
+            if len(parts) < 3 or not parts[2]:
+                parts = [*parts, "", ""]
+            repo_id, filename = f"{parts[0]}/{parts[1]}", parts[2]
+        if not filename:
             raise ValueError(
                 f"Hub source {source!r}: give the repository and the file, "
-                "as 'hf://owner/repo/path/in/repo.onnx'"
+                "as 'hf://owner/repo/path/in/repo.onnx' (a revision: 'hf://owner/repo@v1/...')"
             )
-        repo_id, filename = f"{parts[0]}/{parts[1]}", parts[2]
     elif isinstance(source, (tuple, list)) and source and source[0] == "hf":
         if len(source) != 3 or not all(isinstance(p, str) for p in source):
             raise ValueError(
@@ -118,7 +168,7 @@ def parse_hub_source(source: Any) -> tuple[str, str] | None:
         return None
     validate_repo_id(repo_id)
     validate_filename(filename)
-    return repo_id, filename
+    return HubSource(repo_id, filename, revision)
 
 
 def validate_repo_id(repo_id: str) -> None:
@@ -350,14 +400,14 @@ def repo_metadata(
         found = saved or _from_snapshot(folder, repo_id, revision)
         if found is None:
             raise HubError(
-                f"hf://{repo_id} at revision {revision!r} is not in the Hub cache {cache_dir} "
-                "and the Hub is offline (HF_HUB_OFFLINE=1 or offline=True): run the load once "
-                "online, or pass a local path to the model"
+                f"{hub_source(repo_id, revision=revision)} at revision {revision!r} is not in "
+                f"the Hub cache {cache_dir} and the Hub is offline (HF_HUB_OFFLINE=1 or "
+                "offline=True): run the load once online, or pass a local path to the model"
             )
         return found
     if saved is not None and _COMMIT.fullmatch(revision):
         return saved  # a commit's files never change: no request, no event
-    source = f"hf://{repo_id}"
+    source = hub_source(repo_id, revision=revision)
     with bus.span("ember.hub.info", {"source": source, "revision": revision}) as span:
         try:
             meta = _fetch_metadata(repo_id, revision, endpoint)
@@ -486,7 +536,7 @@ class _Fetch:
         return self.folder / "snapshots" / self.meta.commit
 
     def source(self, path: str) -> str:
-        return f"hf://{self.repo_id}/{path}"
+        return hub_source(self.repo_id, path, self.revision)
 
     def _hit(self, path: str, local: Path, check: str) -> Path:
         bus.emit(
@@ -677,24 +727,24 @@ def download_model(
     if filename not in meta.files:
         near = sorted(p for p in meta.files if p.endswith(".onnx"))[:10]
         raise HubError(
-            f"hf://{repo_id} has no file {filename!r} at revision {revision!r} "
-            f"(commit {meta.commit}); its ONNX files: {', '.join(near) or 'none'}"
+            f"{hub_source(repo_id, revision=revision)} has no file {filename!r} at revision "
+            f"{revision!r} (commit {meta.commit}); its ONNX files: {', '.join(near) or 'none'}"
         )
     model = fetch.file(filename, plain=True)
+    source = fetch.source(filename)
     folder = posixpath.dirname(filename)
     for location in external_data_locations(model):
         try:
             validate_filename(location, what="external data location")
         except ValueError as exc:
             raise HubError(
-                f"hf://{repo_id}/{filename}: {exc}; external data must be a file inside the "
-                "model's folder"
+                f"{source}: {exc}; external data must be a file inside the model's folder"
             ) from None
         data = posixpath.join(folder, location) if folder else location
         if data not in meta.files and not offline:
             raise HubError(
-                f"hf://{repo_id}/{filename} keeps tensors in {location!r}, but the repository "
-                f"has no file {data!r} at commit {meta.commit}"
+                f"{source} keeps tensors in {location!r}, but the repository has no file"
+                f" {data!r} at commit {meta.commit}"
             )
         fetch.file(data, plain=True)
     config = _config_file(meta, filename)

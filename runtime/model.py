@@ -126,21 +126,33 @@ class Model:
         )
 
 
-def describe_source(source: Any) -> str | None:
-    """The ``source`` of events: the path as given, ``hf://owner/repo/file``, or None."""
+def describe_source(source: Any, revision: str | None = None) -> str | None:
+    """The ``source`` of events: the path as given, the Hub source's text form
+    (``hf://owner/repo/file``, ``hub.hub_source``), or None."""
     if isinstance(source, (str, os.PathLike)):
         hub = _parse_hub(source)
         if hub is not None:
-            return f"hf://{hub[0]}/{hub[1]}"
+            return _hub_text(hub, revision)
         return os.fspath(source)
     if isinstance(source, tuple):
         hub = _parse_hub(source)
         if hub is not None:
-            return f"hf://{hub[0]}/{hub[1]}"
+            return _hub_text(hub, revision)
     return None
 
 
-def _parse_hub(source: Any) -> tuple[str, str] | None:
+def _hub_text(hub: Any, revision: str | None) -> str:
+    from . import hub as hub_mod
+
+    # a revision the source names stays in its text, so that Model.source loads the same file
+    named = hub.revision is not None
+    return hub_mod.hub_source(
+        hub.repo_id, hub.filename, hub.revision or revision or "main", with_revision=named
+    )
+
+
+def _parse_hub(source: Any) -> Any:
+    """``hub.HubSource`` of a Hub source, None for anything else."""
     if isinstance(source, str) and not source.startswith("hf://"):
         return None
     if isinstance(source, tuple) and not (source and source[0] == "hf"):
@@ -155,29 +167,40 @@ def _parse_hub(source: Any) -> tuple[str, str] | None:
 def load(
     source: str | os.PathLike[str] | bytes | onnx.ModelProto | tuple[str, str, str],
     *,
-    revision: str = "main",
+    revision: str | None = None,
     offline: bool | None = None,
 ) -> Model:
     """Load an ONNX model and resolve its ops.
 
     ``source`` is a path, the bytes of a model, an ``onnx.ModelProto``, or a Hub source
-    (``"hf://owner/repo/path/in/repo.onnx"`` or ``("hf", "owner/repo", "path.onnx")``,
-    downloaded with ``revision``). Emits the ``ember.load`` span.
+    (``"hf://owner/repo/path/in/repo.onnx"``, ``"hf://owner/repo@v1/path/in/repo.onnx"`` or
+    ``("hf", "owner/repo", "path.onnx")``), downloaded at ``revision`` (the one the source
+    names, else ``"main"``). Emits the ``ember.load`` span.
     """
-    label = describe_source(source)
+    hub = _parse_hub(source) if isinstance(source, (str, tuple)) else None
+    if hub is not None and hub.revision is not None:
+        if revision is not None and revision != hub.revision:
+            raise ValueError(
+                f"Hub source {source!r} names revision {hub.revision!r} and load() was given "
+                f"revision={revision!r}: give one of them"
+            )
+        revision = hub.revision
+    revision = revision or "main"
+    label = describe_source(source, revision)
     with bus.span("ember.load", {"source": label}) as span:
-        model = _load(source, label, revision=revision, offline=offline)
+        model = _load(source, hub, label, revision=revision, offline=offline)
         span.set(node_count=model.node_count, opset=model.opset)
     return model
 
 
-def _load(source: Any, label: str | None, *, revision: str, offline: bool | None) -> Model:
+def _load(
+    source: Any, hub: Any, label: str | None, *, revision: str, offline: bool | None
+) -> Model:
     folder: Path | None = None
-    hub = _parse_hub(source) if isinstance(source, (str, tuple)) else None
     if hub is not None:
         from . import hub as hub_mod
 
-        path = hub_mod.download_model(hub[0], hub[1], revision=revision, offline=offline)
+        path = hub_mod.download_model(hub.repo_id, hub.filename, revision=revision, offline=offline)
         source = path
     if isinstance(source, onnx.ModelProto):
         proto = source

@@ -1,8 +1,9 @@
 -- hub_files: one row per Hub file (or repository metadata) a run used, per revision.
 --
 -- run_id
--- source        'hf://owner/repo/path/in/repo' (a file) or 'hf://owner/repo' (metadata)
--- repo          'owner/repo'
+-- source        'hf://owner/repo/path/in/repo' (a file) or 'hf://owner/repo' (metadata);
+--               a one-part id carries its revision: 'hf://gpt2@main/onnx/model.onnx'
+-- repo          'owner/repo' (or 'gpt2')
 -- path          the path in the repository; NULL for repository metadata
 -- what          file | repo_info
 -- revision      the revision asked for ('main', a tag, a commit)
@@ -30,8 +31,8 @@ WITH ev AS (
 SELECT
     ev.run_id,
     ev.source,
-    regexp_extract(ev.source, '^hf://([^/]+/[^/]+)', 1) AS repo,
-    nullif(regexp_extract(ev.source, '^hf://[^/]+/[^/]+/(.+)$', 1), '') AS path,
+    nullif(ember_hub_parts(ev.source).repo, '') AS repo,
+    nullif(ember_hub_parts(ev.source).path, '') AS path,
     CASE WHEN bool_or(ev.action = 'info') THEN 'repo_info' ELSE 'file' END AS what,
     ev.revision,
     count(*) FILTER (WHERE ev.action = 'hit') AS hits,

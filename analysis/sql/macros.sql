@@ -6,6 +6,10 @@
 -- ember_key(key, shapes, statics): the cache key as recorded, or one built from the shapes
 --   and static values when the runtime did not record one.
 -- ember_at(run_id, ts_ns): the absolute time (TIMESTAMP_NS, UTC) of a run's ts_ns.
+-- ember_hub_parts(source): {repo, path} of a Hub source as the runtime writes it
+--   (runtime/hub.py hub_source): 'hf://owner/name/path/in/repo', or with a revision
+--   'hf://<id>@<revision>/path/in/repo', which a one-part id ('hf://gpt2@main/onnx/model.onnx')
+--   always has: the '@' ends the id. path is '' for the repository itself.
 CREATE OR REPLACE MACRO ember_shapes_text(shapes) AS
     array_to_string(
         list_transform(
@@ -26,3 +30,10 @@ CREATE OR REPLACE MACRO ember_key(key, shapes, statics) AS
         || CASE WHEN len(coalesce(statics, [])) > 0 THEN ' | ' || ember_statics_text(statics) ELSE '' END);
 CREATE OR REPLACE MACRO ember_at(wall_time_ns, ts_ns) AS
     make_timestamp_ns(wall_time_ns + ts_ns);
+CREATE OR REPLACE MACRO ember_hub_parts(source) AS
+    CASE WHEN regexp_matches(source, '^hf://[^/@]+(/[^/@]+)?@')
+        THEN regexp_extract(source,
+            '^hf://([^/@]+(?:/[^/@]+)?)@(?:refs/pr/[0-9]+|refs/convert/\w+|[^/]*)(?:/(.+))?$',
+            ['repo', 'path'])
+        ELSE regexp_extract(source, '^hf://([^/]+/[^/]+)(?:/(.+))?$', ['repo', 'path'])
+    END;

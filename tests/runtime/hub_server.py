@@ -1,7 +1,8 @@
 """A small Hugging Face Hub on 127.0.0.1 for tests: the endpoints ``huggingface_hub`` calls.
 
 * ``GET /api/models/{owner}/{repo}/revision/{rev}[?blobs=True]``: the model info with
-  ``sha`` and ``siblings`` (``rfilename``, ``size``, ``blobId``, ``lfs``).
+  ``sha`` and ``siblings`` (``rfilename``, ``size``, ``blobId``, ``lfs``). A one-part
+  repository id (``gpt2``) works in every route too.
 * ``HEAD``/``GET /{owner}/{repo}/resolve/{rev}/{path}``: a regular file answers 200 with
   ``ETag`` (its git blob id), ``X-Repo-Commit`` and the bytes; an LFS file answers 302 to
   the CDN with ``X-Linked-Etag`` (its sha256), ``X-Linked-Size`` and ``X-Repo-Commit``, as
@@ -178,10 +179,15 @@ class LocalHub:
         if self.outage is not None:
             return self.outage, {"Content-Type": "text/plain"}, b"the Hub is down"
         parts = path.lstrip("/").split("/")
-        if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "revision":
-            return self._model_info(f"{parts[2]}/{parts[3]}", unquote("/".join(parts[5:])))
-        if len(parts) >= 5 and parts[2] == "resolve":
-            return self._resolve(f"{parts[0]}/{parts[1]}", unquote(parts[3]), parts[4:])
+        # an id is 'owner/name' or, like 'gpt2', one part: the word after it says which
+        if parts[:2] == ["api", "models"]:
+            for n in (2, 1):
+                if len(parts) >= 4 + n and parts[2 + n] == "revision":
+                    repo_id = "/".join(parts[2 : 2 + n])
+                    return self._model_info(repo_id, unquote("/".join(parts[3 + n :])))
+        for n in (2, 1):
+            if len(parts) >= 3 + n and parts[n] == "resolve":
+                return self._resolve("/".join(parts[:n]), unquote(parts[n + 1]), parts[n + 2 :])
         return 404, {}, b"not found"
 
     def _model_info(self, repo_id: str, revision: str) -> tuple[int, dict, bytes]:

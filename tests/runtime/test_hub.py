@@ -137,9 +137,18 @@ def _first_load(local_hub) -> tuple[Path, str]:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("hf://acme/tiny-mlp/onnx/model.onnx", ("acme/tiny-mlp", "onnx/model.onnx")),
-        (("hf", "acme/tiny-mlp", "model.onnx"), ("acme/tiny-mlp", "model.onnx")),
-        (("hf", "gpt2", "onnx/decoder.onnx"), ("gpt2", "onnx/decoder.onnx")),
+        ("hf://acme/tiny-mlp/onnx/model.onnx", ("acme/tiny-mlp", "onnx/model.onnx", None)),
+        (("hf", "acme/tiny-mlp", "model.onnx"), ("acme/tiny-mlp", "model.onnx", None)),
+        (("hf", "gpt2", "onnx/decoder.onnx"), ("gpt2", "onnx/decoder.onnx", None)),
+        # a revision in the text, as in huggingface_hub's hf://<id>[@<revision>]/<path>
+        ("hf://gpt2@main/onnx/decoder.onnx", ("gpt2", "onnx/decoder.onnx", "main")),
+        ("hf://acme/tiny-mlp@v1.0/onnx/model.onnx", ("acme/tiny-mlp", "onnx/model.onnx", "v1.0")),
+        (
+            "hf://acme/tiny-mlp@refs%2Fpr%2F1/model.onnx",
+            ("acme/tiny-mlp", "model.onnx", "refs/pr/1"),
+        ),
+        ("hf://acme/tiny-mlp@refs/pr/1/model.onnx", ("acme/tiny-mlp", "model.onnx", "refs/pr/1")),
+        ("hf://acme/tiny-mlp/model@v2.onnx", ("acme/tiny-mlp", "model@v2.onnx", None)),
         ("model.onnx", None),
         (Path("hf:/x/y/z.onnx"), None),
         (("local", "a", "b"), None),
@@ -147,6 +156,25 @@ def _first_load(local_hub) -> tuple[Path, str]:
 )
 def test_parse_hub_source(source, expected):
     assert parse_hub_source(source) == expected
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "path", "revision", "text"),
+    [
+        ("acme/tiny-mlp", "onnx/model.onnx", "main", "hf://acme/tiny-mlp/onnx/model.onnx"),
+        ("acme/tiny-mlp", None, "v1", "hf://acme/tiny-mlp"),
+        # a one-part id: only the '@' says where it ends
+        ("gpt2", "onnx/decoder.onnx", "main", "hf://gpt2@main/onnx/decoder.onnx"),
+        ("gpt2", "model.onnx", "refs/pr/1", "hf://gpt2@refs%2Fpr%2F1/model.onnx"),
+        ("gpt2", None, "main", "hf://gpt2@main"),
+    ],
+)
+def test_hub_source_text_reads_back_to_the_same_file(repo_id, path, revision, text):
+    assert hub.hub_source(repo_id, path, revision) == text
+    if path is not None:
+        assert parse_hub_source(text)[:2] == (repo_id, path)
+        named = hub.hub_source(repo_id, path, revision, with_revision=True)
+        assert parse_hub_source(named) == (repo_id, path, revision)
 
 
 @pytest.mark.parametrize(
@@ -161,6 +189,11 @@ def test_parse_hub_source(source, expected):
         ("hf://acme/tiny-mlp/a//b.onnx", "the part ''"),
         ("hf://acme/tiny-mlp/./model.onnx", "the part '.'"),
         ("hf://acme/tiny-mlp", "give the repository and the file"),
+        ("hf://gpt2@main", "give the repository and the file"),
+        ("hf://gpt2", "give the repository and the file"),
+        ("hf://acme/tiny-mlp@/model.onnx", "give a branch, a tag or a commit"),
+        ("hf://acme/tiny-mlp@..%2F..%2Fx/model.onnx", "not a branch, tag or commit"),
+        ("hf://acme/tiny-mlp@v1/../model.onnx", "the part '..'"),
         ("hf://../tiny-mlp/model.onnx", "the part '..'"),
         ("hf://acme/tiny--mlp/model.onnx", "'--'"),
         (("hf", "acme/x/y", "model.onnx"), "more than 'owner/repo'"),

@@ -36,3 +36,32 @@ def test_hub_source_loads_with_external_data_and_names_the_source(hub_endpoint, 
     assert [s["source"] for s in starts] == [source, source]
     stops = ember_events.of("ember.load.stop")
     assert stops[0]["node_count"] == 2 and stops[0]["opset"] == 17
+
+
+def test_one_part_repository_id_round_trips_through_model_source(hub_endpoint, ember_events):
+    hub_endpoint.publish("gpt2", _model_files(scale=3.0), lfs={MODEL, "onnx/model.onnx.data"})
+    model = rt.load(("hf", "gpt2", MODEL))
+    # 'hf://gpt2/onnx/model.onnx' would read as the repository 'gpt2/onnx'
+    assert model.source == f"hf://gpt2@main/{MODEL}"
+    again = rt.load(model.source)
+    assert again.source == model.source and again.folder == model.folder
+    x = np.ones((1, 8), dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(rt.run(again, x=x)["y"]), _expected(x, 3.0), rtol=1e-6)
+    assert [s["source"] for s in ember_events.of("ember.load.start")] == [model.source] * 2
+
+
+def test_revision_named_in_the_source(hub_endpoint, ember_events):
+    branch = "refs/pr/1"
+    hub_endpoint.publish(
+        REPO, _model_files(scale=2.0), lfs={MODEL, "onnx/model.onnx.data"}, branch=branch
+    )
+    source = f"hf://{REPO}@refs%2Fpr%2F1/{MODEL}"
+    model = rt.load(source)
+    assert model.source == source  # the revision stays: loading model.source gives this file
+    x = np.ones((1, 8), dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(rt.run(model, x=x)["y"]), _expected(x, 2.0), rtol=1e-6)
+    main = rt.load(f"hf://{REPO}/{MODEL}")
+    np.testing.assert_allclose(np.asarray(rt.run(main, x=x)["y"]), _expected(x), rtol=1e-6)
+    assert rt.load(source, revision=branch).folder == model.folder
+    with pytest.raises(ValueError, match=r"names revision 'refs/pr/1'.*revision='main'"):
+        rt.load(source, revision="main")
