@@ -51,13 +51,24 @@ c AS MATERIALIZED (
 re AS MATERIALIZED (
     SELECT row_number() OVER () AS rid, * FROM c WHERE compile_index > 1
 ),
+named AS (
+    SELECT rid, shapes, previous_shapes,
+        list_transform(shapes, lambda a: a.name)
+            = list_transform(previous_shapes, lambda a: a.name) AS same_names
+    FROM re WHERE position IS NOT NULL
+),
 cur_args AS (
-    SELECT rid, unnest(shapes) AS arg FROM re WHERE position IS NOT NULL
+    SELECT rid, unnest(shapes) AS arg FROM named WHERE NOT coalesce(same_names, false)
 ),
 prev_args AS (
-    SELECT rid, unnest(previous_shapes) AS arg FROM re WHERE position IS NOT NULL
+    SELECT rid, unnest(previous_shapes) AS arg FROM named WHERE NOT coalesce(same_names, false)
 ),
 arg_pairs AS MATERIALIZED (
+    -- the same arguments as the previous compile, in the same order (the usual case):
+    -- paired by position; otherwise by name
+    SELECT rid, unnest(shapes) AS arg, unnest(previous_shapes) AS prev
+    FROM named WHERE same_names
+    UNION ALL
     SELECT coalesce(cu.rid, pr.rid) AS rid, cu.arg AS arg, pr.arg AS prev
     FROM cur_args cu
     FULL JOIN prev_args pr ON pr.rid = cu.rid AND pr.arg.name = cu.arg.name
