@@ -1,0 +1,710 @@
+"""The ``ai.onnx.ml`` ops: label encoding, binarizing, feature extraction and tree ensembles.
+
+String tensors live on the host as numpy object arrays, so a ``LabelEncoder`` whose keys or
+values are strings maps with a dictionary there; numeric maps and the other ops are
+jax.numpy/lax and trace under ``jax.jit``.
+
+A tree ensemble is evaluated for all samples and all trees at once. The nodes of every tree
+form one table whose leaves are rows that lead to themselves; each step of a
+``lax.fori_loop`` moves every (sample, tree) pair one level down by gathers, for as many
+steps as the deepest tree has levels, and the leaves reached are then aggregated per target
+by scatters. The tables are built on the host from the attributes at each call (they are
+static, so under ``jax.jit`` this happens once per trace).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import is_host, op, xp
+
+ML = "ai.onnx.ml"
+
+Array = Any
+
+
+def _host(value: Array) -> Array:
+    """numpy ufuncs on 0-d arrays return scalars; keep host values ndarrays."""
+    return np.asarray(value) if isinstance(value, np.generic) else value
+
+
+def _is_strings(value: Array) -> bool:
+    return np.dtype(value.dtype).kind in "OUS"
+
+
+# ---------------------------------------------------------------------------------------------
+# LabelEncoder
+
+
+def _one_of(op_type: str, kind: str, **candidates: Any) -> np.ndarray:
+    """The one attribute of ``candidates`` that is set, as a 1-D array."""
+    given = {name: v for name, v in candidates.items() if v is not None}
+    names = ", ".join(candidates)
+    if len(given) != 1:
+        which = "none" if not given else " and ".join(sorted(given))
+        raise ValueError(
+            f"{op_type} sets {which} of its {kind} attributes; the spec needs exactly one of "
+            f"{names}: fix the node's attributes in the model"
+        )
+    ((name, value),) = given.items()
+    if name.endswith("_strings"):
+        return np.asarray(list(value), dtype=object)
+    if name.endswith("_int64s"):
+        return np.asarray(value, dtype=np.int64)
+    if name.endswith("_floats"):
+        return np.asarray(value, dtype=np.float32)
+    array = np.asarray(value).reshape(-1)
+    return array.astype(object) if _is_strings(array) else array
+
+
+def _encode(X: Array, keys: np.ndarray, values: np.ndarray, default: Any, op_type: str) -> Array:
+    """Each element of X replaced by the value of its key (the last one when keys repeat)."""
+    if len(keys) != len(values):
+        raise ValueError(
+            f"{op_type} has {len(keys)} keys but {len(values)} values; the keys_* and "
+            "values_* attributes must have the same length"
+        )
+    if _is_strings(keys) != _is_strings(X):
+        raise ValueError(
+            f"{op_type} keys are {'strings' if _is_strings(keys) else 'numbers'} but its input "
+            f"is {X.dtype}; the input's element type must be the keys' type"
+        )
+    if not _is_strings(keys):
+        keys = keys.astype(X.dtype)
+    table: dict[Any, Any] = {}
+    nan_value = None
+    for k, v in zip(keys.tolist(), values.tolist(), strict=True):
+        if isinstance(k, float) and k != k:
+            nan_value = v  # a NaN key matches every NaN input
+        else:
+            table[k] = v
+    if _is_strings(keys) or _is_strings(values):
+        # strings only live on the host; a traced input stops the trace here (a graph break)
+        x = np.asarray(X)
+        flat = x.reshape(-1).tolist()
+        out = [
+            nan_value if nan_value is not None and k != k else table.get(k, default) for k in flat
+        ]
+        return np.asarray(out, dtype=values.dtype).reshape(x.shape)
+    m = xp(X)
+    out = m.full(X.shape, default, dtype=values.dtype)
+    if table:
+        sorted_keys = np.asarray(sorted(table), dtype=X.dtype)
+        sorted_values = np.asarray([table[k] for k in sorted(table)], dtype=values.dtype)
+        at = m.clip(m.searchsorted(sorted_keys, X), 0, len(sorted_keys) - 1)
+        hit = m.take(sorted_keys, at) == X
+        out = m.where(hit, m.take(sorted_values, at), out)
+    if nan_value is not None:
+        out = m.where(m.isnan(X), m.asarray(nan_value, dtype=values.dtype), out)
+    return _host(out)
+
+
+@op("LabelEncoder", domain=ML)
+def label_encoder_v1(
+    X: Array,
+    *,
+    classes_strings: list[str] | None = None,
+    default_int64: int = -1,
+    default_string: str = "_Unused",
+) -> Array:
+    classes = np.asarray(list(classes_strings or []), dtype=object)
+    if _is_strings(X):  # a string maps to its position among the classes
+        positions = np.arange(len(classes), dtype=np.int64)
+        return _encode(X, classes, positions, np.int64(default_int64), "LabelEncoder")
+    positions = np.arange(len(classes), dtype=np.int64)
+    return _encode(X, positions, classes, default_string, "LabelEncoder")
+
+
+@op("LabelEncoder", since=2, domain=ML)
+def label_encoder(
+    X: Array,
+    *,
+    keys_floats: list[float] | None = None,
+    keys_int64s: list[int] | None = None,
+    keys_strings: list[str] | None = None,
+    keys_tensor: np.ndarray | None = None,
+    values_floats: list[float] | None = None,
+    values_int64s: list[int] | None = None,
+    values_strings: list[str] | None = None,
+    values_tensor: np.ndarray | None = None,
+    default_float: float = -0.0,
+    default_int64: int = -1,
+    default_string: str = "_Unused",
+    default_tensor: np.ndarray | None = None,
+) -> Array:
+    keys = _one_of(
+        "LabelEncoder",
+        "keys_*",
+        keys_floats=keys_floats,
+        keys_int64s=keys_int64s,
+        keys_strings=keys_strings,
+        keys_tensor=keys_tensor,
+    )
+    values = _one_of(
+        "LabelEncoder",
+        "values_*",
+        values_floats=values_floats,
+        values_int64s=values_int64s,
+        values_strings=values_strings,
+        values_tensor=values_tensor,
+    )
+    if default_tensor is not None:
+        default = np.asarray(default_tensor).reshape(-1)
+        if default.size != 1:
+            raise ValueError(
+                f"LabelEncoder's default_tensor has {default.size} elements; it must hold one"
+            )
+        default = default[0]
+    elif _is_strings(values):
+        default = default_string
+    elif values.dtype.kind in "iu":
+        default = default_int64
+    else:
+        default = default_float
+    default = np.asarray(default).astype(values.dtype)[()]
+    return _encode(X, keys, values, default, "LabelEncoder")
+
+
+# ---------------------------------------------------------------------------------------------
+# Binarizer, ArrayFeatureExtractor
+
+
+@op("Binarizer", domain=ML)
+def binarizer(X: Array, *, threshold: float = 0.0) -> Array:
+    m = xp(X)
+    # NaN stays NaN (it is neither above nor at most the threshold), as onnxruntime does
+    out = m.where(X > threshold, 1, 0).astype(X.dtype)
+    if np.dtype(X.dtype).kind == "f":
+        out = m.where(m.isnan(X), X, out)
+    return _host(out)
+
+
+@op("ArrayFeatureExtractor", domain=ML)
+def array_feature_extractor(X: Array, Y: Array) -> Array:
+    """``X[..., Y]`` with Y's indices flattened; a 1-D X gives one row ``[1, len(Y)]``."""
+    n = X.shape[-1]
+    if is_host(Y):
+        indices = np.asarray(Y, dtype=np.int64).reshape(-1)
+        bad = indices[(indices < 0) | (indices >= n)]
+        if bad.size:
+            raise ValueError(
+                f"ArrayFeatureExtractor index {int(bad[0])} is outside the last axis of X "
+                f"(size {n}); indices must be in [0, {n})"
+            )
+    m = np if _is_strings(X) else xp(X, Y)
+    if m is np:
+        X, Y = np.asarray(X), np.asarray(Y)
+    out = m.take(X, Y.reshape(-1), axis=-1)
+    if X.ndim == 1:
+        out = out.reshape(1, -1)
+    return _host(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# tree ensembles
+
+_MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ")
+_MEMBER = 6  # TreeEnsemble's BRANCH_MEMBER
+_AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
+
+
+@dataclass(frozen=True)
+class _Forest:
+    """All trees as one table of R rows: interior nodes, then leaves leading to themselves."""
+
+    feature: np.ndarray  # [R] feature each row compares
+    threshold: np.ndarray  # [R] float64
+    mode: np.ndarray  # [R] 0..6 (see _MODES, _MEMBER)
+    missing_true: np.ndarray  # [R] bool: a NaN feature takes the true branch
+    true_next: np.ndarray  # [R] row reached when the comparison holds
+    false_next: np.ndarray  # [R]
+    members: np.ndarray  # [R, M] float64 NaN-padded sets of BRANCH_MEMBER rows
+    roots: np.ndarray  # [n_trees]
+    depth: int  # steps from the roots until every path has reached a leaf
+    targets: np.ndarray  # [R, K] target of each of a row's up to K leaf weights
+    weights: np.ndarray  # [R, K] float64 (0 where absent)
+    has_weight: np.ndarray  # [R, K] bool
+    n_targets: int
+
+
+def _enum(op_type: str, attr: str, value: Any, names: tuple[str, ...]) -> int:
+    """An enum attribute (its int code or its name) as its int code."""
+    if isinstance(value, str) and value in names:
+        return names.index(value)
+    if isinstance(value, int) and 0 <= value < len(names):
+        return value
+    choices = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
+    raise ValueError(
+        f"{op_type} has {attr}={value!r}, which is not one of {choices}; "
+        "fix the attribute in the model"
+    )
+
+
+def _depth(op_type: str, n_interior: int, roots: np.ndarray, t: np.ndarray, f: np.ndarray) -> int:
+    """Levels of interior nodes on the longest path from a root (rows >= n_interior are leaves)."""
+    frontier = np.unique(roots)
+    depth = 0
+    while frontier.size:
+        depth += 1
+        if depth > n_interior:
+            raise ValueError(
+                f"{op_type}'s nodes form a cycle (a path from a root visits more than "
+                f"{n_interior} interior nodes); check the nodes_truenodeids/nodes_falsenodeids"
+            )
+        children = np.unique(np.concatenate([t[frontier], f[frontier]]))
+        frontier = children[children < n_interior]
+    return depth
+
+
+def _members(op_type: str, mode: np.ndarray, membership_values: Any, n_rows: int) -> np.ndarray:
+    member_rows = np.flatnonzero(mode == _MEMBER)
+    if not member_rows.size:
+        return np.full((n_rows, 1), np.nan)
+    if membership_values is None:
+        raise ValueError(
+            f"{op_type} has BRANCH_MEMBER nodes but no membership_values; give the sets of "
+            "those nodes in membership_values, in node order, separated by NaN"
+        )
+    flat = np.asarray(membership_values, dtype=np.float64).reshape(-1)
+    cuts = np.flatnonzero(np.isnan(flat))
+    sets = np.split(flat, cuts)
+    sets = [s[~np.isnan(s)] for s in sets]
+    if sets and not sets[-1].size and len(sets) > member_rows.size:
+        sets = sets[:-1]  # a trailing NaN closes the last set
+    if len(sets) != member_rows.size:
+        raise ValueError(
+            f"{op_type} has {member_rows.size} BRANCH_MEMBER nodes but membership_values holds "
+            f"{len(sets)} NaN-separated sets; give one set per BRANCH_MEMBER node"
+        )
+    width = max(1, max(s.size for s in sets))
+    members = np.full((n_rows, width), np.nan)
+    for row, s in zip(member_rows, sets, strict=True):
+        members[row, : s.size] = s
+    return members
+
+
+def _check_range(op_type: str, attr: str, values: np.ndarray, n: int) -> None:
+    bad = values[(values < 0) | (values >= n)]
+    if bad.size:
+        raise ValueError(
+            f"{op_type}'s {attr} holds {int(bad[0])}, outside [0, {n}); "
+            "fix the attribute in the model"
+        )
+
+
+def _forest_v5(
+    tree_roots: list[int],
+    nodes_featureids: list[int],
+    nodes_modes: np.ndarray,
+    nodes_splits: np.ndarray,
+    nodes_truenodeids: list[int],
+    nodes_trueleafs: list[int],
+    nodes_falsenodeids: list[int],
+    nodes_falseleafs: list[int],
+    nodes_missing_value_tracks_true: list[int] | None,
+    membership_values: np.ndarray | None,
+    leaf_targetids: list[int],
+    leaf_weights: np.ndarray,
+    n_targets: int | None,
+) -> _Forest:
+    name = "TreeEnsemble"
+    n = len(nodes_featureids)
+    n_leaves = len(leaf_targetids)
+    columns = {
+        "nodes_modes": np.asarray(nodes_modes).reshape(-1),
+        "nodes_splits": np.asarray(nodes_splits).reshape(-1),
+        "nodes_truenodeids": nodes_truenodeids,
+        "nodes_trueleafs": nodes_trueleafs,
+        "nodes_falsenodeids": nodes_falsenodeids,
+        "nodes_falseleafs": nodes_falseleafs,
+    }
+    if nodes_missing_value_tracks_true:
+        columns["nodes_missing_value_tracks_true"] = nodes_missing_value_tracks_true
+    for attr, column in columns.items():
+        if len(column) != n:
+            raise ValueError(
+                f"{name} has {n} nodes_featureids but {len(column)} {attr}; "
+                "all nodes_* attributes must have the same length"
+            )
+    weights = np.asarray(leaf_weights, dtype=np.float64).reshape(-1)
+    if weights.size != n_leaves:
+        raise ValueError(
+            f"{name} has {n_leaves} leaf_targetids but {weights.size} leaf_weights; "
+            "the leaf_* attributes must have the same length"
+        )
+    mode = np.concatenate([columns["nodes_modes"].astype(np.int64), np.zeros(n_leaves, np.int64)])
+    bad_modes = mode[(mode < 0) | (mode > _MEMBER)]
+    if bad_modes.size:
+        raise ValueError(
+            f"{name} has nodes_modes value {int(bad_modes[0])}; the modes are 0 (BRANCH_LEQ) "
+            "to 6 (BRANCH_MEMBER)"
+        )
+    rows = n + n_leaves
+    leaf_rows = np.arange(n, rows)
+
+    def nexts(ids: list[int], leafs: list[int], attr: str) -> np.ndarray:
+        ids_a = np.asarray(ids, np.int64)
+        is_leaf = np.asarray(leafs, bool)
+        _check_range(name, attr, ids_a[is_leaf], n_leaves)
+        _check_range(name, attr, ids_a[~is_leaf], n)
+        return np.concatenate([np.where(is_leaf, n + ids_a, ids_a), leaf_rows])
+
+    targets = np.asarray(leaf_targetids, np.int64)
+    n_targets = int(n_targets) if n_targets else int(targets.max(initial=-1)) + 1
+    _check_range(name, "leaf_targetids", targets, n_targets)
+    roots = np.asarray(tree_roots, np.int64)
+    _check_range(name, "tree_roots", roots, n)
+    true_next = nexts(nodes_truenodeids, nodes_trueleafs, "nodes_truenodeids")
+    false_next = nexts(nodes_falsenodeids, nodes_falseleafs, "nodes_falsenodeids")
+    missing = np.zeros(rows, bool)
+    if nodes_missing_value_tracks_true:
+        missing[:n] = np.asarray(nodes_missing_value_tracks_true, bool)
+    has_weight = np.zeros((rows, 1), bool)
+    has_weight[n:] = True
+    return _Forest(
+        feature=np.concatenate([np.asarray(nodes_featureids, np.int64), np.zeros(n_leaves, int)]),
+        threshold=np.concatenate([columns["nodes_splits"].astype(np.float64), np.zeros(n_leaves)]),
+        mode=mode,
+        missing_true=missing,
+        true_next=true_next,
+        false_next=false_next,
+        members=_members(name, mode, membership_values, rows),
+        roots=roots,
+        depth=_depth(name, n, roots, true_next, false_next),
+        targets=np.concatenate([np.zeros(n, np.int64), targets])[:, None],
+        weights=np.concatenate([np.zeros(n), weights])[:, None],
+        has_weight=has_weight,
+        n_targets=n_targets,
+    )
+
+
+def _forest_v1(
+    op_type: str,
+    nodes_treeids: list[int] | None,
+    nodes_nodeids: list[int] | None,
+    nodes_featureids: list[int] | None,
+    nodes_modes: list[str] | None,
+    nodes_values: np.ndarray,
+    nodes_truenodeids: list[int] | None,
+    nodes_falsenodeids: list[int] | None,
+    nodes_missing_value_tracks_true: list[int] | None,
+    weight_treeids: list[int] | None,
+    weight_nodeids: list[int] | None,
+    weight_targetids: list[int] | None,
+    weights: np.ndarray,
+    n_targets: int,
+    prefix: str,
+) -> _Forest:
+    """The forest of ``TreeEnsembleRegressor``/``Classifier``: nodes named by (tree, node id),
+    with ``LEAF`` rows among them and leaf weights given per (tree, node id, target)."""
+    tree_ids = np.asarray(nodes_treeids or [], np.int64)
+    node_ids = np.asarray(nodes_nodeids or [], np.int64)
+    rows = tree_ids.size
+    columns = {
+        "nodes_nodeids": node_ids,
+        "nodes_featureids": nodes_featureids or [],
+        "nodes_modes": nodes_modes or [],
+        "nodes_values": nodes_values,
+        "nodes_truenodeids": nodes_truenodeids or [],
+        "nodes_falsenodeids": nodes_falsenodeids or [],
+    }
+    if nodes_missing_value_tracks_true:
+        columns["nodes_missing_value_tracks_true"] = nodes_missing_value_tracks_true
+    for attr, column in columns.items():
+        if len(column) != rows:
+            raise ValueError(
+                f"{op_type} has {rows} nodes_treeids but {len(column)} {attr}; "
+                "all nodes_* attributes must have the same length"
+            )
+    row_of = {
+        (t, i): r for r, (t, i) in enumerate(zip(tree_ids.tolist(), node_ids.tolist(), strict=True))
+    }
+    is_leaf = np.asarray([m == "LEAF" for m in nodes_modes or []], bool)
+    mode = np.asarray(
+        [0 if m == "LEAF" else _enum(op_type, "nodes_modes", m, _MODES) for m in nodes_modes or []],
+        np.int64,
+    )
+
+    def nexts(children: list[int], attr: str) -> np.ndarray:
+        out = np.arange(rows)
+        for r, (t, child) in enumerate(zip(tree_ids.tolist(), children, strict=True)):
+            if is_leaf[r]:
+                continue
+            if (t, child) not in row_of:
+                raise ValueError(
+                    f"{op_type}'s {attr} names node {child} of tree {t}, which is not among "
+                    "nodes_treeids/nodes_nodeids; fix the attribute in the model"
+                )
+            out[r] = row_of[(t, child)]
+        return out
+
+    true_next = nexts(nodes_truenodeids or [], "nodes_truenodeids")
+    false_next = nexts(nodes_falsenodeids or [], "nodes_falsenodeids")
+    # a tree's root is its node that no other node leads to
+    child = np.zeros(rows, bool)
+    interior = ~is_leaf
+    child[true_next[interior]] = True
+    child[false_next[interior]] = True
+    roots = []
+    for t in dict.fromkeys(tree_ids.tolist()):
+        candidates = np.flatnonzero((tree_ids == t) & ~child)
+        roots.append(candidates[0] if candidates.size else np.flatnonzero(tree_ids == t)[0])
+    roots_a = np.asarray(roots, np.int64)
+    # _depth wants leaves after interior rows: walk with the leaf rows mapped past the end
+    order = np.argsort(is_leaf, kind="stable")
+    rank = np.empty(rows, np.int64)
+    rank[order] = np.arange(rows)
+    n_interior = int(interior.sum())
+    walk_true, walk_false = rank[true_next][order], rank[false_next][order]
+    depth = _depth(op_type, n_interior, rank[roots_a], walk_true, walk_false)
+
+    w_tree = np.asarray(weight_treeids or [], np.int64)
+    w_node = np.asarray(weight_nodeids or [], np.int64)
+    w_target = np.asarray(weight_targetids or [], np.int64)
+    w = np.asarray(weights, np.float64).reshape(-1)
+    for attr, column in ((f"{prefix}_nodeids", w_node), (f"{prefix}_ids", w_target)):
+        if len(column) != len(w_tree):
+            raise ValueError(
+                f"{op_type} has {len(w_tree)} {prefix}_treeids but {len(column)} {attr}; "
+                f"all {prefix}_* attributes must have the same length"
+            )
+    if w.size != w_tree.size:
+        raise ValueError(
+            f"{op_type} has {w_tree.size} {prefix}_treeids but {w.size} weights; "
+            f"all {prefix}_* attributes must have the same length"
+        )
+    _check_range(op_type, f"{prefix}_ids", w_target, n_targets)
+    per_row: list[list[tuple[int, float]]] = [[] for _ in range(rows)]
+    for t, i, target, value in zip(
+        w_tree.tolist(), w_node.tolist(), w_target.tolist(), w.tolist(), strict=True
+    ):
+        if (t, i) not in row_of:
+            raise ValueError(
+                f"{op_type}'s {prefix}_nodeids names node {i} of tree {t}, which is not among "
+                "nodes_treeids/nodes_nodeids; fix the attribute in the model"
+            )
+        per_row[row_of[(t, i)]].append((target, float(value)))
+    width = max(1, max(len(p) for p in per_row)) if rows else 1
+    targets = np.zeros((rows, width), np.int64)
+    leaf_weights = np.zeros((rows, width))
+    has_weight = np.zeros((rows, width), bool)
+    for r, entries in enumerate(per_row):
+        for k, (target, value) in enumerate(entries):
+            targets[r, k], leaf_weights[r, k], has_weight[r, k] = target, value, True
+    missing = np.zeros(rows, bool)
+    if nodes_missing_value_tracks_true:
+        missing[:] = np.asarray(nodes_missing_value_tracks_true, bool)
+    return _Forest(
+        feature=np.asarray(nodes_featureids or [], np.int64),
+        threshold=np.asarray(nodes_values, np.float64).reshape(-1),
+        mode=mode,
+        missing_true=missing,
+        true_next=true_next,
+        false_next=false_next,
+        members=np.full((rows, 1), np.nan),
+        roots=roots_a,
+        depth=depth,
+        targets=targets,
+        weights=leaf_weights,
+        has_weight=has_weight,
+        n_targets=n_targets,
+    )
+
+
+def _leaves(forest: _Forest, x: Array) -> Array:
+    """[N, n_trees] row of the leaf each sample reaches in each tree."""
+    f = forest
+    n = x.shape[0]
+    dtype = x.dtype
+    feature = jnp.asarray(f.feature)
+    threshold = jnp.asarray(f.threshold, dtype)
+    mode = jnp.asarray(f.mode)
+    missing_true = jnp.asarray(f.missing_true)
+    true_next, false_next = jnp.asarray(f.true_next), jnp.asarray(f.false_next)
+    members = jnp.asarray(f.members, dtype)
+    any_member = bool((f.mode == _MEMBER).any())
+
+    def step(_: Any, rows: Array) -> Array:
+        value = jnp.take_along_axis(x, feature[rows], axis=1)
+        split = threshold[rows]
+        m = mode[rows]
+        holds = jnp.select(
+            [m == 0, m == 1, m == 2, m == 3, m == 4, m == 5],
+            [
+                value <= split,
+                value < split,
+                value >= split,
+                value > split,
+                value == split,
+                value != split,
+            ],
+            default=False,
+        )
+        if any_member:
+            in_set = (members[rows] == value[..., None]).any(axis=-1)
+            holds = jnp.where(m == _MEMBER, in_set, holds)
+        holds = holds | (missing_true[rows] & jnp.isnan(value))
+        return jnp.where(holds, true_next[rows], false_next[rows])
+
+    start = jnp.broadcast_to(jnp.asarray(f.roots), (n, f.roots.size))
+    return lax.fori_loop(0, f.depth, step, start)
+
+
+def _aggregate(forest: _Forest, leaves: Array, aggregate: int, dtype: Any) -> Array:
+    """[N, n_targets] scores: each target's leaf weights over the trees."""
+    f = forest
+    n = leaves.shape[0]
+    targets = jnp.asarray(f.targets)[leaves]  # [N, trees, K]
+    weights = jnp.asarray(f.weights, dtype)[leaves]
+    has = jnp.asarray(f.has_weight)[leaves]
+    samples = jnp.broadcast_to(jnp.arange(n)[:, None, None], targets.shape)
+    scores = jnp.zeros((n, f.n_targets), dtype)
+    if aggregate in (0, 1):  # AVERAGE, SUM
+        scores = scores.at[samples, targets].add(jnp.where(has, weights, 0))
+        return scores / f.roots.size if aggregate == 0 else scores
+    seen = jnp.zeros((n, f.n_targets), bool).at[samples, targets].max(has)
+    if aggregate == 2:  # MIN
+        best = jnp.full((n, f.n_targets), jnp.inf, dtype)
+        best = best.at[samples, targets].min(jnp.where(has, weights, jnp.inf))
+    else:  # MAX
+        best = jnp.full((n, f.n_targets), -jnp.inf, dtype)
+        best = best.at[samples, targets].max(jnp.where(has, weights, -jnp.inf))
+    return jnp.where(seen, best, 0)
+
+
+def _post_transform(scores: Array, transform: int) -> Array:
+    if transform == 1:  # SOFTMAX
+        return jax.nn.softmax(scores, axis=-1)
+    if transform == 2:  # LOGISTIC
+        return jax.nn.sigmoid(scores)
+    if transform == 3:  # SOFTMAX_ZERO: zeros stay zero and take no share
+        nonzero = scores != 0
+        peak = jnp.max(jnp.where(nonzero, scores, -jnp.inf), axis=-1, keepdims=True)
+        e = jnp.where(nonzero, jnp.exp(scores - jnp.where(jnp.isfinite(peak), peak, 0)), 0)
+        total = e.sum(axis=-1, keepdims=True)
+        return jnp.where(total > 0, e / jnp.where(total > 0, total, 1), 0)
+    if transform == 4:  # PROBIT
+        return jnp.sqrt(2.0).astype(scores.dtype) * jax.scipy.special.erfinv(2 * scores - 1)
+    return scores
+
+
+def _features(X: Array) -> tuple[Array, Any]:
+    """X as [N, F] in the type comparisons and sums are made in (float64 for double)."""
+    x = jnp.asarray(X)
+    dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    x = x.astype(dtype)
+    return (x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)), dtype
+
+
+@op("TreeEnsemble", since=5, domain=ML)
+def tree_ensemble(
+    X: Array,
+    *,
+    tree_roots: list[int],
+    nodes_featureids: list[int],
+    nodes_modes: np.ndarray,
+    nodes_splits: np.ndarray,
+    nodes_truenodeids: list[int],
+    nodes_trueleafs: list[int],
+    nodes_falsenodeids: list[int],
+    nodes_falseleafs: list[int],
+    leaf_targetids: list[int],
+    leaf_weights: np.ndarray,
+    n_targets: int | None = None,
+    aggregate_function: int = 1,
+    post_transform: int = 0,
+    nodes_missing_value_tracks_true: list[int] | None = None,
+    membership_values: np.ndarray | None = None,
+    nodes_hitrates: np.ndarray | None = None,
+) -> Array:
+    aggregate = _enum("TreeEnsemble", "aggregate_function", aggregate_function, _AGGREGATES)
+    transform = _enum("TreeEnsemble", "post_transform", post_transform, _TRANSFORMS)
+    forest = _forest_v5(
+        tree_roots,
+        nodes_featureids,
+        nodes_modes,
+        nodes_splits,
+        nodes_truenodeids,
+        nodes_trueleafs,
+        nodes_falsenodeids,
+        nodes_falseleafs,
+        nodes_missing_value_tracks_true,
+        membership_values,
+        leaf_targetids,
+        leaf_weights,
+        n_targets,
+    )
+    x, dtype = _features(X)
+    scores = _aggregate(forest, _leaves(forest, x), aggregate, dtype)
+    return _post_transform(scores, transform).astype(X.dtype)
+
+
+@op("TreeEnsembleRegressor", domain=ML)
+def tree_ensemble_regressor(
+    X: Array,
+    *,
+    nodes_treeids: list[int] | None = None,
+    nodes_nodeids: list[int] | None = None,
+    nodes_featureids: list[int] | None = None,
+    nodes_modes: list[str] | None = None,
+    nodes_values: list[float] | None = None,
+    nodes_values_as_tensor: np.ndarray | None = None,
+    nodes_truenodeids: list[int] | None = None,
+    nodes_falsenodeids: list[int] | None = None,
+    nodes_missing_value_tracks_true: list[int] | None = None,
+    nodes_hitrates: list[float] | None = None,
+    nodes_hitrates_as_tensor: np.ndarray | None = None,
+    target_treeids: list[int] | None = None,
+    target_nodeids: list[int] | None = None,
+    target_ids: list[int] | None = None,
+    target_weights: list[float] | None = None,
+    target_weights_as_tensor: np.ndarray | None = None,
+    n_targets: int | None = None,
+    base_values: list[float] | None = None,
+    base_values_as_tensor: np.ndarray | None = None,
+    aggregate_function: str = "SUM",
+    post_transform: str = "NONE",
+) -> Array:
+    name = "TreeEnsembleRegressor"
+    aggregate = _enum(name, "aggregate_function", aggregate_function, _AGGREGATES)
+    transform = _enum(name, "post_transform", post_transform, _TRANSFORMS)
+    values = nodes_values_as_tensor if nodes_values_as_tensor is not None else nodes_values
+    weights = target_weights_as_tensor if target_weights_as_tensor is not None else target_weights
+    targets = np.asarray(target_ids or [], np.int64)
+    n_targets = int(n_targets) if n_targets else int(targets.max(initial=0)) + 1
+    forest = _forest_v1(
+        name,
+        nodes_treeids,
+        nodes_nodeids,
+        nodes_featureids,
+        nodes_modes,
+        np.asarray(values if values is not None else [], np.float64),
+        nodes_truenodeids,
+        nodes_falsenodeids,
+        nodes_missing_value_tracks_true,
+        target_treeids,
+        target_nodeids,
+        target_ids,
+        np.asarray(weights if weights is not None else [], np.float64),
+        n_targets,
+        "target",
+    )
+    x, dtype = _features(X)
+    scores = _aggregate(forest, _leaves(forest, x), aggregate, dtype)
+    base = base_values_as_tensor if base_values_as_tensor is not None else base_values
+    if base is not None and len(np.asarray(base).reshape(-1)):
+        base_a = np.asarray(base, np.float64).reshape(-1)
+        if base_a.size != n_targets:
+            raise ValueError(
+                f"{name} has {base_a.size} base_values for {n_targets} targets; give one per "
+                "target or none"
+            )
+        scores = scores + jnp.asarray(base_a, dtype)
+    return _post_transform(scores, transform).astype(jnp.float32)
