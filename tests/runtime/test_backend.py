@@ -25,9 +25,14 @@ SLOW_LIGHT = {"bvlc_alexnet", "densenet121", "inception_v2", "vgg19", "zfnet512"
 
 
 # GlobalAveragePool -> Softmax on logits of ~9.5e9 (the weights are constants): XLA:CPU
-# computes the mean in two fusions with different rounding (x - max = -149 instead of 0),
-# exp underflows everywhere and softmax gives 0/0 = NaN in some processes (about 1 in 4 for
-# squeezenet). An op-level fix is open; the logits themselves match onnxruntime.
+# recomputes the mean (sum * 1/169) inside the exp's fusion, where LLVM contracts the
+# multiply and the max-subtract into a fused multiply-add that skips the product's rounding
+# (ulp 1024 at 1e10), while the max saw the rounded mean: x - max = -149 everywhere, exp
+# underflows and softmax gives 0/0 = NaN in some processes (about 1 in 4 for squeezenet;
+# alignment decides the vector path). XLA_FLAGS=--xla_cpu_max_isa=SSE4_2 (no FMA) removes
+# it, as does compiling a standalone mean+softmax with the max shifted twice, but in the
+# whole squeezenet program a second shift does not; optimization_barrier is dropped before
+# fusion. The logits themselves match onnxruntime.
 XLA_SOFTMAX_NAN = {"squeezenet", "resnet50"}
 
 
