@@ -177,12 +177,8 @@ def label_encoder(
 
 @op("Binarizer", domain=ML)
 def binarizer(X: Array, *, threshold: float = 0.0) -> Array:
-    m = xp(X)
-    # NaN stays NaN (it is neither above nor at most the threshold), as onnxruntime does
-    out = m.where(X > threshold, 1, 0).astype(X.dtype)
-    if np.dtype(X.dtype).kind == "f":
-        out = m.where(m.isnan(X), X, out)
-    return _host(out)
+    # "values greater than this are mapped to 1, others to 0": NaN too
+    return _host(xp(X).where(X > threshold, 1, 0).astype(X.dtype))
 
 
 @op("ArrayFeatureExtractor", domain=ML)
