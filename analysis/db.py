@@ -92,6 +92,7 @@ CACHE_ORDER_COLUMNS: dict[str, str] = {
     "prev_seq": "BIGINT",  # seq of the previous lookup of lookup_key here; NULL: the first
     "life": "BIGINT",  # misses of lookup_key here up to and including this event
     "hits_so_far": "BIGINT",  # hits of lookup_key here up to and including this event
+    "evictions": "BIGINT",  # evicts of lookup_key here up to and including this event
 }
 
 MEMORY_RUNNING_COLUMNS: dict[str, str] = {
@@ -122,9 +123,9 @@ WHERE memory.rowid = w.rid
 # the order columns of the cache rows already in a table, from their ts_ns and rowid
 _FILL_CACHE_ORDER = """
 UPDATE cache SET ord = w.ord, seq = w.seq, prev_seq = w.prev_seq, life = w.life,
-    hits_so_far = w.hits_so_far
+    hits_so_far = w.hits_so_far, evictions = w.evictions
 FROM (
-    SELECT rid, ord, seq, life, hits_so_far,
+    SELECT rid, ord, seq, life, hits_so_far, evictions,
         CASE WHEN seq IS NOT NULL THEN lag(seq) OVER (
             PARTITION BY run_id, source, position, lookup_key, seq IS NULL ORDER BY seq
         ) END AS prev_seq
@@ -137,7 +138,8 @@ FROM (
                 ORDER BY ts_ns, rowid
             ) END AS seq,
             sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life,
-            sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_so_far
+            sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_so_far,
+            sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions
         FROM cache
         WINDOW k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, rowid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)

@@ -724,7 +724,8 @@ w AS (
         CASE WHEN action IN ('hit', 'miss')
             THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT)) OVER p END AS seq_here,
         sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life_here,
-        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_here
+        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_here,
+        sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions_here
     FROM (SELECT _rid, source, position, lookup_key, action, ts_ns FROM record)
     WINDOW p AS (PARTITION BY source, position ORDER BY ts_ns, _rid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
@@ -745,7 +746,8 @@ prior_position AS (
 prior_key AS (
     SELECT source, position, lookup_key, max(seq) AS seq,
         count(*) FILTER (WHERE action = 'miss') AS misses,
-        count(*) FILTER (WHERE action = 'hit') AS hits
+        count(*) FILTER (WHERE action = 'hit') AS hits,
+        count(*) FILTER (WHERE action = 'evict') AS evictions
     FROM cache WHERE run_id = $run_id GROUP BY ALL
 )
 SELECT {out},
@@ -753,7 +755,8 @@ SELECT {out},
     w.seq_here + coalesce(p.seq, 0),
     CASE WHEN w.seq_here IS NOT NULL THEN coalesce(w.prev_here + coalesce(p.seq, 0), k.seq) END,
     w.life_here + coalesce(k.misses, 0),
-    w.hits_here + coalesce(k.hits, 0)
+    w.hits_here + coalesce(k.hits, 0),
+    w.evictions_here + coalesce(k.evictions, 0)
 FROM record AS r
 JOIN w2 AS w ON w._rid = r._rid
 LEFT JOIN prior_position p ON p.source IS NOT DISTINCT FROM w.source

@@ -9,9 +9,10 @@
 -- shapes, statics            the segment's argument shapes and static values
 -- shapes_text   the shapes as text: 'input_ids[1,17]:int64'
 -- prev_seq      seq of the previous lookup of the same key here (NULL: its first lookup)
+-- evictions     how many times the cache evicted this key here before this lookup
 --
--- Speed: key, shapes_text, seq and prev_seq are computed once at ingest (columns of
--- `cache`: lookup_key, shapes_text, seq, prev_seq; see analysis/db.py), so this is a scan.
+-- Speed: key, shapes_text, seq, prev_seq and evictions are computed once at ingest
+-- (columns of `cache`; see analysis/db.py), so this is a scan.
 SELECT
     c.run_id,
     c.source,
@@ -25,7 +26,8 @@ SELECT
     c.shapes,
     c.statics,
     c.shapes_text,
-    c.prev_seq
+    c.prev_seq,
+    c.evictions
 FROM cache c
 LEFT JOIN runs r ON r.run_id = c.run_id
 WHERE c.action IN ('hit', 'miss')

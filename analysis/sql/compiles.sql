@@ -14,9 +14,12 @@
 -- stop          where the segment stops: a break position or 'end'
 -- jit_changes   for jit compiles, what JAX said changed (list of {arg, what, old, new})
 -- retrace_reason  for jit compiles, JAX's explanation
+-- evictions_before  how many times the cache evicted this key at this position before
+--               this compile (NULL for a jit compile)
 WITH misses AS (
     SELECT
-        run_id, source, position, ts_ns, call_span_id, key, shapes, statics, shapes_text, seq
+        run_id, source, position, ts_ns, call_span_id, key, shapes, statics, shapes_text, seq,
+        evictions
     FROM cache_lookups
     WHERE action = 'miss'
 ),
@@ -52,6 +55,7 @@ segment_compiles AS (
         CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
+        m.evictions AS evictions_before,
         m.seq
     FROM misses m
     ASOF LEFT JOIN seg g
@@ -78,6 +82,7 @@ jit_compiles AS (
         CAST(NULL AS VARCHAR) AS stop,
         span_row.end_attrs.changes AS jit_changes,
         span_row.end_attrs.retrace_reason AS retrace_reason,
+        CAST(NULL AS BIGINT) AS evictions_before,
         row_number() OVER (PARTITION BY span_row.run_id, span_row.start_attrs.fun_name ORDER BY span_row.start_ns)
             AS seq
     FROM spans span_row
@@ -108,6 +113,7 @@ SELECT
     a.disk_cache,
     a.stop,
     a.jit_changes,
-    a.retrace_reason
+    a.retrace_reason,
+    a.evictions_before
 FROM all_compiles a
 LEFT JOIN runs r ON r.run_id = a.run_id

@@ -25,28 +25,23 @@ WITH c0 AS MATERIALIZED (
         lag(shapes) OVER w AS previous_shapes,
         lag(statics) OVER w AS previous_statics,
         lag(shapes_text) OVER w AS previous_shapes_text,
-        CASE WHEN position IS NOT NULL THEN lag(ts_ns) OVER (
-            PARTITION BY run_id, source, position, key ORDER BY compile_index
-        ) END AS same_key_before_ns
+        CASE WHEN position IS NOT NULL THEN lag(ts_ns) OVER same_key END AS same_key_before_ns,
+        CASE WHEN position IS NOT NULL THEN lag(evictions_before) OVER same_key END
+            AS evictions_at_key_before
     FROM compiles
-    WINDOW w AS (PARTITION BY run_id, source, position, fun_name ORDER BY compile_index)
-),
-evicts AS (
-    SELECT run_id, source, position, lookup_key AS key, ts_ns
-    FROM cache WHERE action = 'evict'
+    WINDOW w AS (PARTITION BY run_id, source, position, fun_name ORDER BY compile_index),
+        same_key AS (PARTITION BY run_id, source, position, key ORDER BY compile_index)
 ),
 c AS MATERIALIZED (
-    -- after an eviction: an evict of this key between its previous compile here and this
-    -- one, i.e. the last evict up to this compile came after the previous compile (an
-    -- ASOF join finds that evict without pairing every compile with every evict)
+    -- after an eviction: the cache evicted this key between its previous compile here and
+    -- this one (the evictions counted at ingest went up since)
     SELECT
         c0.*,
         c0.same_key_before_ns IS NOT NULL AS key_seen_before,
-        c0.same_key_before_ns IS NOT NULL AND coalesce(e.ts_ns >= c0.same_key_before_ns, false)
+        c0.same_key_before_ns IS NOT NULL
+            AND coalesce(c0.evictions_before > c0.evictions_at_key_before, false)
             AS after_eviction
     FROM c0
-    ASOF LEFT JOIN evicts e ON e.run_id = c0.run_id AND e.source IS NOT DISTINCT FROM c0.source
-        AND e.position = c0.position AND e.key = c0.key AND e.ts_ns <= c0.ts_ns
 ),
 re AS MATERIALIZED (
     SELECT row_number() OVER () AS rid, * FROM c WHERE compile_index > 1
