@@ -565,7 +565,7 @@ def _aggregate(forest: _Forest, leaves: Array, aggregate: int, dtype: Any) -> Ar
     if aggregate in (0, 1):  # AVERAGE, SUM
         scores = scores.at[samples, targets].add(jnp.where(has, weights, 0))
         return scores / f.roots.size if aggregate == 0 else scores
-    seen = jnp.zeros((n, f.n_targets), bool).at[samples, targets].max(has)
+    seen = _seen(forest, leaves)
     if aggregate == 2:  # MIN
         best = jnp.full((n, f.n_targets), jnp.inf, dtype)
         best = best.at[samples, targets].min(jnp.where(has, weights, jnp.inf))
@@ -573,6 +573,15 @@ def _aggregate(forest: _Forest, leaves: Array, aggregate: int, dtype: Any) -> Ar
         best = jnp.full((n, f.n_targets), -jnp.inf, dtype)
         best = best.at[samples, targets].max(jnp.where(has, weights, -jnp.inf))
     return jnp.where(seen, best, 0)
+
+
+def _seen(forest: _Forest, leaves: Array) -> Array:
+    """[N, n_targets] bool: some tree's leaf gives the target a weight."""
+    n = leaves.shape[0]
+    targets = jnp.asarray(forest.targets)[leaves]
+    samples = jnp.broadcast_to(jnp.arange(n)[:, None, None], targets.shape)
+    has = jnp.asarray(forest.has_weight)[leaves]
+    return jnp.zeros((n, forest.n_targets), bool).at[samples, targets].max(has)
 
 
 def _post_transform(scores: Array, transform: int) -> Array:
@@ -704,3 +713,87 @@ def tree_ensemble_regressor(
             )
         scores = scores + jnp.asarray(base_a, dtype)
     return _post_transform(scores, transform).astype(jnp.float32)
+
+
+@op("TreeEnsembleClassifier", domain=ML)
+def tree_ensemble_classifier(
+    X: Array,
+    *,
+    nodes_treeids: list[int] | None = None,
+    nodes_nodeids: list[int] | None = None,
+    nodes_featureids: list[int] | None = None,
+    nodes_modes: list[str] | None = None,
+    nodes_values: list[float] | None = None,
+    nodes_values_as_tensor: np.ndarray | None = None,
+    nodes_truenodeids: list[int] | None = None,
+    nodes_falsenodeids: list[int] | None = None,
+    nodes_missing_value_tracks_true: list[int] | None = None,
+    nodes_hitrates: list[float] | None = None,
+    nodes_hitrates_as_tensor: np.ndarray | None = None,
+    class_treeids: list[int] | None = None,
+    class_nodeids: list[int] | None = None,
+    class_ids: list[int] | None = None,
+    class_weights: list[float] | None = None,
+    class_weights_as_tensor: np.ndarray | None = None,
+    classlabels_int64s: list[int] | None = None,
+    classlabels_strings: list[str] | None = None,
+    base_values: list[float] | None = None,
+    base_values_as_tensor: np.ndarray | None = None,
+    post_transform: str = "NONE",
+) -> tuple[Array, Array]:
+    name = "TreeEnsembleClassifier"
+    transform = _enum(name, "post_transform", post_transform, _TRANSFORMS)
+    labels = _one_of(
+        name,
+        "classlabels_*",
+        classlabels_int64s=classlabels_int64s,
+        classlabels_strings=classlabels_strings,
+    )
+    n_classes = labels.size
+    if n_classes <= 2:
+        # With two classes onnxruntime follows conventions of its own that the spec does not
+        # state (one score column for the positive class, 0.5 or 0 as the cut), so Ember
+        # refuses rather than guess.
+        raise ValueError(
+            f"{name} with {n_classes} classes is not supported (only 3 or more): convert the "
+            "model to TreeEnsemble (ai.onnx.ml 5) followed by ArgMax, or run it with onnxruntime"
+        )
+    values = nodes_values_as_tensor if nodes_values_as_tensor is not None else nodes_values
+    weights = class_weights_as_tensor if class_weights_as_tensor is not None else class_weights
+    forest = _forest_v1(
+        name,
+        nodes_treeids,
+        nodes_nodeids,
+        nodes_featureids,
+        nodes_modes,
+        np.asarray(values if values is not None else [], np.float64),
+        nodes_truenodeids,
+        nodes_falsenodeids,
+        nodes_missing_value_tracks_true,
+        class_treeids,
+        class_nodeids,
+        class_ids,
+        np.asarray(weights if weights is not None else [], np.float64),
+        n_classes,
+        "class",
+    )
+    x, dtype = _features(X)
+    leaves = _leaves(forest, x)
+    scores = _aggregate(forest, leaves, 1, dtype)
+    base = base_values_as_tensor if base_values_as_tensor is not None else base_values
+    if base is not None and len(np.asarray(base).reshape(-1)):
+        base_a = np.asarray(base, np.float64).reshape(-1)
+        if base_a.size != n_classes:
+            raise ValueError(
+                f"{name} has {base_a.size} base_values for {n_classes} classes; give one per "
+                "class or none"
+            )
+        scores = scores + jnp.asarray(base_a, dtype)
+    # the label is the first best class among those some leaf voted for
+    best = jnp.argmax(jnp.where(_seen(forest, leaves), scores, -jnp.inf), axis=-1)
+    if _is_strings(labels):
+        # string labels only live on the host; a traced input stops the trace here
+        label = labels[np.asarray(best)]
+    else:
+        label = jnp.take(jnp.asarray(labels), best)
+    return label, _post_transform(scores, transform).astype(jnp.float32)

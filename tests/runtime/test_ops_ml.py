@@ -437,6 +437,9 @@ def test_tree_ensemble_aggregates_and_post_transforms(aggregate: int) -> None:
         return ml_model("TreeEnsemble", *shapes, attrs, ml_opset=5)
 
     scores = assert_like_ort(model(0), {"x": x}, rtol=1e-5, atol=1e-6)
+    compiled = rt.compile(model(0))
+    compiled({"x": x})
+    assert not compiled.graph_break  # the whole ensemble is one jax program
     # onnxruntime 1.32 applies TreeEnsemble's post_transform codes 1 and 2 the wrong way
     # round (LOGISTIC for 1, SOFTMAX for 2; microsoft/onnxruntime#26596 and #24862), so the
     # transforms are checked against the spec's definitions applied to its raw scores
@@ -512,6 +515,54 @@ def test_tree_ensemble_regressor_double_input_single_target() -> None:
         ml_opset=1,
     )
     assert_like_ort(model, {"x": features(40, 2, np.float64)}, rtol=1e-6, atol=1e-6)
+
+
+def classifier_model(attrs: dict[str, Any], label_type: int, rows: int) -> onnx.ModelProto:
+    node = helper.make_node(
+        "TreeEnsembleClassifier", ["x"], ["label", "y"], domain=ML, name="ml_node", **attrs
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 3])],
+        [
+            helper.make_tensor_value_info("label", label_type, [rows]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, None]),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid(ML, 3)]
+    )
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("transform", ["NONE", "SOFTMAX", "LOGISTIC"])
+@pytest.mark.parametrize("label_type", [TensorProto.INT64, TensorProto.STRING])
+def test_tree_ensemble_classifier_labels_and_scores(transform: str, label_type: int) -> None:
+    trees = random_forest(n_trees=6, n_features=3, n_targets=4, depth=3, targets_per_leaf=4)
+    attrs = v1_attrs(trees, "class")
+    attrs["post_transform"] = transform
+    attrs["base_values"] = [0.1, 0.0, -0.2, 0.3]
+    if label_type == TensorProto.STRING:
+        attrs["classlabels_strings"] = ["ant", "bee", "cat", "dog"]
+    else:
+        attrs["classlabels_int64s"] = [10, 20, 30, 40]
+    model = classifier_model(attrs, label_type, 48)
+    feeds = {"x": features(48, 3, np.float32)}
+    expected = reference(model, feeds)
+    for got in (rt.compile(model)(feeds), rt.run(model, feeds)):
+        assert np.asarray(got["label"]).tolist() == expected["label"].tolist()
+        np.testing.assert_allclose(np.asarray(got["y"]), expected["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_tree_ensemble_classifier_with_two_classes_is_refused_with_a_way_out() -> None:
+    trees = random_forest(n_trees=2, n_features=3, n_targets=1, depth=2)
+    attrs = v1_attrs(trees, "class")
+    attrs["classlabels_int64s"] = [0, 1]
+    model = classifier_model(attrs, TensorProto.INT64, 2)
+    with pytest.raises(rt.NodeError, match=r"'ml_node' \(TreeEnsembleClassifier\).*2 classes"):
+        rt.run(model, {"x": np.zeros((2, 3), np.float32)})
 
 
 # ---------------------------------------------------------------------------------------------
