@@ -644,3 +644,23 @@ def test_array_feature_extractor_index_out_of_range() -> None:
     )
     with pytest.raises(rt.NodeError, match=r"index 3 is outside the last axis of X \(size 3\)"):
         rt.run(model, {"x": np.zeros((2, 3), np.float32)})
+
+
+# ---------------------------------------------------------------------------------------------
+# the ONNX backend suite's cases
+
+
+def test_onnx_suite_ml_cases_pass_and_random_cases_say_why_they_fail() -> None:
+    from ember.runtime import conformance
+
+    cases = [
+        c
+        for _, c in conformance._load_cases(("node",))
+        if c.name.startswith("test_ai_onnx_ml_") or c.name == "test_bernoulli"
+    ]
+    results = {c.name: conformance.run_case("node", c, "compile", 60) for c in cases}
+    ml = {n: r for n, r in results.items() if n.startswith("test_ai_onnx_ml_")}
+    assert len(ml) >= 8 and all(r.ok for r in ml.values()), [r.message for r in ml.values()]
+    bernoulli = results["test_bernoulli"]
+    assert not bernoulli.ok
+    assert bernoulli.message.startswith("expected outputs are random draws of Bernoulli")
