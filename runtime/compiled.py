@@ -68,7 +68,8 @@ from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
 from .diskcache import ProgramStore, StoredProgram, disk_cache
 from .errors import InputError
 from .graph import Graph, run_node, run_nodes, to_host
-from .model import Model, TensorSpec, load
+from .inputs import as_model, check_inputs, expected, to_device
+from .model import Model, TensorSpec
 
 __all__ = ["compile", "run", "CompiledModel", "describe_shapes"]
 
@@ -314,10 +315,6 @@ def _trace_segment(
 
 # ---------------------------------------------------------------------------------------------
 # the compiled model
-
-
-def _as_model(model: Any) -> Model:
-    return model if isinstance(model, Model) else load(model)
 
 
 def _spec_value(spec: Any, tspec: TensorSpec) -> Any:
@@ -578,7 +575,7 @@ class CompiledModel:
         if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
             meta["shapes"] = describe_shapes(dict(inputs))
         with bus.span("ember.call", meta):
-            values = _check_inputs(self.model, inputs)
+            values = check_inputs(self.model, inputs)
             for _ in range(len(self.graph.nodes) + 1):
                 try:
                     return self._run_segments(values)
@@ -854,58 +851,6 @@ class _FastPath:
 
 
 # ---------------------------------------------------------------------------------------------
-# input checks
-
-
-def _expected(model: Model) -> str:
-    return "the model expects: " + "; ".join(str(s) for s in model.inputs)
-
-
-def _check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate names, ranks, static dims and dtypes; arrays as given (lists -> numpy)."""
-    specs = {s.name: s for s in model.inputs}
-    unknown = [n for n in inputs if n not in specs]
-    missing = [n for n in specs if n not in inputs]
-    if unknown or missing:
-        parts = []
-        if missing:
-            parts.append(f"missing input(s) {missing}")
-        if unknown:
-            parts.append(f"unknown input(s) {unknown}")
-        raise InputError(f"{', '.join(parts)}; {_expected(model)}")
-    out: dict[str, Any] = {}
-    for name, value in inputs.items():
-        spec = specs[name]
-        if spec.kind in ("sequence", "optional", "unknown"):
-            out[name] = value
-            continue
-        if value is None:
-            raise InputError(f"input {name!r} is None; {_expected(model)}")
-        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
-            value = np.asarray(value)
-        shape = tuple(value.shape)
-        if spec.dtype is not None and np.dtype(value.dtype) != spec.dtype:
-            raise InputError(
-                f"input {name!r} has dtype {np.dtype(value.dtype).name}, expected "
-                f"{spec.dtype.name}; {_expected(model)}"
-            )
-        if spec.shape is not None:
-            if len(shape) != len(spec.shape):
-                raise InputError(
-                    f"input {name!r} has rank {len(shape)} (shape {list(shape)}), expected "
-                    f"rank {len(spec.shape)}; {_expected(model)}"
-                )
-            for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
-                if isinstance(want, int) and got != want:
-                    raise InputError(
-                        f"input {name!r} has shape {list(shape)}, but dim {axis} must be "
-                        f"{want}; {_expected(model)}"
-                    )
-        out[name] = value
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # public API
 
 
@@ -924,7 +869,7 @@ def compile(  # noqa: A001 - the name the API promises
     shapes; otherwise segments compile on the calls that need them. ``cache_size`` is the
     number of segments kept per position; ``cache_dir`` keeps compiled programs on disk.
     """
-    model = _as_model(model)
+    model = as_model(model)
     meta = {"source": model.source, "compiler": "jax.jit"}
     with bus.span("ember.compile", meta) as span:
         compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
@@ -949,7 +894,7 @@ def _resolve_specs(model: Model, input_specs: Any) -> dict[str, Any] | None:
         input_specs = dict(zip(model.input_names, input_specs, strict=False))
     unknown = [n for n in input_specs if n not in model.input_names]
     if unknown:
-        raise InputError(f"input_specs names unknown input(s) {unknown}; {_expected(model)}")
+        raise InputError(f"input_specs names unknown input(s) {unknown}; {expected(model)}")
     specs = {}
     for s in tensor_inputs:
         if s.name not in input_specs:
@@ -966,30 +911,17 @@ def _resolve_specs(model: Model, input_specs: Any) -> dict[str, Any] | None:
 def run(model: Model | Any, inputs: Mapping[str, Any] | None = None, /, **kwargs: Any) -> dict:
     """Interpret ``model`` eagerly, one op at a time; outputs by name. Emits ``ember.run``."""
     import jax
-    import jax.numpy as jnp
 
-    model = _as_model(model)
+    model = as_model(model)
     if inputs is None:
         inputs = kwargs
     elif kwargs:
         inputs = {**inputs, **kwargs}
     with bus.span("ember.run", {"source": model.source}):
-        values = _check_inputs(model, inputs)
+        values = check_inputs(model, inputs)
         with jax.enable_x64(True):
             env: dict[str, Any] = dict(model.graph.initializers)
             for name, value in values.items():
-                env[name] = _to_device(value, jnp)
+                env[name] = to_device(value)
             run_nodes(model.graph, env)
             return {n: env[n] for n in model.output_names}
-
-
-def _to_device(value: Any, jnp: Any) -> Any:
-    if isinstance(value, list):
-        return [_to_device(v, jnp) for v in value]
-    if value is None or (isinstance(value, np.ndarray) and value.dtype == object):
-        return value
-    if isinstance(value, np.ndarray):
-        import jax
-
-        return jax.device_put(value)  # no conversion program to compile, unlike asarray
-    return jnp.asarray(value)

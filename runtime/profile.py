@@ -37,8 +37,9 @@ import numpy as np
 
 from ember.recorder import bus
 
-from .compiled import CompiledModel, _as_model, _check_inputs, _to_device
+from .compiled import CompiledModel
 from .graph import Graph, Node, run_node
+from .inputs import as_model, check_inputs, to_device
 from .memory import device_label
 from .model import Model
 
@@ -269,23 +270,22 @@ def profile(
     inputs, ``NodeError`` naming the node that failed.
     """
     import jax
-    import jax.numpy as jnp
 
     if isinstance(model, CompiledModel):
         model = model.model
-    model = _as_model(model)
+    model = as_model(model)
     if inputs is None:
         inputs = kwargs
     elif kwargs:
         inputs = {**inputs, **kwargs}
     graph = model.graph
     with bus.span("ember.run", {"source": model.source}):
-        values = _check_inputs(model, inputs)
+        values = check_inputs(model, inputs)
         t_start = time.monotonic_ns()
         with jax.enable_x64(True):
             env: dict[str, Any] = dict(graph.initializers)
             for name, value in values.items():
-                env[name] = _to_device(value, jnp)
+                env[name] = to_device(value)
             _block(tuple(env[n] for n in values))
             prof = _Profiler(graph, step)
             prof.start(env)

@@ -28,6 +28,7 @@ import numpy as np
 from ember.recorder import bus
 
 from .errors import EmberRuntimeError
+from .inputs import expected
 from .model import Model, TensorSpec
 
 __all__ = [
@@ -127,10 +128,6 @@ def parse_tag(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _expected(model: Model) -> str:
-    return "the model takes " + ", ".join(str(s) for s in model.inputs)
-
-
 def plan_shapes(
     model: Model,
     overrides: Sequence[InputOverride] = (),
@@ -144,7 +141,7 @@ def plan_shapes(
     specs = {s.name: s for s in model.inputs}
     for o in overrides:
         if o.name not in specs:
-            raise WorkloadError(f"--input {o.name}: no such input; {_expected(model)}")
+            raise WorkloadError(f"--input {o.name}: no such input; {expected(model)}")
         spec = specs[o.name]
         if spec.shape is not None and len(spec.shape) != len(o.shape):
             raise WorkloadError(
@@ -153,7 +150,7 @@ def plan_shapes(
             )
     if sweep is not None:
         if sweep.name not in specs:
-            raise WorkloadError(f"--sweep {sweep.name}: no such input; {_expected(model)}")
+            raise WorkloadError(f"--sweep {sweep.name}: no such input; {expected(model)}")
         shape = specs[sweep.name].shape
         if shape is None or not 0 <= sweep.dim < len(shape):
             raise WorkloadError(

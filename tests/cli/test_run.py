@@ -116,7 +116,7 @@ def test_light_model_compiles_once(tmp_path):
     [
         (["--input", "x=3by4"], "expected NAME=SHAPE[:DTYPE]"),
         (["--input", "x=3x4:float99"], "unknown dtype 'float99'"),
-        (["--input", "nope=3x4"], "no such input; the model takes x: float32[3, n]"),
+        (["--input", "nope=3x4"], "no such input; the model expects: x: float32[3, n]"),
         (["--input", "x=3"], "1 dims given, the model's input has 2"),
         (["--sweep", "x=1,2"], "expected NAME:DIM=v1,v2"),
         (["--sweep", "x:7=1,2"], "the input has no dimension 7"),
