@@ -517,7 +517,14 @@ def _forest_v1(
 def _leaves(forest: _Forest, x: Array) -> Array:
     """[N, n_trees] row of the leaf each sample reaches in each tree."""
     f = forest
-    n = x.shape[0]
+    n, n_features = x.shape
+    used = f.feature[f.true_next != np.arange(f.feature.size)]  # interior rows only
+    if used.size and (used.max() >= n_features or used.min() < 0):
+        bad = int(used.max() if used.max() >= n_features else used.min())
+        raise ValueError(
+            f"a tree node compares feature {bad}, but X has {n_features} features per sample; "
+            "give X as [N, F] with every feature the trees use"
+        )
     dtype = x.dtype
     feature = jnp.asarray(f.feature)
     threshold = jnp.asarray(f.threshold, dtype)

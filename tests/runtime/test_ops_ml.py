@@ -664,3 +664,18 @@ def test_onnx_suite_ml_cases_pass_and_random_cases_say_why_they_fail() -> None:
     bernoulli = results["test_bernoulli"]
     assert not bernoulli.ok
     assert bernoulli.message.startswith("expected outputs are random draws of Bernoulli")
+
+
+def test_tree_ensemble_feature_beyond_the_input_is_a_node_error() -> None:
+    trees = random_forest(n_trees=2, n_features=5, n_targets=1, depth=3)
+    attrs = v5_attrs(trees, 1, np.float32)
+    attrs["nodes_featureids"] = [4] * len(attrs["nodes_featureids"])
+    model = ml_model(
+        "TreeEnsemble",
+        {"x": (TensorProto.FLOAT, [3, 2])},
+        (TensorProto.FLOAT, [3, 1]),
+        attrs,
+        ml_opset=5,
+    )
+    with pytest.raises(rt.NodeError, match="compares feature 4, but X has 2 features"):
+        rt.compile(model)({"x": np.zeros((3, 2), np.float32)})
