@@ -10,8 +10,9 @@
 -- p50_warm_ns     median of the calls that did not compile
 -- total_ns        time spent in these calls
 WITH calls AS (
+    -- grouped by the shapes themselves; their text is made once per group, not per call
     SELECT span_row.run_id, span_row.span_id, span_row.source, span_row.start_ns, span_row.duration_ns, span_row.status,
-        ember_shapes_text(span_row.start_attrs.shapes) AS shapes_text
+        span_row.start_attrs.shapes AS shapes
     FROM spans span_row
     WHERE span_row.span_kind = 'call' AND span_row.status <> 'open'
 ),
@@ -22,7 +23,7 @@ compiling AS (
 SELECT
     c.run_id,
     c.source,
-    c.shapes_text,
+    ember_shapes_text(c.shapes) AS shapes_text,
     count(*) AS calls,
     count(*) FILTER (WHERE c.status = 'error') AS errors,
     quantile_cont(c.duration_ns, 0.5) AS p50_ns,
@@ -37,4 +38,4 @@ SELECT
     CAST(sum(c.duration_ns) AS BIGINT) AS total_ns
 FROM calls c
 LEFT JOIN compiling k ON k.run_id = c.run_id AND k.call_span_id = c.span_id
-GROUP BY c.run_id, c.source, c.shapes_text
+GROUP BY c.run_id, c.source, c.shapes
