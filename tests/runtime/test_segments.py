@@ -587,3 +587,18 @@ def test_sequence_argument_shapes_list_each_element(ember_events):
         },
     ]
     assert rt.run(proto, x=x, x2=x2)["y"].tolist() == np.asarray(out["y"]).tolist()
+
+
+def test_program_store_key_covers_the_runtime_sources_and_the_segment(tmp_path, monkeypatch):
+    from ember.runtime import diskcache
+
+    store = diskcache.ProgramStore(tmp_path, b"model bytes")
+    key = store.digest("segment 0..end", (("x", ((3,), "float32")),), ())
+    assert key == store.digest("segment 0..end", (("x", ((3,), "float32")),), ())
+    assert key != store.digest("segment 0..end", (("x", ((4,), "float32")),), ())
+    assert key != diskcache.ProgramStore(tmp_path, b"other model").digest(
+        "segment 0..end", (("x", ((3,), "float32")),), ()
+    )
+    # an edited op (another digest of ember.runtime's sources) must not reuse programs
+    monkeypatch.setattr(diskcache, "_runtime_fingerprint", lambda: "edited runtime")
+    assert key != store.digest("segment 0..end", (("x", ((3,), "float32")),), ())
