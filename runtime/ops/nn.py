@@ -109,12 +109,58 @@ def _window_counts(
 # convolution
 
 
+# XLA:CPU runs grouped convolutions (``feature_group_count``) through a slow generic
+# loop: a 3x3 depthwise conv on 136x56x56 takes 23 ms there and 0.4 ms as nine shifted
+# multiply-adds, and a grouped 1x1 conv is about twice as fast as a batched matmul. Both
+# rewrites keep float32/float64 math (a sum of products in the input's dtype).
+_SHIFT_ADD_MAX_TAPS = 49
+
+
+def _depthwise_shift_add(x, w, strides, dil, pad):
+    """Conv with one input channel per group, as a sum of strided slices times taps."""
+    n = x.ndim - 2
+    multiplier = w.shape[0] // x.shape[1]
+    if multiplier > 1:  # each input channel feeds ``multiplier`` output channels
+        x = jnp.repeat(x, multiplier, axis=1)
+    x = jnp.pad(x, [(0, 0), (0, 0), *pad])
+    kernel = w.shape[2:]
+    out_size = [
+        (x.shape[2 + a] - ((kernel[a] - 1) * dil[a] + 1)) // strides[a] + 1 for a in range(n)
+    ]
+    out = None
+    for tap in np.ndindex(*kernel):
+        index = (slice(None), slice(None)) + tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s)
+            for t, d, o, s in zip(tap, dil, out_size, strides, strict=True)
+        )
+        weight = w[(slice(None), 0, *tap)].reshape((1, -1) + (1,) * n)
+        term = x[index] * weight
+        out = term if out is None else out + term
+    return out
+
+
+def _grouped_pointwise(x, w, group, strides):
+    """A grouped 1x1 conv without padding, as one batched matmul over the groups."""
+    x = x[(slice(None), slice(None), *(slice(None, None, s) for s in strides))]
+    b, c_in, *spatial = x.shape
+    c_out = w.shape[0]
+    xs = x.reshape(b, group, c_in // group, -1)
+    ws = w.reshape(group, c_out // group, c_in // group)
+    return jnp.einsum("goc,bgcp->bgop", ws, xs).reshape(b, c_out, *spatial)
+
+
 def _conv(x, w, *, auto_pad, dilations, group, pads, strides, preferred=None):
     n = x.ndim - 2
     kernel = list(w.shape[2:])
     strides_ = _ints(strides, n, 1)
     dil = _ints(dilations, n, 1)
     pad = _auto_pads(auto_pad, pads, x.shape[2:], kernel, strides_, dil)
+    plain_float = preferred is None and x.dtype in (jnp.float32, jnp.float64) and w.dtype == x.dtype
+    if group > 1 and plain_float and all(p >= 0 for pp in pad for p in pp):
+        if w.shape[1] == 1 and int(np.prod(kernel)) <= _SHIFT_ADD_MAX_TAPS:
+            return _depthwise_shift_add(x, w, strides_, dil, pad)
+        if all(k == 1 for k in kernel) and all(p == (0, 0) for p in pad):
+            return _grouped_pointwise(x, w, group, strides_)
     return lax.conv_general_dilated(
         x,
         w,

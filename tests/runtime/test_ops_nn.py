@@ -27,6 +27,33 @@ def test_conv_groups_dilations_strides_same_upper() -> None:
     assert y.shape == (2, 6, 5, 4)
 
 
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs"),
+    [
+        # depthwise (one input channel per group): shifted multiply-adds
+        ((2, 6, 9, 8), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+        ((1, 4, 11, 10), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "dilations": [2, 1]}),
+        ((1, 3, 8, 8), (6, 1, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+        ((1, 5, 13), (5, 1, 5), {"group": 5, "pads": [2, 1]}),  # 1-D, multiplier 1
+        # grouped 1x1: one batched matmul
+        ((2, 8, 7, 6), (12, 2, 1, 1), {"group": 4}),
+        ((1, 8, 9, 9), (8, 4, 1, 1), {"group": 2, "strides": [2, 3]}),
+        # grouped 3x3 with several channels per group: XLA's own grouped conv
+        ((1, 8, 6, 6), (4, 4, 3, 3), {"group": 2, "pads": [1, 0, 1, 0]}),
+    ],
+)
+def test_grouped_and_depthwise_conv_rewrites_match_onnxruntime(x_shape, w_shape, attrs) -> None:
+    b = randn(w_shape[0])
+    assert_matches("Conv", [randn(*x_shape), randn(*w_shape), b], attrs, rtol=1e-4, atol=1e-4)
+    assert_matches(
+        "Conv",
+        [randn(*x_shape, dtype=np.float64), randn(*w_shape, dtype=np.float64)],
+        attrs,
+        rtol=1e-10,
+        atol=1e-10,
+    )
+
+
 def test_conv_explicit_asymmetric_pads_1d() -> None:
     assert_matches("Conv", [randn(1, 3, 11), randn(2, 3, 4)], {"pads": [2, 1], "strides": [3]})
 
