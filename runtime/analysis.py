@@ -242,7 +242,12 @@ def _cut(
         reads: set[str] = set()
         for node in nodes[start:end]:
             reads |= {r for r in node.reads() if r not in produced}
-            produced.update(o for o in node.outputs if o)
+            outs = [o for o in node.outputs if o]
+            if outs and all(o in const for o in outs):
+                # folded once per model, before any segment runs: for the segment these
+                # values come from outside (large ones as parameters), like initializers
+                continue
+            produced.update(outs)
         later: set[str] = set(graph_outputs)
         for node in nodes[end:]:
             later |= node.reads()

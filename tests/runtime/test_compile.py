@@ -188,3 +188,32 @@ def test_fast_path_notices_handlers_attached_after_it_went_direct():
     for _ in range(2):  # detached: direct again, and other shapes still fall back
         np.testing.assert_allclose(np.asarray(compiled(a=a, b=b)["y"]), 1 / (1 + np.exp(-3)))
         assert np.asarray(compiled(a=other, b=b)["y"]).shape == (5, 2)
+
+
+def test_large_weights_folded_from_constants_are_program_parameters():
+    # light-model style: the weight is made by ConstantOfShape inside the graph, then read
+    # by MatMul. Folded once per model, it must reach the program as a device array: as
+    # an embedded constant XLA rebuilt the 256x512 broadcast on every call.
+    from ember.runtime.analysis import PARAM_MIN_SIZE
+
+    shape = np.array([256, 512], np.int64)
+    nodes = [
+        const("shape", shape),
+        helper.make_node(
+            "ConstantOfShape",
+            ["shape"],
+            ["w"],
+            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5]),
+        ),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+    ]
+    model = make_model(nodes, [tensor("x", shape=[2, 256])], [tensor("y", shape=[2, 512])])
+    assert 256 * 512 >= PARAM_MIN_SIZE
+    compiled = rt.compile(model)
+    (segment,) = compiled.plan.segments
+    assert segment.params == ("w",) and segment.args == ("x",)
+    x = np.arange(512, dtype=np.float32).reshape(2, 256) / 512
+    for _ in range(2):  # the checked call, then the direct one
+        np.testing.assert_allclose(
+            np.asarray(compiled(x=x)["y"]), reference(model, {"x": x})["y"], rtol=1e-5
+        )
