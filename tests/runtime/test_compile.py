@@ -217,3 +217,25 @@ def test_large_weights_folded_from_constants_are_program_parameters():
         np.testing.assert_allclose(
             np.asarray(compiled(x=x)["y"]), reference(model, {"x": x})["y"], rtol=1e-5
         )
+
+
+def test_cpu_programs_are_compiled_without_ynnpack_fusions():
+    # a deliberate choice (see compiled._CPU_COMPILER_OPTIONS and bench_runtime.py): the
+    # program of a convolution is XLA's own (by default XLA gives this one to YNNPACK)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = make_model(
+        nodes,
+        [tensor("x", shape=[1, 64, 32, 32]), tensor("w", shape=[64, 64, 3, 3])],
+        [tensor("y", shape=[1, 64, 32, 32])],
+    )
+    compiled = rt.compile(model)
+    assert jax.default_backend() == "cpu"
+    assert "ynn_fusion" not in compiled._main.exe.as_text()
+    rng = np.random.default_rng(0)
+    feeds = {
+        "x": rng.standard_normal((1, 64, 32, 32)).astype(np.float32),
+        "w": rng.standard_normal((64, 64, 3, 3)).astype(np.float32),
+    }
+    np.testing.assert_allclose(
+        np.asarray(compiled(feeds)["y"]), reference(model, feeds)["y"], rtol=1e-4, atol=1e-3
+    )
