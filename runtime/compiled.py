@@ -265,16 +265,25 @@ def _trace_segment(
     params: Mapping[str, Any],
     args: Sequence[Any],
     cache_dir: str | None,
+    stored_as: Mapping[str, tuple[int, ...]] | None = None,
 ) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
-    """Trace and compile ``seg`` for ``args``; the entry (without key) and compile facts."""
+    """Trace and compile ``seg`` for ``args``; the entry (without key) and compile facts.
+
+    ``stored_as`` names the parameters kept on the device transposed (the permutation that
+    made them from the ONNX layout); the program reads them back through the inverse.
+    """
     import jax
+    import jax.numpy as jnp
 
     box: dict[str, Any] = {}
+    stored_as = stored_as or {}
+    inverse = {n: tuple(int(i) for i in np.argsort(perm)) for n, perm in stored_as.items()}
 
     def segment_fn(param_values: tuple[Any, ...], *arg_values: Any) -> tuple[Any, ...]:
         env: dict[str, Any] = dict(base_env)
         env.update(statics)
-        env.update(zip(seg.params, param_values, strict=True))
+        for name, value in zip(seg.params, param_values, strict=True):
+            env[name] = jnp.transpose(value, inverse[name]) if name in inverse else value
         env.update(zip(seg.args, arg_values, strict=True))
         for node in graph.nodes[seg.position : seg.stop]:
             if node.outputs and all(o in base_env for o in node.outputs if o):
@@ -483,10 +492,36 @@ class CompiledModel:
 
             with jax.enable_x64(True):
                 base = self._base_env()
+                stored_as = self._stored_as()
+                host = {
+                    n: np.ascontiguousarray(np.transpose(base[n], stored_as[n]))
+                    if n in stored_as
+                    else base[n]
+                    for n in self.plan.params
+                }
                 # device_put, not jnp.asarray: asarray compiles a small conversion
                 # program for each new shape (~20 ms each, most of a warm compile).
-                self._params = {n: jax.device_put(base[n]) for n in self.plan.params}
+                self._params = {n: jax.device_put(v) for n, v in host.items()}
         return self._params
+
+    def _stored_as(self) -> dict[str, tuple[int, ...]]:
+        """Parameters kept transposed on the device: 2-D convolution weights, as HWIO.
+
+        XLA:CPU convolves with HWIO kernels; a parameter in ONNX's OIHW layout was copied
+        into that layout on every call (resnet50: 100 MB a call). Stored as HWIO and read
+        through a transpose, the program takes it as it is.
+        """
+        uses: dict[str, list[tuple[str, int]]] = {}
+        for node in self.graph.nodes:
+            for i, name in enumerate(node.inputs):
+                if name in self.plan.params:
+                    uses.setdefault(name, []).append((node.op_type, i))
+        base = self._base_env()
+        return {
+            n: (2, 3, 1, 0)
+            for n, used in uses.items()
+            if all(u == ("Conv", 1) for u in used) and np.ndim(base[n]) == 4
+        }
 
     def _precompile(self, specs: Mapping[str, Any]) -> None:
         """Compile the whole graph (no breaks) for the given input specs."""
@@ -545,7 +580,14 @@ class CompiledModel:
         store = self._programs
         if store is None:
             return _trace_segment(
-                self.graph, self._base_env(), seg, statics, self._device_params(), args, None
+                self.graph,
+                self._base_env(),
+                seg,
+                statics,
+                self._device_params(),
+                args,
+                None,
+                self._stored_as(),
             )
         # The segment's bounds, arguments and statics; the model, runtime and device are
         # added by the store.
@@ -563,7 +605,14 @@ class CompiledModel:
             )
             return entry, "hit", _memory_of(stored.exe), _cost_of(stored.exe)
         entry, disk, memory, cost = _trace_segment(
-            self.graph, self._base_env(), seg, statics, self._device_params(), args, self.cache_dir
+            self.graph,
+            self._base_env(),
+            seg,
+            statics,
+            self._device_params(),
+            args,
+            self.cache_dir,
+            self._stored_as(),
         )
         store.save(
             digest,

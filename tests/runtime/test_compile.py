@@ -239,3 +239,28 @@ def test_cpu_programs_are_compiled_without_ynnpack_fusions():
     np.testing.assert_allclose(
         np.asarray(compiled(feeds)["y"]), reference(model, feeds)["y"], rtol=1e-4, atol=1e-3
     )
+
+
+@pytest.mark.parametrize("also_read_by_add", [False, True])
+def test_large_conv_weights_kept_transposed_give_the_same_outputs(also_read_by_add):
+    # 128x64x3x3 = 73,728 values: a parameter, kept on the device as HWIO when only Conv
+    # reads it (and as given when another op reads it too)
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((128, 64, 3, 3)).astype(np.float32)
+    inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.reshape(-1))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    outputs = [tensor("y", shape=[1, 128, 8, 8])]
+    if also_read_by_add:
+        nodes.append(helper.make_node("Add", ["w", "w"], ["w2"]))
+        outputs.append(tensor("w2", shape=[128, 64, 3, 3]))
+    graph = helper.make_graph(nodes, "g", [tensor("x", shape=[1, 64, 16, 16])], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = rt.compile(model)
+    assert compiled._stored_as() == ({} if also_read_by_add else {"w": (2, 3, 1, 0)})
+    x = rng.standard_normal((1, 64, 16, 16)).astype(np.float32)
+    want = reference(model, {"x": x})
+    for _ in range(2):
+        got = compiled(x=x)
+        np.testing.assert_allclose(np.asarray(got["y"]), want["y"], rtol=1e-4, atol=1e-3)
+    if also_read_by_add:
+        np.testing.assert_allclose(np.asarray(got["w2"]), want["w2"], rtol=1e-6)
