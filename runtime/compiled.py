@@ -511,6 +511,10 @@ class CompiledModel:
         into that layout on every call (resnet50: 100 MB a call). Stored as HWIO and read
         through a transpose, the program takes it as it is.
         """
+        import jax
+
+        if jax.default_backend() != "cpu":  # measured on XLA:CPU only; others keep ONNX's
+            return {}
         uses: dict[str, list[tuple[str, int]]] = {}
         for node in self.graph.nodes:
             for i, name in enumerate(node.inputs):
