@@ -55,6 +55,7 @@ import functools
 import hashlib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -418,8 +419,9 @@ class CompiledModel:
         self._main_sig: tuple[Any, ...] | None = None
         self._main_arg_names: tuple[str, ...] = ()
         self._fast: _FastPath | None = None
-        # the fast path's current entry point (``_FastPath.try_call``), None without one
+        # the fast path's current entry point (see _FastPath), None without one
         self._try_call: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None
+        self._checked_call: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None
         # The call as a list of steps: a Segment, or the position of a break node.
         self._steps: list[Segment | int] = []
         by_start = {s.position: s for s in plan.segments}
@@ -796,18 +798,52 @@ _CALL_STOP = "ember.call.stop"
 _CALL_EXCEPTION = "ember.call.exception"
 
 
+def _direct_call(
+    state: _FastPath,
+    model_ref: weakref.ReferenceType[CompiledModel],
+    generation: int,
+    arg_names: tuple[str, ...],
+    n_inputs: int,
+) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
+    """The call straight into jax's C++ call, valid while ``bus.generation`` stays."""
+    call = state.call  # jax's C++ call, after the first run
+    names = state.names
+    only = names[0] if len(names) == 1 else None
+    single = arg_names[0] if len(arg_names) == 1 else None
+
+    def direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        if bus.generation != generation or len(inputs) != n_inputs:
+            owner = model_ref()
+            return owner._checked_call(inputs) if owner is not None else None
+        try:
+            outs = call(inputs[single]) if single else call(*map(inputs.__getitem__, arg_names))
+        except (KeyError, TypeError):
+            # a missing input, or jax's C++ call refusing other shapes or dtypes: the
+            # checked path (cache at position 0, or the input error)
+            return None
+        if only is not None:
+            return {only: outs[0]}
+        return dict(zip(names, outs, strict=False))
+
+    return direct
+
+
 class _FastPath:
     """The call of the whole-graph program, with as little Python around it as possible.
 
-    ``try_call`` starts as the checked call: it compares shapes and dtypes, opens the
-    ``ember.call`` span when someone listens, and calls the program. Once the program has
-    been called (jax has then built its C++ call) and nobody listens to calls, ``try_call``
-    becomes ``direct``: the inputs go straight to the C++ call, which checks shapes and
-    dtypes itself. ``direct`` is valid for one ``bus.generation``; after an attach or
+    The model's ``_try_call`` starts as the checked call: it compares shapes and dtypes,
+    opens the ``ember.call`` span when someone listens, and calls the program. Once the
+    program has been called (jax has then built its C++ call) and nobody listens to calls,
+    ``_try_call`` becomes a direct call: the inputs go straight to the C++ call, which checks
+    shapes and dtypes itself. It is valid for one ``bus.generation``; after an attach or
     detach it hands the call back to the checked path, which decides again.
+
+    The closures reach the model through a weak reference, so nothing here makes a
+    reference cycle: a dropped model frees its device parameters at once, not at the next
+    garbage collection.
     """
 
-    __slots__ = ("signature", "call", "exe", "x64", "simple", "entry", "names", "try_call")
+    __slots__ = ("signature", "call", "exe", "x64", "simple", "entry", "names")
 
     def __init__(self, model: CompiledModel, entry: _Entry, seg: Segment) -> None:
         # (name, shape, dtype) per program argument
@@ -825,12 +861,13 @@ class _FastPath:
         self.simple = not entry.host_outputs and tuple(entry.dynamic_outputs) == self.names
 
     def bind(self, model: CompiledModel) -> None:
-        """Build ``try_call``: closures over locals, the cheapest Python around the call."""
+        """Set ``model._try_call`` to the checked call (closures over locals: cheap)."""
         signature = self.signature
         n_inputs = model._n_inputs
         source = model.model.source
         run = self.run
         state = self
+        model_ref = weakref.ref(model)
 
         arg_names = tuple(name for name, _, _ in signature)
         single = arg_names[0] if len(arg_names) == 1 else None
@@ -859,35 +896,17 @@ class _FastPath:
                     return run(args)
             generation = bus.generation
             result = run(args)
-            if state.simple and not state.x64 and generation == bus.generation:
-                state.try_call = model._try_call = direct_call(generation)
+            owner = model_ref()
+            if (
+                owner is not None
+                and state.simple
+                and not state.x64
+                and generation == bus.generation
+            ):
+                owner._try_call = _direct_call(state, model_ref, generation, arg_names, n_inputs)
             return result
 
-        def direct_call(generation: int) -> Callable[[Mapping[str, Any]], dict | None]:
-            call = state.call  # jax's C++ call, after the first run
-            names = state.names
-            only = names[0] if len(names) == 1 else None
-
-            def direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
-                if bus.generation != generation or len(inputs) != n_inputs:
-                    return checked(inputs)
-                try:
-                    outs = (
-                        call(inputs[single])
-                        if single
-                        else call(*map(inputs.__getitem__, arg_names))
-                    )
-                except (KeyError, TypeError):
-                    # a missing input, or jax's C++ call refusing other shapes or dtypes:
-                    # the checked path (cache at position 0, or the input error)
-                    return None
-                if only is not None:
-                    return {only: outs[0]}
-                return dict(zip(names, outs, strict=False))
-
-            return direct
-
-        self.try_call = model._try_call = checked
+        model._checked_call = model._try_call = checked
 
     def run(self, args: list[Any]) -> dict[str, Any]:
         if self.x64:

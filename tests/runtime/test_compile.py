@@ -264,3 +264,25 @@ def test_large_conv_weights_kept_transposed_give_the_same_outputs(also_read_by_a
         np.testing.assert_allclose(np.asarray(got["y"]), want["y"], rtol=1e-4, atol=1e-3)
     if also_read_by_add:
         np.testing.assert_allclose(np.asarray(got["w2"]), want["w2"], rtol=1e-6)
+
+
+def test_a_dropped_compiled_model_frees_its_device_parameters_at_once():
+    import gc
+    import weakref
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+    w = np.ones((256, 512), np.float32)  # a parameter: 131,072 values
+    inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.reshape(-1))]
+    graph = helper.make_graph(
+        nodes, "g", [tensor("x", shape=[2, 256])], [tensor("y", shape=[2, 512])], inits
+    )
+    compiled = rt.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    for _ in range(3):  # the checked call, then the direct one
+        compiled(x=np.ones((2, 256), np.float32))
+    model_ref = weakref.ref(compiled)
+    gc.disable()  # freed by reference counting, not by a collection of cycles
+    try:
+        del compiled
+        assert model_ref() is None
+    finally:
+        gc.enable()
