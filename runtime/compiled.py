@@ -252,6 +252,18 @@ def _needs_concrete(exc: BaseException | None) -> bool:
 _CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
+def _oihw_to_hwio(w: np.ndarray) -> np.ndarray:
+    """A 2-D convolution weight in XLA:CPU's kernel layout, contiguous.
+
+    Done as a 3-D transpose over (O, I, H*W), which numpy copies about 2.7x faster than
+    the 4-D ``transpose(2, 3, 1, 0)`` when the memory is warm. On a fresh load the page
+    faults of the new 100 MB dominate (resnet50: about 0.1 s, once).
+    """
+    o, i, h, w_ = w.shape
+    hwio = np.ascontiguousarray(w.reshape(o, i, h * w_).transpose(2, 1, 0))
+    return hwio.reshape(h, w_, i, o)
+
+
 def _compiler_options() -> dict[str, str] | None:
     import jax
 
@@ -496,9 +508,7 @@ class CompiledModel:
                 base = self._base_env()
                 stored_as = self._stored_as()
                 host = {
-                    n: np.ascontiguousarray(np.transpose(base[n], stored_as[n]))
-                    if n in stored_as
-                    else base[n]
+                    n: _oihw_to_hwio(base[n]) if n in stored_as else base[n]
                     for n in self.plan.params
                 }
                 # device_put, not jnp.asarray: asarray compiles a small conversion
