@@ -278,25 +278,23 @@ def _trace_segment(
     params: Mapping[str, Any],
     args: Sequence[Any],
     cache_dir: str | None,
-    stored_as: Mapping[str, tuple[int, ...]] | None = None,
+    hwio: frozenset[str] = frozenset(),
 ) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
     """Trace and compile ``seg`` for ``args``; the entry (without key) and compile facts.
 
-    ``stored_as`` names the parameters kept on the device transposed (the permutation that
-    made them from the ONNX layout); the program reads them back through the inverse.
+    ``hwio`` names the convolution weights kept on the device as HWIO (see
+    ``CompiledModel._hwio_params``); the program reads them back as ONNX's OIHW.
     """
     import jax
     import jax.numpy as jnp
 
     box: dict[str, Any] = {}
-    stored_as = stored_as or {}
-    inverse = {n: tuple(int(i) for i in np.argsort(perm)) for n, perm in stored_as.items()}
 
     def segment_fn(param_values: tuple[Any, ...], *arg_values: Any) -> tuple[Any, ...]:
         env: dict[str, Any] = dict(base_env)
         env.update(statics)
         for name, value in zip(seg.params, param_values, strict=True):
-            env[name] = jnp.transpose(value, inverse[name]) if name in inverse else value
+            env[name] = jnp.transpose(value, (3, 2, 0, 1)) if name in hwio else value
         env.update(zip(seg.args, arg_values, strict=True))
         for node in graph.nodes[seg.position : seg.stop]:
             if node.outputs and all(o in base_env for o in node.outputs if o):
@@ -431,6 +429,7 @@ class CompiledModel:
         self._main_sig: tuple[Any, ...] | None = None
         self._main_arg_names: tuple[str, ...] = ()
         self._fast: _FastPath | None = None
+        self._hwio: frozenset[str] | None = None
         # the fast path's current entry point (see _FastPath), None without one
         self._try_call: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None
         self._checked_call: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None
@@ -506,38 +505,39 @@ class CompiledModel:
 
             with jax.enable_x64(True):
                 base = self._base_env()
-                stored_as = self._stored_as()
+                hwio = self._hwio_params()
                 host = {
-                    n: _oihw_to_hwio(base[n]) if n in stored_as else base[n]
-                    for n in self.plan.params
+                    n: _oihw_to_hwio(base[n]) if n in hwio else base[n] for n in self.plan.params
                 }
                 # device_put, not jnp.asarray: asarray compiles a small conversion
                 # program for each new shape (~20 ms each, most of a warm compile).
                 self._params = {n: jax.device_put(v) for n, v in host.items()}
         return self._params
 
-    def _stored_as(self) -> dict[str, tuple[int, ...]]:
-        """Parameters kept transposed on the device: 2-D convolution weights, as HWIO.
+    def _hwio_params(self) -> frozenset[str]:
+        """Parameters kept on the device as HWIO: 2-D weights that only Conv reads.
 
         XLA:CPU convolves with HWIO kernels; a parameter in ONNX's OIHW layout was copied
         into that layout on every call (resnet50: 100 MB a call). Stored as HWIO and read
-        through a transpose, the program takes it as it is.
+        through a transpose, the program takes it as it is. Found once per plan.
         """
-        import jax
+        if self._hwio is None:
+            import jax
 
-        if jax.default_backend() != "cpu":  # measured on XLA:CPU only; others keep ONNX's
-            return {}
-        uses: dict[str, list[tuple[str, int]]] = {}
-        for node in self.graph.nodes:
-            for i, name in enumerate(node.inputs):
-                if name in self.plan.params:
-                    uses.setdefault(name, []).append((node.op_type, i))
-        base = self._base_env()
-        return {
-            n: (2, 3, 1, 0)
-            for n, used in uses.items()
-            if all(u == ("Conv", 1) for u in used) and np.ndim(base[n]) == 4
-        }
+            uses: dict[str, set[tuple[str, int]]] = {}
+            for node in self.graph.nodes:
+                for i, name in enumerate(node.inputs):
+                    if name in self.plan.params:
+                        uses.setdefault(name, set()).add((node.op_type, i))
+            base = self._base_env()
+            # measured on XLA:CPU only; other backends keep ONNX's layout
+            on_cpu = jax.default_backend() == "cpu"
+            self._hwio = frozenset(
+                n
+                for n, used in uses.items()
+                if on_cpu and used == {("Conv", 1)} and np.ndim(base[n]) == 4
+            )
+        return self._hwio
 
     def _precompile(self, specs: Mapping[str, Any]) -> None:
         """Compile the whole graph (no breaks) for the given input specs."""
@@ -594,21 +594,10 @@ class CompiledModel:
     ) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
         """``_trace_segment``, or the program store's copy when ``cache_dir`` has one."""
         store = self._programs
-        if store is None:
-            return _trace_segment(
-                self.graph,
-                self._base_env(),
-                seg,
-                statics,
-                self._device_params(),
-                args,
-                None,
-                self._stored_as(),
-            )
         # The segment's bounds, arguments and statics; the model, runtime and device are
         # added by the store.
-        digest = store.digest(repr(seg), key[1], key[2])
-        stored = store.load(digest)
+        digest = store.digest(repr(seg), key[1], key[2]) if store is not None else ""
+        stored = store.load(digest) if store is not None else None
         if stored is not None:
             entry = _Entry(
                 key=(),
@@ -628,12 +617,15 @@ class CompiledModel:
             self._device_params(),
             args,
             self.cache_dir,
-            self._stored_as(),
+            self._hwio_params(),
         )
-        store.save(
-            digest,
-            StoredProgram(entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64),
-        )
+        if store is not None:
+            store.save(
+                digest,
+                StoredProgram(
+                    entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64
+                ),
+            )
         return entry, disk, memory, cost
 
     # -- calls --------------------------------------------------------------------------------
