@@ -658,6 +658,19 @@ def tree_ensemble(
     return _post_transform(scores, transform).astype(X.dtype)
 
 
+def _plus_base_values(name: str, scores: Array, base: Any, n: int, what: str, dtype: Any):
+    """``scores`` plus ``base_values``, one per target (or class); none: unchanged."""
+    if base is None or not len(np.asarray(base).reshape(-1)):
+        return scores
+    base_a = np.asarray(base, np.float64).reshape(-1)
+    if base_a.size != n:
+        plural = "classes" if what == "class" else what + "s"
+        raise ValueError(
+            f"{name} has {base_a.size} base_values for {n} {plural}; give one per {what} or none"
+        )
+    return scores + jnp.asarray(base_a, dtype)
+
+
 @op("TreeEnsembleRegressor", domain=ML)
 def tree_ensemble_regressor(
     X: Array,
@@ -711,14 +724,7 @@ def tree_ensemble_regressor(
     x, dtype = _features(X)
     scores = _aggregate(forest, _leaves(forest, x), aggregate, dtype)
     base = base_values_as_tensor if base_values_as_tensor is not None else base_values
-    if base is not None and len(np.asarray(base).reshape(-1)):
-        base_a = np.asarray(base, np.float64).reshape(-1)
-        if base_a.size != n_targets:
-            raise ValueError(
-                f"{name} has {base_a.size} base_values for {n_targets} targets; give one per "
-                "target or none"
-            )
-        scores = scores + jnp.asarray(base_a, dtype)
+    scores = _plus_base_values(name, scores, base, n_targets, "target", dtype)
     return _post_transform(scores, transform).astype(jnp.float32)
 
 
@@ -788,14 +794,7 @@ def tree_ensemble_classifier(
     leaves = _leaves(forest, x)
     scores = _aggregate(forest, leaves, 1, dtype)
     base = base_values_as_tensor if base_values_as_tensor is not None else base_values
-    if base is not None and len(np.asarray(base).reshape(-1)):
-        base_a = np.asarray(base, np.float64).reshape(-1)
-        if base_a.size != n_classes:
-            raise ValueError(
-                f"{name} has {base_a.size} base_values for {n_classes} classes; give one per "
-                "class or none"
-            )
-        scores = scores + jnp.asarray(base_a, dtype)
+    scores = _plus_base_values(name, scores, base, n_classes, "class", dtype)
     # the label is the first best class among those some leaf voted for
     best = jnp.argmax(jnp.where(_seen(forest, leaves), scores, -jnp.inf), axis=-1)
     if _is_strings(labels):
