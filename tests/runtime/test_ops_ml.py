@@ -585,6 +585,29 @@ def test_label_encoder_with_two_key_lists_names_the_node_and_the_fix() -> None:
     assert "exactly one of keys_floats, keys_int64s, keys_strings, keys_tensor" in message
 
 
+@pytest.mark.parametrize("kind", ["target", "class"])
+def test_tree_ensemble_base_values_of_the_wrong_count_are_a_node_error(kind: str) -> None:
+    trees = random_forest(n_trees=2, n_features=3, n_targets=3, depth=2)
+    attrs = v1_attrs(trees, kind)
+    attrs["base_values"] = [0.5, 0.5]
+    if kind == "target":
+        attrs["n_targets"] = 3
+        model = ml_model(
+            "TreeEnsembleRegressor",
+            {"x": (TensorProto.FLOAT, [2, 3])},
+            (TensorProto.FLOAT, [2, 3]),
+            attrs,
+            ml_opset=3,
+        )
+        want = r"\(TreeEnsembleRegressor\).*2 base_values for 3 targets; give one per target"
+    else:
+        attrs["classlabels_int64s"] = [0, 1, 2]
+        model = classifier_model(attrs, TensorProto.INT64, 2)
+        want = r"\(TreeEnsembleClassifier\).*2 base_values for 3 classes; give one per class"
+    with pytest.raises(rt.NodeError, match=want):
+        rt.run(model, {"x": np.zeros((2, 3), np.float32)})
+
+
 def test_tree_ensemble_unknown_aggregate_function_is_a_node_error() -> None:
     trees = random_forest(n_trees=1, n_features=2, n_targets=1, depth=2)
     attrs = v5_attrs(trees, 1, np.float32)
