@@ -54,6 +54,25 @@ def test_grouped_and_depthwise_conv_rewrites_match_onnxruntime(x_shape, w_shape,
     )
 
 
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "group", "grouped_conv_left"),
+    [
+        ((1, 6, 9, 8), (6, 1, 3, 3), 6, False),  # depthwise: shifted multiply-adds
+        ((1, 8, 7, 6), (12, 2, 1, 1), 4, False),  # grouped 1x1: a batched matmul
+        ((1, 8, 6, 6), (4, 4, 3, 3), 2, True),  # grouped 3x3: XLA's grouped convolution
+    ],
+)
+def test_grouped_conv_rewrites_leave_no_grouped_convolution(
+    x_shape, w_shape, group, grouped_conv_left
+) -> None:
+    import jax
+
+    from ember.runtime.ops.nn import conv
+
+    lowered = jax.jit(lambda x, w: conv(x, w, group=group)).lower(randn(*x_shape), randn(*w_shape))
+    assert (f"feature_group_count = {group}" in lowered.as_text()) is grouped_conv_left
+
+
 def test_conv_explicit_asymmetric_pads_1d() -> None:
     assert_matches("Conv", [randn(1, 3, 11), randn(2, 3, 4)], {"pads": [2, 1], "strides": [3]})
 
