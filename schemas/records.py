@@ -3,7 +3,7 @@
 A trace is JSONL: one record a line, ``kind`` says which model. Line 1 is ``meta``.
 Span records are discriminated a second time on ``span_kind``, so each span kind has
 typed attributes: exactly the metadata of the Transmuter seed for ONNX runtime events
-(``load``, ``compile``, ``call``, ``run``, ``segment_compile``, ``break``,
+(``load``, ``compile``, ``call``, ``run``, ``segment_compile``, ``segment``, ``break``,
 ``hub_download``, ``hub_info``), the candle-graph fields for profiling records (``op``,
 ``tensor``, ``memory``, ``device_memory``, ``gradient``, ``edge``), and the JAX bridge's
 ``jit`` compile spans.
@@ -11,6 +11,12 @@ typed attributes: exactly the metadata of the Transmuter seed for ONNX runtime e
 Timestamps (``ts_ns``) are monotonic nanoseconds since the run started; ``meta``'s
 ``wall_time_ns`` anchors them to the epoch. Unknown fields are errors (``extra="forbid"``)
 so a misspelt field is reported instead of silently dropped.
+
+Version 2 (``ember.trace/2``): ``meta.sync`` says whether work spans (call, segment,
+break, step) end at their results (``True``) or at dispatch; call and step ends carry
+``dispatch_ns``; a ``segment`` span is one execution of one segment inside a call; break
+ends carry ``host_transfer_ns`` and ``subgraph_ns``. Version 1 traces are upgraded by
+``versions.MIGRATIONS`` (their meta gets ``sync: false``: v1 call spans ended at dispatch).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "ember.trace"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_ID = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 
 
@@ -135,6 +141,13 @@ class Meta(RecordModel):
     entrypoint: str | None = None
     phase: Phase = "infer"
     tags: dict[str, str] = Field(default_factory=dict)
+    sync: bool = Field(
+        True,
+        description=(
+            "True: call, segment, break and step spans end when their results are ready "
+            "(jax.block_until_ready); False: they end at dispatch (latency is 'dispatch only')."
+        ),
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -163,6 +176,23 @@ class CallAttrs(SourceAttrs):
     shapes: list[ArgShape] = Field(default_factory=list)
 
 
+class CallEndAttrs(CallAttrs):
+    dispatch_ns: int | None = Field(
+        None,
+        description="ns from the call's start until all its programs were dispatched "
+        "(the span's duration_ns is time to results when meta.sync).",
+    )
+
+
+class SegmentAttrs(SourceAttrs):
+    """One execution of one segment inside a call (a child of the call span)."""
+
+    position: int
+    stop: int | Literal["end"] | None = None
+    compiled: bool = Field(description="False: an eager segment, run node by node.")
+    key: str | None = Field(None, description="The segment's cache key (hex).")
+
+
 class SegmentCompileAttrs(SourceAttrs):
     position: int
     shapes: list[ArgShape]
@@ -183,6 +213,16 @@ class BreakAttrs(SourceAttrs):
     position: int
     node: str
     op_type: str
+
+
+class BreakEndAttrs(BreakAttrs):
+    host_transfer_ns: int | None = Field(
+        None, description="ns spent moving the break's inputs to the host."
+    )
+    subgraph_ns: int | None = Field(
+        None,
+        description="ns spent running a subgraph (If branch, Loop/Scan body) inside the break.",
+    )
 
 
 class HubFileAttrs(RecordModel):
@@ -217,6 +257,13 @@ class StepAttrs(RecordModel):
     index: int | None = None
 
 
+class StepEndAttrs(StepAttrs):
+    dispatch_ns: int | None = Field(
+        None,
+        description="ns until the step's work was dispatched, when the step blocked at its end.",
+    )
+
+
 class UserAttrs(RecordModel):
     """A span opened by the user through the instrumentation API."""
 
@@ -236,20 +283,31 @@ class JitEndAttrs(JitAttrs):
     persistent_cache: Literal["hit", "miss"] | None = None
     retrace_reason: str | None = None
     changes: list[ArgChange] = Field(default_factory=list)
+    outside_jit: bool | None = Field(
+        None,
+        description="True: a JAX primitive run outside jit (op by op); fun_name is the "
+        "primitive's name (broadcast_in_dim for jnp.ones).",
+    )
+    jax_explanation: str | None = Field(
+        None,
+        description="JAX's own cache-miss explanation, when Ember could not reduce it to "
+        "typed changes (a recompile whose key looks unchanged).",
+    )
 
 
 # span kind -> (attrs of span_start, attrs of span_end)
 SPAN_ATTRS: dict[str, tuple[type[RecordModel], type[RecordModel]]] = {
     "load": (SourceAttrs, LoadEndAttrs),
     "compile": (CompileAttrs, CompileEndAttrs),
-    "call": (CallAttrs, CallAttrs),
+    "call": (CallAttrs, CallEndAttrs),
     "run": (SourceAttrs, SourceAttrs),
     "segment_compile": (SegmentCompileAttrs, SegmentCompileEndAttrs),
-    "break": (BreakAttrs, BreakAttrs),
+    "segment": (SegmentAttrs, SegmentAttrs),
+    "break": (BreakAttrs, BreakEndAttrs),
     "hub_download": (HubFileAttrs, HubDownloadEndAttrs),
     "hub_info": (HubInfoAttrs, HubInfoEndAttrs),
     "op": (OpSpanAttrs, OpSpanAttrs),
-    "step": (StepAttrs, StepAttrs),
+    "step": (StepAttrs, StepEndAttrs),
     "user": (UserAttrs, UserAttrs),
     "jit": (JitAttrs, JitEndAttrs),
 }
@@ -278,7 +336,7 @@ class _SpanEndBase(RecordModel):
 
 def _span_models(base: type[RecordModel], which: int, suffix: str) -> list[type[RecordModel]]:
     # One class per span kind: `span_kind` is its literal tag and `attrs` its typed
-    # attributes. Built in a loop because the twelve kinds differ only in those two.
+    # attributes. Built in a loop because the kinds differ only in those two.
     models = []
     for span_kind, attrs in SPAN_ATTRS.items():
         cls_name = "".join(p.title() for p in span_kind.split("_")) + suffix

@@ -69,6 +69,12 @@ class Migrations:
 
         return add
 
+    def copy(self) -> Migrations:
+        """A registry with the same steps, to extend (e.g. with a made-up older version)."""
+        other = Migrations(self.current)
+        other._steps = dict(self._steps)
+        return other
+
     def oldest_readable(self) -> int:
         v = self.current
         while v - 1 in self._steps:
@@ -92,4 +98,18 @@ class Migrations:
 
 
 MIGRATIONS = Migrations()
-"""The migrations of the real schema; version 1 is the first, so it has none yet."""
+"""The migrations of the real schema."""
+
+
+@MIGRATIONS.register(from_version=1)
+def _v1_spans_ended_at_dispatch(record: RawRecord) -> RawRecord:
+    """1 -> 2: version 1 ended call spans at dispatch, so its meta says ``sync: false``.
+
+    Everything else of version 2 is new and optional (``dispatch_ns``, ``segment`` spans,
+    the break's ``host_transfer_ns`` and ``subgraph_ns``): version 1 records are valid as
+    they are.
+    """
+    if record.get("kind") == "meta":
+        record = dict(record)
+        record["sync"] = False
+    return record

@@ -12,7 +12,7 @@ from traces import cache_line, meta_line, write_lines
 from ember.analysis import connect, ingest
 from ember.analysis.ingest import MAX_LINE_BYTES
 from ember.analysis.schema_types import TABLE_COLUMNS, duckdb_type
-from ember.schemas import Migrations
+from ember.schemas import MIGRATIONS, SCHEMA_ID
 
 
 def _one(tmp_path: Path, name: str, lines: list, **kw):
@@ -152,7 +152,7 @@ def test_unknown_kind(tmp_path):
 def test_newer_schema_version_refuses_the_file_naming_both_versions(tmp_path):
     path, db, r = _one(tmp_path, "n.jsonl", [meta_line(schema="ember.trace/9"), *_valid(2)])
     assert r.status == "refused"
-    assert "ember.trace/9" in r.message and "ember.trace/1" in r.message
+    assert "ember.trace/9" in r.message and SCHEMA_ID in r.message
     assert "upgrade Ember" in r.message
     assert _rows(db, "SELECT count(*) FROM cache") == [(0,)]
     assert _rows(db, "SELECT status, message FROM ingested_files") == [("refused", r.message)]
@@ -286,7 +286,7 @@ def test_folders_and_globs(tmp_path):
 
 
 def test_an_older_version_is_upgraded_by_a_registered_migration(tmp_path):
-    migrations = Migrations()
+    migrations = MIGRATIONS.copy()  # the real 1 -> 2 step, and a made-up version 0
 
     @migrations.register(0)
     def rename_pos(record: dict) -> dict:  # version 0 called the position "pos"
@@ -301,9 +301,23 @@ def test_an_older_version_is_upgraded_by_a_registered_migration(tmp_path):
     r = ingest([path], db, migrations=migrations).files[0]
     assert (r.status, r.records, r.rejected) == ("ok", 2, 0)
     assert _rows(db, "SELECT position FROM cache") == [(7,)]
-    assert _rows(db, "SELECT schema, schema_version FROM runs, ingested_files") == [
-        ("ember.trace/1", 0)
+    assert _rows(db, "SELECT schema, schema_version, sync FROM runs, ingested_files") == [
+        (SCHEMA_ID, 0, False)
     ]
     # without the migration the same file is refused with both versions named
     r2 = ingest([path], tmp_path / "t2.duckdb").files[0]
     assert r2.status == "refused" and "ember.trace/0" in r2.message
+
+
+def test_a_version_1_trace_is_ingested_as_dispatch_only(tmp_path):
+    # version 1 call spans ended at dispatch: the run says sync = false; a version 2
+    # trace that does not say is synced (the schema's default, filled in by ingest)
+    v1 = write_lines(tmp_path / "v1.jsonl", [meta_line("old", "ember.trace/1"), cache_line(5)])
+    v2 = write_lines(tmp_path / "v2.jsonl", [meta_line("new"), cache_line(5)])
+    db = tmp_path / "t.duckdb"
+    results = ingest([v1, v2], db).files
+    assert [(r.status, r.records, r.rejected) for r in results] == [("ok", 2, 0)] * 2
+    assert _rows(db, "SELECT run_id, schema, sync FROM runs ORDER BY run_id") == [
+        ("new", SCHEMA_ID, True),
+        ("old", SCHEMA_ID, False),
+    ]

@@ -19,6 +19,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ember.schemas import SCHEMA_ID
+
 REPO = Path(__file__).resolve().parents[2]
 
 SWEEP_SCRIPT = textwrap.dedent(
@@ -138,7 +140,7 @@ def write_lines(path: Path, lines: list[str | bytes], *, newline_at_end: bool = 
     return path
 
 
-def meta_line(run_id: str = "r1", schema: str = "ember.trace/1") -> str:
+def meta_line(run_id: str = "r1", schema: str = SCHEMA_ID) -> str:
     return json.dumps(
         {
             "kind": "meta",

@@ -28,6 +28,7 @@ POINT_EXAMPLES = {
         "entrypoint": "train.py",
         "phase": "train",
         "tags": {"model": "bert"},
+        "sync": False,
     },
     "cache": {
         "kind": "cache",
@@ -118,6 +119,7 @@ SPAN_START_ATTRS = {
     "call": {"source": "m.onnx", "shapes": SHAPES},
     "run": {"source": None},
     "segment_compile": {"source": "m.onnx", "position": 0, "shapes": SHAPES, "key": "ab"},
+    "segment": {"source": "m.onnx", "position": 0, "stop": 5, "compiled": True, "key": "ab"},
     "break": {"source": "m.onnx", "position": 5, "node": "nz", "op_type": "NonZero"},
     "hub_download": {"source": "hf://o/r/f.onnx", "revision": "main"},
     "hub_info": {"source": "hf://o/r", "revision": "main"},
@@ -129,6 +131,9 @@ SPAN_START_ATTRS = {
 SPAN_END_EXTRA = {
     "load": {"node_count": 12, "opset": 21},
     "compile": {"graph_break": True},
+    "call": {"dispatch_ns": 200_000},
+    "break": {"host_transfer_ns": 1_000, "subgraph_ns": 5_000},
+    "step": {"dispatch_ns": 300},
     "segment_compile": {
         "stop": "end",
         "compiled": True,
@@ -147,6 +152,8 @@ SPAN_END_EXTRA = {
         "persistent_cache": "hit",
         "retrace_reason": "x dim 0: 32 -> 16",
         "changes": [{"arg": "x", "what": "shape", "old": "f32[32,4]", "new": "f32[16,4]"}],
+        "outside_jit": False,
+        "jax_explanation": "TRACING CACHE MISS at ...",
     },
 }
 

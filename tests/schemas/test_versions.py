@@ -59,7 +59,7 @@ def test_older_version_is_upgraded(tmp_path):
 
 
 def test_older_version_without_migration_is_a_clear_error(tmp_path):
-    path = write(tmp_path / "old.jsonl", [meta(f"ember.trace/{SCHEMA_VERSION - 1}")])
+    path = write(tmp_path / "old.jsonl", [meta("ember.trace/0")])
     report = validate_file(path)
     assert not report.ok
     assert "older than any version this Ember can upgrade" in report.errors[0].message
@@ -118,3 +118,52 @@ def test_empty_file(tmp_path):
     path = tmp_path / "empty.jsonl"
     path.touch()
     assert "empty file" in validate_file(path).errors[0].message
+
+
+def v1_call_trace() -> list[dict]:
+    """A version 1 trace as Ember wrote it: a call span that ended at dispatch."""
+    call = {"source": "m.onnx", "shapes": [{"name": "x", "shape": [1, 3], "dtype": "float32"}]}
+    return [
+        meta("ember.trace/1"),
+        {
+            "kind": "span_start",
+            "ts_ns": 10,
+            "span_id": 1,
+            "name": "ember.call",
+            "span_kind": "call",
+            "attrs": call,
+        },
+        {
+            "kind": "span_end",
+            "ts_ns": 210,
+            "span_id": 1,
+            "duration_ns": 200,
+            "span_kind": "call",
+            "attrs": call,
+        },
+        {
+            "kind": "span_end",
+            "ts_ns": 300,
+            "span_id": 2,
+            "duration_ns": 50,
+            "span_kind": "break",
+            "attrs": {"source": "m.onnx", "position": 5, "node": "nz", "op_type": "NonZero"},
+        },
+    ]
+
+
+def test_version_1_is_upgraded_and_says_its_spans_ended_at_dispatch(tmp_path):
+    from ember.schemas import MIGRATIONS, RECORD
+
+    assert SCHEMA_VERSION == 2 and MIGRATIONS.oldest_readable() == 1
+    path = write(tmp_path / "v1.jsonl", v1_call_trace())
+    report = validate_file(path)
+    assert report.ok, report.errors
+    assert report.counts == {"meta": 1, "span_start": 1, "span_end": 2}
+    records = [MIGRATIONS.upgrade(r, 1) for r in v1_call_trace()]
+    meta_v2 = RECORD.validate_python(records[0])
+    assert meta_v2.schema_id == SCHEMA_ID and meta_v2.sync is False
+    end = RECORD.validate_python(records[2])
+    assert end.attrs.dispatch_ns is None and end.duration_ns == 200
+    # a version 2 meta without the field is synced (the default)
+    assert RECORD.validate_python(meta()).sync is True
