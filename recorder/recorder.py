@@ -162,6 +162,8 @@ class Recorder:
             "entrypoint": entrypoint if entrypoint is not None else " ".join(sys.argv) or None,
             "phase": phase,
             "tags": {str(k): str(v) for k, v in (tags or {}).items()},
+            # spans still end at dispatch: say so until the runtime syncs them
+            "sync": False,
         }
         self._writer = TraceWriter(self.path, flush_interval=flush_interval)
         self._writer.write(self.meta)
