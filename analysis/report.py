@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from . import format as fmt
 from .db import Connection
 
 __all__ = [
@@ -31,11 +32,9 @@ __all__ = [
     "RunReport",
     "RunSummary",
     "findings",
-    "mib",
     "rejected_summary",
     "report",
     "resolve_run",
-    "seconds",
     "short_path",
     "wrap",
 ]
@@ -106,39 +105,6 @@ def short_path(text: str | None, width: int = 40) -> str:
     if 0 <= cut < len(tail) - 1:
         tail = tail[cut:]
     return "…" + tail
-
-
-def seconds(ns: float | None) -> str:
-    """A duration for a person: '3.9 s', '412 ms', '0.4 ms'."""
-    if ns is None:
-        return "?"
-    s = ns / 1e9
-    if s >= 10:
-        return f"{s:.0f} s"
-    if s >= 1:
-        return f"{s:.1f} s"
-    ms = ns / 1e6
-    if ms >= 10:
-        return f"{ms:.0f} ms"
-    if ms >= 1:
-        return f"{ms:.1f} ms"
-    if ms >= 0.1:
-        return f"{ms:.2f} ms"
-    return f"{ns / 1e3:.0f} µs"
-
-
-def mib(n: float) -> str:
-    if n >= 10 * 2**30:
-        return f"{n / 2**30:.0f} GiB"
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GiB"
-    if n >= 10 * 2**20:
-        return f"{n / 2**20:.0f} MiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.1f} MiB"
-    if n >= 1024:
-        return f"{n / 1024:.0f} KiB"
-    return f"{n:.0f} B"
 
 
 # Wrapping keeps a number with the word it counts or measures ("12.3 MiB", "4 times") and
@@ -421,7 +387,7 @@ def _memory_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
             "live arrays": " (live JAX arrays, not an allocator's peak)",
         }.get(main["label"], "")
         text = (
-            f"peak memory {mib(main['peak_bytes'])} {main['label']}{honest}"
+            f"peak memory {fmt.size(main['peak_bytes'])} {main['label']}{honest}"
             f"{'' if main['device'] == 'cpu:0' else ' on ' + main['device']}"
             f" at {main['peak_ts_ns'] / 1e9:.1f} s into the run"
         )
@@ -433,12 +399,12 @@ def _memory_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
             if (o["device"], o["label"]) in seen:
                 continue
             seen.add((o["device"], o["label"]))
-            part = f"{o['label']} {mib(o['peak_bytes'])}"
+            part = f"{o['label']} {fmt.size(o['peak_bytes'])}"
             if o["device"] != main["device"]:
                 part += f" on {o['device']}"
             if o["series"] == "tensors" and o["by_category"]:
                 cats = sorted(o["by_category"].items(), key=lambda kv: -(kv[1] or 0))
-                top = [f"{k} {mib(v)}" for k, v in cats if v]
+                top = [f"{k} {fmt.size(v)}" for k, v in cats if v]
                 if top:
                     part += f" ({', '.join(top[:2])})"
             extra.append(part)
@@ -527,7 +493,7 @@ def _recompile_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         text = f"position {p['position']} compiled {p['compiles']} times"
         if p["lookups"] and p["lookups"] != p["compiles"]:
             text += f" in {p['lookups']} lookups"
-        text += f" ({seconds(p['compile_ns'])})"
+        text += f" ({fmt.duration(p['compile_ns'])})"
         data: dict[str, Any] = {
             "position": p["position"],
             "source": p["source"],
@@ -591,9 +557,8 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     for r in _rows(df):
         reasons = list(dict.fromkeys(r["reasons"]))
         shown = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
-        text = (
-            f"{r['fun_name']} retraced {times(r['retraces'])} ({seconds(r['compile_ns'])}): {shown}"
-        )
+        took = fmt.duration(r["compile_ns"])
+        text = f"{r['fun_name']} retraced {times(r['retraces'])} ({took}): {shown}"
         out.append(
             Finding(
                 r["run_id"],
@@ -629,7 +594,7 @@ def _thrash_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         segs = "1 segment was" if r["keys"] == 1 else f"{r['keys']} segments were"
         text = (
             f"position {r['position']} thrashed: {segs} compiled again after eviction "
-            f"({_n(r['wasted'], 'wasted compile')}, {seconds(r['wasted_ns'])})"
+            f"({_n(r['wasted'], 'wasted compile')}, {fmt.duration(r['wasted_ns'])})"
         )
         if r["fixes"] is not None and r["cache_size"] is not None:
             text += f"; cache_size {r['cache_size']} -> {r['fixes']} removes them (cache_what_if)"
@@ -794,7 +759,8 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
             )
             saved = max(0, peer["compile_ns"] - me["compile_ns"])
             text += (
-                f"; compile time {seconds(me['compile_ns'])} vs {seconds(peer['compile_ns'])}"
+                f"; compile time {fmt.duration(me['compile_ns'])}"
+                f" vs {fmt.duration(peer['compile_ns'])}"
                 f" in run {peer['run_id'][:SHORT_ID]} ({short_path(peer['name'], 24)})"
             )
             data.update(compared_with=peer["run_id"], compile_ns=me["compile_ns"])
@@ -813,13 +779,13 @@ def _latency_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     )
     out = []
     for r in _rows(df):
-        text = f"slowest shape: {short_path(r['shapes_text'], 48)} p99 {seconds(r['p99_ns'])}"
+        text = f"slowest shape: {short_path(r['shapes_text'], 48)} p99 {fmt.duration(r['p99_ns'])}"
         notes = []
         if r["compiling_calls"]:
             n = r["compiling_calls"]
             notes.append("first call compiles" if n == 1 else f"{n} calls compiled")
         if r["p50_warm_ns"] is not None:
-            notes.append(f"warm p50 {seconds(r['p50_warm_ns'])}")
+            notes.append(f"warm p50 {fmt.duration(r['p50_warm_ns'])}")
         notes.append("1 call" if r["calls"] == 1 else f"{r['calls']} calls")
         text += f" ({'; '.join(notes)})"
         out.append(

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ember.analysis import DatabaseBusyError, connect, expand_paths
+from ember.analysis import format as fmt
 from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB
 from ember.analysis.export import export_chrome, export_parquet
@@ -22,9 +23,7 @@ from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
 from ember.analysis.report import (
     RunReport,
     RunSummary,
-    mib,
     rejected_summary,
-    seconds,
     short_path,
     wrap,
 )
@@ -228,18 +227,20 @@ def _headline(s: RunSummary) -> str:
         parts.append(calls + (f" ({s.errors} failed)" if s.errors else ""))
     if s.steps:
         parts.append(f"{s.steps} steps")
-    parts.append(f"{s.compiles} compiles" + (f" ({seconds(s.compile_ns)})" if s.compiles else ""))
+    parts.append(
+        f"{s.compiles} compiles" + (f" ({fmt.duration(s.compile_ns)})" if s.compiles else "")
+    )
     if s.jax_compiles:
-        parts.append(f"{s.jax_compiles} jax compiles ({seconds(s.jax_compile_ns)})")
+        parts.append(f"{s.jax_compiles} jax compiles ({fmt.duration(s.jax_compile_ns)})")
     if s.hits or s.misses or s.evictions:
         parts.append(f"cache {s.hits} hits/{s.misses} misses/{s.evictions} evictions")
     if s.disk_hits or s.disk_misses:
         parts.append(f"disk cache {s.disk_hits} hits/{s.disk_misses} misses")
     if s.peak_bytes is not None:
-        parts.append(f"peak {mib(s.peak_bytes)} {s.peak_series}")
+        parts.append(f"peak {fmt.size(s.peak_bytes)} {s.peak_series}")
     if s.p50_ns is not None:
         what = "call" if s.calls else "step"
-        parts.append(f"{what} p50 {seconds(s.p50_ns)} p99 {seconds(s.p99_ns)}")
+        parts.append(f"{what} p50 {fmt.duration(s.p50_ns)} p99 {fmt.duration(s.p99_ns)}")
     return " · ".join(parts)
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ember.analysis.report import mib
+from ember.analysis import format as fmt
 
 from .app import app, console, fail
 
@@ -19,10 +19,6 @@ def default_trace_path(source: str) -> Path:
     """``traces/<model>-<time>.jsonl`` for a model source."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source.rstrip("/")).stem) or "model"
     return Path("traces") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-
-
-def _bytes(n: int | None) -> str:
-    return "n/a" if n is None else mib(n)
 
 
 @app.command()
@@ -97,16 +93,19 @@ def run(
     table.add_column()
     table.add_row("calls", str(summary.calls))
     table.add_row("graph breaks", "yes" if summary.graph_break else "no")
-    table.add_row("compiles", f"{summary.compiles} ({summary.compile_s:.2f} s)")
+    table.add_row("compiles", f"{summary.compiles} ({fmt.duration(summary.compile_s * 1e9)})")
     table.add_row(
         "cache", f"{summary.hits} hits, {summary.misses} misses, {summary.evictions} evictions"
     )
     p50, p99 = summary.percentile(50), summary.percentile(99)
-    table.add_row("latency", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms" if p50 is not None else "n/a")
+    table.add_row(
+        "latency",
+        f"p50 {fmt.duration_ms(p50)}, p99 {fmt.duration_ms(p99)}" if p50 is not None else "n/a",
+    )
     table.add_row(
         "peak memory",
-        f"{_bytes(summary.peak_bytes)} measured (device), "
-        f"{_bytes(summary.static_peak_bytes)} planned by XLA for the largest segment",
+        f"{fmt.size(summary.peak_bytes, 'n/a')} measured (device), "
+        f"{fmt.size(summary.static_peak_bytes, 'n/a')} planned by XLA for the largest segment",
     )
     if summary.defaults:
         filled = ", ".join(f"{k}={v}" for k, v in summary.defaults.items())

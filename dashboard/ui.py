@@ -1,28 +1,85 @@
-"""Small pieces every page uses: the run picker, number formats, a missing-view notice."""
+"""Small pieces every page uses: the run picker, number formats, tables, a missing-view notice."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
+import polars as pl
 import streamlit as st
 
-from ember.analysis.report import mib
+from ember.analysis import format as fmt
 
 from . import db, state, summary
 
-__all__ = ["fmt_bytes", "fmt_ms", "pick_run", "require_relations", "lacks"]
+__all__ = [
+    "fmt_bytes",
+    "fmt_count",
+    "fmt_ms",
+    "fmt_percent",
+    "pick_run",
+    "require_relations",
+    "lacks",
+    "table",
+    "styled",
+]
 
 
 def fmt_bytes(n: float | int | None) -> str:
-    """Bytes as the text report writes them (``mib``: ``1.5 MiB``, ``615 MiB``); ``–`` if none."""
-    return "–" if n is None else mib(n)
+    """Bytes as the text report writes them (``1.5 MiB``, ``615 MiB``); ``–`` if none."""
+    return fmt.size(n)
 
 
 def fmt_ms(ms: float | None) -> str:
-    """Milliseconds with a precision that suits their size."""
-    if ms is None:
-        return "–"
-    if ms >= 1000:
-        return f"{ms / 1000:,.2f} s"
-    return f"{ms:,.2f} ms" if ms < 10 else f"{ms:,.1f} ms"
+    """Milliseconds as the text report writes durations (``4.5 ms``, ``1.1 s``)."""
+    return fmt.duration_ms(ms)
+
+
+def fmt_percent(fraction: float | None) -> str:
+    """A fraction as a rounded percentage (``87%``)."""
+    return fmt.percent(fraction)
+
+
+def fmt_count(n: int | None) -> str:
+    """A count with thousands separators (``1,234``)."""
+    return fmt.count(n)
+
+
+# Columns are formatted by their name: the unit is its last word (or the word before
+# a qualifier, as in p50_ms_a or compile_ms_per_reuse).
+_FORMATS: list[tuple[re.Pattern[str], Callable[[float | None], str]]] = [
+    (re.compile(r"(^|_)ms(_|$)"), fmt.duration_ms),
+    (re.compile(r"(^|_)ns(_|$)"), fmt.duration),
+    (re.compile(r"(^|_)bytes(_|$)"), fmt.size),
+    (re.compile(r"(^|_)(rate|share|fraction)(_|$)"), fmt.percent),
+]
+
+
+def _formatter(name: str, dtype: pl.DataType) -> Callable[[float | None], str] | None:
+    if not dtype.is_numeric():
+        return None
+    for pattern, f in _FORMATS:
+        if pattern.search(name):
+            return f
+    return fmt.number
+
+
+def styled(frame: pl.DataFrame) -> object:
+    """``frame`` as a pandas Styler whose durations, bytes and rates read like the report's
+    (``1.1 s``, ``6.0 MiB``, ``87%``), chosen by column name (``*_ms``, ``*_ns``,
+    ``*_bytes``, ``*_rate``), other numbers as ``fmt.number``; the values stay numbers,
+    so sorting a column still sorts by value. A frame without such columns is returned as it is."""
+    formats = {c: f for c, t in frame.schema.items() if (f := _formatter(c, t)) is not None}
+    if not formats:
+        return frame  # nothing to format: Streamlit shows text, dates and lists well
+    return frame.to_pandas().style.format(formats, na_rep=fmt.MISSING)
+
+
+def table(frame: pl.DataFrame, **kwargs: object) -> None:
+    """``st.dataframe`` of ``frame`` with readable numbers (``styled``), full width, no index."""
+    kwargs.setdefault("hide_index", True)
+    kwargs.setdefault("width", "stretch")
+    st.dataframe(styled(frame), **kwargs)  # type: ignore[arg-type]
 
 
 def pick_run(label: str = "Run", name: str = "run", *, where: object = None) -> str | None:

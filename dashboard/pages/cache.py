@@ -54,7 +54,7 @@ thrash = (
     )
 )
 m = st.columns(5)
-m[0].metric("Hit rate", f"{hits / max(hits + misses, 1):.1%}")
+m[0].metric("Hit rate", ui.fmt_percent(hits / max(hits + misses, 1)))
 m[1].metric("Hits", f"{hits:,}")
 m[2].metric("Misses", f"{misses:,}")
 m[3].metric("Evictions", f"{evictions:,}")
@@ -76,7 +76,7 @@ charts.show(
     ),
     key="ember_cache_positions_chart",
 )
-st.dataframe(per_position, hide_index=True, width="stretch", key="ember_cache_positions")
+ui.table(per_position, key="ember_cache_positions")
 
 st.subheader("Thrashing")
 if thrash is not None and thrash.is_empty():
@@ -100,7 +100,7 @@ elif thrash is not None:
         "position would compile each key once (see Recompiles, 'What if the cache were "
         "bigger')."
     )
-    st.dataframe(thrash, hide_index=True, width="stretch", key="ember_cache_thrash")
+    ui.table(thrash, key="ember_cache_thrash")
 
 st.subheader("Evictions")
 ev = db.query(
@@ -114,7 +114,7 @@ ev = db.query(
 if ev.is_empty():
     st.caption("Nothing was evicted.")
 else:
-    st.dataframe(ev, hide_index=True, width="stretch", key="ember_cache_evictions")
+    ui.table(ev, key="ember_cache_evictions")
 
 st.subheader("Compile payback")
 if not ui.lacks("compile_payback"):
@@ -156,4 +156,4 @@ if not ui.lacks("compile_payback"):
             .interactive()
         )
         charts.show(chart, key="ember_cache_payback_chart")
-        st.dataframe(payback, hide_index=True, width="stretch", key="ember_cache_payback")
+        ui.table(payback, key="ember_cache_payback")

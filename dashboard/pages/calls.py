@@ -110,4 +110,4 @@ st.caption(
     "`p50_warm` leaves out the calls that compiled a segment; `first` is the first call "
     "with these shapes (it usually compiles)."
 )
-st.dataframe(by_shape, hide_index=True, width="stretch", key="ember_calls_by_shape")
+ui.table(by_shape, key="ember_calls_by_shape")

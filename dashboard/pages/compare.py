@@ -30,10 +30,10 @@ row_b = runs.filter(pl.col("run_id") == b).row(0, named=True)
 
 # (label, column, formatter, lower is better)
 MEASURES = [
-    ("Calls", "calls", lambda v: f"{v:,}", None),
-    ("Compiles", "compiles", lambda v: f"{v:,}", True),
-    ("Evictions", "evictions", lambda v: f"{v:,}", True),
-    ("Cache hit rate", "hit_rate", lambda v: "–" if v is None else f"{v:.1%}", False),
+    ("Calls", "calls", ui.fmt_count, None),
+    ("Compiles", "compiles", ui.fmt_count, True),
+    ("Evictions", "evictions", ui.fmt_count, True),
+    ("Cache hit rate", "hit_rate", ui.fmt_percent, False),
     ("Call p50", "call_p50_ms", ui.fmt_ms, True),
     ("Compile time", "compile_ms", ui.fmt_ms, True),
     ("Peak memory", "peak_memory_bytes", ui.fmt_bytes, True),
@@ -45,7 +45,7 @@ for col, (label, key, fmt, lower_better) in zip(cols, MEASURES, strict=True):
     delta = None
     if va is not None and vb is not None and va != vb:
         diff = vb - va
-        delta = f"{diff:+.1%}" if key == "hit_rate" else ("+" if diff > 0 else "-") + fmt(abs(diff))
+        delta = ("+" if diff > 0 else "-") + fmt(abs(diff))
     col.metric(
         f"{label} (B)",
         fmt(vb) if vb is not None else "–",
@@ -65,7 +65,7 @@ table = pl.DataFrame(
         ],
     }
 )
-st.dataframe(table, hide_index=True, width="stretch", key="ember_compare_table")
+ui.table(table, key="ember_compare_table")
 
 tags_a, tags_b = row_a["tags"], row_b["tags"]
 if tags_a != tags_b:
@@ -85,7 +85,7 @@ if not ui.lacks("compiles"):
         a,
         b,
     )
-    st.dataframe(per_position, hide_index=True, width="stretch", key="ember_compare_compiles")
+    ui.table(per_position, key="ember_compare_compiles")
 
 st.subheader("Latency by input shapes")
 if not ui.lacks("call_latency"):
@@ -104,4 +104,4 @@ if not ui.lacks("call_latency"):
         a,
         b,
     )
-    st.dataframe(latency, hide_index=True, width="stretch", key="ember_compare_latency")
+    ui.table(latency, key="ember_compare_latency")

@@ -72,20 +72,13 @@ c1, c2 = st.columns([1, 2])
 with c1:
     st.subheader("Check kinds")
     st.caption("How each cache hit was found current: etag, hash, none, offline.")
-    st.dataframe(checks, hide_index=True, width="stretch", key="ember_hub_checks")
+    ui.table(checks, key="ember_hub_checks")
 with c2:
     st.subheader("Repository metadata")
-    st.dataframe(
+    ui.table(
         info.select("repo", "revision", "info_fetched", "info_saved", "failures"),
-        hide_index=True,
-        width="stretch",
         key="ember_hub_info",
     )
 
 st.subheader("Files")
-st.dataframe(
-    only_files.drop("what", "info_fetched", "info_saved"),
-    hide_index=True,
-    width="stretch",
-    key="ember_hub_files",
-)
+ui.table(only_files.drop("what", "info_fetched", "info_saved"), key="ember_hub_files")

@@ -7,6 +7,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
+from ember.analysis import format as fmt
 from ember.dashboard import charts, db, ui
 
 st.title("Memory")
@@ -17,7 +18,7 @@ peaks = db.query(
     """
     SELECT device, series, CAST(peak_bytes AS BIGINT) AS peak_bytes,
         round(peak_ts_ns / 1e9, 3) AS peak_t_s, span_id,
-        CAST(by_category AS VARCHAR) AS by_category, samples
+        map_entries(by_category) AS by_category, samples
     FROM peak_memory WHERE run_id = ? ORDER BY device, series
     """,
     run,
@@ -33,6 +34,11 @@ device = (
 here = peaks.filter(pl.col("device") == device)
 
 
+def _by_category(peak: dict) -> str:
+    """'activation 6.0 MiB, weight 1.2 MiB' from the peak's ``by_category`` map."""
+    return fmt.breakdown((e["key"], e["value"]) for e in peak["by_category"] or [])
+
+
 def _peak(series: str) -> dict | None:
     rows = here.filter(pl.col("series") == series)
     return rows.row(0, named=True) if rows.height else None
@@ -45,10 +51,10 @@ m[1].metric("Peak device memory used", ui.fmt_bytes(used and used["peak_bytes"])
 m[2].metric("Peak process RSS", ui.fmt_bytes(rss and rss["peak_bytes"]))
 if tensors:
     st.caption(
-        f"Live tensors peaked at {ui.fmt_bytes(tensors['peak_bytes'])} at "
-        f"{tensors['peak_t_s']:.3f} s"
+        f"Live tensors peaked at {ui.fmt_bytes(tensors['peak_bytes'])}, "
+        f"{fmt.duration(tensors['peak_t_s'] * 1e9)} into the run"
         + (f" (span {tensors['span_id']})" if tensors["span_id"] is not None else "")
-        + f": {tensors['by_category']}"
+        + (f": {parts}" if (parts := _by_category(tensors)) else "")
     )
 
 # ---- tensors by category: sampled on a common time grid (exact when the series is short)
@@ -142,7 +148,7 @@ static = db.query(
         end_attrs.memory.output_bytes AS output_bytes,
         end_attrs.memory.temp_bytes AS temp_bytes,
         end_attrs.memory.generated_code_bytes AS code_bytes,
-        round(duration_ns / 1e6, 2) AS compile_ms
+        duration_ns / 1e6 AS compile_ms
     FROM spans
     WHERE run_id = ? AND span_kind = 'segment_compile' AND end_attrs.memory IS NOT NULL
     ORDER BY start_ns LIMIT 5000
@@ -152,7 +158,14 @@ static = db.query(
 if static.is_empty():
     st.caption("No compiled segment reported its memory in this run.")
 else:
-    st.dataframe(static, hide_index=True, width="stretch", key="ember_memory_static")
+    ui.table(static, key="ember_memory_static")
 
 with st.expander("Peaks per series"):
-    st.dataframe(here, hide_index=True, width="stretch", key="ember_memory_peaks")
+    ui.table(
+        here.with_columns(
+            pl.Series(
+                "by_category", [_by_category(r) for r in here.iter_rows(named=True)], pl.String
+            )
+        ),
+        key="ember_memory_peaks",
+    )

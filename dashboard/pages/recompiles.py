@@ -103,10 +103,10 @@ else:
         ),
         key="ember_recompiles_reasons_chart",
     )
-    st.dataframe(reasons, hide_index=True, width="stretch")
+    ui.table(reasons)
     detail = data["detail"]
     with st.expander(f"Every recompile ({detail.height:,} shown)"):
-        st.dataframe(detail, hide_index=True, width="stretch")
+        ui.table(detail)
 
 # ---- what if the cache were bigger
 st.subheader("What if the cache were bigger")
@@ -142,7 +142,7 @@ if not ui.lacks("cache_what_if"):
             "The diamond is the size the run used. Smallest cache size per position "
             "that compiles every key only once:"
         )
-        st.dataframe(what_if["advice"], hide_index=True, width="stretch")
+        ui.table(what_if["advice"])
 
 # ---- shape buckets
 st.subheader("Shape buckets")
@@ -166,7 +166,7 @@ if not ui.lacks("shape_buckets"):
                 f"{best['pow2_buckets']} buckets {best['pow2_sizes']}: "
                 f"**{best['saved_compiles']} fewer compiles**."
             )
-        st.dataframe(buckets, hide_index=True, width="stretch")
+        ui.table(buckets)
 
 # ---- graph breaks
 if db.has_relation("breaks"):
@@ -180,4 +180,4 @@ if db.has_relation("breaks"):
     )
     if not breaks.is_empty():
         st.subheader("Graph breaks")
-        st.dataframe(breaks, hide_index=True, width="stretch")
+        ui.table(breaks)

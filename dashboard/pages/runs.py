@@ -51,10 +51,8 @@ m[2].metric("Compiles", f"{int(shown['compiles'].sum()):,}")
 m[3].metric("Evictions", f"{int(shown['evictions'].sum()):,}")
 m[4].metric("Largest peak memory", ui.fmt_bytes(shown["peak_memory_bytes"].max()))
 
-st.dataframe(
+ui.table(
     shown,
-    hide_index=True,
-    width="stretch",
     column_order=[
         "name",
         "started_at",
@@ -79,9 +77,9 @@ st.dataframe(
         "run_id": st.column_config.TextColumn("run"),
         "started_at": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
         "hit_rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0),
-        "peak_memory_bytes": st.column_config.NumberColumn("peak memory (B)", format="%d"),
-        "call_p50_ms": st.column_config.NumberColumn("call p50 (ms)", format="%.2f"),
-        "compile_ms": st.column_config.NumberColumn("compile (ms)", format="%.1f"),
+        "peak_memory_bytes": st.column_config.Column("peak memory"),
+        "call_p50_ms": st.column_config.Column("call p50"),
+        "compile_ms": st.column_config.Column("compile"),
     },
     key="ember_runs_table",
 )

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ember.analysis.report import mib
+from ember.analysis import format as fmt
 from tests.dashboard.traces import ALLOCS, DISTINCT, SWEEP
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
@@ -60,6 +60,18 @@ def table(at: AppTest, *columns: str) -> pd.DataFrame:
     )
 
 
+def shown_table(at: AppTest, *columns: str) -> pd.DataFrame:
+    """Like ``table``, but the text a person sees in each cell (the formatted values)."""
+    from streamlit import dataframe_util
+
+    for frame in at.dataframe:
+        if set(columns) <= set(frame.value.columns):
+            styler = frame.proto.arrow_data.styler
+            assert styler.display_values, f"the table with {columns} is not formatted"
+            return dataframe_util.convert_arrow_bytes_to_pandas_df(styler.display_values)
+    raise AssertionError(f"no table with columns {columns}")
+
+
 def texts(elements) -> str:
     return " | ".join(str(e.value) for e in elements)
 
@@ -68,8 +80,8 @@ def test_bytes_read_as_in_the_text_report() -> None:
     from ember.dashboard.ui import fmt_bytes
 
     sizes = [615 * 2**20, 9.5 * 2**20, 7000, 64, 3 * 2**30]
-    assert [fmt_bytes(n) for n in sizes] == ["615 MiB", "9.5 MiB", "7 KiB", "64 B", "3.0 GiB"]
-    assert [fmt_bytes(n) for n in sizes] == [mib(n) for n in sizes]
+    assert [fmt_bytes(n) for n in sizes] == ["615 MiB", "9.5 MiB", "6.8 KiB", "64 B", "3.0 GiB"]
+    assert [fmt_bytes(n) for n in sizes] == [fmt.size(n) for n in sizes]
     assert fmt_bytes(None) == "–"
 
 
@@ -93,6 +105,9 @@ def test_runs_page_lists_every_run_with_its_counts(app_env: Path) -> None:
     assert (big["calls"], big["compiles"], big["evictions"]) == (8, 8, 0)
     assert small["hit_rate"] == pytest.approx(0.25) and big["hit_rate"] == pytest.approx(0.5)
     assert small["model"] == "tiny-break" and '"cache":"2"' in small["tags"]
+    text = shown_table(at, "run_id", "calls", "tags").set_index("run_id")
+    assert text.loc["small-cache", "peak_memory_bytes"] == "1.5 MiB"
+    assert text.loc["small-cache", "compile_ms"].endswith((" ms", " s"))
     assert small["peak_memory_bytes"] >= PEAK_TENSORS
     assert runs.loc["hub", "calls"] == 0
 
@@ -184,7 +199,7 @@ def test_recompiles_page_of_a_run_without_compiles(app_env: Path) -> None:
 def test_cache_page_shows_hit_rate_thrashing_and_payback(app_env: Path) -> None:
     at = open_page("cache.py", run="small-cache")
     assert metrics(at) == {
-        "Hit rate": "25.0%",
+        "Hit rate": "25%",
         "Hits": "4",
         "Misses": "12",
         "Evictions": "8",
@@ -210,7 +225,7 @@ def test_cache_page_shows_hit_rate_thrashing_and_payback(app_env: Path) -> None:
 
 def test_cache_page_with_a_big_enough_cache(app_env: Path) -> None:
     at = open_page("cache.py", run="big-cache")
-    assert metrics(at)["Hit rate"] == "50.0%"
+    assert metrics(at)["Hit rate"] == "50%"
     assert metrics(at)["Thrashing positions"] == "0"
     assert "No key was compiled again after an eviction." in texts(at.success)
 
@@ -223,9 +238,17 @@ def test_memory_page_shows_peaks_and_static_memory(app_env: Path) -> None:
     shown = metrics(at)
     assert shown["Peak of live tensors"] == "1.5 MiB"
     assert shown["Peak process RSS"].endswith("MiB")
-    assert "activation=1572864, parameter=4096" in texts(at.caption)
+    # bytes per category as a person reads them, largest first (not a MAP's text)
+    assert "activation 1.5 MiB, parameter 4.0 KiB" in texts(at.caption)
     static = table(at, "argument_bytes", "temp_bytes")
     assert len(static) == 12 and (static["argument_bytes"] > 0).all()
+    # the table keeps numbers (it sorts by value) and shows them with units
+    static_text = shown_table(at, "argument_bytes", "temp_bytes")
+    assert static_text["argument_bytes"].tolist() == [fmt.size(n) for n in static["argument_bytes"]]
+    assert static_text["compile_ms"].tolist() == [
+        fmt.duration_ms(ms) for ms in static["compile_ms"]
+    ]
+    assert all(t.endswith((" ms", " s", " µs")) for t in static_text["compile_ms"])
     peaks = table(at, "series", "peak_bytes", "samples").set_index("series")
     assert peaks.loc["tensors", "peak_bytes"] == PEAK_TENSORS
     assert {"tensors", "rss", "used"} <= set(peaks.index)
@@ -254,8 +277,8 @@ def test_hub_page_shows_hits_downloads_and_the_saved_metadata_fallback(app_env: 
     assert sorted(files.index) == ["config.json", "onnx/model.onnx"]
     assert files.loc["config.json", "bytes"] == len(b'{"model_type": "tiny-break"}')
     assert files.loc["onnx/model.onnx", "checks"] == "etag"
-    # the same words for bytes as `ember report` (one formatter: ember.analysis.report.mib)
-    assert shown["Bytes"] == mib(int(files["bytes"].sum()))
+    # the same words for bytes as `ember report` (one formatter: ember.analysis.format)
+    assert shown["Bytes"] == fmt.size(int(files["bytes"].sum()))
     checks = table(at, "check", "hits")
     assert checks["check"].tolist() == ["etag"] and checks["hits"].tolist() == [4]
     info = table(at, "info_fetched", "info_saved")
@@ -290,7 +313,7 @@ def test_compare_page_shows_the_differences(app_env: Path) -> None:
     at = open_page("compare.py", run="small-cache", other="big-cache")
     shown = metrics(at)
     assert shown["Compiles (B)"] == "8" and shown["Evictions (B)"] == "0"
-    assert shown["Cache hit rate (B)"] == "50.0%"
+    assert shown["Cache hit rate (B)"] == "50%"
     diff = table(at, "measure", "run A", "B - A").set_index("measure")
     assert (diff.loc["Compiles", "run A"], diff.loc["Compiles", "run B"]) == ("12", "8")
     assert diff.loc["Compiles", "B - A"] == -4

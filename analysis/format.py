@@ -1,0 +1,124 @@
+"""Numbers for people: durations, bytes, percentages and counts, written one way everywhere.
+
+The report, ``ember run`` and the dashboard all format through this module, so a
+compile that takes ``1077527500`` ns reads "1.1 s" in each of them, and a peak of
+``6308352`` bytes reads "6.0 MiB". The rule for durations and sizes: pick the unit that
+puts the value in [1, 1000) (seconds, then minutes and hours for long runs; B, KiB,
+MiB, GiB, TiB), then show it with 2-3 significant digits: no decimals from 10 up
+("412 ms", "615 MiB"), one decimal below ("4.5 ms", "3.0 GiB").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "MISSING",
+    "breakdown",
+    "count",
+    "duration",
+    "duration_ms",
+    "number",
+    "percent",
+    "size",
+]
+
+MISSING = "–"
+"""What a missing number (``None``, NaN) reads as, unless the caller says otherwise."""
+
+_TIME_UNITS = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
+_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def _missing(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _digits(v: float, unit: str) -> str:
+    """``v`` (already in ``unit``, 0 <= v < 1000) with 2-3 significant digits."""
+    text = f"{v:.0f}" if v >= 9.95 else f"{v:.1f}"
+    if text.endswith(".0") and unit in ("B", "ns"):
+        text = text[:-2]  # whole units: "64 B", not "64.0 B"
+    return f"{text} {unit}"
+
+
+def duration(ns: float | None, missing: str = MISSING) -> str:
+    """A duration given in nanoseconds: '3.9 s', '412 ms', '4.5 ms', '420 µs', '2.5 min'."""
+    if _missing(ns):
+        return missing
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    s = ns / 1e9
+    if s >= 3600 * 0.995:
+        return f"{sign}{_digits(s / 3600, 'h')}"
+    if s >= 100:
+        return f"{sign}{_digits(s / 60, 'min')}" if s >= 600 else f"{sign}{s:.0f} s"
+    for unit, scale in reversed(_TIME_UNITS):
+        if ns >= scale * 0.9995 or unit == "ns":
+            v = ns / scale
+            if v >= 999.5 and unit != "s":  # rounds up into the next unit
+                continue
+            return f"{sign}{_digits(v, unit)}"
+    raise AssertionError("unreachable")
+
+
+def duration_ms(ms: float | None, missing: str = MISSING) -> str:
+    """A duration given in milliseconds (as the dashboard's frames carry them)."""
+    return missing if _missing(ms) else duration(ms * 1e6)
+
+
+def size(n: float | None, missing: str = MISSING) -> str:
+    """Bytes in binary units: '64 B', '6.8 KiB', '9.5 MiB', '615 MiB', '3.0 GiB'."""
+    if _missing(n):
+        return missing
+    sign, v = ("-", -float(n)) if n < 0 else ("", float(n))
+    for unit in _SIZE_UNITS:
+        if v < 999.5 or unit == _SIZE_UNITS[-1]:
+            if unit == "B":
+                return f"{sign}{v:.0f} B"
+            return f"{sign}{_digits(v, unit)}"
+        v /= 1024
+    raise AssertionError("unreachable")
+
+
+def percent(fraction: float | None, missing: str = MISSING) -> str:
+    """A fraction (0.873) as a rounded percentage ('87%'); '<1%' and '>99%' near the ends,
+    so a little is never shown as none and almost all never as all."""
+    if _missing(fraction):
+        return missing
+    p = fraction * 100
+    if 0 < p < 0.5:
+        return "<1%"
+    if 99.5 <= p < 100:
+        return ">99%"
+    return f"{p:.0f}%"
+
+
+def count(n: int | float | None, missing: str = MISSING) -> str:
+    """A count with thousands separators: '1,234'."""
+    if _missing(n):
+        return missing
+    return f"{n:,.0f}"
+
+
+def number(x: float | None, missing: str = MISSING) -> str:
+    """A plain number without unit: integers with thousands separators ('12,345'), other
+    values with 4 significant digits ('3.215', '0.0421'), large ones rounded ('12,346')."""
+    if _missing(x):
+        return missing
+    if float(x).is_integer() or abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
+
+
+def breakdown(
+    parts: Mapping[str, float | None] | Iterable[tuple[str, float | None]],
+    *,
+    keep_zero: bool = False,
+) -> str:
+    """Bytes per part, largest first: 'activation 6.0 MiB, weight 1.2 MiB' (zeros left
+    out unless ``keep_zero``); '' when there is nothing to show."""
+    items = parts.items() if isinstance(parts, Mapping) else parts
+    shown = [(k, v or 0) for k, v in items if keep_zero or v]
+    shown.sort(key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {size(v)}" for k, v in shown)
