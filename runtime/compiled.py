@@ -800,6 +800,14 @@ _CALL_STOP = "ember.call.stop"
 _CALL_EXCEPTION = "ember.call.exception"
 
 
+@functools.cache
+def _jax_array_type() -> type:
+    """The concrete type of jax's arrays (not ``jax.Array``, whose isinstance is slower)."""
+    import jax
+
+    return type(jax.device_put(np.zeros((), np.float32)))
+
+
 def _direct_call(
     state: _FastPath,
     model_ref: weakref.ReferenceType[CompiledModel],
@@ -812,16 +820,33 @@ def _direct_call(
     names = state.names
     only = names[0] if len(names) == 1 else None
     single = arg_names[0] if len(arg_names) == 1 else None
+    dtypes = tuple(dtype for _, _, dtype in state.signature)
+    dtype0 = dtypes[0] if dtypes else None
+    # jax's arrays: its C++ call refuses other shapes and dtypes itself. Anything else (numpy
+    # arrays, lists, scalars) it converts, and without x64 it narrows int64 and float64 to
+    # the program's 32-bit types, so their dtype is compared here (one type check for a
+    # jax array, ~15 ns for a numpy array).
+    array = _jax_array_type()
 
     def direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
         if bus.generation != generation or len(inputs) != n_inputs:
             owner = model_ref()
             return owner._checked_call(inputs) if owner is not None else None
         try:
-            outs = call(inputs[single]) if single else call(*map(inputs.__getitem__, arg_names))
-        except (KeyError, TypeError):
-            # a missing input, or jax's C++ call refusing other shapes or dtypes: the
-            # checked path (cache at position 0, or the input error)
+            if single:
+                x = inputs[single]
+                if type(x) is not array and x.dtype != dtype0:
+                    return None
+                outs = call(x)
+            else:
+                args = [inputs[n] for n in arg_names]
+                for a, dtype in zip(args, dtypes, strict=True):
+                    if type(a) is not array and a.dtype != dtype:
+                        return None
+                outs = call(*args)
+        except (KeyError, TypeError, AttributeError):
+            # a missing input, an input without a dtype, or jax's C++ call refusing other
+            # shapes or dtypes: the checked path (cache at position 0, or the input error)
             return None
         if only is not None:
             return {only: outs[0]}

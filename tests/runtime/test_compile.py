@@ -286,3 +286,52 @@ def test_a_dropped_compiled_model_frees_its_device_parameters_at_once():
         assert model_ref() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    ("elem", "good", "bad"),
+    [
+        (
+            TensorProto.INT32,
+            np.array([1, 2, 3], np.int32),
+            np.array([2**40 + 5, -1, 3_000_000_000], np.int64),
+        ),
+        (TensorProto.FLOAT, np.ones(3, np.float32), np.array([0.1, 1e300, 2.0])),
+    ],
+    ids=["int64-into-int32", "float64-into-float32"],
+)
+def test_every_call_path_checks_dtypes_after_the_fast_path_went_direct(elem, good, bad):
+    model = make_model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [tensor("x", elem, [3])],
+        [tensor("y", elem, [3])],
+    )
+    compiled = rt.compile(model)
+    for _ in range(3):  # after the first call, straight to jax's C++ call
+        np.testing.assert_array_equal(np.asarray(compiled(x=good)["y"]), good)
+    want = f"has dtype {bad.dtype.name}, expected {np.dtype(good.dtype).name}"
+    for _ in range(2):  # a 64-bit array must not be narrowed by jax's call
+        with pytest.raises(InputError, match=want):
+            compiled(x=bad)
+    with pytest.raises(InputError, match=want):
+        compiled({"x": bad})
+    with pytest.raises(InputError, match=want):
+        rt.run(model, x=bad)
+    with jax.enable_x64(True):
+        bad_on_device = jax.device_put(bad)
+    with pytest.raises(InputError, match=want):  # a jax array: refused by jax's call
+        compiled(x=bad_on_device)
+    # the good input still takes the direct call, and gives its values
+    np.testing.assert_array_equal(np.asarray(compiled(x=good)["y"]), good)
+
+
+def test_the_direct_call_of_several_inputs_checks_each_dtype():
+    compiled = rt.compile(_matmul_model(), {"a": (2, 3)})
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 2), np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(compiled(a=a, b=b)["y"]), 1 / (1 + np.exp(-3)))
+    with pytest.raises(InputError, match="input 'b' has dtype float64, expected float32"):
+        compiled(a=a, b=b.astype(np.float64))
+    with pytest.raises(InputError, match="input 'a' has dtype float64, expected float32"):
+        compiled(a=a.astype(np.float64), b=jax.device_put(b))
