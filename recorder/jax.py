@@ -41,6 +41,7 @@ import numpy as np
 from jax import monitoring
 
 from . import bus
+from . import events as E
 from .recorder import Recorder, record
 
 __all__ = [
@@ -349,10 +350,8 @@ class _Bridge:
             "retrace_reason": exp.reason if exp else None,
             "changes": exp.changes if exp else [],
         }
-        bus.emit(
-            "ember.jit.start", {"monotonic_time": t0, "system_time": int(first * 1e9)}, start_md
-        )
-        bus.emit("ember.jit.stop", {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)
+        bus.emit(E.start(E.JIT), {"monotonic_time": t0, "system_time": int(first * 1e9)}, start_md)
+        bus.emit(E.stop(E.JIT), {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)
         for w in list(self.watchers):
             w.compiles += 1
 
@@ -458,7 +457,7 @@ def record_gradients(
     recs = gradient_records(grads)
     for i, r in enumerate(recs):
         bus.emit(
-            "ember.gradient",
+            E.GRADIENT,
             None,
             {
                 "event_id": f"{phase}-grad-{root}-{step if step is not None else 'x'}-{i}",

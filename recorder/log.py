@@ -18,20 +18,25 @@ import logging
 from typing import Any
 
 from . import bus
+from . import events as E
 
 __all__ = ["log_compiles", "COMPILE_EVENTS", "format_event"]
 
 HANDLER_ID = "ember.recorder.log_compiles"
 
 COMPILE_EVENTS = (
-    "ember.compile.stop",
-    "ember.compile.exception",
-    "ember.cache.miss",
-    "ember.cache.evict",
-    "ember.segment.compile.stop",
-    "ember.segment.compile.exception",
-    "ember.break.stop",
+    E.stop(E.COMPILE),
+    E.exception(E.COMPILE),
+    E.CACHE_MISS,
+    E.CACHE_EVICT,
+    E.stop(E.SEGMENT_COMPILE),
+    E.exception(E.SEGMENT_COMPILE),
+    E.stop(E.BREAK),
 )
+_COMPILE_STOP, _COMPILE_EXCEPTION = E.stop(E.COMPILE), E.exception(E.COMPILE)
+_SEGMENT_COMPILE_STOP = E.stop(E.SEGMENT_COMPILE)
+_SEGMENT_COMPILE_EXCEPTION = E.exception(E.SEGMENT_COMPILE)
+_BREAK_STOP = E.stop(E.BREAK)
 
 
 def _ms(measurements: dict[str, Any]) -> str:
@@ -69,23 +74,23 @@ def _statics(statics: Any) -> str:
 def format_event(name: str, measurements: dict[str, Any], metadata: dict[str, Any]) -> str:
     """The log line of one compile event."""
     src = _source(metadata)
-    if name == "ember.compile.stop":
+    if name == _COMPILE_STOP:
         breaks = "with graph breaks" if metadata.get("graph_break") else "without graph breaks"
         return f"compiled {src} in {_ms(measurements)} ({breaks})"
-    if name == "ember.compile.exception":
+    if name == _COMPILE_EXCEPTION:
         return f"compile of {src} failed after {_ms(measurements)}: {metadata.get('reason')}"
-    if name == "ember.cache.miss":
+    if name == E.CACHE_MISS:
         return (
             f"cache miss {src} at position {metadata.get('position')} for "
             f"{_shapes(metadata.get('shapes'))}{_statics(metadata.get('statics'))}"
         )
-    if name == "ember.cache.evict":
+    if name == E.CACHE_EVICT:
         return (
             f"cache evict {src} at position {metadata.get('position')} (cache_size "
             f"{metadata.get('cache_size')}): removed {_shapes(metadata.get('shapes'))}"
             f"{_statics(metadata.get('statics'))}"
         )
-    if name == "ember.segment.compile.stop":
+    if name == _SEGMENT_COMPILE_STOP:
         what = "compiled" if metadata.get("compiled") else "kept eager (not compiled)"
         stop = metadata.get("stop")
         span = f"[{metadata.get('position')}..{stop})"
@@ -97,12 +102,12 @@ def format_event(name: str, measurements: dict[str, Any], metadata: dict[str, An
         if metadata.get("host_values"):
             line += f"; new host values {', '.join(metadata['host_values'])}"
         return line
-    if name == "ember.segment.compile.exception":
+    if name == _SEGMENT_COMPILE_EXCEPTION:
         return (
             f"segment {src} at position {metadata.get('position')} failed after "
             f"{_ms(measurements)}: {metadata.get('reason')}"
         )
-    if name == "ember.break.stop":
+    if name == _BREAK_STOP:
         return (
             f"break {src} at position {metadata.get('position')}: node "
             f"{metadata.get('node')!r} ({metadata.get('op_type')}) ran eagerly in "

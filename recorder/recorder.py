@@ -43,39 +43,28 @@ from ember.schemas import SCHEMA_ID
 from ember.schemas import records as R
 
 from . import bus
+from . import events as E
 from .writer import ENCODE_OPTIONS, TraceWriter, encode_default
 
 __all__ = ["SPANS", "POINTS", "EVENT_NAMES", "Recorder", "record", "active_recorders"]
 
 # event prefix -> span kind
-SPANS: dict[str, str] = {
-    "ember.load": "load",
-    "ember.compile": "compile",
-    "ember.call": "call",
-    "ember.run": "run",
-    "ember.segment.compile": "segment_compile",
-    "ember.break": "break",
-    "ember.hub.download": "hub_download",
-    "ember.hub.info": "hub_info",
-    "ember.op": "op",
-    "ember.step": "step",
-    "ember.user": "user",
-    "ember.jit": "jit",
-}
+SPANS: dict[str, str] = E.SPANS
 
 # point event -> (record model, fixed fields)
 POINTS: dict[str, tuple[type[R.RecordModel], dict[str, Any]]] = {
-    "ember.cache.hit": (R.Cache, {"action": "hit"}),
-    "ember.cache.miss": (R.Cache, {"action": "miss"}),
-    "ember.cache.evict": (R.Cache, {"action": "evict"}),
-    "ember.hub.hit": (R.Hub, {"action": "hit"}),
-    "ember.profile.op": (R.Op, {}),
-    "ember.profile.tensor": (R.Tensor, {}),
-    "ember.profile.memory": (R.Memory, {}),
-    "ember.device_memory": (R.DeviceMemory, {}),
-    "ember.gradient": (R.Gradient, {}),
-    "ember.edge": (R.Edge, {}),
+    E.CACHE_HIT: (R.Cache, {"action": "hit"}),
+    E.CACHE_MISS: (R.Cache, {"action": "miss"}),
+    E.CACHE_EVICT: (R.Cache, {"action": "evict"}),
+    E.HUB_HIT: (R.Hub, {"action": "hit"}),
+    E.PROFILE_OP: (R.Op, {}),
+    E.PROFILE_TENSOR: (R.Tensor, {}),
+    E.PROFILE_MEMORY: (R.Memory, {}),
+    E.DEVICE_MEMORY: (R.DeviceMemory, {}),
+    E.GRADIENT: (R.Gradient, {}),
+    E.EDGE: (R.Edge, {}),
 }
+assert set(POINTS) == set(E.POINTS)
 
 _SPAN_EVENT_NAMES: tuple[str, ...] = tuple(
     f"{p}.{s}" for p in SPANS for s in ("start", "stop", "exception")
@@ -272,19 +261,19 @@ class Recorder:
     @contextmanager
     def span(self, name: str, **attrs: Any) -> Iterator[bus.SpanHandle]:
         """A user span named ``name`` with free-form attributes (nested spans nest)."""
-        with bus.span("ember.user", {"name": name, **attrs}) as handle:
+        with bus.span(E.USER, {"name": name, **attrs}) as handle:
             yield handle
 
     @contextmanager
     def step(self, step: Literal["forward", "backward", "optimizer"], index: int | None = None):
         """A training step span (forward, backward or optimizer)."""
-        with bus.span("ember.step", {"step": step, "index": index}) as handle:
+        with bus.span(E.STEP, {"step": step, "index": index}) as handle:
             yield handle
 
     def op(self, op_name: str, *, dtype: str, device: str, duration_ns: int, **fields: Any) -> None:
         """A timed operation (``inputs``, ``output``, ``shape``, ``storage_bytes``...)."""
         bus.emit(
-            "ember.profile.op",
+            E.PROFILE_OP,
             None,
             {
                 "op_name": op_name,
@@ -298,7 +287,7 @@ class Recorder:
     def tensor(self, tensor_id: str, *, dtype: str, device: str, **fields: Any) -> None:
         """A tensor seen while profiling (``shape``, ``category``, ``storage_bytes``...)."""
         bus.emit(
-            "ember.profile.tensor",
+            E.PROFILE_TENSOR,
             None,
             {"tensor_id": tensor_id, "dtype": dtype, "device": device, **fields},
         )
@@ -315,7 +304,7 @@ class Recorder:
     ) -> None:
         """A tensor allocation or free (``category``, ``shape``, ``op_name``...)."""
         bus.emit(
-            "ember.profile.memory",
+            E.PROFILE_MEMORY,
             None,
             {
                 "action": action,
@@ -329,13 +318,13 @@ class Recorder:
 
     def device_memory(self, device: str, source: str, **fields: Any) -> None:
         """A device memory reading (``used_bytes``, ``peak_bytes``, ``rss_bytes``...)."""
-        bus.emit("ember.device_memory", None, {"device": device, "source": source, **fields})
+        bus.emit(E.DEVICE_MEMORY, None, {"device": device, "source": source, **fields})
 
     def gradient(self, root: str, key: str, state: str, norm: float | None = None, **f: Any):
         """A parameter's gradient (``state``: present, missing, zero, non_finite)."""
         event_id = f.pop("event_id", None) or f"{self.phase}-grad-{uuid.uuid4().hex[:12]}"
         bus.emit(
-            "ember.gradient",
+            E.GRADIENT,
             None,
             {"event_id": event_id, "root": root, "key": key, "state": state, "norm": norm, **f},
         )
@@ -343,7 +332,7 @@ class Recorder:
     def edge(self, from_span: str, to_span: str, duration_ns: int) -> None:
         """Data-flow timing between two spans."""
         bus.emit(
-            "ember.edge",
+            E.EDGE,
             None,
             {"from_span": from_span, "to_span": to_span, "duration_ns": duration_ns},
         )

@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from ember.recorder import bus
+from ember.recorder import events as E
 
 from . import ops
 from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
@@ -563,7 +564,7 @@ class CompiledModel:
         )
         meta = {"source": source, "position": 0, "shapes": shapes, "key": _key_hex(key)}
         found: _NeedsHost | None = None
-        with bus.span("ember.segment.compile", meta) as span, jax.enable_x64(True):
+        with bus.span(E.SEGMENT_COMPILE, meta) as span, jax.enable_x64(True):
             try:
                 entry, disk, memory, cost = self._compile_segment(seg, key, {}, args)
             except _NeedsHost as exc:
@@ -644,7 +645,7 @@ class CompiledModel:
         meta = {"source": self.model.source}
         if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
             meta["shapes"] = describe_shapes(dict(inputs))
-        with bus.span("ember.call", meta):
+        with bus.span(E.CALL, meta):
             values = check_inputs(self.model, inputs)
             for _ in range(len(self.graph.nodes) + 1):
                 try:
@@ -678,7 +679,7 @@ class CompiledModel:
                     "node": node.name,
                     "op_type": node.op_type,
                 }
-                with bus.span("ember.break", meta):
+                with bus.span(E.BREAK, meta):
                     outs = run_node(node, env)
                 needs_host = self.plan.needs_host
                 for name, value in zip(node.outputs, outs, strict=False):
@@ -723,9 +724,9 @@ class CompiledModel:
         entry = cache.get(key)
         if entry is not None:
             cache.move_to_end(key)
-            if bus.listening("ember.cache.hit"):
+            if bus.listening(E.CACHE_HIT):
                 bus.emit(
-                    "ember.cache.hit",
+                    E.CACHE_HIT,
                     {"count": 1},
                     {
                         "source": source,
@@ -740,7 +741,7 @@ class CompiledModel:
         statics_meta = _describe_statics(statics)
         key_hex = _key_hex(key)
         bus.emit(
-            "ember.cache.miss",
+            E.CACHE_MISS,
             {"count": 1},
             {
                 "source": source,
@@ -755,7 +756,7 @@ class CompiledModel:
         known.update(seg.statics)
         meta = {"source": source, "position": seg.position, "shapes": shapes, "key": key_hex}
         found: _NeedsHost | None = None
-        with bus.span("ember.segment.compile", meta) as span:
+        with bus.span(E.SEGMENT_COMPILE, meta) as span:
             entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
             if seg.compiled:
                 try:
@@ -780,7 +781,7 @@ class CompiledModel:
         if len(cache) >= self.cache_size:
             _, removed = cache.popitem(last=False)
             bus.emit(
-                "ember.cache.evict",
+                E.CACHE_EVICT,
                 {"count": 1},
                 {
                     "source": source,
@@ -795,9 +796,9 @@ class CompiledModel:
         return entry
 
 
-_CALL_START = "ember.call.start"
-_CALL_STOP = "ember.call.stop"
-_CALL_EXCEPTION = "ember.call.exception"
+_CALL_START = E.CALL_START
+_CALL_STOP = E.CALL_STOP
+_CALL_EXCEPTION = E.CALL_EXCEPTION
 
 
 @functools.cache
@@ -919,7 +920,7 @@ class _FastPath:
                 return None
             if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
                 meta = {"source": source, "shapes": describe_shapes(inputs)}
-                with bus.span("ember.call", meta):
+                with bus.span(E.CALL, meta):
                     return run(args)
             generation = bus.generation
             result = run(args)
@@ -983,7 +984,7 @@ def compile(  # noqa: A001 - the name the API promises
     """
     model = as_model(model)
     meta = {"source": model.source, "compiler": "jax.jit"}
-    with bus.span("ember.compile", meta) as span:
+    with bus.span(E.COMPILE, meta) as span:
         compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
         specs = _resolve_specs(model, input_specs)
         while not compiled.graph_break and specs is not None:
@@ -1029,7 +1030,7 @@ def run(model: Model | Any, inputs: Mapping[str, Any] | None = None, /, **kwargs
         inputs = kwargs
     elif kwargs:
         inputs = {**inputs, **kwargs}
-    with bus.span("ember.run", {"source": model.source}):
+    with bus.span(E.RUN, {"source": model.source}):
         values = check_inputs(model, inputs)
         with jax.enable_x64(True):
             env: dict[str, Any] = dict(model.graph.initializers)

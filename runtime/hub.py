@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
 from ember.recorder import bus
+from ember.recorder import events as E
 
 from .errors import LoadError
 
@@ -408,7 +409,7 @@ def repo_metadata(
     if saved is not None and _COMMIT.fullmatch(revision):
         return saved  # a commit's files never change: no request, no event
     source = hub_source(repo_id, revision=revision)
-    with bus.span("ember.hub.info", {"source": source, "revision": revision}) as span:
+    with bus.span(E.HUB_INFO, {"source": source, "revision": revision}) as span:
         try:
             meta = _fetch_metadata(repo_id, revision, endpoint)
         except _hub_errors() as exc:
@@ -540,7 +541,7 @@ class _Fetch:
 
     def _hit(self, path: str, local: Path, check: str) -> Path:
         bus.emit(
-            "ember.hub.hit",
+            E.HUB_HIT,
             {"count": 1, "bytes": local.stat().st_size},
             {"source": self.source(path), "revision": self.revision, "check": check},
         )
@@ -594,7 +595,7 @@ class _Fetch:
 
         commit = self.meta.commit
         source = self.source(path)
-        with bus.span("ember.hub.download", {"source": source, "revision": self.revision}) as span:
+        with bus.span(E.HUB_DOWNLOAD, {"source": source, "revision": self.revision}) as span:
             try:
                 got = Path(
                     hf_hub_download(

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import psutil
 
 from ember.recorder import bus
+from ember.recorder import events as E
 
 __all__ = [
     "STATS_FIELDS",
@@ -43,7 +44,7 @@ __all__ = [
     "DeviceMemoryTracker",
 ]
 
-DEVICE_MEMORY_EVENT = "ember.device_memory"
+DEVICE_MEMORY_EVENT = E.DEVICE_MEMORY
 
 # record field <- memory_stats() keys, first present wins. XLA's GPU and TPU allocators
 # report ``bytes_in_use``/``peak_bytes_in_use``/``bytes_limit``; the BFC allocator's pool
@@ -162,7 +163,7 @@ class DeviceMemoryTracker:
 
     def __init__(
         self,
-        events: Sequence[str] = ("ember.call.stop", "ember.call.exception"),
+        events: Sequence[str] = (E.CALL_STOP, E.CALL_EXCEPTION),
         devices: Sequence[_Device] | None = None,
     ) -> None:
         self.events = tuple(events)
@@ -186,7 +187,7 @@ class DeviceMemoryTracker:
 
 
 def track_device_memory(
-    events: Sequence[str] = ("ember.call.stop", "ember.call.exception"),
+    events: Sequence[str] = (E.CALL_STOP, E.CALL_EXCEPTION),
     devices: Sequence[_Device] | None = None,
 ) -> DeviceMemoryTracker:
     """Read device memory at the end of every model call until ``stop()`` (or ``with``)."""

@@ -18,6 +18,7 @@ import onnx
 from onnx import external_data_helper, helper
 
 from ember.recorder import bus
+from ember.recorder import events as E
 
 from .errors import ExternalDataError, LoadError
 from .graph import Graph
@@ -187,7 +188,7 @@ def load(
         revision = hub.revision
     revision = revision or "main"
     label = describe_source(source, revision)
-    with bus.span("ember.load", {"source": label}) as span:
+    with bus.span(E.LOAD, {"source": label}) as span:
         model = _load(source, hub, label, revision=revision, offline=offline)
         span.set(node_count=model.node_count, opset=model.opset)
     return model

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ember.recorder import bus
+from ember.recorder import events as E
 
 from .compiled import CompiledModel
 from .graph import Graph, Node, run_node
@@ -150,12 +151,12 @@ class _Profiler:
         self.live += nbytes
         common = {"shape": shape, "dtype": dtype, "device": device, "category": category}
         bus.emit(
-            "ember.profile.tensor",
+            E.PROFILE_TENSOR,
             {"monotonic_time": now},
             {"tensor_id": name, "storage_bytes": nbytes, **common},
         )
         bus.emit(
-            "ember.profile.memory",
+            E.PROFILE_MEMORY,
             {"monotonic_time": now},
             {
                 "action": "alloc",
@@ -171,7 +172,7 @@ class _Profiler:
         nbytes, shape, dtype, device = self.sizes.pop(name)
         self.live -= nbytes
         bus.emit(
-            "ember.profile.memory",
+            E.PROFILE_MEMORY,
             {"monotonic_time": now},
             {
                 "action": "free",
@@ -215,7 +216,7 @@ class _Profiler:
         shape, dtype, device = _describe(first)
         seen_inputs = dict.fromkeys(reads)
         bus.emit(
-            "ember.profile.op",
+            E.PROFILE_OP,
             {"monotonic_time": t0},
             {
                 "op_name": node.op_type,
@@ -234,7 +235,7 @@ class _Profiler:
         producers = {self.producer[n].name for n in node.reads() if n in self.producer}
         for p in sorted(producers):
             bus.emit(
-                "ember.edge",
+                E.EDGE,
                 {"monotonic_time": t1},
                 {"from_span": p, "to_span": node.name, "duration_ns": max(t0 - self.ended[p], 0)},
             )
@@ -279,7 +280,7 @@ def profile(
     elif kwargs:
         inputs = {**inputs, **kwargs}
     graph = model.graph
-    with bus.span("ember.run", {"source": model.source}):
+    with bus.span(E.RUN, {"source": model.source}):
         values = check_inputs(model, inputs)
         t_start = time.monotonic_ns()
         with jax.enable_x64(True):
