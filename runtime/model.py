@@ -1,7 +1,9 @@
 """``load(source)``: an ONNX model from a path, bytes, a ``ModelProto`` or the Hub.
 
 External data files are read only from the model's own folder: a ``location`` that is
-absolute or climbs out with ``..`` is an ``ExternalDataError`` naming the tensor and the file.
+absolute, climbs out with ``..``, or whose resolved path (through symbolic links to files or
+folders) leaves the model's resolved folder is an ``ExternalDataError`` naming the tensor and
+the file.
 Unsupported ops are found here, all at once (``UnsupportedOpsError``), not in the middle of
 a call.
 """
@@ -276,6 +278,7 @@ def _load_external_data(proto: onnx.ModelProto, folder: Path | None, label: str 
             f"tensor {tensors[0].name!r} keeps its data in an external file, but the model "
             "was given as bytes or a ModelProto: load it from its path so the file can be found"
         )
+    resolved_folder = folder.resolve()
     for t in tensors:
         info = external_data_helper.ExternalDataInfo(t)
         location = info.location
@@ -289,11 +292,14 @@ def _load_external_data(proto: onnx.ModelProto, folder: Path | None, label: str 
                 f"{label}: tensor {t.name!r} points to {location!r}, outside the model's "
                 f"folder {folder}; move the file next to the model"
             )
-        path = Path(os.path.normpath(folder / location))
-        if folder not in path.parents:
+        # Resolved, symlinks and all: a link in the folder (a file, or a folder on the way)
+        # must not reach a file outside it.
+        path = (folder / location).resolve()
+        if resolved_folder not in path.parents:
             raise ExternalDataError(
                 f"{label}: tensor {t.name!r} points to {location!r}, which resolves to "
-                f"{path} outside the model's folder {folder}"
+                f"{path} outside the model's folder {resolved_folder} (through a symbolic "
+                "link); copy the file into the model's folder"
             )
         if not path.is_file():
             raise ExternalDataError(

@@ -131,6 +131,41 @@ def test_external_data_outside_the_folder_is_refused(tmp_path, location):
         rt.load(folder / "m.onnx")
 
 
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_external_data_through_a_symlink_out_of_the_folder_is_refused(tmp_path, link):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    location = "data.bin" if link == "file" else "sub/secret.bin"
+    model, w = _external_model(folder, location)
+    (outside / "secret.bin").write_bytes(w.tobytes())
+    if link == "file":
+        (folder / "data.bin").symlink_to(outside / "secret.bin")
+    else:
+        (folder / "sub").symlink_to(outside, target_is_directory=True)
+    onnx.save(model, folder / "m.onnx")
+    with pytest.raises(
+        ExternalDataError,
+        match=rf"tensor 'w' points to '{location}', which resolves to .*outside.secret.bin "
+        "outside the model's folder",
+    ):
+        rt.load(folder / "m.onnx")
+
+
+def test_external_data_through_symlinks_inside_the_folder_loads(tmp_path):
+    # the model's folder itself reached through a link, and a link to a file inside it
+    real = tmp_path / "real"
+    (real / "weights").mkdir(parents=True)
+    model, w = _external_model(real, "w.bin")
+    (real / "weights" / "w.bin").write_bytes(w.tobytes())
+    (real / "w.bin").symlink_to(real / "weights" / "w.bin")
+    onnx.save(model, real / "m.onnx")
+    (tmp_path / "alias").symlink_to(real, target_is_directory=True)
+    loaded = rt.load(tmp_path / "alias" / "m.onnx")
+    np.testing.assert_array_equal(loaded.graph.initializers["w"], w)
+
+
 def test_external_data_absolute_path_is_refused(tmp_path):
     secret = tmp_path / "secret.bin"
     model, w = _external_model(tmp_path, str(secret))
