@@ -11,7 +11,6 @@ import duckdb
 import polars as pl
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from ember.analysis import DatabaseBusyError, connect, expand_paths
@@ -29,6 +28,7 @@ from ember.analysis.report import (
 )
 from ember.analysis.report import report as run_report
 
+from . import tables
 from .app import app, console, err_console, fail
 
 DB_OPTION = typer.Option(DEFAULT_DB, "--db", help="The DuckDB database file.")
@@ -114,18 +114,11 @@ def _print_file(r: FileResult) -> None:
 
 class Format(enum.StrEnum):
     table = "table"
+    line = "line"
+    markdown = "markdown"
     csv = "csv"
     json = "json"
     parquet = "parquet"
-
-
-def _rich_table(df: pl.DataFrame, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", show_lines=False)
-    for name in df.columns:
-        table.add_column(name, overflow="fold")
-    for row in df.iter_rows():
-        table.add_row(*["" if v is None else str(v) for v in row])
-    return table
 
 
 @app.command()
@@ -135,7 +128,9 @@ def query(
     format: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here, not stdout."),
     max_rows: int = typer.Option(
-        100, "--max-rows", help="Rows a table shows (csv, json, parquet write them all)."
+        100,
+        "--max-rows",
+        help="Rows a table or line output shows (markdown, csv, json, parquet write them all).",
     ),
 ) -> None:
     """Run SQL on the database (read-only) and print the result."""
@@ -146,14 +141,23 @@ def query(
             df = con.sql(sql)
         except duckdb.Error as exc:
             raise fail(f"{exc}\nThe tables and views: " + ", ".join(con.tables())) from None
+    more = f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""
     if format is Format.table:
         if output is not None:
             output.write_text(str(df))
         else:
-            console.print(_rich_table(df.head(max_rows)))
-            more = (
-                f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""
-            )
+            fitted = tables.fit_table(df.head(max_rows), console.width)
+            console.print(fitted.table)
+            console.print(f"{df.height} row(s){more}", style="dim", highlight=False)
+            if fitted.note():
+                console.print(fitted.note(), style="dim", highlight=False)
+        return
+    if format is Format.line:
+        text = tables.line_text(df.head(max_rows))
+        if output is not None:
+            output.write_text(text)
+        else:
+            sys.stdout.write(text)
             console.print(f"{df.height} row(s){more}", style="dim", highlight=False)
         return
     if format is Format.parquet:
@@ -161,6 +165,8 @@ def query(
         return
     if format is Format.csv:
         text = _csv_safe(df).write_csv()
+    elif format is Format.markdown:
+        text = tables.markdown_text(df)
     else:
         text = df.write_json()
     if output is not None:
