@@ -48,6 +48,8 @@ def check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if value is None:
             raise InputError(f"input {name!r} is None; {expected(model)}")
+        if isinstance(value, str) and value in model.output_names and not _takes_text(spec):
+            raise InputError(_unpacked_output(name, value, model))
         if not hasattr(value, "shape") or not hasattr(value, "dtype"):
             value = np.asarray(value)
         shape = tuple(value.shape)
@@ -70,6 +72,22 @@ def check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
                     )
         out[name] = value
     return out
+
+
+def _takes_text(spec: Any) -> bool:
+    return spec.dtype is not None and spec.dtype.kind in "OSU"
+
+
+def _unpacked_output(name: str, value: str, model: Model) -> str:
+    """The error for an input that is an output's *name*: ``a, b = cm(...)`` unpacked the
+    keys of the dict a call returns, and one of them came back as an input."""
+    return (
+        f"input {name!r} is the string {value!r}, the name of one of the model's outputs: a "
+        "call returns a dict of outputs by name, so `a, b = cm(...)` unpacks the names, not "
+        f"the arrays. Take the array with cm(...)[{value!r}], or unpack the arrays in order "
+        f"with `a, b = cm(...).values()` (outputs: {', '.join(model.output_names)}); "
+        f"{expected(model)}"
+    )
 
 
 def to_device(value: Any) -> Any:

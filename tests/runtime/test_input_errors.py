@@ -1,0 +1,53 @@
+"""Errors a Python caller makes with a model's inputs, and what the message tells them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import ember.runtime as rt
+from ember.runtime.errors import InputError
+
+from .conftest import make_model, tensor
+
+
+def _step_model():
+    """A recurrent step: out = x + state, next_state = state * 2."""
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    return make_model(
+        [
+            helper.make_node("Add", ["x", "state"], ["out"]),
+            helper.make_node("Mul", ["state", "two"], ["next_state"]),
+        ],
+        [tensor("x", shape=[2]), tensor("state", shape=[2])],
+        [tensor("out", shape=[2]), tensor("next_state", shape=[2])],
+        initializers=[two],
+    )
+
+
+def test_unpacking_the_output_dict_is_explained_on_the_next_call():
+    compiled = rt.compile(_step_model())
+    x = np.ones(2, np.float32)
+    out, state = compiled(x=x, state=np.zeros(2, np.float32))  # the dict's keys, not arrays
+    assert (out, state) == ("out", "next_state")
+    hint = (
+        r"input 'state' is the string 'next_state', the name of one of the model's outputs"
+        r".*`a, b = cm\(\.\.\.\)` unpacks the names.*cm\(\.\.\.\)\['next_state'\]"
+        r".*`a, b = cm\(\.\.\.\)\.values\(\)` \(outputs: out, next_state\)"
+        r".*the model expects: x: float32\[2\]; state: float32\[2\]"
+    )
+    with pytest.raises(InputError, match=hint):
+        compiled(x=x, state=state)
+    with pytest.raises(InputError, match=hint):  # the eager interpreter says the same
+        rt.run(_step_model(), x=x, state=state)
+    # what the message suggests works
+    out, state = compiled(x=x, state=np.ones(2, np.float32)).values()
+    np.testing.assert_array_equal(np.asarray(compiled(x=x, state=state)["out"]), [3.0, 3.0])
+
+
+def test_a_string_that_names_no_output_keeps_the_dtype_error():
+    compiled = rt.compile(_step_model())
+    with pytest.raises(InputError, match=r"'state' has dtype str\d+, expected float32") as info:
+        compiled(x=np.ones(2, np.float32), state="hello")
+    assert "outputs" not in str(info.value)
