@@ -325,9 +325,14 @@ app.add_typer(import_app, name="import")
 @import_app.command("candle")
 def import_candle_command(
     file: Path = typer.Argument(..., help="A candle-graph trace/6 JSONL file."),
-    out: Path | None = typer.Option(None, "--out", help="The Ember trace to write."),
+    out: Path | None = typer.Option(
+        None, "--out", help="The Ember trace to write (default: FILE's name + .ember.jsonl)."
+    ),
+    db: Path | None = typer.Option(
+        None, "--db", help="Also ingest the Ember trace into this database (one step)."
+    ),
 ) -> None:
-    """Convert a candle-graph trace/6 file into an Ember trace (then `ember ingest` it)."""
+    """Convert a candle-graph trace/6 file into an Ember trace; with --db, ingest it too."""
     if not file.is_file():
         raise fail(f"{file}: no such file")
     try:
@@ -336,5 +341,21 @@ def import_candle_command(
         raise fail(str(exc)) from None
     counts = ", ".join(f"{n} {k}" for k, n in sorted(result.counts.items()))
     console.print(
-        f"{result.path}: {result.records} records ({counts}), run {result.run_id}", highlight=False
+        f"{result.path}: {result.records} records ({counts}), run {result.run_id}",
+        highlight=False,
+        soft_wrap=True,  # the path whole on one line, to copy
     )
+    if db is not None:
+        try:
+            with connect(db, wait=10.0) as con:
+                ingested = ingest_file(con, Path(result.path))
+        except DatabaseBusyError as exc:
+            raise fail(str(exc)) from None
+        _print_file(ingested)
+        if ingested.status == "refused":
+            raise typer.Exit(1)
+        console.print(
+            f"-> {db}; see `ember report --db {db} --run {result.run_id[:8]}`",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -246,6 +246,26 @@ def test_candle_import_then_ingest(tmp_path):
         assert mem == [("tensors", 24), ("used", 1000)]
 
 
+def test_candle_import_straight_into_a_database(tmp_path):
+    src = write_lines(tmp_path / "candle.jsonl", [json.dumps(r) for r in CANDLE])
+    db = tmp_path / "c.duckdb"
+    r = runner.invoke(app, ["import", "candle", str(src), "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    out = _flat(r.output)
+    trace = tmp_path / "candle.ember.jsonl"  # the Ember trace is kept: ingest is per file
+    assert f"{trace}: 9 records" in out and "9 records, 0 rejected" in out
+    with connect(db, read_only=True) as con:
+        (run_id,) = con.sql("SELECT run_id FROM runs").rows()[0]
+        assert con.sql("SELECT count(*) FROM spans").rows() == [(1,)]
+        assert con.sql("SELECT file FROM ingested_files").rows() == [(str(trace),)]
+    assert f"ember report --db {db} --run {run_id[:8]}" in out
+    # again, with --out: the same file is unchanged, nothing is counted twice
+    again = runner.invoke(app, ["import", "candle", str(src), "--out", str(trace), "--db", str(db)])
+    assert again.exit_code == 0 and "unchanged (already ingested)" in _flat(again.output)
+    with connect(db, read_only=True) as con:
+        assert con.sql("SELECT count(*) FROM op").rows() == [(1,)]
+
+
 def test_candle_import_errors_name_the_line(tmp_path):
     bad = [CANDLE[0], {"kind": "op", "span_id": "s1", "op_name": "x"}]
     src = write_lines(tmp_path / "c.jsonl", [json.dumps(r) for r in bad])
