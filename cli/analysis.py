@@ -19,6 +19,7 @@ from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
+from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import (
     RunReport,
     RunSummary,
@@ -31,11 +32,20 @@ from ember.analysis.report import report as run_report
 from . import tables
 from .app import app, console, err_console, fail
 
-DB_OPTION = typer.Option(DEFAULT_DB, "--db", help="The DuckDB database file.")
+DB_OPTION = typer.Option(
+    DEFAULT_DB, "--db", help="The DuckDB database file, or a lake folder (`ember ingest --lake`)."
+)
+
+
+class Engine(enum.StrEnum):
+    duckdb = "duckdb"
+    spark = "spark"
 
 
 def _open(db: Path, read_only: bool):
     try:
+        if db.is_dir():  # a lake written by `ember ingest --lake`
+            return connect_lake(db)
         return connect(db, read_only=read_only)
     except DatabaseBusyError as exc:
         raise fail(str(exc)) from None
@@ -55,12 +65,29 @@ def ingest_command(
         "--strict",
         help="Check every line with pydantic too (slower): also rejects unknown fields.",
     ),
+    lake: Path | None = typer.Option(
+        None,
+        "--lake",
+        help="Write a Parquet trace lake in this folder instead of the DuckDB file "
+        "(many ingesters may write one lake at once).",
+    ),
+    engine: Engine = typer.Option(
+        Engine.duckdb, "--engine", help="Who reads the traces into the lake (with --lake)."
+    ),
+    master: str = typer.Option(
+        "local[2]", "--master", help="The Spark master (with --engine spark): local[N], spark://..."
+    ),
 ) -> None:
     """Read traces into the database: validated, each file once (a grown file continues)."""
     try:
         files = expand_paths(paths)
     except FileNotFoundError as exc:
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
+    if engine is Engine.spark and lake is None:
+        raise fail("--engine spark writes a lake: give --lake DIR")
+    if lake is not None:
+        _ingest_lake(files, lake, engine, master, strict)
+        return
     summary = IngestSummary()
     sizes = {p: p.stat().st_size for p in files}
     total = sum(sizes.values())
@@ -99,11 +126,38 @@ def ingest_command(
         raise typer.Exit(1)
 
 
+def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
+    t0 = time.perf_counter()
+    if engine is Engine.spark:
+        try:
+            from ember.analysis.lake_spark import ingest_spark
+        except ImportError as exc:
+            raise fail(
+                f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
+                "apt-get install -y openjdk-17-jre-headless)"
+            ) from None
+        summary = ingest_spark(files, lake, master=master, on_file=_print_file)
+    else:
+        summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
+    summary.seconds = time.perf_counter() - t0
+    refused = len(summary.refused)
+    console.print(
+        f"{len(files)} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
+        f"{refused} refused, {summary.seconds:.2f} s, {summary.records_per_second:,.0f} records/s "
+        f"-> {lake} ({engine.value})",
+        highlight=False,
+    )
+    if refused:
+        raise typer.Exit(1)
+
+
 def _print_file(r: FileResult) -> None:
     if r.status == "refused":
         err_console.print(f"{r.path}: refused: {r.message}", highlight=False, markup=False)
     elif r.status == "unchanged":
         console.print(f"{r.path}: unchanged (already ingested)", highlight=False, markup=False)
+    elif r.status == "busy":
+        console.print(f"{r.path}: skipped: {r.message}", highlight=False, markup=False)
     else:
         how = " (continued)" if r.continued else " (replaced)" if r.replaced else ""
         line = f"{r.path}: {r.records:,} records, {r.rejected} rejected{how}"

@@ -51,7 +51,8 @@ def dashboard(
     db: Path = typer.Option(
         Path("ember.duckdb"),
         "--db",
-        help="Database written by `ember ingest`, or a folder written by `ember export --parquet`.",
+        help="Database written by `ember ingest`, a lake (`ember ingest --lake`), or a folder "
+        "written by `ember export --parquet`.",
     ),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind; 0.0.0.0 opens it to the network."

@@ -4,7 +4,8 @@ Every connection is opened ``read_only`` with external access off and the config
 locked, so neither a page nor the SQL console can write the database, attach another
 one, read or write other files, or load extensions; DuckDB itself enforces that.
 
-The "database" may also be a folder written by ``ember export --parquet``: then each
+The "database" may also be a trace lake (``ember ingest --lake DIR``; the same tables and
+views, see ``ember.analysis.lake``) or a folder written by ``ember export --parquet``: then each
 connection is an in-memory DuckDB whose tables and views read that folder's Parquet
 datasets (``allowed_directories`` is that folder only, external access is off, the
 configuration locked), and whatever the export left out (empty tables) is created
@@ -112,11 +113,16 @@ def _sql_text(value: str) -> str:
 def _open_export(folder: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory database over a Parquet export, allowed to read that folder only."""
     from ember.analysis.db import VIEW_NAMES, table_ddl, view_sql
+    from ember.analysis.lake import attach_lake, is_lake
 
     con = duckdb.connect(":memory:")
     try:
         con.execute(f"SET allowed_directories = [{_sql_text(str(folder) + os.sep)}]")
         con.execute("SET enable_external_access = false")
+        if is_lake(folder):  # a lake written by `ember ingest --lake`
+            attach_lake(con, folder)
+            con.execute("SET lock_configuration = true")
+            return con
         present = {
             d.name
             for d in folder.iterdir()

@@ -1,0 +1,937 @@
+"""The trace lake: validated records as hive-partitioned Parquet that many ingesters write.
+
+Layout (one dataset per table, the same tables as the DuckDB file)::
+
+    LAKE/_manifest/<filekey>-<start>-<id>.json      one entry per ingest of a trace file
+    LAKE/_claims/<filekey>.claim                    exists while one ingester writes a file
+    LAKE/<table>/run_date=YYYY-MM-DD/run_id=<id>/<filekey>-<start>-<id>.parquet
+
+``<table>`` is ``runs``, each record kind (``span_start``, ``cache``, ...) and
+``rejected_lines``. One ingest of one trace file writes one Parquet file per table that
+has rows, each under a temporary name (``.<name>.tmp``, which no reader's glob matches)
+renamed into place, and then its manifest entry (the same way): an entry names the trace
+file, the bytes read (``start``, ``offset_bytes``), their digest, the lines, records and
+rejected lines, and the parts it wrote. Why this layout: each record kind has its own
+columns (a dataset per kind, not a ``kind=`` partition of one wide table); the date and the
+run are the partitions every view filters or groups by; a part per ingested file means no
+ingester ever writes a file that another one writes, so there is no lock on the lake.
+The one exclusion is per trace file: ``_claims/<filekey>.claim`` is created with O_EXCL
+while a file is ingested, so that two ingesters given the same trace file do not both
+ingest it (the second skips it, ``status = 'busy'``); a claim older than ``stale_s`` or of
+a dead process on this host is taken over.
+
+What is stored: the record's fields typed as the DuckDB tables are (``TABLE_COLUMNS``; a
+JSON value is stored as its text) plus ``line``, the record's line in its trace file.
+The columns that the DuckDB file computes at ingest (``cache.lookup_key``, the cache order
+columns, the memory running sums, ``runs.started_at``) are computed when the lake is
+read (``LAKE_TABLE_SQL``), ordered by ``ts_ns`` then ``line`` exactly as the DuckDB file
+orders by ``ts_ns`` then file order: so every engine computes them the same way.
+
+Validation is ingest's own (``ingest._FileIngest``: the typed read, the SQL checks, pydantic
+for the explanations), so the lake gets the same rows and the same rejected-line reasons
+as the DuckDB file. Re-ingest is idempotent: an unchanged file (same size and mtime as
+its last entry) costs a ``stat``; a file that grew is continued from its last complete
+line (a new entry and new parts); a replaced file (first line changed, or shrank) is
+ingested again and its old parts and entries are removed.
+
+``connect_lake(DIR)`` opens the lake in an in-memory DuckDB with the same tables and views
+as the DuckDB file (``ember query/report/dashboard --db DIR``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import mmap
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import duckdb
+import pyarrow.parquet as pq
+
+from ember.schemas import MIGRATIONS, Migrations
+
+from .db import (
+    CACHE_ORDER_COLUMNS,
+    DERIVED_COLUMNS,
+    MEMORY_RUNNING_COLUMNS,
+    RECORD_TABLES,
+    RUNS_COLUMNS,
+    VIEW_NAMES,
+    Connection,
+    _record_columns,
+    view_sql,
+)
+from .ingest import (
+    FileResult,
+    IngestSummary,
+    _FileIngest,
+    _first_line,
+    _iter_lines,
+    _parse_meta,
+    _Plan,
+    _Refused,
+    _select_for,
+    expand_paths,
+)
+from .schema_types import READ_COLUMNS
+
+__all__ = [
+    "LAKE_TABLES",
+    "MANIFEST",
+    "connect_lake",
+    "ingest_lake",
+    "is_lake",
+    "lake_columns",
+    "manifest_entries",
+]
+
+MANIFEST = "_manifest"
+CLAIMS = "_claims"
+LAKE_TABLES: tuple[str, ...] = ("runs", *RECORD_TABLES, "rejected_lines")
+"""The datasets of a lake, one folder each."""
+
+REJECTED_COLUMNS: dict[str, str] = {
+    "file": "VARCHAR",
+    "line": "BIGINT",
+    "byte_offset": "BIGINT",
+    "reason": "VARCHAR",
+    "raw": "VARCHAR",
+    "ingested_at": "TIMESTAMP",
+}
+
+
+def _stored(t: str) -> str:
+    """The type a column has in the Parquet files: JSON is stored as its text."""
+    return re.sub(r"\bJSON\b", "VARCHAR", t)
+
+
+def table_columns(table: str) -> dict[str, str]:
+    """``{column: DuckDB type}`` of a lake table as the views see it (run_id first).
+
+    The same columns and types as the DuckDB file's table, derived columns included.
+    """
+    if table == "runs":
+        return dict(RUNS_COLUMNS)
+    if table == "rejected_lines":
+        return {
+            **{k: v for k, v in REJECTED_COLUMNS.items() if k != "ingested_at"},
+            "run_id": "VARCHAR",
+            "ingested_at": "TIMESTAMP",
+        }
+    cols = dict(_record_columns(table))
+    cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(table, {}).items()})
+    if table == "cache":
+        cols.update(CACHE_ORDER_COLUMNS)
+    if table == "memory":
+        cols.update(MEMORY_RUNNING_COLUMNS)
+    return cols
+
+
+def lake_columns(table: str) -> dict[str, str]:
+    """``{column: DuckDB type}`` of the Parquet files of a lake table.
+
+    The record's own fields (JSON as text) and ``line``; not ``run_id`` and ``run_date``,
+    which are the partitions, nor the columns computed when the lake is read.
+    """
+    if table == "runs":
+        cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("run_id", "started_at")}
+    elif table == "rejected_lines":
+        cols = dict(REJECTED_COLUMNS)
+    else:
+        cols = {c: t for c, t in _record_columns(table).items() if c != "run_id"}
+        cols["line"] = "BIGINT"
+    return {c: _stored(t) for c, t in cols.items()}
+
+
+def is_lake(path: str | os.PathLike[str]) -> bool:
+    """A folder written by ``ember ingest --lake`` (it has a manifest folder)."""
+    return (Path(path) / MANIFEST).is_dir()
+
+
+def file_key(path: str) -> str:
+    """The name stem of a trace file's parts and manifest entries (its path's digest)."""
+    return hashlib.sha1(path.encode()).hexdigest()[:16]
+
+
+def _partition(run_id: str, run_date: str) -> str:
+    return f"run_date={run_date}/run_id={quote(run_id, safe='')}"
+
+
+def run_date(wall_time_ns: int | None) -> str:
+    """The ``run_date`` partition of a run: the UTC date of its wall-clock anchor."""
+    return datetime.fromtimestamp((wall_time_ns or 0) / 1e9, UTC).strftime("%Y-%m-%d")
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+
+
+# ---------------------------------------------------------------- the manifest
+
+
+def manifest_entries(lake: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every manifest entry of a lake, by file key, oldest first."""
+    folder = Path(lake) / MANIFEST
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not folder.is_dir():
+        return out
+    for e in os.scandir(folder):
+        if e.name.endswith(".json") and not e.name.startswith("."):
+            out.setdefault(e.name.split("-", 1)[0], []).append(e.name)
+    return {k: _read_entries(folder, names) for k, names in out.items()}
+
+
+def _read_entries(folder: Path, names: Iterable[str]) -> list[dict[str, Any]]:
+    entries = []
+    for name in names:
+        try:
+            entries.append(json.loads((folder / name).read_bytes()))
+        except FileNotFoundError:  # removed by a replacing ingest meanwhile
+            continue
+    entries.sort(key=lambda e: (e["ingested_at"], e["offset_bytes"]))
+    return entries
+
+
+def _entries_of(lake: Path, key: str) -> list[dict[str, Any]]:
+    folder = lake / MANIFEST
+    names = [
+        e.name
+        for e in os.scandir(folder)
+        if e.name.startswith(key + "-") and e.name.endswith(".json")
+    ]
+    return _read_entries(folder, names)
+
+
+def _state(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the lake holds of one file: its latest entry that is not a refusal."""
+    live = [e for e in entries if e["status"] != "refused"]
+    if not live:
+        return None
+    gen = live[-1]["generation"]
+    same = [e for e in live if e["generation"] == gen]
+    return max(same, key=lambda e: e["offset_bytes"])
+
+
+# ---------------------------------------------------------------- claims
+
+
+@contextlib.contextmanager
+def _claim(lake: Path, key: str, stale_s: float):
+    """Hold ``_claims/<key>.claim`` while ingesting a file; yields False if another has it."""
+    folder = lake / CLAIMS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.claim"
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if _stale(path, stale_s):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+            yield False
+            return
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        return
+    yield False
+
+
+def _stale(path: Path, stale_s: float) -> bool:
+    try:
+        holder = json.loads(path.read_text())
+        age = time.time() - float(holder["at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            age = time.time() - path.stat().st_mtime
+        except FileNotFoundError:
+            return True
+        return age > stale_s
+    if age > stale_s:
+        return True
+    if holder.get("host") == socket.gethostname():
+        try:
+            os.kill(int(holder["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, ValueError):
+            return False
+    return False
+
+
+# ---------------------------------------------------------------- planning
+
+
+@dataclass
+class _LakePlan:
+    plan: _Plan
+    key: str
+    generation: str
+    run_date: str
+    previous: dict[str, Any] | None  # the entry continued from, or the state replaced
+    stat: os.stat_result
+
+
+def plan_file(
+    lake: Path,
+    path: Path,
+    entries: list[dict[str, Any]],
+    migrations: Migrations = MIGRATIONS,
+) -> _LakePlan | FileResult:
+    """What to read of ``path``, from its manifest entries (``_Refused`` if nothing)."""
+    file = str(path)
+    st = path.stat()
+    state = _state(entries)
+    if state is not None and state["size"] == st.st_size and state["mtime_ns"] == st.st_mtime_ns:
+        return FileResult(file, "unchanged", run_id=state["run_id"], message="already ingested")
+    size = st.st_size
+    if size == 0:
+        raise _Refused("empty file: no 'meta' record (is the run still starting?)")
+    first = _first_line(path, size)
+    if not first:
+        raise _Refused("the file has only blank lines: no 'meta' record")
+    first_hash = hashlib.sha1(first).hexdigest()
+    key = file_key(file)
+    if state is not None and state["first_line_hash"] == first_hash:
+        if size == state["offset_bytes"]:
+            return FileResult(file, "unchanged", run_id=state["run_id"], message="already ingested")
+        if size > state["offset_bytes"]:
+            plan = _Plan(
+                path,
+                size,
+                state["offset_bytes"],
+                state["lines"],
+                first_hash,
+                state["run_id"],
+                state["schema_version"],
+                None,
+                continued=True,
+            )
+            return _LakePlan(plan, key, state["generation"], state["run_date"], state, st)
+    meta, version = _parse_meta(first, migrations)
+    run_id = meta["run_id"]
+    other = _run_owner(lake, run_id, key)
+    if other is not None:
+        raise _Refused(
+            f"run {run_id} is already in the lake from {other}; one run is one file. "
+            f"If this file is a copy, skip it; if it is another run, record it with a new run id"
+        )
+    plan = _Plan(
+        path,
+        size,
+        0,
+        0,
+        first_hash,
+        run_id,
+        version,
+        meta,
+        replaced_run=state["run_id"] if state is not None else None,
+    )
+    return _LakePlan(
+        plan, key, uuid.uuid4().hex[:12], run_date(meta.get("wall_time_ns")), state, st
+    )
+
+
+def _run_owner(lake: Path, run_id: str, key: str) -> str | None:
+    """The file that brought ``run_id`` into the lake, if not the file ``key``."""
+    part = f"run_id={quote(run_id, safe='')}"
+    for d in (lake / "runs").glob(f"run_date=*/{part}"):
+        for f in d.glob("*.parquet"):
+            if not f.name.startswith(key + "-"):
+                try:
+                    rows = pq.read_table(f, columns=["file"]).column("file").to_pylist()
+                except (OSError, ValueError):
+                    continue
+                return rows[0] if rows else f.name
+    return None
+
+
+# ---------------------------------------------------------------- writing one file
+
+
+def _line_sql(work: _FileIngest, con: duckdb.DuckDBPyConnection) -> str:
+    """SQL of each staged row's line number (rowid -> line)."""
+    plan = work.plan
+    if work.line_map is not None:
+        lines = [line for line, _ in work.line_map]
+    else:
+        # the fast path staged every non-blank line in order: without blank lines, row n
+        # is line base + n + 1
+        if not _has_blank(work):
+            return f"rowid + {plan.base_line + 1}"
+        lines = []
+        number = plan.base_line
+        for _, raw in _iter_lines(plan.path, plan.start, work.end):
+            number += 1
+            if raw.strip():
+                lines.append(number)
+    con.execute("CREATE OR REPLACE TEMP TABLE _lines (rid BIGINT, line BIGINT)")
+    con.executemany("INSERT INTO _lines VALUES (?, ?)", list(enumerate(lines)))
+    return "(SELECT line FROM _lines WHERE rid = _stage.rowid)"
+
+
+_BLANK = re.compile(rb"(?:\A|\n)[ \t\r\f\v]*\n")
+
+
+def _has_blank(work: _FileIngest) -> bool:
+    plan = work.plan
+    if work.end <= plan.start:
+        return False
+    with plan.path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return _BLANK.search(m, max(plan.start - 1, 0), work.end) is not None
+
+
+def _select_sql(kind: str, run_id: str, line_sql: str) -> str:
+    lit = "'" + run_id.replace("'", "''") + "'"
+    cols = _record_columns(kind)
+    select = _select_for(kind, cols).replace("$run_id", lit)
+    # the stored columns: the record's (not run_id) with JSON as text, then line
+    names = [c for c in cols if c != "run_id"]
+    types = lake_columns(kind)
+    inner = f"SELECT {select}, {line_sql} AS line FROM _stage WHERE kind = '{kind}'"
+    outer = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in names)
+    all_names = ", ".join(f'"{c}"' for c in cols)
+    return f"SELECT {outer}, line FROM ({inner}) AS r({all_names}, line) ORDER BY line"
+
+
+def _runs_sql(file: str) -> str:
+    cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
+    select = _select_for("meta", cols)
+    types = lake_columns("runs")
+    names = ", ".join(f'"{c}"' for c in cols)
+    outer = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in cols if c != "run_id")
+    lit = "'" + file.replace("'", "''") + "'"
+    return (
+        f"SELECT {outer}, {lit} AS file FROM (SELECT {select} FROM _stage WHERE kind = 'meta') "
+        f"AS r({names})"
+    )
+
+
+@dataclass
+class _Output:
+    """What one ingested file adds to the lake before it is renamed into place."""
+
+    tables: dict[str, Any] = field(default_factory=dict)  # table -> pyarrow.Table
+    records: int = 0
+
+
+def _stage_output(con: duckdb.DuckDBPyConnection, lp: _LakePlan, work: _FileIngest) -> _Output:
+    out = _Output()
+    plan = lp.plan
+    line_sql = _line_sql(work, con)
+    if plan.start == 0:
+        t = con.sql(_runs_sql(str(plan.path))).to_arrow_table()
+        if t.num_rows:
+            out.tables["runs"] = t
+            out.records += t.num_rows
+    kinds = [
+        r[0]
+        for r in con.execute("SELECT DISTINCT kind FROM _stage WHERE kind <> 'meta'").fetchall()
+    ]
+    for kind in RECORD_TABLES:
+        if kind not in kinds:
+            continue
+        t = con.sql(_select_sql(kind, plan.run_id, line_sql)).to_arrow_table()
+        if t.num_rows:
+            out.tables[kind] = t
+            out.records += t.num_rows
+    if work.rejected:
+        out.tables["rejected_lines"] = rejected_table(str(plan.path), work.rejected)
+    return out
+
+
+def rejected_table(file: str, rejected: list[Any]) -> Any:
+    """The rejected lines of one file as a pyarrow table of ``lake_columns('rejected_lines')``."""
+    import pyarrow as pa
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return pa.table(
+        {
+            "file": pa.array([file] * len(rejected), pa.string()),
+            "line": pa.array([r.line for r in rejected], pa.int64()),
+            "byte_offset": pa.array([r.offset for r in rejected], pa.int64()),
+            "reason": pa.array([r.reason for r in rejected], pa.string()),
+            "raw": pa.array([r.raw for r in rejected], pa.string()),
+            "ingested_at": pa.array([now] * len(rejected), pa.timestamp("us")),
+        }
+    )
+
+
+def commit_file(
+    lake: Path,
+    lp: _LakePlan,
+    tables: dict[str, Any],
+    *,
+    records: int,
+    rejected: int,
+    status: str,
+    message: str | None,
+    end: int,
+    lines: int,
+    engine: str,
+) -> None:
+    """Rename one file's parts into the lake, then write its manifest entry.
+
+    ``tables`` maps a lake table to a pyarrow table or to a Parquet file already written
+    (a path, renamed into place). A replaced file's old parts and entries go last.
+    """
+    plan = lp.plan
+    stem = f"{lp.key}-{plan.start:015d}-{uuid.uuid4().hex[:8]}"
+    part_dir = _partition(plan.run_id, lp.run_date)
+    parts = []
+    for table, data in tables.items():
+        target = lake / table / part_dir / f"{stem}.parquet"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        if isinstance(data, (str, Path)):
+            shutil.move(str(data), tmp)
+        else:
+            pq.write_table(data, tmp, compression="zstd")
+        os.replace(tmp, target)
+        parts.append(str(target.relative_to(lake)))
+    digest = hashlib.sha1()
+    with plan.path.open("rb") as f:
+        f.seek(plan.start)
+        remaining = end - plan.start
+        while remaining > 0:
+            buf = f.read(min(remaining, 1 << 22))
+            if not buf:
+                break
+            digest.update(buf)
+            remaining -= len(buf)
+    entry = {
+        "file": str(plan.path),
+        "key": lp.key,
+        "generation": lp.generation,
+        "engine": engine,
+        "host": socket.gethostname(),
+        "run_id": plan.run_id,
+        "run_date": lp.run_date,
+        "status": status,
+        "message": message,
+        "start": plan.start,
+        "offset_bytes": end,
+        "base_line": plan.base_line,
+        "lines": plan.base_line + lines,
+        "records": records,
+        "rejected": rejected,
+        "digest": "sha1:" + digest.hexdigest(),
+        "first_line_hash": plan.first_hash,
+        "schema_version": plan.version,
+        "size": lp.stat.st_size,
+        "mtime_ns": lp.stat.st_mtime_ns,
+        "ingested_at": time.time(),
+        "parts": parts,
+    }
+    _write_atomic(lake / MANIFEST / f"{stem}.json", json.dumps(entry, indent=1).encode())
+    if plan.replaced_run is not None or (plan.start == 0 and lp.previous is not None):
+        _remove_generation(lake, lp.key, keep=lp.generation)
+
+
+def _remove_generation(lake: Path, key: str, keep: str) -> None:
+    """Remove the parts and entries of a replaced file (every generation but ``keep``)."""
+    for entry in _entries_of(lake, key):
+        if entry["generation"] == keep:
+            continue
+        for part in entry.get("parts", []):
+            with contextlib.suppress(FileNotFoundError):
+                (lake / part).unlink()
+        for name in os.listdir(lake / MANIFEST):
+            if name.startswith(f"{key}-{entry['start']:015d}-") and name.endswith(".json"):
+                try:
+                    if json.loads((lake / MANIFEST / name).read_bytes())["generation"] != keep:
+                        (lake / MANIFEST / name).unlink()
+                except FileNotFoundError:
+                    pass
+
+
+def refuse_file(lake: Path, path: Path, message: str, entries: list[dict[str, Any]]) -> None:
+    """Record a refused file in the manifest (not when an earlier ingest of it is kept)."""
+    if _state(entries) is not None:
+        return  # a file ingested before and unreadable now keeps its rows
+    key = file_key(str(path))
+    try:
+        st = path.stat()
+        size, mtime = st.st_size, st.st_mtime_ns
+    except OSError:
+        size, mtime = None, None
+    entry = {
+        "file": str(path),
+        "key": key,
+        "generation": "",
+        "engine": "",
+        "host": socket.gethostname(),
+        "run_id": None,
+        "run_date": None,
+        "status": "refused",
+        "message": message,
+        "start": 0,
+        "offset_bytes": 0,
+        "base_line": 0,
+        "lines": 0,
+        "records": 0,
+        "rejected": 0,
+        "digest": None,
+        "first_line_hash": None,
+        "schema_version": None,
+        "size": size,
+        "mtime_ns": mtime,
+        "ingested_at": time.time(),
+        "parts": [],
+    }
+    for old in entries:
+        if old["status"] == "refused":
+            for name in os.listdir(lake / MANIFEST):
+                if name.startswith(f"{key}-") and name.endswith(".json"):
+                    with contextlib.suppress(FileNotFoundError):
+                        (lake / MANIFEST / name).unlink()
+            break
+    _write_atomic(lake / MANIFEST / f"{key}-{0:015d}-refused.json", json.dumps(entry).encode())
+
+
+# ---------------------------------------------------------------- ingest
+
+
+def _prepare_checks_table(con: duckdb.DuckDBPyConnection, lake: Path, lp: _LakePlan) -> None:
+    """The ``span_start`` that the checks consult: the run's spans already in the lake."""
+    parts = []
+    if lp.plan.start > 0:
+        d = lake / "span_start" / _partition(lp.plan.run_id, lp.run_date)
+        parts = sorted(str(p) for p in d.glob("*.parquet"))
+    if parts:
+        lit = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in parts) + "]"
+        run = lp.plan.run_id.replace("'", "''")
+        con.execute(
+            f"CREATE OR REPLACE TEMP VIEW span_start AS SELECT '{run}' AS run_id, span_id "
+            f"FROM read_parquet({lit})"
+        )
+    else:
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW span_start AS "
+            "SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS span_id WHERE false"
+        )
+
+
+def ingest_lake(
+    paths: Iterable[str | os.PathLike[str]],
+    lake: str | os.PathLike[str],
+    *,
+    on_file: Callable[[FileResult], None] | None = None,
+    migrations: Migrations = MIGRATIONS,
+    strict: bool = False,
+    stale_s: float = 600.0,
+    threads: int | None = None,
+) -> IngestSummary:
+    """Ingest trace files, folders or globs into the lake folder ``lake`` (with DuckDB).
+
+    One in-memory DuckDB does the whole batch; each file's parts are renamed into the
+    lake when the file is done (see the module doc). Safe to run on many processes and
+    machines at once against one lake.
+    """
+    root = Path(lake)
+    (root / MANIFEST).mkdir(parents=True, exist_ok=True)
+    files = expand_paths(paths)
+    summary = IngestSummary()
+    t0 = time.perf_counter()
+    known = manifest_entries(root)
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET enable_progress_bar = false")
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        for path in files:
+            result = _ingest_one(
+                con, root, path, known.get(file_key(str(path)), []), migrations, strict, stale_s
+            )
+            summary.files.append(result)
+            if on_file is not None:
+                on_file(result)
+    finally:
+        con.close()
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _ingest_one(
+    con: duckdb.DuckDBPyConnection,
+    lake: Path,
+    path: Path,
+    entries: list[dict[str, Any]],
+    migrations: Migrations,
+    strict: bool,
+    stale_s: float,
+) -> FileResult:
+    t0 = time.perf_counter()
+    file = str(path)
+    key = file_key(file)
+    try:
+        # the cheap answer first: a file whose size and mtime did not change is skipped on
+        # the manifest read at the start, without a claim
+        state = _state(entries)
+        st = path.stat()
+        if (
+            state is not None
+            and state["size"] == st.st_size
+            and state["mtime_ns"] == st.st_mtime_ns
+        ):
+            return FileResult(
+                file,
+                "unchanged",
+                run_id=state["run_id"],
+                message="already ingested",
+                seconds=time.perf_counter() - t0,
+            )
+    except OSError as exc:
+        msg = f"cannot read the file: {exc.strerror or exc}"
+        return FileResult(file, "refused", message=msg, seconds=time.perf_counter() - t0)
+    with _claim(lake, key, stale_s) as mine:
+        if not mine:
+            return FileResult(
+                file,
+                "busy",
+                message="another ingester is writing this file now",
+                seconds=time.perf_counter() - t0,
+            )
+        entries = _entries_of(lake, key)  # fresh: another ingester may have done it
+        try:
+            lp = plan_file(lake, path, entries, migrations)
+        except _Refused as exc:
+            refuse_file(lake, path, str(exc), entries)
+            return FileResult(file, "refused", message=str(exc), seconds=time.perf_counter() - t0)
+        except OSError as exc:
+            msg = f"cannot read the file: {exc.strerror or exc}"
+            refuse_file(lake, path, msg, entries)
+            return FileResult(file, "refused", message=msg, seconds=time.perf_counter() - t0)
+        if isinstance(lp, FileResult):
+            lp.seconds = time.perf_counter() - t0
+            return lp
+        tmp = Path(tempfile.mkdtemp(prefix="ember-lake-"))
+        try:
+            _prepare_checks_table(con, lake, lp)
+            work = _FileIngest(con, lp.plan, migrations, tmp, strict)
+            work.run()
+            message = work.partial
+            if work.rejected and not message:
+                message = f"{len(work.rejected)} line(s) rejected; see rejected_lines"
+            out = _stage_output(con, lp, work)
+            status = "partial" if work.partial else "ok"
+            commit_file(
+                lake,
+                lp,
+                out.tables,
+                records=out.records,
+                rejected=len(work.rejected),
+                status=status,
+                message=message,
+                end=work.end,
+                lines=work.lines_read,
+                engine="duckdb",
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            con.execute("DROP TABLE IF EXISTS _stage")
+    return FileResult(
+        file,
+        status,
+        records=out.records,
+        rejected=len(work.rejected),
+        message=message,
+        run_id=lp.plan.run_id,
+        bytes_read=work.end - lp.plan.start,
+        seconds=time.perf_counter() - t0,
+        continued=lp.plan.continued,
+        replaced=lp.plan.replaced_run is not None,
+        slow_path=work.slow_path,
+    )
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _cache_sql(src: str) -> str:
+    """The cache table from its stored columns: derived and order columns, as db.py's."""
+    derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
+    return f"""
+SELECT c.* EXCLUDE (line, _k, _ord, _seq, _life, _hits, _ev),
+    _ord AS ord, _seq AS seq,
+    CASE WHEN _seq IS NOT NULL THEN lag(_seq) OVER (
+        PARTITION BY run_id, source, position, lookup_key, _seq IS NULL ORDER BY _seq
+    ) END AS prev_seq,
+    _life AS life, _hits AS hits_so_far, _ev AS evictions
+FROM (
+    SELECT *, lookup_key AS _k,
+        row_number() OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, line) AS _ord,
+        CASE WHEN action IN ('hit', 'miss') THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT))
+            OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, line
+                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS _seq,
+        sum(CAST(action = 'miss' AS BIGINT)) OVER k AS _life,
+        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS _hits,
+        sum(CAST(action = 'evict' AS BIGINT)) OVER k AS _ev
+    FROM (SELECT *, {derived} FROM {src})
+    WINDOW k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, line
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+) AS c
+"""
+
+
+def _memory_sql(src: str) -> str:
+    delta = "CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END"
+    return f"""
+SELECT * EXCLUDE (line),
+    CAST(sum({delta}) OVER (PARTITION BY run_id, device, category ORDER BY ts_ns, line
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS category_live_bytes,
+    CAST(sum({delta}) OVER (PARTITION BY run_id, device ORDER BY ts_ns, line
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS device_live_bytes
+FROM {src}
+"""
+
+
+def lake_table_sql(table: str, src: str) -> str:
+    """SQL (DuckDB) of a lake table as the views see it, from its stored rows ``src``.
+
+    ``src`` has the stored columns plus ``run_id``; the result has exactly the DuckDB
+    file's columns, in its order, with its types. Ordered by ``line`` within a run.
+    """
+    cols = table_columns(table)
+    if table == "cache":
+        body = _cache_sql(src)
+    elif table == "memory":
+        body = _memory_sql(src)
+    elif table == "runs":
+        body = f"SELECT *, make_timestamp_ns(wall_time_ns) AS started_at FROM {src}"
+    elif table == "rejected_lines":
+        body = f"SELECT * FROM {src}"
+    else:
+        body = f"SELECT * EXCLUDE (line) FROM {src}"
+    casts = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t in cols.items())
+    return f"SELECT {casts} FROM ({body})"
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _stored_view(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> str:
+    """A view of the stored rows of one lake table (with run_id), or an empty one."""
+    name = f"_lake_{table}"
+    folder = lake / table
+    has = folder.is_dir() and any(folder.glob("run_date=*/run_id=*/*.parquet"))
+    if has:
+        glob = _lit(str(folder / "run_date=*" / "run_id=*" / "*.parquet"))
+        sql = (
+            f"SELECT * EXCLUDE (run_date) FROM read_parquet({glob}, hive_partitioning = true, "
+            "hive_types = {'run_date': DATE, 'run_id': VARCHAR}, union_by_name = true)"
+        )
+    else:
+        cols = {**lake_columns(table), "run_id": "VARCHAR"}
+        sql = "SELECT " + ", ".join(f'NULL::{t} AS "{c}"' for c, t in cols.items()) + " WHERE false"
+    con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    return name
+
+
+_INGESTED_FILES_SQL = """
+SELECT file, first(run_id ORDER BY ingested_at DESC) AS run_id,
+    first(status ORDER BY offset_bytes DESC, ingested_at DESC) AS status,
+    first(message ORDER BY offset_bytes DESC, ingested_at DESC) AS message,
+    max(offset_bytes) AS offset_bytes, max(lines) AS lines,
+    CAST(sum(records) AS BIGINT) AS records,
+    CAST(NULL AS BIGINT) AS rejected,
+    first(first_line_hash ORDER BY ingested_at DESC) AS first_line_hash,
+    CAST(first(schema_version ORDER BY ingested_at DESC) AS INTEGER) AS schema_version,
+    CAST(to_timestamp(max(ingested_at)) AS TIMESTAMP) AS ingested_at
+FROM {src} GROUP BY file
+"""
+
+
+def attach_lake(con: duckdb.DuckDBPyConnection, lake: str | os.PathLike[str]) -> None:
+    """Create the lake's tables (as views over its Parquet) and the analysis views on ``con``."""
+    root = Path(lake).resolve()
+    con.execute(view_sql("macros"))
+    for table in LAKE_TABLES:
+        src = _stored_view(con, root, table)
+        if table == "rejected_lines":
+            continue
+        con.execute(f"CREATE OR REPLACE VIEW {table} AS {lake_table_sql(table, src)}")
+    # ingested_files from the manifest entries
+    manifest = root / MANIFEST
+    if any(n.endswith(".json") and not n.startswith(".") for n in os.listdir(manifest)):
+        glob = _lit(str(manifest / "*.json"))
+        entries = (
+            f"(SELECT * FROM read_json({glob}, format = 'auto', union_by_name = true, "
+            "columns = {'file': 'VARCHAR', 'run_id': 'VARCHAR', 'status': 'VARCHAR', "
+            "'message': 'VARCHAR', 'offset_bytes': 'BIGINT', 'lines': 'BIGINT', "
+            "'records': 'BIGINT', 'rejected': 'BIGINT', 'first_line_hash': 'VARCHAR', "
+            "'schema_version': 'BIGINT', 'ingested_at': 'DOUBLE'}))"
+        )
+    else:
+        entries = (
+            "(SELECT NULL::VARCHAR AS file, NULL::VARCHAR AS run_id, NULL::VARCHAR AS status, "
+            "NULL::VARCHAR AS message, NULL::BIGINT AS offset_bytes, NULL::BIGINT AS lines, "
+            "NULL::BIGINT AS records, NULL::BIGINT AS rejected, NULL::VARCHAR AS "
+            "first_line_hash, NULL::BIGINT AS schema_version, NULL::DOUBLE AS ingested_at "
+            "WHERE false)"
+        )
+    con.execute(f"CREATE OR REPLACE VIEW _lake_manifest AS SELECT * FROM {entries}")
+    # a truncated last line rejected before is superseded once the file grew past it
+    con.execute(
+        f"""CREATE OR REPLACE VIEW rejected_lines AS
+        SELECT {", ".join(f'r."{c}"' for c in table_columns("rejected_lines"))}
+        FROM _lake_rejected_lines r
+        LEFT JOIN (SELECT file, max(offset_bytes) AS offset_bytes FROM _lake_manifest
+            GROUP BY file) m ON m.file = r.file
+        WHERE NOT (r.reason LIKE 'truncated last line%'
+            AND r.byte_offset < coalesce(m.offset_bytes, 0))"""
+    )
+    files = _INGESTED_FILES_SQL.format(src="_lake_manifest")
+    con.execute(
+        f"""CREATE OR REPLACE VIEW ingested_files AS
+        SELECT f.* REPLACE (CAST(coalesce(r.n, 0) AS BIGINT) AS rejected)
+        FROM ({files}) f
+        LEFT JOIN (SELECT file, count(*) AS n FROM rejected_lines GROUP BY file) r
+            ON r.file = f.file"""
+    )
+    for name in VIEW_NAMES:
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS\n{view_sql(name).strip().rstrip(';')}")
+
+
+def connect_lake(lake: str | os.PathLike[str], *, threads: int | None = None) -> Connection:
+    """Open a lake for reading: an in-memory DuckDB with the tables and views of an Ember
+    database over the lake's Parquet (``FileNotFoundError`` if ``lake`` is not one)."""
+    if not is_lake(lake):
+        raise FileNotFoundError(
+            f"{lake}: not a trace lake (no {MANIFEST}/ folder); write one with "
+            f"`ember ingest TRACES --lake {lake}`"
+        )
+    duck = duckdb.connect(":memory:")
+    duck.execute("SET enable_progress_bar = false")
+    if threads:
+        duck.execute(f"SET threads = {int(threads)}")
+    attach_lake(duck, lake)
+    return Connection(duck, str(lake), True)
+
+
+def read_columns_sql() -> str:
+    """The ``read_json`` columns (kept here so the Spark reader and the tests see one list)."""
+    return ", ".join(f"{k} {v}" for k, v in READ_COLUMNS.items())

@@ -1,0 +1,76 @@
+"""Helpers of the lake tests: a trace with every kind of bad line, and table comparisons."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from traces import cache_line, meta_line, write_lines
+
+from ember.analysis import VIEW_NAMES
+from ember.analysis.lake import LAKE_TABLES
+
+# what every engine must agree on: the tables, the manifest's view of the files, the views
+COMPARED = (*LAKE_TABLES, "ingested_files", *VIEW_NAMES)
+# columns that say when, not what
+VOLATILE = {"ingested_files": ["ingested_at"], "rejected_lines": ["ingested_at"]}
+
+
+def bad_corpus(path: Path, run_id: str = "bad-run") -> Path:
+    """A trace with a blank line, garbage, a wrong type, a missing field, an unknown kind,
+    a second meta, an orphan span_end and a truncated last line among valid records."""
+    start = {
+        "kind": "span_start",
+        "ts_ns": 1,
+        "span_id": 1,
+        "name": "ember.run",
+        "span_kind": "run",
+        "attrs": {},
+    }
+    end = {
+        "kind": "span_end",
+        "ts_ns": 2,
+        "span_id": 1,
+        "duration_ns": 1,
+        "span_kind": "run",
+        "attrs": {},
+    }
+    lines: list[str | bytes] = [
+        meta_line(run_id),
+        cache_line(10, "miss"),
+        "",
+        json.dumps(start),
+        cache_line(11, "hit").replace('"position": 0', '"position": "first"'),
+        json.dumps({"kind": "cache", "ts_ns": 5, "action": "hit", "shapes": []}),
+        cache_line(12, "bogus"),
+        json.dumps({"kind": "telemetry", "ts_ns": 1}),
+        json.dumps(end),
+        json.dumps({**end, "span_id": 99}),
+        meta_line("r2"),
+        b"\x00\x01\x02\xff garbage",
+        cache_line(13, "hit"),
+        cache_line(13, "hit", n=23),
+        '{"kind": "cache", "ts_ns": 14, "act',
+    ]
+    return write_lines(path, lines, newline_at_end=False)
+
+
+def table(con, name: str) -> tuple[dict[str, str], list[str]]:
+    """(column -> type, sorted rows as text) of a table or view, without volatile columns."""
+    df = con.sql(f"SELECT * FROM {name}")
+    df = df.drop(VOLATILE.get(name, []))
+    return {k: str(v) for k, v in df.schema.items()}, sorted(map(repr, df.rows()))
+
+
+def differences(a, b, names=COMPARED) -> list[str]:
+    """What differs between two connections, table by table (empty when nothing)."""
+    out = []
+    for name in names:
+        sa, ra = table(a, name)
+        sb, rb = table(b, name)
+        if sa != sb:
+            out.append(f"{name}: columns {sa} != {sb}")
+        elif ra != rb:
+            first = next((x, y) for x, y in zip(ra + [""], rb + [""], strict=False) if x != y)
+            out.append(f"{name}: {len(ra)} vs {len(rb)} rows; first difference {first}")
+    return out
