@@ -1,0 +1,283 @@
+"""`ember.analysis.compare` on runs made up in the test: the latency statistics, the rules,
+the verdicts and the three outputs (markdown, JUnit parsed back with the standard library,
+JSON). Recorded runs end to end: tests/cli/test_compare.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from ember.analysis.compare import (
+    MIN_SAMPLES,
+    Cause,
+    RunData,
+    compare,
+    latency_test,
+    to_json,
+    to_junit,
+    to_markdown,
+)
+from ember.analysis.gate import GateConfig, RuleError, parse_rules
+
+
+def durations(n: int, median_ns: float, seed: int, spread: float = 0.1) -> np.ndarray:
+    """Call durations with a log-normal spread and a few slow outliers, like a busy machine."""
+    rng = np.random.default_rng(seed)
+    x = median_ns * rng.lognormal(0.0, spread, n)
+    x[rng.random(n) < 0.05] *= 8  # preempted calls
+    return x
+
+
+def run(run_id: str, times: np.ndarray, causes: list[Cause] = (), **summary) -> RunData:
+    row = {
+        "run_id": run_id,
+        "name": "bert",
+        "calls": len(times),
+        "recompiles": 0,
+        "evictions": 0,
+        "failed_calls": 0,
+        "hit_rate": 0.9,
+        "latency_of": "call",
+        "latency_kind": "to results",
+        "p50_ns": float(np.quantile(times, 0.5)) if len(times) else None,
+        "p99_ns": float(np.quantile(times, 0.99)) if len(times) else None,
+        "peak_bytes": 100 << 20,
+        "peak_source": "RSS",
+        "graph_break": False,
+    }
+    row.update(summary)
+    return RunData(run_id, "test", row, times, {f"{c.kind}|{c.key}": c for c in causes})
+
+
+def rules(text: str) -> GateConfig:
+    return GateConfig(parse_rules(text), "--fail-on")
+
+
+SEQ_CAUSE = Cause(
+    "recompile",
+    "position 0|shape|input_ids|1",
+    "position 0",
+    "`input_ids` dim 1",
+    19,
+    "`input_ids` dim 1 changed on every call at position 0 (e.g. input_ids dim 1: 8 -> 9)",
+)
+
+
+# ---------------------------------------------------------------- latency
+
+
+def test_the_same_workload_twice_is_within_noise():
+    a, b = durations(200, 1e6, seed=1), durations(200, 1e6, seed=2)
+    t = latency_test(a, b, "p50_ns")
+    assert t.enough and not t.slower
+    lo, hi = t.relative_interval
+    assert lo < 0 < hi  # no change is among the plausible ones
+    assert t.p_value > 0.05
+
+
+def test_a_real_slowdown_is_found_with_an_interval_around_it():
+    a, b = durations(200, 1e6, seed=1), durations(200, 1.5e6, seed=2)
+    t = latency_test(a, b, "p50_ns")
+    assert t.slower and not t.faster and t.p_value < 1e-6
+    lo, hi = t.relative_interval
+    assert 0.3 < lo < 0.5 < hi < 0.7  # the true change, +50%, lies inside
+    c_lo, c_hi = t.change_interval
+    assert 3e5 < c_lo < 5e5 < c_hi < 7e5
+
+
+def test_the_answer_is_the_same_every_time():
+    a, b = durations(100, 1e6, seed=3), durations(120, 1.1e6, seed=4)
+    assert latency_test(a, b, "p99_ns") == latency_test(a, b, "p99_ns")
+
+
+def test_identical_runs_differ_by_nothing():
+    a = durations(50, 1e6, seed=5)
+    t = latency_test(a, a.copy(), "p50_ns")
+    assert t.base == t.candidate and not t.slower and not t.faster
+    lo, hi = t.relative_interval
+    assert lo <= 0 <= hi
+
+
+def test_too_few_durations_give_no_interval():
+    t = latency_test(np.ones(MIN_SAMPLES - 1), np.ones(50), "p50_ns")
+    assert not t.enough and t.relative_interval is None and t.p_value is None
+    assert t.base == 1.0
+
+
+def test_long_runs_are_subsampled_for_the_bootstrap_only():
+    a, b = durations(30_000, 1e6, seed=6), durations(25_000, 2e6, seed=7)
+    t = latency_test(a, b, "mean_ns")
+    assert t.base == pytest.approx(a.mean()) and t.candidate == pytest.approx(b.mean())
+    assert t.slower and t.relative_interval[0] > 0.8
+
+
+# ---------------------------------------------------------------- rules
+
+
+def test_a_new_recompile_cause_breaks_the_gate_and_is_named():
+    base = run("base", durations(40, 1e6, 1))
+    cand = run("cand", durations(40, 1e6, 2), [SEQ_CAUSE], recompiles=19)
+    c = compare(base, cand, rules("recompiles>+0, new_recompile_causes>0, latency_p50>+20%"))
+    assert not c.passed and c.exit_code == 1
+    status = {r.rule: r.status for r in c.rules}
+    assert status == {
+        "recompiles>+0": "fail",
+        "new_recompile_causes>0": "fail",
+        "latency_p50>+20%": "pass",
+    }
+    assert [x.name for x in c.new_causes] == ["`input_ids` dim 1"]
+    assert c.metric("recompiles").change == 19 and c.metric("recompiles").verdict == "worse"
+    assert c.metric("new_recompile_causes").candidate == 1
+
+
+def test_a_cause_both_runs_have_is_not_new_and_one_that_went_is_gone():
+    base = run("base", durations(40, 1e6, 1), [SEQ_CAUSE], recompiles=19)
+    other = Cause("break", "nz|NonZero", "position 3", "break at `nz` (NonZero)", 40, "…")
+    cand = run("cand", durations(40, 1e6, 2), [other], recompiles=19)
+    c = compare(base, cand, rules("new_recompile_causes>0, new_breaks>0"))
+    assert [x.kind for x in c.new_causes] == ["break"]
+    assert [x.kind for x in c.gone_causes] == ["recompile"]
+    assert {r.rule: r.status for r in c.rules} == {
+        "new_recompile_causes>0": "pass",
+        "new_breaks>0": "fail",
+    }
+
+
+def test_absolute_change_and_percent_read_different_numbers():
+    base = run("base", durations(40, 1e6, 1), recompiles=3, peak_bytes=100 << 20)
+    cand = run("cand", durations(40, 1e6, 1), recompiles=3, peak_bytes=104 << 20)
+    c = compare(base, cand, rules("recompiles>0, recompiles>+0, peak>+5%, peak>+3%, peak>+2MiB"))
+    assert [(r.rule, r.status) for r in c.rules] == [
+        ("recompiles>0", "fail"),  # the candidate recompiles at all
+        ("recompiles>+0", "pass"),  # but no more than its base
+        ("peak>+5%", "pass"),
+        ("peak>+3%", "fail"),
+        ("peak>+2MiB", "fail"),
+    ]
+    assert c.rules[3].value == pytest.approx(4.0)
+    assert c.rules[4].value == 4 << 20
+
+
+def test_growth_from_zero_is_infinite_and_breaks_a_percent_rule():
+    base = run("base", durations(40, 1e6, 1), evictions=0)
+    cand = run("cand", durations(40, 1e6, 1), evictions=2)
+    c = compare(base, cand, rules("evictions>+50%"))
+    assert c.rules[0].status == "fail" and math.isinf(c.metric("evictions").relative)
+
+
+def test_a_rule_on_lower_is_worse_metrics():
+    base = run("base", durations(40, 1e6, 1), hit_rate=0.9)
+    cand = run("cand", durations(40, 1e6, 1), hit_rate=0.6)
+    c = compare(base, cand, rules("hit_rate<-10%, hit_rate<0.5"))
+    assert [r.status for r in c.rules] == ["fail", "pass"]
+    assert c.metric("hit_rate").verdict == "worse"
+
+
+def test_latency_rules_fail_only_beyond_the_threshold_with_confidence():
+    base = run("base", durations(300, 1e6, 1))
+    slower = run("cand", durations(300, 1.6e6, 2))
+    c = compare(base, slower, rules("latency_p50>+20%, latency_p50>+80%, latency_p50>+100us"))
+    assert [r.status for r in c.rules] == ["fail", "pass", "fail"]
+    assert "95% confidence" in c.rules[0].message
+    assert c.metric("latency_p50").verdict == "worse"
+    # a true shift of +5% on a noisy machine: this sample's median is 16% up, over the
+    # threshold, but the interval reaches below 0: noise, the build passes
+    noisy = run("base", durations(30, 1e6, 1, spread=0.3))
+    near = run("cand", durations(30, 1.05e6, 6, spread=0.3))
+    c = compare(noisy, near, rules("latency_p50>+10%"))
+    assert c.rules[0].value > 10
+    assert c.rules[0].status == "pass" and "over +10% but within noise" in c.rules[0].message
+
+
+def test_latency_of_different_kinds_is_not_compared():
+    base = run("base", durations(40, 1e6, 1), latency_kind="dispatch only")
+    cand = run("cand", durations(40, 5e6, 2))
+    c = compare(base, cand, rules("latency_p50>+10%, peak>+5%"))
+    assert c.rules[0].status == "skip" and "latency_kind" in c.rules[0].message
+    assert c.metric("latency_p50").verdict == "not comparable"
+    assert c.rules[1].status == "pass"
+    assert c.passed
+
+
+def test_too_few_calls_skip_a_latency_rule_and_say_so():
+    base = run("base", durations(3, 1e6, 1))
+    cand = run("cand", durations(3, 9e6, 2))
+    c = compare(base, cand, rules("latency_p50>+10%"))
+    assert c.rules[0].status == "skip" and "too few durations" in c.rules[0].message
+    assert c.passed
+
+
+def test_an_unknown_metric_lists_the_known_ones():
+    base = run("base", durations(10, 1e6, 1))
+    with pytest.raises(RuleError, match="no metric 'recompile'.*recompiles"):
+        compare(base, base, rules("recompile>0"))
+
+
+def test_a_run_against_itself_passes_every_default_rule():
+    from ember.analysis.gate import load_config
+
+    base = run("base", durations(40, 1e6, 1), [SEQ_CAUSE], recompiles=19, evictions=4)
+    c = compare(base, base, load_config(None, search_from=None, pyproject=None))
+    assert c.passed and all(r.status in ("pass", "skip") for r in c.rules)
+    assert not c.new_causes and not c.gone_causes
+
+
+# ---------------------------------------------------------------- outputs
+
+
+@pytest.fixture()
+def failing():
+    base = run("base-run-0001", durations(40, 1e6, 1))
+    cand = run(
+        "cand-run-0002",
+        durations(40, 1e6, 2),
+        [SEQ_CAUSE],
+        recompiles=19,
+        latency_kind="dispatch only",
+    )
+    return compare(base, cand, rules("recompiles>+0, evictions>+0, latency_p50>+10%"))
+
+
+def test_markdown_has_the_verdict_the_rules_and_the_new_cause(failing):
+    md = to_markdown(failing)
+    lines = md.splitlines()
+    assert lines[0] == "### Ember compare — FAIL: 1 of 3 rules broken"
+    assert "| `recompiles>+0` | ❌ fail | recompiles 0 -> 19 (+19): beyond +0 |" in lines
+    assert any(line.startswith("| `evictions>+0` | ✅ pass |") for line in lines)
+    assert any(line.startswith("| `latency_p50>+10%` | ⚪ skip |") for line in lines)
+    assert "- new: `input_ids` dim 1 changed on every call at position 0" in md
+    assert "| recompiles | 0 | 19 | +19 | worse |" in lines
+    # every table row has as many cells as its header
+    for line in lines:
+        if line.startswith("| metric"):
+            assert line.count("|") == 6
+
+
+def test_junit_has_one_test_case_per_rule(failing):
+    root = ET.fromstring(to_junit(failing))
+    assert root.tag == "testsuites"
+    (suite,) = root.findall("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert list(cases) == ["recompiles>+0", "evictions>+0", "latency_p50>+10%"]
+    failure = cases["recompiles>+0"].find("failure")
+    assert failure.get("message") == "recompiles 0 -> 19 (+19): beyond +0"
+    assert "`input_ids` dim 1 changed on every call" in failure.text
+    assert cases["evictions>+0"].find("failure") is None
+    assert "latency_kind" in cases["latency_p50>+10%"].find("skipped").get("message")
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["base"] == "base-run-0001" and props["candidate"] == "cand-run-0002"
+
+
+def test_json_carries_everything(failing):
+    doc = json.loads(to_json(failing))
+    assert doc["passed"] is False and doc["exit_code"] == 1
+    assert [r["status"] for r in doc["rules"]] == ["fail", "pass", "skip"]
+    assert doc["new_causes"][0]["name"] == "`input_ids` dim 1"
+    recompiles = next(m for m in doc["metrics"] if m["metric"] == "recompiles")
+    assert (recompiles["base"], recompiles["candidate"], recompiles["change"]) == (0, 19, 19)
+    assert doc["context"]["latency_kind"] == ["to results", "dispatch only"]
