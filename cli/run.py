@@ -42,6 +42,12 @@ def run(
         None, "--record", help="Trace file to write (default: traces/<model>-<time>.jsonl)."
     ),
     tag: list[str] = typer.Option([], help="key=value tags for the run. Repeatable."),
+    sync: bool = typer.Option(
+        True,
+        "--sync/--no-sync",
+        help="Recorded call, segment and break spans end when their results are ready "
+        "(default); --no-sync ends them at dispatch (the trace says 'dispatch only').",
+    ),
 ) -> None:
     """Run a model, record a trace, and print calls, compiles, cache, latency and memory."""
     import jax  # noqa: F401  (imported before recording, so the trace names backend and devices)
@@ -73,7 +79,7 @@ def run(
         transient=True,
     )
     try:
-        with record(trace, entrypoint=f"ember run {model}", **tags), progress:
+        with record(trace, entrypoint=f"ember run {model}", sync=sync, **tags), progress:
             task = progress.add_task("calls", total=None)
             summary = run_workload(
                 model,

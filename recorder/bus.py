@@ -39,6 +39,9 @@ __all__ = [
     "listening",
     "generation",
     "SpanHandle",
+    "request_sync",
+    "release_sync",
+    "syncing",
 ]
 
 log = logging.getLogger("ember.recorder")
@@ -55,6 +58,12 @@ _routes: dict[str, tuple[tuple[str, Handler], ...]] = {}
 generation = 0
 """Changes whenever a handler is attached or detached. A hot path may remember what
 ``listening`` told it for as long as ``generation`` stays the same."""
+
+sync = False
+"""True while an open recording wants work spans (call, segment, break, step) to end when
+their results are ready (``jax.block_until_ready``) rather than at dispatch. Read on the
+call path: the runtime syncs only when someone listens to the span *and* this is set."""
+_sync_requests = 0
 
 _span_ids = itertools.count(1)
 _current_span: contextvars.ContextVar[int | None] = contextvars.ContextVar(
@@ -76,6 +85,27 @@ def listening(*event_names: str) -> bool:
     """True when a handler is attached to any of ``event_names``: one lookup per name."""
     routes = _routes  # the lock-free snapshot
     return any(name in routes for name in event_names)
+
+
+def request_sync() -> None:
+    """Ask that work spans end at their results (see ``sync``); pair with ``release_sync``."""
+    global sync, _sync_requests
+    with _lock:
+        _sync_requests += 1
+        sync = True
+
+
+def release_sync() -> None:
+    """Undo one ``request_sync``; spans end at dispatch again when none is left."""
+    global sync, _sync_requests
+    with _lock:
+        _sync_requests = max(_sync_requests - 1, 0)
+        sync = _sync_requests > 0
+
+
+def syncing() -> bool:
+    """Whether work spans end at their results now (see ``sync``)."""
+    return sync
 
 
 def attach(handler_id: str, event_names: Iterable[str], fn: Handler) -> None:
@@ -171,13 +201,15 @@ current_span_id: Callable[[], int | None] = _current_span.get
 class SpanHandle:
     """What ``span`` yields: add stop metadata or measurements before the span ends."""
 
-    __slots__ = ("span_id", "metadata", "stop_metadata", "stop_measurements")
+    __slots__ = ("span_id", "metadata", "stop_metadata", "stop_measurements", "start")
 
     def __init__(self, span_id: int, metadata: dict[str, Any]) -> None:
         self.span_id = span_id
         self.metadata = metadata
         self.stop_metadata: dict[str, Any] = {}
         self.stop_measurements: dict[str, Any] = {}
+        # time.monotonic_ns() at the span's start (0 when nobody listens to the span)
+        self.start = 0
 
     def set(self, **metadata: Any) -> None:
         """Metadata for the stop (or exception) event, on top of the start metadata."""
@@ -214,7 +246,7 @@ def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> Iterat
     meta["parent_id"] = _current_span.get()
     handle = SpanHandle(span_id, meta)
     token = _current_span.set(span_id)
-    start = time.monotonic_ns()
+    start = handle.start = time.monotonic_ns()
     route = _routes.get(start_name)
     if route:
         _dispatch(route, start_name, {"system_time": time.time_ns(), "monotonic_time": start}, meta)

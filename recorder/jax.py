@@ -32,7 +32,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +48,7 @@ __all__ = [
     "CompileWatcher",
     "Explanation",
     "ProfileSession",
+    "StepHandle",
     "gradient_records",
     "parse_explanation",
     "record_gradients",
@@ -472,6 +473,24 @@ def record_gradients(
 # ---------------------------------------------------------------- a session
 
 
+class StepHandle:
+    """What ``ProfileSession.step`` yields: say which values the step computes."""
+
+    __slots__ = ("span", "results")
+
+    def __init__(self, span: bus.SpanHandle) -> None:
+        self.span = span
+        self.results: list[Any] | None = None
+
+    def wait_for(self, *values: Any) -> None:
+        """The step's results (pytrees): a synced step ends when these are ready."""
+        self.results = [*(self.results or []), *values]
+
+    def set(self, **metadata: Any) -> None:
+        """Stop metadata of the span (see ``bus.SpanHandle.set``)."""
+        self.span.set(**metadata)
+
+
 class ProfileSession:
     """A recording of a JAX program: compiles, steps, gradients, in one trace file.
 
@@ -497,12 +516,14 @@ class ProfileSession:
         phase: Literal["infer", "train"] = "train",
         entrypoint: str | None = None,
         explain: bool = True,
+        sync: bool = True,
         **tags: Any,
     ) -> None:
         if phase not in ("infer", "train"):
             raise ValueError(f"ProfileSession: phase must be 'train' or 'infer', got {phase!r}")
         self.phase = phase
-        self._record = record(path, phase=phase, entrypoint=entrypoint, **tags)
+        self.sync = sync
+        self._record = record(path, phase=phase, entrypoint=entrypoint, sync=sync, **tags)
         self.recorder: Recorder = self._record.__enter__()
         try:
             self.compiles = CompileWatcher(explain=explain).start()
@@ -516,15 +537,39 @@ class ProfileSession:
         return self.recorder.path
 
     def step(
-        self, step: Literal["forward", "backward", "optimizer"], index: int | None = None
-    ) -> Any:
-        """A ``step`` span (forward, backward or optimizer) around the block."""
+        self,
+        step: Literal["forward", "backward", "optimizer"],
+        index: int | None = None,
+        *,
+        sync: bool | None = None,
+    ) -> AbstractContextManager[StepHandle]:
+        """A ``step`` span (forward, backward or optimizer) around the block.
+
+        With ``sync`` (default: the session's) the span ends when the step's results are
+        ready: the values given to ``handle.wait_for(...)``, or, when none were given,
+        every live JAX array (``jax.live_arrays()``). The end then carries ``dispatch_ns``,
+        the time until the block's work was dispatched. Without it the span ends when the
+        block returns, which for JAX's asynchronous dispatch is dispatch time.
+        """
         if step not in ("forward", "backward", "optimizer"):
             raise ValueError(
                 f"ProfileSession.step: step must be 'forward', 'backward' or 'optimizer', "
                 f"got {step!r}"
             )
-        return self.recorder.step(step, index)
+        return self._step(step, index, self.sync if sync is None else sync)
+
+    @contextmanager
+    def _step(self, step: str, index: int | None, sync: bool) -> Iterator[StepHandle]:
+        with bus.span(E.STEP, {"step": step, "index": index}) as span:
+            handle = StepHandle(span)
+            yield handle
+            if sync:
+                dispatched = time.monotonic_ns()
+                jax.block_until_ready(
+                    handle.results if handle.results is not None else jax.live_arrays()
+                )
+                if span.start:
+                    span.set(dispatch_ns=dispatched - span.start)
 
     def record_gradients(
         self, step: int | None, grads: Any, *, root: str = "params"

@@ -131,8 +131,10 @@ class Recorder:
         tags: dict[str, str] | None = None,
         run_id: str | None = None,
         flush_interval: float = 1.0,
+        sync: bool = True,
     ) -> None:
         self.path = Path(path)
+        self.sync = sync
         self.run_id = run_id or uuid.uuid4().hex
         self.phase = phase
         self._t0 = time.monotonic_ns()
@@ -151,8 +153,7 @@ class Recorder:
             "entrypoint": entrypoint if entrypoint is not None else " ".join(sys.argv) or None,
             "phase": phase,
             "tags": {str(k): str(v) for k, v in (tags or {}).items()},
-            # spans still end at dispatch: say so until the runtime syncs them
-            "sync": False,
+            "sync": sync,
         }
         self._writer = TraceWriter(self.path, flush_interval=flush_interval)
         self._writer.write(self.meta)
@@ -162,6 +163,10 @@ class Recorder:
         bus.attach(self._handler_id, _SPAN_EVENT_NAMES, self._on_span)
         for name, spec in _POINT_FIELDS.items():
             bus.attach(f"{self._handler_id}:{name}", [name], self._point_handler(*spec))
+        self._synced = False
+        if sync:
+            bus.request_sync()
+            self._synced = True
 
     # ------------------------------------------------------------ bus -> records
 
@@ -354,6 +359,9 @@ class Recorder:
         self._writer.flush()
 
     def close(self) -> None:
+        if self._synced:
+            self._synced = False
+            bus.release_sync()
         bus.detach(self._handler_id)
         for name in _POINT_FIELDS:
             bus.detach(f"{self._handler_id}:{name}")
@@ -382,6 +390,7 @@ def record(
     entrypoint: str | None = None,
     run_id: str | None = None,
     flush_interval: float = 1.0,
+    sync: bool = True,
     **tags: Any,
 ) -> Iterator[Recorder]:
     """Record every Ember event of this process into a new JSONL trace at ``path``.
@@ -389,6 +398,14 @@ def record(
     Keyword arguments other than the named ones become the run's ``tags`` (model,
     git sha, team...). The file is flushed at least every ``flush_interval`` seconds
     and on exit.
+
+    ``sync=True`` (the default): while the recording is open, a model call's span ends
+    when its outputs are ready (``jax.block_until_ready``), and so do segment and break
+    spans, so durations are latencies; the call span also carries ``dispatch_ns``. This
+    makes each call wait for its results, as a caller that reads them would.
+    ``sync=False`` keeps JAX's asynchronous dispatch (for pipelines that overlap calls);
+    spans then end at dispatch and the trace's ``meta.sync`` is false ("dispatch only").
+    Spans are synced while any open recording asks for it.
     """
     rec = Recorder(
         path,
@@ -397,6 +414,7 @@ def record(
         tags={k: str(v) for k, v in tags.items()},
         run_id=run_id,
         flush_interval=flush_interval,
+        sync=sync,
     )
     _active.append(rec)
     try:

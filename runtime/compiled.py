@@ -55,6 +55,7 @@ import functools
 import hashlib
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ from . import ops
 from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
 from .diskcache import ProgramStore, StoredProgram, disk_cache
 from .errors import InputError
-from .graph import Graph, run_node, run_nodes, to_host
+from .graph import Graph, Node, run_node, run_nodes, to_host
 from .inputs import as_model, check_inputs, expected, to_device
 from .model import Model, TensorSpec
 
@@ -196,10 +197,22 @@ class _Entry:
     dynamic_outputs: tuple[str, ...] = ()
     host_outputs: dict[str, Any] = field(default_factory=dict)
     needs_x64: bool = True
+    _hex: tuple[Any, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def key_hex(self) -> str:
-        return _key_hex(self.key)
+        # hashed once per key: a recorded call names its segments' keys on every call
+        hexed = self._hex
+        if hexed is None or hexed[0] is not self.key:
+            hexed = self._hex = (self.key, _key_hex(self.key))
+        return hexed[1]
+
+
+def _block(values: Any) -> None:
+    """Wait until ``values`` (a pytree; numpy and None leaves pass) are computed."""
+    import jax
+
+    jax.block_until_ready(values)
 
 
 def _is_host_value(v: Any) -> bool:
@@ -645,14 +658,20 @@ class CompiledModel:
         meta = {"source": self.model.source}
         if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
             meta["shapes"] = describe_shapes(dict(inputs))
-        with bus.span(E.CALL, meta):
+        with bus.span(E.CALL, meta) as span:
             values = check_inputs(self.model, inputs)
             for _ in range(len(self.graph.nodes) + 1):
                 try:
-                    return self._run_segments(values)
+                    result = self._run_segments(values)
                 except _NeedsHost as found:
                     with self._lock:
                         self._add_break(found)
+                    continue
+                if span.start and bus.sync:
+                    # the span ends at the results; the dispatch time goes with it
+                    span.set(dispatch_ns=time.monotonic_ns() - span.start)
+                    _block(result)
+                return result
             raise AssertionError("unreachable: each retry adds a break")
 
     def _params_for(self, seg: Segment) -> tuple[Any, ...]:
@@ -667,10 +686,13 @@ class CompiledModel:
         env: dict[str, Any] = dict(self._base_env())
         env.update(inputs)
         source = self.model.source
+        # segment and break spans, when someone listens: one look per call
+        segments = bus.listening(_SEGMENT_START, _SEGMENT_STOP, _SEGMENT_EXCEPTION)
+        breaks = bus.listening(_BREAK_START, _BREAK_STOP, _BREAK_EXCEPTION)
         with jax.enable_x64(True):
             for step in self._steps:
                 if isinstance(step, Segment):
-                    self._run_segment(step, env)
+                    self._run_segment(step, env, segments)
                     continue
                 node = self.graph.nodes[step]
                 meta = {
@@ -679,8 +701,8 @@ class CompiledModel:
                     "node": node.name,
                     "op_type": node.op_type,
                 }
-                with bus.span(E.BREAK, meta):
-                    outs = run_node(node, env)
+                with bus.span(E.BREAK, meta) as span:
+                    outs = _run_break(node, env, span) if breaks else run_node(node, env)
                 needs_host = self.plan.needs_host
                 for name, value in zip(node.outputs, outs, strict=False):
                     if name:
@@ -700,21 +722,47 @@ class CompiledModel:
         )
         return key, args, statics
 
-    def _run_segment(self, seg: Segment, env: dict[str, Any]) -> None:
+    def _run_segment(self, seg: Segment, env: dict[str, Any], observe: bool = False) -> None:
         key, args, statics = self._segment_key(seg, env)
         with self._lock:
             entry = self._lookup_or_build(seg, key, args, statics)
+        if not observe:
+            self._exec_segment(seg, entry, env, args, statics)
+            return
+        # The segment span covers the run only: a compile is its own span before it.
+        meta = {
+            "source": self.model.source,
+            "position": seg.position,
+            "stop": _END if seg.stop is None else seg.stop,
+            "compiled": entry.exe is not None,
+            "key": entry.key_hex,
+        }
+        with bus.span(E.SEGMENT, meta):
+            produced = self._exec_segment(seg, entry, env, args, statics)
+            if bus.sync:
+                _block(produced)
+
+    def _exec_segment(
+        self,
+        seg: Segment,
+        entry: _Entry,
+        env: dict[str, Any],
+        args: list[Any],
+        statics: dict[str, Any],
+    ) -> Any:
+        """Run one segment into ``env``; returns what it computed (to wait for)."""
         if entry.exe is None:  # eager segment
             local = env
             local.update(statics)
             run_nodes(self.graph, local, seg.position, seg.stop)
-            return
+            return [env.get(n) for n in seg.outputs]
         if seg.params:
             outs = entry.exe(self._params_for(seg), *args)
         else:
             outs = entry.exe(*args)
         env.update(entry.host_outputs)
         env.update(zip(entry.dynamic_outputs, outs, strict=True))
+        return outs
 
     def _lookup_or_build(
         self, seg: Segment, key: tuple[Any, ...], args: list[Any], statics: dict[str, Any]
@@ -799,6 +847,43 @@ class CompiledModel:
 _CALL_START = E.CALL_START
 _CALL_STOP = E.CALL_STOP
 _CALL_EXCEPTION = E.CALL_EXCEPTION
+_SEGMENT_START = E.start(E.SEGMENT)
+_SEGMENT_STOP = E.stop(E.SEGMENT)
+_SEGMENT_EXCEPTION = E.exception(E.SEGMENT)
+_BREAK_START = E.start(E.BREAK)
+_BREAK_STOP = E.stop(E.BREAK)
+_BREAK_EXCEPTION = E.exception(E.BREAK)
+
+
+def _run_break(node: Node, env: Mapping[str, Any], span: bus.SpanHandle) -> tuple[Any, ...]:
+    """Run a break node while its span is recorded, timing its parts.
+
+    ``host_transfer_ns``: moving the inputs the op reads on the host (its ``host_inputs``)
+    to the host, before the op runs (when spans are not synced this includes waiting for
+    the segment that computed them). ``subgraph_ns``: for an op with subgraphs (If, Loop,
+    Scan), the op's run, which is the subgraph's. With ``bus.sync`` the outputs are waited
+    for, so both are times to results.
+    """
+    opdef = node.opdef
+    sync = bus.sync
+    t0 = time.monotonic_ns()
+    overrides: dict[str, Any] = {}
+    if opdef is not None and (opdef.host_inputs or opdef.value_shaped):
+        idx = range(len(node.inputs)) if opdef.value_shaped else opdef.host_inputs
+        for i in idx:
+            name = node.inputs[i] if i < len(node.inputs) else ""
+            if name and name not in overrides:
+                overrides[name] = to_host(env[name])
+    t1 = time.monotonic_ns()
+    outs = run_node(node, collections.ChainMap(overrides, env) if overrides else env)
+    if sync:
+        _block(outs)
+    t2 = time.monotonic_ns()
+    span.set(
+        host_transfer_ns=t1 - t0,
+        subgraph_ns=t2 - t1 if opdef is not None and opdef.subgraphs else None,
+    )
+    return outs
 
 
 @functools.cache
@@ -920,8 +1005,29 @@ class _FastPath:
                 return None
             if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
                 meta = {"source": source, "shapes": describe_shapes(inputs)}
-                with bus.span(E.CALL, meta):
-                    return run(args)
+                with bus.span(E.CALL, meta) as span:
+                    if bus.listening(_SEGMENT_START, _SEGMENT_STOP, _SEGMENT_EXCEPTION):
+                        # the whole graph is one segment: its run, as on the segmented path
+                        seg_meta = {
+                            "source": source,
+                            "position": 0,
+                            "stop": _END,
+                            "compiled": True,
+                            "key": state.entry.key_hex,
+                        }
+                        with bus.span(E.SEGMENT, seg_meta):
+                            result = run(args)
+                            dispatched = time.monotonic_ns()
+                            if bus.sync:
+                                _block(result)
+                    else:
+                        result = run(args)
+                        dispatched = time.monotonic_ns()
+                    if bus.sync:
+                        # the span ends at the results; the dispatch time goes with it
+                        span.set(dispatch_ns=dispatched - span.start)
+                        _block(result)
+                    return result
             generation = bus.generation
             result = run(args)
             owner = model_ref()

@@ -67,13 +67,17 @@ def test_sweep_larger_than_the_cache_compiles_each_shape_and_evicts(symbolic_mod
             str(trace),
             "--tag",
             "team=search",
+            "--no-sync",
         ],
     )
     assert result.exit_code == 0, result.output
     assert validate_file(trace).ok
     recs = records(trace)
     assert recs[0]["tags"] == {"team": "search", "model": str(symbolic_model)}
+    # --no-sync: spans end at dispatch, the trace says so and no call carries dispatch_ns
+    assert recs[0]["sync"] is False
     assert len(ends(recs, "call")) == 8
+    assert all("dispatch_ns" not in r["attrs"] for r in ends(recs, "call"))
     compiles = [r for r in ends(recs, "segment_compile") if r["attrs"]["compiled"]]
     assert [c["attrs"]["shapes"][0]["shape"] for c in compiles] == [[3, 2], [3, 3], [3, 4], [3, 5]]
     cache = [(r["action"], r["shapes"][0]["shape"][1]) for r in recs if r["kind"] == "cache"]
@@ -106,7 +110,11 @@ def test_light_model_compiles_once(tmp_path):
     assert compile_end["attrs"]["graph_break"] is False
     # compiled once, at compile time, for the model's own input shape; calls hit it directly
     assert [r["attrs"]["compiled"] for r in ends(recs, "segment_compile")] == [True]
-    assert len(ends(recs, "call")) == 2
+    # synced by default: each call span ends at its results and carries its dispatch time
+    assert recs[0]["sync"] is True
+    calls = ends(recs, "call")
+    assert len(calls) == 2
+    assert all(0 < c["attrs"]["dispatch_ns"] <= c["duration_ns"] for c in calls)
     assert not [r for r in recs if r["kind"] == "cache"]
     assert [r["kind"] for r in recs].count("device_memory") >= 2
 

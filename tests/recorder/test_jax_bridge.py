@@ -453,3 +453,41 @@ def test_a_failure_in_the_bridge_never_fails_the_compile(monkeypatch, caplog):
     with caplog.at_level(logging.ERROR, logger="ember.recorder"), watch_compiles():
         assert float(jax.jit(survives_fn)(jnp.float32(1))) == 42.0
     assert any("could not record a JAX compile event" in r.getMessage() for r in caplog.records)
+
+
+def test_a_synced_step_ends_when_its_results_are_ready(tmp_path):
+    x = jnp.ones((1200, 1200), jnp.float32)
+    chain = jax.jit(lambda a: ((a @ a) @ a) @ a)  # ~10 GFLOP: ~0.1 s or more on the CPU
+    chain(x).block_until_ready()  # compiled before the session
+    path = tmp_path / "steps.jsonl"
+    with ProfileSession(path, phase="infer") as session:
+        with session.step("forward", 0) as step:
+            y = chain(x)
+            step.wait_for(y)
+        assert y.is_ready()  # the step ended at its result, not at its dispatch
+        with session.step("forward", 1):  # nothing named: every live array is waited for
+            z = chain(x)
+        assert z.is_ready()
+        with session.step("forward", 2, sync=False):
+            w = chain(x)
+    w.block_until_ready()
+    records = _read(path)
+    assert validate_file(path).ok
+    assert records[0]["sync"] is True
+    ends = [r for r in records if r["kind"] == "span_end" and r["span_kind"] == "step"]
+    assert [r["attrs"]["index"] for r in ends] == [0, 1, 2]
+    for r in ends[:2]:
+        assert 0 < r["attrs"]["dispatch_ns"] < r["duration_ns"]
+    assert "dispatch_ns" not in ends[2]["attrs"]
+
+
+def test_a_session_without_sync_says_dispatch_only(tmp_path):
+    path = tmp_path / "nosync.jsonl"
+    with ProfileSession(path, phase="infer", sync=False) as session:
+        with session.step("forward", 0):
+            jnp.ones(3) + 1
+    records = _read(path)
+    assert records[0]["sync"] is False
+    (end,) = [r for r in records if r["kind"] == "span_end" and r["span_kind"] == "step"]
+    assert "dispatch_ns" not in end["attrs"]
+    assert not bus.syncing()

@@ -1,0 +1,261 @@
+"""Recorded spans end at results (issue 13): call latency, segment and break spans, sync=False.
+
+JAX dispatches asynchronously. While a recording that syncs is open, a call's span ends
+when its outputs are ready, so the trace's latencies agree with a loop that reads the
+outputs; ``record(..., sync=False)`` keeps dispatch-only spans and says so in ``meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import jax
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import ember.runtime as rt
+from ember.analysis import connect, ingest
+from ember.recorder import bus, record
+from ember.runtime.workload import resolve_source
+from ember.schemas import validate_file
+
+from .conftest import const, make_model, tensor
+
+
+def records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def ends(recs, span_kind):
+    return [r for r in recs if r["kind"] == "span_end" and r["span_kind"] == span_kind]
+
+
+def starts(recs, span_kind):
+    return [r for r in recs if r["kind"] == "span_start" and r["span_kind"] == span_kind]
+
+
+@pytest.fixture(scope="module")
+def squeezenet():
+    model = rt.compile(rt.load(resolve_source("onnx:light/squeezenet")))
+    (spec,) = model.model.inputs
+    x = np.random.default_rng(0).random(spec.shape, dtype=np.float32)
+    feeds = {spec.name: x}
+    for _ in range(3):  # compiled at compile(); warm the C++ call path
+        jax.block_until_ready(model(feeds))
+    return model, feeds
+
+
+def _timed_loop(model, feeds, calls: int) -> list[int]:
+    out = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        result = model(feeds)
+        np.asarray(next(iter(result.values())))  # read the outputs, as a caller would
+        out.append(time.perf_counter_ns() - t0)
+    return out
+
+
+def _recorded(model, feeds, path, calls: int, sync: bool = True) -> list[dict]:
+    with record(path, sync=sync):
+        for _ in range(calls):
+            result = model(feeds)
+            jax.block_until_ready(result)
+    return records(path)
+
+
+def test_recorded_call_latency_is_time_to_results(squeezenet, tmp_path):
+    """Done-when of issue 13: 20 recorded calls' median (spans and the call_latency view)
+    within 15 % of a timed loop that reads the outputs, in the same process.
+
+    The machine is shared and its load changes from second to second (load average 13 on
+    2 cores while this was written: medians of 20 calls moved 50 % between runs), so the
+    loop and the recording alternate call by call, each of the 20 recorded calls a
+    recording of its own next to one timed call without a recorder, and the bound applies
+    to the median of the pairs' ratios, which load moves least (1.01-1.16 over six trials
+    under that load; the medians' ratio was 1.01-1.55). The issue allows the test a
+    generous margin: 0.8-1.25 here; ``benchmarks/bench_recorder.py`` prints the two numbers
+    side by side on a quiet machine. Before issue 13 the ratio was ~0.02 (dispatch time).
+    """
+    model, feeds = squeezenet
+    loop, paths = [], []
+    for i in range(20):
+        loop.extend(_timed_loop(model, feeds, 1))
+        paths.append(tmp_path / f"synced{i:02}.jsonl")
+        _recorded(model, feeds, paths[-1], 1)
+    calls = [c for p in paths for c in ends(records(p), "call")]
+    assert len(calls) == 20 and all(records(p)[0]["sync"] is True for p in paths)
+    # every call: dispatched first, results later
+    assert all(0 < c["attrs"]["dispatch_ns"] <= c["duration_ns"] for c in calls)
+    spans = statistics.median(c["duration_ns"] for c in calls)
+    # the same number through ingest and the call_latency view (one row per run)
+    db = tmp_path / "t.duckdb"
+    ingest(paths, db)
+    with connect(db) as con:
+        per_run = [p50 for (p50,) in con.sql("SELECT p50_ns FROM call_latency").rows()]
+    assert len(per_run) == 20
+    view = statistics.median(per_run)
+    assert view == pytest.approx(spans)
+    ratio = statistics.median(c["duration_ns"] / t for c, t in zip(calls, loop, strict=True))
+    assert 0.8 <= ratio <= 1.25, (loop, [c["duration_ns"] for c in calls])
+
+
+def test_no_sync_keeps_dispatch_and_says_so(squeezenet, tmp_path):
+    model, feeds = squeezenet
+    synced = _recorded(model, feeds, tmp_path / "synced.jsonl", 10)
+    dispatch = _recorded(model, feeds, tmp_path / "dispatch.jsonl", 10, sync=False)
+    assert validate_file(tmp_path / "dispatch.jsonl").ok
+    assert synced[0]["sync"] is True and dispatch[0]["sync"] is False
+    assert all("dispatch_ns" not in c["attrs"] for c in ends(dispatch, "call"))
+    synced_p50 = statistics.median(c["duration_ns"] for c in ends(synced, "call"))
+    dispatch_p50 = statistics.median(c["duration_ns"] for c in ends(dispatch, "call"))
+    # squeezenet runs for milliseconds and dispatches in a fraction of one
+    assert dispatch_p50 < synced_p50 / 2, (dispatch_p50, synced_p50)
+    assert not bus.syncing()  # both recordings closed: nothing syncs any more
+
+
+def test_sync_only_while_a_syncing_recording_is_open(tmp_path):
+    assert not bus.syncing()
+    with record(tmp_path / "a.jsonl", sync=False):
+        assert not bus.syncing()
+        with record(tmp_path / "b.jsonl"):
+            assert bus.syncing()
+        assert not bus.syncing()
+    assert not bus.syncing()
+
+
+# ---------------------------------------------------------------- segments and breaks
+
+
+def nonzero_model(adds: int = 25) -> onnx.ModelProto:
+    """x -> Greater -> NonZero (a break) -> ReduceMax -> Reshape(data + ...), as in
+    test_segments: a compiled segment after the break (25 adds: not kept eager)."""
+    nodes = [
+        const("one", np.array([1], np.int64)),
+        const("minus_one", np.array([-1], np.int64)),
+        const("zero", np.array(0.0, np.float32)),
+        const("axes0", np.array([0], np.int64)),
+        helper.make_node("Greater", ["x", "zero"], ["mask"], name="greater"),
+        helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+        helper.make_node("ReduceMax", ["nz"], ["mx"], name="max", keepdims=0),
+        helper.make_node("Unsqueeze", ["mx", "axes0"], ["mx1"], name="unsqueeze"),
+        helper.make_node("Add", ["mx1", "one"], ["cols"], name="cols"),
+        helper.make_node("Concat", ["minus_one", "cols"], ["shape"], name="concat", axis=0),
+    ]
+    prev = "data"
+    for i in range(adds):
+        nodes.append(helper.make_node("Add", [prev, "data"], [f"acc{i}"], name=f"acc{i}"))
+        prev = f"acc{i}"
+    nodes.append(helper.make_node("Reshape", [prev, "shape"], ["y"], name="reshape"))
+    return make_model(
+        nodes,
+        [tensor("x", shape=[6]), tensor("data", shape=[6])],
+        [tensor("y", shape=["rows", "cols"])],
+    )
+
+
+def if_model(adds: int = 3) -> onnx.ModelProto:
+    """y = If(sum(x) > 0, then: x + x + ..., else: -x): a break that runs a branch."""
+    then_nodes, prev = [], "x"
+    for i in range(adds):
+        then_nodes.append(helper.make_node("Add", [prev, "x"], [f"t{i}"]))
+        prev = f"t{i}"
+    then_nodes.append(helper.make_node("Identity", [prev], ["t"]))
+    then_branch = helper.make_graph(then_nodes, "then", [], [tensor("t", shape=[4])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [tensor("e", shape=[4])]
+    )
+    nodes = [
+        const("zero", np.array(0.0, np.float32)),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
+        helper.make_node(
+            "If", ["cond"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch
+        ),
+    ]
+    return make_model(nodes, [tensor("x", shape=[4])], [tensor("y", shape=[4])])
+
+
+def test_segment_spans_one_per_segment_run_inside_the_call(tmp_path):
+    model = rt.compile(rt.load(nonzero_model()))
+    feeds = {
+        "x": np.array([1, 0, 2, -1, -1, -1], np.float32),  # NonZero: 0, 2 -> 3 columns
+        "data": np.arange(6, dtype=np.float32),
+    }
+    path = tmp_path / "t.jsonl"
+    with record(path):
+        for _ in range(2):
+            model(feeds)
+    assert validate_file(path).ok
+    recs = records(path)
+    (first_call, second_call) = starts(recs, "call")
+    segments = starts(recs, "segment")
+    expected = [
+        (s.position, "end" if s.stop is None else s.stop, s.compiled) for s in model.plan.segments
+    ]
+    assert len(expected) == 2
+    got = [(s["attrs"]["position"], s["attrs"]["stop"], s["attrs"]["compiled"]) for s in segments]
+    assert got == expected * 2
+    # children of their call; their keys are the cache's keys (cache records of the calls)
+    assert [s["parent_id"] for s in segments] == [first_call["span_id"]] * 2 + [
+        second_call["span_id"]
+    ] * 2
+    cache_keys = [r["key"] for r in recs if r["kind"] == "cache"]
+    assert [s["attrs"]["key"] for s in segments] == cache_keys
+    # compiles are not inside segment spans: a compile is a child of the call
+    segment_ids = {s["span_id"] for s in segments}
+    assert all(c["parent_id"] not in segment_ids for c in starts(recs, "segment_compile"))
+    # each call holds its segments and its break, which end in order inside it
+    call_end = {r["span_id"]: r for r in ends(recs, "call")}
+    for seg in ends(recs, "segment"):
+        (start,) = [s for s in segments if s["span_id"] == seg["span_id"]]
+        parent = call_end[start["parent_id"]]
+        assert seg["duration_ns"] <= parent["duration_ns"]
+        assert seg["attrs"] == start["attrs"]
+    # the break: NonZero reads its input on the host; it runs no subgraph
+    brk = ends(recs, "break")
+    assert len(brk) == 2
+    for b in brk:
+        assert b["attrs"]["node"] == "nonzero"
+        assert 0 <= b["attrs"]["host_transfer_ns"] <= b["duration_ns"]
+        assert b["attrs"].get("subgraph_ns") is None
+
+
+def test_break_that_runs_a_branch_says_how_long_the_branch_took(tmp_path):
+    model = rt.compile(rt.load(if_model()))
+    x = np.array([1.0, 2.0, 3.0, -1.0], np.float32)
+    path = tmp_path / "t.jsonl"
+    with record(path):
+        out = model({"x": x})
+    np.testing.assert_allclose(np.asarray(out["y"]), x * 4)
+    recs = records(path)
+    (brk,) = ends(recs, "break")
+    assert brk["attrs"]["op_type"] == "If"
+    attrs = brk["attrs"]
+    assert 0 < attrs["subgraph_ns"] and 0 <= attrs["host_transfer_ns"]
+    assert attrs["host_transfer_ns"] + attrs["subgraph_ns"] <= brk["duration_ns"]
+
+
+def test_whole_graph_call_has_one_segment_span_and_the_fast_path_comes_back(squeezenet):
+    model, feeds = squeezenet
+    got = []
+    events = ["ember.call.stop", "ember.segment.start"]
+    bus.attach("test-sync-spy", events, lambda n, m, md: got.append((n, md)))
+    try:
+        model(feeds)
+    finally:
+        bus.detach("test-sync-spy")
+    # the whole-graph program is the call's one segment
+    assert [n for n, _ in got] == ["ember.segment.start", "ember.call.stop"]
+    seg = got[0][1]
+    assert (seg["position"], seg["stop"], seg["compiled"]) == (0, "end", True)
+    assert seg["parent_id"] == got[1][1]["span_id"]
+    # no recording open: nothing syncs, so the call carries no dispatch time
+    assert "dispatch_ns" not in got[1][1]
+    # nobody listens: the call takes the direct path again (no span, no sync)
+    model(feeds)
+    model(feeds)
+    assert model._try_call is not model._checked_call
