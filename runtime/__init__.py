@@ -12,6 +12,7 @@ from .errors import (
     ExternalDataError,
     InputError,
     LoadError,
+    NewerOpsetWarning,
     NodeError,
     UnsupportedOpsError,
 )
@@ -32,4 +33,5 @@ __all__ = [
     "UnsupportedOpsError",
     "InputError",
     "NodeError",
+    "NewerOpsetWarning",
 ]

@@ -9,6 +9,7 @@ __all__ = [
     "UnsupportedOpsError",
     "InputError",
     "NodeError",
+    "NewerOpsetWarning",
 ]
 
 
@@ -52,3 +53,7 @@ class InputError(EmberRuntimeError, ValueError):
 
 class NodeError(EmberRuntimeError):
     """An op failed while running; names the node, its op and its position."""
+
+
+class NewerOpsetWarning(UserWarning):
+    """The model uses an opset newer than the op library knows; it may still run."""

@@ -11,6 +11,7 @@ a call.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from onnx import external_data_helper, helper
 from ember.recorder import bus
 from ember.recorder import events as E
 
-from .errors import ExternalDataError, LoadError
+from .errors import ExternalDataError, LoadError, NewerOpsetWarning
 from .graph import Graph
 
 __all__ = ["Model", "TensorSpec", "load", "describe_source"]
@@ -219,6 +220,8 @@ def _load(
         # Not resolved: in the Hugging Face cache the model is a symlink into blobs/, and
         # its external data sits next to the link, not next to the blob.
         folder = Path(os.path.abspath(path)).parent
+        if path.stat().st_size == 0:
+            raise LoadError(f"{path}: the file is empty (0 bytes), not an ONNX model")
         try:
             proto = onnx.load_model(str(path), load_external_data=False)
         except Exception as exc:
@@ -228,6 +231,9 @@ def _load(
             f"load() takes a path, bytes, an onnx.ModelProto or a Hub source "
             f"('hf://owner/repo/file.onnx'), not {type(source).__name__}"
         )
+    if not proto.HasField("graph"):
+        what = label or f"the {'ModelProto' if source is proto else 'bytes'} given to load()"
+        raise LoadError(f"{what}: not an ONNX model (no graph in it)")
     _load_external_data(proto, folder, label)
     opsets = {
         ("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in proto.opset_import
@@ -236,7 +242,9 @@ def _load(
         opsets[""] = 1
     if proto.functions:
         proto = _inline_functions(proto)
+    _check_opsets(opsets, label)
     graph = Graph.from_proto(proto.graph, opsets, source=label)
+    _check_graph(graph, label)
     inputs = [
         TensorSpec.from_type(i.name, i.type)
         for i in proto.graph.input
@@ -280,8 +288,9 @@ def _load_external_data(proto: onnx.ModelProto, folder: Path | None, label: str 
         )
     resolved_folder = folder.resolve()
     for t in tensors:
-        info = external_data_helper.ExternalDataInfo(t)
-        location = info.location
+        entries = {e.key: e.value for e in t.external_data}
+        location = entries.get("location", "")
+        offset, length = (_byte_count(label, t.name, location, entries, k) for k in _COUNTS)
         if os.path.isabs(location) or Path(location).drive:
             raise ExternalDataError(
                 f"{label}: tensor {t.name!r} points to the absolute path {location!r}; "
@@ -306,10 +315,118 @@ def _load_external_data(proto: onnx.ModelProto, folder: Path | None, label: str 
                 f"{label}: tensor {t.name!r} needs the external data file {location!r}, "
                 f"which is not in {folder}"
             )
+        # the tensor's size from its dims and type, checked here: a short file would
+        # otherwise be a reshape error naming neither the tensor nor the file
+        want = _raw_size(t)
+        if want is not None and length is not None and length != want:
+            raise ExternalDataError(
+                f"{label}: tensor {t.name!r} is {want} bytes (dims {list(t.dims)}), but its "
+                f"external data length in {location!r} says {length}"
+            )
+        size = length if length is not None else want
         with open(path, "rb") as f:
-            if info.offset:
-                f.seek(info.offset)
-            data = f.read(info.length) if info.length else f.read()
+            f.seek(offset or 0)
+            data = f.read(size) if size is not None else f.read()
+        if size is not None and len(data) < size:
+            raise ExternalDataError(
+                f"{label}: tensor {t.name!r} needs {size} bytes of {location!r} from offset "
+                f"{offset or 0}, but the file ({path.stat().st_size} bytes) gives only "
+                f"{len(data)}: it is cut short, or not this model's data"
+            )
         t.raw_data = data
         del t.external_data[:]
         t.data_location = onnx.TensorProto.DEFAULT
+
+
+_COUNTS = ("offset", "length")
+
+
+def _byte_count(
+    label: str | None, tensor: str, location: str, entries: dict[str, str], key: str
+) -> int | None:
+    """The tensor's external data ``offset`` or ``length``: a whole number of bytes, or None."""
+    value = entries.get(key)
+    if value is None or value == "":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise ExternalDataError(
+            f"{label}: tensor {tensor!r} has the external data {key} {value!r} in "
+            f"{location!r}; it must be a whole number of bytes, 0 or more"
+        )
+    return count
+
+
+def _raw_size(t: onnx.TensorProto) -> int | None:
+    """The bytes of a tensor's raw data from its dims and type; None where it is not fixed."""
+    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    except (KeyError, TypeError, ValueError):
+        return None
+    count = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
+    bits = _PACKED_BITS.get(t.data_type)
+    if bits is not None:  # several values a byte
+        return (count * bits + 7) // 8
+    return count * dtype.itemsize
+
+
+# Types stored packed, by their bits a value (the ones this onnx version has).
+_PACKED_BITS = {
+    getattr(onnx.TensorProto, name): bits
+    for name, bits in (
+        ("INT4", 4),
+        ("UINT4", 4),
+        ("FLOAT4E2M1", 4),
+        ("INT2", 2),
+        ("UINT2", 2),
+        ("FLOAT6E2M3", 6),
+        ("FLOAT6E3M2", 6),
+    )
+    if hasattr(onnx.TensorProto, name)
+}
+
+
+def _check_graph(graph: Graph, label: str | None) -> None:
+    """Every value a node reads and every graph output has a producer: a graph input, an
+    initializer or a node. A name without one would be a ``KeyError`` in the middle of a call."""
+    if not graph.outer_reads:
+        return
+    where = label or "the model"
+    for node in graph.nodes:
+        for name in sorted(node.reads() & graph.outer_reads, key=str):
+            how = "reads" if name in node.inputs else "reads (in a subgraph)"
+            raise LoadError(
+                f"{where}: node {node.name!r} ({node.op_type}) {how} {name!r}, which is not a "
+                "graph input, an initializer or the output of any node"
+            )
+    for name in graph.output_names:
+        if name in graph.outer_reads:
+            raise LoadError(
+                f"{where}: graph output {name!r} is not produced by any node and is not a "
+                "graph input or an initializer"
+            )
+
+
+def _check_opsets(opsets: dict[str, int], label: str | None) -> None:
+    """Warn for an opset newer than the op library knows: its ops run as their newest
+    versions that the library has, which is right unless the new opset changed them."""
+    from . import ops
+
+    newest: dict[str, int] = {}
+    for (domain, _), versions in ops.registered().items():
+        newest[domain] = max(newest.get(domain, 0), *(d.since for d in versions))
+    for domain, version in sorted(opsets.items()):
+        known = newest.get(domain)
+        if known is not None and version > known:
+            warnings.warn(
+                f"{label or 'the model'} uses opset {version} of {domain or 'ai.onnx'}, newer "
+                f"than the newest this runtime knows ({known}): its ops run as their opset "
+                f"{known} versions, which is wrong where opset {version} changed them",
+                NewerOpsetWarning,
+                stacklevel=4,
+            )

@@ -8,7 +8,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember.runtime as rt
-from ember.runtime.errors import ExternalDataError, LoadError, UnsupportedOpsError
+from ember.runtime.errors import (
+    ExternalDataError,
+    LoadError,
+    NewerOpsetWarning,
+    UnsupportedOpsError,
+)
 
 from .conftest import make_model, tensor
 
@@ -221,3 +226,122 @@ def test_unsorted_graph_is_sorted():
     assert [n.name for n in loaded.graph.nodes] == ["first", "second"]
     out = rt.compile(loaded)({"x": np.array([1.0, -2.0], np.float32)})
     np.testing.assert_array_equal(np.asarray(out["y"]), [0.0, 2.0])
+
+
+# -- malformed models: a LoadError at load time naming the file, node or tensor
+
+
+def test_an_empty_file_or_bytes_is_a_load_error(tmp_path):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(LoadError, match=r"empty.onnx: the file is empty \(0 bytes\)"):
+        rt.load(tmp_path / "empty.onnx")
+    with pytest.raises(LoadError, match=r"the bytes given to load\(\): not an ONNX model"):
+        rt.load(b"")
+    with pytest.raises(LoadError, match=r"the ModelProto given to load\(\): not an ONNX model"):
+        rt.load(onnx.ModelProto())
+
+
+def test_a_value_nothing_produces_is_a_load_error_naming_the_node(tmp_path):
+    model = make_model(
+        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
+        [tensor("x", shape=[3])],
+        [tensor("y", shape=[3])],
+        check=False,
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(
+        LoadError,
+        match=r"m.onnx: node 'add' \(Add\) reads 'ghost', which is not a graph input, an "
+        "initializer or the output of any node",
+    ):
+        rt.load(tmp_path / "m.onnx")
+
+
+def test_a_subgraph_reading_a_value_nothing_produces_is_a_load_error():
+    then = helper.make_graph(
+        [helper.make_node("Identity", ["ghost"], ["t"])], "then", [], [tensor("t", shape=[3])]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])], "else", [], [tensor("e", shape=[3])]
+    )
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+        [tensor("c", TensorProto.BOOL, []), tensor("x", shape=[3])],
+        [tensor("y", shape=[3])],
+        check=False,
+    )
+    with pytest.raises(LoadError, match=r"node 'if' \(If\) reads \(in a subgraph\) 'ghost'"):
+        rt.load(model)
+
+
+def test_an_output_nothing_produces_is_a_load_error():
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        [tensor("x", shape=[3])],
+        [tensor("y", shape=[3]), tensor("z", shape=[3])],
+        check=False,
+    )
+    with pytest.raises(LoadError, match="graph output 'z' is not produced by any node"):
+        rt.load(model)
+
+
+def test_external_data_shorter_than_its_tensor_names_the_tensor_and_file(tmp_path):
+    model, w = _external_model(tmp_path, "weights.bin")
+    (tmp_path / "weights.bin").write_bytes(w.tobytes()[:4])
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(
+        ExternalDataError,
+        match=r"tensor 'w' needs 24 bytes of 'weights.bin' from offset 0, but the file "
+        r"\(4 bytes\) gives only 4",
+    ):
+        rt.load(tmp_path / "m.onnx")
+
+
+def test_external_data_without_a_length_reads_the_tensor_and_checks_it(tmp_path):
+    model, w = _external_model(tmp_path, "weights.bin")
+    [init] = model.graph.initializer
+    kept = [(e.key, e.value) for e in init.external_data if e.key != "length"]
+    del init.external_data[:]
+    for k, v in (*kept, ("offset", "8")):
+        if k != "offset" or v != "0":
+            entry = init.external_data.add()
+            entry.key, entry.value = k, v
+    # 8 bytes of something else, the tensor, then another tensor's bytes
+    (tmp_path / "weights.bin").write_bytes(b"x" * 8 + w.tobytes() + b"y" * 12)
+    onnx.save(model, tmp_path / "m.onnx")
+    np.testing.assert_array_equal(rt.load(tmp_path / "m.onnx").graph.initializers["w"], w)
+    (tmp_path / "weights.bin").write_bytes(b"x" * 8 + w.tobytes()[:20])
+    with pytest.raises(ExternalDataError, match="needs 24 bytes of 'weights.bin' from offset 8"):
+        rt.load(tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize(("key", "value"), [("offset", "abc"), ("length", "-4")])
+def test_external_data_offset_or_length_that_is_not_a_count(tmp_path, key, value):
+    model, w = _external_model(tmp_path, "weights.bin")
+    (tmp_path / "weights.bin").write_bytes(w.tobytes())
+    [init] = model.graph.initializer
+    for e in init.external_data:
+        if e.key == key:
+            e.value = value
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(
+        ExternalDataError,
+        match=rf"tensor 'w' has the external data {key} '{value}' in 'weights.bin'; it must be "
+        "a whole number of bytes",
+    ):
+        rt.load(tmp_path / "m.onnx")
+
+
+def test_an_opset_newer_than_the_op_library_warns_and_still_runs(tmp_path):
+    model = make_model(
+        [helper.make_node("Add", ["x", "x"], ["y"], name="add")],
+        [tensor("x", shape=[3])],
+        [tensor("y", shape=[3])],
+        opset=99,
+        check=False,
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.warns(NewerOpsetWarning, match=r"m.onnx uses opset 99 of ai.onnx, newer than"):
+        loaded = rt.load(tmp_path / "m.onnx")
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(rt.compile(loaded)(x=x)["y"]), 2 * x)
