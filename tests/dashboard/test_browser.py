@@ -30,7 +30,7 @@ PAGES: dict[str, tuple[str, list[str]]] = {
         "?run=small-cache",
         ["Why it compiled again", "What if the cache were bigger", "1 fewer compiles"],
     ),
-    "cache": ("?run=small-cache", ["Hit rate", "25.0%", "Thrashing positions", "Compile payback"]),
+    "cache": ("?run=small-cache", ["Hit rate", "25%", "Thrashing positions", "Compile payback"]),
     "memory": ("?run=small-cache", ["Peak of live tensors", "1.5 MiB", "Static memory"]),
     "hub": ("?run=hub", ["Saved-metadata fallbacks", "Ember used its saved copy", "Check kinds"]),
     "calls": ("?run=small-cache", ["By input shapes", "p99"]),
@@ -78,7 +78,7 @@ def test_every_page_renders_its_values_in_chromium(dashboard_db: Path, screensho
 
         # the sidebar navigation lists every page, and the selected run survives a click
         page.goto(f"{base}/cache?run=big-cache")
-        expect(page.get_by_text("50.0%").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("50%").first).to_be_visible(timeout=60_000)
         nav = page.get_by_test_id("stSidebarNav")
         for title in ("Runs", "Recompiles", "Cache", "Memory", "Hub", "Calls", "Compare", "SQL"):
             expect(nav.get_by_text(title, exact=True)).to_be_visible()
