@@ -14,6 +14,8 @@ Never imports jax. The pieces:
   ``evictions``, ``cache_thrash``, ``cache_what_if``, ``shape_buckets``,
   ``memory_timeline``, ``peak_memory``, ``hub_files``, ``call_latency``,
   ``compile_payback``, ``breaks``. Macros shared by the views: ``sql/macros.sql``.
+- ``resolve_run(con, "e57e")`` (``runs.py``): the run id that a unique start names, as
+  every ``--run`` and the dashboard's links take it.
 - ``report.findings`` (``ember report``), ``export.export_chrome`` / ``export_parquet``
   (``ember export``), ``candle.import_candle`` (``ember import candle``),
   ``synthetic.write_trace`` (large realistic traces for benchmarks).
@@ -21,6 +23,7 @@ Never imports jax. The pieces:
 
 from .db import DEFAULT_DB, RECORD_TABLES, VIEW_NAMES, Connection, DatabaseBusyError, connect
 from .ingest import FileResult, IngestSummary, expand_paths, ingest
+from .runs import resolve_run
 
 __all__ = [
     "DEFAULT_DB",
@@ -33,4 +36,5 @@ __all__ = [
     "connect",
     "expand_paths",
     "ingest",
+    "resolve_run",
 ]

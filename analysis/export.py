@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from .db import RECORD_TABLES, VIEW_NAMES, Connection
-from .report import resolve_run
+from .runs import resolve_run
 
 __all__ = ["export_chrome", "export_parquet"]
 

@@ -21,6 +21,7 @@ __all__ = [
     "duration_ms",
     "number",
     "percent",
+    "short_path",
     "size",
 ]
 
@@ -122,3 +123,16 @@ def breakdown(
     shown = [(k, v or 0) for k, v in items if keep_zero or v]
     shown.sort(key=lambda kv: -kv[1])
     return ", ".join(f"{k} {size(v)}" for k, v in shown)
+
+
+def short_path(text: str | None, width: int = 40) -> str:
+    """``text`` cut from the left to ``width`` characters (``…/light_squeezenet.onnx``)."""
+    if text is None:
+        return ""
+    if len(text) <= width:
+        return text
+    tail = text[-(width - 1) :]
+    cut = tail.find("/")
+    if 0 <= cut < len(tail) - 1:
+        tail = tail[cut:]
+    return "…" + tail

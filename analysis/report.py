@@ -26,6 +26,8 @@ import polars as pl
 
 from . import format as fmt
 from .db import Connection
+from .format import short_path
+from .runs import SHORT_ID, resolve_run
 
 __all__ = [
     "Finding",
@@ -38,8 +40,6 @@ __all__ = [
     "short_path",
     "wrap",
 ]
-
-SHORT_ID = 8
 
 
 @dataclass
@@ -94,19 +94,6 @@ class RunReport:
 # ---------------------------------------------------------------- helpers
 
 
-def short_path(text: str | None, width: int = 40) -> str:
-    """``text`` cut from the left to ``width`` characters (``…/light_squeezenet.onnx``)."""
-    if text is None:
-        return ""
-    if len(text) <= width:
-        return text
-    tail = text[-(width - 1) :]
-    cut = tail.find("/")
-    if 0 <= cut < len(tail) - 1:
-        tail = tail[cut:]
-    return "…" + tail
-
-
 # Wrapping keeps a number with the word it counts or measures ("12.3 MiB", "4 times") and
 # a run of changes ("17 -> 23 -> 31") on one line: their spaces become _GLUE (not a space
 # to textwrap) while wrapping. A run longer than a line breaks after an arrow instead.
@@ -156,41 +143,6 @@ def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- runs
-
-
-def resolve_run(con: Connection, run: str) -> str:
-    """The run id that ``run`` names: the exact id or a unique prefix of one.
-
-    Raises ``LookupError`` (no such run) or ``ValueError`` (the prefix is ambiguous),
-    each with a message that lists what would work.
-    """
-    exact = con.sql("SELECT run_id FROM runs WHERE run_id = ?", [run])
-    if exact.height:
-        return run
-    found = con.sql(
-        """
-        SELECT run_id, coalesce(json_extract_string(tags, '$.scenario'),
-            json_extract_string(tags, '$.model'), entrypoint) AS name
-        FROM runs WHERE starts_with(run_id, ?) ORDER BY started_at
-        """,
-        [run],
-    )
-    if found.height == 1:
-        return found["run_id"][0]
-    if found.height == 0:
-        known = con.sql("SELECT run_id FROM runs ORDER BY started_at")["run_id"].to_list()
-        listed = ", ".join(r[:SHORT_ID] for r in known[:10]) or "none"
-        raise LookupError(
-            f"no run {run!r} (not a run id, nor the start of one); runs: {listed}"
-            ' (all: `ember query "FROM runs"`)'
-        )
-    matches = ", ".join(
-        f"{r['run_id'][:SHORT_ID]} ({short_path(r['name'], 30)})" for r in _rows(found)
-    )
-    raise ValueError(
-        f"--run {run!r} is ambiguous: it starts {found.height} run ids: {matches}; "
-        "give more characters of the run id"
-    )
 
 
 def _summaries(con: Connection, run_ids: list[str]) -> dict[str, RunSummary]:

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import streamlit as st
 
+from ember.analysis.runs import matching
+
 __all__ = ["get_param", "set_param", "select_param", "multiselect_param"]
 
 _SESSION_PREFIX = "ember_qp_"
@@ -47,19 +49,32 @@ def select_param(
     help: str | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> str | None:
-    """A selectbox whose choice lives in ``?name=``; an unknown value in the URL is ignored.
+    """A selectbox whose choice lives in ``?name=``.
 
-    ``labels`` show a readable name for each option; the URL keeps the option itself.
+    The URL may give an option or a unique start of one (a short run id, ``?run=e57e161d``,
+    as the pages show them); a start that several options share selects the first of them
+    and lists them all; an unknown value is ignored, with a warning. ``labels`` show a
+    readable name for each option; the URL keeps the option itself.
     """
     if not options:
         return None
-    wanted = get_param(name, default)
-    index = options.index(wanted) if wanted in options else 0
-    if wanted is not None and wanted not in options:
-        st.warning(
-            f"`{name}={wanted}` from the link is not in this database; showing {options[0]}."
-        )
     shown = (lambda v: labels.get(v, v)) if labels else str
+    wanted = get_param(name, default)
+    if wanted is not None and wanted not in options:
+        found = matching(wanted, options)
+        if len(found) > 1:
+            listed = "; ".join(f"{shown(v)}" for v in found)
+            st.warning(
+                f"`{name}={wanted}` from the link starts {len(found)} ids: {listed}. "
+                f"Showing {shown(found[0])}; give more characters to pick one."
+            )
+        elif not found:
+            st.warning(
+                f"`{name}={wanted}` from the link is not in this database; "
+                f"showing {shown(options[0])}."
+            )
+        wanted = found[0] if found else None
+    index = options.index(wanted) if wanted in options else 0
     choice = where.selectbox(  # type: ignore[attr-defined]
         label, options, index=index, key=f"ember_sel_{name}", help=help, format_func=shown
     )

@@ -86,6 +86,13 @@ def test_every_page_renders_its_values_in_chromium(dashboard_db: Path, screensho
         expect(page.get_by_text("Why it compiled again")).to_be_visible(timeout=60_000)
         page.wait_for_url("**/recompiles?run=big-cache", timeout=30_000)
 
+        # a link with the start of a run id (as the pages show ids) opens that run
+        page.goto(f"{base}/memory?run=small")
+        expect(page.get_by_text("Peak of live tensors")).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("1.5 MiB").first).to_be_visible(timeout=60_000)
+        assert not page.get_by_text("from the link").count()
+        page.wait_for_url("**/memory?run=small-cache", timeout=30_000)
+
         # the SQL console refuses a write typed into the browser
         page.goto(f"{base}/sql")
         expect(page.get_by_text("SQL console").first).to_be_visible(timeout=60_000)

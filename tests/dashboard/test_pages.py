@@ -148,6 +148,35 @@ def test_unknown_run_in_the_link_falls_back_with_a_warning(app_env: Path) -> Non
     assert at.query_params["run"] == at.selectbox(key="ember_sel_run").value != "deleted-run"
 
 
+def test_a_short_run_id_in_the_link_selects_the_run(app_env: Path) -> None:
+    # the pages show the first characters of a run id; a link with them works
+    at = open_page("cache.py", run="small")
+    assert "from the link" not in texts(at.warning)
+    assert at.selectbox(key="ember_sel_run").value == "small-cache"
+    assert at.query_params["run"] == "small-cache"  # the URL then carries the whole id
+    assert metrics(at)["Evictions"] == "8"
+    compare = open_page("compare.py", run="small", other="big")
+    assert compare.query_params["other"] == "big-cache"
+    assert metrics(compare)["Compiles (B)"] == "8"
+
+
+def test_an_ambiguous_start_in_the_link_lists_the_runs_it_could_be() -> None:
+    def page() -> None:
+        from ember.dashboard import state
+
+        labels = {"e57e161d9a": "sweep · e57e161d", "e57e99aa00": "disk · e57e99aa"}
+        state.select_param("Run", "run", ["7bd0c2ff11", *labels], labels=labels)
+
+    at = AppTest.from_function(page)
+    at.query_params["run"] = "e57e"
+    at.run()
+    assert texts(at.warning) == (
+        "`run=e57e` from the link starts 2 ids: sweep · e57e161d; disk · e57e99aa. "
+        "Showing sweep · e57e161d; give more characters to pick one."
+    )
+    assert at.selectbox(key="ember_sel_run").value == "e57e161d9a"
+
+
 # ---------------------------------------------------------------- Recompiles
 
 
