@@ -20,8 +20,13 @@ A compile is known only when the backend compile ends, so each ``jit`` span is e
 then, as ``ember.jit.start`` and ``ember.jit.stop`` events carrying the timestamps JAX
 measured (its start is the start of tracing). Its ``parent_id`` is the span open in the
 compiling thread (a ``step`` span, a ``call``). JAX also compiles single primitives run
-outside ``jit`` (``broadcast_in_dim`` for ``jnp.ones``); those are compiles too and show up
-under the primitive's name.
+outside ``jit`` (``broadcast_in_dim`` for ``jnp.ones``); those are compiles too, under the
+primitive's name with ``outside_jit: true``. JAX gives no cache-miss explanation for them, so
+the bridge keeps what each primitive was compiled for (argument types and parameters, from
+JAX's ``apply_primitive`` frame) and a second compile of the same primitive says what changed
+(``primitive outside jit broadcast_in_dim: shape: (3,) -> (4,)``). A retrace of a jitted
+function that JAX explained in words Ember cannot type carries JAX's text
+(``jax_explanation``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -47,8 +53,12 @@ from .recorder import Recorder, record
 __all__ = [
     "CompileWatcher",
     "Explanation",
+    "PRIMITIVE_REASON",
+    "PrimitiveCall",
     "ProfileSession",
     "StepHandle",
+    "primitive_call",
+    "primitive_changes",
     "gradient_records",
     "parse_explanation",
     "record_gradients",
@@ -185,6 +195,93 @@ def parse_explanation(text: str) -> Explanation | None:
     return Explanation(name, False, reason, changes, text)
 
 
+# ---------------------------------------------------------------- primitives outside jit
+
+PRIMITIVE_REASON = "primitive outside jit"
+"""The start of a ``retrace_reason`` of a JAX primitive compiled again outside ``jit``."""
+
+_PARAM_TEXT_MAX = 80
+
+
+@dataclass
+class PrimitiveCall:
+    """A JAX primitive being compiled because it ran outside ``jit`` (op by op).
+
+    JAX compiles such a primitive once per argument types and parameters
+    (``jax._src.dispatch.xla_primitive_callable``), and its tracing-cache explanations do
+    not cover it; ``args`` (``f32[3]``) and ``params`` (their text) are what it was
+    compiled for, taken from JAX's ``apply_primitive`` frame.
+    """
+
+    name: str
+    args: list[str]
+    params: dict[str, str]
+
+
+def _short_text(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _PARAM_TEXT_MAX else text[: _PARAM_TEXT_MAX - 3] + "..."
+
+
+def _arg_type(value: Any) -> str:
+    try:
+        return jax.typeof(value).str_short(short_dtypes=True)
+    except Exception:  # not an array-like: its Python type
+        return type(value).__name__
+
+
+def primitive_call(name: str) -> PrimitiveCall | None:
+    """The primitive ``name`` being run outside jit on this thread's stack, else None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "apply_primitive" and code.co_filename.endswith("dispatch.py"):
+            local = frame.f_locals
+            prim = local.get("prim")
+            if getattr(prim, "name", None) == name:
+                return PrimitiveCall(
+                    name,
+                    [_arg_type(a) for a in local.get("args", ())],
+                    {str(k): _short_text(v) for k, v in (local.get("params") or {}).items()},
+                )
+        frame = frame.f_back
+    return None
+
+
+def primitive_changes(old: PrimitiveCall, new: PrimitiveCall) -> tuple[str, list[dict[str, Any]]]:
+    """Why a primitive outside jit compiled again: a reason and typed ``ArgChange`` dicts."""
+    changes: list[dict[str, Any]] = []
+    phrases: list[str] = []
+    if len(old.args) != len(new.args):
+        changes.append(
+            {
+                "arg": "<args>",
+                "what": "structure",
+                "old": ", ".join(old.args),
+                "new": ", ".join(new.args),
+            }
+        )
+        phrases.append(f"{len(old.args)} -> {len(new.args)} arguments")
+    else:
+        for i, (o, n) in enumerate(zip(old.args, new.args, strict=True)):
+            if o != n:
+                change, phrase = _type_change(f"arg{i}", n, o)
+                changes.append(change)
+                phrases.append(phrase)
+    for k in sorted(set(old.params) | set(new.params)):
+        o, n = old.params.get(k), new.params.get(k)
+        if o != n:
+            changes.append({"arg": k, "what": "static", "old": o, "new": n})
+            phrases.append(f"{k}: {o} -> {n}")
+    detail = (
+        "; ".join(phrases)
+        if phrases
+        else "the same arguments and parameters (JAX's tracing context changed, or its "
+        "caches were cleared)"
+    )
+    return f"{PRIMITIVE_REASON} {new.name}: {detail}", changes
+
+
 # ---------------------------------------------------------------- the compile watcher
 
 
@@ -252,6 +349,8 @@ class _Bridge:
         self.saved_explain: bool | None = None
         # monotonic ns = wall ns + offset: JAX reports spans in time.time() seconds
         self.mono_offset = 0
+        # primitive name -> what it was last compiled for outside jit
+        self.primitives: dict[str, PrimitiveCall] = {}
 
     def add(self, watcher: CompileWatcher) -> None:
         with self.lock:
@@ -342,14 +441,27 @@ class _Bridge:
         span_id = next(bus._span_ids)
         parent = bus.current_span_id()
         start_md = {"span_id": span_id, "parent_id": parent, "fun_name": name}
+        reason, changes = (exp.reason, exp.changes) if exp else (None, [])
+        # a retrace that JAX explained but Ember could not type: keep JAX's own words
+        explanation = (
+            _DOC_LINK.sub("", exp.text).strip() if exp and not exp.first and not changes else None
+        )
+        prim = primitive_call(name) if exp is None else None
+        if prim is not None:
+            before = self.primitives.get(name)
+            self.primitives[name] = prim
+            if before is not None:
+                reason, changes = primitive_changes(before, prim)
         stop_md = {
             **start_md,
             "tracing_ns": _ns(trace),
             "lowering_ns": _ns(lowering[1:] if lowering else None),
             "backend_compile_ns": _ns((start, end)),
             "persistent_cache": cache,
-            "retrace_reason": exp.reason if exp else None,
-            "changes": exp.changes if exp else [],
+            "retrace_reason": reason,
+            "changes": changes,
+            "outside_jit": prim is not None,
+            "jax_explanation": explanation,
         }
         bus.emit(E.start(E.JIT), {"monotonic_time": t0, "system_time": int(first * 1e9)}, start_md)
         bus.emit(E.stop(E.JIT), {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)

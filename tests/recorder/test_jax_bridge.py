@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import jax.numpy as jnp
@@ -157,8 +158,14 @@ def test_the_one_recompile_says_which_argument_and_dim_changed(mlp_trace):
         {"arg": "x", "what": "shape", "old": "f32[32,4]", "new": "f32[16,4]"},
         {"arg": "y", "what": "shape", "old": "f32[32,1]", "new": "f32[16,1]"},
     ]
+    # the one retrace of a jitted function; primitives run outside jit say so instead
     retraced = [s for s in _jit_spans(records) if s["attrs"]["retrace_reason"]]
-    assert retraced == [second]
+    assert [s for s in retraced if not s["attrs"]["outside_jit"]] == [second]
+    assert all(
+        s["attrs"]["retrace_reason"].startswith(f"primitive outside jit {s['attrs']['fun_name']}:")
+        for s in retraced
+        if s["attrs"]["outside_jit"]
+    )
 
 
 def test_jit_spans_nest_in_the_step_that_compiled_them(mlp_trace):
@@ -491,3 +498,45 @@ def test_a_session_without_sync_says_dispatch_only(tmp_path):
     (end,) = [r for r in records if r["kind"] == "span_end" and r["span_kind"] == "step"]
     assert "dispatch_ns" not in end["attrs"]
     assert not bus.syncing()
+
+
+def test_primitives_outside_jit_are_flagged_and_say_what_changed(tmp_path):
+    path = tmp_path / "prims.jsonl"
+    with record(path), watch_compiles():
+        jnp.full((13, 17), 7.0)
+        jnp.full((19, 17), 7.0)  # the same primitive for another shape: compiled again
+        jax.jit(lambda x: x + 1)(np.zeros(2, np.int32))
+    assert validate_file(path).ok
+    spans = _jit_spans(_read(path))
+    bcast = [s["attrs"] for s in spans if s["attrs"]["fun_name"] == "broadcast_in_dim"]
+    assert len(bcast) >= 2 and all(a["outside_jit"] for a in bcast)
+    # the first compile that the bridge saw is not a retrace; the one after it is, and why
+    assert bcast[-1]["retrace_reason"] == (
+        "primitive outside jit broadcast_in_dim: shape: (13, 17) -> (19, 17)"
+    )
+    assert bcast[-1]["changes"] == [
+        {"arg": "shape", "what": "static", "old": "(13, 17)", "new": "(19, 17)"}
+    ]
+    (lam,) = [s["attrs"] for s in spans if s["attrs"]["fun_name"] == "<lambda>"]
+    assert lam["outside_jit"] is False
+
+
+def test_a_retrace_jax_explains_in_words_ember_cannot_type_keeps_jax_text(tmp_path):
+    from ember.recorder.jax import _BRIDGE
+
+    text = (
+        "TRACING CACHE MISS at /app/train.py:3 (step) because:\n"
+        "  for step defined at /app/train.py:1\n"
+        "For the closest previous key:\n"
+        "  explanation unavailable! please open an issue at https://github.com/jax-ml/jax"
+    )
+    path = tmp_path / "words.jsonl"
+    with record(path), watch_compiles():
+        now = time.time()
+        _BRIDGE.on_explanation(text)
+        _BRIDGE.compiled("step", now, now + 0.001)
+    (span,) = _jit_spans(_read(path), "step")
+    attrs = span["attrs"]
+    assert attrs["changes"] == [] and attrs["outside_jit"] is False
+    assert attrs["jax_explanation"] == text.rsplit(" https://", 1)[0]
+    assert attrs["retrace_reason"] == "explanation unavailable! please open an issue at"
