@@ -54,6 +54,7 @@ RECORD_TABLES: tuple[str, ...] = tuple(k for k in RECORD_KINDS if k != "meta")
 # views in dependency order (a view may read the ones before it)
 VIEW_NAMES: tuple[str, ...] = (
     "spans",
+    "_jit_functions",
     "cache_lookups",
     "cache_events",
     "compiles",
@@ -68,6 +69,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "call_latency",
     "compile_payback",
     "breaks",
+    "run_summary",
 )
 
 

@@ -17,9 +17,11 @@ headline as ``jax_compiles`` and never into the recompile findings.
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -38,13 +40,14 @@ __all__ = [
     "report",
     "resolve_run",
     "short_path",
+    "trace_summary",
     "wrap",
 ]
 
 
 @dataclass
 class RunSummary:
-    """The headline numbers of one run."""
+    """The headline numbers of one run: a row of the ``run_summary`` view."""
 
     run_id: str
     name: str
@@ -56,6 +59,9 @@ class RunSummary:
     steps: int
     compiles: int
     compile_ns: int
+    eager_compiles: int
+    recompiles: int
+    recompiled_after_eviction: int
     jax_compiles: int
     jax_compile_ns: int
     hits: int
@@ -67,6 +73,8 @@ class RunSummary:
     peak_series: str | None  # 'tensors' | 'device peak' | 'device used' | 'live arrays' | 'RSS'
     p50_ns: float | None
     p99_ns: float | None
+    latency_kind: str | None = None  # 'to results' | 'dispatch only'
+    latency_of: str | None = None  # 'call' | 'step'
 
     @property
     def short_id(self) -> str:
@@ -148,81 +156,27 @@ def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
 def _summaries(con: Connection, run_ids: list[str]) -> dict[str, RunSummary]:
     df = con.sql(
         """
-        WITH r AS (
-            SELECT run_id, started_at, phase, backend, entrypoint,
-                json_extract_string(tags, '$.scenario') AS scenario,
-                json_extract_string(tags, '$.model') AS model
-            FROM runs WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
-        ),
-        calls AS (
-            SELECT run_id, count(*) AS calls,
-                count(*) FILTER (WHERE status = 'error') AS errors,
-                quantile_cont(duration_ns, 0.5) AS p50_ns,
-                quantile_cont(duration_ns, 0.99) AS p99_ns
-            FROM spans WHERE span_kind = 'call' AND status <> 'open' GROUP BY ALL
-        ),
-        steps AS (
-            SELECT run_id, count(*) AS steps,
-                quantile_cont(duration_ns, 0.5) AS p50_ns,
-                quantile_cont(duration_ns, 0.99) AS p99_ns
-            FROM spans WHERE span_kind = 'step' AND status <> 'open' GROUP BY ALL
-        ),
-        cache AS (
-            SELECT run_id,
-                count(*) FILTER (WHERE action = 'hit') AS hits,
-                count(*) FILTER (WHERE action = 'miss') AS misses,
-                count(*) FILTER (WHERE action = 'evict') AS evictions
-            FROM cache GROUP BY ALL
-        ),
-        comp AS (
-            SELECT c.run_id,
-                count(*) FILTER (WHERE NOT coalesce(j.internal, false)) AS compiles,
-                coalesce(sum(c.compile_ns) FILTER (WHERE NOT coalesce(j.internal, false)), 0)
-                    AS compile_ns,
-                count(*) FILTER (WHERE j.internal) AS jax_compiles,
-                coalesce(sum(c.compile_ns) FILTER (WHERE j.internal), 0) AS jax_compile_ns,
-                count(*) FILTER (WHERE c.position IS NOT NULL AND c.disk_cache = 'hit')
-                    AS disk_hits,
-                count(*) FILTER (WHERE c.position IS NOT NULL AND c.disk_cache = 'miss')
-                    AS disk_misses
-            FROM compiles c LEFT JOIN jit_functions j
-                ON j.run_id = c.run_id AND j.fun_name = c.fun_name
-            GROUP BY ALL
-        )
-        SELECT r.*, coalesce(calls.calls, 0) AS calls, coalesce(calls.errors, 0) AS errors,
-            coalesce(steps.steps, 0) AS steps,
-            coalesce(calls.p50_ns, steps.p50_ns) AS p50_ns,
-            coalesce(calls.p99_ns, steps.p99_ns) AS p99_ns,
-            coalesce(cache.hits, 0) AS hits, coalesce(cache.misses, 0) AS misses,
-            coalesce(cache.evictions, 0) AS evictions,
-            coalesce(comp.compiles, 0) AS compiles, coalesce(comp.compile_ns, 0) AS compile_ns,
-            coalesce(comp.jax_compiles, 0) AS jax_compiles,
-            coalesce(comp.jax_compile_ns, 0) AS jax_compile_ns,
-            coalesce(comp.disk_hits, 0) AS disk_hits, coalesce(comp.disk_misses, 0) AS disk_misses
-        FROM r
-        LEFT JOIN calls USING (run_id) LEFT JOIN steps USING (run_id)
-        LEFT JOIN cache USING (run_id) LEFT JOIN comp USING (run_id)
-        ORDER BY r.started_at
-        """.replace("jit_functions", _JIT_FUNCTIONS),
+        SELECT * FROM run_summary WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
+        ORDER BY started_at
+        """,
         [run_ids],
     )
-    peaks: dict[str, dict[str, Any]] = {}
-    for p in _peaks(con, run_ids):
-        peaks.setdefault(p["run_id"], p)  # the first of a run is its headline series
     out: dict[str, RunSummary] = {}
     for row in _rows(df):
-        peak = peaks.get(row["run_id"])
         out[row["run_id"]] = RunSummary(
             run_id=row["run_id"],
-            name=row["scenario"] or short_path(row["model"]) or short_path(row["entrypoint"]),
+            name=short_path(row["name"]),
             phase=row["phase"],
             backend=row["backend"],
             model=row["model"],
             calls=row["calls"],
-            errors=row["errors"],
+            errors=row["failed_calls"],
             steps=row["steps"],
             compiles=row["compiles"],
             compile_ns=int(row["compile_ns"]),
+            eager_compiles=row["eager_compiles"],
+            recompiles=row["recompiles"],
+            recompiled_after_eviction=row["recompiled_after_eviction"],
             jax_compiles=row["jax_compiles"],
             jax_compile_ns=int(row["jax_compile_ns"]),
             hits=row["hits"],
@@ -230,27 +184,29 @@ def _summaries(con: Connection, run_ids: list[str]) -> dict[str, RunSummary]:
             evictions=row["evictions"],
             disk_hits=row["disk_hits"],
             disk_misses=row["disk_misses"],
-            peak_bytes=peak["peak_bytes"] if peak else None,
-            peak_series=peak["label"] if peak else None,
+            peak_bytes=row["peak_bytes"],
+            peak_series=row["peak_source"],
             p50_ns=row["p50_ns"],
             p99_ns=row["p99_ns"],
+            latency_kind=row["latency_kind"],
+            latency_of=row["latency_of"],
         )
     return out
 
 
-# A jitted function per run, and whether it is JAX's own eager-op compile (see the module
-# docstring): no compile of it says why it retraced and none ran inside a call or step.
-_JIT_FUNCTIONS = """(
-    SELECT s.run_id, s.start_attrs.fun_name AS fun_name,
-        bool_and(s.end_attrs.retrace_reason IS NULL
-            AND coalesce(len(s.end_attrs.changes), 0) = 0
-            AND p.span_id IS NULL) AS internal
-    FROM spans s
-    LEFT JOIN spans p ON p.run_id = s.run_id AND p.span_id = s.parent_id
-        AND p.span_kind IN ('call', 'step')
-    WHERE s.span_kind = 'jit'
-    GROUP BY ALL
-)"""
+def trace_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``run_summary`` row of one trace file, read through an in-memory database (what
+    ``ember run`` prints after recording, so its numbers are the report's and the
+    dashboard's)."""
+    from .db import connect
+    from .ingest import ingest_file
+
+    with connect(":memory:") as con:
+        result = ingest_file(con, Path(path))
+        if result.status == "refused" or result.run_id is None:
+            raise ValueError(f"{path}: {result.message}")
+        rows = _rows(con.sql("SELECT * FROM run_summary WHERE run_id = ?", [result.run_id]))
+    return rows[0]
 
 
 # ---------------------------------------------------------------- memory
@@ -491,12 +447,12 @@ def _change_words(c: dict[str, Any], sizes: list[int] | None) -> str:
 
 def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     df = con.sql(
-        f"""
+        """
         SELECT r.run_id, r.fun_name, count(*) AS retraces,
             CAST(coalesce(sum(r.compile_ns), 0) AS BIGINT) AS compile_ns,
             list(coalesce(c.retrace_reason, r.reason) ORDER BY r.compile_index) AS reasons
         FROM recompiles r
-        JOIN {_JIT_FUNCTIONS} j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
+        JOIN _jit_functions j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
         LEFT JOIN compiles c ON c.run_id = r.run_id AND c.fun_name = r.fun_name
             AND c.compile_index = r.compile_index
         WHERE r.fun_name IS NOT NULL AND NOT j.internal

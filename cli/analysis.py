@@ -287,9 +287,12 @@ def _headline(s: RunSummary) -> str:
         parts.append(calls + (f" ({s.errors} failed)" if s.errors else ""))
     if s.steps:
         parts.append(f"{s.steps} steps")
-    parts.append(
-        f"{s.compiles} compiles" + (f" ({fmt.duration(s.compile_ns)})" if s.compiles else "")
-    )
+    detail = [fmt.duration(s.compile_ns)] if s.compiles else []
+    if s.recompiles:
+        detail.append("1 recompile" if s.recompiles == 1 else f"{s.recompiles} recompiles")
+    parts.append(f"{s.compiles} compiles" + (f" ({', '.join(detail)})" if detail else ""))
+    if s.eager_compiles:
+        parts.append(f"{s.eager_compiles} eager segments")
     if s.jax_compiles:
         parts.append(f"{s.jax_compiles} jax compiles ({fmt.duration(s.jax_compile_ns)})")
     if s.hits or s.misses or s.evictions:
@@ -300,7 +303,8 @@ def _headline(s: RunSummary) -> str:
         parts.append(f"peak {fmt.size(s.peak_bytes)} {s.peak_series}")
     if s.p50_ns is not None:
         what = "call" if s.calls else "step"
-        parts.append(f"{what} p50 {fmt.duration(s.p50_ns)} p99 {fmt.duration(s.p99_ns)}")
+        kind = " (dispatch only)" if s.latency_kind == "dispatch only" else ""
+        parts.append(f"{what} p50 {fmt.duration(s.p50_ns)} p99 {fmt.duration(s.p99_ns)}{kind}")
     return " · ".join(parts)
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ember.analysis import format as fmt
+from ember.analysis.report import trace_summary
 
 from .app import app, console, fail
 
@@ -19,6 +21,61 @@ def default_trace_path(source: str) -> Path:
     """``traces/<model>-<time>.jsonl`` for a model source."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source.rstrip("/")).stem) or "model"
     return Path("traces") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """The lines ``ember run`` prints, from a ``run_summary`` row."""
+    failed = f" ({row['failed_calls']} failed)" if row["failed_calls"] else ""
+    breaks = "yes" if row["graph_break"] else "no"
+    if row["breaks"]:
+        breaks += f" ({row['breaks']} break runs)"
+    compiles = f"{row['compiles']} ({fmt.duration(row['compile_ns'])})"
+    if row["recompiles"]:
+        compiles += f", {row['recompiles']} recompiles"
+    if row["eager_compiles"]:
+        compiles += f", {row['eager_compiles']} eager segments"
+    cache = f"{row['hits']} hits, {row['misses']} misses, {row['evictions']} evictions"
+    if row["recompiled_after_eviction"]:
+        cache += f" ({row['recompiled_after_eviction']} compiled again after eviction)"
+    out = [
+        ("calls", f"{row['calls']}{failed}"),
+        ("graph breaks", breaks),
+        ("compiles", compiles),
+        ("cache", cache),
+    ]
+    if row["disk_hits"] or row["disk_misses"]:
+        out.append(("disk cache", f"{row['disk_hits']} hits, {row['disk_misses']} misses"))
+    if row["p50_ns"] is not None:
+        out.append(
+            (
+                "latency",
+                f"p50 {fmt.duration(row['p50_ns'])}, p99 {fmt.duration(row['p99_ns'])} "
+                f"({row['latency_kind']})",
+            )
+        )
+    else:
+        out.append(("latency", "n/a"))
+    peak = (
+        "n/a"
+        if row["peak_bytes"] is None
+        else f"{fmt.size(row['peak_bytes'])} {row['peak_source']}"
+    )
+    by_source = [
+        f"{label} {fmt.size(row[col])}"
+        for label, col in (
+            ("tensors", "peak_tensor_bytes"),
+            ("device", "peak_device_bytes"),
+            ("live arrays", "peak_live_arrays_bytes"),
+            ("RSS", "peak_rss_bytes"),
+        )
+        if row[col] is not None
+    ]
+    if by_source:
+        peak += f" ({', '.join(by_source)})"
+    if row["planned_peak_bytes"] is not None:
+        peak += f"; {fmt.size(row['planned_peak_bytes'])} planned by XLA for the largest segment"
+    out.append(("peak memory", peak))
+    return out
 
 
 @app.command()
@@ -94,25 +151,14 @@ def run(
     except (EmberRuntimeError, FileNotFoundError, ValueError) as exc:
         raise fail(f"{model}: {exc}") from None
 
+    # the numbers come from the trace, through the run_summary view: the same definition as
+    # `ember report` and the dashboard
+    row = trace_summary(trace)
     table = Table(title=f"ember run {model}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("calls", str(summary.calls))
-    table.add_row("graph breaks", "yes" if summary.graph_break else "no")
-    table.add_row("compiles", f"{summary.compiles} ({fmt.duration(summary.compile_s * 1e9)})")
-    table.add_row(
-        "cache", f"{summary.hits} hits, {summary.misses} misses, {summary.evictions} evictions"
-    )
-    p50, p99 = summary.percentile(50), summary.percentile(99)
-    table.add_row(
-        "latency",
-        f"p50 {fmt.duration_ms(p50)}, p99 {fmt.duration_ms(p99)}" if p50 is not None else "n/a",
-    )
-    table.add_row(
-        "peak memory",
-        f"{fmt.size(summary.peak_bytes, 'n/a')} measured (device), "
-        f"{fmt.size(summary.static_peak_bytes, 'n/a')} planned by XLA for the largest segment",
-    )
+    for name, value in summary_rows(row):
+        table.add_row(name, value)
     if summary.defaults:
         filled = ", ".join(f"{k}={v}" for k, v in summary.defaults.items())
         table.add_row("defaults", f"{filled} (set with --input)")

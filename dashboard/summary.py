@@ -1,6 +1,6 @@
-"""One row per run (tags, start, calls, compiles, evictions, peak memory), shared by the
-Runs and Compare pages and the run picker. Aggregated in DuckDB: a page gets one small
-frame however many records the database holds.
+"""One row per run (tags, start, calls, compiles, evictions, latency, peak memory) from the
+``run_summary`` view, shared by every page and the run picker. Aggregated in DuckDB: a page
+gets one small frame however many records the database holds.
 """
 
 from __future__ import annotations
@@ -9,67 +9,32 @@ import polars as pl
 
 from . import db
 
-__all__ = ["RUN_SUMMARY_SQL", "run_summary", "run_ids", "run_labels", "tag_keys", "what_if"]
-
-RUN_SUMMARY_SQL = """
-WITH span_stats AS (
-    SELECT run_id,
-        count(*) FILTER (WHERE span_kind = 'call') AS calls,
-        count(*) FILTER (WHERE span_kind = 'call' AND status = 'error') AS failed_calls,
-        count(*) FILTER (WHERE span_kind = 'segment_compile') AS compiles,
-        sum(duration_ns) FILTER (WHERE span_kind = 'segment_compile') AS compile_ns,
-        quantile_cont(duration_ns, 0.5) FILTER (WHERE span_kind = 'call') AS call_p50_ns
-    FROM span_end GROUP BY run_id
-),
-cache_stats AS (
-    SELECT run_id,
-        count(*) FILTER (WHERE action = 'hit') AS hits,
-        count(*) FILTER (WHERE action = 'miss') AS misses,
-        count(*) FILTER (WHERE action = 'evict') AS evictions
-    FROM cache GROUP BY run_id
-),
-tensor_peak AS (
-    SELECT run_id, max(live) AS peak_tensor_bytes FROM (
-        SELECT run_id, sum(CASE action WHEN 'alloc' THEN bytes ELSE -bytes END)
-            OVER (PARTITION BY run_id, device ORDER BY ts_ns
-                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS live
-        FROM memory
-    ) GROUP BY run_id
-),
-device_peak AS (
-    SELECT run_id, max(coalesce(peak_bytes, used_bytes)) AS peak_device_bytes
-    FROM device_memory GROUP BY run_id
-)
-SELECT
-    r.run_id,
-    r.started_at,
-    r.tags ->> 'model' AS model,
-    r.phase,
-    r.host,
-    r.backend,
-    CAST(r.tags AS VARCHAR) AS tags,
-    coalesce(s.calls, 0) AS calls,
-    coalesce(s.failed_calls, 0) AS failed_calls,
-    coalesce(s.compiles, 0) AS compiles,
-    coalesce(c.evictions, 0) AS evictions,
-    CASE WHEN c.hits + c.misses > 0 THEN round(c.hits / (c.hits + c.misses), 4) END AS hit_rate,
-    s.compile_ns / 1e6 AS compile_ms,
-    s.call_p50_ns / 1e6 AS call_p50_ms,
-    CAST(greatest(t.peak_tensor_bytes, d.peak_device_bytes) AS BIGINT) AS peak_memory_bytes,
-    r.entrypoint,
-    r.file
-FROM runs r
-LEFT JOIN span_stats s USING (run_id)
-LEFT JOIN cache_stats c USING (run_id)
-LEFT JOIN tensor_peak t USING (run_id)
-LEFT JOIN device_peak d USING (run_id)
-ORDER BY r.started_at DESC, r.run_id
-"""
+__all__ = ["run_row", "run_summary", "run_ids", "run_labels", "tag_keys", "what_if"]
 
 
 def run_summary() -> pl.DataFrame:
-    """Every run with its counts, newest first."""
-    return db.query(RUN_SUMMARY_SQL)
+    """Every run with its counts (the ``run_summary`` view), newest first; durations also
+    in ms for display."""
+    return db.query(
+        """
+        SELECT *, compile_ns / 1e6 AS compile_ms, p50_ns / 1e6 AS p50_ms,
+            p99_ns / 1e6 AS p99_ms
+        FROM run_summary ORDER BY started_at DESC, run_id
+        """
+    )
+
+
+def run_row(run: str) -> dict:
+    """The ``run_summary`` row of one run (durations also in ms), or ``{}``."""
+    frame = db.query(
+        """
+        SELECT *, compile_ns / 1e6 AS compile_ms, p50_ns / 1e6 AS p50_ms,
+            p90_ns / 1e6 AS p90_ms, p99_ns / 1e6 AS p99_ms
+        FROM run_summary WHERE run_id = ?
+        """,
+        run,
+    )
+    return frame.row(0, named=True) if frame.height else {}
 
 
 def run_ids() -> list[str]:

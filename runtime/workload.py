@@ -10,22 +10,19 @@ Inputs are made to look real: integer ids are drawn below the vocabulary size (r
 the embedding table that a ``Gather`` reads them into), masks are ones, token type ids
 zeros, position ids ``0..n-1``, floats are standard normal.
 
-The summary (calls, compiles, cache hits/misses/evictions, latency percentiles, peak
-memory) is counted from the bus events of the run, the same events a trace records.
+The run's numbers (calls, compiles, cache hits/misses/evictions, latency percentiles, peak
+memory) are not counted here: they are in the trace the caller records, and ``ember run``
+reads them from the ``run_summary`` view (one definition for every surface).
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-
-from ember.recorder import bus
 
 from .errors import EmberRuntimeError
 from .inputs import expected
@@ -36,7 +33,6 @@ __all__ = [
     "InputOverride",
     "Sweep",
     "RunSummary",
-    "EventTally",
     "resolve_source",
     "parse_input",
     "parse_sweep",
@@ -261,92 +257,18 @@ def make_inputs(
     return out
 
 
-# ------------------------------------------------------------------ counting the events
-
-
-_TALLY_EVENTS = (
-    "ember.call.stop",
-    "ember.cache.hit",
-    "ember.cache.miss",
-    "ember.cache.evict",
-    "ember.segment.compile.stop",
-    "ember.break.stop",
-    "ember.device_memory",
-)
-
-
-@dataclass
-class EventTally:
-    """Counts of the events of a run, collected from the bus while attached."""
-
-    calls: int = 0
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    compiles: int = 0
-    compile_ns: int = 0
-    breaks: int = 0
-    peak_bytes: int | None = None
-    static_peak_bytes: int | None = None
-    _id: str = field(default="", repr=False)
-
-    def __enter__(self) -> EventTally:
-        self._id = f"ember.runtime.workload.{id(self)}"
-        bus.attach(self._id, _TALLY_EVENTS, self._on_event)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        bus.detach(self._id)
-
-    def _on_event(self, name: str, m: dict[str, Any], md: dict[str, Any]) -> None:
-        if name == "ember.call.stop":
-            self.calls += 1
-        elif name == "ember.cache.hit":
-            self.hits += 1
-        elif name == "ember.cache.miss":
-            self.misses += 1
-        elif name == "ember.cache.evict":
-            self.evictions += 1
-        elif name == "ember.segment.compile.stop":
-            if md.get("compiled"):
-                self.compiles += 1
-                self.compile_ns += m.get("duration", 0)
-            mem = md.get("memory")
-            if mem:
-                # what XLA plans for one run of the segment: arguments, outputs, scratch
-                need = sum(
-                    mem.get(k) or 0 for k in ("argument_bytes", "output_bytes", "temp_bytes")
-                )
-                need -= mem.get("alias_bytes") or 0
-                self.static_peak_bytes = max(self.static_peak_bytes or 0, need)
-        elif name == "ember.break.stop":
-            self.breaks += 1
-        elif name == "ember.device_memory":
-            used = md.get("peak_bytes") or md.get("used_bytes")
-            if used is not None:
-                self.peak_bytes = max(self.peak_bytes or 0, int(used))
-
-
 @dataclass
 class RunSummary:
+    """What ``run_workload`` did: the model, the shapes it called with, the defaults it
+    chose. The run's numbers (calls, compiles, cache, latency, peak memory) are in the trace;
+    ``ember run`` reads them from the ``run_summary`` view, the one definition of each."""
+
     source: str
     calls: int
-    compiles: int
-    compile_s: float
-    hits: int
-    misses: int
-    evictions: int
-    breaks: int
     graph_break: bool
-    latency_ms: list[float]
-    peak_bytes: int | None
-    static_peak_bytes: int | None
     defaults: dict[str, int]
     shapes: list[dict[str, tuple[int, ...]]]
     trace: Path | None = None
-
-    def percentile(self, q: float) -> float | None:
-        return float(np.percentile(self.latency_ms, q)) if self.latency_ms else None
 
 
 def _free_swept_dim(model: Model, sweep: Sweep) -> None:
@@ -376,7 +298,7 @@ def run_workload(
     seed: int = 0,
     on_call: Callable[[int, int], None] | None = None,
 ) -> RunSummary:
-    """Load, compile and call a model on made-up inputs; count what happened.
+    """Load, compile and call a model on made-up inputs.
 
     ``on_call(done, total)`` is called after each call (for a progress bar). With
     ``profile`` the first shape is also run once node by node (``ember.runtime.profile``)
@@ -398,34 +320,24 @@ def run_workload(
         _free_swept_dim(model, sweep)
     steps, defaults = plan_shapes(model, inputs, sweep)
     rng = np.random.default_rng(seed)
-    latencies: list[float] = []
+    done = 0
     total = calls * len(steps)
-    with EventTally() as tally, track_device_memory():
+    with track_device_memory():
         compiled = compile_model(model, cache_size=cache_size, cache_dir=cache_dir)
         if profile:
             profile_model(model, make_inputs(model, steps[0], rng))
         for step in steps:
             values = make_inputs(model, step, rng)
             for _ in range(calls):
-                t0 = time.perf_counter()
                 outputs = compiled(values)
                 jax.block_until_ready(list(outputs.values()))
-                latencies.append((time.perf_counter() - t0) * 1e3)
+                done += 1
                 if on_call:
-                    on_call(len(latencies), total)
+                    on_call(done, total)
     return RunSummary(
         source=source,
-        calls=tally.calls,
-        compiles=tally.compiles,
-        compile_s=tally.compile_ns / 1e9,
-        hits=tally.hits,
-        misses=tally.misses,
-        evictions=tally.evictions,
-        breaks=tally.breaks,
+        calls=done,
         graph_break=compiled.graph_break,
-        latency_ms=latencies,
-        peak_bytes=tally.peak_bytes,
-        static_peak_bytes=tally.static_peak_bytes,
         defaults=defaults,
         shapes=[{n: s for n, (s, _) in step.items()} for step in steps],
     )

@@ -1,5 +1,6 @@
 -- compile_payback: one row per segment compile: what the compile cost against the calls
--- that reused the compiled segment before it was evicted (or the run ended).
+-- that reused the compiled segment before it was evicted (or the run ended). Compiles ahead
+-- of time (`compiles.ahead_of_time`) are left out: calls reach them without a cache lookup.
 --
 -- run_id, source, position, key, shapes_text, compile_index, ts_ns, ts   as in `compiles`
 -- compile_ns      time of the compile (segment_compile span)
@@ -33,4 +34,4 @@ LEFT JOIN life l ON l.run_id = c.run_id AND l.source IS NOT DISTINCT FROM c.sour
     AND l.position = c.position AND l.key = c.key AND l.compiled_ns = c.ts_ns
 LEFT JOIN last_event e ON e.run_id = c.run_id AND e.source IS NOT DISTINCT FROM c.source
     AND e.position = c.position
-WHERE c.position IS NOT NULL
+WHERE c.position IS NOT NULL AND NOT c.ahead_of_time

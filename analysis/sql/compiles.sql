@@ -1,12 +1,15 @@
--- compiles: one row per compile of a segment (a cache miss) or of a jitted function (a
--- 'jit' span from the JAX bridge), in order per position / function.
+-- compiles: one row per compile of a segment (a cache miss, or a segment compiled ahead of
+-- time when the model was compiled) or of a jitted function (a 'jit' span from the JAX
+-- bridge), in order per position / function.
 --
 -- run_id, source   the run and the model source
 -- position      the segment's graph position (NULL for a jit compile)
 -- fun_name      the jitted function (NULL for a segment)
 -- compile_index 1 for the first compile at this position / of this function, then 2, 3...
 -- ts_ns, ts     when the lookup missed (ns since run start; absolute TIMESTAMP_NS, UTC)
--- call_span_id  the call that compiled
+-- call_span_id  the call that compiled (for a compile ahead of time: the compile span)
+-- ahead_of_time true: compiled while the model was compiled, for its own input shapes, with
+--               no cache lookup (calls at those shapes then skip the cache: no hits)
 -- key, shapes, statics, shapes_text   the cache key and what it is made of
 -- compile_ns    duration of the segment_compile (or jit) span; NULL if none matched
 -- compiled      false when the segment runs eagerly (fewer than 20 nodes after a break)
@@ -26,6 +29,10 @@ WITH misses AS (
 seg AS (
     SELECT
         span_row.run_id,
+        span_row.span_id,
+        span_row.source,
+        span_row.start_attrs.key AS key,
+        span_row.start_attrs.shapes AS shapes,
         span_row.parent_id,
         span_row.start_ns,
         span_row.position,
@@ -56,12 +63,41 @@ segment_compiles AS (
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
         m.evictions AS evictions_before,
+        false AS ahead_of_time,
+        g.span_id AS seg_span_id,
         m.seq
     FROM misses m
     ASOF LEFT JOIN seg g
         ON g.run_id = m.run_id
         AND g.position = m.position
         AND g.start_ns >= m.ts_ns
+),
+ahead AS (
+    -- segment_compile spans no miss led to: compiled with the model, ahead of any call
+    SELECT
+        g.run_id,
+        g.source,
+        g.position,
+        CAST(NULL AS VARCHAR) AS fun_name,
+        g.start_ns AS ts_ns,
+        g.parent_id AS call_span_id,
+        g.key,
+        g.shapes,
+        CAST(NULL AS STRUCT("name" VARCHAR, "value" JSON)[]) AS statics,
+        ember_shapes_text(g.shapes) AS shapes_text,
+        g.duration_ns AS compile_ns,
+        g.compiled,
+        g.disk_cache,
+        g.stop,
+        CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
+            AS jit_changes,
+        CAST(NULL AS VARCHAR) AS retrace_reason,
+        CAST(0 AS BIGINT) AS evictions_before,
+        true AS ahead_of_time,
+        g.span_id AS seg_span_id,
+        CAST(0 AS BIGINT) AS seq
+    FROM seg g
+    ANTI JOIN segment_compiles m ON m.run_id = g.run_id AND m.seg_span_id = g.span_id
 ),
 jit_compiles AS (
     SELECT
@@ -83,6 +119,8 @@ jit_compiles AS (
         span_row.end_attrs.changes AS jit_changes,
         span_row.end_attrs.retrace_reason AS retrace_reason,
         CAST(NULL AS BIGINT) AS evictions_before,
+        false AS ahead_of_time,
+        span_row.span_id AS seg_span_id,
         row_number() OVER (PARTITION BY span_row.run_id, span_row.start_attrs.fun_name ORDER BY span_row.start_ns)
             AS seq
     FROM spans span_row
@@ -90,6 +128,8 @@ jit_compiles AS (
 ),
 all_compiles AS (
     SELECT * FROM segment_compiles
+    UNION ALL
+    SELECT * FROM ahead
     UNION ALL
     SELECT * FROM jit_compiles
 )
@@ -114,6 +154,7 @@ SELECT
     a.stop,
     a.jit_changes,
     a.retrace_reason,
-    a.evictions_before
+    a.evictions_before,
+    a.ahead_of_time
 FROM all_compiles a
 LEFT JOIN runs r ON r.run_id = a.run_id

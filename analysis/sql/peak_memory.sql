@@ -3,6 +3,8 @@
 -- run_id, device
 -- series        tensors (live bytes from alloc/free records) | used | peak | reserved | rss
 --               (device readings; see memory_timeline)
+-- source        memory (tensor records) | memory_stats (the device's allocator) |
+--               live_arrays (on the CPU: live JAX arrays, and the process's RSS)
 -- peak_bytes    the highest value
 -- peak_ts_ns, peak_at   when it was first reached (ns since run start; TIMESTAMP_NS, UTC)
 -- span_id       the span open around that moment (the call or step it happened in)
@@ -12,17 +14,18 @@
 -- Speed: aggregates, not a window sorting every row of memory_timeline; the live bytes per
 -- category at the peak come from one join of the tensor rows with the few peaks.
 WITH agg AS (
-    SELECT run_id, device, series, max(device_bytes) AS peak_bytes, count(*) AS samples
-    FROM memory_timeline GROUP BY ALL
+    SELECT run_id, device, series, any_value(source) AS source, max(device_bytes) AS peak_bytes,
+        count(*) AS samples
+    FROM memory_timeline GROUP BY run_id, device, series
 ),
 peaks AS (
     -- the first row that reached the peak
-    SELECT a.run_id, a.device, a.series, a.peak_bytes AS device_bytes, a.samples,
+    SELECT a.run_id, a.device, a.series, a.source, a.peak_bytes AS device_bytes, a.samples,
         arg_min({'ts_ns': t.ts_ns, 'ts': t.ts, 'span_id': t.span_id}, t.ts_ns) AS first
     FROM memory_timeline t
     JOIN agg a ON a.run_id = t.run_id AND a.device IS NOT DISTINCT FROM t.device
         AND a.series = t.series AND t.device_bytes = a.peak_bytes
-    GROUP BY a.run_id, a.device, a.series, a.peak_bytes, a.samples
+    GROUP BY a.run_id, a.device, a.series, a.source, a.peak_bytes, a.samples
 ),
 cat_at_peak AS (
     SELECT run_id, device,
@@ -39,7 +42,7 @@ cat_at_peak AS (
     GROUP BY ALL
 )
 SELECT
-    p.run_id, p.device, p.series,
+    p.run_id, p.device, p.series, p.source,
     p.device_bytes AS peak_bytes,
     p.first.ts_ns AS peak_ts_ns,
     p.first.ts AS peak_at,

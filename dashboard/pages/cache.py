@@ -39,8 +39,8 @@ if per_position.is_empty():
     st.info(f"Run {run} looked nothing up in the segment cache.")
     st.stop()
 
-hits, misses = int(per_position["hits"].sum()), int(per_position["misses"].sum())
-evictions = int(per_position["evictions"].sum())
+headline = summary.run_row(run)
+hits, misses, evictions = headline["hits"], headline["misses"], headline["evictions"]
 thrash = (
     None
     if ui.lacks("cache_thrash")
@@ -54,7 +54,7 @@ thrash = (
     )
 )
 m = st.columns(5)
-m[0].metric("Hit rate", ui.fmt_percent(hits / max(hits + misses, 1)))
+m[0].metric("Hit rate", ui.fmt_percent(headline["hit_rate"]))
 m[1].metric("Hits", f"{hits:,}")
 m[2].metric("Misses", f"{misses:,}")
 m[3].metric("Evictions", f"{evictions:,}")

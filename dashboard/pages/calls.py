@@ -4,32 +4,28 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ember.dashboard import charts, db, state, ui
+from ember.dashboard import charts, db, state, summary, ui
 
 st.title("Calls")
-ui.require_relations("call_latency", "spans")
+ui.require_relations("run_summary", "call_latency", "spans")
 run = ui.pick_run()
 
-overall = db.query(
-    """
-    SELECT count(*) AS calls, count(*) FILTER (WHERE status = 'error') AS errors,
-        quantile_cont(duration_ns, 0.5) / 1e6 AS p50_ms,
-        quantile_cont(duration_ns, 0.9) / 1e6 AS p90_ms,
-        quantile_cont(duration_ns, 0.99) / 1e6 AS p99_ms
-    FROM spans WHERE run_id = ? AND span_kind = 'call' AND duration_ns IS NOT NULL
-    """,
-    run,
-).row(0, named=True)
-if not overall["calls"]:
+overall = summary.run_row(run)
+if not overall.get("calls"):
     st.info(f"Run {run} made no model calls.")
     st.stop()
 
 m = st.columns(5)
 m[0].metric("Calls", f"{overall['calls']:,}")
-m[1].metric("Errors", f"{overall['errors']:,}")
+m[1].metric("Errors", f"{overall['failed_calls']:,}")
 m[2].metric("p50", ui.fmt_ms(overall["p50_ms"]))
 m[3].metric("p90", ui.fmt_ms(overall["p90_ms"]))
 m[4].metric("p99", ui.fmt_ms(overall["p99_ms"]))
+if overall["latency_kind"] == "dispatch only":
+    st.caption(
+        "Latency is **dispatch only**: this run's call spans end when JAX dispatched the work, "
+        "not when the results were ready (recorded with sync off, or by an older Ember)."
+    )
 
 # ---- percentiles over time: the run cut into at most 200 windows, quantiles per window
 windows = int(state.get_param("windows") or 50)

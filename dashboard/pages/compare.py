@@ -34,9 +34,10 @@ MEASURES = [
     ("Compiles", "compiles", ui.fmt_count, True),
     ("Evictions", "evictions", ui.fmt_count, True),
     ("Cache hit rate", "hit_rate", ui.fmt_percent, False),
-    ("Call p50", "call_p50_ms", ui.fmt_ms, True),
+    ("Recompiles", "recompiles", ui.fmt_count, True),
+    ("Call p50", "p50_ms", ui.fmt_ms, True),
     ("Compile time", "compile_ms", ui.fmt_ms, True),
-    ("Peak memory", "peak_memory_bytes", ui.fmt_bytes, True),
+    ("Peak memory", "peak_bytes", ui.fmt_bytes, True),
 ]
 
 cols = st.columns(len(MEASURES))

@@ -1,4 +1,5 @@
-"""Runs: every run with its tags, model, start, calls, compiles, evictions and peak memory."""
+"""Runs: every run with its tags, model, start, calls, compiles, evictions and peak memory
+(the ``run_summary`` view)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import streamlit as st
 from ember.dashboard import charts, state, summary, ui
 
 st.title("Runs")
-ui.require_relations("runs", "span_end", "cache", "memory", "device_memory")
+ui.require_relations("run_summary")
 
 runs = summary.run_summary()
 if runs.is_empty():
@@ -49,7 +50,7 @@ m[0].metric("Runs", f"{shown.height:,}")
 m[1].metric("Calls", f"{int(shown['calls'].sum()):,}")
 m[2].metric("Compiles", f"{int(shown['compiles'].sum()):,}")
 m[3].metric("Evictions", f"{int(shown['evictions'].sum()):,}")
-m[4].metric("Largest peak memory", ui.fmt_bytes(shown["peak_memory_bytes"].max()))
+m[4].metric("Largest peak memory", ui.fmt_bytes(shown["peak_bytes"].max()))
 
 ui.table(
     shown,
@@ -60,12 +61,21 @@ ui.table(
         "phase",
         "calls",
         "compiles",
+        "recompiles",
         "evictions",
         "hit_rate",
-        "peak_memory_bytes",
-        "call_p50_ms",
+        "peak_bytes",
+        "peak_source",
+        "p50_ms",
+        "p99_ms",
+        "latency_kind",
         "compile_ms",
+        "eager_compiles",
+        "jax_compiles",
         "failed_calls",
+        "peak_tensor_bytes",
+        "peak_device_bytes",
+        "peak_rss_bytes",
         "host",
         "backend",
         "tags",
@@ -77,8 +87,14 @@ ui.table(
         "run_id": st.column_config.TextColumn("run"),
         "started_at": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
         "hit_rate": st.column_config.ProgressColumn("hit rate", min_value=0.0, max_value=1.0),
-        "peak_memory_bytes": st.column_config.Column("peak memory"),
-        "call_p50_ms": st.column_config.Column("call p50"),
+        "peak_bytes": st.column_config.Column("peak memory"),
+        "peak_source": st.column_config.TextColumn("peak of"),
+        "peak_tensor_bytes": st.column_config.Column("tensors peak"),
+        "peak_device_bytes": st.column_config.Column("device peak"),
+        "peak_rss_bytes": st.column_config.Column("RSS peak"),
+        "p50_ms": st.column_config.Column("p50"),
+        "p99_ms": st.column_config.Column("p99"),
+        "latency_kind": st.column_config.TextColumn("latency"),
         "compile_ms": st.column_config.Column("compile"),
     },
     key="ember_runs_table",

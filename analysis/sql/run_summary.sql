@@ -1,0 +1,175 @@
+-- run_summary: one row per run: the headline numbers, defined once. `ember report`,
+-- `ember run`'s summary and every dashboard page read them here; nothing else counts them.
+--
+-- run_id, started_at, phase, host, backend, entrypoint, file   from `runs`
+-- name          the run's readable name: its scenario tag, else model tag, else entrypoint
+-- model         the model tag
+-- tags          the tags as JSON text
+-- calls         finished model calls (call spans that ended, ok or error)
+-- failed_calls  calls that raised
+-- steps         finished step spans (JAX bridge)
+-- compiles      programs compiled: segment compiles XLA compiled (`compiles.compiled` true
+--               or unknown) plus compiles of the user's jitted functions
+-- compile_ns    their total time (ns)
+-- eager_compiles  segments built to run eagerly (node by node: short segments after a
+--               break); a cache miss that compiled nothing
+-- eager_compile_ns  their total build time (ns)
+-- recompiles    compiles (as above) after the first at the same position / of the same
+--               function
+-- recompiled_after_eviction  recompiles of a key the cache had evicted (see evictions)
+-- jax_compiles  compiles of primitives JAX ran outside jit (see _jit_functions)
+-- jax_compile_ns  their total time (ns)
+-- hits, misses, evictions   segment cache events
+-- hit_rate      hits / (hits + misses); NULL without lookups
+-- disk_hits, disk_misses    compiled segments loaded from / not found in the disk cache
+-- breaks        graph break nodes run (break spans)
+-- graph_break   whether the compiled model has a graph break (compile span), NULL if unknown
+-- latency_of    'call' when the run made calls, else 'step' when it had steps, else NULL
+-- latency_kind  'to results' (spans end when results are ready) | 'dispatch only' (spans
+--               end when JAX dispatched the work: recorded with sync off, or a v1 trace)
+-- p50_ns, p90_ns, p99_ns, mean_ns   percentiles and mean of the call (else step) durations
+-- total_call_ns time in calls (else steps), summed
+-- wall_ns       from the run's start to its last finished span (ns)
+-- peak_tensor_bytes       tensor accounting: highest live bytes from alloc/free records
+-- peak_device_bytes       device readings: the device allocator's peak (or used) bytes
+--                         (memory_stats: GPU, TPU)
+-- peak_live_arrays_bytes  CPU readings: highest bytes of live JAX arrays
+-- peak_rss_bytes          the process's highest resident set
+-- planned_peak_bytes      the most XLA planned for one run of a compiled segment
+--                         (arguments + outputs + scratch - aliased, memory_analysis)
+-- peak_bytes, peak_source the headline peak: the device's own reading ('device peak',
+--                         'device used'), else on the CPU the process ('RSS'), else
+--                         'tensors', else 'live arrays'
+WITH ends AS (
+    SELECT run_id,
+        count(*) FILTER (WHERE span_kind = 'call') AS calls,
+        count(*) FILTER (WHERE span_kind = 'call' AND status = 'error') AS failed_calls,
+        count(*) FILTER (WHERE span_kind = 'step') AS steps,
+        count(*) FILTER (WHERE span_kind = 'break') AS breaks,
+        bool_or(attrs.graph_break) FILTER (WHERE span_kind = 'compile') AS graph_break,
+        quantile_cont(duration_ns, 0.5) FILTER (WHERE span_kind = 'call') AS call_p50_ns,
+        quantile_cont(duration_ns, 0.9) FILTER (WHERE span_kind = 'call') AS call_p90_ns,
+        quantile_cont(duration_ns, 0.99) FILTER (WHERE span_kind = 'call') AS call_p99_ns,
+        avg(duration_ns) FILTER (WHERE span_kind = 'call') AS call_mean_ns,
+        sum(duration_ns) FILTER (WHERE span_kind = 'call') AS call_total_ns,
+        quantile_cont(duration_ns, 0.5) FILTER (WHERE span_kind = 'step') AS step_p50_ns,
+        quantile_cont(duration_ns, 0.9) FILTER (WHERE span_kind = 'step') AS step_p90_ns,
+        quantile_cont(duration_ns, 0.99) FILTER (WHERE span_kind = 'step') AS step_p99_ns,
+        avg(duration_ns) FILTER (WHERE span_kind = 'step') AS step_mean_ns,
+        sum(duration_ns) FILTER (WHERE span_kind = 'step') AS step_total_ns,
+        max(ts_ns) AS wall_ns,
+        max(
+            coalesce(attrs.memory.argument_bytes, 0) + coalesce(attrs.memory.output_bytes, 0)
+            + coalesce(attrs.memory.temp_bytes, 0) - coalesce(attrs.memory.alias_bytes, 0)
+        ) FILTER (WHERE span_kind = 'segment_compile' AND attrs.memory IS NOT NULL)
+            AS planned_peak_bytes
+    FROM span_end GROUP BY run_id
+),
+cache_counts AS (
+    SELECT run_id,
+        count(*) FILTER (WHERE action = 'hit') AS hits,
+        count(*) FILTER (WHERE action = 'miss') AS misses,
+        count(*) FILTER (WHERE action = 'evict') AS evictions
+    FROM cache GROUP BY run_id
+),
+comp AS (
+    SELECT c.run_id,
+        coalesce(j.internal, false) AS internal,
+        c.position IS NOT NULL AND c.compiled IS NOT DISTINCT FROM false AS eager,
+        c.compile_index, c.compile_ns, c.disk_cache, c.position
+    FROM compiles c
+    LEFT JOIN _jit_functions j ON j.run_id = c.run_id AND j.fun_name = c.fun_name
+),
+comp_counts AS (
+    SELECT run_id,
+        count(*) FILTER (WHERE NOT internal AND NOT eager) AS compiles,
+        coalesce(sum(compile_ns) FILTER (WHERE NOT internal AND NOT eager), 0) AS compile_ns,
+        count(*) FILTER (WHERE eager) AS eager_compiles,
+        coalesce(sum(compile_ns) FILTER (WHERE eager), 0) AS eager_compile_ns,
+        count(*) FILTER (WHERE NOT internal AND NOT eager AND compile_index > 1) AS recompiles,
+        count(*) FILTER (WHERE internal) AS jax_compiles,
+        coalesce(sum(compile_ns) FILTER (WHERE internal), 0) AS jax_compile_ns,
+        count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'hit') AS disk_hits,
+        count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'miss') AS disk_misses
+    FROM comp GROUP BY run_id
+),
+after_eviction AS (
+    SELECT r.run_id, count(*) AS recompiled_after_eviction
+    FROM recompiles r
+    LEFT JOIN compiles c ON c.run_id = r.run_id AND c.position = r.position
+        AND c.source IS NOT DISTINCT FROM r.source AND c.compile_index = r.compile_index
+    WHERE r.after_eviction AND r.position IS NOT NULL
+        AND c.compiled IS DISTINCT FROM false
+    GROUP BY r.run_id
+),
+peaks AS (
+    SELECT run_id,
+        max(peak_bytes) FILTER (WHERE series = 'tensors') AS peak_tensor_bytes,
+        max(peak_bytes) FILTER (WHERE source = 'memory_stats' AND series = 'peak')
+            AS device_peak,
+        max(peak_bytes) FILTER (WHERE source = 'memory_stats' AND series = 'used')
+            AS device_used,
+        max(peak_bytes) FILTER (WHERE source = 'live_arrays' AND series IN ('used', 'peak'))
+            AS peak_live_arrays_bytes,
+        max(peak_bytes) FILTER (WHERE series = 'rss') AS peak_rss_bytes
+    FROM peak_memory GROUP BY run_id
+)
+SELECT
+    r.run_id,
+    coalesce(r.tags ->> 'scenario', r.tags ->> 'model', r.entrypoint) AS name,
+    r.started_at,
+    r.tags ->> 'model' AS model,
+    r.phase,
+    r.host,
+    r.backend,
+    CAST(r.tags AS VARCHAR) AS tags,
+    r.entrypoint,
+    r.file,
+    coalesce(e.calls, 0) AS calls,
+    coalesce(e.failed_calls, 0) AS failed_calls,
+    coalesce(e.steps, 0) AS steps,
+    coalesce(k.compiles, 0) AS compiles,
+    CAST(coalesce(k.compile_ns, 0) AS BIGINT) AS compile_ns,
+    coalesce(k.eager_compiles, 0) AS eager_compiles,
+    CAST(coalesce(k.eager_compile_ns, 0) AS BIGINT) AS eager_compile_ns,
+    coalesce(k.recompiles, 0) AS recompiles,
+    coalesce(a.recompiled_after_eviction, 0) AS recompiled_after_eviction,
+    coalesce(k.jax_compiles, 0) AS jax_compiles,
+    CAST(coalesce(k.jax_compile_ns, 0) AS BIGINT) AS jax_compile_ns,
+    coalesce(c.hits, 0) AS hits,
+    coalesce(c.misses, 0) AS misses,
+    coalesce(c.evictions, 0) AS evictions,
+    CASE WHEN c.hits + c.misses > 0 THEN c.hits / (c.hits + c.misses) END AS hit_rate,
+    coalesce(k.disk_hits, 0) AS disk_hits,
+    coalesce(k.disk_misses, 0) AS disk_misses,
+    coalesce(e.breaks, 0) AS breaks,
+    e.graph_break,
+    CASE WHEN e.calls > 0 THEN 'call' WHEN e.steps > 0 THEN 'step' END AS latency_of,
+    CASE WHEN e.calls > 0 OR e.steps > 0 THEN 'dispatch only' END AS latency_kind,
+    CASE WHEN e.calls > 0 THEN e.call_p50_ns ELSE e.step_p50_ns END AS p50_ns,
+    CASE WHEN e.calls > 0 THEN e.call_p90_ns ELSE e.step_p90_ns END AS p90_ns,
+    CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE e.step_p99_ns END AS p99_ns,
+    CASE WHEN e.calls > 0 THEN e.call_mean_ns ELSE e.step_mean_ns END AS mean_ns,
+    CAST(CASE WHEN e.calls > 0 THEN e.call_total_ns ELSE e.step_total_ns END AS BIGINT)
+        AS total_call_ns,
+    e.wall_ns,
+    p.peak_tensor_bytes,
+    coalesce(p.device_peak, p.device_used) AS peak_device_bytes,
+    p.peak_live_arrays_bytes,
+    p.peak_rss_bytes,
+    e.planned_peak_bytes,
+    coalesce(p.device_peak, p.device_used, p.peak_rss_bytes, p.peak_tensor_bytes,
+        p.peak_live_arrays_bytes) AS peak_bytes,
+    CASE
+        WHEN p.device_peak IS NOT NULL THEN 'device peak'
+        WHEN p.device_used IS NOT NULL THEN 'device used'
+        WHEN p.peak_rss_bytes IS NOT NULL THEN 'RSS'
+        WHEN p.peak_tensor_bytes IS NOT NULL THEN 'tensors'
+        WHEN p.peak_live_arrays_bytes IS NOT NULL THEN 'live arrays'
+    END AS peak_source
+FROM runs r
+LEFT JOIN ends e ON e.run_id = r.run_id
+LEFT JOIN cache_counts c ON c.run_id = r.run_id
+LEFT JOIN comp_counts k ON k.run_id = r.run_id
+LEFT JOIN after_eviction a ON a.run_id = r.run_id
+LEFT JOIN peaks p ON p.run_id = r.run_id

@@ -1,0 +1,111 @@
+"""One definition of every run metric: a run recorded by `ember run`, then its printed
+summary, `ember report` and the dashboard show the same calls, compiles, recompiles,
+evictions, latency and peak memory (all read the `run_summary` view)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
+
+from ember.analysis import connect, ingest
+from ember.analysis import format as fmt
+from ember.cli.main import app
+from tests.dashboard.test_pages import shown_table
+
+runner = CliRunner()
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """`ember run` of a model with a symbolic dim, swept past its cache: 4 shapes x 2 calls,
+    cache_size 2 (so compiles, recompiles and evictions), ingested into a database."""
+    d = tmp_path_factory.mktemp("surfaces")
+    w = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["w", "x"], ["y"]), helper.make_node("Relu", ["y"], ["o"])],
+        "surfaces",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "n"])],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [3, "n"])],
+        initializer=[w],
+    )
+    model = d / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    trace = d / "t.jsonl"
+    args = ["run", str(model), "--sweep", "x:1=2,3,4,5,2", "--calls", "2", "--cache-size", "2"]
+    result = runner.invoke(app, [*args, "--record", str(trace)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    db = d / "t.duckdb"
+    assert ingest([trace], db).rejected == 0
+    with connect(db, read_only=True) as con:
+        row = con.sql("SELECT * FROM run_summary").to_dicts()[0]
+    return {"run_output": result.output, "db": db, "row": row}
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.replace("│", " ").split())
+
+
+def test_the_view_counts_what_happened(recorded):
+    row = recorded["row"]
+    # shapes 2, 3, 4, 5, 2 with two entries: 2 is evicted before it comes back
+    assert (row["calls"], row["compiles"], row["recompiles"]) == (10, 5, 4)
+    assert (row["hits"], row["misses"], row["evictions"]) == (5, 5, 3)
+    assert row["recompiled_after_eviction"] == 1
+    assert row["p99_ns"] >= row["p50_ns"] > 0
+    assert row["peak_source"] == "RSS" and row["peak_bytes"] == row["peak_rss_bytes"]
+
+
+def test_ember_run_report_and_dashboard_show_the_same_numbers(recorded, monkeypatch):
+    row = recorded["row"]
+    p50, p99 = fmt.duration(row["p50_ns"]), fmt.duration(row["p99_ns"])
+    peak = fmt.size(row["peak_bytes"])
+
+    # ember run's printed summary
+    out = _flat(recorded["run_output"])
+    assert "calls 10 " in out
+    assert re.search(r"compiles 5 \([^)]+\), 4 recompiles ", out), out
+    assert "5 hits, 5 misses, 3 evictions (1 compiled again after eviction)" in out
+    assert f"latency p50 {p50}, p99 {p99} (dispatch only)" in out
+    assert f"peak memory {peak} RSS" in out
+
+    # ember report's headline
+    rep = runner.invoke(app, ["report", "--db", str(recorded["db"])], env={"COLUMNS": "300"})
+    assert rep.exit_code == 0, rep.output
+    head = _flat(rep.output)
+    assert "10 calls · 5 compiles (" in head and ", 4 recompiles) · " in head
+    assert "cache 5 hits/5 misses/3 evictions" in head
+    assert f"peak {peak} RSS" in head
+    assert f"call p50 {p50} p99 {p99} (dispatch only)" in head
+
+    # the dashboard: Runs table, Recompiles, Cache and Calls metrics
+    from ember.dashboard.db import DB_ENV
+
+    monkeypatch.setenv(DB_ENV, str(recorded["db"]))
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    (shown,) = shown_table(at, "peak_bytes").to_dict("records")  # the text of each cell
+    counts = [shown[c] for c in ("calls", "compiles", "recompiles", "evictions")]
+    assert counts == ["10", "5", "4", "3"]
+    assert (shown["peak_bytes"], shown["peak_source"]) == (peak, "RSS")
+    assert (shown["p50_ms"], shown["p99_ms"]) == (p50, p99)
+    assert shown["latency_kind"] == "dispatch only"
+
+    at.switch_page("recompiles.py").run()
+    m = {x.label: x.value for x in at.metric}
+    assert (m["Compiles"], m["Recompiles"], m["After eviction"]) == ("5", "4", "1")
+    at.switch_page("cache.py").run()
+    m = {x.label: x.value for x in at.metric}
+    assert (m["Hits"], m["Misses"], m["Evictions"]) == ("5", "5", "3")
+    at.switch_page("calls.py").run()
+    m = {x.label: x.value for x in at.metric}
+    assert m["Calls"] == "10"
+    assert "dispatch only" in " ".join(c.value for c in at.caption)
