@@ -1,7 +1,7 @@
 -- run_summary: one row per run: the headline numbers, defined once. `ember report`,
 -- `ember run`'s summary and every dashboard page read them here; nothing else counts them.
 --
--- run_id, started_at, phase, host, backend, entrypoint, file   from `runs`
+-- run_id, started_at, phase, host, backend, entrypoint, file, sync   from `runs`
 -- name          the run's readable name: its scenario tag, else model tag, else entrypoint
 -- model         the model tag
 -- tags          the tags as JSON text
@@ -125,6 +125,7 @@ SELECT
     CAST(r.tags AS VARCHAR) AS tags,
     r.entrypoint,
     r.file,
+    r.sync,
     coalesce(e.calls, 0) AS calls,
     coalesce(e.failed_calls, 0) AS failed_calls,
     coalesce(e.steps, 0) AS steps,
@@ -145,7 +146,8 @@ SELECT
     coalesce(e.breaks, 0) AS breaks,
     e.graph_break,
     CASE WHEN e.calls > 0 THEN 'call' WHEN e.steps > 0 THEN 'step' END AS latency_of,
-    CASE WHEN e.calls > 0 OR e.steps > 0 THEN 'dispatch only' END AS latency_kind,
+    CASE WHEN e.calls > 0 OR e.steps > 0
+        THEN CASE WHEN r.sync THEN 'to results' ELSE 'dispatch only' END END AS latency_kind,
     CASE WHEN e.calls > 0 THEN e.call_p50_ns ELSE e.step_p50_ns END AS p50_ns,
     CASE WHEN e.calls > 0 THEN e.call_p90_ns ELSE e.step_p90_ns END AS p90_ns,
     CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE e.step_p99_ns END AS p99_ns,
