@@ -5,6 +5,11 @@
 2. Recording end to end (``bus.emit`` -> recorder handler -> record dict -> orjson ->
    buffered file write), in microseconds per event and as a ratio to the floor of
    ``orjson.dumps`` + a buffered write of the same record (target <= 3x).
+3. The cost of syncing per model call (issue 13): a call inside ``record()`` (spans end at
+   the results: the call waits for its outputs) next to a bare call that blocks on its
+   outputs, per call and as a ratio, for ``onnx:light/squeezenet`` and a tiny model whose
+   run is shorter than the recording; the recorded call spans' median is printed beside the
+   timed loop's (the issue's "within 15 %"), and ``sync=False`` for comparison.
 
 Run: ``.venv/bin/python benchmarks/bench_recorder.py``
 """
@@ -12,8 +17,11 @@ Run: ``.venv/bin/python benchmarks/bench_recorder.py``
 from __future__ import annotations
 
 import io
+import json
 import os
+import statistics
 import tempfile
+import time
 import timeit
 
 import orjson
@@ -70,5 +78,107 @@ def main() -> None:
     )
 
 
+def _tiny_model():
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])],
+        initializer=[w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _call_spans(path: str) -> list[int]:
+    with open(path, "rb") as f:
+        recs = [json.loads(line) for line in f]
+    return [r["duration_ns"] for r in recs if r["kind"] == "span_end" and r["span_kind"] == "call"]
+
+
+def sync_cost(name: str, source, calls: int, rounds: int = 5, pairs: bool = False) -> None:
+    """Per call: bare (blocks on outputs) vs recorded (synced) vs recorded dispatch-only."""
+    import jax
+    import numpy as np
+
+    import ember.runtime as rt
+
+    model = rt.compile(rt.load(source))
+    (spec,) = model.model.inputs
+    feeds = {spec.name: np.random.default_rng(0).random(spec.shape, dtype=np.float32)}
+    for _ in range(5):
+        jax.block_until_ready(model(feeds))
+
+    def loop() -> list[int]:
+        out = []
+        for _ in range(calls):
+            t0 = time.perf_counter_ns()
+            jax.block_until_ready(model(feeds))
+            out.append(time.perf_counter_ns() - t0)
+        return out
+
+    bare, synced, dispatch, span_ratio, spans_dispatch = [], [], [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(rounds):  # alternate, so a change of load hits all three alike
+            loop_round = loop()
+            bare.append(statistics.median(loop_round))
+            path = os.path.join(tmp, f"s{i}.jsonl")
+            with record(path):
+                synced.append(statistics.median(loop()))
+            # the recorded spans' median against the timed loop of the same round
+            span_ratio.append(statistics.median(_call_spans(path)) / bare[-1])
+            path = os.path.join(tmp, f"d{i}.jsonl")
+            with record(path, sync=False):
+                dispatch.append(statistics.median(loop()))
+            spans_dispatch.append(statistics.median(_call_spans(path)) / bare[-1])
+    b, s, d = min(bare), min(synced), min(dispatch)
+    print(f"{name}: {calls} calls x {rounds} rounds; per call, median of a round, best round")
+    print(f"  bare call + block_until_ready        {b / 1e3:9.1f} us")
+    print(
+        f"  recorded, synced (default)           {s / 1e3:9.1f} us   ratio {s / b:5.2f}x"
+        f"   (+{(s - b) / 1e3:.1f} us a call)"
+    )
+    print(f"  recorded, sync=False (+ block)       {d / 1e3:9.1f} us   ratio {d / b:5.2f}x")
+    print(
+        "  recorded call spans' median / the timed loop's median, per round: synced "
+        + ", ".join(f"{r:.2f}" for r in span_ratio)
+        + "; dispatch only "
+        + ", ".join(f"{r:.2f}" for r in spans_dispatch)
+    )
+    if not pairs:
+        return
+    # call by call: a timed call that reads its outputs, then a recorded call (its own
+    # recording), 20 times, as tests/runtime/test_sync.py does; load moves a pair together
+    loop_ns, span_ns = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(20):
+            t0 = time.perf_counter_ns()
+            np.asarray(next(iter(model(feeds).values())))
+            loop_ns.append(time.perf_counter_ns() - t0)
+            path = os.path.join(tmp, f"p{i}.jsonl")
+            with record(path):
+                jax.block_until_ready(model(feeds))
+            span_ns += _call_spans(path)
+    paired = statistics.median(s_ / t for s_, t in zip(span_ns, loop_ns, strict=True))
+    print(
+        f"  20 pairs: timed loop median {statistics.median(loop_ns) / 1e3:9.1f} us, recorded "
+        f"call span median {statistics.median(span_ns) / 1e3:9.1f} us, median of the pairs' "
+        f"ratios {paired:.2f} (issue 13: within 15 %)"
+    )
+
+
+def main_sync() -> None:
+    from ember.runtime.workload import resolve_source
+
+    sync_cost(
+        "squeezenet (onnx:light)", resolve_source("onnx:light/squeezenet"), calls=20, pairs=True
+    )
+    sync_cost("tiny MatMul+Relu [4,8]", _tiny_model(), calls=2000)
+
+
 if __name__ == "__main__":
     main()
+    main_sync()

@@ -1019,14 +1019,15 @@ class _FastPath:
                             result = run(args)
                             dispatched = time.monotonic_ns()
                             if bus.sync:
-                                _block(result)
+                                _block(result)  # the segment's results are the call's
                     else:
                         result = run(args)
                         dispatched = time.monotonic_ns()
+                        if bus.sync:
+                            _block(result)
                     if bus.sync:
                         # the span ends at the results; the dispatch time goes with it
                         span.set(dispatch_ns=dispatched - span.start)
-                        _block(result)
                     return result
             generation = bus.generation
             result = run(args)
