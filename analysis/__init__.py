@@ -19,6 +19,8 @@ Never imports jax. The pieces:
 - ``report.findings`` (``ember report``), ``export.export_chrome`` / ``export_parquet``
   (``ember export``), ``candle.import_candle`` (``ember import candle``),
   ``synthetic.write_trace`` (large realistic traces for benchmarks).
+- ``compare.compare_refs`` (``ember compare``, the CI gate): two runs metric by metric under
+  rules from ``gate.py`` (``--fail-on``, ``[tool.ember.gate]``), latency as samples.
 """
 
 from .db import DEFAULT_DB, RECORD_TABLES, VIEW_NAMES, Connection, DatabaseBusyError, connect

@@ -63,7 +63,11 @@ __all__ = [
     "Side",
     "compare",
     "compare_refs",
+    "headline",
+    "show",
+    "show_change",
     "latency_test",
+    "latency_tests",
     "load_run",
     "open_sides",
     "to_json",
@@ -92,6 +96,7 @@ _CONTEXT_COLUMNS = {
     "tags",
     "entrypoint",
     "file",
+    "sync",
     "latency_of",
     "latency_kind",
     "peak_source",
@@ -158,7 +163,8 @@ class RunData:
 
     @property
     def name(self) -> str:
-        return str(self.summary.get("name") or self.run_id[:8])
+        """The run's name (scenario, model or entrypoint), long paths cut from the left."""
+        return fmt.short_path(str(self.summary.get("name") or self.run_id[:8]), 40)
 
     @property
     def short_id(self) -> str:
@@ -189,14 +195,22 @@ def _times(n: int) -> str:
     return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
+# the recompiles run_summary counts (not of eager segments, not JAX's own primitives),
+# one row per change each names (a recompile after an eviction: that one cause)
 _RECOMPILE_CAUSES = """
 WITH r AS (
-    SELECT position, fun_name, compile_index, reason,
-        unnest(CASE WHEN after_eviction OR len(changes) = 0
-            THEN [{'change': change, 'arg': arg, 'dim': dim}]
-            ELSE list_transform(changes, lambda c: {'change': c.change, 'arg': c.arg,
+    SELECT r.position, r.fun_name, r.compile_index, r.reason,
+        unnest(CASE WHEN r.after_eviction OR len(r.changes) = 0
+            THEN [{'change': r.change, 'arg': r.arg, 'dim': r.dim}]
+            ELSE list_transform(r.changes, lambda c: {'change': c.change, 'arg': c.arg,
                 'dim': c.dim}) END) AS ch
-    FROM recompiles WHERE run_id = $1
+    FROM recompiles r
+    LEFT JOIN compiles c ON c.run_id = r.run_id AND c.source IS NOT DISTINCT FROM r.source
+        AND c.position IS NOT DISTINCT FROM r.position
+        AND c.fun_name IS NOT DISTINCT FROM r.fun_name AND c.compile_index = r.compile_index
+    LEFT JOIN _jit_functions j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
+    WHERE r.run_id = $1 AND c.compiled IS DISTINCT FROM false
+        AND NOT coalesce(j.internal, false)
 ),
 lookups AS (
     SELECT position, count(*) AS lookups FROM cache_lookups WHERE run_id = $1 GROUP BY ALL
@@ -280,64 +294,77 @@ class LatencyTest:
     change_interval: tuple[float, float] | None  # 95 % interval of candidate - base (ns)
     relative_interval: tuple[float, float] | None  # of candidate / base - 1
     p_value: float | None  # Mann-Whitney U, two-sided
-    slower: bool  # candidate's durations tend to be larger (U test, one-sided p < ALPHA)
-    faster: bool
+    slower: bool = False  # candidate's durations tend to be larger (one-sided p < ALPHA)
+    faster: bool = False
 
     @property
     def enough(self) -> bool:
         return self.n_base >= MIN_SAMPLES and self.n_candidate >= MIN_SAMPLES
 
 
-def _stat(q: float | None) -> Callable[[np.ndarray], np.ndarray]:
-    if q is None:
-        return lambda x: np.mean(x, axis=-1)
-    return lambda x: np.quantile(x, q, axis=-1)
-
-
-def _resampled(x: np.ndarray, stat: Callable, rng: np.random.Generator) -> np.ndarray:
-    """``stat`` of ``RESAMPLES`` resamples of ``x`` (with replacement), in batches."""
-    n = len(x)
-    out = np.empty(RESAMPLES)
-    batch = max(1, min(RESAMPLES, 2_000_000 // n))
-    for start in range(0, RESAMPLES, batch):
-        k = min(batch, RESAMPLES - start)
-        out[start : start + k] = stat(x[rng.integers(0, n, size=(k, n))])
+def _stats(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every latency statistic of ``x`` along its last axis."""
+    qs = [q for q in LATENCY_METRICS.values() if q is not None]
+    values = np.quantile(x, qs, axis=-1)
+    out = {c: values[qs.index(q)] for c, q in LATENCY_METRICS.items() if q is not None}
+    out.update({c: np.mean(x, axis=-1) for c, q in LATENCY_METRICS.items() if q is None})
     return out
 
 
-def latency_test(base: np.ndarray, candidate: np.ndarray, column: str) -> LatencyTest:
-    """Compare two samples of durations on ``column``'s statistic (see the module doc)."""
+def _resampled(x: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Every statistic of ``RESAMPLES`` resamples of ``x`` (with replacement), in batches
+    of at most two million values; one draw of resamples serves every statistic."""
+    n = len(x)
+    out = {c: np.empty(RESAMPLES) for c in LATENCY_METRICS}
+    batch = max(1, min(RESAMPLES, 2_000_000 // n))
+    for start in range(0, RESAMPLES, batch):
+        k = min(batch, RESAMPLES - start)
+        for c, v in _stats(x[rng.integers(0, n, size=(k, n))]).items():
+            out[c][start : start + k] = v
+    return out
+
+
+def latency_tests(base: np.ndarray, candidate: np.ndarray) -> dict[str, LatencyTest]:
+    """Compare two samples of durations on each latency statistic (see the module doc):
+    one Mann-Whitney U test of the samples, one bootstrap of each side for all of them."""
     from scipy.stats import mannwhitneyu
 
-    stat = _stat(LATENCY_METRICS[column])
     a = np.asarray(base, dtype=np.float64)
     b = np.asarray(candidate, dtype=np.float64)
-    point_a = float(stat(a)) if len(a) else None
-    point_b = float(stat(b)) if len(b) else None
-    test = LatencyTest(column, len(a), len(b), point_a, point_b, None, None, None, False, False)
-    if not test.enough:
-        return test
-    rng = np.random.default_rng(SEED)
-    if len(a) > MAX_BOOTSTRAP:
-        a_boot = rng.choice(a, MAX_BOOTSTRAP, replace=False)
-    else:
-        a_boot = a
-    b_boot = rng.choice(b, MAX_BOOTSTRAP, replace=False) if len(b) > MAX_BOOTSTRAP else b
-    sa = _resampled(a_boot, stat, rng)
-    sb = _resampled(b_boot, stat, rng)
-    lo, hi = 100 * ALPHA / 2, 100 * (1 - ALPHA / 2)
-    diff = sb - sa
-    test.change_interval = (float(np.percentile(diff, lo)), float(np.percentile(diff, hi)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(sa > 0, sb / sa - 1, np.where(sb > 0, np.inf, 0.0))
-    test.relative_interval = (float(np.percentile(rel, lo)), float(np.percentile(rel, hi)))
+    point_a = {c: float(v) for c, v in _stats(a).items()} if len(a) else {}
+    point_b = {c: float(v) for c, v in _stats(b).items()} if len(b) else {}
+    tests = {
+        c: LatencyTest(c, len(a), len(b), point_a.get(c), point_b.get(c), None, None, None)
+        for c in LATENCY_METRICS
+    }
+    if not (len(a) >= MIN_SAMPLES and len(b) >= MIN_SAMPLES):
+        return tests
     if np.all(a == a[0]) and np.all(b == a[0]):
-        test.p_value = 1.0  # identical constant samples: nothing differs
+        p_value, slower, faster = 1.0, False, False  # the same constant: nothing differs
     else:
-        test.p_value = float(mannwhitneyu(b, a, alternative="two-sided").pvalue)
-        test.slower = float(mannwhitneyu(b, a, alternative="greater").pvalue) < ALPHA
-        test.faster = float(mannwhitneyu(b, a, alternative="less").pvalue) < ALPHA
-    return test
+        p_greater = float(mannwhitneyu(b, a, alternative="greater").pvalue)
+        p_less = float(mannwhitneyu(b, a, alternative="less").pvalue)
+        p_value = min(1.0, 2 * min(p_greater, p_less))
+        slower, faster = p_greater < ALPHA, p_less < ALPHA
+    rng = np.random.default_rng(SEED)
+    a_boot = rng.choice(a, MAX_BOOTSTRAP, replace=False) if len(a) > MAX_BOOTSTRAP else a
+    b_boot = rng.choice(b, MAX_BOOTSTRAP, replace=False) if len(b) > MAX_BOOTSTRAP else b
+    sa_all, sb_all = _resampled(a_boot, rng), _resampled(b_boot, rng)
+    lo, hi = 100 * ALPHA / 2, 100 * (1 - ALPHA / 2)
+    for c, test in tests.items():
+        sa, sb = sa_all[c], sb_all[c]
+        diff = sb - sa
+        test.change_interval = (float(np.percentile(diff, lo)), float(np.percentile(diff, hi)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(sa > 0, sb / sa - 1, np.where(sb > 0, np.inf, 0.0))
+        test.relative_interval = (float(np.percentile(rel, lo)), float(np.percentile(rel, hi)))
+        test.p_value, test.slower, test.faster = p_value, slower, faster
+    return tests
+
+
+def latency_test(base: np.ndarray, candidate: np.ndarray, column: str) -> LatencyTest:
+    """``latency_tests`` of one statistic (``p50_ns``, ``p90_ns``, ``p99_ns``, ``mean_ns``)."""
+    return latency_tests(base, candidate)[column]
 
 
 # ---------------------------------------------------------------- comparison
@@ -447,6 +474,7 @@ def _direction_verdict(change: float, better: str | None) -> str:
 
 def _metric_rows(base: RunData, cand: RunData, derived: dict[str, tuple[int, int]]) -> list:
     rows: list[MetricRow] = []
+    cache: dict[str, Any] = {}  # the latency tests, computed once for every statistic
     columns = [c for c in base.summary if c not in _CONTEXT_COLUMNS]
     columns += [c for c in cand.summary if c not in _CONTEXT_COLUMNS and c not in columns]
     for column in columns:
@@ -454,13 +482,15 @@ def _metric_rows(base: RunData, cand: RunData, derived: dict[str, tuple[int, int
         sample = bv if bv is not None else cv
         if sample is not None and not isinstance(sample, bool | int | float):
             continue  # a text or time column: context, not a metric
-        rows.append(_metric_row(column, bv, cv, base, cand))
+        rows.append(_metric_row(column, bv, cv, base, cand, cache))
     for column, (bv, cv) in derived.items():
-        rows.append(_metric_row(column, bv, cv, base, cand))
+        rows.append(_metric_row(column, bv, cv, base, cand, cache))
     return rows
 
 
-def _metric_row(column: str, bv: Any, cv: Any, base: RunData, cand: RunData) -> MetricRow:
+def _metric_row(
+    column: str, bv: Any, cv: Any, base: RunData, cand: RunData, cache: dict[str, Any]
+) -> MetricRow:
     unit = _unit(column, bv if bv is not None else cv)
     better = _better(column)
     b, c = _num(bv), _num(cv)
@@ -482,7 +512,9 @@ def _metric_row(column: str, bv: Any, cv: Any, base: RunData, cand: RunData) -> 
         row.note = "; ".join(mismatch)
         return row
     if column in LATENCY_METRICS:
-        test = latency_test(base.durations_ns, cand.durations_ns, column)
+        if "tests" not in cache:
+            cache["tests"] = latency_tests(base.durations_ns, cand.durations_ns)
+        test = cache["tests"][column]
         row.latency = test
         if not test.enough:
             row.verdict = _direction_verdict(row.change, better) if row.change == 0 else "–"
@@ -512,6 +544,8 @@ def _signed_pct(x: float | None) -> str:
         return fmt.MISSING
     if math.isinf(x):
         return "+∞%" if x > 0 else "-∞%"
+    if x >= 9.5:  # +950% and more read better as a ratio: '64x'
+        return f"{1 + x:,.0f}x"
     sign = "+" if x > 0 else "-" if x < 0 else "±"
     return sign + fmt.percent(abs(x))
 
@@ -696,7 +730,7 @@ def open_sides(
     from .db import connect
     from .ingest import ingest
     from .lake import connect_lake
-    from .report import resolve_run
+    from .runs import resolve_run
 
     if base is None and not baseline_tags:
         raise CompareError("no baseline: give BASE CANDIDATE, or CANDIDATE --baseline-tag K=V")
@@ -762,7 +796,8 @@ def _status_mark(status: str) -> str:
     return {"pass": "✅ pass", "fail": "❌ fail", "skip": "⚪ skip"}[status]
 
 
-def _headline(c: Comparison) -> str:
+def headline(c: Comparison) -> str:
+    """'PASS: 6 of 7 rules hold, 1 skipped' or 'FAIL: 2 of 7 rules broken'."""
     n = len(c.rules)
     if not n:
         return "no rules"
@@ -780,7 +815,7 @@ def _run_line(label: str, r: RunData) -> str:
 
 def to_markdown(c: Comparison) -> str:
     """For a CI job summary or a pull-request comment (GitHub-flavoured tables)."""
-    out = [f"### Ember compare — {_headline(c)}", ""]
+    out = [f"### Ember compare — {headline(c)}", ""]
     out += [f"- {_run_line('base', c.base)}", f"- {_run_line('candidate', c.candidate)}"]
     out.append(f"- rules from {c.rules_origin}")
     out.append("")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import (
     analysis,  # noqa: F401
+    compare,  # noqa: F401
     dashboard,  # noqa: F401
     demo,  # noqa: F401
     run,  # noqa: F401

@@ -1,0 +1,204 @@
+"""`ember compare`, the CI gate, on runs that `ember run` records (each in its own process,
+as a CI job would): a baseline at one input shape, a candidate whose shapes vary per call,
+and the baseline's workload recorded again on this (shared, busy) machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from ember.analysis import ingest
+from ember.cli.main import app
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+SWEEP = ",".join(str(n) for n in range(8, 28))  # 20 calls, each at a new length
+
+
+def _model(path: Path) -> Path:
+    """x: float32[batch, seq, 32] -> four (MatMul, Tanh) -> sum: one segment, no break."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "w")
+    nodes, x = [], "x"
+    for i in range(4):
+        nodes += [
+            helper.make_node("MatMul", [x, "w"], [f"m{i}"]),
+            helper.make_node("Tanh", [f"m{i}"], [f"h{i}"]),
+        ]
+        x = f"h{i}"
+    nodes.append(helper.make_node("ReduceSum", [x], ["out"], keepdims=0))
+    graph = helper.make_graph(
+        nodes,
+        "stack",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [])],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _ember_run(model: Path, trace: Path, *args: str) -> Path:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "ember.cli.main", "run", str(model), "--record", str(trace)]
+    subprocess.run([*cmd, *args], check=True, cwd=REPO, env=env, timeout=300, capture_output=True)
+    return trace
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("gate")
+    model = _model(folder / "stack.onnx")
+    fixed = ["--input", "x=2x16x32", "--calls", "30"]
+    return {
+        "base": _ember_run(model, folder / "base.jsonl", *fixed, "--tag", "branch=main"),
+        "candidate": _ember_run(
+            model,
+            folder / "candidate.jsonl",
+            "--input",
+            "x=2x8x32",
+            "--sweep",
+            f"x:1={SWEEP}",
+            "--calls",
+            "1",
+            "--tag",
+            "branch=feature",
+        ),
+        "again": _ember_run(model, folder / "again.jsonl", *fixed, "--tag", "branch=main"),
+    }
+
+
+@pytest.fixture()
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder without a pyproject.toml: the default rules apply."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def gate(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["compare", *map(str, args)], env={"COLUMNS": "200"})
+    return result.exit_code, result.output
+
+
+def test_a_candidate_whose_shapes_vary_per_call_fails_naming_the_new_cause(runs, here):
+    code, out = gate(runs["base"], runs["candidate"])
+    assert code == 1, out
+    assert "FAIL" in out
+    assert "new: `x` dim 1 changed on every call at position 0" in out
+    assert "recompiles 0 -> 19 (+19): beyond +0" in out
+
+
+def test_the_same_run_against_itself_passes(runs, here):
+    code, out = gate(runs["base"], runs["base"])
+    assert code == 0, out
+    assert "PASS" in out and "new:" not in out
+
+
+def test_the_same_workload_recorded_twice_passes_under_the_default_rules(runs, here):
+    # recorded one after the other on a machine that other jobs share: their latencies
+    # differ, the default latency rule must not call that a regression
+    code, out = gate(runs["base"], runs["again"], "--json")
+    doc = json.loads(out)
+    assert code == 0, json.dumps(doc["rules"], indent=1)
+    assert doc["rules_from"] == "defaults"
+    latency = next(r for r in doc["rules"] if r["metric"] == "p50_ns")
+    assert latency["status"] == "pass"
+    p50 = next(m for m in doc["metrics"] if m["metric"] == "p50_ns")
+    assert p50["latency"]["n_base"] == 30 and p50["latency"]["n_candidate"] == 30
+
+
+def test_markdown_and_junit_from_the_command(runs, here):
+    junit = here / "reports" / "ember.xml"
+    code, out = gate(runs["base"], runs["candidate"], "--format", "markdown", "--junit", junit)
+    assert code == 1
+    assert out.startswith("### Ember compare — FAIL: ")
+    assert "| `recompiles>+0` | ❌ fail | recompiles 0 -> 19 (+19): beyond +0 |" in out
+    assert "- new: `x` dim 1 changed on every call at position 0" in out
+    suite = ET.parse(junit).getroot().find("testsuite")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert "recompiles>+0" in cases and "new_recompile_causes>0" in cases
+    failure = cases["recompiles>+0"].find("failure")
+    assert "`x` dim 1 changed on every call" in failure.text
+    assert cases["new_breaks>0"].find("failure") is None  # no break in this model
+    assert int(suite.get("failures")) == sum(
+        1 for c in cases.values() if c.find("failure") is not None
+    )
+
+
+def test_run_ids_and_the_latest_run_with_a_tag_from_a_database(runs, here):
+    db = here / "ci.duckdb"
+    summary = ingest([runs["base"], runs["candidate"], runs["again"]], db)
+    ids = {Path(f.path).stem: f.run_id for f in summary.files}
+    code, out = gate(ids["base"][:8], ids["candidate"][:10], "--db", db, "--json")
+    assert code == 1 and json.loads(out)["base"]["run_id"] == ids["base"]
+    # the latest run tagged branch=main is the second recording
+    code, out = gate(ids["candidate"], "--baseline-tag", "branch=main", "--db", db, "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["base"]["run_id"] == ids["again"]
+    assert "latest run tagged branch=main" in doc["base"]["origin"]
+    # a trace file as the candidate against a database of baselines
+    code, out = gate(runs["again"], "--baseline-tag", "branch=main", "--db", db, "--json")
+    doc = json.loads(out)
+    assert doc["candidate"]["run_id"] == ids["again"]
+    assert doc["base"]["run_id"] == ids["base"]  # the candidate itself is never its baseline
+
+
+def test_a_baseline_from_a_lake(runs, here):
+    lake = here / "lake"
+    result = runner.invoke(app, ["ingest", str(runs["base"]), "--lake", str(lake)])
+    assert result.exit_code == 0, result.output
+    code, out = gate(runs["candidate"], "--baseline-tag", "branch=main", "--db", lake, "--json")
+    doc = json.loads(out)
+    assert code == 1
+    assert doc["base"]["origin"].startswith(str(lake))
+    assert any(c["name"] == "`x` dim 1" for c in doc["new_causes"])
+
+
+def test_rules_from_pyproject(runs, here):
+    (here / "pyproject.toml").write_text(
+        '[tool.ember.gate]\nfail-on = ["new_breaks>0", "calls<10"]\n', encoding="utf-8"
+    )
+    code, out = gate(runs["base"], runs["candidate"], "--json")
+    doc = json.loads(out)
+    assert doc["rules_from"].endswith("pyproject.toml [tool.ember.gate]")
+    assert [(r["rule"], r["status"]) for r in doc["rules"]] == [
+        ("new_breaks>0", "pass"),
+        ("calls<10", "pass"),
+    ]
+    assert code == 0
+    code, _ = gate(runs["base"], runs["candidate"], "--fail-on", "recompiles>0")  # wins
+    assert code == 1
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["nosuchrun", "{candidate}", "--db", "{db}"], "no run 'nosuchrun'"),
+        (["{base}", "missing.jsonl"], "missing.jsonl: no such trace file"),
+        (["{base}", "{candidate}", "--fail-on", "recompiles=>0"], "cannot read the rule"),
+        (["{base}", "{candidate}", "--fail-on", "recompile>0"], "no metric 'recompile'"),
+        (["{candidate}"], "no baseline"),
+        (["{candidate}", "--baseline-tag", "branch"], "expected KEY=VALUE"),
+        (["{candidate}", "--baseline-tag", "branch=nope", "--db", "{db}"], "no run tagged"),
+        (["{base}", "{candidate}", "--db", "{db}", "--config", "nope.toml"], "no such file"),
+    ],
+)
+def test_bad_input_exits_2_and_says_what_to_do(runs, here, args, says):
+    db = here / "one.duckdb"
+    ingest([runs["base"]], db)
+    filled = [a.format(db=db, **{k: str(v) for k, v in runs.items()}) for a in args]
+    code, out = gate(*filled)
+    assert code == 2, out
+    assert says in " ".join(out.split())
