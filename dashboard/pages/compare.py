@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from ember.dashboard import db, state, summary, ui
+from ember.dashboard import db, gate, state, summary, ui
 
 st.title("Compare runs")
 ids = summary.run_ids()
@@ -106,3 +106,5 @@ if not ui.lacks("call_latency"):
         b,
     )
     ui.table(latency, key="ember_compare_latency")
+
+gate.render(a, b)
