@@ -2,9 +2,10 @@
 -- is JAX's own compile of a primitive run outside jit.
 --
 -- JAX compiles the primitives a program runs eagerly (`_normal`, `_reduce_sum`,
--- `convert_element_type`, ...) through `jit` too. The JAX bridge marks those compiles
--- (`outside_jit`); in traces without the mark a function counts as JAX's own when none of
--- its compiles has a retrace reason or changes and none ran inside a call or step span.
+-- `convert_element_type`, ...) through `jit` too. A function counts as JAX's own when the
+-- JAX bridge marked a compile of it `outside_jit` (a primitive run op by op), or when none
+-- of its compiles has a retrace reason or changes and none ran inside a call or step span
+-- (JAX's own jitted helpers such as `_normal`, and traces without the mark).
 --
 -- run_id     the run
 -- fun_name   the jitted function's name
@@ -12,10 +13,10 @@
 -- compiles   its jit spans (compiles)
 -- compile_ns their total time (ns)
 SELECT jit_span.run_id, jit_span.start_attrs.fun_name AS fun_name,
-    coalesce(bool_or(jit_span.end_attrs.outside_jit),
-        bool_and(jit_span.end_attrs.retrace_reason IS NULL
+    coalesce(bool_or(jit_span.end_attrs.outside_jit), false)
+        OR bool_and(jit_span.end_attrs.retrace_reason IS NULL
             AND coalesce(len(jit_span.end_attrs.changes), 0) = 0
-            AND parent_span.span_id IS NULL)) AS internal,
+            AND parent_span.span_id IS NULL) AS internal,
     count(*) AS compiles,
     CAST(coalesce(sum(jit_span.duration_ns), 0) AS BIGINT) AS compile_ns
 FROM spans jit_span
