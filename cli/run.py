@@ -109,7 +109,7 @@ def run(
     """Run a model, record a trace, and print calls, compiles, cache, latency and memory."""
     import jax  # noqa: F401  (imported before recording, so the trace names backend and devices)
 
-    from ember.recorder import record
+    from ember.recorder import TraceWriteError, record
     from ember.runtime import EmberRuntimeError
     from ember.runtime.workload import (
         WorkloadError,
@@ -148,7 +148,7 @@ def run(
                 profile=profile,
                 on_call=lambda done, total: progress.update(task, completed=done, total=total),
             )
-    except (EmberRuntimeError, FileNotFoundError, ValueError) as exc:
+    except (EmberRuntimeError, FileNotFoundError, ValueError, TraceWriteError) as exc:
         raise fail(f"{model}: {exc}") from None
 
     # the numbers come from the trace, through the run_summary view: the same definition as

@@ -13,11 +13,13 @@ from typing import Any
 from . import bus
 from .bus import attach, detach, emit, span
 from .recorder import EVENT_NAMES, Recorder, active_recorders, record
-from .writer import TraceWriter
+from .writer import TraceWriteError, TraceWriter, TraceWriteWarning
 
 __all__ = [
     "EVENT_NAMES",
     "Recorder",
+    "TraceWriteError",
+    "TraceWriteWarning",
     "TraceWriter",
     "active_recorders",
     "attach",

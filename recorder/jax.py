@@ -690,16 +690,21 @@ class ProfileSession:
         return record_gradients(step, grads, root=root, phase=self.phase)
 
     def close(self) -> None:
+        """Stop recording; ``TraceWriteError`` if records could not be written."""
+        self._close(None, None, None)
+
+    def _close(self, *exc: Any) -> None:
         if self._closed:
             return
         self._closed = True
         try:
             self.compiles.stop()
         finally:
-            self._record.__exit__(None, None, None)
+            # with the block's exception, so that a failed trace does not hide it
+            self._record.__exit__(*exc)
 
     def __enter__(self) -> ProfileSession:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, *exc: Any) -> None:
+        self._close(*exc)

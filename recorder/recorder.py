@@ -31,6 +31,7 @@ import socket
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata as _pkg_metadata
@@ -44,7 +45,13 @@ from ember.schemas import records as R
 
 from . import bus
 from . import events as E
-from .writer import ENCODE_OPTIONS, TraceWriter, encode_default
+from .writer import (
+    ENCODE_OPTIONS,
+    TraceWriteError,
+    TraceWriter,
+    TraceWriteWarning,
+    encode_default,
+)
 
 __all__ = ["SPANS", "POINTS", "EVENT_NAMES", "Recorder", "record", "active_recorders"]
 
@@ -359,6 +366,7 @@ class Recorder:
         self._writer.flush()
 
     def close(self) -> None:
+        """Stop recording and close the file; ``TraceWriteError`` if records were lost."""
         if self._synced:
             self._synced = False
             bus.release_sync()
@@ -406,6 +414,11 @@ def record(
     ``sync=False`` keeps JAX's asynchronous dispatch (for pipelines that overlap calls);
     spans then end at dispatch and the trace's ``meta.sync`` is false ("dispatch only").
     Spans are synced while any open recording asks for it.
+
+    A path that cannot be written (its parent is a file, ``/proc/...``) is a
+    ``TraceWriteError`` here. If writing fails later (a full disk) the program goes on with
+    one ``TraceWriteWarning``, and leaving the block raises ``TraceWriteError`` with the
+    number of records that were not written.
     """
     rec = Recorder(
         path,
@@ -419,6 +432,12 @@ def record(
     _active.append(rec)
     try:
         yield rec
-    finally:
+    except BaseException:
         _active.remove(rec)
-        rec.close()
+        try:
+            rec.close()
+        except TraceWriteError as exc:  # the body's own error is the one to see
+            warnings.warn(str(exc), TraceWriteWarning, stacklevel=3)
+        raise
+    _active.remove(rec)
+    rec.close()

@@ -154,6 +154,16 @@ def test_not_a_model(tmp_path):
     assert str(bad) in " ".join(result.output.split())
 
 
+def test_a_trace_path_that_cannot_be_written_is_a_clear_error(symbolic_model, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    trace = tmp_path / "afile" / "t.jsonl"
+    result = runner.invoke(app, ["run", str(symbolic_model), "--record", str(trace)])
+    assert result.exit_code == 1
+    assert f"cannot write the trace {trace}: {tmp_path / 'afile'} is a file, not a folder" in (
+        "".join(result.output.split("\n"))
+    )
+
+
 def test_shared_symbolic_dims_take_one_value():
     from ember.runtime import load
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -540,3 +541,21 @@ def test_a_retrace_jax_explains_in_words_ember_cannot_type_keeps_jax_text(tmp_pa
     assert attrs["changes"] == [] and attrs["outside_jit"] is False
     assert attrs["jax_explanation"] == text.rsplit(" https://", 1)[0]
     assert attrs["retrace_reason"] == "explanation unavailable! please open an issue at"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_session_on_a_full_disk_keeps_the_blocks_error_and_fails_at_close():
+    from ember.recorder import TraceWriteError, TraceWriteWarning
+
+    with pytest.warns(TraceWriteWarning) as caught:
+        with pytest.raises(KeyError, match="from the block"):
+            with ProfileSession("/dev/full"):
+                raise KeyError("from the block")
+    assert [str(w.message)[:35] for w in caught] == [
+        "ember: writing the trace /dev/full ",
+        "the trace /dev/full is incomplete: ",
+    ]
+    session = ProfileSession("/dev/full")
+    with pytest.warns(TraceWriteWarning, match="writing the trace /dev/full failed"):
+        with pytest.raises(TraceWriteError, match="the trace /dev/full is incomplete: 1 record"):
+            session.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from ember.recorder import bus, record
+from ember.recorder import TraceWriteError, TraceWriteWarning, bus, record
 from ember.schemas import SCHEMA_ID, validate_file
 
 
@@ -195,3 +196,107 @@ def test_importing_the_recorder_does_not_import_jax():
     code = "import sys, ember.recorder, ember.schemas; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- write failures: a full disk, paths that cannot be written
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_warns_once_keeps_recording_and_fails_at_exit():
+    # every write to /dev/full fails with ENOSPC, as on a full disk
+    with pytest.warns(TraceWriteWarning) as caught:
+        with pytest.raises(
+            TraceWriteError,
+            match=r"^the trace /dev/full is incomplete: 1001 record\(s\) were not written "
+            r"\(No space left on device\)$",
+        ) as failed:
+            with record("/dev/full") as rec:
+                rec.flush()  # the meta line: the first failure
+                for i in range(1000):  # the handlers keep running, counting what is lost
+                    rec.edge("a", "b", i)
+                    if i % 100 == 0:
+                        rec.flush()
+                assert rec._writer.lost == 902
+    warned = [str(w.message) for w in caught if issubclass(w.category, TraceWriteWarning)]
+    assert warned == [
+        "ember: writing the trace /dev/full failed (No space left on device); 1 record(s) lost "
+        "so far, and no more will be written to it. The program goes on; the trace will be "
+        "incomplete."
+    ]
+    assert failed.value.errno == 28 and isinstance(failed.value, OSError)
+
+
+def test_an_error_in_the_block_is_not_hidden_by_a_failed_trace():
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    with pytest.warns(TraceWriteWarning) as caught:
+        with pytest.raises(KeyError, match="the body's"):
+            with record("/dev/full"):
+                raise KeyError("the body's")
+    assert [str(w.message)[:44] for w in caught] == [
+        "ember: writing the trace /dev/full failed (N",
+        "the trace /dev/full is incomplete: 1 record(",
+    ]
+
+
+FILLING_DISK = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from ember.recorder import TraceWriteError, record
+    # a file size limit: writes past 20,000 bytes fail with EFBIG, as a disk that fills up
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
+    try:
+        with record(sys.argv[1]) as rec:
+            for i in range(2000):
+                rec.edge("a", "b", i)
+                if i % 100 == 0:
+                    rec.flush()
+            print("still running", flush=True)
+    except TraceWriteError as exc:
+        print("lost", exc)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_disk_that_fills_mid_run_keeps_whole_lines_and_counts_the_rest(tmp_path):
+    path = tmp_path / "filling.jsonl"
+    child = subprocess.run(
+        [sys.executable, "-c", FILLING_DISK, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, child.stderr
+    out = child.stdout.splitlines()
+    assert out[0] == "still running"
+    assert out[1].startswith(f"lost the trace {path} is incomplete: ")
+    lost = int(out[1].split("incomplete: ")[1].split(" ")[0])
+    assert "Exception in thread" not in child.stderr and "Traceback" not in child.stderr
+    assert child.stderr.count("TraceWriteWarning") == 1
+    assert f"writing the trace {path} failed (File too large)" in child.stderr
+    raw = path.read_bytes()
+    assert len(raw) <= 20_000
+    complete = raw.split(b"\n")[:-1]
+    for line in complete:
+        json.loads(line)  # whole lines up to the failure, at most a partial last one
+    assert len(complete) + lost == 2001 and len(complete) > 100
+
+
+def test_paths_that_cannot_be_written_fail_at_record_saying_why(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (tmp_path / "afile" / "run.jsonl", f"{re.escape(str(tmp_path))}.afile is a file, not a"),
+        (tmp_path / "afile" / "sub" / "run.jsonl", "afile is a file, not a folder"),
+        (tmp_path, "it is a folder"),
+    ]
+    if os.path.isdir("/proc/self"):
+        cases += [
+            ("/proc/run.jsonl", "(the folder /proc does not take new files|Permission denied)"),
+            ("/proc/ember-x/run.jsonl", "cannot create the folder /proc/ember-x"),
+        ]
+    for path, why in cases:
+        with pytest.raises(
+            TraceWriteError, match=f"^cannot write the trace {re.escape(str(path))}: .*{why}"
+        ):
+            with record(path):
+                pass  # pragma: no cover
+    assert not [h for h in bus.list_handlers() if h.startswith("ember.recorder.")]
