@@ -8,15 +8,16 @@ changes and stays shareable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import streamlit as st
 
 from ember.analysis.runs import matching
 
-__all__ = ["get_param", "set_param", "select_param", "multiselect_param"]
+__all__ = ["get_param", "set_param", "select_param", "multiselect_param", "is_default"]
 
 _SESSION_PREFIX = "ember_qp_"
+_AUTO_PREFIX = "ember_auto_"
 
 
 def get_param(name: str, default: str | None = None) -> str | None:
@@ -48,6 +49,7 @@ def select_param(
     where: object = st,
     help: str | None = None,
     labels: Mapping[str, str] | None = None,
+    prefer: Collection[str] | None = None,
 ) -> str | None:
     """A selectbox whose choice lives in ``?name=``.
 
@@ -55,11 +57,17 @@ def select_param(
     as the pages show them); a start that several options share selects the first of them
     and lists them all; an unknown value is ignored, with a warning. ``labels`` show a
     readable name for each option; the URL keeps the option itself.
+
+    Until a link or a person picks a value, each page chooses its own default: ``default``
+    if given, else the first option, or with ``prefer`` the first option in ``prefer`` (a
+    page's runs that have data for it). ``is_default`` says whether the choice is one.
     """
     if not options:
         return None
     shown = (lambda v: labels.get(v, v)) if labels else str
-    wanted = get_param(name, default)
+    wanted = get_param(name)
+    auto = wanted is None or is_default(name)
+    unknown = None
     if wanted is not None and wanted not in options:
         found = matching(wanted, options)
         if len(found) > 1:
@@ -69,17 +77,37 @@ def select_param(
                 f"Showing {shown(found[0])}; give more characters to pick one."
             )
         elif not found:
-            st.warning(
-                f"`{name}={wanted}` from the link is not in this database; "
-                f"showing {shown(options[0])}."
-            )
+            unknown, auto = wanted, True
         wanted = found[0] if found else None
-    index = options.index(wanted) if wanted in options else 0
+    if auto:
+        pool = [o for o in options if prefer is None or o in prefer] or list(options)
+        wanted = default if default in pool else pool[0]
+    if unknown is not None:
+        st.warning(
+            f"`{name}={unknown}` from the link is not in this database; showing {shown(wanted)}."
+        )
     choice = where.selectbox(  # type: ignore[attr-defined]
-        label, options, index=index, key=f"ember_sel_{name}", help=help, format_func=shown
+        label,
+        options,
+        index=options.index(wanted),
+        key=f"ember_sel_{name}",
+        help=help,
+        format_func=shown,
+        on_change=_picked,
+        args=(name,),
     )
     set_param(name, choice)
+    st.session_state[_AUTO_PREFIX + name] = auto and choice == wanted
     return choice
+
+
+def is_default(name: str) -> bool:
+    """True when ``?name=`` holds a default a page chose, not a link's or a person's pick."""
+    return bool(st.session_state.get(_AUTO_PREFIX + name))
+
+
+def _picked(name: str) -> None:
+    st.session_state[_AUTO_PREFIX + name] = False
 
 
 def multiselect_param(

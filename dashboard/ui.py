@@ -82,15 +82,41 @@ def table(frame: pl.DataFrame, **kwargs: object) -> None:
     st.dataframe(styled(frame), **kwargs)  # type: ignore[arg-type]
 
 
-def pick_run(label: str = "Run", name: str = "run", *, where: object = None) -> str | None:
-    """The run selected in the sidebar (``?run=``), newest by default; None if no runs."""
+def pick_run(
+    label: str = "Run",
+    name: str = "run",
+    *,
+    where: object = None,
+    data: str | None = None,
+    what: str | None = None,
+) -> str | None:
+    """The run selected in the sidebar (``?run=``); None if no runs.
+
+    ``data`` names the view a page shows (``memory_timeline``): then the picker marks the
+    runs without rows there ("(no memory records)", ``what`` says what they lack), and
+    until a link or a person picks a run, the page opens on the newest run that has rows,
+    with a note when newer runs have none. Without ``data``: the newest run.
+    """
     ids = summary.run_ids()
     if not ids:
         st.info("This database has no runs yet. Add traces with `ember ingest TRACES --db DB`.")
         st.stop()
-    return state.select_param(
-        label, name, ids, where=where or st.sidebar, labels=summary.run_labels()
+    names = summary.run_labels()
+    labels, have = names, None
+    if data is not None and db.has_relation(data):
+        have = set(db.query(f"SELECT DISTINCT run_id FROM {data}")["run_id"].to_list())
+        labels = {r: n if r in have else f"{n} (no {what or data})" for r, n in names.items()}
+    run = state.select_param(
+        label, name, ids, where=where or st.sidebar, labels=labels, prefer=have
     )
+    if have and run in have and run != ids[0] and state.is_default(name):
+        newer = [names.get(r, r) for r in ids[: ids.index(run)]]  # none of them in ``have``
+        st.caption(
+            f":material/info: Showing **{names.get(run, run)}**, the newest run with "
+            f"{what or data}; {len(newer)} newer run(s) have none ({'; '.join(newer)}). "
+            "Pick a run in the sidebar."
+        )
+    return run
 
 
 def require_relations(*names: str) -> None:

@@ -10,7 +10,7 @@ from ember.dashboard import charts, db, summary, ui
 
 st.title("Cache")
 ui.require_relations("cache_lookups", "evictions")
-run = ui.pick_run()
+run = ui.pick_run(data="cache_lookups", what="cache lookups")
 
 per_position = db.query(
     """

@@ -8,7 +8,7 @@ from ember.dashboard import charts, db, state, summary, ui
 
 st.title("Calls")
 ui.require_relations("run_summary", "call_latency", "spans")
-run = ui.pick_run()
+run = ui.pick_run(data="call_latency", what="calls")
 
 overall = summary.run_row(run)
 if not overall.get("calls"):

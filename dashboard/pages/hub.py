@@ -10,7 +10,7 @@ from ember.dashboard import charts, db, ui
 
 st.title("Hub")
 ui.require_relations("hub_files")
-run = ui.pick_run()
+run = ui.pick_run(data="hub_files", what="Hub files")
 
 files = db.query(
     """

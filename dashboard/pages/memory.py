@@ -12,7 +12,7 @@ from ember.dashboard import charts, db, ui
 
 st.title("Memory")
 ui.require_relations("memory_timeline", "peak_memory")
-run = ui.pick_run()
+run = ui.pick_run(data="memory_timeline", what="memory records")
 
 peaks = db.query(
     """

@@ -10,7 +10,7 @@ from ember.dashboard import charts, db, summary, ui
 
 st.title("Recompiles")
 ui.require_relations("compiles", "recompiles")
-run = ui.pick_run()
+run = ui.pick_run(data="compiles", what="compiles")
 
 # This run's compiles and recompiles are sliced once; the numbers, the chart and the tables
 # of the first sections aggregate those slices in DuckDB (see db.query_set).

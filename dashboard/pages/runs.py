@@ -119,6 +119,10 @@ if shown.height > 1:
 
 run = ui.pick_run()
 st.caption(
-    f"Selected run: **{labels.get(run, run)}** (`{run}`; the other pages show it, "
-    "change it in the sidebar)."
+    f"Selected run: **{labels.get(run, run)}** (`{run}`; change it in the sidebar)."
+    + (
+        " Until you pick one, each page opens on the newest run that has data for it."
+        if state.is_default("run")
+        else " The other pages show it."
+    )
 )

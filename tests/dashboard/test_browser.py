@@ -86,6 +86,24 @@ def test_every_page_renders_its_values_in_chromium(dashboard_db: Path, screensho
         expect(page.get_by_text("Why it compiled again")).to_be_visible(timeout=60_000)
         page.wait_for_url("**/recompiles?run=big-cache", timeout=30_000)
 
+        # a first visit (no run in the link): the newest run (hub) has no memory and no
+        # cache lookups, like the demo's training run; Memory and Cache open on the newest
+        # run that has them, say so, and draw their charts
+        fresh = browser.new_page()
+        fresh.goto(base)
+        expect(fresh.get_by_text("Largest peak memory")).to_be_visible(timeout=60_000)
+        for title, what in (("Memory", "memory records"), ("Cache", "cache lookups")):
+            fresh.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
+            expect(fresh.get_by_text(f"the newest run with {what}")).to_be_visible(timeout=60_000)
+            _wait_until_idle(fresh)
+            charts = fresh.get_by_test_id("stVegaLiteChart")
+            assert charts.count() >= 1, f"no chart on {title}"
+            expect(charts.first.locator("canvas, svg").first).to_be_visible()
+            assert not fresh.get_by_text("recorded no memory").count()
+            assert not fresh.get_by_text("looked nothing up").count()
+            fresh.screenshot(path=str(screenshots / f"first-{title.lower()}.png"), full_page=True)
+        fresh.close()
+
         # a link with the start of a run id (as the pages show ids) opens that run
         page.goto(f"{base}/memory?run=small")
         expect(page.get_by_text("Peak of live tensors")).to_be_visible(timeout=60_000)
@@ -105,5 +123,6 @@ def test_every_page_renders_its_values_in_chromium(dashboard_db: Path, screensho
         page.screenshot(path=str(screenshots / "sql-refused.png"), full_page=True)
 
     assert sorted(p.name for p in screenshots.glob("*.png")) == sorted(
-        [f"{p or 'runs'}.png" for p in PAGES] + ["sql-refused.png"]
+        [f"{p or 'runs'}.png" for p in PAGES]
+        + ["sql-refused.png", "first-memory.png", "first-cache.png"]
     )

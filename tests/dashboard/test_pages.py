@@ -3,6 +3,7 @@ by ember.analysis (conftest.py): the values the pages show, the URL state, the l
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -179,6 +180,77 @@ def test_an_ambiguous_start_in_the_link_lists_the_runs_it_could_be() -> None:
         "Showing sweep · e57e161d; give more characters to pick one."
     )
     assert at.selectbox(key="ember_sel_run").value == "e57e161d9a"
+
+
+def test_each_page_opens_on_the_newest_run_with_data_for_it(app_env: Path) -> None:
+    # the newest run (hub) has no memory and no cache lookups, like the demo's training run
+    at = open_page()
+    assert at.selectbox(key="ember_sel_run").value == "hub"
+    assert "each page opens on the newest run that has data for it" in texts(at.caption)
+    for page, what in (("memory.py", "memory records"), ("cache.py", "cache lookups")):
+        at.switch_page(page).run()
+        assert not at.exception, [e.message for e in at.exception]
+        picker = at.selectbox(key="ember_sel_run")
+        assert picker.value == "big-cache"  # recorded after small-cache
+        assert at.query_params["run"] == "big-cache"
+        note = texts(at.caption)
+        assert f"the newest run with {what}; 1 newer run(s) have none (tiny-break · " in note
+        assert " · hub)" in note
+        assert "recorded no memory" not in texts(at.info) and at.get("vega_lite_chart")
+        # the picker says which runs have nothing for this page
+        assert [o for o in picker.options if o.endswith(f"(no {what})")] == [
+            o for o in picker.options if "· hub" in o
+        ]
+    # the Hub page opens on the hub run, the only one with Hub files
+    at.switch_page("hub.py").run()
+    assert at.selectbox(key="ember_sel_run").value == "hub"
+
+
+def test_a_run_picked_by_link_or_by_hand_stays_even_without_data(app_env: Path) -> None:
+    at = open_page("memory.py", run="hub")
+    assert at.selectbox(key="ember_sel_run").value == "hub"
+    assert "Run hub recorded no memory" in texts(at.info)
+    at = open_page("memory.py")
+    assert at.selectbox(key="ember_sel_run").value == "big-cache"
+    at.selectbox(key="ember_sel_run").select("hub").run()
+    at.switch_page("cache.py").run()
+    assert at.selectbox(key="ember_sel_run").value == "hub"
+    assert "looked nothing up" in texts(at.info)
+    assert "the newest run with" not in texts(at.caption)
+
+
+def test_memory_of_a_run_with_device_readings_only_is_shown_over_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ember.analysis.ingest import ingest
+    from ember.dashboard.db import DB_ENV
+
+    meta = {"kind": "meta", "schema": "ember.trace/1", "run_id": "readings", "pid": 1}
+    meta |= {"wall_time_ns": 1_764_403_200_000_000_000, "host": "test"}
+    readings = [
+        {
+            "kind": "device_memory",
+            "ts_ns": i * 1_000_000,
+            "device": "cpu:0",
+            "source": "live_arrays",
+            "used_bytes": (i + 1) * 2**20,
+            "rss_bytes": 300 * 2**20 + i * 2**20,
+        }
+        for i in range(5)
+    ]
+    trace = tmp_path / "readings.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in [meta, *readings]))
+    db = tmp_path / "readings.duckdb"
+    assert ingest([trace], db).rejected == 0
+    monkeypatch.setenv(DB_ENV, str(db))
+    at = open_page("memory.py")
+    shown = metrics(at)
+    assert shown["Peak of live tensors"] == "–"
+    assert (shown["Peak device memory used"], shown["Peak process RSS"]) == ("5.0 MiB", "304 MiB")
+    assert not at.info  # not "recorded no memory"
+    assert at.multiselect(key="ember_memory_series").value == ["used"]
+    assert at.multiselect(key="ember_memory_series").options == ["rss", "used"]
+    assert len(at.get("vega_lite_chart")) == 1  # the readings over time
 
 
 # ---------------------------------------------------------------- Recompiles
