@@ -23,6 +23,7 @@ __all__ = [
     "percent",
     "short_path",
     "size",
+    "size_unit",
 ]
 
 MISSING = "–"
@@ -79,6 +80,18 @@ def size(n: float | None, missing: str = MISSING) -> str:
                 return f"{sign}{v:.0f} B"
             return f"{sign}{_digits(v, unit)}"
         v /= 1024
+    raise AssertionError("unreachable")
+
+
+def size_unit(n: float | None) -> tuple[str, int]:
+    """The unit ``size(n)`` writes ``n`` in and its bytes: ``(\"MiB\", 1048576)`` for 6.0 MiB
+    (a chart of bytes scales its axis by the unit of its largest value)."""
+    v, factor = abs(float(n or 0)), 1
+    for unit in _SIZE_UNITS:
+        if v < 999.5 or unit == _SIZE_UNITS[-1]:
+            return unit, factor
+        v /= 1024
+        factor *= 1024
     raise AssertionError("unreachable")
 
 

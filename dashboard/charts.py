@@ -13,7 +13,18 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-__all__ = ["MAX_POINTS", "downsample_sql", "line", "area", "bars", "scatter", "show"]
+from ember.analysis import format as fmt
+
+__all__ = [
+    "MAX_POINTS",
+    "downsample_sql",
+    "in_size_unit",
+    "line",
+    "area",
+    "bars",
+    "scatter",
+    "show",
+]
 
 MAX_POINTS = 1500
 """Points per series a chart gets at most (about one per screen pixel)."""
@@ -54,6 +65,16 @@ def downsample_sql(
         SELECT {g_sel}min({x}) AS {x}, {maxes}
         FROM bucketed GROUP BY {g_sel}bucket ORDER BY {g_sel}{x}
     )"""
+
+
+def in_size_unit(
+    frame: pl.DataFrame, column: str, top: float | None = None
+) -> tuple[pl.DataFrame, str]:
+    """``frame`` with byte counts in ``column`` scaled to the unit of ``top`` (default: the
+    column's largest value) and renamed to that unit (``MiB``), so a chart's axis and
+    tooltips read ``1.5`` under ``MiB`` instead of ``1,572,864``; returns the unit too."""
+    unit, factor = fmt.size_unit(top if top is not None else frame[column].max())
+    return frame.with_columns((pl.col(column) / factor).alias(column)).rename({column: unit}), unit
 
 
 def _tooltip(frame: pl.DataFrame, fields: Sequence[str] | None) -> list[alt.Tooltip]:

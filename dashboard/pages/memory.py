@@ -83,14 +83,16 @@ if tensors:
         run,
         device,
     )
+    top = stacked.group_by("t_s").agg(pl.col("bytes").sum())["bytes"].max()
+    stacked, unit = charts.in_size_unit(stacked, "bytes", top)
     area = charts.area(
         stacked,
         x="t_s:Q",
-        y="bytes:Q",
+        y=f"{unit}:Q",
         color="category",
         title=f"Live tensor bytes by category on {device}",
         x_title="seconds since the run started",
-        y_title="bytes",
+        y_title=unit,
     )
     peak_rule = (
         alt.Chart(pl.DataFrame({"t_s": [tensors["peak_t_s"]], "peak": ["peak"]}))
@@ -125,15 +127,16 @@ else:
         default=[s for s in series if s != "rss"] or series,
         key="ember_memory_series",
     )
+    shown, unit = charts.in_size_unit(readings.filter(pl.col("series").is_in(pick)), "bytes")
     charts.show(
         charts.line(
-            readings.filter(pl.col("series").is_in(pick)),
+            shown,
             x="t_s:Q",
-            y="bytes:Q",
+            y=f"{unit}:Q",
             color="series",
             title=f"Device memory readings on {device}",
             x_title="seconds since the run started",
-            y_title="bytes",
+            y_title=unit,
             points=readings.height < 200,
         ),
         key="ember_memory_readings",

@@ -61,6 +61,14 @@ def test_sizes_are_binary_units(n: float, text: str) -> None:
     assert fmt.size(n) == text
 
 
+def test_a_size_unit_is_the_one_size_writes():
+    assert fmt.size_unit(1_572_864) == ("MiB", 2**20)
+    assert fmt.size_unit(999) == ("B", 1)
+    assert fmt.size_unit(1023) == ("KiB", 1024)  # size writes 1.0 KiB
+    assert fmt.size_unit(3 * 2**30) == ("GiB", 2**30)
+    assert fmt.size_unit(None) == ("B", 1)
+
+
 def test_percentages_are_rounded_and_never_hide_a_little_or_round_up_to_all() -> None:
     assert [fmt.percent(x) for x in (0.25, 0.873, 0.0, 1.0, 0.001, 0.999)] == [
         "25%",

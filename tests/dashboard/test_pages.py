@@ -250,7 +250,8 @@ def test_memory_of_a_run_with_device_readings_only_is_shown_over_time(
     assert not at.info  # not "recorded no memory"
     assert at.multiselect(key="ember_memory_series").value == ["used"]
     assert at.multiselect(key="ember_memory_series").options == ["rss", "used"]
-    assert len(at.get("vega_lite_chart")) == 1  # the readings over time
+    (chart,) = at.get("vega_lite_chart")  # the readings over time, in the unit of the peak
+    assert json.loads(chart.proto.spec)["encoding"]["y"]["title"] == "MiB"
 
 
 # ---------------------------------------------------------------- Recompiles
@@ -343,6 +344,9 @@ def test_memory_page_shows_peaks_and_static_memory(app_env: Path) -> None:
     shown = metrics(at)
     assert shown["Peak of live tensors"] == "1.5 MiB"
     assert shown["Peak process RSS"].endswith("MiB")
+    # the stacked chart's axis in the peak's unit, not 1,572,864 bytes
+    stacked = json.loads(at.get("vega_lite_chart")[0].proto.spec)["layer"][0]["encoding"]
+    assert stacked["y"]["title"] == stacked["y"]["field"] == "MiB"
     # bytes per category as a person reads them, largest first (not a MAP's text)
     assert "activation 1.5 MiB, parameter 4.0 KiB" in texts(at.caption)
     static = table(at, "argument_bytes", "temp_bytes")
