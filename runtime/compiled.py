@@ -633,7 +633,10 @@ class CompiledModel:
             self.cache_dir,
             self._hwio_params(),
         )
-        if store is not None:
+        # A program that JAX's persistent cache gave back is not stored: serialized again it
+        # does not run (XLA:CPU: "Function ... not found"); the next process reads it from
+        # JAX's cache again.
+        if store is not None and disk != "hit":
             store.save(
                 digest,
                 StoredProgram(

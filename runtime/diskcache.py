@@ -13,8 +13,14 @@ A ``CompiledModel`` with a ``cache_dir`` keeps compiled segments on disk in two 
    another name, say), compiling it is a read.
 
 Entries are pickles, like JAX's own cache entries: point ``cache_dir`` only at a
-directory you trust. An entry that cannot be read (truncated, written by another JAX) is
-logged, ignored and written again.
+directory you trust. The cache is an optimisation and never breaks a call: an entry that
+cannot be read (truncated, written by another JAX) or that is not the program its name says
+(each entry carries its own digest, so entries swapped between names are noticed) is
+logged, removed and compiled again (and stored again, unless JAX's cache gave the program:
+on XLA:CPU such a program serialized again does not run, so it is never stored). A
+``cache_dir`` that cannot be used (a regular
+file, a folder that cannot be created or written) is logged once and the model compiles
+without the disk cache.
 
 JAX keeps one global persistent cache. ``disk_cache(path)`` points it at ``path`` for the
 duration of one compile (writing every program, whatever its compile time or size) and
@@ -42,12 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["disk_cache", "DiskCacheProbe", "ProgramStore", "StoredProgram"]
+__all__ = ["disk_cache", "DiskCacheProbe", "ProgramStore", "StoredProgram", "usable_cache_dir"]
 
 log = logging.getLogger("ember.runtime")
 
 # Bump when the layout of a stored program changes: old entries then simply miss.
-_STORE_FORMAT = 1
+# 2: the entry carries its digest.
+_STORE_FORMAT = 2
 
 _lock = threading.RLock()
 _local = threading.local()
@@ -100,17 +107,58 @@ def _install_listener() -> None:
     _listener_installed = True
 
 
+# cache directories checked in this process: path -> None (usable) or why not (warned once)
+_checked: dict[str, str | None] = {}
+
+
+def usable_cache_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` can hold the disk cache (made if missing, a file can be written).
+
+    Checked once per directory and process; an unusable one is logged once, saying why.
+    """
+    key = os.fspath(path)
+    if key in _checked:
+        return _checked[key] is None
+    why: str | None = None
+    try:
+        os.makedirs(key, exist_ok=True)
+    except OSError as exc:
+        if os.path.exists(key) and not os.path.isdir(key):
+            why = "it is a file, not a folder"
+        else:
+            blocker = next((p for p in Path(key).parents if p.is_file()), None)
+            why = f"{blocker} is a file" if blocker else f"cannot create it ({exc.strerror})"
+    if why is None:
+        try:
+            fd, probe = tempfile.mkstemp(dir=key, prefix=".ember-probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            why = f"cannot write in it ({exc.strerror or exc})"
+    with _lock:
+        if key not in _checked:
+            _checked[key] = why
+            if why is not None:
+                log.warning(
+                    "ember: the cache directory %s cannot be used (%s); compiling without "
+                    "the disk cache",
+                    key,
+                    why,
+                )
+    return why is None
+
+
 @contextmanager
 def disk_cache(path: str | os.PathLike[str] | None) -> Iterator[DiskCacheProbe]:
-    """Compile inside with JAX's persistent cache at ``path`` (None: no disk cache)."""
+    """Compile inside with JAX's persistent cache at ``path`` (None, or a directory that
+    cannot be used: no disk cache)."""
     probe = DiskCacheProbe()
-    if path is None:
+    if path is None or not usable_cache_dir(path):
         yield probe
         return
     from jax._src import compilation_cache
     from jax._src import config as jax_config
 
-    os.makedirs(path, exist_ok=True)
     with _lock:
         _install_listener()
         with ExitStack() as stack:
@@ -167,8 +215,10 @@ class ProgramStore:
     """
 
     def __init__(self, cache_dir: str | os.PathLike[str], model_bytes: bytes) -> None:
+        self.cache_dir = os.fspath(cache_dir)
         self.directory = Path(cache_dir) / "ember-programs"
         self._model_digest = hashlib.sha256(model_bytes).hexdigest()
+        self._save_failed = False
 
     def digest(self, *segment_key: Any) -> str:
         """The entry name for a segment: ``segment_key`` is everything that tells it apart."""
@@ -189,6 +239,8 @@ class ProgramStore:
     def load(self, digest: str) -> StoredProgram | None:
         """The stored program, or None when there is none or it cannot be used."""
         path = self.path(digest)
+        if not usable_cache_dir(self.cache_dir):
+            return None
         try:
             from jax.experimental import serialize_executable
 
@@ -197,6 +249,11 @@ class ProgramStore:
             except (FileNotFoundError, NotADirectoryError):  # not stored (yet): save() says why
                 return None
             entry = pickle.loads(data)
+            if entry.get("digest") != digest:
+                raise ValueError(
+                    f"it holds the program {str(entry.get('digest'))[:16]}..., not "
+                    f"{digest[:16]}...: entries renamed or swapped"
+                )
             exe = serialize_executable.deserialize_and_load(
                 entry["payload"], entry["in_tree"], entry["out_tree"]
             )
@@ -208,23 +265,30 @@ class ProgramStore:
             )
         except Exception as exc:  # a bad entry costs a compile, never the call
             log.warning(
-                "ember: ignoring compiled program %s (%s: %s); it will be compiled and "
-                "written again",
+                "ember: ignoring compiled program %s (%s: %s); it is removed, and the "
+                "program compiled (and stored again unless JAX's own cache has it)",
                 path,
                 type(exc).__name__,
                 exc,
             )
+            try:  # so that it is neither read nor warned about again
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
             return None
 
     def save(self, digest: str, program: StoredProgram) -> bool:
         """Write ``program``; False (and a warning) when it cannot be stored."""
         path = self.path(digest)
+        if not usable_cache_dir(self.cache_dir):
+            return False
         try:
             from jax.experimental import serialize_executable
 
             payload, in_tree, out_tree = serialize_executable.serialize(program.exe)
             data = pickle.dumps(
                 {
+                    "digest": digest,
                     "payload": payload,
                     "in_tree": in_tree,
                     "out_tree": out_tree,
@@ -245,10 +309,12 @@ class ProgramStore:
                     os.unlink(tmp)
             return True
         except Exception as exc:  # the program still runs; only the next load pays
-            log.warning(
+            # once per store: a full disk would otherwise warn at every compile
+            (log.debug if self._save_failed else log.warning)(
                 "ember: could not store the compiled program %s (%s: %s)",
                 path,
                 type(exc).__name__,
                 exc,
             )
+            self._save_failed = True
             return False

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import threading
+import uuid
 
 import numpy as np
 import onnx
@@ -514,18 +516,34 @@ def test_program_store_is_keyed_by_the_models_bytes(tmp_path, ember_events):
     assert len(list((tmp_path / "ember-programs").glob("*.program"))) == 2
 
 
-def test_unreadable_stored_program_is_compiled_and_written_again(tmp_path, caplog, ember_events):
+def test_unreadable_stored_program_is_compiled_and_removed(tmp_path, caplog, ember_events):
     rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
     (entry,) = (tmp_path / "ember-programs").glob("*.program")
     entry.write_bytes(b"not a program")
     with caplog.at_level("WARNING", logger="ember.runtime"):
         compiled = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
     assert f"ignoring compiled program {entry}" in caplog.text
-    assert "compiled and written again" in caplog.text
+    assert "it is removed, and the program compiled" in caplog.text
     np.testing.assert_allclose(np.asarray(compiled(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
-    assert entry.stat().st_size > 100  # rewritten: the next load reads it
+    # The compile was read from JAX's own cache: that program, serialized again, would not
+    # run, so it is not stored; the bad entry is gone, and the next process reads JAX's.
+    assert _disk_stops(ember_events)[-1] == "hit" and not entry.exists()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ember.runtime"):
+        again = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    np.testing.assert_allclose(np.asarray(again(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
+    assert _disk_stops(ember_events)[-1] == "hit" and not caplog.text
+
+
+def test_a_program_from_jaxs_cache_is_not_stored_where_it_would_not_run(tmp_path, ember_events):
     rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
-    assert _disk_stops(ember_events)[-1] == "hit"
+    (entry,) = _store_entries(tmp_path)
+    entry.unlink()  # the store lost it; JAX's persistent cache still has the program
+    rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    for _ in range(2):
+        compiled = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+        np.testing.assert_allclose(np.asarray(compiled(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
+    assert _disk_stops(ember_events) == ["miss", "hit", "hit", "hit"]
 
 
 def test_program_store_that_cannot_be_written_warns_and_the_model_runs(tmp_path, caplog):
@@ -535,6 +553,65 @@ def test_program_store_that_cannot_be_written_warns_and_the_model_runs(tmp_path,
     assert "could not store the compiled program" in caplog.text
     assert str(tmp_path / "ember-programs") in caplog.text
     np.testing.assert_allclose(np.asarray(compiled(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
+
+
+def _store_entries(folder) -> set:
+    return set((folder / "ember-programs").glob("*.program"))
+
+
+@pytest.mark.parametrize("other", ["same signature", "other signature"])
+def test_entries_swapped_between_names_are_compiled_and_replaced(
+    tmp_path, caplog, ember_events, other
+):
+    rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    (mine,) = _store_entries(tmp_path)
+    # another model's program: the same argument (wrong values if taken) or another shape
+    rt.compile(
+        _scaled_model(3.0) if other == "same signature" else relu_model(dim=4),
+        {},
+        cache_dir=tmp_path,
+    )
+    (theirs,) = _store_entries(tmp_path) - {mine}
+    a, b = mine.read_bytes(), theirs.read_bytes()
+    mine.write_bytes(b)
+    theirs.write_bytes(a)
+    with caplog.at_level("WARNING", logger="ember.runtime"):
+        compiled = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+        for _ in range(2):
+            np.testing.assert_allclose(np.asarray(compiled(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
+    assert f"ignoring compiled program {mine}" in caplog.text
+    assert ": entries renamed or swapped); it is removed, and the program compiled" in (caplog.text)
+    # gone, or replaced by its own program (not when JAX's cache gave it: see above)
+    assert not mine.exists() or mine.read_bytes() not in (a, b)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ember.runtime"):  # replaced: a hit, no warning
+        again = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
+    np.testing.assert_allclose(np.asarray(again(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
+    assert _disk_stops(ember_events)[-1] == "hit" and not caplog.text
+
+
+def test_a_cache_dir_that_cannot_be_used_warns_once_and_every_call_runs(
+    tmp_path, caplog, ember_events
+):
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (tmp_path / "afile", "it is a file, not a folder"),
+        (tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} is a file"),
+    ]
+    if os.path.isdir("/sys/kernel"):  # a folder that cannot be made, even by root
+        cases.append((f"/sys/ember-test-{uuid.uuid4().hex}", "cannot create it"))
+    for cache_dir, why in cases:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ember.runtime"):
+            for _ in range(2):  # a second model with the same directory: no second warning
+                compiled = rt.compile(relu_model(), {"x": (3,)}, cache_dir=cache_dir)
+                for n in (3, 5):  # the whole-graph program, then the cache at position 0
+                    x = _f32(*range(-1, n - 1))
+                    np.testing.assert_allclose(np.asarray(compiled(x=x)["y"]), np.maximum(2 * x, 0))
+        (warning,) = [r.getMessage() for r in caplog.records]
+        assert warning.startswith(f"ember: the cache directory {cache_dir} cannot be used ({why}")
+        assert warning.endswith("; compiling without the disk cache")
+    assert set(_disk_stops(ember_events)) == {None}
 
 
 def test_disk_cache_does_not_change_the_callers_jax_setting(tmp_path):
