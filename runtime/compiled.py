@@ -704,13 +704,16 @@ class CompiledModel:
                     "node": node.name,
                     "op_type": node.op_type,
                 }
-                with bus.span(E.BREAK, meta) as span:
-                    outs = _run_break(node, env, span) if breaks else run_node(node, env)
                 needs_host = self.plan.needs_host
-                for name, value in zip(node.outputs, outs, strict=False):
-                    if name:
-                        # values read on the host later come to the host; data stays put
-                        env[name] = to_host(value) if name in needs_host else value
+                with bus.span(E.BREAK, meta) as span:
+                    if breaks:
+                        outs = _run_break(node, env, span, needs_host)
+                    else:
+                        outs = run_node(node, env)
+                    for name, value in zip(node.outputs, outs, strict=False):
+                        if name:
+                            # values read on the host later come to the host; data stays put
+                            env[name] = to_host(value) if name in needs_host else value
         return {n: env[n] for n in self._output_names}
 
     def _segment_key(
@@ -858,14 +861,17 @@ _BREAK_STOP = E.stop(E.BREAK)
 _BREAK_EXCEPTION = E.exception(E.BREAK)
 
 
-def _run_break(node: Node, env: Mapping[str, Any], span: bus.SpanHandle) -> tuple[Any, ...]:
+def _run_break(
+    node: Node, env: Mapping[str, Any], span: bus.SpanHandle, needs_host: frozenset[str]
+) -> tuple[Any, ...]:
     """Run a break node while its span is recorded, timing its parts.
 
     ``host_transfer_ns``: moving the inputs the op reads on the host (its ``host_inputs``)
-    to the host, before the op runs (when spans are not synced this includes waiting for
-    the segment that computed them). ``subgraph_ns``: for an op with subgraphs (If, Loop,
-    Scan), the op's run, which is the subgraph's. With ``bus.sync`` the outputs are waited
-    for, so both are times to results.
+    to the host before the op runs (when spans are not synced this includes waiting for
+    the segment that computed them), and its outputs that later nodes read on the host
+    after it. ``subgraph_ns``: for an op with subgraphs (If, Loop, Scan), the op's run,
+    which is the subgraph's. With ``bus.sync`` the outputs are waited for, so both are
+    times to results.
     """
     opdef = node.opdef
     sync = bus.sync
@@ -882,8 +888,13 @@ def _run_break(node: Node, env: Mapping[str, Any], span: bus.SpanHandle) -> tupl
     if sync:
         _block(outs)
     t2 = time.monotonic_ns()
+    outs = tuple(
+        to_host(v) if name and name in needs_host else v
+        for name, v in zip(node.outputs, outs, strict=False)
+    ) + tuple(outs[len(node.outputs) :])
+    t3 = time.monotonic_ns()
     span.set(
-        host_transfer_ns=t1 - t0,
+        host_transfer_ns=(t1 - t0) + (t3 - t2),
         subgraph_ns=t2 - t1 if opdef is not None and opdef.subgraphs else None,
     )
     return outs
