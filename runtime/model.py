@@ -235,6 +235,7 @@ def _load(
         what = label or f"the {'ModelProto' if source is proto else 'bytes'} given to load()"
         raise LoadError(f"{what}: not an ONNX model (no graph in it)")
     _load_external_data(proto, folder, label)
+    _check_raw_sizes(proto, label)
     opsets = {
         ("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in proto.opset_import
     }
@@ -389,6 +390,21 @@ _PACKED_BITS = {
     )
     if hasattr(onnx.TensorProto, name)
 }
+
+
+def _check_raw_sizes(proto: onnx.ModelProto, label: str | None) -> None:
+    """Tensors whose raw bytes do not fit their dims and type: a ``LoadError`` naming them
+    (else a reshape error in the middle of loading, naming neither)."""
+    for t in external_data_helper._get_all_tensors(proto):
+        if not t.HasField("raw_data"):
+            continue
+        want = _raw_size(t)
+        if want is not None and len(t.raw_data) != want:
+            raise LoadError(
+                f"{label or 'the model'}: tensor {t.name!r} has {len(t.raw_data)} bytes of "
+                f"data, but its dims {list(t.dims)} and type "
+                f"{helper.tensor_dtype_to_string(t.data_type)} need {want}"
+            )
 
 
 def _check_graph(graph: Graph, label: str | None) -> None:

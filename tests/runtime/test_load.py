@@ -315,6 +315,24 @@ def test_external_data_without_a_length_reads_the_tensor_and_checks_it(tmp_path)
         rt.load(tmp_path / "m.onnx")
 
 
+def test_a_tensor_whose_bytes_do_not_fit_its_dims_is_a_load_error():
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    w.dims[:] = [16]
+    model = make_model(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor("x", shape=[16])],
+        [tensor("y", shape=[16])],
+        [w],
+        check=False,
+    )
+    with pytest.raises(
+        LoadError,
+        match=r"tensor 'w' has 16 bytes of data, but its dims \[16\] and type "
+        "TensorProto.FLOAT need 64",
+    ):
+        rt.load(model)
+
+
 @pytest.mark.parametrize(("key", "value"), [("offset", "abc"), ("length", "-4")])
 def test_external_data_offset_or_length_that_is_not_a_count(tmp_path, key, value):
     model, w = _external_model(tmp_path, "weights.bin")
