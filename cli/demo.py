@@ -87,9 +87,18 @@ def demo(
         train_tiny_mlp(traces / "jax-training.jsonl")
     console.print(f"[green]✓[/] [{len(steps) + 1}/{len(steps) + 1}] a tiny JAX training loop")
 
-    from .analysis import ingest_command, report
+    from .analysis import Engine, ingest_command, report
 
-    ingest_command([str(traces)], db=db, wait=10.0)
+    # every option given: a typer command called as a function gets OptionInfo defaults
+    ingest_command(
+        [str(traces)],
+        db=db,
+        wait=10.0,
+        strict=False,
+        lake=None,
+        engine=Engine.duckdb,
+        master="local[2]",
+    )
     report(db=db, run=None, limit=5)
     console.print(
         f"\nOpen the dashboard: [bold]ember dashboard --db {db}[/]  (or [bold]make dashboard[/])"
