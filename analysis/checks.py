@@ -22,13 +22,15 @@ from ember.schemas import records as R
 from .schema_types import (
     KIND_MODELS,
     READ_COLUMNS,
+    READ_TYPES,
+    DuckType,
     _strip_optional,
     _unwrap_annotated,
     duckdb_type,
     literal_values,
 )
 
-__all__ = ["row_problem_sql", "KIND_COLUMNS"]
+__all__ = ["row_problem_sql", "row_invalid_sql", "maybe_too_deep_sql", "KIND_COLUMNS"]
 
 
 def _q(name: str) -> str:
@@ -97,7 +99,17 @@ def _field_problems(
                     f"{label}: wrong type (expected {_TYPE_WORDS[want]})",
                 )
             )
-            col = f"json_extract_string({col}, '$')"
+            if want == "BIGINT":
+                # an integer over 2**63 - 1 (JSON's UBIGINT) does not fit the column
+                out.append(
+                    (
+                        f"json_type({col}) = 'UBIGINT' AND TRY_CAST({col} AS BIGINT) IS NULL",
+                        f"{label}: out of range (a 64-bit integer)",
+                    )
+                )
+                col = f"TRY_CAST({col} AS BIGINT)"
+            else:
+                col = f"json_extract_string({col}, '$')"
         if info.is_required() and info.annotation is not typing.Any:
             out.append((f"{col} IS NULL", f"{label}: missing required field (or wrong type)"))
         values = literal_values(info.annotation)
@@ -273,3 +285,48 @@ def row_invalid_sql() -> str:
         )
         foreign.append(f"(attrs.{_q(field)} IS NOT NULL AND NOT ({allowed}))")
     return f"({fields}) OR coalesce({' OR '.join(foreign)}, false)"
+
+
+def _maybe_deep(expr: str, t: DuckType, max_nesting: int, level: int) -> str | None:
+    """SQL that is TRUE when a JSON value at ``expr`` (``level`` deep in the record, whose
+    own object is level 1) may take the record over ``max_nesting`` levels; None when the
+    type holds no JSON value."""
+    if t == "JSON":
+        # the record nests (level - 1) + the value's depth; the value's depth is at most
+        # its count of opening brackets
+        brackets = max_nesting - level + 2
+        text = f"CAST({expr} AS VARCHAR)"
+        count = f"strlen({text}) - strlen(replace(replace({text}, '[', ''), '{{', ''))"
+        # strlen first: a short value cannot hold many brackets, and it costs nothing
+        return f"(strlen({text}) >= {2 * brackets} AND {count} >= {brackets})"
+    if isinstance(t, str):
+        return None
+    if t[0] == "list":
+        var = f"d{level}"
+        inner = _maybe_deep(var, t[1], max_nesting, level + 1)
+        if inner is None:
+            return None
+        return f"list_bool_or(list_transform({expr}, lambda {var}: coalesce({inner}, false)))"
+    parts = [
+        c
+        for name, ft in t[1].items()
+        if (c := _maybe_deep(f"{expr}.{_q(name)}", ft, max_nesting, level + 1)) is not None
+    ]
+    return " OR ".join(parts) or None
+
+
+def maybe_too_deep_sql(max_nesting: int) -> str:
+    """SQL over the staging columns: TRUE for a row that may nest deeper than
+    ``max_nesting`` (``ember.schemas.records.MAX_NESTING``).
+
+    The typed read takes a JSON value (a static value, a user attribute) of any depth. Only
+    those values can nest deeply (every other field has a fixed shape, a few levels deep),
+    and a value nested d deep has at least d opening brackets: the few rows with that many
+    are checked line by line with ``parse_line``, which has the exact rule.
+    """
+    parts = [
+        c
+        for name, t in READ_TYPES.items()
+        if (c := _maybe_deep(_q(name), t, max_nesting, 2)) is not None
+    ]
+    return "coalesce(" + " OR ".join(parts) + ", false)" if parts else "false"

@@ -60,8 +60,10 @@ from ember.schemas import (
     explain,
     parse_schema_id,
 )
+from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
+from ember.schemas.validate import BadLine, parse_line
 
-from .checks import row_invalid_sql, row_problem_sql
+from .checks import maybe_too_deep_sql, row_invalid_sql, row_problem_sql
 from .db import (
     DEFAULT_DB,
     DERIVED_COLUMNS,
@@ -75,8 +77,6 @@ from .schema_types import READ_COLUMNS, field_defaults, sql_literal
 
 __all__ = ["FileResult", "IngestSummary", "expand_paths", "ingest", "MAX_LINE_BYTES"]
 
-MAX_LINE_BYTES = 16 * 1024 * 1024
-"""The longest line ingest reads (DuckDB's ``maximum_object_size``)."""
 
 RAW_PREFIX_CHARS = 200
 # DuckDB's own limit on one JSON object; lines over MAX_LINE_BYTES never reach it (see
@@ -288,6 +288,7 @@ def _columns_sql(columns: dict[str, str]) -> str:
 _READ_COLUMNS_SQL = _columns_sql(READ_COLUMNS)
 _PROBLEM_SQL = row_problem_sql()
 _INVALID_SQL = row_invalid_sql()
+_MAYBE_DEEP_SQL = maybe_too_deep_sql(MAX_NESTING)
 
 
 def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
@@ -301,17 +302,10 @@ def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
 
 def _explain_line(raw: bytes, *, expect_meta: bool) -> str | None:
     """Pydantic's explanation of one line, or None when pydantic accepts it."""
-    if len(raw) > MAX_LINE_BYTES:
-        return (
-            f"line is over {MAX_LINE_BYTES // 2**20} MB (the limit for one record); "
-            f"record large values elsewhere and keep a reference in the trace"
-        )
     try:
-        data = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        return f"not UTF-8: {exc}"
-    except json.JSONDecodeError as exc:
-        return f"not valid JSON: {exc}"
+        data = parse_line(raw)
+    except BadLine as exc:
+        return str(exc)
     if not isinstance(data, dict):
         return "a record must be a JSON object"
     if data.get("kind") == "meta" and not expect_meta:
@@ -355,11 +349,9 @@ def _previous(con: duckdb.DuckDBPyConnection, file: str) -> dict[str, Any] | Non
 
 def _parse_meta(first: bytes, migrations: Migrations) -> tuple[dict[str, Any], int]:
     try:
-        data = json.loads(first)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _Refused(
-            f"line 1 is not valid JSON ({exc}); the first line must be the 'meta' record"
-        ) from exc
+        data = parse_line(first)
+    except BadLine as exc:
+        raise _Refused(f"line 1: {exc}; the first line must be the 'meta' record") from exc
     if not isinstance(data, dict) or data.get("kind") != "meta":
         raise _Refused(
             "missing 'meta': the first record must be 'meta' (schema, run id, wall-clock "
@@ -462,8 +454,8 @@ class _FileIngest:
         complete_tail = False
         if tail_length and tail_length <= MAX_LINE_BYTES and tail.strip():
             try:
-                complete_tail = isinstance(json.loads(tail), dict)
-            except (UnicodeDecodeError, json.JSONDecodeError):
+                complete_tail = isinstance(parse_line(tail), dict)
+            except BadLine:
                 complete_tail = False
         lines = _count_lines(plan.path, plan.start, end)
         if complete_tail:  # a complete record without its newline (a hand-made file)
@@ -511,20 +503,14 @@ class _FileIngest:
                 number += 1
                 if not raw.strip():
                     continue
-                reason = None
-                if len(raw) > MAX_LINE_BYTES:
-                    reason = _explain_line(raw, expect_meta=False)
+                try:
+                    data = parse_line(raw)
+                except BadLine as exc:
+                    reason: str | None = str(exc)
                 else:
-                    try:
-                        data = json.loads(raw)
-                    except UnicodeDecodeError as exc:
-                        reason = f"not UTF-8: {exc}"
-                    except json.JSONDecodeError as exc:
-                        reason = f"not valid JSON: {exc}"
-                    else:
-                        reason, raw = self._check_parsed(data, raw, seen_meta)
-                        if reason is None and isinstance(data, dict) and data.get("kind") == "meta":
-                            seen_meta = True
+                    reason, raw = self._check_parsed(data, raw, seen_meta)
+                    if reason is None and isinstance(data, dict) and data.get("kind") == "meta":
+                        seen_meta = True
                 if reason is not None:
                     self.rejected.append(_Rejected(number, offset, reason, _raw_text(raw)))
                     continue
@@ -588,36 +574,45 @@ class _FileIngest:
         problems = self.con.execute(
             f"""
             SELECT rowid, CASE WHEN kind = 'meta' AND NOT ({meta_ok})
-                THEN 'a second ''meta'' record; one file is one run' END
+                THEN 'a second ''meta'' record; one file is one run' END, true
             FROM _stage
             WHERE (kind = 'meta' AND NOT ({meta_ok})) OR {_INVALID_SQL}
             UNION ALL
-            SELECT e.rowid, 'span_end without a span_start (span_id ' || e.span_id || ')'
+            SELECT e.rowid, 'span_end without a span_start (span_id ' || e.span_id || ')', true
             FROM _stage e
             WHERE e.kind = 'span_end'
                 AND NOT EXISTS (SELECT 1 FROM _stage s
                     WHERE s.kind = 'span_start' AND s.span_id = e.span_id AND s.rowid < e.rowid)
                 AND NOT EXISTS (SELECT 1 FROM span_start t
                     WHERE t.run_id = ? AND t.span_id = e.span_id)
+            UNION ALL
+            -- rows that may nest too deeply: parse_line decides, and keeps those that do not
+            SELECT rowid, NULL, false FROM _stage WHERE {_MAYBE_DEEP_SQL}
             """,
             [plan.run_id],
         ).fetchall()
         if not problems:
             return
         by_row: dict[int, str | None] = {}
-        for rowid, problem in problems:
+        invalid: set[int] = set()
+        for rowid, problem, is_invalid in problems:
             if by_row.get(rowid) is None:
                 by_row[rowid] = problem
+            if is_invalid:
+                invalid.add(rowid)
         located = self._locate(sorted(by_row))
         unexplained = []
+        rejected_rows = []
         for rowid, (line, offset, raw) in located.items():
             reason = by_row[rowid]
             if reason is None:
                 reason = _explain_line(raw, expect_meta=rowid == 0 and plan.start == 0)
-            if reason is None:  # pydantic accepts what the typed read's checks refused
-                unexplained.append(rowid)
+            if reason is None:
+                if rowid in invalid:  # pydantic accepts what the typed read's checks refused
+                    unexplained.append(rowid)
                 continue
             self.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+            rejected_rows.append(rowid)
         if unexplained:
             # the full messages of the SQL checks, for these few rows only
             for rowid, reason in self.con.execute(
@@ -628,10 +623,13 @@ class _FileIngest:
                 line, offset, raw = located[rowid]
                 reason = reason or "refused by the typed read's checks"
                 self.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+                rejected_rows.append(rowid)
         self.rejected.sort(key=lambda r: r.line)
-        self.con.execute(
-            "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))", [sorted(by_row)]
-        )
+        if rejected_rows:
+            self.con.execute(
+                "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
+                [sorted(rejected_rows)],
+            )
 
     def _locate(self, rowids: list[int]) -> dict[int, tuple[int, int, bytes]]:
         """Line number, offset and bytes of the staged rows ``rowids`` (sorted)."""

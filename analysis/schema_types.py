@@ -12,7 +12,8 @@ checks of required fields are generated separately, see ``required_checks``). A 
 of different types (``int | Literal["end"]``) is VARCHAR. Spans: the start and end of
 every span kind share one table each; their ``attrs`` is one STRUCT with the union of
 the attribute fields of all span kinds (the same name always has the same type, which
-``_merge_struct`` checks).
+``_merge_struct`` checks). ``READ_COLUMNS`` reads as JSON a field two kinds type
+differently (``step``) and a strict field (``ts_ns``), whose JSON type the checks look at.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Strict
 from pydantic.fields import FieldInfo
 
 from ember.schemas import records as R
@@ -31,6 +32,7 @@ __all__ = [
     "model_columns",
     "TABLE_COLUMNS",
     "READ_COLUMNS",
+    "READ_TYPES",
     "KIND_MODELS",
     "literal_values",
     "struct_sql",
@@ -167,7 +169,18 @@ TABLE_COLUMNS: dict[str, dict[str, str]] = _table_columns()
 """Record kind -> {column: DuckDB type} of its table (before the ingest columns)."""
 
 
-def _read_columns() -> dict[str, str]:
+def _strict_fields() -> set[str]:
+    """Top-level fields pydantic checks strictly (``ts_ns``: a JSON integer, not ``true``)."""
+    models: list[type[BaseModel]] = [R._SpanStartBase, R._SpanEndBase, *KIND_MODELS.values()]
+    return {
+        _field_name(name, info)
+        for model in models
+        for name, info in model.model_fields.items()
+        if any(isinstance(m, Strict) and m.strict for m in info.metadata)
+    }
+
+
+def _read_types() -> dict[str, DuckType]:
     merged: dict[str, DuckType] = {}
     for kind in R.RECORD_KINDS:
         if kind == "span_start":
@@ -188,10 +201,17 @@ def _read_columns() -> dict[str, str]:
                     _merge_struct(old[1], t[1], name)
                 else:
                     merged[name] = "JSON"
-    return {k: _type_sql(v) for k, v in merged.items()}
+    # a strict field is read as JSON too: a typed read would take ``true`` as 1 and
+    # round 1.5 to 2, and the checks (``checks.py``) must see the JSON type to refuse them
+    for name in _strict_fields():
+        merged[name] = "JSON"
+    return merged
 
 
-READ_COLUMNS: dict[str, str] = _read_columns()
+READ_TYPES: dict[str, DuckType] = _read_types()
+"""``READ_COLUMNS`` as type descriptions (``"JSON"``, ``("list", t)``, ``("struct", {...})``)."""
+
+READ_COLUMNS: dict[str, str] = {k: _type_sql(v) for k, v in READ_TYPES.items()}
 """The union of every kind's columns: the ``columns`` of ingest's one typed read."""
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, Strict
 
 __all__ = [
     "SCHEMA_NAME",
@@ -36,11 +36,43 @@ __all__ = [
     "SPAN_ATTRS",
     "RECORD_KINDS",
     "RecordModel",
+    "MAX_LINE_BYTES",
+    "MAX_NESTING",
+    "INT64_MIN",
+    "INT64_MAX",
+    "Int64",
+    "NonNegInt64",
+    "Timestamp",
 ]
 
 SCHEMA_NAME = "ember.trace"
 SCHEMA_VERSION = 2
 SCHEMA_ID = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+
+# ---------------------------------------------------------------- limits
+# One set of limits for every reader: ``ember validate`` (pydantic on every line) and
+# ``ember ingest`` (DuckDB's typed read, pydantic for what it refuses) apply these same ones.
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""The longest line (one record, without its newline) a trace may have."""
+
+MAX_NESTING = 64
+"""How deeply arrays and objects may nest in one record, the record's own object counting
+as 1 (a static value or a user attribute is a few levels down). Deeper lines are refused:
+parsers recurse, and a line nested thousands deep crashed the readers before this."""
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+"""An integer field: stored as a 64-bit integer (DuckDB's BIGINT), so it must fit one."""
+
+NonNegInt64 = Annotated[NonNegativeInt, Field(le=INT64_MAX)]
+"""A count or a size: 0 to ``INT64_MAX``."""
+
+Timestamp = Annotated[NonNegativeInt, Strict(), Field(le=INT64_MAX)]
+"""``ts_ns``: a JSON integer from 0 to ``INT64_MAX``. Strict: ``true``, ``1.5`` or ``"7"`` is
+an error, not a timestamp (lax pydantic takes ``true`` as 1; ingest checks the JSON type)."""
 
 
 class RecordModel(BaseModel):
@@ -55,7 +87,7 @@ class RecordModel(BaseModel):
 class TensorShape(RecordModel):
     """Shape and dtype of one tensor (dtype as numpy names it: ``float32``, ``int64``)."""
 
-    shape: list[NonNegativeInt]
+    shape: list[NonNegInt64]
     dtype: str
 
 
@@ -63,7 +95,7 @@ class ArgShape(RecordModel):
     """One argument of a segment or call: a tensor (``shape``+``dtype``) or a sequence."""
 
     name: str
-    shape: list[NonNegativeInt] | None = None
+    shape: list[NonNegInt64] | None = None
     dtype: str | None = None
     sequence: list[TensorShape] | None = None
 
@@ -78,11 +110,11 @@ class StaticValue(RecordModel):
 class StaticMemory(RecordModel):
     """``memory_analysis()`` of a compiled segment, in bytes."""
 
-    argument_bytes: int | None = None
-    output_bytes: int | None = None
-    temp_bytes: int | None = None
-    alias_bytes: int | None = None
-    generated_code_bytes: int | None = None
+    argument_bytes: Int64 | None = None
+    output_bytes: Int64 | None = None
+    temp_bytes: Int64 | None = None
+    alias_bytes: Int64 | None = None
+    generated_code_bytes: Int64 | None = None
 
 
 class Cost(RecordModel):
@@ -132,9 +164,9 @@ class Meta(RecordModel):
     kind: Literal["meta"] = "meta"
     schema_id: str = Field(SCHEMA_ID, alias="schema")
     run_id: str
-    wall_time_ns: int = Field(description="Epoch ns at ts_ns == 0.")
+    wall_time_ns: Int64 = Field(description="Epoch ns at ts_ns == 0.")
     host: str
-    pid: int
+    pid: Int64
     versions: dict[str, str] = Field(default_factory=dict)
     backend: str | None = None
     devices: list[str] = Field(default_factory=list)
@@ -160,8 +192,8 @@ class SourceAttrs(RecordModel):
 
 
 class LoadEndAttrs(SourceAttrs):
-    node_count: int | None = None
-    opset: int | None = None
+    node_count: Int64 | None = None
+    opset: Int64 | None = None
 
 
 class CompileAttrs(SourceAttrs):
@@ -194,7 +226,7 @@ class SegmentAttrs(SourceAttrs):
 
 
 class SegmentCompileAttrs(SourceAttrs):
-    position: int
+    position: Int64
     shapes: list[ArgShape]
     key: str | None = None
 
@@ -210,7 +242,7 @@ class SegmentCompileEndAttrs(SegmentCompileAttrs):
 
 
 class BreakAttrs(SourceAttrs):
-    position: int
+    position: Int64
     node: str
     op_type: str
 
@@ -231,7 +263,7 @@ class HubFileAttrs(RecordModel):
 
 
 class HubDownloadEndAttrs(HubFileAttrs):
-    bytes: int | None = None
+    bytes: Int64 | None = None
 
 
 class HubInfoAttrs(RecordModel):
@@ -254,7 +286,7 @@ class StepAttrs(RecordModel):
     """A training or inference step (forward, backward, optimizer) with its index."""
 
     step: ExecutionStep
-    index: int | None = None
+    index: Int64 | None = None
 
 
 class StepEndAttrs(StepAttrs):
@@ -277,9 +309,9 @@ class JitAttrs(RecordModel):
 
 
 class JitEndAttrs(JitAttrs):
-    tracing_ns: int | None = None
-    lowering_ns: int | None = None
-    backend_compile_ns: int | None = None
+    tracing_ns: Int64 | None = None
+    lowering_ns: Int64 | None = None
+    backend_compile_ns: Int64 | None = None
     persistent_cache: Literal["hit", "miss"] | None = None
     retrace_reason: str | None = None
     changes: list[ArgChange] = Field(default_factory=list)
@@ -319,17 +351,17 @@ SPAN_KINDS: tuple[str, ...] = tuple(SPAN_ATTRS)
 
 class _SpanStartBase(RecordModel):
     kind: Literal["span_start"] = "span_start"
-    ts_ns: NonNegativeInt
-    span_id: int
-    parent_id: int | None = None
+    ts_ns: Timestamp
+    span_id: Int64
+    parent_id: Int64 | None = None
     name: str = Field(description="The event prefix, e.g. 'ember.call', or a user name.")
 
 
 class _SpanEndBase(RecordModel):
     kind: Literal["span_end"] = "span_end"
-    ts_ns: NonNegativeInt
-    span_id: int
-    duration_ns: NonNegativeInt
+    ts_ns: Timestamp
+    span_id: Int64
+    duration_ns: NonNegInt64
     status: Literal["ok", "error"] = "ok"
     error: SpanError | None = None
 
@@ -376,45 +408,45 @@ class Cache(RecordModel):
     """
 
     kind: Literal["cache"] = "cache"
-    ts_ns: NonNegativeInt
+    ts_ns: Timestamp
     action: Literal["hit", "miss", "evict"]
-    span_id: int | None = Field(None, description="The enclosing span (the call).")
+    span_id: Int64 | None = Field(None, description="The enclosing span (the call).")
     source: str | None = None
-    position: int
+    position: Int64
     shapes: list[ArgShape]
     key: str | None = None
     statics: list[StaticValue] = Field(default_factory=list)
-    cache_size: int | None = None
+    cache_size: Int64 | None = None
 
 
 class Hub(RecordModel):
     """A Hub file found current in the cache."""
 
     kind: Literal["hub"] = "hub"
-    ts_ns: NonNegativeInt
+    ts_ns: Timestamp
     action: Literal["hit"] = "hit"
-    span_id: int | None = None
+    span_id: Int64 | None = None
     source: str
     revision: str
     check: Literal["etag", "hash", "none", "offline"]
-    bytes: NonNegativeInt
+    bytes: NonNegInt64
 
 
 class Op(RecordModel):
     """A timed operation (candle-graph OpEvent)."""
 
     kind: Literal["op"] = "op"
-    ts_ns: NonNegativeInt
-    span_id: int | None = None
+    ts_ns: Timestamp
+    span_id: Int64 | None = None
     op_name: str
     inputs: list[str] = Field(default_factory=list)
     output: str | None = None
-    shape: list[NonNegativeInt] = Field(default_factory=list)
+    shape: list[NonNegInt64] = Field(default_factory=list)
     dtype: str
     device: str
-    duration_ns: NonNegativeInt
-    storage_bytes: NonNegativeInt | None = None
-    input_storage_bytes: NonNegativeInt = 0
+    duration_ns: NonNegInt64
+    storage_bytes: NonNegInt64 | None = None
+    input_storage_bytes: NonNegInt64 = 0
     step: ExecutionStep | None = None
 
 
@@ -422,14 +454,14 @@ class Tensor(RecordModel):
     """A tensor seen while profiling (candle-graph TensorEvent)."""
 
     kind: Literal["tensor"] = "tensor"
-    ts_ns: NonNegativeInt
-    span_id: int | None = None
+    ts_ns: Timestamp
+    span_id: Int64 | None = None
     tensor_id: str
-    shape: list[NonNegativeInt] = Field(default_factory=list)
+    shape: list[NonNegInt64] = Field(default_factory=list)
     dtype: str
     device: str
     requires_grad: bool = False
-    storage_bytes: NonNegativeInt | None = None
+    storage_bytes: NonNegInt64 | None = None
     category: MemoryCategory = "unknown"
 
 
@@ -437,14 +469,14 @@ class Memory(RecordModel):
     """A tensor allocation or free (candle-graph MemoryEvent)."""
 
     kind: Literal["memory"] = "memory"
-    ts_ns: NonNegativeInt
-    span_id: int | None = None
+    ts_ns: Timestamp
+    span_id: Int64 | None = None
     tensor_id: str
     op_name: str | None = None
     device: str
-    bytes: NonNegativeInt
+    bytes: NonNegInt64
     action: Literal["alloc", "free"]
-    shape: list[NonNegativeInt] = Field(default_factory=list)
+    shape: list[NonNegInt64] = Field(default_factory=list)
     dtype: str
     category: MemoryCategory = "unknown"
 
@@ -458,25 +490,25 @@ class DeviceMemory(RecordModel):
     """
 
     kind: Literal["device_memory"] = "device_memory"
-    ts_ns: NonNegativeInt
-    span_id: int | None = None
+    ts_ns: Timestamp
+    span_id: Int64 | None = None
     device: str
     source: Literal["memory_stats", "live_arrays"]
-    used_bytes: NonNegativeInt | None = None
-    peak_bytes: NonNegativeInt | None = None
-    reserved_bytes: NonNegativeInt | None = None
-    free_bytes: NonNegativeInt | None = None
-    limit_bytes: NonNegativeInt | None = None
-    rss_bytes: NonNegativeInt | None = None
+    used_bytes: NonNegInt64 | None = None
+    peak_bytes: NonNegInt64 | None = None
+    reserved_bytes: NonNegInt64 | None = None
+    free_bytes: NonNegInt64 | None = None
+    limit_bytes: NonNegInt64 | None = None
+    rss_bytes: NonNegInt64 | None = None
 
 
 class Gradient(RecordModel):
     """A parameter's gradient at one step (candle-graph GradientEvent)."""
 
     kind: Literal["gradient"] = "gradient"
-    ts_ns: NonNegativeInt
+    ts_ns: Timestamp
     event_id: str
-    step: int | None = None
+    step: Int64 | None = None
     root: str
     key: str
     state: Literal["present", "missing", "zero", "non_finite"]
@@ -487,10 +519,10 @@ class Edge(RecordModel):
     """Data-flow timing between a producer span and a consumer span."""
 
     kind: Literal["edge"] = "edge"
-    ts_ns: NonNegativeInt
+    ts_ns: Timestamp
     from_span: str
     to_span: str
-    duration_ns: NonNegativeInt
+    duration_ns: NonNegInt64
 
 
 Record = Annotated[

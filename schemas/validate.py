@@ -6,19 +6,106 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import from_json
 
+from .records import MAX_LINE_BYTES, MAX_NESTING, SCHEMA_VERSION, Record
 from .records import RECORD_KINDS as _KINDS
-from .records import SCHEMA_VERSION, Record
 from .records import SPAN_KINDS as _SPAN_KINDS
 from .versions import MIGRATIONS, Migrations, TraceVersionError, check_version, parse_schema_id
 
-__all__ = ["RECORD", "LineError", "FileReport", "explain", "validate_lines", "validate_file"]
+__all__ = [
+    "RECORD",
+    "BadLine",
+    "LineError",
+    "FileReport",
+    "explain",
+    "iter_lines",
+    "parse_line",
+    "validate_lines",
+    "validate_file",
+]
 
 RECORD: TypeAdapter[Any] = TypeAdapter(Record)
 """Validates one record (``RECORD.validate_json(line)``)."""
+
+
+class BadLine(ValueError):
+    """A line that is not one JSON value within the schema's limits; the message says why."""
+
+
+_TOO_LONG = (
+    f"line is over {MAX_LINE_BYTES // 2**20} MB (the limit for one record); "
+    f"record large values elsewhere and keep a reference in the trace"
+)
+_TOO_DEEP = (
+    f"nested deeper than {MAX_NESTING} levels of arrays and objects (the limit for one "
+    f"record); record deep values as text"
+)
+
+
+def _nesting(value: Any) -> int:
+    """How deeply arrays and objects nest in ``value`` (without recursion)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((x, depth + 1) for x in v if isinstance(x, (dict, list)))
+    return deepest
+
+
+def parse_line(raw: bytes | str) -> Any:
+    """One trace line as Python values, within the schema's limits (``MAX_LINE_BYTES``,
+    ``MAX_NESTING``); raises ``BadLine`` saying what is wrong.
+
+    Every reader of traces parses lines with this, so ``ember validate`` and ``ember
+    ingest`` refuse the same lines for the same reasons. It never recurses in Python: a
+    line nested thousands deep is a ``BadLine``, not a ``RecursionError``.
+    """
+    if len(raw) > MAX_LINE_BYTES:
+        raise BadLine(_TOO_LONG)
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"not UTF-8: {exc}") from None
+    else:
+        text = raw
+    try:
+        data = from_json(text)
+    except ValueError as exc:
+        if "recursion limit" in str(exc):
+            raise BadLine(_TOO_DEEP) from None
+        raise BadLine(f"not valid JSON: {exc}") from None
+    # a line with few brackets cannot nest deeply: only count when it might
+    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(data) > MAX_NESTING:
+        raise BadLine(_TOO_DEEP)
+    return data
+
+
+def iter_lines(f: IO[bytes]) -> Iterator[bytes]:
+    """The lines of a binary file, without reading more than ``MAX_LINE_BYTES`` + 2 bytes of
+    one line into memory: an over-long line comes back cut short (and is then too long for
+    ``parse_line``)."""
+    while True:
+        line = f.readline(MAX_LINE_BYTES + 2)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES + 1 and not line.endswith(b"\n"):
+            while True:  # skip the rest of the line
+                more = f.readline(1 << 20)
+                if not more or more.endswith(b"\n"):
+                    break
+            yield line
+            continue
+        yield line.rstrip(b"\r\n")
 
 
 @dataclass(frozen=True)
@@ -90,10 +177,9 @@ def validate_lines(
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            reason = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not valid JSON"
-            yield number, LineError(path, number, f"{reason}: {exc}")
+            data = parse_line(raw)
+        except BadLine as exc:
+            yield number, LineError(path, number, str(exc))
             continue
         if not isinstance(data, dict):
             yield number, LineError(path, number, "a record must be a JSON object")
@@ -136,7 +222,7 @@ def validate_file(path: str | Path, migrations: Migrations = MIGRATIONS) -> File
         report.errors.append(LineError(str(p), 1, "empty file: no 'meta' record"))
         return report
     with p.open("rb") as f:
-        for _, result in validate_lines(f, str(p), migrations):
+        for _, result in validate_lines(iter_lines(f), str(p), migrations):
             if isinstance(result, LineError):
                 report.errors.append(result)
             else:
