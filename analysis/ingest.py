@@ -480,15 +480,35 @@ class _FileIngest:
         ):
             self._slow_path(end)
         else:
-            src = plan.path
-            if plan.start != 0 or end != plan.size:
-                src = self.tmp / "range.jsonl"
-                _copy_range(plan.path, plan.start, end, src)
-            try:
-                self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(src)}")
-            except duckdb.Error:
-                self._slow_path(end)
+            self._fast_path(end)
         self._check_rows()
+
+    def _fast_path(self, end: int) -> None:
+        """DuckDB reads exactly the bytes ``[start, end)``; the slow path if it refuses them.
+
+        A whole file is read in place, and only kept if the file has not grown meanwhile:
+        a recorder still appending may have added lines after ``end`` that DuckDB read too,
+        while ``offset_bytes`` says ``end`` (the next ingest would read them again). Then,
+        and for a file continued from an offset, DuckDB reads a copy of the range.
+        """
+        plan = self.plan
+        if plan.start == 0 and end == plan.size:
+            try:
+                self.con.execute(
+                    f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(plan.path)}"
+                )
+                if plan.path.stat().st_size == plan.size:
+                    return
+            except duckdb.Error:
+                if plan.path.stat().st_size == plan.size:
+                    self._slow_path(end)
+                    return
+        src = self.tmp / "range.jsonl"
+        _copy_range(plan.path, plan.start, end, src)
+        try:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(src)}")
+        except duckdb.Error:
+            self._slow_path(end)
 
     # -- the slow path: pydantic on every line, DuckDB on the valid ones
     def _slow_path(self, end: int) -> None:
