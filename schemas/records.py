@@ -209,7 +209,7 @@ class CallAttrs(SourceAttrs):
 
 
 class CallEndAttrs(CallAttrs):
-    dispatch_ns: int | None = Field(
+    dispatch_ns: Int64 | None = Field(
         None,
         description="ns from the call's start until all its programs were dispatched "
         "(the span's duration_ns is time to results when meta.sync).",
@@ -219,7 +219,7 @@ class CallEndAttrs(CallAttrs):
 class SegmentAttrs(SourceAttrs):
     """One execution of one segment inside a call (a child of the call span)."""
 
-    position: int
+    position: Int64
     stop: int | Literal["end"] | None = None
     compiled: bool = Field(description="False: an eager segment, run node by node.")
     key: str | None = Field(None, description="The segment's cache key (hex).")
@@ -248,10 +248,10 @@ class BreakAttrs(SourceAttrs):
 
 
 class BreakEndAttrs(BreakAttrs):
-    host_transfer_ns: int | None = Field(
+    host_transfer_ns: Int64 | None = Field(
         None, description="ns spent moving the break's inputs to the host."
     )
-    subgraph_ns: int | None = Field(
+    subgraph_ns: Int64 | None = Field(
         None,
         description="ns spent running a subgraph (If branch, Loop/Scan body) inside the break.",
     )
@@ -290,7 +290,7 @@ class StepAttrs(RecordModel):
 
 
 class StepEndAttrs(StepAttrs):
-    dispatch_ns: int | None = Field(
+    dispatch_ns: Int64 | None = Field(
         None,
         description="ns until the step's work was dispatched, when the step blocked at its end.",
     )
