@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 from traces import cache_line, meta_line, write_lines
 
 from ember.analysis import connect, ingest
+from ember.analysis.synthetic import write_trace
 
 # the module (``ember.analysis.ingest`` the attribute is the function)
 ingest_module = importlib.import_module("ember.analysis.ingest")
@@ -51,3 +59,104 @@ def test_a_file_that_grows_while_it_is_read_is_read_up_to_its_recorded_offset(
     assert _rows(db, "SELECT lines, records FROM ingested_files") == [(lines, lines)]
     ts = [t for (t,) in _rows(db, "SELECT ts_ns FROM cache ORDER BY ts_ns")]
     assert ts == [1, 2, 3, 4, 5, 100, 101, 102, 103]
+
+
+# ---------------------------------------------------------------- a killed ingest
+
+SLOW_INGEST = """
+import sys
+from ember.analysis import ingest
+ingest([sys.argv[1]], sys.argv[2])
+"""
+
+
+def test_the_work_folder_of_a_killed_ingest_is_removed_by_the_next_ingest(tmp_path, monkeypatch):
+    # a line that is not JSON sends the file down the slow path, which copies the valid
+    # lines into a work folder; kill -9 runs no cleanup and left that copy behind for good
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    trace = tmp_path / "slow.jsonl"
+    write_trace(trace, 300_000, run_id="slow")
+    with trace.open("ab") as f:
+        f.write(b"not json\n")
+    db = tmp_path / "t.duckdb"
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_INGEST, str(trace), str(db)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp.glob("ember-ingest-*/clean.jsonl")):
+            assert proc.poll() is None, "the ingest ended before its work folder was seen"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    [left] = list(tmp.glob("ember-ingest-*"))
+    assert (left / "clean.jsonl").stat().st_size > 0
+    old = time.time() - 60
+    os.utime(left, (old, old))  # killed a minute ago
+    # a folder in use by a live ingest (its lock held) stays
+    busy = tmp / "ember-ingest-busy"
+    busy.mkdir()
+    os.utime(busy, (old, old))
+    with (busy / ".in-use").open("w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        monkeypatch.setattr(ingest_module, "_cleaned", False, raising=False)
+        small = write_lines(tmp_path / "small.jsonl", [meta_line("small"), cache_line(1, "miss")])
+        assert ingest([small], tmp_path / "other.duckdb").files[0].records == 2
+        assert not left.exists()
+        assert busy.exists()
+    assert sorted(p.name for p in tmp.iterdir()) == ["ember-ingest-busy"]
+
+
+# ---------------------------------------------------------------- duplicate span ids
+
+
+def _span(kind: str, span_id: int, ts: int) -> str:
+    rec = {"kind": kind, "ts_ns": ts, "span_id": span_id, "span_kind": "user", "attrs": {}}
+    if kind == "span_start":
+        rec["name"] = "work"
+    else:
+        rec["duration_ns"] = 1
+    return json.dumps(rec)
+
+
+def test_duplicate_span_ids_from_concatenated_traces_are_rejected(tmp_path):
+    body = [_span("span_start", 1, 10), _span("span_end", 1, 11), _span("span_start", 2, 12)]
+    body += [_span("span_end", 2, 13)]
+    path = write_lines(tmp_path / "cat.jsonl", [meta_line(), *body, *body])
+    db = tmp_path / "t.duckdb"
+    r = ingest([path], db).files[0]
+    assert (r.records, r.rejected, r.slow_path) == (5, 4, False)
+    assert _rows(db, "SELECT line, reason FROM rejected_lines ORDER BY line") == [
+        (
+            6,
+            "a second span_start of span_id 1 (span ids are unique in a run; were two "
+            "traces concatenated?)",
+        ),
+        (
+            7,
+            "a second span_end of span_id 1 (span ids are unique in a run; were two "
+            "traces concatenated?)",
+        ),
+        (
+            8,
+            "a second span_start of span_id 2 (span ids are unique in a run; were two "
+            "traces concatenated?)",
+        ),
+        (
+            9,
+            "a second span_end of span_id 2 (span ids are unique in a run; were two "
+            "traces concatenated?)",
+        ),
+    ]
+    assert _rows(db, "SELECT span_id, duration_ns FROM spans ORDER BY 1") == [(1, 1), (2, 1)]
+    # and when the copy is appended to a file already ingested: its starts are seen as
+    # duplicates of the stored ones, and its ends, whose starts are rejected, too
+    grown = write_lines(tmp_path / "grown.jsonl", [meta_line("g"), *body])
+    ingest([grown], db)
+    with grown.open("a") as f:
+        f.write("\n".join(body) + "\n")
+    again = ingest([grown], db).files[0]
+    assert (again.continued, again.records, again.rejected) == (True, 0, 4)
