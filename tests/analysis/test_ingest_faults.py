@@ -84,7 +84,7 @@ def test_the_work_folder_of_a_killed_ingest_is_removed_by_the_next_ingest(tmp_pa
     proc = subprocess.Popen([sys.executable, "-c", SLOW_INGEST, str(trace), str(db)], env=env)
     try:
         deadline = time.monotonic() + 120
-        while not list(tmp.glob("ember-ingest-*/clean.jsonl")):
+        while not any(p.stat().st_size for p in tmp.glob("ember-ingest-*/clean.jsonl")):
             assert proc.poll() is None, "the ingest ended before its work folder was seen"
             assert time.monotonic() < deadline
             time.sleep(0.01)
