@@ -118,7 +118,8 @@ def ingest_command(
     refused = len(summary.refused)
     console.print(
         f"{len(files)} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
-        f"{refused} refused, {summary.seconds:.2f} s, {summary.records_per_second:,.0f} records/s "
+        f"{refused} refused, {fmt.duration(summary.seconds * 1e9)}, "
+        f"{summary.records_per_second:,.0f} records/s "
         f"-> {db}",
         highlight=False,
     )
@@ -143,7 +144,8 @@ def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, str
     refused = len(summary.refused)
     console.print(
         f"{len(files)} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
-        f"{refused} refused, {summary.seconds:.2f} s, {summary.records_per_second:,.0f} records/s "
+        f"{refused} refused, {fmt.duration(summary.seconds * 1e9)}, "
+        f"{summary.records_per_second:,.0f} records/s "
         f"-> {lake} ({engine.value})",
         highlight=False,
     )
