@@ -685,7 +685,7 @@ class Side:
 
 def _is_trace_ref(ref: str) -> bool:
     p = Path(ref)
-    return p.suffix in (".jsonl", ".json") or p.is_file() or "/" in ref
+    return p.suffix == ".jsonl" or p.is_file() or "/" in ref
 
 
 def _latest_with_tags(con: Any, tags: dict[str, str], exclude: str | None, origin: str) -> str:
@@ -752,24 +752,29 @@ def open_sides(
                 cons[key] = stack.enter_context(con)
             return cons[key]
 
-        traces = [r for r in (base, candidate) if r is not None and _is_trace_ref(r)]
-        trace_runs: dict[str, str] = {}
-        if traces:
+        # each trace file in a temporary database of its own: two copies of one run (the
+        # same run id in two files) compare like any two runs
+        traces: dict[str, Side] = {}
+        for ref in (base, candidate):
+            if ref is None or not _is_trace_ref(ref) or ref in traces:
+                continue
+            if not Path(ref).is_file():
+                raise CompareError(f"{ref}: no such trace file")
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ember-compare-")))
-            for t in traces:
-                if not Path(t).is_file():
-                    raise CompareError(f"{t}: no such trace file")
-            summary = ingest(list(dict.fromkeys(traces)), tmp / "traces.duckdb")
-            for f in summary.files:
-                if f.status == "refused" or f.run_id is None:
-                    raise CompareError(f"{f.path}: refused: {f.message}")
-            by_path = {str(Path(f.path).resolve()): f.run_id for f in summary.files}
-            trace_runs = {t: by_path[str(Path(t).resolve())] for t in traces}
-            trace_con = stack.enter_context(connect(tmp / "traces.duckdb", read_only=True))
+            (f,) = ingest([ref], tmp / "trace.duckdb").files
+            if f.status == "refused" or f.run_id is None:
+                raise CompareError(f"{ref}: refused: {f.message}")
+            rejected = (
+                f" ({f.rejected} line(s) rejected; `ember validate {ref}` lists them)"
+                if f.rejected
+                else ""
+            )
+            con = stack.enter_context(connect(tmp / "trace.duckdb", read_only=True))
+            traces[ref] = Side(con.sql, f.run_id, f"trace file {ref}{rejected}")
 
         def side(ref: str) -> Side:
-            if ref in trace_runs:
-                return Side(trace_con.sql, trace_runs[ref], f"trace file {ref}")
+            if ref in traces:
+                return traces[ref]
             con = open_db(db)
             try:
                 run_id = resolve_run(con, ref)

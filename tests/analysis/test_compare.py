@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from conftest import SWEEP
 
 from ember.analysis.compare import (
     MIN_SAMPLES,
@@ -17,6 +18,8 @@ from ember.analysis.compare import (
     RunData,
     compare,
     latency_test,
+    load_run,
+    open_sides,
     to_json,
     to_junit,
     to_markdown,
@@ -281,3 +284,42 @@ def test_json_carries_everything(failing):
     recompiles = next(m for m in doc["metrics"] if m["metric"] == "recompiles")
     assert (recompiles["base"], recompiles["candidate"], recompiles["change"]) == (0, 19, 19)
     assert doc["context"]["latency_kind"] == ["to results", "dispatch only"]
+
+
+# ---------------------------------------------------------------- recorded runs
+
+
+def test_causes_are_named_from_the_views_of_a_recorded_run(con):
+    # the session's sweep (conftest): the token filter, whose NonZero breaks the graph,
+    # at lengths 17, 23, 31, 17, 23, 23 with a cache of 2 (it evicts and compiles again)
+    sweep = load_run(con.sql, "sweep", "views.duckdb")
+    bus = load_run(con.sql, "bus-run", "views.duckdb")
+    assert sweep.summary["calls"] == len(SWEEP) and len(sweep.durations_ns) == len(SWEEP)
+    kinds = {c.kind for c in sweep.causes.values()}
+    assert kinds == {"recompile", "eviction", "break"}
+    (brk,) = [c for c in sweep.causes.values() if c.kind == "break"]
+    assert brk.name == "break at `kept_positions` (NonZero)" and brk.count == len(SWEEP)
+    evicted = sweep.causes["eviction|position 0"]
+    assert (
+        evicted.count
+        == con.sql("SELECT count(*) AS n FROM evictions WHERE run_id = 'sweep' AND position = 0")[
+            "n"
+        ][0]
+    )
+    assert "cache_size 2" in evicted.text
+    names = {c.name for c in sweep.causes.values() if c.kind == "recompile"}
+    assert "`input_ids` dim 1" in names and "a re-compile after eviction" in names
+    c = compare(bus, sweep, rules("new_breaks>0, new_eviction_sites>0"))
+    assert [r.status for r in c.rules] == ["fail", "fail"]
+    assert brk in c.new_causes
+    itself = compare(sweep, sweep, rules("new_breaks>0, new_recompile_causes>0"))
+    assert itself.passed and not itself.new_causes
+
+
+def test_a_trace_with_rejected_lines_says_so(sweep_trace, tmp_path):
+    copy = tmp_path / "damaged.jsonl"
+    copy.write_text(sweep_trace.read_text() + '{"kind": "cache", "oops": 1}\n')
+    with open_sides(str(sweep_trace), str(copy), db=tmp_path / "none.duckdb") as (b, c):
+        assert b.origin == f"trace file {sweep_trace}"
+        assert c.origin.startswith(f"trace file {copy} (1 line(s) rejected; `ember validate")
+        assert b.run_id == c.run_id == "sweep"
