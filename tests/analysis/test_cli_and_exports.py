@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -27,6 +28,8 @@ def test_ingest_prints_a_summary_and_is_idempotent(tmp_path, sweep_trace, bus_tr
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
     assert "2 file(s)," in out and "0 rejected, 0 refused" in out and "records/s" in out
+    # the time as a duration with its unit (analysis/format.py), not "0.05 s"
+    assert re.search(r"0 refused, \d+(\.\d)? (ms|s|µs), [\d,]+ records/s", out), out
     again = runner.invoke(app, ["ingest", str(sweep_trace), "--db", str(db)])
     assert "unchanged (already ingested)" in _flat(again.output)
     assert "1 file(s), 0 records" in _flat(again.output)
