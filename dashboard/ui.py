@@ -45,6 +45,9 @@ def fmt_count(n: int | None) -> str:
     return fmt.count(n)
 
 
+MAX_STYLED_CELLS = 100_000
+"""A table with more cells than this shows its raw numbers (a Styler formats cell by cell)."""
+
 # Columns are formatted by their name: the unit is its last word (or the word before
 # a qualifier, as in p50_ms_a or compile_ms_per_reuse).
 _FORMATS: list[tuple[re.Pattern[str], Callable[[float | None], str]]] = [
@@ -68,8 +71,11 @@ def styled(frame: pl.DataFrame) -> object:
     """``frame`` as a pandas Styler whose durations, bytes and rates read like the report's
     (``1.1 s``, ``6.0 MiB``, ``87%``), chosen by column name (``*_ms``, ``*_ns``,
     ``*_bytes``, ``*_rate``), other numbers as ``fmt.number``; the values stay numbers,
-    so sorting a column still sorts by value. A frame without such columns is returned as it is."""
+    so sorting a column still sorts by value. A frame without numbers, or with more than
+    ``MAX_STYLED_CELLS`` cells, is returned as it is."""
     formats = {c: f for c, t in frame.schema.items() if (f := _formatter(c, t)) is not None}
+    if frame.height * frame.width > MAX_STYLED_CELLS:
+        return frame  # pandas' Styler refuses big frames (and formats cell by cell)
     if not formats:
         return frame  # nothing to format: Streamlit shows text, dates and lists well
     return frame.to_pandas().style.format(formats, na_rep=fmt.MISSING)

@@ -86,6 +86,30 @@ def test_bytes_read_as_in_the_text_report() -> None:
     assert fmt_bytes(None) == "–"
 
 
+def test_tables_format_their_numbers_by_column_name_until_they_are_too_big() -> None:
+    import polars as pl
+
+    from ember.dashboard.ui import MAX_STYLED_CELLS, styled
+
+    frame = pl.DataFrame(
+        {
+            "position": [3, 27],
+            "compile_ms": [1077.5275, 0.25],
+            "peak_bytes": [6308352, None],
+            "hit_rate": [0.873, 1.0],
+            "t_s": [3.21549, 12.0],
+            "shapes": ["x[1,16]", "x[1,24]"],
+        }
+    )
+    text = styled(frame).to_string(delimiter="|").splitlines()
+    assert text[1].split("|")[1:] == ["3", "1.1 s", "6.0 MiB", "87%", "3.215", "x[1,16]"]
+    assert text[2].split("|")[1:] == ["27", "250 µs", "–", "100%", "12", "x[1,24]"]
+    big = pl.DataFrame({"compile_ms": [1.0] * (MAX_STYLED_CELLS + 1)})
+    assert styled(big) is big  # pandas' Styler refuses frames this big: shown raw
+    text_only = frame.select("shapes")
+    assert styled(text_only) is text_only  # nothing to format
+
+
 # ---------------------------------------------------------------- Runs
 
 
