@@ -238,7 +238,15 @@ FROM breaks WHERE run_id = $1 GROUP BY ALL ORDER BY position
 
 def load_run(sql: SqlRunner, run_id: str, origin: str = "") -> RunData:
     """One run's ``run_summary`` row, durations and causes (see the module doc)."""
-    summary = sql("SELECT * FROM run_summary WHERE run_id = $1", [run_id])
+    import duckdb
+
+    try:
+        summary = sql("SELECT * FROM run_summary WHERE run_id = $1", [run_id])
+    except duckdb.CatalogException:
+        raise CompareError(
+            f"{origin or 'the database'} has no run_summary view: it was written by "
+            "an older `ember ingest`; run `ember ingest` on it again to add the views"
+        ) from None
     if summary.height == 0:
         raise CompareError(f"no run {run_id!r} in {origin or 'the database'}")
     row = summary.row(0, named=True)

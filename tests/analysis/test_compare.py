@@ -15,6 +15,7 @@ from conftest import SWEEP
 from ember.analysis.compare import (
     MIN_SAMPLES,
     Cause,
+    CompareError,
     RunData,
     compare,
     latency_test,
@@ -323,3 +324,18 @@ def test_a_trace_with_rejected_lines_says_so(sweep_trace, tmp_path):
         assert b.origin == f"trace file {sweep_trace}"
         assert c.origin.startswith(f"trace file {copy} (1 line(s) rejected; `ember validate")
         assert b.run_id == c.run_id == "sweep"
+
+
+def test_a_database_without_the_views_is_an_error_that_says_what_to_do(tmp_path):
+    import duckdb
+
+    old = tmp_path / "old.duckdb"
+    with duckdb.connect(str(old)) as duck:  # what an older ingest left: tables, no view
+        duck.execute(
+            "CREATE TABLE runs (run_id VARCHAR, started_at TIMESTAMP, tags JSON, "
+            "entrypoint VARCHAR)"
+        )
+        duck.execute("INSERT INTO runs VALUES ('r1', now(), NULL, NULL)")
+    with pytest.raises(CompareError, match="no run_summary view: .* run `ember ingest` on it"):
+        with open_sides("r1", "r1", db=old) as (b, _):
+            load_run(b.sql, b.run_id, b.origin)

@@ -168,6 +168,11 @@ def test_a_baseline_from_a_lake(runs, here):
     assert code == 1
     assert doc["base"]["origin"].startswith(str(lake))
     assert any(c["name"] == "`x` dim 1" for c in doc["new_causes"])
+    # the baselines elsewhere than --db (which a trace-file candidate never opens)
+    code, out = gate(
+        runs["candidate"], "--baseline-tag", "branch=main", "--baseline-db", lake, "--json"
+    )
+    assert code == 1 and json.loads(out)["base"]["run_id"] == doc["base"]["run_id"]
 
 
 def test_rules_from_pyproject(runs, here):
