@@ -34,11 +34,19 @@ such a model still runs (its segments are re-planned and the cache starts afresh
         ember.cache.hit
         | ember.cache.miss, ember.segment.compile.start, ember.segment.compile.stop,
           [ember.cache.evict]                    (only when the position was full)
+        ember.segment.start, ember.segment.stop  (the segment's run)
         then, when the segment stops at a break node:
         ember.break.start, ember.break.stop
     ember.call.stop
 
-A call at the compile-time shapes of a graph without breaks emits only the call span.
+A call at the compile-time shapes of a graph without breaks emits only the call span and,
+inside it, one segment span for the whole-graph program.
+
+**Time to results.** While ``bus.sync`` is set (an open ``record()`` asks for it) a recorded
+segment, break and call span waits for its outputs (``jax.block_until_ready``) before it
+ends, and the call's end carries ``dispatch_ns``; a break's end carries
+``host_transfer_ns`` and, for If/Loop/Scan, ``subgraph_ns``. Nothing waits when nobody
+listens to those spans: the fast path is the same.
 ``compile()`` emits ``ember.compile`` and, inside it, one ``ember.segment.compile`` span
 for the whole-graph program when it has shapes to compile for.
 
