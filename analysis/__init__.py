@@ -10,10 +10,12 @@ Never imports jax. The pieces:
   ``cache``, ``hub``, ``op``, ``tensor``, ``memory``, ``device_memory``, ``gradient``,
   ``edge``) plus ``runs``, ``ingested_files``, ``rejected_lines``.
 - Views (``sql/<name>.sql``, each headed by what one row is and every column):
-  ``spans``, ``cache_lookups``, ``cache_events``, ``compiles``, ``recompiles``,
-  ``evictions``, ``cache_thrash``, ``cache_what_if``, ``shape_buckets``,
+  ``run_summary`` (every run's headline numbers, defined once), ``call_breakdown``,
+  ``time_by_part``, ``spans``, ``cache_lookups``, ``cache_events``, ``compiles``,
+  ``recompiles``, ``evictions``, ``cache_thrash``, ``cache_what_if``, ``shape_buckets``,
   ``memory_timeline``, ``peak_memory``, ``hub_files``, ``call_latency``,
-  ``compile_payback``, ``breaks``. Macros shared by the views: ``sql/macros.sql``.
+  ``compile_payback``, ``breaks``; helpers start with ``_``. Macros shared by the views:
+  ``sql/macros.sql``.
 - ``resolve_run(con, "e57e")`` (``runs.py``): the run id that a unique start names, as
   every ``--run`` and the dashboard's links take it.
 - ``report.findings`` (``ember report``), ``export.export_chrome`` / ``export_parquet``

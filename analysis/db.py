@@ -70,6 +70,8 @@ VIEW_NAMES: tuple[str, ...] = (
     "compile_payback",
     "breaks",
     "run_summary",
+    "call_breakdown",
+    "time_by_part",
 )
 
 

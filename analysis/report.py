@@ -5,9 +5,11 @@ numbers) and its :class:`Finding` list, most costly first. Each finding carries 
 sentence a person reads and the numbers it is made of (``data``), so the dashboard and
 tests use the same facts the CLI prints. Rendering (widths, colours) lives in the CLI.
 
-Costs: a finding's ``cost_ns`` is the compile time it names (recompiles, thrashing, what
-padding or a disk cache would save); findings about memory and latency cost 0 and come
-after the compile findings.
+Costs: a finding's ``cost_ns`` is the time it names: compile time (recompiles, thrashing,
+what padding or a disk cache would save, what a disk cache missed), the time a part of the
+calls took (a break that holds much of each call, eager segments, Ember's overhead:
+``time_by_part``) or Hub downloads; findings are ranked by it. Findings about memory and
+latency cost 0 and come last.
 
 JAX compiles its own eager ops (``_normal``, ``_reduce_sum``, ``convert_element_type``)
 through ``jit`` too. A jitted function counts as JAX's own when none of its compiles has
@@ -86,8 +88,8 @@ class Finding:
     """One thing worth knowing about a run, as a sentence with its numbers."""
 
     run_id: str
-    kind: str  # recompile | jit_retrace | thrash | evictions | buckets | disk_cache |
-    # errors | memory | latency
+    kind: str  # break | recompile | jit_retrace | thrash | evictions | buckets | disk_cache |
+    # disk_miss | hub | eager | overhead | errors | memory | latency
     text: str
     cost_ns: int = 0
     data: dict[str, Any] = field(default_factory=dict)
@@ -677,7 +679,9 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
     return out
 
 
-def _latency_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+def _latency_findings(
+    con: Connection, run_ids: list[str], summaries: dict[str, RunSummary]
+) -> list[Finding]:
     df = con.sql(
         """
         SELECT * FROM call_latency WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
@@ -695,6 +699,8 @@ def _latency_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         if r["p50_warm_ns"] is not None:
             notes.append(f"warm p50 {fmt.duration(r['p50_warm_ns'])}")
         notes.append("1 call" if r["calls"] == 1 else f"{r['calls']} calls")
+        if summaries[r["run_id"]].latency_kind == "dispatch only":
+            notes.append("dispatch only: the calls were timed to dispatch, not to results")
         text += f" ({'; '.join(notes)})"
         out.append(
             Finding(
@@ -727,15 +733,154 @@ def _error_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     return out
 
 
+# ---------------------------------------------------------------- where the time goes
+
+# what to do about a break that holds much of each call, by its op
+_BREAK_ACTION = {
+    "If": "compute the condition from small inputs (not from values the model computes on "
+    "the device) so Ember specialises on it and compiles the taken branch inline, or move "
+    "the branch's work out of the If",
+    "Loop": "compute the trip count from shapes or constants (not tensor values) so the loop "
+    "compiles into the program, or export it as a Scan of fixed length",
+    "Scan": "give the sequence a fixed length so the body compiles into the program",
+}
+_DEFAULT_ACTION = (
+    "the graph stops here for values computed on the device; make them static (an input, "
+    "a constant) or pad to fixed sizes so the graph stays one program"
+)
+_SUBGRAPH = {"If": "its branch", "Loop": "its body", "Scan": "its body"}
+# a part becomes a finding when its median share of a call is at least this
+_BREAK_SHARE = 0.10
+_EAGER_SHARE = 0.25
+_OVERHEAD_SHARE = 0.25
+_HUB_SHARE = 0.5
+
+
+def _part_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    """Breaks, eager segments, Ember's overhead and Hub downloads that hold much of the time
+    (``time_by_part``), each with what to do."""
+    rows = _rows(
+        con.sql(
+            "SELECT * FROM time_by_part WHERE run_id IN (SELECT unnest($1::VARCHAR[])) "
+            "ORDER BY run_id, rank",
+            [run_ids],
+        )
+    )
+    out = []
+    for r in rows:
+        share, per_call = r["p50_share_of_call"], r["p50_call_ns"]
+        kind = r["part_kind"]
+        each = f"{fmt.percent(share)} of each call, {fmt.duration(per_call)}"
+        if r["latency_kind"] == "dispatch only":
+            each += " (dispatch only)"
+        data = {
+            k: r[k]
+            for k in (
+                "part_kind",
+                "part",
+                "position",
+                "node",
+                "op_type",
+                "total_ns",
+                "p50_share_of_call",
+                "p50_call_ns",
+                "share_of_wall",
+            )
+        }
+        if kind == "break" and share is not None and share >= _BREAK_SHARE:
+            op = r["op_type"]
+            sub = r["subgraph_ns"] or 0
+            if sub >= 0.5 * (r["in_calls_ns"] or 0) and op in _SUBGRAPH:
+                what = f"runs {_SUBGRAPH[op]} from the host"
+            elif sub >= 0.5 * (r["in_calls_ns"] or 0):
+                what = "runs its subgraph from the host"
+            else:
+                what = "runs on the host"
+            text = f"break at `{r['node']}` ({r['reason'] or op}) {what}: {each}"
+            moving = r["host_transfer_ns"] or 0
+            if moving >= 0.1 * (r["in_calls_ns"] or 1):
+                text += f" (moving its inputs to the host: {fmt.duration(moving)})"
+            text += f"; {_BREAK_ACTION.get(op, _DEFAULT_ACTION)}"
+            out.append(Finding(r["run_id"], "break", text, r["in_calls_ns"] or 0, data))
+        elif kind == "eager_segment" and share is not None and share >= _EAGER_SHARE:
+            text = (
+                f"segment {r['position']} runs eagerly, node by node (a short segment after "
+                f"a break): {each}; removing the break before it lets it join a compiled "
+                "segment"
+            )
+            out.append(Finding(r["run_id"], "eager", text, r["in_calls_ns"] or 0, data))
+        elif kind == "overhead" and share is not None and share >= _OVERHEAD_SHARE:
+            text = (
+                f"Ember's own work in each call (cache lookups, keys, input checks between "
+                f"segments): {each}; fewer breaks mean fewer segments to look up"
+            )
+            out.append(Finding(r["run_id"], "overhead", text, r["in_calls_ns"] or 0, data))
+        elif kind == "hub_download" and (r["share_of_wall"] or 0) >= _HUB_SHARE:
+            text = (
+                f"Hub downloads took {fmt.duration(r['total_ns'])}, "
+                f"{fmt.percent(r['share_of_wall'])} of the run (a cold start): keep "
+                "HF_HUB_CACHE on a disk that outlives the job, or download ahead, so the next "
+                "run reads the files from the cache"
+            )
+            out.append(Finding(r["run_id"], "hub", text, r["total_ns"] or 0, data))
+    return out
+
+
+def _disk_miss_findings(con: Connection, summaries: dict[str, RunSummary]) -> list[Finding]:
+    """Compiled segments a disk cache did not have (they were compiled in full)."""
+    missed = [s.run_id for s in summaries.values() if s.disk_misses]
+    if not missed:
+        return []
+    rows = _rows(
+        con.sql(
+            """
+            SELECT c.run_id, count(*) FILTER (WHERE c.disk_cache = 'miss') AS misses,
+                count(*) FILTER (WHERE c.disk_cache IS NOT NULL) AS segments,
+                CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.disk_cache = 'miss'), 0)
+                    AS BIGINT) AS miss_ns
+            FROM compiles c
+            WHERE c.position IS NOT NULL AND c.run_id IN (SELECT unnest($1::VARCHAR[]))
+            GROUP BY c.run_id
+            """,
+            [missed],
+        )
+    )
+    out = []
+    for r in rows:
+        s = summaries[r["run_id"]]
+        text = (
+            f"disk cache missed {r['misses']} of {r['segments']} compiled segments "
+            f"({fmt.duration(r['miss_ns'])} compiling them)"
+        )
+        if s.disk_hits:
+            text += (
+                "; the others loaded: the missed ones have new keys (new shapes or static "
+                "values), and a later run with the same cache_dir loads them"
+            )
+        else:
+            text += (
+                "; a first run fills the cache. If an earlier run used the same cache_dir, "
+                "the key changed: the model's bytes, Ember's version, JAX's version or the "
+                "device"
+            )
+        out.append(Finding(r["run_id"], "disk_miss", text, r["miss_ns"], dict(r)))
+    return out
+
+
 # the order findings of equal cost come in: what to fix before what to know
 _KIND_ORDER = [
     "errors",
+    "break",
     "thrash",
     "recompile",
     "jit_retrace",
     "buckets",
     "evictions",
     "disk_cache",
+    "disk_miss",
+    "hub",
+    "eager",
+    "overhead",
     "memory",
     "latency",
 ]
@@ -758,8 +903,10 @@ def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[
         *_bucket_findings(con, run_ids),
         *_eviction_findings(con, run_ids),
         *_disk_cache_findings(con, summaries),
+        *_disk_miss_findings(con, summaries),
+        *_part_findings(con, run_ids),
         *_memory_findings(con, run_ids),
-        *_latency_findings(con, run_ids),
+        *_latency_findings(con, run_ids, summaries),
     ]
     by_run: dict[str, list[Finding]] = {r: [] for r in run_ids}
     for f in found:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import altair as alt
 import streamlit as st
 
 from ember.dashboard import charts, db, state, summary, ui
@@ -72,6 +73,44 @@ charts.show(
     ),
     key="ember_calls_over_time",
 )
+
+# ---- where each call's time went (call_breakdown), stacked per call
+if not ui.lacks("call_breakdown"):
+    shown_calls = 500
+    parts = db.query(
+        """
+        SELECT call_index, part, part_kind, ns / 1e6 AS ms, share, call_ns / 1e6 AS call_ms
+        FROM call_breakdown WHERE run_id = ? AND call_index <= ?
+        ORDER BY call_index, start_ns
+        """,
+        run,
+        shown_calls,
+    )
+    if not parts.is_empty():
+        stacked = (
+            alt.Chart(parts, title="Where each call's time went")
+            .mark_bar()
+            .encode(
+                x=alt.X("call_index:O", title="call"),
+                y=alt.Y("ms:Q", title="ms", stack="zero"),
+                color=alt.Color("part:N", title="part"),
+                tooltip=[
+                    "call_index",
+                    "part",
+                    alt.Tooltip("ms", format=",.2f"),
+                    alt.Tooltip("share", format=".0%"),
+                    alt.Tooltip("call_ms", format=",.2f"),
+                ],
+            )
+            .interactive()
+        )
+        charts.show(stacked, key="ember_calls_breakdown")
+        note = f" (the first {shown_calls} calls)" if overall["calls"] > shown_calls else ""
+        st.caption(
+            f"Each call's parts{note}: compiled and eager segments, break nodes (their own "
+            "time, moving inputs to the host, the subgraph they ran), compiles, and the rest, "
+            "Ember's own work. The Runs page ranks them over the whole run."
+        )
 
 # ---- by input shapes
 st.subheader("By input shapes")

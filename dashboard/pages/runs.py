@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import altair as alt
 import polars as pl
 import streamlit as st
 
-from ember.dashboard import charts, state, summary, ui
+from ember.dashboard import charts, db, state, summary, ui
 
 st.title("Runs")
 ui.require_relations("run_summary")
@@ -126,3 +127,45 @@ st.caption(
         else " The other pages show it."
     )
 )
+
+# ---- where the selected run's time went (time_by_part), most expensive first
+st.subheader("Where the time went")
+if not ui.lacks("time_by_part"):
+    parts = db.query(
+        """
+        SELECT rank, part, part_kind, total_ns, share_of_wall, share_of_calls, per_call_ns,
+            p50_call_ns, p50_share_of_call, spans, calls_with, reason, host_transfer_ns,
+            subgraph_ns, latency_kind
+        FROM time_by_part WHERE run_id = ? ORDER BY rank
+        """,
+        run,
+    )
+    if parts.is_empty():
+        st.caption("This run recorded no calls, compiles, loads or downloads.")
+    else:
+        if parts["latency_kind"][0] == "dispatch only":
+            st.caption(
+                "Times in calls are **dispatch only** (this run's spans end when JAX "
+                "dispatched the work)."
+            )
+        ranked = (
+            alt.Chart(
+                parts.head(15).with_columns(total_ms=pl.col("total_ns") / 1e6),
+                title="Time by part, most expensive first",
+            )
+            .mark_bar()
+            .encode(
+                x=alt.X("total_ms:Q", title="ms"),
+                y=alt.Y("part:N", sort="-x", title=None),
+                color=alt.Color("part_kind:N", title="kind"),
+                tooltip=[
+                    "part",
+                    alt.Tooltip("total_ms", format=",.1f"),
+                    alt.Tooltip("share_of_wall", format=".0%"),
+                    alt.Tooltip("p50_share_of_call", format=".0%"),
+                    "spans",
+                ],
+            )
+        )
+        charts.show(ranked, key="ember_runs_parts_chart")
+        ui.table(parts.drop("latency_kind"), key="ember_runs_parts")

@@ -1,0 +1,115 @@
+-- call_breakdown: one row per (call, part): where each model call's time went.
+--
+-- A call's parts are its child spans, one row per kind and place: each compiled segment,
+-- each eager segment (run node by node), each break node (split into its own time, the
+-- time moving its inputs to the host, and the subgraph it ran: If branch, Loop or Scan
+-- body), each compile (a cache miss compiles inside the call), and the rest of the call's
+-- time, which is Ember's own work (cache lookups, keys, argument checks). The parts of a
+-- call add up to its duration.
+--
+-- run_id, source
+-- call_span_id  the call
+-- call_index    1, 2, 3... the calls of the run in start order
+-- call_start_ns when the call started (ns since the run started)
+-- call_ns       the call's duration (to results when the run is synced: see latency_kind)
+-- part_kind     segment | eager_segment | break | break_host_transfer | break_subgraph |
+--               compile | overhead | unattributed (a trace without segment spans: the
+--               segments' time and Ember's own, not recorded apart)
+-- position      the graph position of the segment, break node or compile (NULL: overhead)
+-- node, op_type the break node ('If_0', 'If'); NULL for other parts
+-- part          the part for a person: 'segment 0', 'eager segment 31', 'break If_0 (If)',
+--               'break If_0 (If): host transfer', 'break If_0 (If): subgraph',
+--               'compile 27', 'Ember overhead'
+-- spans         spans of this part in the call (a part can run more than once)
+-- start_ns      when the part first started in the call (ns since the run started)
+-- ns            time of this part in this call (ns)
+-- share         ns / call_ns
+-- latency_kind  'to results' | 'dispatch only' (see run_summary)
+WITH calls AS (
+    SELECT run_id, span_id, source, start_ns, duration_ns AS call_ns,
+        row_number() OVER (PARTITION BY run_id ORDER BY start_ns, span_id) AS call_index
+    FROM spans
+    WHERE span_kind = 'call' AND status <> 'open'
+),
+kids AS (
+    SELECT k.run_id, k.parent_id AS call_span_id, k.span_kind, k.position, k.start_ns,
+        k.duration_ns, k.start_attrs.node AS node, k.start_attrs.op_type AS op_type,
+        coalesce(k.end_attrs.compiled, k.start_attrs.compiled) AS compiled,
+        k.end_attrs.host_transfer_ns AS host_transfer_ns,
+        k.end_attrs.subgraph_ns AS subgraph_ns
+    FROM spans k
+    WHERE k.span_kind IN ('segment', 'break', 'segment_compile') AND k.status <> 'open'
+        AND k.parent_id IS NOT NULL
+),
+parts AS (
+    -- segments and compiles
+    SELECT run_id, call_span_id,
+        CASE WHEN span_kind = 'segment_compile' THEN 'compile'
+            WHEN compiled IS NOT DISTINCT FROM false THEN 'eager_segment'
+            ELSE 'segment' END AS part_kind,
+        position, NULL AS node, NULL AS op_type, start_ns, duration_ns AS ns
+    FROM kids WHERE span_kind IN ('segment', 'segment_compile')
+    UNION ALL
+    -- a break node: its own time, then the host transfer and the subgraph it recorded
+    SELECT run_id, call_span_id, 'break', position, node, op_type, start_ns,
+        duration_ns - coalesce(host_transfer_ns, 0) - coalesce(subgraph_ns, 0)
+    FROM kids WHERE span_kind = 'break'
+    UNION ALL
+    SELECT run_id, call_span_id, 'break_host_transfer', position, node, op_type, start_ns,
+        host_transfer_ns
+    FROM kids WHERE span_kind = 'break' AND host_transfer_ns IS NOT NULL
+    UNION ALL
+    SELECT run_id, call_span_id, 'break_subgraph', position, node, op_type, start_ns,
+        subgraph_ns
+    FROM kids WHERE span_kind = 'break' AND subgraph_ns IS NOT NULL
+),
+per_call AS (
+    SELECT run_id, call_span_id, part_kind, position, node, op_type, count(*) AS spans,
+        min(start_ns) AS start_ns, CAST(sum(ns) AS BIGINT) AS ns
+    FROM parts GROUP BY ALL
+),
+with_segments AS (
+    SELECT DISTINCT run_id FROM span_start WHERE span_kind = 'segment'
+),
+rest AS (
+    SELECT c.run_id, c.span_id AS call_span_id,
+        CASE WHEN w.run_id IS NULL THEN 'unattributed' ELSE 'overhead' END AS part_kind,
+        CAST(NULL AS BIGINT) AS position, NULL AS node, NULL AS op_type, 1 AS spans,
+        c.start_ns, CAST(c.call_ns - coalesce(sum(p.ns), 0) AS BIGINT) AS ns
+    FROM calls c
+    LEFT JOIN per_call p ON p.run_id = c.run_id AND p.call_span_id = c.span_id
+    LEFT JOIN with_segments w ON w.run_id = c.run_id
+    GROUP BY c.run_id, c.span_id, c.call_ns, c.start_ns, w.run_id
+),
+everything AS (
+    SELECT * FROM per_call UNION ALL SELECT * FROM rest
+)
+SELECT
+    c.run_id,
+    c.source,
+    c.span_id AS call_span_id,
+    c.call_index,
+    c.start_ns AS call_start_ns,
+    c.call_ns,
+    e.part_kind,
+    e.position,
+    e.node,
+    e.op_type,
+    CASE e.part_kind
+        WHEN 'segment' THEN 'segment ' || e.position
+        WHEN 'eager_segment' THEN 'eager segment ' || e.position
+        WHEN 'compile' THEN 'compile ' || e.position
+        WHEN 'break' THEN 'break ' || e.node || ' (' || e.op_type || ')'
+        WHEN 'break_host_transfer' THEN 'break ' || e.node || ' (' || e.op_type || '): host transfer'
+        WHEN 'break_subgraph' THEN 'break ' || e.node || ' (' || e.op_type || '): subgraph'
+        WHEN 'overhead' THEN 'Ember overhead'
+        ELSE 'segments and Ember overhead (not recorded apart)'
+    END AS part,
+    e.spans,
+    e.start_ns,
+    e.ns,
+    e.ns / nullif(c.call_ns, 0) AS share,
+    CASE WHEN r.sync THEN 'to results' ELSE 'dispatch only' END AS latency_kind
+FROM calls c
+JOIN everything e ON e.run_id = c.run_id AND e.call_span_id = c.span_id
+LEFT JOIN runs r ON r.run_id = c.run_id
