@@ -8,7 +8,9 @@ way ONNX's own runner compares (``Runner.assert_similar_outputs``).
 
 Prints ``N passed, M failed`` per kind and the failures grouped by op, and writes nothing
 else. Exits 1 when the node cases that pass fall below the floor kept in
-``tests/conformance_floor.txt`` (``--floor`` overrides), so CI keeps the count from falling.
+``conformance_floor.txt`` next to this module (``--floor`` overrides), so CI keeps the count
+from falling. The file is package data, found through ``importlib.resources``: the same in a
+source checkout and in an installed package.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import collections
 import concurrent.futures
 import glob
+import importlib.resources
 import multiprocessing
 import os
 import signal
@@ -24,6 +27,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +45,7 @@ RANDOM_OPS = frozenset(
         "RandomUniformLike",
     }
 )
-FLOOR_FILE = Path(__file__).resolve().parents[1] / "tests" / "conformance_floor.txt"
+FLOOR_RESOURCE = "conformance_floor.txt"
 
 
 @dataclass
@@ -238,8 +242,15 @@ def run_suite(
     return sorted(results, key=lambda r: (KINDS.index(r.kind), r.name))
 
 
-def read_floor(path: Path = FLOOR_FILE) -> int | None:
-    """The integer floor of node passes, or None when the file does not exist."""
+def floor_file() -> Traversable:
+    """The floor file shipped with ``ember.runtime`` (package data, wherever it is installed)."""
+    return importlib.resources.files("ember.runtime").joinpath(FLOOR_RESOURCE)
+
+
+def read_floor(path: Path | Traversable | None = None) -> int | None:
+    """The integer floor of node passes (from ``floor_file()`` unless ``path`` is given), or
+    None when the file does not exist."""
+    path = floor_file() if path is None else path
     if not path.is_file():
         return None
     return int(path.read_text().split()[0])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 __all__ = [
     "EmberRuntimeError",
     "LoadError",
@@ -40,11 +43,24 @@ class UnsupportedOpsError(EmberRuntimeError):
             shown = ", ".join(repr(n) for n in nodes[:5])
             more = f" and {len(nodes) - 5} more" if len(nodes) > 5 else ""
             lines.append(f"  {domain or 'ai.onnx'}::{op_type} (opset {opset}): nodes {shown}{more}")
+        folder = op_library_folder()
+        where_ops = f", {folder}" if folder else ""
         lines.append(
-            "Implement them in ember/runtime/ops (see ember.runtime.ops.op) or convert the "
-            "model to an opset whose ops are supported."
+            f"Implement them in the op library (package ember.runtime.ops{where_ops}; each op "
+            "is a function registered with ember.runtime.ops.op) or convert the model to an "
+            "opset whose ops are supported."
         )
         super().__init__("\n".join(lines))
+
+
+def op_library_folder() -> Path | None:
+    """The folder that holds ``ember.runtime.ops``, wherever ember is installed (a source
+    checkout maps it to ``runtime/ops/``, an installed package has ``ember/runtime/ops/``);
+    None if it cannot be found."""
+    spec = importlib.util.find_spec("ember.runtime.ops")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 class InputError(EmberRuntimeError, ValueError):
