@@ -598,9 +598,17 @@ class StepHandle:
         """The step's results (pytrees): a synced step ends when these are ready."""
         self.results = [*(self.results or []), *values]
 
+    @property
+    def span_id(self) -> int:
+        return self.span.span_id
+
     def set(self, **metadata: Any) -> None:
         """Stop metadata of the span (see ``bus.SpanHandle.set``)."""
         self.span.set(**metadata)
+
+    def measure(self, **measurements: Any) -> None:
+        """Stop measurements of the span (see ``bus.SpanHandle.measure``)."""
+        self.span.measure(**measurements)
 
 
 class ProfileSession:

@@ -472,6 +472,7 @@ def test_a_synced_step_ends_when_its_results_are_ready(tmp_path):
         with session.step("forward", 0) as step:
             y = chain(x)
             step.wait_for(y)
+            first_id = step.span_id
         assert y.is_ready()  # the step ended at its result, not at its dispatch
         with session.step("forward", 1):  # nothing named: every live array is waited for
             z = chain(x)
@@ -484,6 +485,7 @@ def test_a_synced_step_ends_when_its_results_are_ready(tmp_path):
     assert records[0]["sync"] is True
     ends = [r for r in records if r["kind"] == "span_end" and r["span_kind"] == "step"]
     assert [r["attrs"]["index"] for r in ends] == [0, 1, 2]
+    assert ends[0]["span_id"] == first_id
     for r in ends[:2]:
         assert 0 < r["attrs"]["dispatch_ns"] < r["duration_ns"]
     assert "dispatch_ns" not in ends[2]["attrs"]
