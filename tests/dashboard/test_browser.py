@@ -34,7 +34,10 @@ PAGES: dict[str, tuple[str, list[str]]] = {
     "memory": ("?run=small-cache", ["Peak of live tensors", "1.5 MiB", "Static memory"]),
     "hub": ("?run=hub", ["Saved-metadata fallbacks", "Ember used its saved copy", "Check kinds"]),
     "calls": ("?run=small-cache", ["By input shapes", "p99"]),
-    "compare": ("?run=small-cache&other=big-cache", ["Compiles (B)", "Latency by input shapes"]),
+    "compare": (
+        "?run=small-cache&other=big-cache",
+        ["Compiles (B)", "Latency by input shapes", "Regression gate", "Run A is the base"],
+    ),
     "sql": ("?sql=SELECT%20count(*)%20AS%20n%20FROM%20evictions", ["SQL console", "1 rows"]),
 }
 
