@@ -65,6 +65,7 @@ class RunSummary:
     recompiles: int
     recompiled_after_eviction: int
     jax_compiles: int
+    jax_primitives: int
     jax_compile_ns: int
     hits: int
     misses: int
@@ -88,8 +89,8 @@ class Finding:
     """One thing worth knowing about a run, as a sentence with its numbers."""
 
     run_id: str
-    kind: str  # break | recompile | jit_retrace | thrash | evictions | buckets | disk_cache |
-    # disk_miss | hub | eager | overhead | errors | memory | latency
+    kind: str  # break | recompile | jit_retrace | outside_jit | thrash | evictions | buckets
+    # | disk_cache | disk_miss | hub | eager | overhead | errors | memory | latency
     text: str
     cost_ns: int = 0
     data: dict[str, Any] = field(default_factory=dict)
@@ -180,6 +181,7 @@ def _summaries(con: Connection, run_ids: list[str]) -> dict[str, RunSummary]:
             recompiles=row["recompiles"],
             recompiled_after_eviction=row["recompiled_after_eviction"],
             jax_compiles=row["jax_compiles"],
+            jax_primitives=row["jax_primitives"],
             jax_compile_ns=int(row["jax_compile_ns"]),
             hits=row["hits"],
             misses=row["misses"],
@@ -478,6 +480,39 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
                 {"fun_name": r["fun_name"], "retraces": r["retraces"], "reasons": reasons},
             )
         )
+    return out
+
+
+def _outside_jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    """JAX's compiles of primitives run outside jit, grouped apart: one line per run."""
+    df = con.sql(
+        """
+        SELECT run_id, fun_name, compiles, compile_ns FROM _jit_functions
+        WHERE internal AND run_id IN (SELECT unnest($1::VARCHAR[]))
+        ORDER BY run_id, compile_ns DESC, fun_name
+        """,
+        [run_ids],
+    )
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for r in _rows(df):
+        by_run.setdefault(r["run_id"], []).append(r)
+    out = []
+    for run_id, funs in by_run.items():
+        total = sum(f["compile_ns"] for f in funs)
+        compiles = sum(f["compiles"] for f in funs)
+        names = [
+            f"{f['fun_name']}" + (f" ×{f['compiles']}" if f["compiles"] > 1 else "")
+            for f in funs[:6]
+        ]
+        more = f", and {len(funs) - 6} more" if len(funs) > 6 else ""
+        what = "1 primitive" if len(funs) == 1 else f"{len(funs)} primitives"
+        text = (
+            f"JAX compiled {what} run outside jit: {', '.join(names)}{more} "
+            f"({_n(compiles, 'compile')}, {fmt.duration(total)}); code that runs jax.numpy "
+            "op by op compiles each op once per shape: move it into a jitted function"
+        )
+        data = {"primitives": [f["fun_name"] for f in funs], "compiles": compiles}
+        out.append(Finding(run_id, "outside_jit", text, total, data))
     return out
 
 
@@ -874,6 +909,7 @@ _KIND_ORDER = [
     "thrash",
     "recompile",
     "jit_retrace",
+    "outside_jit",
     "buckets",
     "evictions",
     "disk_cache",
@@ -900,6 +936,7 @@ def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[
         *_thrash_findings(con, run_ids),
         *_recompile_findings(con, run_ids),
         *_jit_findings(con, run_ids),
+        *_outside_jit_findings(con, run_ids),
         *_bucket_findings(con, run_ids),
         *_eviction_findings(con, run_ids),
         *_disk_cache_findings(con, summaries),

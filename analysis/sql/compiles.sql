@@ -17,6 +17,9 @@
 -- stop          where the segment stops: a break position or 'end'
 -- jit_changes   for jit compiles, what JAX said changed (list of {arg, what, old, new})
 -- retrace_reason  for jit compiles, JAX's explanation
+-- jax_explanation for jit compiles, JAX's own words when Ember could not type them
+-- outside_jit   for jit compiles: JAX's own compile of a primitive (or helper) run outside
+--               jit (see _jit_functions); NULL for segments
 -- evictions_before  how many times the cache evicted this key at this position before
 --               this compile (NULL for a jit compile)
 WITH misses AS (
@@ -62,6 +65,7 @@ segment_compiles AS (
         CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
+        CAST(NULL AS VARCHAR) AS jax_explanation,
         m.evictions AS evictions_before,
         false AS ahead_of_time,
         g.span_id AS seg_span_id,
@@ -92,6 +96,7 @@ ahead AS (
         CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
+        CAST(NULL AS VARCHAR) AS jax_explanation,
         CAST(0 AS BIGINT) AS evictions_before,
         true AS ahead_of_time,
         g.span_id AS seg_span_id,
@@ -118,6 +123,7 @@ jit_compiles AS (
         CAST(NULL AS VARCHAR) AS stop,
         span_row.end_attrs.changes AS jit_changes,
         span_row.end_attrs.retrace_reason AS retrace_reason,
+        span_row.end_attrs.jax_explanation AS jax_explanation,
         CAST(NULL AS BIGINT) AS evictions_before,
         false AS ahead_of_time,
         span_row.span_id AS seg_span_id,
@@ -154,7 +160,10 @@ SELECT
     a.stop,
     a.jit_changes,
     a.retrace_reason,
+    a.jax_explanation,
+    j.internal AS outside_jit,
     a.evictions_before,
     a.ahead_of_time
 FROM all_compiles a
 LEFT JOIN runs r ON r.run_id = a.run_id
+LEFT JOIN _jit_functions j ON j.run_id = a.run_id AND j.fun_name = a.fun_name

@@ -11,13 +11,17 @@
 -- change              what changed first: shape | rank | dtype | static | new_arg |
 --                     removed_arg | after_eviction | same_key (compiled before, never
 --                     evicted: another compiled model of the same source) | jit:<what> |
---                     other
+--                     outside_jit (JAX compiled a primitive it ran outside jit again: see
+--                     outside_jit) | other
 -- arg                 the input (argument or static value) that changed
 -- dim                 the dimension (0-based) for a shape change, else NULL
 -- old_value, new_value  before -> after, as text (a size, a dtype, a static value)
 -- changes             every change, as a list of {change, arg, dim, old_value, new_value}
 -- reason              for a person: 'input_ids dim 1: 17 -> 23', several joined by '; ',
---                     prefixed 're-compile after eviction: ' when after_eviction
+--                     prefixed 're-compile after eviction: ' when after_eviction; what JAX
+--                     reported (jax_explanation) when the key looks unchanged
+-- outside_jit         true: a compile of a primitive JAX ran outside jit (not the user's
+--                     jit; `compiles.outside_jit`), grouped apart by the report
 WITH c0 AS MATERIALIZED (
     SELECT
         *,
@@ -176,6 +180,7 @@ SELECT
     CASE
         WHEN re.after_eviction THEN 'after_eviction'
         WHEN re.key_seen_before THEN 'same_key'
+        WHEN re.outside_jit AND g.changes IS NULL THEN 'outside_jit'
         ELSE coalesce(g.changes[1].change, 'other')
     END AS change,
     g.changes[1].arg AS arg,
@@ -192,8 +197,12 @@ SELECT
         || coalesce(
             g.reason_text,
             re.retrace_reason,
+            CASE WHEN re.outside_jit THEN 'JAX compiled ' || re.fun_name
+                || ' (run outside jit) again' || coalesce(': ' || re.jax_explanation, '') END,
+            re.jax_explanation,
             CASE WHEN re.key = re.previous_key THEN 'same key as the previous compile'
                  ELSE 'key changed: ' || coalesce(re.previous_key, '?') || ' -> ' || re.key END
-        ) AS reason
+        ) AS reason,
+    coalesce(re.outside_jit, false) AS outside_jit
 FROM re
 LEFT JOIN grouped g ON g.rid = re.rid

@@ -18,6 +18,7 @@
 --               function
 -- recompiled_after_eviction  recompiles of a key the cache had evicted (see evictions)
 -- jax_compiles  compiles of primitives JAX ran outside jit (see _jit_functions)
+-- jax_primitives  how many different primitives (or JAX helpers) those compiles were of
 -- jax_compile_ns  their total time (ns)
 -- hits, misses, evictions   segment cache events
 -- hit_rate      hits / (hits + misses); NULL without lookups
@@ -76,7 +77,7 @@ comp AS (
     SELECT c.run_id,
         coalesce(j.internal, false) AS internal,
         c.position IS NOT NULL AND c.compiled IS NOT DISTINCT FROM false AS eager,
-        c.compile_index, c.compile_ns, c.disk_cache, c.position
+        c.compile_index, c.compile_ns, c.disk_cache, c.position, c.fun_name
     FROM compiles c
     LEFT JOIN _jit_functions j ON j.run_id = c.run_id AND j.fun_name = c.fun_name
 ),
@@ -88,6 +89,7 @@ comp_counts AS (
         coalesce(sum(compile_ns) FILTER (WHERE eager), 0) AS eager_compile_ns,
         count(*) FILTER (WHERE NOT internal AND NOT eager AND compile_index > 1) AS recompiles,
         count(*) FILTER (WHERE internal) AS jax_compiles,
+        count(DISTINCT fun_name) FILTER (WHERE internal) AS jax_primitives,
         coalesce(sum(compile_ns) FILTER (WHERE internal), 0) AS jax_compile_ns,
         count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'hit') AS disk_hits,
         count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'miss') AS disk_misses
@@ -136,6 +138,7 @@ SELECT
     coalesce(k.recompiles, 0) AS recompiles,
     coalesce(a.recompiled_after_eviction, 0) AS recompiled_after_eviction,
     coalesce(k.jax_compiles, 0) AS jax_compiles,
+    coalesce(k.jax_primitives, 0) AS jax_primitives,
     CAST(coalesce(k.jax_compile_ns, 0) AS BIGINT) AS jax_compile_ns,
     coalesce(c.hits, 0) AS hits,
     coalesce(c.misses, 0) AS misses,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
+from ember.analysis import format as fmt
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Recompiles")
@@ -25,7 +26,8 @@ data = db.query_set(
     {
         "c": "SELECT ts_ns, position, fun_name, compile_index, key, compile_ns, shapes_text "
         "FROM compiles WHERE run_id = $1",
-        "r": "SELECT * EXCLUDE (changes) FROM recompiles WHERE run_id = $1",
+        # JAX's compiles of primitives run outside jit are grouped apart (below the metrics)
+        "r": "SELECT * EXCLUDE (changes) FROM recompiles WHERE run_id = $1 AND NOT outside_jit",
     },
     {
         "totals": "SELECT count(DISTINCT key) AS distinct_keys, count(*) AS any_compiles FROM c",
@@ -55,11 +57,23 @@ m[1].metric("Recompiles", f"{headline.get('recompiles', 0):,}")
 m[2].metric("After eviction", f"{headline.get('recompiled_after_eviction', 0):,}")
 m[3].metric("Distinct keys", f"{totals['distinct_keys']:,}")
 m[4].metric("Compile time", ui.fmt_ms(headline.get("compile_ms")))
-if headline.get("eager_compiles") or headline.get("jax_compiles"):
+if headline.get("eager_compiles"):
     st.caption(
         f"Not counted above: {headline['eager_compiles']} segments built to run eagerly "
-        f"(node by node), {headline['jax_compiles']} compiles of primitives JAX ran "
-        "outside jit."
+        "(node by node)."
+    )
+if headline.get("jax_compiles"):
+    primitives = db.query(
+        "SELECT fun_name, compiles FROM _jit_functions WHERE run_id = ? AND internal "
+        "ORDER BY compile_ns DESC, fun_name",
+        run,
+    )
+    names = ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in primitives.iter_rows())
+    st.info(
+        f"JAX compiled {headline['jax_primitives']} primitives run outside jit: {names} "
+        f"({headline['jax_compiles']} compiles, {fmt.duration(headline['jax_compile_ns'])}); "
+        "not counted above. Code that runs jax.numpy op by op compiles each op once per "
+        "shape: move it into a jitted function."
     )
 
 if totals["any_compiles"] == 0:

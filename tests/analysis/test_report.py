@@ -181,7 +181,7 @@ def test_disk_cache_compares_the_warm_run_with_the_cold_one(reports):
     assert _texts(reports["disk-cold"], "disk_cache") == []  # nothing came from disk
 
 
-def test_jax_eager_op_compiles_are_counted_not_reported(reports):
+def test_jax_eager_op_compiles_are_counted_and_grouped_apart(reports):
     train = reports["jax-training"]
     s = train.run
     assert (s.phase, s.calls, s.steps) == ("train", 0, 12)
@@ -192,8 +192,12 @@ def test_jax_eager_op_compiles_are_counted_not_reported(reports):
     (retrace,) = _texts(train, "jit_retrace")
     assert retrace.startswith("grad_step retraced once (")
     assert retrace.endswith("): x dim 0: 32 -> 16; y dim 0: 32 -> 16")
-    everything = " ".join(f.text for f in train.findings)
-    assert "_normal" not in everything and "same key" not in everything
+    # JAX's own compiles are one line of their own, never recompile sentences
+    (grouped,) = _texts(train, "outside_jit")
+    assert re.match(r"JAX compiled \d+ primitives run outside jit: .*_normal", grouped)
+    assert f"({s.jax_compiles} compiles, " in grouped
+    others = " ".join(f.text for f in train.findings if f.kind != "outside_jit")
+    assert "_normal" not in others and "same key" not in " ".join(f.text for f in train.findings)
 
 
 def test_memory_and_errors_and_latency_sentences(reports):
@@ -404,3 +408,25 @@ def test_rejected_lines_are_summed_up_per_file(tmp_path):
     out = _flat(result.output)
     assert "ingest rejected 1 line(s) of " in out and "bad.jsonl: first at line 3: " in out
     assert all(len(line) <= 80 for line in result.output.splitlines())
+
+
+def test_recompiles_page_groups_primitives_run_outside_jit_apart(report_db, reports, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from ember.dashboard.db import DB_ENV
+
+    monkeypatch.setenv(DB_ENV, str(report_db))
+    train = reports["jax-training"].run
+    app = REPO / "dashboard" / "pages" / "app.py"
+    at = AppTest.from_file(str(app), default_timeout=60)
+    at.query_params["run"] = train.run_id
+    at.run()
+    at.switch_page("recompiles.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    (info,) = [i.value for i in at.info if "run outside jit" in i.value]
+    assert info.startswith(f"JAX compiled {train.jax_primitives} primitives run outside jit: ")
+    assert "_normal" in info and f"({train.jax_compiles} compiles, " in info
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Compiles"], metrics["Recompiles"]) == ("3", "1")  # grad_step, sgd
+    reasons = next(f.value for f in at.dataframe if "change" in f.value.columns)
+    assert list(reasons["change"]) == ["jit:shape"]  # no 'other · same key' line
