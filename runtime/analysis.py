@@ -15,18 +15,42 @@ listed in its op's ``host_inputs`` (``Reshape``'s shape, ``TopK``'s k, ``If``'s 
 inputs through host-known nodes. Values in ``needs_host`` that come from a break node (or
 from host work of an earlier segment) enter the next segments as *static values*: their
 values are part of the segment cache key. Other values cross segment boundaries as arrays.
+
+**Control flow specialises on its condition.** An ``If`` whose condition is not host-known
+is not run as a break node (which would interpret its branch node by node):
+
+- when the condition is computed from constants and *small* inputs (scalars such as a
+  sample rate or a flag; an input of unknown or static shape of at most ``PRELUDE_MAX_SIZE``
+  elements) it is computed on the host at the start of each call by the *prelude* nodes
+  (``Plan.prelude``). The condition is then a static value of the segment holding the
+  ``If``: the segment cache key holds the condition's value and the trace inlines the taken
+  branch, so such a model is one compiled program per condition value, with no break.
+- otherwise (a condition computed from tensors on the device) the ``If`` is a *sync break*
+  (``BreakInfo.sync``): the segment before it stops there, the condition comes to the host,
+  and the next segment starts *at* the ``If`` with the condition as a static value, so the
+  taken branch is compiled (and cached) as part of that segment.
+
+``Plan.labels`` names such conditions for the trace (``"If_0 condition"``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .graph import Graph, Node
 
-__all__ = ["Plan", "Segment", "BreakInfo", "analyse", "EAGER_SEGMENT_NODES", "PARAM_MIN_SIZE"]
+__all__ = [
+    "Plan",
+    "Segment",
+    "BreakInfo",
+    "analyse",
+    "EAGER_SEGMENT_NODES",
+    "PARAM_MIN_SIZE",
+    "PRELUDE_MAX_SIZE",
+]
 
 EAGER_SEGMENT_NODES = 20
 """A segment after a break with fewer nodes than this runs eagerly (``compiled: false``)."""
@@ -35,6 +59,10 @@ PARAM_MIN_SIZE = 1 << 16
 """Initializers with at least this many elements that no node reads on the host are passed
 to compiled code as device arrays instead of being baked into the program as constants,
 which keeps compiles (and disk-cache entries) small for large models."""
+
+PRELUDE_MAX_SIZE = 1024
+"""An input with at most this many elements (by its declared shape; unknown shapes count
+as small) may be read on the host by the prelude that computes an ``If`` condition."""
 
 # Ops whose outputs depend only on the *shape* of their input.
 SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -63,6 +91,9 @@ class BreakInfo:
     node: str
     op_type: str
     reason: str
+    # True: the break only brings the node's host inputs (an If condition) to the host; the
+    # node itself runs compiled at the start of the next segment, which starts *at* it.
+    sync: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +119,11 @@ class Plan:
     params: frozenset[str]
     # Values computed from initializers and constants alone: folded once per model.
     const: frozenset[str] = frozenset()
+    # Positions of the nodes computed on the host at the start of a call (If conditions
+    # from small inputs), in graph order; no segment runs them.
+    prelude: tuple[int, ...] = ()
+    # A person's name for a static value that decides control flow: {"cond": "If_0 condition"}
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def graph_break(self) -> bool:
@@ -175,12 +211,43 @@ def analyse(
     host: set[str] = set(graph.initializers)
     const: set[str] = set(graph.initializers)
     breaks: dict[int, BreakInfo] = {}
+    # values the prelude could compute at the start of a call, and their producers
+    pre: set[str] = set(graph.initializers) | _small_inputs(graph)
+    producer: dict[str, Node] = {}
+    prelude: set[int] = set()
+    labels: dict[str, str] = {}
     for node in nodes:
-        reason = forced.get(node.position) or _needs(node, host)
+        reason = forced.get(node.position)
+        sync = False
+        if reason is None:
+            reason = _needs(node, host)
+            cond = node.inputs[0] if node.op_type == "If" and node.inputs else ""
+            if reason is not None and cond and cond not in host:
+                if _needs(node, host | {cond}) is None:
+                    labels.setdefault(cond, f"{node.name} condition")
+                    if cond in pre:  # computed on the host at the start of each call
+                        cone = _cone(cond, producer, const)
+                        prelude.update(n.position for n in cone)
+                        for n in cone:
+                            host.update(o for o in n.outputs if o)
+                        host.add(cond)
+                        reason = None
+                    else:  # computed on the device: brought to the host before the If
+                        sync = True
         if reason is not None:
-            breaks[node.position] = BreakInfo(node.position, node.name, node.op_type, reason)
-            host.update(o for o in node.outputs if o)
+            breaks[node.position] = BreakInfo(
+                node.position, node.name, node.op_type, reason, sync=sync
+            )
+            if sync:
+                host.add(node.inputs[0])
+            else:
+                host.update(o for o in node.outputs if o)
             continue
+        for o in node.outputs:
+            if o:
+                producer[o] = node
+        if _prelude_can_run(node, pre, set(graph.input_names)):
+            pre.update(o for o in node.outputs if o)
         _propagate(node, host)
         if (
             node.op_type not in NEVER_HOST_OPS
@@ -190,7 +257,9 @@ def analyse(
             const.update(o for o in node.outputs if o)
     needs: set[str] = set()
     for node in reversed(nodes):
-        if node.position in breaks:
+        if node.position in prelude:
+            continue  # the prelude runs on the host anyway
+        if node.position in breaks and not breaks[node.position].sync:
             continue  # a break node gets concrete inputs anyway
         opdef = node.opdef
         if opdef is not None:
@@ -215,8 +284,66 @@ def analyse(
         if name in const and name not in needs and size >= PARAM_MIN_SIZE
     )
     consts = frozenset(const)
-    segments = _cut(graph, breaks, frozenset(host), frozenset(needs), params, consts)
-    return Plan(breaks, segments, frozenset(host), frozenset(needs), params, consts)
+    segments = _cut(graph, breaks, frozenset(host), frozenset(needs), params, consts, prelude)
+    return Plan(
+        breaks,
+        segments,
+        frozenset(host),
+        frozenset(needs),
+        params,
+        consts,
+        tuple(sorted(prelude)),
+        labels,
+    )
+
+
+def _small_inputs(graph: Graph) -> set[str]:
+    """Graph inputs the prelude may read on the host: declared small, or of unknown shape."""
+    small = set()
+    for name in graph.input_names:
+        tp = graph.value_info.get(name)
+        if tp is None or not tp.HasField("tensor_type"):
+            continue
+        tt = tp.tensor_type
+        if not tt.HasField("shape"):
+            small.add(name)  # unknown rank (exporters leave scalars like this)
+            continue
+        size = 1
+        for d in tt.shape.dim:
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                size = -1
+                break
+            size *= d.dim_value
+        if 0 <= size <= PRELUDE_MAX_SIZE:
+            small.add(name)
+    return small
+
+
+def _prelude_can_run(node: Node, pre: set[str], inputs: set[str]) -> bool:
+    """Whether ``node`` can run on the host at the start of a call, given the values ``pre``."""
+    if node.op_type in NEVER_HOST_OPS or (node.opdef is not None and node.opdef.subgraphs):
+        return False
+    if node.opdef is None:
+        return False
+    if node.op_type in SHAPE_OPS:
+        # the shape of an input is known at the start of a call; of a computed value, not
+        return bool(node.inputs) and (node.inputs[0] in inputs or node.inputs[0] in pre)
+    return all(n in pre for n in node.reads())
+
+
+def _cone(value: str, producer: Mapping[str, Node], const: set[str]) -> list[Node]:
+    """The nodes that compute ``value`` from inputs and constants, in graph order."""
+    seen: dict[int, Node] = {}
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        node = producer.get(v)
+        if node is None or v in const or node.position in seen:
+            continue
+        seen[node.position] = node
+        if node.op_type not in SHAPE_OPS:
+            todo.extend(node.reads())
+    return [seen[p] for p in sorted(seen)]
 
 
 def _cut(
@@ -226,10 +353,12 @@ def _cut(
     needs: frozenset[str],
     params: frozenset[str],
     const: frozenset[str],
+    prelude: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> list[Segment]:
     nodes = graph.nodes
     n = len(nodes)
-    starts = [0] + [b + 1 for b in sorted(breaks)]
+    # a node break runs the node itself; after a sync break the next segment starts at it
+    starts = [0] + [b if breaks[b].sync else b + 1 for b in sorted(breaks)]
     stops: list[int | None] = [*sorted(breaks), None]
     # For "needed later": the first position at which each value is read, from the end.
     graph_outputs = set(graph.output_names)
@@ -240,7 +369,11 @@ def _cut(
             continue  # two breaks in a row, or a break at the end: nothing to run
         produced: set[str] = set()
         reads: set[str] = set()
+        weight = 0
         for node in nodes[start:end]:
+            if node.position in prelude:
+                continue  # computed by the prelude: its outputs come from outside
+            weight += _weight(node)
             reads |= {r for r in node.reads() if r not in produced}
             outs = [o for o in node.outputs if o]
             if outs and all(o in const for o in outs):
@@ -259,7 +392,7 @@ def _cut(
             outputs = list(dict.fromkeys(graph.output_names))
         else:
             outputs = sorted(v for v in produced if v in later)
-        compiled = start == 0 or (end - start) >= EAGER_SEGMENT_NODES
+        compiled = start == 0 or weight >= EAGER_SEGMENT_NODES
         reason = breaks[stop].reason if stop is not None else None
         segments.append(
             Segment(
@@ -274,3 +407,14 @@ def _cut(
             )
         )
     return segments
+
+
+def _weight(node: Node) -> int:
+    """The node count of ``node`` with the nodes of its subgraphs (an If's branches)."""
+    n = 1
+    for value in node.attrs.values():
+        subs = value if isinstance(value, list) else [value]
+        for sub in subs:
+            if isinstance(sub, Graph):
+                n += sum(_weight(inner) for inner in sub.nodes)
+    return n

@@ -122,10 +122,18 @@ def describe_shapes(values: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [_describe_value(n, values[n]) for n in sorted(values)]
 
 
-def _describe_statics(statics: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _describe_statics(
+    statics: Mapping[str, Any], labels: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """``{name, value}`` per static value; a condition is named for its node (``If_0
+    condition``) and given as one bool."""
     out = []
     for name in sorted(statics):
         v = statics[name]
+        label = labels.get(name) if labels else None
+        if label is not None and not isinstance(v, list) and np.size(v) == 1:
+            out.append({"name": label, "value": bool(np.asarray(v).reshape(-1)[0])})
+            continue
         if isinstance(v, list):
             value: Any = [np.asarray(x).tolist() for x in v]
         else:
@@ -301,11 +309,14 @@ def _trace_segment(
     args: Sequence[Any],
     cache_dir: str | None,
     hwio: frozenset[str] = frozenset(),
+    prelude: frozenset[int] = frozenset(),
 ) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
     """Trace and compile ``seg`` for ``args``; the entry (without key) and compile facts.
 
     ``hwio`` names the convolution weights kept on the device as HWIO (see
     ``CompiledModel._hwio_params``); the program reads them back as ONNX's OIHW.
+    ``prelude`` are the positions of nodes computed on the host before the call (their
+    outputs arrive as statics or arguments).
     """
     import jax
     import jax.numpy as jnp
@@ -319,8 +330,10 @@ def _trace_segment(
             env[name] = jnp.transpose(value, (3, 2, 0, 1)) if name in hwio else value
         env.update(zip(seg.args, arg_values, strict=True))
         for node in graph.nodes[seg.position : seg.stop]:
-            if node.outputs and all(o in base_env for o in node.outputs if o):
-                continue  # folded once per model (constants), already in the environment
+            if node.position in prelude or (
+                node.outputs and all(o in base_env for o in node.outputs if o)
+            ):
+                continue  # folded once per model (constants), or computed by the prelude
             try:
                 outs = run_node(node, env)
             except Exception as exc:
@@ -445,6 +458,8 @@ class CompiledModel:
     def _plan(self, plan: Plan) -> None:
         """Adopt ``plan``: the steps of a call, an empty cache, no whole-graph program."""
         self.plan = plan
+        self._prelude = [self.graph.nodes[p] for p in plan.prelude]
+        self._prelude_set = frozenset(plan.prelude)
         self._cache: dict[int, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
         self._known_host_values: dict[int, set[str]] = {}
         self._main: _Entry | None = None
@@ -640,6 +655,7 @@ class CompiledModel:
             args,
             self.cache_dir,
             self._hwio_params(),
+            self._prelude_set,
         )
         # A program that JAX's persistent cache gave back is not stored: serialized again it
         # does not run (XLA:CPU: "Function ... not found"); the next process reads it from
@@ -701,6 +717,8 @@ class CompiledModel:
         segments = bus.listening(_SEGMENT_START, _SEGMENT_STOP, _SEGMENT_EXCEPTION)
         breaks = bus.listening(_BREAK_START, _BREAK_STOP, _BREAK_EXCEPTION)
         with jax.enable_x64(True):
+            if self._prelude:
+                self._run_prelude(env)
             for step in self._steps:
                 if isinstance(step, Segment):
                     self._run_segment(step, env, segments)
@@ -712,6 +730,16 @@ class CompiledModel:
                     "node": node.name,
                     "op_type": node.op_type,
                 }
+                if self.plan.breaks[step].sync:
+                    # only the condition comes to the host; the If runs in the next segment
+                    with bus.span(E.BREAK, meta) as span:
+                        t0 = time.monotonic_ns()
+                        for i in node.opdef.host_inputs if node.opdef else ():
+                            if i < len(node.inputs) and node.inputs[i]:
+                                env[node.inputs[i]] = to_host(env[node.inputs[i]])
+                        if breaks:
+                            span.set(host_transfer_ns=time.monotonic_ns() - t0)
+                    continue
                 needs_host = self.plan.needs_host
                 with bus.span(E.BREAK, meta) as span:
                     if breaks:
@@ -723,6 +751,19 @@ class CompiledModel:
                             # values read on the host later come to the host; data stays put
                             env[name] = to_host(value) if name in needs_host else value
         return {n: env[n] for n in self._output_names}
+
+    def _run_prelude(self, env: dict[str, Any]) -> None:
+        """Compute on the host what decides control flow (If conditions from small inputs)."""
+        local: dict[str, Any] = {}
+        for node in self._prelude:
+            shape_only = node.op_type in ("Shape", "Size")
+            for name in node.inputs:
+                if name and name not in local:
+                    local[name] = env[name] if shape_only else to_host(env[name])
+            outs = run_node(node, local)
+            for name, value in zip(node.outputs, outs, strict=False):
+                if name:
+                    env[name] = local[name] = to_host(value)
 
     def _segment_key(
         self, seg: Segment, env: Mapping[str, Any]
@@ -800,7 +841,7 @@ class CompiledModel:
                 )
             return entry
         shapes = [_describe_value(n, a) for n, a in zip(seg.args, args, strict=True)]
-        statics_meta = _describe_statics(statics)
+        statics_meta = _describe_statics(statics, self.plan.labels)
         key_hex = _key_hex(key)
         bus.emit(
             E.CACHE_MISS,
@@ -1116,7 +1157,8 @@ def compile(  # noqa: A001 - the name the API promises
     with bus.span(E.COMPILE, meta) as span:
         compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
         specs = _resolve_specs(model, input_specs)
-        while not compiled.graph_break and specs is not None:
+        # a model whose control flow specialises on its inputs compiles on its first calls
+        while not compiled.graph_break and not compiled.plan.prelude and specs is not None:
             try:
                 compiled._precompile(specs)
                 break

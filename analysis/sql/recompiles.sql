@@ -19,7 +19,8 @@
 -- changes             every change, as a list of {change, arg, dim, old_value, new_value}
 -- reason              for a person: 'input_ids dim 1: 17 -> 23', several joined by '; ',
 --                     prefixed 're-compile after eviction: ' when after_eviction; what JAX
---                     reported (jax_explanation) when the key looks unchanged
+--                     reported (jax_explanation) when the key looks unchanged; a
+--                     control-flow condition reads 'If_0 condition: True -> False'
 -- outside_jit         true: a compile of a primitive JAX ran outside jit (not the user's
 --                     jit; `compiles.outside_jit`), grouped apart by the report
 WITH c0 AS MATERIALIZED (
@@ -155,6 +156,11 @@ grouped AS (
                 WHEN ch.change = 'new_arg' THEN ch.arg || ': new argument ' || ch.new_value
                 WHEN ch.change = 'removed_arg'
                     THEN ch.arg || ': argument gone (was ' || ch.old_value || ')'
+                WHEN ch.change = 'static' AND ch.arg LIKE '% condition'
+                    -- a control-flow condition the segment specialises on (If_0 condition)
+                    THEN ch.arg || ': '
+                        || coalesce(replace(replace(ch.old_value, 'true', 'True'), 'false', 'False'), '(none)')
+                        || ' -> ' || replace(replace(ch.new_value, 'true', 'True'), 'false', 'False')
                 WHEN ch.change = 'static' THEN 'static ' || ch.arg || ': '
                     || coalesce(ch.old_value, '(none)') || ' -> ' || ch.new_value
                 ELSE ch.arg || ' ' || replace(ch.change, 'jit:', '') || ': '

@@ -271,10 +271,19 @@ def test_if_on_computed_condition_with_different_branch_shapes(ember_events):
         ref = reference(proto, {"x": x})
         np.testing.assert_array_equal(np.asarray(out["y"]), ref["y"])
     stops = ember_events.of("ember.segment.compile.stop")
-    # position 0 compiles once per input length; the If is the last node: no end segment
-    assert [(s["position"], s["stop"], s["reason"]) for s in stops] == [
-        (0, 3, "the If condition"),
-        (0, 3, "the If condition"),
+    # position 0 compiles once per input length; the break brings the condition to the
+    # host and the If starts the next segment, one per (length, condition); a short one
+    # (3 nodes with its branches) runs eagerly
+    assert [(s["position"], s["stop"], s["reason"], s["compiled"]) for s in stops] == [
+        (0, 3, "the If condition", True),
+        (3, "end", None, False),
+        (3, "end", None, False),
+        (0, 3, "the If condition", True),
+        (3, "end", None, False),
+    ]
+    misses = [m for m in ember_events.of("ember.cache.miss") if m["position"] == 3]
+    assert [m["statics"] for m in misses] == [
+        [{"name": "if condition", "value": v}] for v in (True, False, True)
     ]
     breaks = ember_events.of("ember.break.stop")
     assert [(b["position"], b["op_type"], b["node"]) for b in breaks] == [(3, "If", "if")] * 3

@@ -1,0 +1,200 @@
+"""Control flow compiled, not interpreted: an If specialises on its condition's value.
+
+The models are built here with onnx.helper after the shape of streaming audio models
+(silero VAD): the whole network sits inside an ``If`` on a condition computed from a scalar
+input, with recurrent state passed in and out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import ember.runtime as rt
+
+from .conftest import const, make_model, reference, tensor
+
+HIDDEN = 16
+CHUNK = 64
+
+
+def _branch(tag: str, seed: int, depth: int = 8) -> onnx.GraphProto:
+    """A recurrent cell over the outer ``x`` and ``state``: (out [1, 1], stateN [2, 1, H])."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+    p = f"{tag}_"
+    nodes = [
+        const(p + "W", w(CHUNK, HIDDEN)),
+        const(p + "U", w(HIDDEN, HIDDEN)),
+        const(p + "i0", np.array(0, np.int64)),
+        const(p + "i1", np.array(1, np.int64)),
+        const(p + "ax0", np.array([0], np.int64)),
+        const(p + "ax1", np.array([1], np.int64)),
+        helper.make_node("Gather", ["state", p + "i0"], [p + "h0"], axis=0),
+        helper.make_node("Gather", ["state", p + "i1"], [p + "c0"], axis=0),
+        helper.make_node("MatMul", ["x", p + "W"], [p + "a"]),
+        helper.make_node("MatMul", [p + "h0", p + "U"], [p + "b"]),
+        helper.make_node("Add", [p + "a", p + "b"], [p + "z0"]),
+    ]
+    z = p + "z0"
+    for k in range(depth):
+        nodes += [
+            const(f"{p}V{k}", w(HIDDEN, HIDDEN)),
+            const(f"{p}bias{k}", w(HIDDEN)),
+            helper.make_node("MatMul", [z, f"{p}V{k}"], [f"{p}m{k}"]),
+            helper.make_node("Add", [f"{p}m{k}", f"{p}bias{k}"], [f"{p}s{k}"]),
+            helper.make_node("Tanh", [f"{p}s{k}"], [f"{p}z{k + 1}"]),
+        ]
+        z = f"{p}z{k + 1}"
+    nodes += [
+        helper.make_node("Add", [p + "c0", z], [p + "c1"]),
+        helper.make_node("Unsqueeze", [z, p + "ax0"], [p + "hN"]),
+        helper.make_node("Unsqueeze", [p + "c1", p + "ax0"], [p + "cN"]),
+        helper.make_node("Concat", [p + "hN", p + "cN"], [p + "stateN"], axis=0),
+        helper.make_node("ReduceSum", [z, p + "ax1"], [p + "mean"], keepdims=1),
+        helper.make_node("Sigmoid", [p + "mean"], [p + "out"]),
+    ]
+    return helper.make_graph(
+        nodes,
+        tag,
+        [],
+        [tensor(p + "out", shape=[1, 1]), tensor(p + "stateN", shape=[2, 1, HIDDEN])],
+    )
+
+
+def vad_like_model(batch: object = 1) -> onnx.ModelProto:
+    """out, stateN = If(sr == 16000, then: cell A, else: cell B) over x [batch, 64]."""
+    nodes = [
+        const("sr16k", np.array(16000, np.int64)),
+        helper.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="Equal_0"),
+        helper.make_node(
+            "If",
+            ["is16k"],
+            ["if_out", "if_state"],
+            name="If_0",
+            then_branch=_branch("then", 1),
+            else_branch=_branch("else", 2),
+        ),
+        helper.make_node("Identity", ["if_out"], ["output"]),
+        helper.make_node("Identity", ["if_state"], ["stateN"]),
+    ]
+    return make_model(
+        nodes,
+        [
+            tensor("x", shape=[batch, CHUNK]),
+            tensor("state", shape=[2, batch, HIDDEN]),
+            tensor("sr", TensorProto.INT64, []),
+        ],
+        [tensor("output", shape=[1, 1]), tensor("stateN", shape=[2, 1, HIDDEN])],
+    )
+
+
+def _stream(compiled: rt.CompiledModel, proto: onnx.ModelProto, rates: list[int]) -> None:
+    """Call chunk by chunk, feeding the state back; each call checked against onnxruntime."""
+    rng = np.random.default_rng(0)
+    state = np.zeros((2, 1, HIDDEN), np.float32)
+    for sr in rates:
+        feeds = {
+            "x": rng.standard_normal((1, CHUNK)).astype(np.float32),
+            "state": state,
+            "sr": np.array(sr, np.int64),
+        }
+        out = compiled(feeds)
+        ref = reference(proto, feeds)
+        np.testing.assert_allclose(np.asarray(out["output"]), ref["output"], atol=1e-5)
+        np.testing.assert_allclose(np.asarray(out["stateN"]), ref["stateN"], atol=1e-5)
+        state = np.asarray(out["stateN"])
+
+
+def test_an_if_on_an_input_condition_is_one_program_per_condition_value(ember_events):
+    proto = vad_like_model()
+    compiled = rt.compile(proto)
+    assert compiled.breaks == []
+    _stream(compiled, proto, [16000, 16000, 16000, 8000, 8000, 16000])
+    # no break: the condition is computed on the host, the taken branch is in the program
+    assert not ember_events.of("ember.break.start")
+    stops = ember_events.of("ember.segment.compile.stop")
+    assert [(s["position"], s["stop"], s["compiled"]) for s in stops] == [(0, "end", True)] * 2
+    misses = ember_events.of("ember.cache.miss")
+    assert [m["statics"] for m in misses] == [
+        [{"name": "If_0 condition", "value": True}],
+        [{"name": "If_0 condition", "value": False}],
+    ]
+    # the scalar input decides the condition and is not an argument of the program
+    assert [a["name"] for a in misses[0]["shapes"]] == ["state", "x"]
+    hits = ember_events.of("ember.cache.hit")
+    assert [h["statics"][0]["value"] for h in hits] == [True, True, False, True]
+
+
+def test_the_recompile_reason_names_the_condition(tmp_path):
+    from ember.analysis import connect, ingest
+    from ember.recorder import record
+
+    proto = vad_like_model()
+    path = tmp_path / "vad.jsonl"
+    with record(path, run_id="vad"):
+        compiled = rt.compile(proto)
+        _stream(compiled, proto, [16000, 16000, 8000])
+    db = tmp_path / "vad.duckdb"
+    ingest([path], db)
+    with connect(db, read_only=True) as con:
+        rows = con.sql("SELECT position, change, arg, reason FROM recompiles").rows()
+        breaks = con.sql("SELECT count(*) FROM breaks").rows()
+    assert rows == [(0, "static", "If_0 condition", "If_0 condition: True -> False")]
+    assert breaks == [(0,)]
+
+
+def test_an_if_on_a_device_condition_compiles_its_branch_after_a_short_break(ember_events):
+    # the condition reads the data itself (a batch of any size): computed in the program,
+    # brought to the host, and the If starts the next segment with the condition as a static
+    nodes = [
+        const("zero", np.array(0.0, np.float32)),
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["total", "zero"], ["positive"], name="Greater_0"),
+        helper.make_node(
+            "If",
+            ["positive"],
+            ["output", "stateN"],
+            name="If_0",
+            then_branch=_branch("then", 1),
+            else_branch=_branch("else", 2),
+        ),
+    ]
+    proto = make_model(
+        nodes,
+        [tensor("x", shape=["batch", CHUNK]), tensor("state", shape=[2, "batch", HIDDEN])],
+        [tensor("output", shape=[1, 1]), tensor("stateN", shape=[2, 1, HIDDEN])],
+    )
+    compiled = rt.compile(proto)
+    assert compiled.breaks == [
+        {"position": 3, "node": "If_0", "op_type": "If", "reason": "the If condition"}
+    ]
+    state = np.zeros((2, 1, HIDDEN), np.float32)
+    for sign in (1, 1, -1, 1):
+        feeds = {"x": np.full((1, CHUNK), sign * 0.1, np.float32), "state": state}
+        out = compiled(feeds)
+        ref = reference(proto, feeds)
+        np.testing.assert_allclose(np.asarray(out["output"]), ref["output"], atol=1e-5)
+        np.testing.assert_allclose(np.asarray(out["stateN"]), ref["stateN"], atol=1e-5)
+        state = np.asarray(out["stateN"])
+    stops = ember_events.of("ember.segment.compile.stop")
+    # the If's segment is compiled, once per condition value
+    assert [(s["position"], s["stop"], s["compiled"]) for s in stops] == [
+        (0, 3, True),
+        (3, "end", True),
+        (3, "end", True),
+    ]
+    misses = [m for m in ember_events.of("ember.cache.miss") if m["position"] == 3]
+    assert [m["statics"] for m in misses] == [
+        [{"name": "If_0 condition", "value": True}],
+        [{"name": "If_0 condition", "value": False}],
+    ]
+    hits = ember_events.of("ember.cache.hit")
+    assert [(h["position"], h["statics"]) for h in hits if h["position"] == 3] == [
+        (3, [{"name": "If_0 condition", "value": True}])
+    ] * 2
+    assert [b["op_type"] for b in ember_events.of("ember.break.stop")] == ["If"] * 4
