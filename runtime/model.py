@@ -71,8 +71,12 @@ class TensorSpec:
         if tt.HasField("shape"):
             dims: list[Dim] = []
             for d in tt.shape.dim:
-                if d.HasField("dim_value"):
+                if d.HasField("dim_value") and d.dim_value > 0:
                     dims.append(int(d.dim_value))
+                elif d.HasField("dim_value"):
+                    # exporters' ways of saying "dynamic": paddle2onnx writes -1, some write
+                    # 0 (onnxruntime reads a declared 0 as size 0 only; any size is taken)
+                    dims.append(None)
                 elif d.HasField("dim_param"):
                     dims.append(d.dim_param)
                 else:
