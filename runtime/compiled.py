@@ -470,6 +470,20 @@ class CompiledModel:
         # the fast path's current entry point (see _FastPath), None without one
         self._try_call: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None
         self._checked_call: Callable[[Mapping[str, Any]], dict[str, Any] | None] | None = None
+        # One program per value of the prelude's conditions (no breaks): the direct call of
+        # each, by the conditions' static key, while nobody listens (see _spec_call).
+        seg0 = plan.segments[0] if len(plan.segments) == 1 else None
+        self._spec_seg = seg0 if not plan.breaks and seg0 is not None and seg0.statics else None
+        self._spec: dict[Any, tuple[_Entry, Callable[[Mapping[str, Any]], Any]]] = {}
+        self._spec_generation = -1
+        if self._spec_seg is not None:
+            model_ref = weakref.ref(self)
+
+            def spec_call(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+                owner = model_ref()
+                return owner._spec_call(inputs) if owner is not None else None
+
+            self._try_call = spec_call
         # The call as a list of steps: a Segment, or the position of a break node.
         self._steps: list[Segment | int] = []
         by_start = {s.position: s for s in plan.segments}
@@ -752,14 +766,70 @@ class CompiledModel:
                             env[name] = to_host(value) if name in needs_host else value
         return {n: env[n] for n in self._output_names}
 
-    def _run_prelude(self, env: dict[str, Any]) -> None:
+    def _spec_call(self, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The steady-state call of a model that specialises on prelude conditions.
+
+        Computes the conditions on the host and calls the program compiled for their values
+        straight through jax's C++ call; None (the checked path) when nobody has registered
+        one for these values since the last attach or detach, or the inputs do not fit it.
+        """
+        if bus.generation != self._spec_generation or len(inputs) != self._n_inputs:
+            return None
+        seg = self._spec_seg
+        assert seg is not None
+        env = dict(inputs)
+        try:
+            self._run_prelude(env, self._consts or {})
+            key = tuple(_static_key(env[n]) for n in seg.statics)
+        except Exception:
+            return None  # the checked path says what is wrong with the inputs
+        hit = self._spec.get(key)
+        return hit[1](inputs) if hit is not None else None
+
+    def _register_spec(
+        self, seg: Segment, entry: _Entry, statics: Mapping[str, Any], args: Sequence[Any]
+    ) -> None:
+        """After a checked call: the direct call of ``entry`` for these condition values."""
+        if (
+            entry.exe is None
+            or entry.needs_x64
+            or entry.host_outputs
+            or tuple(entry.dynamic_outputs) != self._output_names
+            or bus.listening(*_CALL_EVENTS)
+        ):
+            return
+        if bus.generation != self._spec_generation:
+            self._spec = {}
+            self._spec_generation = bus.generation
+        cpp = getattr(entry.exe, "_call", None) or entry.exe
+        call = functools.partial(cpp, self._params_for(seg)) if seg.params else cpp
+        arg_names = seg.args
+        dtypes = tuple(np.dtype(getattr(a, "dtype", np.float32)) for a in args)
+        names = self._output_names
+        array = _jax_array_type()
+
+        def direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+            try:
+                values = [inputs[n] for n in arg_names]
+                for a, dtype in zip(values, dtypes, strict=True):
+                    if type(a) is not array and a.dtype != dtype:
+                        return None  # jax's C++ call would narrow it: the checked path
+                outs = call(*values)
+            except (KeyError, TypeError, AttributeError):
+                return None  # other shapes or dtypes: the checked path
+            return dict(zip(names, outs, strict=True))
+
+        self._spec[tuple(_static_key(statics[n]) for n in seg.statics)] = (entry, direct)
+
+    def _run_prelude(self, env: dict[str, Any], base: Mapping[str, Any] | None = None) -> None:
         """Compute on the host what decides control flow (If conditions from small inputs)."""
         local: dict[str, Any] = {}
         for node in self._prelude:
             shape_only = node.op_type in ("Shape", "Size")
             for name in node.inputs:
                 if name and name not in local:
-                    local[name] = env[name] if shape_only else to_host(env[name])
+                    value = env[name] if base is None or name in env else base[name]
+                    local[name] = value if shape_only else to_host(value)
             outs = run_node(node, local)
             for name, value in zip(node.outputs, outs, strict=False):
                 if name:
@@ -815,6 +885,8 @@ class CompiledModel:
             outs = entry.exe(self._params_for(seg), *args)
         else:
             outs = entry.exe(*args)
+        if seg is self._spec_seg:
+            self._register_spec(seg, entry, statics, args)
         env.update(entry.host_outputs)
         env.update(zip(entry.dynamic_outputs, outs, strict=True))
         return outs
@@ -883,6 +955,8 @@ class CompiledModel:
         entry.statics = statics_meta
         if len(cache) >= self.cache_size:
             _, removed = cache.popitem(last=False)
+            if self._spec:
+                self._forget_spec(removed)
             bus.emit(
                 E.CACHE_EVICT,
                 {"count": 1},
@@ -898,6 +972,9 @@ class CompiledModel:
         cache[key] = entry
         return entry
 
+    def _forget_spec(self, removed: _Entry) -> None:
+        self._spec = {k: v for k, v in self._spec.items() if v[0] is not removed}
+
 
 _CALL_START = E.CALL_START
 _CALL_STOP = E.CALL_STOP
@@ -908,6 +985,16 @@ _SEGMENT_EXCEPTION = E.exception(E.SEGMENT)
 _BREAK_START = E.start(E.BREAK)
 _BREAK_STOP = E.stop(E.BREAK)
 _BREAK_EXCEPTION = E.exception(E.BREAK)
+# what a checked call emits at a cache hit: while any is listened to, no direct call
+_CALL_EVENTS = (
+    E.CALL_START,
+    E.CALL_STOP,
+    E.CALL_EXCEPTION,
+    E.CACHE_HIT,
+    _SEGMENT_START,
+    _SEGMENT_STOP,
+    _BREAK_START,
+)
 
 
 def _run_break(
@@ -1158,7 +1245,7 @@ def compile(  # noqa: A001 - the name the API promises
         compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
         specs = _resolve_specs(model, input_specs)
         # a model whose control flow specialises on its inputs compiles on its first calls
-        while not compiled.graph_break and not compiled.plan.prelude and specs is not None:
+        while not compiled.graph_break and compiled._spec_seg is None and specs is not None:
             try:
                 compiled._precompile(specs)
                 break

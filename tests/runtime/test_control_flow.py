@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
@@ -19,7 +20,7 @@ HIDDEN = 16
 CHUNK = 64
 
 
-def _branch(tag: str, seed: int, depth: int = 8) -> onnx.GraphProto:
+def _branch(tag: str, seed: int, depth: int = 8, batch: object = 1) -> onnx.GraphProto:
     """A recurrent cell over the outer ``x`` and ``state``: (out [1, 1], stateN [2, 1, H])."""
     rng = np.random.default_rng(seed)
 
@@ -62,7 +63,7 @@ def _branch(tag: str, seed: int, depth: int = 8) -> onnx.GraphProto:
         nodes,
         tag,
         [],
-        [tensor(p + "out", shape=[1, 1]), tensor(p + "stateN", shape=[2, 1, HIDDEN])],
+        [tensor(p + "out", shape=[batch, 1]), tensor(p + "stateN", shape=[2, batch, HIDDEN])],
     )
 
 
@@ -76,8 +77,8 @@ def vad_like_model(batch: object = 1) -> onnx.ModelProto:
             ["is16k"],
             ["if_out", "if_state"],
             name="If_0",
-            then_branch=_branch("then", 1),
-            else_branch=_branch("else", 2),
+            then_branch=_branch("then", 1, batch=batch),
+            else_branch=_branch("else", 2, batch=batch),
         ),
         helper.make_node("Identity", ["if_out"], ["output"]),
         helper.make_node("Identity", ["if_state"], ["stateN"]),
@@ -89,7 +90,7 @@ def vad_like_model(batch: object = 1) -> onnx.ModelProto:
             tensor("state", shape=[2, batch, HIDDEN]),
             tensor("sr", TensorProto.INT64, []),
         ],
-        [tensor("output", shape=[1, 1]), tensor("stateN", shape=[2, 1, HIDDEN])],
+        [tensor("output", shape=[batch, 1]), tensor("stateN", shape=[2, batch, HIDDEN])],
     )
 
 
@@ -198,3 +199,25 @@ def test_an_if_on_a_device_condition_compiles_its_branch_after_a_short_break(emb
         (3, [{"name": "If_0 condition", "value": True}])
     ] * 2
     assert [b["op_type"] for b in ember_events.of("ember.break.stop")] == ["If"] * 4
+
+
+def test_steady_state_calls_without_listeners_take_the_program_of_the_condition():
+    # nobody listens: after a checked call per condition value, calls go straight to the
+    # program compiled for the value (compiled._spec), still checked against onnxruntime
+    proto = vad_like_model(batch="batch")
+    compiled = rt.compile(proto)
+    _stream(compiled, proto, [16000, 8000, 16000, 16000, 8000, 8000])
+    assert sorted(key[0][2] for key in compiled._spec) == [b"\x00", b"\x01"]
+    # another batch size is not the registered program's: the checked path compiles it
+    rng = np.random.default_rng(1)
+    feeds = {
+        "x": rng.standard_normal((2, CHUNK)).astype(np.float32),
+        "state": np.zeros((2, 2, HIDDEN), np.float32),
+        "sr": np.array(8000, np.int64),
+    }
+    np.testing.assert_allclose(
+        np.asarray(compiled(feeds)["stateN"]), reference(proto, feeds)["stateN"], atol=1e-5
+    )
+    # an input of the wrong dtype is an InputError, not narrowed by the direct call
+    with pytest.raises(rt.InputError, match="input 'x' has dtype float64"):
+        compiled({**feeds, "x": feeds["x"].astype(np.float64)})
