@@ -560,8 +560,18 @@ def _spatial_axes(x) -> tuple[int, ...]:
 
 @op("GlobalAveragePool")
 def global_average_pool(X):
+    # Scaled before the sum, so the mean is the reduction's own output. As sum * (1/n),
+    # XLA:CPU recomputes the product inside each consumer's fusion; before a Softmax, LLVM
+    # contracts one copy with the max-subtract into an FMA that skips the product's rounding
+    # while the max saw the rounded value, and on logits of ~1e10 (ulp 1024) every exp
+    # underflows: softmax gave 0/0 = NaN in about one process in four (light squeezenet,
+    # resnet50).
     x = jnp.asarray(X)
-    return jnp.mean(x, axis=_spatial_axes(x), keepdims=True).astype(x.dtype)
+    axes = _spatial_axes(x)
+    n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    if not jnp.issubdtype(x.dtype, jnp.floating) or n == 0:
+        return jnp.mean(x, axis=axes, keepdims=True).astype(x.dtype)
+    return jnp.sum(x * jnp.asarray(1.0 / n, x.dtype), axis=axes, keepdims=True)
 
 
 @op("GlobalMaxPool")

@@ -24,27 +24,9 @@ LIGHT_MODELS = sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx")))
 SLOW_LIGHT = {"bvlc_alexnet", "densenet121", "inception_v2", "vgg19", "zfnet512"}
 
 
-# GlobalAveragePool -> Softmax on logits of ~9.5e9 (the weights are constants): XLA:CPU
-# recomputes the mean (sum * 1/169) inside the exp's fusion, where LLVM contracts the
-# multiply and the max-subtract into a fused multiply-add that skips the product's rounding
-# (ulp 1024 at 1e10), while the max saw the rounded mean: x - max = -149 everywhere, exp
-# underflows and softmax gives 0/0 = NaN in some processes (about 1 in 4 for squeezenet;
-# alignment decides the vector path). XLA_FLAGS=--xla_cpu_max_isa=SSE4_2 (no FMA) removes
-# it, as does compiling a standalone mean+softmax with the max shifted twice, but in the
-# whole squeezenet program a second shift does not; optimization_barrier is dropped before
-# fusion. The logits themselves match onnxruntime.
-XLA_SOFTMAX_NAN = {"squeezenet", "resnet50"}
-
-
 def _light_param(path: str):
     name = os.path.basename(path)[len("light_") : -len(".onnx")]
     marks = [pytest.mark.slow] if name in SLOW_LIGHT else []
-    if name in XLA_SOFTMAX_NAN:
-        marks.append(
-            pytest.mark.xfail(
-                reason="XLA:CPU fused mean+softmax can give NaN on 1e10 logits", strict=False
-            )
-        )
     return pytest.param(path, id=name, marks=marks)
 
 

@@ -165,6 +165,39 @@ def test_lp_pool_and_global_pools() -> None:
     np.testing.assert_allclose(y, np.sqrt((x**2).sum(axis=(2, 3), keepdims=True)), rtol=1e-5)
 
 
+def test_global_average_pool_before_softmax_is_not_recomputed_in_its_fusion() -> None:
+    # The NaN of light squeezenet/resnet50 (about one process in four): XLA:CPU recomputed
+    # the mean (sum * 1/169) inside the exp's fusion, where an FMA skipped the rounding the
+    # max had seen; on logits of ~1e10 every exp underflowed. The mean is now the
+    # reduction's own output, so the exp's fusion reads it as it is: no multiply there.
+    import re
+
+    import ember.runtime as rt
+
+    proto = make_model(
+        [
+            helper.make_node("GlobalAveragePool", ["x"], ["m"]),
+            helper.make_node("Flatten", ["m"], ["f"]),
+            helper.make_node("Softmax", ["f"], ["y"], axis=1),
+        ],
+        [tensor("x", shape=[1, 1000, 13, 13])],
+        [tensor("y", shape=[1, 1000])],
+    )
+    compiled = rt.compile(proto)
+    hlo = compiled._main.exe.as_text()
+    fusions = re.findall(r"\n(%?fused_computation[^\n]*\{.*?\n\})", hlo, re.S)
+    with_exp = [f for f in fusions if "exponential(" in f]
+    assert with_exp and not any("multiply(" in f for f in with_exp)
+    # logits of ~9.5e9 as in the light models, one channel 1e6 above the others
+    levels = np.full(1000, 9.5e9, np.float32)
+    levels[417] += 1e6
+    x = np.broadcast_to(levels[None, :, None, None], (1, 1000, 13, 13)).astype(np.float32)
+    y = np.asarray(compiled({"x": x})["y"])
+    assert not np.isnan(y).any()
+    np.testing.assert_array_equal(y, reference(proto, {"x": x})["y"])
+    assert y[0, 417] == 1.0
+
+
 def test_max_unpool_inverts_max_pool_indices() -> None:
     x = randn(1, 1, 4, 4)
     y, idx = run_op("MaxPool", [x], {"kernel_shape": [2, 2], "strides": [2, 2]})
