@@ -473,7 +473,11 @@ class CompiledModel:
         # One program per value of the prelude's conditions (no breaks): the direct call of
         # each, by the conditions' static key, while nobody listens (see _spec_call).
         seg0 = plan.segments[0] if len(plan.segments) == 1 else None
-        self._spec_seg = seg0 if not plan.breaks and seg0 is not None and seg0.statics else None
+        whole = not plan.breaks and seg0 is not None and seg0.position == 0 and seg0.stop is None
+        self._spec_seg = seg0 if whole else None
+        # the program depends on values computed from the inputs (If conditions): no
+        # ahead-of-time compile, one program per value
+        self._specialises = bool(whole and seg0 is not None and seg0.statics)
         self._spec: dict[Any, tuple[_Entry, Callable[[Mapping[str, Any]], Any]]] = {}
         self._spec_generation = -1
         if self._spec_seg is not None:
@@ -767,22 +771,28 @@ class CompiledModel:
         return {n: env[n] for n in self._output_names}
 
     def _spec_call(self, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The steady-state call of a model that specialises on prelude conditions.
+        """The steady-state call of a graph without breaks not compiled ahead of time.
 
-        Computes the conditions on the host and calls the program compiled for their values
-        straight through jax's C++ call; None (the checked path) when nobody has registered
-        one for these values since the last attach or detach, or the inputs do not fit it.
+        For a model whose inputs' shapes were not known at ``compile`` time, or that
+        specialises on conditions computed from its inputs (computed here on the host): the
+        program the last checked call ran for these condition values, straight through
+        jax's C++ call; None (the checked path) when nobody has registered one since the
+        last attach or detach, or the inputs do not fit it (other shapes or dtypes).
         """
         if bus.generation != self._spec_generation or len(inputs) != self._n_inputs:
             return None
         seg = self._spec_seg
         assert seg is not None
-        env = dict(inputs)
-        try:
-            self._run_prelude(env, self._consts or {})
-            key = tuple(_static_key(env[n]) for n in seg.statics)
-        except Exception:
-            return None  # the checked path says what is wrong with the inputs
+        if seg.statics:
+            env = dict(inputs)
+            try:
+                if self._prelude:
+                    self._run_prelude(env, self._consts or {})
+                key = tuple(_static_key(env[n]) for n in seg.statics)
+            except Exception:
+                return None  # the checked path says what is wrong with the inputs
+        else:
+            key = ()
         hit = self._spec.get(key)
         return hit[1](inputs) if hit is not None else None
 
@@ -792,7 +802,6 @@ class CompiledModel:
         """After a checked call: the direct call of ``entry`` for these condition values."""
         if (
             entry.exe is None
-            or entry.needs_x64
             or entry.host_outputs
             or tuple(entry.dynamic_outputs) != self._output_names
             or bus.listening(*_CALL_EVENTS)
@@ -807,6 +816,11 @@ class CompiledModel:
         dtypes = tuple(np.dtype(getattr(a, "dtype", np.float32)) for a in args)
         names = self._output_names
         array = _jax_array_type()
+        x64 = entry.needs_x64
+        if x64:
+            import jax
+
+            enable_x64 = jax.enable_x64
 
         def direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
             try:
@@ -814,7 +828,11 @@ class CompiledModel:
                 for a, dtype in zip(values, dtypes, strict=True):
                     if type(a) is not array and a.dtype != dtype:
                         return None  # jax's C++ call would narrow it: the checked path
-                outs = call(*values)
+                if x64:  # 64-bit arguments: called as they were traced
+                    with enable_x64(True):
+                        outs = call(*values)
+                else:
+                    outs = call(*values)
             except (KeyError, TypeError, AttributeError):
                 return None  # other shapes or dtypes: the checked path
             return dict(zip(names, outs, strict=True))
@@ -1245,7 +1263,7 @@ def compile(  # noqa: A001 - the name the API promises
         compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
         specs = _resolve_specs(model, input_specs)
         # a model whose control flow specialises on its inputs compiles on its first calls
-        while not compiled.graph_break and compiled._spec_seg is None and specs is not None:
+        while not compiled.graph_break and not compiled._specialises and specs is not None:
             try:
                 compiled._precompile(specs)
                 break

@@ -221,3 +221,26 @@ def test_steady_state_calls_without_listeners_take_the_program_of_the_condition(
     # an input of the wrong dtype is an InputError, not narrowed by the direct call
     with pytest.raises(rt.InputError, match="input 'x' has dtype float64"):
         compiled({**feeds, "x": feeds["x"].astype(np.float64)})
+
+
+def test_a_graph_of_dynamic_shapes_with_a_64_bit_input_gets_the_direct_call_too():
+    # like silero VAD exported without the If: dims unknown at compile time (nothing is
+    # compiled ahead) and an int64 scalar argument (the program runs with x64)
+    nodes = [
+        helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "srf"], ["y"]),
+    ]
+    proto = make_model(
+        nodes,
+        [tensor("x", shape=["n"]), tensor("sr", TensorProto.INT64, [])],
+        [tensor("y", shape=["n"])],
+    )
+    compiled = rt.compile(proto)
+    assert compiled._try_call is not None and not compiled._spec
+    x = np.arange(5, dtype=np.float32)
+    for sr in (16000, 8000):
+        out = compiled({"x": x, "sr": np.array(sr, np.int64)})
+        np.testing.assert_array_equal(np.asarray(out["y"]), x * sr)
+    assert list(compiled._spec) == [()]  # registered after the first (checked) call
+    with pytest.raises(rt.InputError, match="input 'sr' has dtype int32"):
+        compiled({"x": x, "sr": np.array(8000, np.int32)})
