@@ -162,26 +162,43 @@ def nonzero_model(adds: int = 25) -> onnx.ModelProto:
     )
 
 
-def if_model(adds: int = 3) -> onnx.ModelProto:
-    """y = If(sum(x) > 0, then: x + x + ..., else: -x): a break that runs a branch."""
-    then_nodes, prev = [], "x"
+def loop_model(adds: int = 3) -> onnx.ModelProto:
+    """v, scans = Loop(trips = sum(x), body: v + 1 (adds times), scan of v): a break that runs
+    a body (the scan outputs' length is the computed trip count)."""
+    body_nodes, prev = [const("b_one", np.array(1.0, np.float32))], "v_in"
     for i in range(adds):
-        then_nodes.append(helper.make_node("Add", [prev, "x"], [f"t{i}"]))
-        prev = f"t{i}"
-    then_nodes.append(helper.make_node("Identity", [prev], ["t"]))
-    then_branch = helper.make_graph(then_nodes, "then", [], [tensor("t", shape=[4])])
-    else_branch = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [tensor("e", shape=[4])]
+        body_nodes.append(helper.make_node("Add", [prev, "b_one"], [f"b{i}"]))
+        prev = f"b{i}"
+    body_nodes += [
+        helper.make_node("Identity", [prev], ["v_out"]),
+        helper.make_node("Identity", [prev], ["scan_out"]),
+        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+    ]
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [
+            tensor("iter", onnx.TensorProto.INT64, []),
+            tensor("cond_in", onnx.TensorProto.BOOL, []),
+            tensor("v_in", shape=[4]),
+        ],
+        [
+            tensor("cond_out", onnx.TensorProto.BOOL, []),
+            tensor("v_out", shape=[4]),
+            tensor("scan_out", shape=[4]),
+        ],
     )
     nodes = [
-        const("zero", np.array(0.0, np.float32)),
+        const("true", np.array(True)),
         helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
-        helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
-        helper.make_node(
-            "If", ["cond"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch
-        ),
+        helper.make_node("Cast", ["s"], ["trips"], to=onnx.TensorProto.INT64, name="trips"),
+        helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="loop"),
     ]
-    return make_model(nodes, [tensor("x", shape=[4])], [tensor("y", shape=[4])])
+    return make_model(
+        nodes,
+        [tensor("x", shape=[4])],
+        [tensor("v", shape=[4]), tensor("scans", shape=["trips", 4])],
+    )
 
 
 def test_segment_spans_one_per_segment_run_inside_the_call(tmp_path):
@@ -229,16 +246,18 @@ def test_segment_spans_one_per_segment_run_inside_the_call(tmp_path):
         assert b["attrs"].get("subgraph_ns") is None
 
 
-def test_break_that_runs_a_branch_says_how_long_the_branch_took(tmp_path):
-    model = rt.compile(rt.load(if_model()))
-    x = np.array([1.0, 2.0, 3.0, -1.0], np.float32)
+def test_break_that_runs_a_body_says_how_long_the_body_took(tmp_path):
+    # (an If no longer runs its branch at a break: it specialises on its condition)
+    model = rt.compile(rt.load(loop_model()))
+    x = np.array([1.0, 2.0, 0.0, -1.0], np.float32)  # two trips
     path = tmp_path / "t.jsonl"
     with record(path):
         out = model({"x": x})
-    np.testing.assert_allclose(np.asarray(out["y"]), x * 4)
+    np.testing.assert_allclose(np.asarray(out["v"]), x + 6)
+    np.testing.assert_allclose(np.asarray(out["scans"]), [x + 3, x + 6])
     recs = records(path)
     (brk,) = ends(recs, "break")
-    assert brk["attrs"]["op_type"] == "If"
+    assert brk["attrs"]["op_type"] == "Loop"
     attrs = brk["attrs"]
     assert 0 < attrs["subgraph_ns"] and 0 <= attrs["host_transfer_ns"]
     assert attrs["host_transfer_ns"] + attrs["subgraph_ns"] <= brk["duration_ns"]
