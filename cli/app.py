@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(
     name="ember",
@@ -18,7 +19,7 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an error for a person (what went wrong, what to do) and return the exit."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape as esc
 from rich.table import Table
 
 from ember.analysis import DatabaseBusyError
@@ -43,24 +44,26 @@ _VERDICT_STYLE = {"worse": "red", "better": "green"}
 
 
 def _print_text(c: Comparison) -> None:
+    # what runs, causes and rules say is text, never markup: a static value '[bold]' stays
     verdict = "[bold green]PASS[/]" if c.passed else "[bold red]FAIL[/]"
+    base, cand = c.base, c.candidate
     console.print(
-        f"{verdict}  base {c.base.name} · {c.base.short_id} ({c.base.origin})  ->  "
-        f"candidate {c.candidate.name} · {c.candidate.short_id} ({c.candidate.origin})",
+        f"{verdict}  base {esc(base.name)} · {base.short_id} ({esc(base.origin)})  ->  "
+        f"candidate {esc(cand.name)} · {cand.short_id} ({esc(cand.origin)})",
         highlight=False,
     )
     if c.rules:
-        rules = Table(title=f"rules ({c.rules_origin})", title_justify="left")
+        rules = Table(title=f"rules ({esc(c.rules_origin)})", title_justify="left")
         rules.add_column("rule")
         rules.add_column("result")
         rules.add_column("details", overflow="fold")
         for r in c.rules:
-            rules.add_row(r.rule, f"[{_STYLE[r.status]}]{r.status}[/]", r.message)
+            rules.add_row(esc(r.rule), f"[{_STYLE[r.status]}]{r.status}[/]", esc(r.message))
         console.print(rules)
     for x in c.new_causes:
-        console.print(f"[red]new:[/] {x.text}", highlight=False)
+        console.print(f"[red]new:[/] {esc(x.text)}", highlight=False)
     for x in c.gone_causes:
-        console.print(f"[green]gone:[/] {x.text}", highlight=False)
+        console.print(f"[green]gone:[/] {esc(x.text)}", highlight=False)
     metrics = Table(title="metrics", title_justify="left")
     metrics.add_column("metric", no_wrap=True)
     for name in ("base", "candidate", "change"):
@@ -78,7 +81,7 @@ def _print_text(c: Comparison) -> None:
         )
     console.print(metrics)
     for i, note in enumerate(notes, 1):
-        console.print(f"({i}) {note}", style="dim", highlight=False)
+        console.print(f"({i}) {esc(note)}", style="dim", highlight=False)
 
 
 def _tags(values: list[str]) -> dict[str, str]:
@@ -100,7 +103,9 @@ def compare(
         "Without BASE, give --baseline-tag.",
     ),
     db: Path = typer.Option(
-        DEFAULT_DB, "--db", help="The DuckDB database the run ids (and baselines) are in."
+        DEFAULT_DB,
+        "--db",
+        help="The DuckDB database (or lake folder) the run ids and baselines are in.",
     ),
     baseline_tag: list[str] = typer.Option(
         [],
@@ -115,7 +120,7 @@ def compare(
         None,
         "--fail-on",
         help="Rules, e.g. 'recompiles>0, evictions>+0, latency_p50>+10%, peak>+5%, "
-        "new_breaks>0' ('none': report only). Default: [tool.ember.gate] fail-on in "
+        "new_breaks>0' ('none': report only). Default: \\[tool.ember.gate] fail-on in "
         "pyproject.toml, else the built-in defaults.",
     ),
     config: Path | None = typer.Option(
