@@ -14,9 +14,14 @@ Tables
 - ``rejected_lines``: one row per line ingest refused (file, line, reason, raw start).
 
 Concurrency: DuckDB lets one process write a database file; while it does, no other
-process can open the file, not even to read. ``connect(wait=...)`` retries for a while
-and then raises ``DatabaseBusyError``, which says so; ingest writes each file in one
-transaction, so a reader that gets in between two files sees whole files only.
+process can open the file, not even to read, and while any process reads it, none can
+write. ``connect(wait=...)`` retries for a while and then raises ``DatabaseBusyError``,
+which names the process and whether it reads or writes. Ingest writes each file in one
+transaction, so a reader that gets in between two files sees whole files only. Waiting
+processes leave a marker next to the database so that neither side starves the other:
+readers do not start while an ingest waits, and an ingest lets a waiting reader in before
+its next file (``_open``). An ingest waits ``INGEST_WAIT_S`` (60 s) by default, longer
+than a dashboard query may run.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from .schema_types import TABLE_COLUMNS
 __all__ = [
     "Connection",
     "DatabaseBusyError",
+    "INGEST_WAIT_S",
+    "QUERY_WAIT_S",
     "connect",
     "RECORD_TABLES",
     "VIEW_NAMES",
@@ -55,6 +62,7 @@ RECORD_TABLES: tuple[str, ...] = tuple(k for k in RECORD_KINDS if k != "meta")
 VIEW_NAMES: tuple[str, ...] = (
     "spans",
     "_jit_functions",
+    "_jit_functions",
     "cache_lookups",
     "cache_events",
     "compiles",
@@ -68,6 +76,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "hub_files",
     "call_latency",
     "compile_payback",
+    "run_summary",
     "breaks",
     "run_summary",
     "call_breakdown",
@@ -292,6 +301,78 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
         raise
 
 
+# DuckDB says this when the process holding the file has it open read-only
+_HELD_BY_READER = "would be able to open this database in read-only mode"
+
+INGEST_WAIT_S = 60.0
+"""How long ingest waits for the database by default: longer than a dashboard query may run
+(its 30 s cap), so a person looking at runs never makes an ingest fail."""
+
+QUERY_WAIT_S = 60.0
+"""How long ``ember query`` waits by default for an ingest to let go of the database."""
+
+# A process waiting for the database says so in a marker file next to it, touched at each
+# try: readers do not start while a writer waits (else a busy dashboard starves ingest),
+# and a writer lets a waiting reader in before it takes the file again for its next trace
+# file (else a many-file ingest starves the reader). Fresh = touched in the last second.
+_WAITING = {False: ".ember-writer-waiting", True: ".ember-reader-waiting"}
+_FRESH_S = 1.0
+
+
+def _marker(path: str, read_only: bool) -> Path:
+    return Path(path + _WAITING[read_only])
+
+
+def _announce(path: str, read_only: bool) -> None:
+    try:
+        _marker(path, read_only).touch()
+    except OSError:  # a read-only folder: waiting still works, only without priority
+        pass
+
+
+def _withdraw(path: str, read_only: bool) -> None:
+    try:
+        _marker(path, read_only).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def other_side_waiting(path: str, read_only: bool) -> bool:
+    """Whether a process of the other kind (a writer, for a reader) waits for ``path``."""
+    try:
+        age = time.time() - _marker(path, not read_only).stat().st_mtime
+    except OSError:
+        return False
+    return age < _FRESH_S
+
+
+def lock_holder(message: str) -> tuple[str | None, str]:
+    """From DuckDB's lock error: the holder's pid, and whether it reads or writes the file."""
+    pid = _PID_RE.search(message)
+    kind = "reader" if _HELD_BY_READER in message else "writer"
+    return (pid.group(1) if pid else None), kind
+
+
+def busy_message(path: str, message: str, waited: float, read_only: bool) -> str:
+    """What to tell a person whose connection to ``path`` timed out behind another process."""
+    pid, kind = lock_holder(message)
+    who = f"process {pid}" if pid else "another process"
+    if kind == "reader":
+        held = (
+            f"{path} is open for reading by {who} (a dashboard, `ember query` or a notebook "
+            f"with connect(read_only=True)); DuckDB lets no process write while one reads"
+        )
+    else:
+        held = (
+            f"{path} is open for writing by {who} (an `ember ingest`?); DuckDB allows one "
+            f"writer process at a time and no readers while it writes"
+        )
+    return (
+        f"{held}; waited {waited:g}s. Try again when it has finished, or wait longer "
+        f"(`--wait SECONDS` of ember ingest and ember query; wait= in Python)."
+    )
+
+
 _LOCK_RE = re.compile(r"lock", re.IGNORECASE)
 _PID_RE = re.compile(r"PID (\d+)")
 
@@ -299,23 +380,39 @@ _PID_RE = re.compile(r"PID (\d+)")
 def _open(path: str, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + wait
     delay = 0.02
-    while True:
-        try:
-            return duckdb.connect(path, read_only=read_only)
-        except duckdb.IOException as exc:
-            text = str(exc)
-            if not _LOCK_RE.search(text):
-                raise
+    announced = False
+    try:
+        if not read_only and path != ":memory:":
+            # a reader waiting for the previous file's transaction to end goes first
+            # (briefly: it withdraws once in, and a stuck marker goes stale)
+            pause_until = min(deadline, time.monotonic() + 5.0)
+            while other_side_waiting(path, read_only) and time.monotonic() < pause_until:
+                time.sleep(0.05)
+        while True:
+            if read_only and other_side_waiting(path, read_only):
+                text = "a writer is waiting"
+            else:
+                try:
+                    return duckdb.connect(path, read_only=read_only)
+                except duckdb.IOException as exc:
+                    text = str(exc)
+                    if not _LOCK_RE.search(text):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise DatabaseBusyError(busy_message(path, text, wait, read_only)) from exc
             if time.monotonic() >= deadline:
-                pid = _PID_RE.search(text)
-                who = f"process {pid.group(1)}" if pid else "another process"
                 raise DatabaseBusyError(
-                    f"{path} is open for writing by {who} (an ingest?). DuckDB allows one "
-                    f"writer process at a time and no readers while it writes; waited "
-                    f"{wait:g}s. Wait for it to finish and try again, or pass a longer wait."
-                ) from exc
+                    f"{path}: an ingest waits to write it, and readers let it go first; "
+                    f"waited {wait:g}s. Try again when it has finished, or wait longer "
+                    f"(`--wait SECONDS` of ember ingest and ember query; wait= in Python)."
+                )
+            _announce(path, read_only)
+            announced = True
             time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, 0.25)
+    finally:
+        if announced:
+            _withdraw(path, read_only)
 
 
 class Connection:
@@ -353,15 +450,19 @@ def connect(
     db: str | os.PathLike[str] = DEFAULT_DB,
     *,
     read_only: bool = False,
-    wait: float = 10.0,
+    wait: float | None = None,
     threads: int | None = None,
 ) -> Connection:
     """Open (or create) an Ember database.
 
     A writable connection creates missing tables and refreshes the views. A read-only
-    one needs an existing database. While another process writes (an ingest), opening
-    waits up to ``wait`` seconds, then raises ``DatabaseBusyError``.
+    one needs an existing database. While another process holds the file (an ingest
+    writing it; for a writer, also any reader), opening waits up to ``wait`` seconds
+    (``INGEST_WAIT_S`` for a writer, 10 s for a reader, by default), then raises
+    ``DatabaseBusyError`` naming the process and whether it reads or writes.
     """
+    if wait is None:
+        wait = 10.0 if read_only else INGEST_WAIT_S
     path = str(db)
     if path != ":memory:":
         p = Path(path)

@@ -1098,13 +1098,15 @@ def ingest(
     on_file: Callable[[FileResult], None] | None = None,
     migrations: Migrations = MIGRATIONS,
     threads: int | None = None,
-    wait: float = 10.0,
+    wait: float | None = None,
     strict: bool = False,
 ) -> IngestSummary:
     """Ingest trace files, folders or globs into the database ``db``.
 
     The database is opened for each file and closed after it, so that other processes
-    (a dashboard) can read between files; ``on_file`` is called after each file.
+    (a dashboard) can read between files; ``on_file`` is called after each file. Opening
+    waits up to ``wait`` seconds for readers and other writers to let go (by default
+    ``INGEST_WAIT_S``, longer than a dashboard query may run).
     """
     files = expand_paths(paths)
     summary = IngestSummary()

@@ -16,7 +16,7 @@ from rich.text import Text
 from ember.analysis import DatabaseBusyError, connect, expand_paths
 from ember.analysis import format as fmt
 from ember.analysis.candle import CandleImportError, import_candle
-from ember.analysis.db import DEFAULT_DB
+from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
 from ember.analysis.lake import connect_lake, ingest_lake
@@ -42,11 +42,11 @@ class Engine(enum.StrEnum):
     spark = "spark"
 
 
-def _open(db: Path, read_only: bool):
+def _open(db: Path, read_only: bool, wait: float | None = None):
     try:
         if db.is_dir():  # a lake written by `ember ingest --lake`
             return connect_lake(db)
-        return connect(db, read_only=read_only)
+        return connect(db, read_only=read_only, wait=wait)
     except DatabaseBusyError as exc:
         raise fail(str(exc)) from None
     except FileNotFoundError as exc:
@@ -58,7 +58,9 @@ def ingest_command(
     paths: list[str] = typer.Argument(..., help="Trace files, folders (*.jsonl inside) or globs."),
     db: Path = DB_OPTION,
     wait: float = typer.Option(
-        10.0, "--wait", help="Seconds to wait while another process writes the database."
+        INGEST_WAIT_S,
+        "--wait",
+        help="Seconds to wait while other processes read or write the database.",
     ),
     strict: bool = typer.Option(
         False,
@@ -188,11 +190,14 @@ def query(
         "--max-rows",
         help="Rows a table or line output shows (markdown, csv, json, parquet write them all).",
     ),
+    wait: float = typer.Option(
+        QUERY_WAIT_S, "--wait", help="Seconds to wait while an ingest writes the database."
+    ),
 ) -> None:
     """Run SQL on the database (read-only) and print the result."""
     if format is Format.parquet and output is None:
         raise fail("--format parquet writes a file: give --output FILE.parquet")
-    with _open(db, read_only=True) as con:
+    with _open(db, read_only=True, wait=wait) as con:
         try:
             df = con.sql(sql)
         except duckdb.Error as exc:

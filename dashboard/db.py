@@ -34,9 +34,12 @@ import duckdb
 import polars as pl
 import streamlit as st
 
+from ember.analysis.db import lock_holder, other_side_waiting
+
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB",
+    "DatabaseBusy",
     "DatabaseError",
     "DbVersion",
     "database_path",
@@ -63,6 +66,15 @@ READONLY_CONFIG: dict[str, Any] = {
 
 class DatabaseError(RuntimeError):
     """The database is missing or unreadable; the message says what to do."""
+
+
+class DatabaseBusy(DatabaseError):
+    """An ingest is writing the database (or waiting to): try again in a moment."""
+
+    def __init__(self, message: str, pid: str | None, holder: str) -> None:
+        super().__init__(message)
+        self.pid = pid
+        self.holder = holder  # "writer" or "reader" (from DuckDB's lock error)
 
 
 @dataclass(frozen=True)
@@ -156,25 +168,36 @@ def _connect(version: DbVersion, wait_s: float) -> duckdb.DuckDBPyConnection:
         return _open_export(path)
     deadline = time.monotonic() + wait_s
     while True:
-        try:
-            return duckdb.connect(version.path, read_only=True, config=dict(READONLY_CONFIG))
-        except duckdb.IOException as e:
-            # an ingest holds the file (one writer, no readers meanwhile): wait a little
-            if "lock" not in str(e).lower() or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+        # an ingest waiting for the readers to let go goes first: no new connection then
+        if not other_side_waiting(version.path, read_only=True):
+            try:
+                return duckdb.connect(version.path, read_only=True, config=dict(READONLY_CONFIG))
+            except duckdb.IOException as e:
+                # an ingest holds the file (one writer, no readers meanwhile): wait a little
+                if "lock" not in str(e).lower():
+                    raise
+                if time.monotonic() > deadline:
+                    raise DatabaseBusy(_BUSY, *lock_holder(str(e))) from e
+        elif time.monotonic() > deadline:
+            raise DatabaseBusy(_BUSY, None, "writer")
+        time.sleep(0.1)
 
 
-def connect_readonly(version: DbVersion, *, wait_s: float = 10.0) -> duckdb.DuckDBPyConnection:
-    """A read-only, locked-down connection to the database (the caller closes it)."""
+_BUSY = "The database is being updated (an `ember ingest` is writing it); retrying…"
+
+
+def connect_readonly(version: DbVersion, *, wait_s: float = 2.0) -> duckdb.DuckDBPyConnection:
+    """A read-only, locked-down connection to the database (the caller closes it).
+
+    While an ingest writes the file (or waits to), this waits ``wait_s`` seconds, then
+    raises ``DatabaseBusy``: the app shows that the database is being updated and runs the
+    page again (``app.py``), so an ingest never waits long for the dashboard.
+    """
     try:
         return _connect(version, wait_s)
+    except DatabaseBusy:
+        raise
     except duckdb.IOException as e:
-        if "lock" in str(e).lower():
-            raise DatabaseError(
-                f"{version.path} is being written by another process (an `ember ingest`?) "
-                f"and cannot be read meanwhile ({e}). Reload the page when it has finished."
-            ) from e
         raise DatabaseError(
             f"{version.path}: not a DuckDB database or Parquet export Ember can read ({e}). "
             "Point --db at a file written by `ember ingest` or a folder written by "
@@ -190,7 +213,7 @@ def connect_readonly(version: DbVersion, *, wait_s: float = 10.0) -> duckdb.Duck
 
 @contextmanager
 def open_readonly(
-    version: DbVersion, *, wait_s: float = 10.0
+    version: DbVersion, *, wait_s: float = 2.0
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only, locked-down connection to the database, closed on exit."""
     con = connect_readonly(version, wait_s=wait_s)

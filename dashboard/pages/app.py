@@ -12,6 +12,7 @@ Connect login first (see dashboard/README.md).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -43,5 +44,11 @@ except db.DatabaseError as e:
     st.stop()
 st.sidebar.caption(f"Database: `{version.path}`")
 
-with db.page_connection():
-    page.run()
+try:
+    with db.page_connection():
+        page.run()
+except db.DatabaseBusy as e:
+    # an ingest is writing the database: say so, and run the page again in a moment
+    st.info(str(e), icon=":material/sync:")
+    time.sleep(1.0)
+    st.rerun()

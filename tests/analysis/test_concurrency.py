@@ -14,11 +14,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from typer.testing import CliRunner
 
-from ember.analysis import DatabaseBusyError, connect
+from ember.analysis import DatabaseBusyError, connect, ingest
 from ember.analysis.synthetic import write_trace
 from ember.cli.main import app
 
@@ -118,3 +119,154 @@ def test_a_reader_during_an_ingest_sees_whole_files_only(tmp_path):
         assert stored == claimed
     assert observations[-1][0] == counts
     print("runs seen by the reader:", sorted({len(stored) for stored, _ in observations}))
+
+
+READER = textwrap.dedent(
+    """
+    import sys, time
+    from ember.analysis import connect
+    con = connect(sys.argv[1], read_only=True)
+    print("ready", flush=True)
+    time.sleep(float(sys.argv[2]))
+    con.close()
+    """
+)
+
+
+def _hold_for_reading(db, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", READER, str(db), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_a_reader_is_named_as_a_reader_and_ingest_waits_for_it(tmp_path):
+    db = tmp_path / "r.duckdb"
+    trace = tmp_path / "t.jsonl"
+    n = write_trace(trace, 100, run_id="t")
+    connect(db).close()
+    # a reader (a dashboard query, a notebook) holds the file: the error named it as
+    # "open for writing ... (an ingest?)"
+    reader = _hold_for_reading(db, 60)
+    try:
+        with pytest.raises(DatabaseBusyError) as err:
+            connect(db, wait=0.3)
+        msg = " ".join(str(err.value).split())
+        assert f"open for reading by process {reader.pid}" in msg
+        assert "--wait SECONDS" in msg
+    finally:
+        reader.kill()
+        reader.wait()
+    # a reader that holds it for 12 s (past the old 10 s default): ingest waits it out
+    reader = _hold_for_reading(db, 12)
+    try:
+        result = ingest([trace], db).files[0]
+    finally:
+        reader.wait(timeout=60)
+    assert (result.status, result.records) == ("ok", n)
+
+
+def test_ember_query_has_a_wait_and_says_what_holds_the_file(writer_holding):
+    db, pid = writer_holding
+    result = CliRunner().invoke(app, ["query", "SELECT 1", "--db", str(db), "--wait", "0.3"])
+    assert result.exit_code == 1
+    out = " ".join(result.output.split())
+    assert f"open for writing by process {pid}" in out
+    assert "waited 0.3s" in out and "--wait SECONDS" in out
+
+
+# ---------------------------------------------------------------- all at once
+
+RECORDER = textwrap.dedent(
+    """
+    import sys, time
+    from ember.recorder import record
+    path, seconds = sys.argv[1], float(sys.argv[2])
+    with record(path, run_id="live", flush_interval=0.05) as rec:
+        end = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < end:
+            with rec.step("forward", index=i):
+                rec.memory("alloc", f"a{i}", 1000, dtype="float32", device="cpu:0")
+                rec.memory("free", f"a{i}", 1000, dtype="float32", device="cpu:0")
+            i += 1
+            if i % 50 == 0:
+                time.sleep(0.005)
+    """
+)
+
+INGEST_LOOP = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import typer.main
+    from ember.cli.main import app
+    path, db, stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    command = typer.main.get_command(app)
+    runs = 0
+    while True:
+        last = stop.exists()
+        command(["ingest", path, "--db", db], standalone_mode=False)  # raises on failure
+        runs += 1
+        if last:
+            break
+    print(runs, flush=True)
+    """
+)
+
+
+def test_recording_ingesting_and_reading_at_once_lose_and_repeat_nothing(tmp_path):
+    # the README's promise: ingest keeps adding a run that is still being recorded while
+    # people look at the database. A recorder appends, `ember ingest` runs in a loop and a
+    # reader queries, all at once: no reader error, no ingest error, no span twice, and at
+    # the end every line of the trace is in the database once.
+    trace, db, stop = tmp_path / "live.jsonl", tmp_path / "live.duckdb", tmp_path / "stop"
+    recorder = subprocess.Popen([sys.executable, "-c", RECORDER, str(trace), "4"])
+    while not trace.exists():
+        time.sleep(0.01)
+    ingester = subprocess.Popen(
+        [sys.executable, "-c", INGEST_LOOP, str(trace), str(db), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    seen = []
+    try:
+        while ingester.poll() is None:
+            if recorder.poll() is not None and not stop.exists():
+                stop.touch()  # one last ingest after the recorder finished
+            if not db.exists():
+                time.sleep(0.05)
+                continue
+            with connect(db, read_only=True, wait=120) as con:
+                twice = con.duck.execute(
+                    "SELECT count(*) FROM (SELECT span_id FROM span_start GROUP BY span_id "
+                    "HAVING count(*) > 1)"
+                ).fetchone()[0]
+                stored = con.duck.execute(
+                    "SELECT (SELECT count(*) FROM span_start) + (SELECT count(*) FROM span_end)"
+                    " + (SELECT count(*) FROM memory) + (SELECT count(*) FROM runs)"
+                ).fetchone()[0]
+            seen.append((twice, stored))
+            time.sleep(0.02)
+    finally:
+        recorder.wait(timeout=120)
+        ingester.wait(timeout=300)
+    assert recorder.returncode == 0
+    assert ingester.returncode == 0, "an ingest failed while the reader read"
+    runs = int(ingester.stdout.read().split()[-1])
+    assert runs >= 2 and len(seen) >= 2, (runs, len(seen))
+    assert all(twice == 0 for twice, _ in seen)
+    assert [s for _, s in seen] == sorted(s for _, s in seen)  # never fewer records
+    lines = trace.read_bytes().splitlines()
+    print(f"{runs} ingests, {len(seen)} reads, {len(lines)} lines")
+    with connect(db, read_only=True) as con:
+        assert con.duck.execute("SELECT count(*) FROM rejected_lines").fetchone()[0] == 0
+        assert con.duck.execute("SELECT lines, records FROM ingested_files").fetchall() == [
+            (len(lines), len(lines))
+        ]
+        spans = con.duck.execute(
+            "SELECT count(*), count(DISTINCT span_id) FROM span_start"
+        ).fetchone()
+    starts = sum(1 for line in lines if b'"span_start"' in line)
+    assert spans == (starts, starts)

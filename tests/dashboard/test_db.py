@@ -58,8 +58,9 @@ def test_a_database_being_written_is_reported_as_busy(small_db: Path) -> None:
     )
     try:
         assert writer.stdout.readline().strip() == "open"
-        with pytest.raises(db.DatabaseError, match="being written by another process"):
+        with pytest.raises(db.DatabaseBusy, match="The database is being updated") as busy:
             db.connect_readonly(db.db_version(small_db), wait_s=0.5)
+        assert (busy.value.pid, busy.value.holder) == (str(writer.pid), "writer")
     finally:
         writer.kill()
         writer.wait()
