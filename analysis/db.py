@@ -62,7 +62,6 @@ RECORD_TABLES: tuple[str, ...] = tuple(k for k in RECORD_KINDS if k != "meta")
 VIEW_NAMES: tuple[str, ...] = (
     "spans",
     "_jit_functions",
-    "_jit_functions",
     "cache_lookups",
     "cache_events",
     "compiles",
@@ -76,7 +75,6 @@ VIEW_NAMES: tuple[str, ...] = (
     "hub_files",
     "call_latency",
     "compile_payback",
-    "run_summary",
     "breaks",
     "run_summary",
     "call_breakdown",

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 from .db import DbVersion, open_readonly
 
 __all__ = [
+    "MAX_BYTES",
+    "MAX_ROWS",
     "ConsoleRefused",
     "ConsoleResult",
     "check_statement",
@@ -29,6 +32,11 @@ __all__ = [
 
 MAX_ROWS = 100_000
 """Rows a console result keeps (the rest is reported as cut off)."""
+MAX_BYTES = 32 * 2**20
+"""Bytes (in Arrow, as the page sends them) a console result keeps; the rows after are cut
+off. Rows alone do not bound it: 2,000 rows of 1 MB text made a 1.9 GB frame, past
+Streamlit's 200 MB message limit, and the server kept it (and its CSV) in memory."""
+_BATCH_ROWS = 256
 TIMEOUT_S = 30.0
 """A console query is interrupted after this many seconds."""
 
@@ -87,6 +95,21 @@ class ConsoleResult:
 
     frame: pl.DataFrame
     truncated: bool
+    cut_by: str | None = None  # "rows" (MAX_ROWS) or "bytes" (MAX_BYTES) when truncated
+
+    @property
+    def note(self) -> str:
+        """What the page says about the rows left out ("" when none were)."""
+        if self.cut_by == "bytes":
+            size = self.frame.estimated_size()
+            return (
+                f" (cut off after {self.frame.height:,} rows, {size / 2**20:.1f} MB: the "
+                f"console keeps {MAX_BYTES // 2**20} MB; select fewer or shorter columns, or "
+                f"add a LIMIT)"
+            )
+        if self.cut_by == "rows":
+            return f" (cut off at {self.frame.height:,} rows; add a LIMIT or aggregate)"
+        return ""
 
 
 def check_statement(sql: str) -> None:
@@ -128,13 +151,42 @@ def _explain(e: duckdb.Error, version: DbVersion) -> str:
     return text
 
 
+def _read_capped(reader: pa.RecordBatchReader, max_bytes: int) -> tuple[pa.Table, bool]:
+    """The batches of ``reader`` up to ``max_bytes`` bytes, and whether rows were left out.
+    Reading stops there, so DuckDB computes no more of the result."""
+    batches: list[pa.RecordBatch] = []
+    size = 0
+    for batch in reader:
+        if size + batch.nbytes > max_bytes:
+            # the rows of this batch that still fit (a slice's nbytes counts its rows only)
+            lo, hi = 0, batch.num_rows
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if size + batch.slice(0, mid).nbytes <= max_bytes:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            # take() copies those rows: a slice would keep the whole batch's buffers alive
+            batches.append(batch.take(pa.array(range(lo), type=pa.int64())))
+            return pa.Table.from_batches(batches, schema=reader.schema), True
+        batches.append(batch)
+        size += batch.nbytes
+    return pa.Table.from_batches(batches, schema=reader.schema), False
+
+
 def run_console_query(
-    version: DbVersion, sql: str, *, max_rows: int = MAX_ROWS, timeout_s: float = TIMEOUT_S
+    version: DbVersion,
+    sql: str,
+    *,
+    max_rows: int = MAX_ROWS,
+    max_bytes: int = MAX_BYTES,
+    timeout_s: float = TIMEOUT_S,
 ) -> ConsoleResult:
     """Check and run one console statement on a locked read-only connection.
 
-    Raises ``ConsoleRefused`` with a message for the user when the statement is refused
-    or DuckDB rejects it (including its own permission errors).
+    The result keeps at most ``max_rows`` rows and ``max_bytes`` bytes; the rows after are
+    never fetched. Raises ``ConsoleRefused`` with a message for the user when the statement
+    is refused or DuckDB rejects it (including its own permission errors).
     """
     check_statement(sql)
     with open_readonly(version) as con:
@@ -144,13 +196,20 @@ def run_console_query(
             relation = con.sql(sql)
             if relation is None:  # not a query after all; nothing to show
                 raise ConsoleRefused(f"the statement returned no rows. {_HINT}")
-            frame = relation.limit(max_rows + 1).pl()
+            # one row past the limit tells a result of exactly max_rows from a longer one
+            reader = relation.limit(max_rows + 1).to_arrow_reader(_BATCH_ROWS)
+            table, cut = _read_capped(reader, max_bytes)
+            del reader
         except duckdb.Error as e:
             raise ConsoleRefused(_explain(e, version)) from None
         finally:
             timer.cancel()
-    truncated = frame.height > max_rows
-    return ConsoleResult(frame.head(max_rows), truncated)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    cut_by = "bytes" if cut else None
+    if frame.height > max_rows:
+        frame, cut_by = frame.head(max_rows), "rows"
+    return ConsoleResult(frame, cut_by is not None, cut_by)
 
 
 def to_csv(frame: pl.DataFrame) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ember.dashboard import db, state
-from ember.dashboard.console import MAX_ROWS, ConsoleRefused, run_console_query, to_csv
+from ember.dashboard.console import ConsoleRefused, run_console_query, to_csv
 
 st.title("SQL console")
 st.caption(
@@ -31,8 +31,7 @@ if st.button("Run", type="primary", key="ember_sql_run") or state.get_param("sql
         st.error(f"Refused: {e}")
     else:
         frame = result.frame
-        note = f" (cut off at {MAX_ROWS:,}; add a LIMIT or aggregate)" if result.truncated else ""
-        st.caption(f"{frame.height:,} rows{note}")
+        st.caption(f"{frame.height:,} rows{result.note}")
         st.dataframe(frame, hide_index=True, width="stretch", key="ember_sql_result")
         st.download_button(
             "Download CSV",
