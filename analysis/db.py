@@ -79,6 +79,19 @@ VIEW_NAMES: tuple[str, ...] = (
     "run_summary",
     "call_breakdown",
     "time_by_part",
+    # helpers of the report (what its findings read)
+    "_memory_peaks",
+    "_recompile_positions",
+    "_recompile_changes",
+    "_compile_sizes",
+    "_thrash_positions",
+    "_eviction_totals",
+    "_bucket_advice",
+    "_disk_cache_runs",
+    "_slowest_shapes",
+    "_call_errors",
+    "_rejected_files",
+    "_jit_retraces",
 )
 
 

@@ -153,6 +153,14 @@ def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
     return df.to_dicts()
 
 
+def _of(con: Connection, view: str, run_ids: list[str], order: str = "") -> pl.DataFrame:
+    """The rows of a view (``analysis/sql/<view>.sql``) for these runs, in ``order``."""
+    by = f" ORDER BY {order}" if order else ""
+    return con.sql(
+        f"SELECT * FROM {view} WHERE run_id IN (SELECT unnest($1::VARCHAR[])){by}", [run_ids]
+    )
+
+
 # ---------------------------------------------------------------- runs
 
 
@@ -220,74 +228,31 @@ def trace_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
 _SERIES_RANK = {"tensors": 0, "peak": 1, "used": 2, "reserved": 3, "rss": 4}
 
 
-def _series_label(series: str, source: str | None, device: str) -> str:
-    if series == "tensors":
-        return "tensors"
-    if series == "rss":
-        return "RSS"
-    if source == "live_arrays":
-        return "live arrays"
-    return f"device {series}"
-
-
-def _peaks(con: Connection, run_ids: list[str]) -> list[dict[str, Any]]:
-    """Per run, every memory series' peak, the most telling first (the first per run wins)."""
-    df = con.sql(
-        """
-        WITH src AS (
-            SELECT run_id, device, series, any_value(source) AS source
-            FROM memory_timeline WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
-            GROUP BY ALL
-        ),
-        call_n AS (
-            SELECT run_id, span_id, span_kind, name, start_ns, end_ns,
-                row_number() OVER (PARTITION BY run_id, span_kind ORDER BY start_ns) AS n
-            FROM spans WHERE span_kind IN ('call', 'step')
-                AND run_id IN (SELECT unnest($1::VARCHAR[]))
+def _peaks(
+    con: Connection, run_ids: list[str], summaries: dict[str, RunSummary]
+) -> list[dict[str, Any]]:
+    """Per run, every memory series' peak (``_memory_peaks``): the run's headline peak first
+    (``run_summary.peak_bytes``/``peak_source``), then the others, most telling first."""
+    rows = _rows(
+        con.sql(
+            "SELECT * FROM _memory_peaks WHERE run_id IN (SELECT unnest($1::VARCHAR[]))", [run_ids]
         )
-        SELECT p.run_id, p.device, p.series, s.source, p.peak_bytes, p.peak_ts_ns,
-            p.by_category,
-            -- the call or step the recorder tied the reading to, else the one open then
-            coalesce(
-                (SELECT any_value(c.span_kind || ' #' || c.n) FROM call_n c
-                 WHERE c.run_id = p.run_id AND c.span_id = p.span_id),
-                (SELECT arg_min(c.span_kind || ' #' || c.n, c.end_ns - c.start_ns)
-                 FROM call_n c WHERE c.run_id = p.run_id AND c.start_ns <= p.peak_ts_ns
-                    AND c.end_ns >= p.peak_ts_ns)
-            ) AS during
-        FROM peak_memory p
-        LEFT JOIN src s ON s.run_id = p.run_id AND s.device = p.device AND s.series = p.series
-        WHERE p.run_id IN (SELECT unnest($1::VARCHAR[])) AND p.series <> 'limit'
-        """,
-        [run_ids],
     )
-    rows = _rows(df)
-    for r in rows:
-        r["label"] = _series_label(r["series"], r["source"], r["device"])
     rows.sort(key=lambda r: (r["run_id"], _SERIES_RANK.get(r["series"], 9), -r["peak_bytes"]))
-    # the headline names one series: the device's own when there is one; on the CPU, RSS
-    # (what the machine really had to hold), with the arrays as the second sentence
     best: dict[str, dict[str, Any]] = {}
     for r in rows:
-        cur = best.get(r["run_id"])
-        if cur is None or _headline_rank(r) < _headline_rank(cur):
-            best[r["run_id"]] = r
+        s = summaries.get(r["run_id"])
+        if s is not None and r["label"] == s.peak_series and r["peak_bytes"] == s.peak_bytes:
+            best.setdefault(r["run_id"], r)
+    for r in rows:  # a run whose headline series is not among its peaks (none expected)
+        best.setdefault(r["run_id"], r)
     return [best[k] for k in best] + [r for r in rows if r is not best[r["run_id"]]]
 
 
-def _headline_rank(r: dict[str, Any]) -> tuple[int, int]:
-    device_reading = r["source"] == "memory_stats" and r["series"] in ("peak", "used")
-    if device_reading:
-        return (0, -r["peak_bytes"])
-    if r["series"] == "rss":
-        return (1, -r["peak_bytes"])
-    if r["series"] == "tensors":
-        return (2, -r["peak_bytes"])
-    return (3, -r["peak_bytes"])
-
-
-def _memory_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    rows = _peaks(con, run_ids)
+def _memory_findings(
+    con: Connection, run_ids: list[str], summaries: dict[str, RunSummary]
+) -> list[Finding]:
+    rows = _peaks(con, run_ids, summaries)
     by_run: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_run.setdefault(r["run_id"], []).append(r)
@@ -345,50 +310,11 @@ def _memory_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 def _recompile_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     """One finding per segment position compiled more than once."""
-    positions = con.sql(
-        """
-        WITH lk AS (
-            SELECT run_id, source, position, count(*) AS lookups
-            FROM cache_lookups GROUP BY ALL
-        )
-        SELECT c.run_id, c.source, c.position, count(*) AS compiles,
-            CAST(coalesce(sum(c.compile_ns), 0) AS BIGINT) AS compile_ns,
-            CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.compile_index > 1), 0) AS BIGINT)
-                AS recompile_ns,
-            any_value(lk.lookups) AS lookups
-        FROM compiles c LEFT JOIN lk ON lk.run_id = c.run_id
-            AND lk.source IS NOT DISTINCT FROM c.source AND lk.position = c.position
-        WHERE c.position IS NOT NULL AND c.run_id IN (SELECT unnest($1::VARCHAR[]))
-        GROUP BY ALL HAVING count(*) > 1
-        """,
-        [run_ids],
-    )
-    changes = con.sql(
-        """
-        SELECT run_id, source, position, ch.change, ch.arg, ch.dim, count(*) AS n,
-            count(*) FILTER (WHERE after_eviction) AS after_eviction,
-            any_value(reason ORDER BY compile_index) AS example
-        FROM (SELECT *, unnest(CASE WHEN len(changes) = 0
-                THEN [{'change': change, 'arg': arg, 'dim': dim,
-                       'old_value': old_value, 'new_value': new_value}]
-                ELSE changes END) AS ch
-              FROM recompiles WHERE position IS NOT NULL
-                AND run_id IN (SELECT unnest($1::VARCHAR[])))
-        GROUP BY ALL
-        ORDER BY n DESC, ch.change, ch.arg, ch.dim
-        """,
-        [run_ids],
-    )
+    positions = _of(con, "_recompile_positions", run_ids, "run_id, position")
+    changes = _of(con, "_recompile_changes", run_ids, "n DESC, change, arg, dim")
     # the size of every (arg, dim) at every compile, in compile order: the sequence
     sizes = con.sql(
-        """
-        SELECT c.run_id, c.source, c.position, a.arg.name AS arg, d.i - 1 AS dim,
-            list(a.arg.shape[d.i] ORDER BY c.compile_index) AS sizes
-        FROM compiles c, unnest(c.shapes) AS a(arg), range(1, len(a.arg.shape) + 1) AS d(i)
-        WHERE c.position IS NOT NULL AND c.run_id IN (SELECT unnest($1::VARCHAR[]))
-        GROUP BY ALL
-        """,
-        [run_ids],
+        "SELECT * FROM _compile_sizes WHERE run_id IN (SELECT unnest($1::VARCHAR[]))", [run_ids]
     )
     size_of = {
         (r["run_id"], r["source"], r["position"], r["arg"], r["dim"]): r["sizes"]
@@ -450,21 +376,7 @@ def _change_words(c: dict[str, Any], sizes: list[int] | None) -> str:
 
 
 def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    df = con.sql(
-        """
-        SELECT r.run_id, r.fun_name, count(*) AS retraces,
-            CAST(coalesce(sum(r.compile_ns), 0) AS BIGINT) AS compile_ns,
-            list(coalesce(c.retrace_reason, r.reason) ORDER BY r.compile_index) AS reasons
-        FROM recompiles r
-        JOIN _jit_functions j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
-        LEFT JOIN compiles c ON c.run_id = r.run_id AND c.fun_name = r.fun_name
-            AND c.compile_index = r.compile_index
-        WHERE r.fun_name IS NOT NULL AND NOT j.internal
-            AND r.run_id IN (SELECT unnest($1::VARCHAR[]))
-        GROUP BY ALL
-        """,
-        [run_ids],
-    )
+    df = _of(con, "_jit_retraces", run_ids, "run_id, fun_name")
     out = []
     for r in _rows(df):
         reasons = list(dict.fromkeys(r["reasons"]))
@@ -517,23 +429,7 @@ def _outside_jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 
 def _thrash_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    df = con.sql(
-        """
-        WITH t AS (
-            SELECT run_id, source, position, count(*) AS keys,
-                sum(wasted_compiles) AS wasted, CAST(sum(wasted_compile_ns) AS BIGINT) AS wasted_ns,
-                max(cache_size) AS cache_size
-            FROM cache_thrash WHERE run_id IN (SELECT unnest($1::VARCHAR[])) GROUP BY ALL
-        ),
-        fix AS (
-            SELECT run_id, source, position, min(cache_size) AS fixes
-            FROM cache_what_if WHERE fixes_thrash GROUP BY ALL
-        )
-        SELECT t.*, fix.fixes FROM t LEFT JOIN fix ON fix.run_id = t.run_id
-            AND fix.source IS NOT DISTINCT FROM t.source AND fix.position = t.position
-        """,
-        [run_ids],
-    )
+    df = _of(con, "_thrash_positions", run_ids, "run_id, position")
     out = []
     for r in _rows(df):
         segs = "1 segment was" if r["keys"] == 1 else f"{r['keys']} segments were"
@@ -564,12 +460,7 @@ def _thrash_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 def _eviction_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     """Evictions that cost nothing: say so, since a bigger cache would not help."""
     df = con.sql(
-        """
-        SELECT run_id, count(*) AS evictions, count(*) FILTER (WHERE recompiled) AS recompiled,
-            max(cache_size) AS cache_size, count(DISTINCT position) AS positions
-        FROM evictions WHERE run_id IN (SELECT unnest($1::VARCHAR[])) GROUP BY ALL
-        """,
-        [run_ids],
+        "SELECT * FROM _eviction_totals WHERE run_id IN (SELECT unnest($1::VARCHAR[]))", [run_ids]
     )
     out = []
     for r in _rows(df):
@@ -585,38 +476,7 @@ def _eviction_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 
 def _bucket_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    df = con.sql(
-        """
-        WITH b AS (
-            SELECT *, count(*) OVER (PARTITION BY run_id, source, position) AS varying_dims,
-                list(arg || ' dim ' || dim) OVER (PARTITION BY run_id, source, position
-                    ORDER BY arg, dim ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
-                    AS varying
-            FROM shape_buckets WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
-        ),
-        ns AS (
-            SELECT run_id, source, position, avg(compile_ns) AS mean_compile_ns
-            FROM compiles WHERE position IS NOT NULL GROUP BY ALL
-        ),
-        -- the inputs the caller passes: a segment after a graph break gets tensors the
-        -- model made, which nobody outside can pad
-        inputs AS (
-            SELECT DISTINCT run_id, source, u.a.name AS arg
-            FROM spans, unnest(start_attrs.shapes) AS u(a)
-            WHERE span_kind = 'call' AND run_id IN (SELECT unnest($1::VARCHAR[]))
-        ),
-        known AS (SELECT DISTINCT run_id, source FROM inputs)
-        SELECT b.*, ns.mean_compile_ns FROM b LEFT JOIN ns ON ns.run_id = b.run_id
-            AND ns.source IS NOT DISTINCT FROM b.source AND ns.position = b.position
-        WHERE b.saved_compiles > 0 AND (
-            NOT EXISTS (SELECT 1 FROM known k WHERE k.run_id = b.run_id
-                AND k.source IS NOT DISTINCT FROM b.source)
-            OR EXISTS (SELECT 1 FROM inputs i WHERE i.run_id = b.run_id
-                AND i.source IS NOT DISTINCT FROM b.source AND i.arg = b.arg))
-        ORDER BY b.saved_compiles DESC, b.position, b.arg, b.dim
-        """,
-        [run_ids],
-    )
+    df = _of(con, "_bucket_advice", run_ids, "saved_compiles DESC, position, arg, dim")
     out = []
     for r in _rows(df):
         buckets = "/".join(str(s) for s in r["pow2_sizes"])
@@ -661,20 +521,7 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
     if not loaded:
         return out
     # the runs to compare with may be outside the selection (--run): read them all
-    everyone = con.sql(
-        """
-        SELECT r.run_id, json_extract_string(r.tags, '$.model') AS model,
-            coalesce(json_extract_string(r.tags, '$.scenario'), r.run_id) AS name,
-            r.started_at,
-            count(c.position) AS segments,
-            count(*) FILTER (WHERE c.disk_cache = 'hit') AS disk_hits,
-            count(*) FILTER (WHERE c.disk_cache = 'miss') AS disk_misses,
-            CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.position IS NOT NULL), 0) AS BIGINT)
-                AS compile_ns
-        FROM runs r JOIN compiles c ON c.run_id = r.run_id
-        GROUP BY ALL
-        """
-    )
+    everyone = con.sql("SELECT * FROM _disk_cache_runs")
     rows = {r["run_id"]: r for r in _rows(everyone)}
     for s in loaded:
         me = rows[s.run_id]
@@ -718,11 +565,7 @@ def _latency_findings(
     con: Connection, run_ids: list[str], summaries: dict[str, RunSummary]
 ) -> list[Finding]:
     df = con.sql(
-        """
-        SELECT * FROM call_latency WHERE run_id IN (SELECT unnest($1::VARCHAR[]))
-        QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY p99_ns DESC) = 1
-        """,
-        [run_ids],
+        "SELECT * FROM _slowest_shapes WHERE run_id IN (SELECT unnest($1::VARCHAR[]))", [run_ids]
     )
     out = []
     for r in _rows(df):
@@ -751,14 +594,7 @@ def _latency_findings(
 
 def _error_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     df = con.sql(
-        """
-        SELECT run_id, count(*) AS errors,
-            list(DISTINCT coalesce(error_reason, error_kind, 'error')) AS reasons
-        FROM spans WHERE span_kind = 'call' AND status = 'error'
-            AND run_id IN (SELECT unnest($1::VARCHAR[]))
-        GROUP BY ALL
-        """,
-        [run_ids],
+        "SELECT * FROM _call_errors WHERE run_id IN (SELECT unnest($1::VARCHAR[]))", [run_ids]
     )
     out = []
     for r in _rows(df):
@@ -868,15 +704,8 @@ def _disk_miss_findings(con: Connection, summaries: dict[str, RunSummary]) -> li
         return []
     rows = _rows(
         con.sql(
-            """
-            SELECT c.run_id, count(*) FILTER (WHERE c.disk_cache = 'miss') AS misses,
-                count(*) FILTER (WHERE c.disk_cache IS NOT NULL) AS segments,
-                CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.disk_cache = 'miss'), 0)
-                    AS BIGINT) AS miss_ns
-            FROM compiles c
-            WHERE c.position IS NOT NULL AND c.run_id IN (SELECT unnest($1::VARCHAR[]))
-            GROUP BY c.run_id
-            """,
+            "SELECT run_id, disk_misses AS misses, disk_segments AS segments, miss_ns "
+            "FROM _disk_cache_runs WHERE run_id IN (SELECT unnest($1::VARCHAR[]))",
             [missed],
         )
     )
@@ -942,7 +771,7 @@ def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[
         *_disk_cache_findings(con, summaries),
         *_disk_miss_findings(con, summaries),
         *_part_findings(con, run_ids),
-        *_memory_findings(con, run_ids),
+        *_memory_findings(con, run_ids, summaries),
         *_latency_findings(con, run_ids, summaries),
     ]
     by_run: dict[str, list[Finding]] = {r: [] for r in run_ids}
@@ -966,14 +795,11 @@ def findings(con: Connection, run_id: str | None = None, limit: int = 10) -> lis
 
 def rejected_summary(con: Connection, run_id: str | None = None) -> list[dict[str, Any]]:
     """Per trace file: lines ingest rejected, with the first one's line number and reason."""
-    where = "" if run_id is None else "WHERE run_id = ?"
+    where = "" if run_id is None else " WHERE run_id = ?"
     return _rows(
         con.sql(
-            f"""
-            SELECT file, count(*) AS lines, arg_min(line, line) AS first_line,
-                arg_min(reason, line) AS first_reason
-            FROM rejected_lines {where} GROUP BY file ORDER BY file
-            """,
+            f"SELECT file, lines, first_line, first_reason FROM _rejected_files{where} "
+            "ORDER BY file",
             [] if run_id is None else [run_id],
         )
     )

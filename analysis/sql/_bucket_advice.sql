@@ -1,0 +1,33 @@
+-- _bucket_advice: one row per (run, source, position, input, dim) where padding the caller's
+-- input to power-of-two buckets saves compiles (shape_buckets, for inputs a caller can pad:
+-- a segment after a graph break gets tensors the model made).
+--
+-- run_id, source, position, arg, dim, distinct_sizes, min_size, max_size, sizes, compiles,
+-- pow2_buckets, pow2_sizes, saved_compiles, multiple_of_64_buckets   as in shape_buckets
+-- varying_dims      dimensions that vary at this position
+-- varying           those dimensions, 'x dim 1'
+-- mean_compile_ns   the mean compile time at this position
+WITH b AS (
+    SELECT *, count(*) OVER (PARTITION BY run_id, source, position) AS varying_dims,
+        list(arg || ' dim ' || dim) OVER (PARTITION BY run_id, source, position
+            ORDER BY arg, dim ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+            AS varying
+    FROM shape_buckets
+),
+ns AS (
+    SELECT run_id, source, position, avg(compile_ns) AS mean_compile_ns
+    FROM compiles WHERE position IS NOT NULL GROUP BY ALL
+),
+inputs AS (
+    SELECT DISTINCT run_id, source, u.a.name AS arg
+    FROM spans, unnest(start_attrs.shapes) AS u(a)
+    WHERE span_kind = 'call'
+),
+known AS (SELECT DISTINCT run_id, source FROM inputs)
+SELECT b.*, ns.mean_compile_ns FROM b LEFT JOIN ns ON ns.run_id = b.run_id
+    AND ns.source IS NOT DISTINCT FROM b.source AND ns.position = b.position
+WHERE b.saved_compiles > 0 AND (
+    NOT EXISTS (SELECT 1 FROM known k WHERE k.run_id = b.run_id
+        AND k.source IS NOT DISTINCT FROM b.source)
+    OR EXISTS (SELECT 1 FROM inputs i WHERE i.run_id = b.run_id
+        AND i.source IS NOT DISTINCT FROM b.source AND i.arg = b.arg))
