@@ -334,14 +334,16 @@ def _marker(path: str, read_only: bool) -> Path:
     return Path(path + _WAITING[read_only])
 
 
-def _announce(path: str, read_only: bool) -> None:
+def announce_waiting(path: str, read_only: bool) -> None:
+    """Say that this process waits to open ``path`` (touch its marker; see ``_open``)."""
     try:
         _marker(path, read_only).touch()
     except OSError:  # a read-only folder: waiting still works, only without priority
         pass
 
 
-def _withdraw(path: str, read_only: bool) -> None:
+def withdraw_waiting(path: str, read_only: bool) -> None:
+    """This process no longer waits for ``path``."""
     try:
         _marker(path, read_only).unlink(missing_ok=True)
     except OSError:
@@ -417,13 +419,13 @@ def _open(path: str, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
                     f"waited {wait:g}s. Try again when it has finished, or wait longer "
                     f"(`--wait SECONDS` of ember ingest and ember query; wait= in Python)."
                 )
-            _announce(path, read_only)
+            announce_waiting(path, read_only)
             announced = True
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
     finally:
         if announced:
-            _withdraw(path, read_only)
+            withdraw_waiting(path, read_only)
 
 
 class Connection:

@@ -20,10 +20,13 @@ How one file goes in (each file is one transaction):
 
 What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
 run pydantic on every line, do): a field no record kind has (DuckDB's typed read skips
-keys it was not asked for), and a JSON number or boolean given for a text field (DuckDB
-casts it to its text). Everything
+keys it was not asked for), a JSON number or boolean given for a text field (DuckDB
+casts it to its text), and a fraction given for an integer field other than ``ts_ns``
+(DuckDB rounds it; ``ts_ns`` is read as JSON and must be a JSON integer). Everything
 else pydantic checks is checked: types of numbers, lists and objects, required fields,
-allowed values, non-negative ints, fields of another kind or span kind.
+allowed values, non-negative ints, fields of another kind or span kind, and the schema's
+limits (``ember.schemas.records``: line size, nesting, 64-bit integers), which
+``ember validate`` applies too (``parse_line``).
 
 Idempotent: ``ingested_files`` keeps how many bytes of each file were read. The same
 file again is skipped; a file that grew (a run still recording) is continued from its

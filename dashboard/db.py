@@ -34,7 +34,12 @@ import duckdb
 import polars as pl
 import streamlit as st
 
-from ember.analysis.db import lock_holder, other_side_waiting
+from ember.analysis.db import (
+    announce_waiting,
+    lock_holder,
+    other_side_waiting,
+    withdraw_waiting,
+)
 
 __all__ = [
     "DB_ENV",
@@ -167,20 +172,30 @@ def _connect(version: DbVersion, wait_s: float) -> duckdb.DuckDBPyConnection:
     if path.is_dir():
         return _open_export(path)
     deadline = time.monotonic() + wait_s
-    while True:
-        # an ingest waiting for the readers to let go goes first: no new connection then
-        if not other_side_waiting(version.path, read_only=True):
-            try:
-                return duckdb.connect(version.path, read_only=True, config=dict(READONLY_CONFIG))
-            except duckdb.IOException as e:
-                # an ingest holds the file (one writer, no readers meanwhile): wait a little
-                if "lock" not in str(e).lower():
-                    raise
-                if time.monotonic() > deadline:
-                    raise DatabaseBusy(_BUSY, *lock_holder(str(e))) from e
-        elif time.monotonic() > deadline:
-            raise DatabaseBusy(_BUSY, None, "writer")
-        time.sleep(0.1)
+    waited = False
+    try:
+        while True:
+            # an ingest waiting for the readers to let go goes first: no new connection then
+            if not other_side_waiting(version.path, read_only=True):
+                try:
+                    return duckdb.connect(
+                        version.path, read_only=True, config=dict(READONLY_CONFIG)
+                    )
+                except duckdb.IOException as e:
+                    # an ingest holds the file (one writer, no readers meanwhile): wait a
+                    # little, and say so, so that it lets us in before its next trace file
+                    if "lock" not in str(e).lower():
+                        raise
+                    if time.monotonic() > deadline:
+                        raise DatabaseBusy(_BUSY, *lock_holder(str(e))) from e
+                    announce_waiting(version.path, read_only=True)
+                    waited = True
+            elif time.monotonic() > deadline:
+                raise DatabaseBusy(_BUSY, None, "writer")
+            time.sleep(0.1)
+    finally:
+        if waited:
+            withdraw_waiting(version.path, read_only=True)
 
 
 _BUSY = "The database is being updated (an `ember ingest` is writing it); retrying…"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,57 @@ def test_the_sql_page_retries_while_an_ingest_writes_then_shows_the_result(
     assert not at.error
     [frame] = [d.value for d in at.dataframe if "n" in d.value.columns]
     assert frame["n"].to_list()[0] > 0
+
+
+def test_a_dashboard_waiting_for_an_ingest_says_so_and_the_ingest_lets_it_in_first(
+    dashboard_db: Path, tmp_path: Path
+) -> None:
+    # an ingest opens the database again at once for its next trace file: a reader that
+    # only polled got in by luck. The dashboard leaves a marker while it waits, and an
+    # ingest about to open the file lets such a reader in first.
+    from ember.analysis import connect
+    from ember.analysis.db import announce_waiting, other_side_waiting, withdraw_waiting
+    from ember.dashboard import db as dash
+
+    path = tmp_path / "turns.duckdb"
+    shutil.copy(dashboard_db, path)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), "60"], stdout=subprocess.PIPE, text=True
+    )
+    seen = threading.Event()
+
+    def watch() -> None:
+        while writer.poll() is None and not seen.is_set():
+            if other_side_waiting(str(path), read_only=False):  # a reader waits
+                seen.set()
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert writer.stdout.readline().strip() == "open"
+        with pytest.raises(dash.DatabaseBusy):
+            dash.connect_readonly(dash.db_version(path), wait_s=1.5)
+    finally:
+        writer.kill()
+        writer.wait()
+        watcher.join()
+    assert seen.is_set()
+    assert not other_side_waiting(str(path), read_only=False)  # withdrawn when it gave up
+
+    # an ingest about to write waits while a reader says it waits
+    withdrawn = threading.Event()
+
+    def reader_waits() -> None:
+        for _ in range(10):
+            announce_waiting(str(path), read_only=True)
+            time.sleep(0.1)
+        withdrawn.set()
+        withdraw_waiting(str(path), read_only=True)
+
+    announce_waiting(str(path), read_only=True)
+    waiting = threading.Thread(target=reader_waits)
+    waiting.start()
+    with connect(path):
+        assert withdrawn.is_set()
+    waiting.join()
