@@ -92,6 +92,10 @@ VIEW_NAMES: tuple[str, ...] = (
     "_call_errors",
     "_rejected_files",
     "_jit_retraces",
+    # helpers of the dashboard's pages
+    "_cache_positions",
+    "_hub_checks",
+    "_segment_memory",
 )
 
 
@@ -281,6 +285,38 @@ def _add_running_columns(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(_FILL_MEMORY_RUNNING)
 
 
+def _upgrade_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring tables made by an older Ember to the current columns, so the views bind: a
+    column the schema gained is added, a STRUCT that gained fields is widened (DuckDB keeps
+    the old values, the new fields are NULL). A run ingested before ``runs.sync`` existed
+    was a version-1 trace, whose spans ended at dispatch: its ``sync`` is false."""
+    for stmt in table_ddl():
+        m = re.match(r"CREATE TABLE IF NOT EXISTS (\w+) \(", stmt)
+        if m is None:
+            continue
+        table = m.group(1)
+        con.execute("DROP TABLE IF EXISTS _ember_expected")
+        con.execute(stmt.replace(m.group(0), "CREATE TEMP TABLE _ember_expected (", 1))
+        types = (
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? "
+            "AND schema_name = ? AND database_name = current_database()"
+        )
+        want = dict(
+            con.execute(
+                types.replace("current_database()", "'temp'"), ["_ember_expected", "main"]
+            ).fetchall()
+        )
+        have = dict(con.execute(types, [table, "main"]).fetchall())
+        con.execute("DROP TABLE _ember_expected")
+        for column, kind in want.items():
+            if column not in have:
+                con.execute(f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
+                if (table, column) == ("runs", "sync"):
+                    con.execute("UPDATE runs SET sync = false")
+            elif have[column] != kind and kind.startswith("STRUCT"):
+                con.execute(f'ALTER TABLE {table} ALTER "{column}" TYPE {kind}')
+
+
 def _schema_hash() -> str:
     text = "\n".join(table_ddl()) + view_sql("macros") + "".join(view_sql(v) for v in VIEW_NAMES)
     return hashlib.sha1(text.encode()).hexdigest()
@@ -303,6 +339,7 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(view_sql("macros"))
         _add_derived_columns(con)
         _add_running_columns(con)
+        _upgrade_columns(con)
         _create_views(con)
         con.execute("CREATE OR REPLACE TABLE ember_schema (hash VARCHAR)")
         con.execute("INSERT INTO ember_schema VALUES (?)", [current])

@@ -9,30 +9,15 @@ import streamlit as st
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Cache")
-ui.require_relations("cache_lookups", "evictions")
+ui.require_relations("_cache_positions", "cache_lookups", "evictions")
 run = ui.pick_run(data="cache_lookups", what="cache lookups")
 
 per_position = db.query(
     """
-    WITH l AS (
-        SELECT position, count(*) FILTER (WHERE action = 'hit') AS hits,
-            count(*) FILTER (WHERE action = 'miss') AS misses,
-            count(DISTINCT key) AS keys
-        FROM cache_lookups WHERE run_id = ? GROUP BY position
-    ),
-    e AS (
-        SELECT position, count(*) AS evictions, max(cache_size) AS cache_size,
-            count(*) FILTER (WHERE recompiled) AS evicted_then_recompiled
-        FROM evictions WHERE run_id = ? GROUP BY position
-    )
-    SELECT l.position, l.hits, l.misses,
-        round(l.hits / greatest(l.hits + l.misses, 1), 4) AS hit_rate,
-        coalesce(e.evictions, 0) AS evictions,
-        coalesce(e.evicted_then_recompiled, 0) AS evicted_then_recompiled,
-        l.keys AS distinct_keys, e.cache_size
-    FROM l LEFT JOIN e USING (position) ORDER BY l.position
+    SELECT position, hits, misses, hit_rate, evictions, evicted_then_recompiled, distinct_keys,
+        cache_size
+    FROM _cache_positions WHERE run_id = ? ORDER BY position
     """,
-    run,
     run,
 )
 if per_position.is_empty():

@@ -9,7 +9,7 @@ import streamlit as st
 from ember.dashboard import charts, db, ui
 
 st.title("Hub")
-ui.require_relations("hub_files")
+ui.require_relations("hub_files", "_hub_checks")
 run = ui.pick_run(data="hub_files", what="Hub files")
 
 files = db.query(
@@ -63,8 +63,7 @@ if only_files.height:
 
 checks = db.query(
     """
-    SELECT "check", count(*) AS hits, sum(bytes) AS bytes FROM hub
-    WHERE run_id = ? GROUP BY "check" ORDER BY hits DESC
+    SELECT "check", hits, bytes FROM _hub_checks WHERE run_id = ? ORDER BY hits DESC, "check"
     """,
     run,
 )

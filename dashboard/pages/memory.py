@@ -144,24 +144,20 @@ else:
 
 # ---- static memory of each compiled segment (memory_analysis of the executable)
 st.subheader("Static memory per compiled segment")
-static = db.query(
-    """
-    SELECT position, start_attrs.key AS key,
-        end_attrs.memory.argument_bytes AS argument_bytes,
-        end_attrs.memory.output_bytes AS output_bytes,
-        end_attrs.memory.temp_bytes AS temp_bytes,
-        end_attrs.memory.generated_code_bytes AS code_bytes,
-        duration_ns / 1e6 AS compile_ms
-    FROM spans
-    WHERE run_id = ? AND span_kind = 'segment_compile' AND end_attrs.memory IS NOT NULL
-    ORDER BY start_ns LIMIT 5000
-    """,
-    run,
-)
-if static.is_empty():
-    st.caption("No compiled segment reported its memory in this run.")
-else:
-    ui.table(static, key="ember_memory_static")
+if not ui.lacks("_segment_memory"):
+    static = db.query(
+        """
+        SELECT position, key, argument_bytes, output_bytes, temp_bytes, code_bytes,
+            compile_ns / 1e6 AS compile_ms
+        FROM _segment_memory WHERE run_id = ?
+        ORDER BY start_ns LIMIT 5000
+        """,
+        run,
+    )
+    if static.is_empty():
+        st.caption("No compiled segment reported its memory in this run.")
+    else:
+        ui.table(static, key="ember_memory_static")
 
 with st.expander("Peaks per series"):
     ui.table(

@@ -112,3 +112,31 @@ def test_ember_run_report_and_dashboard_show_the_same_numbers(recorded, monkeypa
     m = {x.label: x.value for x in at.metric}
     assert m["Calls"] == "10"
     assert ("dispatch only" in " ".join(c.value for c in at.caption)) == (kind == "dispatch only")
+
+
+def test_a_database_made_before_schema_2_opens_and_says_dispatch_only(recorded, tmp_path):
+    """Tables made by an older Ember (no runs.sync, a span_end attrs STRUCT without the
+    fields version 2 added) are brought up to date when opened, so the views bind."""
+    import shutil
+
+    import duckdb
+
+    db = tmp_path / "old.duckdb"
+    shutil.copy(recorded["db"], db)
+    c = duckdb.connect(str(db))
+    for (view,) in c.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
+        c.execute(f'DROP VIEW "{view}"')
+    c.execute("ALTER TABLE runs DROP COLUMN sync")
+    attrs = c.execute(
+        "SELECT data_type FROM duckdb_columns() WHERE table_name = 'span_end' "
+        "AND column_name = 'attrs'"
+    ).fetchone()[0]
+    older = re.sub(r'"?(outside_jit|host_transfer_ns|subgraph_ns)"? [A-Z]+, ', "", attrs)
+    assert older != attrs
+    c.execute(f"ALTER TABLE span_end ALTER attrs TYPE {older}")
+    c.execute("DELETE FROM ember_schema")  # as a database of an older Ember: views made anew
+    c.close()
+    with connect(db) as con:
+        row = con.sql("SELECT * FROM run_summary").to_dicts()[0]
+    assert (row["calls"], row["compiles"], row["recompiles"]) == (10, 5, 4)
+    assert row["sync"] is False and row["latency_kind"] == "dispatch only"
