@@ -160,6 +160,8 @@ def _needs(node: Node, host: set[str]) -> str | None:
         return _reason(node, None)
     for i in opdef.host_inputs:
         if i < len(node.inputs) and node.inputs[i] and node.inputs[i] not in host:
+            if node.op_type == "Loop" and _loop_without_scans(node):
+                continue  # a traced trip count and condition: lax.while_loop
             return _reason(node, i)
     if opdef.subgraphs:
         for value in node.attrs.values():
@@ -170,6 +172,15 @@ def _needs(node: Node, host: set[str]) -> str | None:
                     if inner is not None:
                         return f"{inner} inside {node.op_type} {node.name!r}"
     return None
+
+
+def _loop_without_scans(node: Node) -> bool:
+    from .ops.control import loop_scan_outputs
+
+    body = node.attrs.get("body")
+    if not isinstance(body, Graph):
+        return False
+    return loop_scan_outputs(len(node.inputs), len(body.output_names)) == 0
 
 
 def _subgraph_needs(graph: Graph, outer_host: set[str]) -> str | None:

@@ -268,7 +268,7 @@ def _needs_concrete(exc: BaseException | None) -> bool:
     )
     seen = 0
     while exc is not None and seen < 20:
-        if isinstance(exc, kinds):
+        if isinstance(exc, kinds) or getattr(exc, "needs_host", False):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1

@@ -6,9 +6,14 @@ Their graph attributes arrive as ``Subgraph`` callables from the interpreter
 - ``If`` with a host-known condition runs the chosen branch in Python, so the branches may
   give different shapes; with a traced condition it is ``lax.cond`` (same shapes needed).
   Fed by a computed value outside a trace, the condition is a graph break (``host_inputs``).
-- ``Loop`` with a host-known trip count and condition unrolls in Python (each iteration
-  sees a host ``iter_num``, so shape arithmetic on it folds); when the condition becomes a
-  traced value it continues as ``lax.while_loop`` (no scan outputs possible then).
+- ``Loop`` with a host-known trip count and condition, inside a trace, is one ``lax.scan``
+  over the iterations (the body traced once) when the body keeps its shapes and its
+  condition stays true; otherwise (the body reads ``iter_num`` on the host, say) it unrolls
+  in Python, each iteration seeing a host ``iter_num`` so shape arithmetic on it folds.
+  When the condition becomes a traced value it continues as ``lax.while_loop`` (no scan
+  outputs possible then). A traced trip count or condition (a Loop without scan outputs,
+  which the graph analysis does not break on) is ``lax.while_loop`` from the start; a body
+  that changes shapes then raises ``LoopNeedsHost``, which makes the node a graph break.
 - ``Scan`` is ``lax.scan`` over the scan axis.
 """
 
@@ -20,7 +25,18 @@ import numpy as np
 
 from . import is_host, op
 
-__all__ = ["if_", "loop", "scan"]
+__all__ = ["if_", "loop", "scan", "LoopNeedsHost", "loop_scan_outputs"]
+
+
+class LoopNeedsHost(TypeError):
+    """A Loop on a traced trip count whose body changes shapes: it must run on the host."""
+
+    needs_host = True
+
+
+def loop_scan_outputs(n_inputs: int, n_body_outputs: int) -> int:
+    """The number of scan outputs of a Loop node with these input and body output counts."""
+    return n_body_outputs - 1 - max(0, n_inputs - 2)
 
 
 def _is_concrete(v: Any) -> bool:
@@ -93,6 +109,10 @@ def loop(M: Any, cond: Any, *v_initial: Any, body: Any) -> tuple[Any, ...]:
         return _while_loop(M, cond, values, body, n_scan)
     keep_going = True if cond is None else _truth(cond)
     c_value = np.array(keep_going) if cond is None else np.asarray(cond).astype(bool)
+    if keep_going and max_iter is not None and max_iter >= 2 and _traced(values):
+        scanned = _scan_loop(max_iter, c_value, values, body, n_carried)
+        if scanned is not None:
+            return scanned
     i = 0
     while keep_going and (max_iter is None or i < max_iter):
         outs = body(np.array(i, np.int64), c_value, *values)
@@ -112,6 +132,44 @@ def loop(M: Any, cond: Any, *v_initial: Any, body: Any) -> tuple[Any, ...]:
         c_value = np.asarray(c_out).astype(bool)
         keep_going = _truth(c_out)
     return (*values, *(_stack(s) for s in scans))
+
+
+def _traced(values: list[Any]) -> bool:
+    import jax
+
+    return any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+class _NotAFor(Exception):
+    """The body's condition does not stay true on the host: not a plain for loop."""
+
+
+def _scan_loop(
+    trips: int, c_value: Any, values: list[Any], body: Any, n_carried: int
+) -> tuple[Any, ...] | None:
+    """``trips`` iterations as one ``lax.scan`` (the body traced once), or None when the body
+    needs its iteration number on the host, changes shapes or may stop early."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    if any(v is None or isinstance(v, list) for v in values):
+        return None
+    init = tuple(jnp.asarray(v) for v in values)
+
+    def step(carry: tuple[Any, ...], i: Any) -> tuple[Any, Any]:
+        outs = body(i, c_value, *carry)
+        c_out = outs[0]
+        if not (_is_concrete(c_out) and _truth(c_out)):
+            raise _NotAFor
+        carried = zip(outs[1 : 1 + n_carried], carry, strict=True)
+        new = tuple(jnp.asarray(o).astype(c.dtype) for o, c in carried)
+        return new, tuple(jnp.asarray(o) for o in outs[1 + n_carried :])
+
+    try:
+        final, ys = lax.scan(step, init, jnp.arange(trips, dtype=jnp.int64))
+    except Exception:
+        return None  # unrolled instead, where a real error shows again
+    return (*final, *ys)
 
 
 def _keep_dtype(new: Any, old: Any) -> Any:
@@ -155,7 +213,13 @@ def _while_loop(
         )
         return (i + 1, new_c, new_vs)
 
-    _, _, final = lax.while_loop(cond_fn, body_fn, state0)
+    try:
+        _, _, final = lax.while_loop(cond_fn, body_fn, state0)
+    except TypeError as exc:
+        raise LoopNeedsHost(
+            f"Loop on a traced trip count or condition needs a body that keeps its shapes "
+            f"and dtypes (lax.while_loop): {exc}"
+        ) from exc
     return tuple(final)
 
 

@@ -1,6 +1,7 @@
 """Where each call's time goes: call_breakdown, time_by_part and the report's ranked findings,
 on a model built here whose graph break holds most of every call (a Loop whose trip count
-is computed from the input's values runs its body from the host), recorded by the real
+is computed from the input's values and whose scan output is as long as that count runs its
+body from the host), recorded by the real
 runtime; and the same views on a version-1 trace (dispatch only, no segment spans)."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ WIDTH, DEPTH, ITERS, CALLS = 256, 12, 30, 4
 
 
 def loop_model() -> onnx.ModelProto:
-    """x[1, 256] -> Loop (trip count from x's values: a break) of 12 MatMul+Tanh -> y."""
+    """x[1, 256] -> Loop (trip count from x's values, a scan output: a break) of 12
+    MatMul+Tanh -> y."""
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
     body_nodes, cur = [], "v_in"
@@ -35,6 +37,7 @@ def loop_model() -> onnx.ModelProto:
     body_nodes += [
         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
         helper.make_node("Identity", [cur], ["v_out"]),
+        helper.make_node("Identity", ["cond_in"], ["scan_out"]),
     ]
     body = helper.make_graph(
         body_nodes,
@@ -47,6 +50,7 @@ def loop_model() -> onnx.ModelProto:
         [
             helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
             helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, WIDTH]),
+            helper.make_tensor_value_info("scan_out", TensorProto.BOOL, []),
         ],
     )
     nodes = [
@@ -54,7 +58,7 @@ def loop_model() -> onnx.ModelProto:
         helper.make_node("ReduceSum", ["x0"], ["s"], keepdims=0),
         helper.make_node("Add", ["s", "iters"], ["sf"]),
         helper.make_node("Cast", ["sf"], ["M"], to=TensorProto.INT64),
-        helper.make_node("Loop", ["M", "true", "x"], ["y"], body=body),
+        helper.make_node("Loop", ["M", "true", "x"], ["y", "ran"], body=body),
     ]
     graph = helper.make_graph(
         nodes,

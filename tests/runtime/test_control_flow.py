@@ -244,3 +244,70 @@ def test_a_graph_of_dynamic_shapes_with_a_64_bit_input_gets_the_direct_call_too(
     assert list(compiled._spec) == [()]  # registered after the first (checked) call
     with pytest.raises(rt.InputError, match="input 'sr' has dtype int32"):
         compiled({"x": x, "sr": np.array(8000, np.int32)})
+
+
+def _counting_loop(trips: str, scans: bool) -> onnx.ModelProto:
+    """v = x; repeat trips times: v = v * 0.5 + 1 (and the v of each step as a scan output)."""
+    body_nodes = [
+        const("b_half", np.array(0.5, np.float32)),
+        const("b_one", np.array(1.0, np.float32)),
+        helper.make_node("Mul", ["v_in", "b_half"], ["v_half"]),
+        helper.make_node("Add", ["v_half", "b_one"], ["v_out"]),
+        helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+    ]
+    outs = [tensor("cond_out", TensorProto.BOOL, []), tensor("v_out", shape=[3])]
+    if scans:
+        body_nodes.append(helper.make_node("Identity", ["v_out"], ["scan_out"]))
+        outs.append(tensor("scan_out", shape=[3]))
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("v_in", shape=[3]),
+        ],
+        outs,
+    )
+    loop_outs = ["v", "scans"] if scans else ["v"]
+    nodes = [
+        const("true", np.array(True)),
+        helper.make_node("Loop", [trips, "true", "x"], loop_outs, body=body, name="Loop_0"),
+    ]
+    inputs = [tensor("x", shape=[3])]
+    if trips == "trips":
+        nodes[1:1] = [
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64),
+        ]
+    else:
+        nodes.insert(0, const(trips, np.array(50, np.int64)))
+    outputs = [tensor("v", shape=[3])]
+    if scans:
+        outputs.append(tensor("scans", shape=["n", 3]))
+    return make_model(nodes, inputs, outputs)
+
+
+def test_a_loop_on_a_computed_trip_count_without_scan_outputs_is_a_lax_loop(ember_events):
+    proto = _counting_loop("trips", scans=False)
+    compiled = rt.compile(proto)
+    assert compiled.breaks == []
+    for x in ([1, 0.5, 0.5], [1, 1, 1], [0, 0, 0], [7, 0, 0]):
+        x = np.array(x, np.float32)
+        out = compiled({"x": x})
+        np.testing.assert_allclose(np.asarray(out["v"]), reference(proto, {"x": x})["v"], rtol=1e-6)
+    # one program for every trip count: the count is a value of the program, not of its key
+    assert len(ember_events.of("ember.segment.compile.stop")) == 1
+    assert not ember_events.of("ember.break.start")
+
+
+def test_a_loop_with_a_known_trip_count_is_one_scan_not_unrolled():
+    proto = _counting_loop("fifty", scans=True)
+    compiled = rt.compile(proto)
+    x = np.array([1, 2, 3], np.float32)
+    out = compiled({"x": x})
+    ref = reference(proto, {"x": x})
+    np.testing.assert_allclose(np.asarray(out["v"]), ref["v"], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out["scans"]), ref["scans"], rtol=1e-6)
+    hlo = compiled._main.exe.as_text()
+    assert "while(" in hlo and hlo.count("multiply(") < 5  # the body once, not 50 times
