@@ -460,6 +460,20 @@ class CompiledModel:
         self.plan = plan
         self._prelude = [self.graph.nodes[p] for p in plan.prelude]
         self._prelude_set = frozenset(plan.prelude)
+        # what the prelude reads of the inputs: values, or only shapes (Shape, Size)
+        inputs = set(self._input_names)
+        read = {n for node in self._prelude for n in node.inputs if n in inputs}
+        values = {
+            n
+            for node in self._prelude
+            if node.op_type not in ("Shape", "Size")
+            for n in node.inputs
+            if n in inputs
+        }
+        self._prelude_values = tuple(sorted(values))
+        self._prelude_shapes = tuple(sorted(read - values))
+        # the conditions' static key by the inputs the prelude reads (a sample rate: one)
+        self._prelude_memo: dict[Any, Any] = {}
         self._cache: dict[int, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
         self._known_host_values: dict[int, set[str]] = {}
         self._main: _Entry | None = None
@@ -784,11 +798,21 @@ class CompiledModel:
         seg = self._spec_seg
         assert seg is not None
         if seg.statics:
-            env = dict(inputs)
             try:
-                if self._prelude:
-                    self._run_prelude(env, self._consts or {})
-                key = tuple(_static_key(env[n]) for n in seg.statics)
+                # the prelude is a function of the small inputs it reads: run once per value
+                memo_key = (
+                    tuple(_static_key(inputs[n]) for n in self._prelude_values),
+                    tuple(np.shape(inputs[n]) for n in self._prelude_shapes),
+                )
+                key = self._prelude_memo.get(memo_key)
+                if key is None:
+                    env = dict(inputs)
+                    if self._prelude:
+                        self._run_prelude(env, self._consts or {})
+                    key = tuple(_static_key(env[n]) for n in seg.statics)
+                    if len(self._prelude_memo) >= 64:
+                        self._prelude_memo.clear()
+                    self._prelude_memo[memo_key] = key
             except Exception:
                 return None  # the checked path says what is wrong with the inputs
         else:

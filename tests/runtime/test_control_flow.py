@@ -208,6 +208,8 @@ def test_steady_state_calls_without_listeners_take_the_program_of_the_condition(
     compiled = rt.compile(proto)
     _stream(compiled, proto, [16000, 8000, 16000, 16000, 8000, 8000])
     assert sorted(key[0][2] for key in compiled._spec) == [b"\x00", b"\x01"]
+    # the conditions are computed once per sample rate, then found by its value
+    assert len(compiled._prelude_memo) == 2
     # another batch size is not the registered program's: the checked path compiles it
     rng = np.random.default_rng(1)
     feeds = {
