@@ -21,6 +21,16 @@ after a break, keeps it eager) and inserts it, evicting the least recently used 
 of a full position. Then the break node runs eagerly, and its outputs that later nodes read
 on the host become static values of the next segments.
 
+**Control flow specialises** (see ``ember.runtime.analysis``). An ``If`` whose condition
+comes from small inputs has it computed on the host at the start of the call (the
+*prelude*); the condition is a static value of the segment holding the ``If``, so the key
+holds it and the program has the taken branch inline (statics name it ``If_0 condition``).
+A condition computed on the device is brought to the host by a short *sync* break, and the
+``If`` starts the next segment. A graph without breaks that ``compile()`` could not compile
+ahead of time (unknown input shapes, or such conditions) gets a direct call after its first
+checked call: the prelude's conditions (memoised by the inputs it reads) pick the program,
+called straight through jax's C++ call while nobody listens.
+
 **Constants and breaks found by tracing.** Values computed from initializers and
 ``Constant`` nodes alone are folded once per model and baked into the programs. A node
 that reads a traced value on the host although the op registry did not say so (a missing
