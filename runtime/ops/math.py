@@ -74,6 +74,7 @@ def _legacy_broadcast(A: Array, B: Array, axis: int | None, broadcast: int) -> A
 def add(
     A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
 ) -> Array:
+    """A + B, numpy broadcasting (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).add(A, B))
 
@@ -82,6 +83,7 @@ def add(
 def sub(
     A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
 ) -> Array:
+    """A - B, numpy broadcasting (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).subtract(A, B))
 
@@ -90,6 +92,7 @@ def sub(
 def mul(
     A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
 ) -> Array:
+    """A * B (logical and for bool), broadcast (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if np.dtype(A.dtype) == np.bool_:
@@ -101,6 +104,7 @@ def mul(
 def div(
     A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
 ) -> Array:
+    """A / B, integers truncated toward zero (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if _is_int(A.dtype):
@@ -114,6 +118,7 @@ def div(
 
 @op("Pow")
 def pow_(X: Array, Y: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """X ** Y in X's type (int X, float Y: computed in Y's type); opset 1+."""
     Y = _legacy_broadcast(X, Y, axis, broadcast)
     m = xp(X, Y)
     if _is_int(X.dtype) and not _is_int(Y.dtype):
@@ -124,6 +129,7 @@ def pow_(X: Array, Y: Array, *, axis: int | None = None, broadcast: int = 0) -> 
 
 @op("Mod", since=10)
 def mod(A: Array, B: Array, *, fmod: int = 0) -> Array:
+    """A mod B with the divisor's sign, or C's fmod (sign of A) when ``fmod=1``; opset 10+."""
     m = xp(A, B)
     if fmod:
         return _astype(m, m.fmod(A, B), A.dtype)
@@ -136,6 +142,7 @@ def _unary(name: str, fn_name: str, since: int = 1) -> None:
         return _astype(m, getattr(m, fn_name)(X), X.dtype)
 
     fn.__name__ = fn_name
+    fn.__doc__ = f"numpy's ``{fn_name}`` elementwise, in X's type; opset {since}+."
     op(name, since=since)(fn)
 
 
@@ -168,12 +175,14 @@ for _name, _fn in [
 
 @op("Reciprocal")
 def reciprocal(X: Array, *, consumed_inputs: Any = None) -> Array:
+    """1 / X elementwise; opset 1+."""
     m = xp(X)
     return _astype(m, m.reciprocal(X), X.dtype)
 
 
 @op("Erf")
 def erf(input: Array) -> Array:
+    """The Gauss error function elementwise; opset 1+."""
     if xp(input) is np:
         return np.vectorize(math.erf, otypes=[input.dtype])(input).reshape(input.shape)
     import jax.scipy.special
@@ -193,21 +202,25 @@ def _variadic(ufunc: str, inputs: tuple[Array, ...]) -> Array:
 
 @op("Max")
 def max_(*data_0: Array) -> Array:
+    """The elementwise maximum of any number of inputs, broadcast; opset 1+."""
     return _variadic("maximum", data_0)
 
 
 @op("Min")
 def min_(*data_0: Array) -> Array:
+    """The elementwise minimum of any number of inputs, broadcast; opset 1+."""
     return _variadic("minimum", data_0)
 
 
 @op("Sum")
 def sum_(*data_0: Array) -> Array:
+    """The elementwise sum of any number of inputs, broadcast; opset 1+."""
     return _variadic("add", data_0)
 
 
 @op("Mean")
 def mean(*data_0: Array) -> Array:
+    """The elementwise mean of any number of inputs, broadcast; opset 1+."""
     m = xp(*data_0)
     total = _variadic("add", data_0)
     return _astype(m, total / len(data_0), data_0[0].dtype)
@@ -218,29 +231,34 @@ def mean(*data_0: Array) -> Array:
 
 @op("And")
 def and_(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """Logical A and B (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).logical_and(A, B))
 
 
 @op("Or")
 def or_(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """Logical A or B (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).logical_or(A, B))
 
 
 @op("Xor")
 def xor(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """Logical A xor B (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).logical_xor(A, B))
 
 
 @op("Not")
 def not_(X: Array) -> Array:
+    """Logical not X; opset 1+."""
     return _host(xp(X).logical_not(X))
 
 
 @op("Equal")
 def equal(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """A == B elementwise (strings compared as text); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if A.dtype == object or B.dtype == object or A.dtype.kind in "US":
@@ -250,28 +268,33 @@ def equal(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) ->
 
 @op("Less")
 def less(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """A < B elementwise; opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).less(A, B))
 
 
 @op("Greater")
 def greater(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+    """A > B elementwise; opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).greater(A, B))
 
 
 @op("LessOrEqual", since=12)
 def less_or_equal(A: Array, B: Array) -> Array:
+    """A <= B elementwise; opset 12+."""
     return _host(xp(A, B).less_equal(A, B))
 
 
 @op("GreaterOrEqual", since=12)
 def greater_or_equal(A: Array, B: Array) -> Array:
+    """A >= B elementwise; opset 12+."""
     return _host(xp(A, B).greater_equal(A, B))
 
 
 @op("BitShift", since=11)
 def bit_shift(X: Array, Y: Array, *, direction: str = "LEFT") -> Array:
+    """X shifted left or right by Y bits (``direction``), unsigned integers; opset 11+."""
     m = xp(X, Y)
     shift = m.left_shift if _str(direction) == "LEFT" else m.right_shift
     return _astype(m, shift(X, Y.astype(X.dtype)), X.dtype)
@@ -279,26 +302,31 @@ def bit_shift(X: Array, Y: Array, *, direction: str = "LEFT") -> Array:
 
 @op("BitwiseAnd", since=18)
 def bitwise_and(A: Array, B: Array) -> Array:
+    """A & B on integers; opset 18+."""
     return _host(xp(A, B).bitwise_and(A, B))
 
 
 @op("BitwiseOr", since=18)
 def bitwise_or(A: Array, B: Array) -> Array:
+    """A | B on integers; opset 18+."""
     return _host(xp(A, B).bitwise_or(A, B))
 
 
 @op("BitwiseXor", since=18)
 def bitwise_xor(A: Array, B: Array) -> Array:
+    """A ^ B on integers; opset 18+."""
     return _host(xp(A, B).bitwise_xor(A, B))
 
 
 @op("IsNaN", since=9)
 def is_nan(X: Array) -> Array:
+    """True where X is NaN; opset 9+."""
     return _host(xp(X).isnan(X))
 
 
 @op("IsInf", since=10)
 def is_inf(X: Array, *, detect_negative: int = 1, detect_positive: int = 1) -> Array:
+    """True where X is +inf and/or -inf, as ``detect_positive``/``_negative`` say; opset 10+."""
     m = xp(X)
     if detect_negative and detect_positive:
         return _host(m.isinf(X))
@@ -311,6 +339,7 @@ def is_inf(X: Array, *, detect_negative: int = 1, detect_positive: int = 1) -> A
 
 @op("Where", since=9)
 def where(condition: Array, X: Array, Y: Array) -> Array:
+    """X where ``condition`` else Y, broadcast (strings too); opset 9+."""
     m = xp(condition, X, Y)
     if X.dtype == object or Y.dtype == object:
         return np.where(np.asarray(condition), np.asarray(X), np.asarray(Y))
@@ -321,12 +350,14 @@ def where(condition: Array, X: Array, Y: Array) -> Array:
 def clip_v1(
     input: Array, *, min: float = -math.inf, max: float = math.inf, consumed_inputs: Any = None
 ) -> Array:
+    """X limited to the ``min``/``max`` attributes; opsets 1-10."""
     m = xp(input)
     return _astype(m, m.minimum(m.maximum(input, min), max), input.dtype)
 
 
 @op("Clip", since=11)
 def clip(input: Array, min: Array | None = None, max: Array | None = None) -> Array:
+    """X limited to the optional ``min``/``max`` inputs; opset 11+."""
     m = xp(input, min, max)
     result = input
     if min is not None:
@@ -341,18 +372,21 @@ def clip(input: Array, min: Array | None = None, max: Array | None = None) -> Ar
 
 @op("Relu")
 def relu(X: Array, *, consumed_inputs: Any = None) -> Array:
+    """max(X, 0); opset 1+."""
     m = xp(X)
     return _astype(m, m.maximum(X, 0), X.dtype)
 
 
 @op("LeakyRelu")
 def leaky_relu(X: Array, *, alpha: float = 0.01, consumed_inputs: Any = None) -> Array:
+    """X, or ``alpha`` * X where X < 0; opset 1+."""
     m = xp(X)
     return _astype(m, m.where(X >= 0, X, X * alpha), X.dtype)
 
 
 @op("Elu")
 def elu(X: Array, *, alpha: float = 1.0, consumed_inputs: Any = None) -> Array:
+    """X, or ``alpha`` * (exp(X) - 1) where X <= 0; opset 1+."""
     m = xp(X)
     return _astype(m, m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
 
@@ -365,12 +399,14 @@ def selu(
     gamma: float = 1.05070102214813232421875,
     consumed_inputs: Any = None,
 ) -> Array:
+    """``gamma`` * elu(X) with the SELU constants; opset 1+."""
     m = xp(X)
     return _astype(m, gamma * m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
 
 
 @op("Celu", since=12)
 def celu(X: Array, *, alpha: float = 1.0) -> Array:
+    """max(0, X) + min(0, ``alpha`` * (exp(X / ``alpha``) - 1)); opset 12+."""
     m = xp(X)
     dtype = X.dtype
     X = _widen(X)
@@ -380,6 +416,7 @@ def celu(X: Array, *, alpha: float = 1.0) -> Array:
 
 @op("Sigmoid")
 def sigmoid(X: Array, *, consumed_inputs: Any = None) -> Array:
+    """1 / (1 + exp(-X)); opset 1+."""
     m = xp(X)
     return _astype(m, 1 / (1 + m.exp(-X)), X.dtype)
 
@@ -388,30 +425,35 @@ def sigmoid(X: Array, *, consumed_inputs: Any = None) -> Array:
 def hard_sigmoid(
     X: Array, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs: Any = None
 ) -> Array:
+    """clip(``alpha`` * X + ``beta``, 0, 1); opset 1+."""
     m = xp(X)
     return _astype(m, m.clip(alpha * X + beta, 0, 1), X.dtype)
 
 
 @op("HardSwish", since=14)
 def hard_swish(X: Array) -> Array:
+    """X * clip(X / 6 + 0.5, 0, 1); opset 14+."""
     m = xp(X)
     return _astype(m, X * m.clip(X / 6 + 0.5, 0, 1), X.dtype)
 
 
 @op("Softplus")
 def softplus(X: Array) -> Array:
+    """log(1 + exp(X)), computed without overflow; opset 1+."""
     m = xp(X)
     return _astype(m, m.logaddexp(X, 0), X.dtype)
 
 
 @op("Softsign")
 def softsign(input: Array) -> Array:
+    """X / (1 + abs(X)); opset 1+."""
     m = xp(input)
     return _astype(m, input / (1 + m.abs(input)), input.dtype)
 
 
 @op("ThresholdedRelu", since=10)
 def thresholded_relu(X: Array, *, alpha: float = 1.0) -> Array:
+    """X where X > ``alpha``, else 0; opset 10+."""
     m = xp(X)
     return _astype(m, m.where(X > alpha, X, 0), X.dtype)
 
@@ -419,6 +461,7 @@ def thresholded_relu(X: Array, *, alpha: float = 1.0) -> Array:
 @op("PRelu")
 def prelu_v1(X: Array, slope: Array, *, consumed_inputs: Any = None) -> Array:
     # Before opset 7 the slope is one value per channel (axis 1), not numpy-broadcast.
+    """X, or slope * X where X < 0; a 1-D slope is one value per channel; opsets 1-6."""
     if slope.ndim == 1 and X.ndim > 2 and slope.shape[0] == X.shape[1] > 1:
         slope = slope.reshape((-1,) + (1,) * (X.ndim - 2))
     return prelu(X, slope)
@@ -426,12 +469,14 @@ def prelu_v1(X: Array, slope: Array, *, consumed_inputs: Any = None) -> Array:
 
 @op("PRelu", since=7)
 def prelu(X: Array, slope: Array) -> Array:
+    """X, or slope * X where X < 0, slope broadcast; opset 7+."""
     m = xp(X, slope)
     return _astype(m, m.where(X < 0, X * slope, X), X.dtype)
 
 
 @op("Gelu", since=20)
 def gelu(X: Array, *, approximate: str = "none") -> Array:
+    """X * Phi(X), exact (erf) or the ``approximate='tanh'`` form; opset 20+."""
     m = xp(X)
     if _str(approximate) == "tanh":
         inner = math.sqrt(2 / math.pi) * (X + 0.044715 * X**3)
@@ -441,18 +486,21 @@ def gelu(X: Array, *, approximate: str = "none") -> Array:
 
 @op("Mish", since=18)
 def mish(X: Array) -> Array:
+    """X * tanh(softplus(X)); opset 18+."""
     m = xp(X)
     return _astype(m, X * m.tanh(m.logaddexp(X, 0)), X.dtype)
 
 
 @op("Swish", since=24)
 def swish(X: Array, *, alpha: float = 1.0) -> Array:
+    """X * sigmoid(``alpha`` * X); opset 24+."""
     m = xp(X)
     return _astype(m, X / (1 + m.exp(-alpha * X)), X.dtype)
 
 
 @op("Shrink", since=9)
 def shrink(input: Array, *, bias: float = 0.0, lambd: float = 0.5) -> Array:
+    """X + ``bias`` below -``lambd``, X - ``bias`` above ``lambd``, else 0; opset 9+."""
     m = xp(input)
     x = input
     out = m.where(x < -lambd, x + bias, m.where(x > lambd, x - bias, 0))
@@ -488,36 +536,42 @@ def _hardmax(m: Any, x: Array, axis: int) -> Array:
 
 @op("Softmax")
 def softmax_v1(input: Array, *, axis: int = 1) -> Array:
+    """Softmax of the input coerced to 2-D at ``axis`` (rows normalised); opsets 1-12."""
     m = xp(input)
     return _astype(m, _flattened_2d(m, input, axis, _softmax), input.dtype)
 
 
 @op("Softmax", since=13)
 def softmax(input: Array, *, axis: int = -1) -> Array:
+    """Softmax along ``axis``; opset 13+."""
     m = xp(input)
     return _astype(m, _softmax(m, input, axis), input.dtype)
 
 
 @op("LogSoftmax")
 def log_softmax_v1(input: Array, *, axis: int = 1) -> Array:
+    """Log-softmax of the input coerced to 2-D at ``axis``; opsets 1-12."""
     m = xp(input)
     return _astype(m, _flattened_2d(m, input, axis, _log_softmax), input.dtype)
 
 
 @op("LogSoftmax", since=13)
 def log_softmax(input: Array, *, axis: int = -1) -> Array:
+    """Log-softmax along ``axis``; opset 13+."""
     m = xp(input)
     return _astype(m, _log_softmax(m, input, axis), input.dtype)
 
 
 @op("Hardmax")
 def hardmax_v1(input: Array, *, axis: int = 1) -> Array:
+    """One-hot of the row's first maximum, input coerced to 2-D at ``axis``; opsets 1-12."""
     m = xp(input)
     return _host(_flattened_2d(m, input, axis, _hardmax))
 
 
 @op("Hardmax", since=13)
 def hardmax(input: Array, *, axis: int = -1) -> Array:
+    """One-hot of the first maximum along ``axis``; opset 13+."""
     return _host(_hardmax(xp(input), input, axis))
 
 
@@ -526,6 +580,7 @@ def hardmax(input: Array, *, axis: int = -1) -> Array:
 
 @op("MatMul")
 def matmul(A: Array, B: Array) -> Array:
+    """Matrix product with numpy's batching and broadcasting rules; opset 1+."""
     m = xp(A, B)
     return _astype(m, m.matmul(A, B), A.dtype)
 
@@ -534,6 +589,7 @@ def matmul(A: Array, B: Array) -> Array:
 def matmul_integer(
     A: Array, B: Array, a_zero_point: Array | None = None, b_zero_point: Array | None = None
 ) -> Array:
+    """Integer matrix product in int32 after subtracting the zero points; opset 10+."""
     m = xp(A, B, a_zero_point, b_zero_point)
     a = A.astype(np.int32)
     b = B.astype(np.int32)
@@ -559,6 +615,7 @@ def gemm(
     transB: int = 0,
     broadcast: int = 0,
 ) -> Array:
+    """``alpha`` * A' @ B' + ``beta`` * C, with A', B' optionally transposed; opset 1+."""
     m = xp(A, B, C)
     if m is np:
         result = np.matmul(A.T if transA else A, B.T if transB else B)
@@ -578,6 +635,7 @@ def gemm(
 
 @op("Einsum", since=12)
 def einsum(*Inputs: Array, equation: str = "") -> Array:
+    """Einstein summation over the inputs as ``equation`` says; opset 12+."""
     m = xp(*Inputs)
     eq = _str(equation).replace(" ", "")
     if m is np and Inputs[0].dtype.name == "bfloat16":
@@ -588,6 +646,7 @@ def einsum(*Inputs: Array, equation: str = "") -> Array:
 
 @op("Det", since=11)
 def det(X: Array) -> Array:
+    """The determinant of each square matrix in the trailing two dims; opset 11+."""
     m = xp(X)
     return _astype(m, m.linalg.det(X), X.dtype)
 
@@ -617,11 +676,13 @@ def _cumulative(X: Array, axis: Array, exclusive: int, reverse: int, kind: str) 
 
 @op("CumSum", since=11, host_inputs=(1,))
 def cum_sum(x: Array, axis: Array, *, exclusive: int = 0, reverse: int = 0) -> Array:
+    """Cumulative sum along ``axis``, optionally exclusive and/or reversed; opset 11+."""
     return _cumulative(x, axis, exclusive, reverse, "sum")
 
 
 @op("CumProd", since=26, host_inputs=(1,))
 def cum_prod(x: Array, axis: Array, *, exclusive: int = 0, reverse: int = 0) -> Array:
+    """Cumulative product along ``axis``, optionally exclusive and/or reversed; opset 26+."""
     return _cumulative(x, axis, exclusive, reverse, "prod")
 
 
@@ -694,6 +755,13 @@ def _register_reduce(name: str, kind: str, input_since: int) -> None:
 
     with_axes_attribute.__name__ = f"reduce_{kind}_v1"
     with_axes_input.__name__ = f"reduce_{kind}"
+    with_axes_attribute.__doc__ = (
+        f"{name} over the ``axes`` attribute (all when absent); opsets 1-{input_since - 1}."
+    )
+    with_axes_input.__doc__ = (
+        f"{name} over the ``axes`` input (all when empty, unless ``noop_with_empty_axes``); "
+        f"opset {input_since}+."
+    )
     op(name)(with_axes_attribute)
     op(name, since=input_since, host_inputs=(1,))(with_axes_input)
 
@@ -728,11 +796,13 @@ def _arg_extreme(data: Array, axis: int, keepdims: int, select_last_index: int, 
 
 @op("ArgMax")
 def arg_max(data: Array, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Array:
+    """Index of the first (or last) maximum along ``axis``; opset 1+."""
     return _arg_extreme(data, axis, keepdims, select_last_index, "argmax")
 
 
 @op("ArgMin")
 def arg_min(data: Array, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Array:
+    """Index of the first (or last) minimum along ``axis``; opset 1+."""
     return _arg_extreme(data, axis, keepdims, select_last_index, "argmin")
 
 
@@ -757,6 +827,7 @@ def _top_k(X: Array, k: int, axis: int, largest: int) -> tuple[Array, Array]:
 
 @op("TopK")
 def top_k_v1(X: Array, *, k: int = 1, axis: int = -1) -> tuple[Array, Array]:
+    """The ``k`` (attribute) largest values along ``axis``, and their indices; opsets 1-9."""
     return _top_k(X, int(k), axis, 1)
 
 
@@ -764,6 +835,7 @@ def top_k_v1(X: Array, *, k: int = 1, axis: int = -1) -> tuple[Array, Array]:
 def top_k(
     X: Array, K: Array, *, axis: int = -1, largest: int = 1, sorted: int = 1
 ) -> tuple[Array, Array]:
+    """The K largest/smallest values along ``axis`` and their indices, ties in order; opset 10+."""
     return _top_k(X, int(np.asarray(K).reshape(-1)[0]), axis, largest)
 
 
@@ -846,6 +918,7 @@ def _format_float(v: float) -> str:
 
 @op("Cast")
 def cast(input: Array, *, to: int, saturate: int = 1, round_mode: str = "up") -> Array:
+    """X converted to type ``to`` (strings, saturating float8, sub-byte ints too); opset 1+."""
     return _cast(input, onnx_dtype(to), saturate, int(to), _str(round_mode))
 
 
@@ -853,6 +926,7 @@ def cast(input: Array, *, to: int, saturate: int = 1, round_mode: str = "up") ->
 def cast_like(
     input: Array, target_type: Array, *, saturate: int = 1, round_mode: str = "up"
 ) -> Array:
+    """X converted to the type of ``target_type``; opset 15+."""
     import onnx.helper
 
     dtype = np.dtype(target_type.dtype)
@@ -864,6 +938,7 @@ def cast_like(
 
 @op("BitCast", since=26)
 def bit_cast(input: Array, *, to: int) -> Array:
+    """X's bits reinterpreted as the type ``to`` of the same width; opset 26+."""
     dtype = onnx_dtype(to)
     src = np.dtype(input.dtype)
     if src.kind in "OUS" or dtype.kind in "OUS":
