@@ -47,6 +47,7 @@ def _str(value: Any) -> str:
 
 @op("Shape")
 def shape(data: Array, *, start: int = 0, end: int | None = None) -> np.ndarray:
+    """The dims of ``data`` as int64, from ``start`` to ``end`` (negatives count back); opset 1+."""
     dims = np.asarray(np.shape(data), np.int64)
     rank = len(dims)
     lo = min(max(_axis(start, rank), 0), rank)
@@ -56,6 +57,7 @@ def shape(data: Array, *, start: int = 0, end: int | None = None) -> np.ndarray:
 
 @op("Size")
 def size(data: Array) -> np.ndarray:
+    """The number of elements of ``data`` as an int64 scalar; opset 1+."""
     return np.asarray(int(np.prod(data.shape, dtype=np.int64)), dtype=np.int64)
 
 
@@ -68,16 +70,19 @@ def _reshape(data: Array, shape: Any, allowzero: int) -> Array:
 
 @op("Reshape")
 def reshape_v1(data: Array, *, shape: Any = (), consumed_inputs: Any = None) -> Array:
+    """``data`` reshaped to the ``shape`` attribute (0 copies a dim, -1 infers one); opsets 1-4."""
     return _reshape(data, shape, 0)
 
 
 @op("Reshape", since=5, host_inputs=(1,))
 def reshape(data: Array, shape: Array, *, allowzero: int = 0) -> Array:
+    """``data`` reshaped to the ``shape`` input (0 copies a dim unless ``allowzero``); opset 5+."""
     return _reshape(data, shape, allowzero)
 
 
 @op("Flatten")
 def flatten(input: Array, *, axis: int = 1) -> Array:
+    """``input`` as 2-D: the dims before ``axis`` make the rows, the rest the columns; opset 1+."""
     axis = _axis(axis, input.ndim)
     rows = int(np.prod(input.shape[:axis], dtype=np.int64))
     cols = int(np.prod(input.shape[axis:], dtype=np.int64))
@@ -93,11 +98,13 @@ def _squeeze(data: Array, axes: list[int] | None) -> Array:
 
 @op("Squeeze")
 def squeeze_v1(data: Array, *, axes: Any = None) -> Array:
+    """``data`` without the size-1 dims in ``axes`` (attribute; all when absent); opsets 1-12."""
     return _squeeze(data, None if axes is None else _ints(axes))
 
 
 @op("Squeeze", since=13, host_inputs=(1,))
 def squeeze(data: Array, axes: Array | None = None) -> Array:
+    """``data`` without the size-1 dims in ``axes`` (input; all when absent); opset 13+."""
     return _squeeze(data, None if axes is None else _ints(axes))
 
 
@@ -111,22 +118,26 @@ def _unsqueeze(data: Array, axes: list[int]) -> Array:
 
 @op("Unsqueeze")
 def unsqueeze_v1(data: Array, *, axes: Any = ()) -> Array:
+    """``data`` with size-1 dims inserted at ``axes`` (attribute); opsets 1-12."""
     return _unsqueeze(data, _ints(axes))
 
 
 @op("Unsqueeze", since=13, host_inputs=(1,))
 def unsqueeze(data: Array, axes: Array) -> Array:
+    """``data`` with size-1 dims inserted at ``axes`` (input); opset 13+."""
     return _unsqueeze(data, _ints(axes))
 
 
 @op("Transpose")
 def transpose(data: Array, *, perm: Any = None) -> Array:
+    """``data`` with its dims permuted by ``perm`` (reversed when absent); opset 1+."""
     axes = None if perm is None else _ints(perm)
     return _host(xp(data).transpose(data, axes))
 
 
 @op("Concat")
 def concat(*inputs: Array, axis: int = 1) -> Array:
+    """The inputs joined along ``axis``; opset 1+."""
     m = xp(*inputs)
     if m is np and any(x.dtype.kind == "O" for x in inputs):
         return np.concatenate([np.asarray(x, dtype=object) for x in inputs], axis=axis)
@@ -165,6 +176,7 @@ def split_v1(
     num_outputs: int | None = None,
 ) -> tuple[Array, ...]:
     # opsets 2-12 give ``split`` as an attribute; it binds to the same parameter
+    """``input`` cut along ``axis`` by the ``split`` attribute, or in equal parts; opsets 1-12."""
     return _split(input, split, axis, num_outputs)
 
 
@@ -172,6 +184,7 @@ def split_v1(
 def split(
     input: Array, split: Array | None = None, *, axis: int = 0, num_outputs: int | None = None
 ) -> tuple[Array, ...]:
+    """``input`` cut along ``axis`` by the ``split`` input, or into ``num_outputs``; opset 13+."""
     return _split(input, split, axis, num_outputs)
 
 
@@ -195,6 +208,7 @@ def _slice(data: Array, starts: Any, ends: Any, axes: Any = None, steps: Any = N
 
 @op("Slice")
 def slice_v1(data: Array, *, starts: Any, ends: Any, axes: Any = None) -> Array:
+    """``data[starts:ends]`` on ``axes``, bounds as attributes; opsets 1-9."""
     return _slice(data, starts, ends, axes)
 
 
@@ -206,6 +220,7 @@ def slice_(
     axes: Array | None = None,
     steps: Array | None = None,
 ) -> Array:
+    """``data[starts:ends:steps]`` on ``axes``, bounds as inputs; opset 10+."""
     return _slice(data, starts, ends, axes, steps)
 
 
@@ -219,6 +234,7 @@ def _normalize_indices(indices: Array, dim: Any) -> Array:
 
 @op("Gather")
 def gather(data: Array, indices: Array, *, axis: int = 0) -> Array:
+    """Entries of ``data`` along ``axis`` picked by ``indices`` (negatives count back); opset 1+."""
     m = xp(data, indices)
     axis = _axis(axis, data.ndim)
     idx = _normalize_indices(indices, data.shape[axis])
@@ -229,6 +245,7 @@ def gather(data: Array, indices: Array, *, axis: int = 0) -> Array:
 
 @op("GatherElements", since=11)
 def gather_elements(data: Array, indices: Array, *, axis: int = 0) -> Array:
+    """``data`` indexed elementwise along ``axis`` (numpy's take_along_axis); opset 11+."""
     m = xp(data, indices)
     axis = _axis(axis, data.ndim)
     idx = _normalize_indices(indices, data.shape[axis])
@@ -237,6 +254,7 @@ def gather_elements(data: Array, indices: Array, *, axis: int = 0) -> Array:
 
 @op("GatherND", since=11)
 def gather_nd(data: Array, indices: Array, *, batch_dims: int = 0) -> Array:
+    """Slices of ``data`` at the index tuples in ``indices``, after ``batch_dims``; opset 11+."""
     m = xp(data, indices)
     batch_shape = tuple(data.shape[:batch_dims])
     batch = int(np.prod(batch_shape, dtype=np.int64))
@@ -282,6 +300,7 @@ def _scatter_elements(
 
 @op("Scatter", since=9)
 def scatter(data: Array, indices: Array, updates: Array, *, axis: int = 0) -> Array:
+    """ScatterElements without reduction (its deprecated name); opset 9+."""
     return _scatter_elements(data, indices, updates, axis, "none")
 
 
@@ -289,11 +308,13 @@ def scatter(data: Array, indices: Array, updates: Array, *, axis: int = 0) -> Ar
 def scatter_elements(
     data: Array, indices: Array, updates: Array, *, axis: int = 0, reduction: str = "none"
 ) -> Array:
+    """``data`` with ``updates`` written along ``axis`` at ``indices``, reduced; opset 11+."""
     return _scatter_elements(data, indices, updates, axis, reduction)
 
 
 @op("ScatterND", since=11)
 def scatter_nd(data: Array, indices: Array, updates: Array, *, reduction: str = "none") -> Array:
+    """``data`` with ``updates`` written at the index tuples, optionally reduced; opset 11+."""
     k = indices.shape[-1]
     dims = np.asarray(data.shape[:k], dtype=np.int64)
     idx = _normalize_indices(indices, dims)
@@ -305,6 +326,7 @@ def scatter_nd(data: Array, indices: Array, updates: Array, *, reduction: str = 
 
 @op("Expand", since=8, host_inputs=(1,))
 def expand(input: Array, shape: Array) -> Array:
+    """``input`` broadcast to ``shape`` (numpy rules, so dims may also grow); opset 8+."""
     target = np.broadcast_shapes(tuple(input.shape), tuple(_ints(shape)))
     m = xp(input)
     out = m.broadcast_to(input, target)
@@ -313,6 +335,7 @@ def expand(input: Array, shape: Array) -> Array:
 
 @op("Tile", since=6, host_inputs=(1,))
 def tile(input: Array, repeats: Array) -> Array:
+    """``input`` repeated ``repeats[i]`` times along each dim i; opset 6+."""
     return _host(xp(input).tile(input, _ints(repeats)))
 
 
@@ -354,6 +377,7 @@ def pad_v1(
     mode: str = "constant",
     value: float = 0.0,
 ) -> Array:
+    """``data`` padded by ``pads`` (attribute): constant, reflect or edge; opsets 1-10."""
     return _pad(data, _ints(pads if pads is not None else paddings), mode, value)
 
 
@@ -366,6 +390,7 @@ def pad(
     *,
     mode: str = "constant",
 ) -> Array:
+    """``data`` padded (or cropped, negative pads) by the ``pads`` input on ``axes``; opset 11+."""
     return _pad(data, _ints(pads), mode, constant_value, None if axes is None else _ints(axes))
 
 
@@ -374,6 +399,7 @@ def pad(
 
 @op("ConstantOfShape", since=9, host_inputs=(0,))
 def constant_of_shape(input: Array, *, value: Any = None) -> np.ndarray:
+    """A tensor of the given shape filled with ``value`` (float32 zero); opset 9+."""
     fill = np.zeros(1, np.float32) if value is None else _tensor_attr(value)
     return np.full(tuple(_ints(input)), fill.reshape(-1)[0], dtype=fill.dtype)
 
@@ -390,6 +416,7 @@ def constant(
     value_strings: Any = None,
     sparse_value: Any = None,
 ) -> np.ndarray:
+    """The value of its one ``value*`` attribute (tensor, scalar, list or sparse); opset 1+."""
     if value is not None:
         return _tensor_attr(value)
     if value_float is not None:
@@ -424,11 +451,13 @@ def _sparse_to_dense(sparse: Any) -> np.ndarray:
 
 @op("Identity")
 def identity(input: Array) -> Array:
+    """``input`` unchanged; opset 1+."""
     return input
 
 
 @op("Range", since=11, host_inputs=(0, 1, 2))
 def range_(start: Array, limit: Array, delta: Array) -> np.ndarray:
+    """start, start + delta, ... up to ``limit`` (exclusive), in start's type; opset 11+."""
     dtype = np.asarray(start).dtype
     s, lim, d = (np.asarray(v).reshape(()).item() for v in (start, limit, delta))
     count = max(int(np.ceil((lim - s) / d)), 0)
@@ -437,6 +466,7 @@ def range_(start: Array, limit: Array, delta: Array) -> np.ndarray:
 
 @op("OneHot", since=9, host_inputs=(1,))
 def one_hot(indices: Array, depth: Array, values: Array, *, axis: int = -1) -> Array:
+    """One-hot on a new ``axis`` of length ``depth``: values[1] on, values[0] off; opset 9+."""
     m = xp(indices, values)
     depth_ = int(np.asarray(depth).reshape(-1)[0])
     rank = indices.ndim + 1
@@ -450,6 +480,7 @@ def one_hot(indices: Array, depth: Array, values: Array, *, axis: int = -1) -> A
 
 @op("Trilu", since=14, host_inputs=(1,))
 def trilu(input: Array, k: Array | None = None, *, upper: int = 1) -> Array:
+    """The upper (or lower) triangle of the last two dims from diagonal k, the rest 0; opset 14+."""
     m = xp(input)
     offset = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
     return _host(m.triu(input, offset) if upper else m.tril(input, offset))
@@ -457,6 +488,7 @@ def trilu(input: Array, k: Array | None = None, *, upper: int = 1) -> Array:
 
 @op("EyeLike", since=9)
 def eye_like(input: Array, *, dtype: int | None = None, k: int = 0) -> np.ndarray:
+    """A 2-D tensor of ``input``'s shape with ones on diagonal ``k``; opset 9+."""
     if dtype is None:
         out_dtype = np.dtype(input.dtype)
     else:
@@ -472,6 +504,7 @@ def eye_like(input: Array, *, dtype: int | None = None, k: int = 0) -> np.ndarra
 
 @op("Compress", since=9, value_shaped=True)
 def compress(input: Array, condition: Array, *, axis: int | None = None) -> Array:
+    """The slices of ``input`` along ``axis`` (or flattened) where ``condition`` holds; opset 9+."""
     m = xp(input)
     keep = np.flatnonzero(np.asarray(condition).reshape(-1))
     if axis is None:
@@ -481,6 +514,7 @@ def compress(input: Array, condition: Array, *, axis: int | None = None) -> Arra
 
 @op("NonZero", since=9, value_shaped=True)
 def non_zero(X: Array) -> np.ndarray:
+    """The indices of the non-zero elements, one row per dim; opset 9+."""
     return np.asarray(np.nonzero(np.asarray(X)), dtype=np.int64).reshape(np.ndim(X), -1)
 
 
@@ -488,6 +522,7 @@ def non_zero(X: Array) -> np.ndarray:
 def unique(
     X: Array, *, axis: int | None = None, sorted: int = 1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Unique values (or slices along ``axis``), first indices, inverse and counts; opset 11+."""
     x = np.asarray(X)
     ax = None if axis is None else _axis(axis, x.ndim)
     values, first, inverse, counts = np.unique(
@@ -513,6 +548,7 @@ def unique(
 
 @op("DepthToSpace")
 def depth_to_space(input: Array, *, blocksize: int, mode: str = "DCR") -> Array:
+    """Channels moved into ``blocksize`` x ``blocksize`` spatial blocks (DCR/CRD); opset 1+."""
     m = xp(input)
     b, c, h, w = input.shape
     bs = blocksize
@@ -527,6 +563,7 @@ def depth_to_space(input: Array, *, blocksize: int, mode: str = "DCR") -> Array:
 
 @op("SpaceToDepth")
 def space_to_depth(input: Array, *, blocksize: int, mode: str = "DCR") -> Array:
+    """Spatial ``blocksize`` x ``blocksize`` blocks moved into channels; opset 1+."""
     m = xp(input)
     b, c, h, w = input.shape
     bs = blocksize
@@ -540,6 +577,7 @@ def space_to_depth(input: Array, *, blocksize: int, mode: str = "DCR") -> Array:
 def reverse_sequence(
     input: Array, sequence_lens: Array, *, batch_axis: int = 1, time_axis: int = 0
 ) -> Array:
+    """The first ``sequence_lens[b]`` steps of each batch entry reversed in time; opset 10+."""
     m = xp(input, sequence_lens)
     steps = input.shape[time_axis]
     time = np.arange(steps).reshape([-1 if i == time_axis else 1 for i in range(input.ndim)])
@@ -554,11 +592,13 @@ def dropout_v1(
     data: Array, *, ratio: float = 0.5, is_test: int = 0, consumed_inputs: Any = None
 ) -> tuple:
     # Before opset 10 the mask has the input's type.
+    """Inference dropout: ``data`` and an all-kept mask of data's type; opsets 1-9."""
     return data, _all_kept(data).astype(data.dtype)
 
 
 @op("Dropout", since=10)
 def dropout_v10(data: Array, *, ratio: float = 0.5) -> tuple[Array, Array]:
+    """Inference dropout: ``data`` and an all-kept bool mask; opsets 10-11."""
     return data, _all_kept(data)
 
 
@@ -570,6 +610,7 @@ def dropout(
     *,
     seed: int | None = None,
 ) -> tuple[Array, Array]:
+    """``data`` and an all-kept mask; in training mode a seeded mask and 1/(1-ratio); opset 12+."""
     rate = 0.5 if ratio is None else float(np.asarray(ratio))
     if training_mode is None or not bool(np.asarray(training_mode)) or rate == 0.0:
         return data, _all_kept(data)
@@ -587,6 +628,7 @@ def _all_kept(data: Array) -> Array:
 
 @op("CenterCropPad", since=18, host_inputs=(1,))
 def center_crop_pad(input_data: Array, shape: Array, *, axes: Any = None) -> Array:
+    """``input_data`` center-cropped or zero-padded to ``shape`` on ``axes``; opset 18+."""
     m = xp(input_data)
     rank = input_data.ndim
     axes_ = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
