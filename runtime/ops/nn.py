@@ -185,6 +185,7 @@ def conv(
     pads=None,
     strides=None,
 ):
+    """N-d convolution of X by W (+ bias B): pads, strides, dilations, groups; opset 1+."""
     y = _conv(
         jnp.asarray(X),
         jnp.asarray(W),
@@ -213,6 +214,7 @@ def conv_integer(
     pads=None,
     strides=None,
 ):
+    """Integer convolution in int32 after subtracting the zero points; opset 10+."""
     xi = jnp.asarray(x).astype(jnp.int32)
     wi = jnp.asarray(w).astype(jnp.int32)
     if x_zero_point is not None:
@@ -248,6 +250,7 @@ def conv_transpose(
     pads=None,
     strides=None,
 ):
+    """N-d transposed convolution (output_shape/output_padding/auto_pad), + bias; opset 1+."""
     x = jnp.asarray(X)
     w = jnp.asarray(W)
     n = x.ndim - 2
@@ -330,6 +333,7 @@ def qlinear_conv(
     pads=None,
     strides=None,
 ):
+    """Quantized convolution: ConvInteger, rescaled and requantized to y's type; opset 10+."""
     acc = conv_integer(
         x,
         w,
@@ -439,6 +443,7 @@ def _max_pool(
 
 @op("MaxPool")
 def max_pool_1(X, *, auto_pad="NOTSET", kernel_shape=(), pads=None, strides=None):
+    """Max over each window (no dilations, indices or ceil mode); opsets 1-7."""
     return _max_pool(jnp.asarray(X), kernel_shape, auto_pad, 0, None, pads, strides, 0, False)
 
 
@@ -457,6 +462,7 @@ def max_pool(
 ):
     # The interpreter passes the node's output count: the Indices gather is only built
     # when a model asks for it.
+    """Max over each window, dilated, ceil mode, with optional flat argmax indices; opset 8+."""
     return _max_pool(
         jnp.asarray(X),
         kernel_shape,
@@ -516,6 +522,7 @@ def average_pool(
     pads=None,
     strides=None,
 ):
+    """Mean over each window, with or without the padding counted; opset 1+."""
     return _avg_or_lp(
         jnp.asarray(X),
         kernel_shape,
@@ -541,6 +548,7 @@ def lp_pool(
     pads=None,
     strides=None,
 ):
+    """The p-norm over each window; opset 1+."""
     return _avg_or_lp(
         jnp.asarray(X),
         kernel_shape,
@@ -560,6 +568,7 @@ def _spatial_axes(x) -> tuple[int, ...]:
 
 @op("GlobalAveragePool")
 def global_average_pool(X):
+    """Mean over all spatial dims, kept as size 1; opset 1+."""
     # Scaled before the sum, so the mean is the reduction's own output. As sum * (1/n),
     # XLA:CPU recomputes the product inside each consumer's fusion; before a Softmax, LLVM
     # contracts one copy with the max-subtract into an FMA that skips the product's rounding
@@ -576,12 +585,14 @@ def global_average_pool(X):
 
 @op("GlobalMaxPool")
 def global_max_pool(X):
+    """Max over all spatial dims, kept as size 1; opset 1+."""
     x = jnp.asarray(X)
     return jnp.max(x, axis=_spatial_axes(x), keepdims=True)
 
 
 @op("GlobalLpPool", since=2)
 def global_lp_pool(X, *, p=2):
+    """The p-norm over all spatial dims, kept as size 1; opset 2+."""
     x = jnp.asarray(X)
     s = jnp.sum(jnp.abs(x) ** p, axis=_spatial_axes(x), keepdims=True)
     return (s ** (1.0 / p)).astype(x.dtype)
@@ -589,6 +600,7 @@ def global_lp_pool(X, *, p=2):
 
 @op("MaxUnpool", since=9, host_inputs=(2,))
 def max_unpool(X, I, output_shape=None, *, kernel_shape=(), pads=None, strides=None):
+    """MaxPool's values scattered back to their indices, zeros elsewhere; opset 9+."""
     x = jnp.asarray(X)
     n = x.ndim - 2
     strides_ = _ints(strides, n, 1)
@@ -607,6 +619,7 @@ def max_unpool(X, I, output_shape=None, *, kernel_shape=(), pads=None, strides=N
 
 @op("MaxRoiPool", host_inputs=(1,))
 def max_roi_pool(X, rois, *, pooled_shape=(), spatial_scale=1.0):
+    """Max over a ``pooled_shape`` grid of cells in each region of interest; opset 1+."""
     x = jnp.asarray(X)
     r = np.asarray(rois)
     ph, pw = (int(v) for v in pooled_shape)
@@ -656,6 +669,7 @@ def batch_normalization(
     spatial=1,
     consumed_inputs=None,
 ):
+    """Per-channel normalization by running stats, or batch stats in training; opset 1+."""
     x = jnp.asarray(X)
     if not training_mode:
         # Fold into one multiply-add (on the host when the statistics are initializers):
@@ -680,6 +694,7 @@ def batch_normalization(
 
 @op("InstanceNormalization")
 def instance_normalization(input, scale, B, *, epsilon=1e-5):
+    """Each (sample, channel) normalized over its spatial dims, scaled, shifted; opset 1+."""
     x = jnp.asarray(input)
     xs = _stash(x, 1)
     axes = _spatial_axes(x)
@@ -697,6 +712,7 @@ def _stash(x, stash_type: int):
 
 @op("LayerNormalization", since=17)
 def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+    """Normalized over the dims from ``axis`` on; Y, mean and inverse std dev; opset 17+."""
     x = jnp.asarray(X)
     axis = axis % x.ndim
     axes = tuple(range(axis, x.ndim))
@@ -713,6 +729,7 @@ def layer_normalization(X, Scale, B=None, *, axis=-1, epsilon=1e-5, stash_type=1
 
 @op("RMSNormalization", since=23)
 def rms_normalization(X, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    """X divided by its root mean square over the dims from ``axis``, scaled; opset 23+."""
     x = jnp.asarray(X)
     axis = axis % x.ndim
     xs = _stash(x, stash_type)
@@ -736,16 +753,19 @@ def _group_norm(x, scale, bias, epsilon, num_groups, stash_type, per_channel):
 
 @op("GroupNormalization", since=18)
 def group_normalization_18(X, scale, bias, *, epsilon=1e-5, num_groups=1):
+    """Normalized over channel groups; scale and bias are per group; opsets 18-20."""
     return _group_norm(jnp.asarray(X), scale, bias, epsilon, num_groups, 0, per_channel=False)
 
 
 @op("GroupNormalization", since=21)
 def group_normalization(X, scale, bias, *, epsilon=1e-5, num_groups=1, stash_type=1):
+    """Normalized over channel groups; scale and bias are per channel; opset 21+."""
     return _group_norm(jnp.asarray(X), scale, bias, epsilon, num_groups, stash_type, True)
 
 
 @op("LpNormalization")
 def lp_normalization(input, *, axis=-1, p=2):
+    """X divided by its p-norm (p 1 or 2) along ``axis``; opset 1+."""
     x = jnp.asarray(input)
     if p == 1:
         norm = jnp.sum(jnp.abs(x), axis=axis, keepdims=True)
@@ -756,6 +776,7 @@ def lp_normalization(input, *, axis=-1, p=2):
 
 @op("MeanVarianceNormalization", since=9)
 def mean_variance_normalization(X, *, axes=(0, 2, 3)):
+    """(X - mean) / std dev over ``axes``; opset 9+."""
     x = jnp.asarray(X)
     axes = tuple(int(a) for a in axes)
     mean = jnp.mean(x, axis=axes, keepdims=True)
@@ -765,6 +786,7 @@ def mean_variance_normalization(X, *, axes=(0, 2, 3)):
 
 @op("LRN")
 def lrn(X, *, alpha=1e-4, beta=0.75, bias=1.0, size=1):
+    """Local response normalization across ``size`` neighbouring channels; opset 1+."""
     x = jnp.asarray(X)
     lo = (size - 1) // 2
     hi = size - 1 - lo
@@ -810,6 +832,7 @@ def _nll(log_prob, target, weight, ignore_index, reduction):
 def negative_log_likelihood_loss(
     input, target, weight=None, *, ignore_index=None, reduction="mean"
 ):
+    """NLL loss of log-probabilities at the targets, weighted, reduced; opset 12+."""
     return _nll(input, target, weight, ignore_index, reduction)
 
 
@@ -817,6 +840,7 @@ def negative_log_likelihood_loss(
 def softmax_cross_entropy_loss(
     scores, labels, weights=None, *, ignore_index=None, reduction="mean"
 ):
+    """Cross entropy of softmax(scores) and the labels; loss, log_prob; opset 12+."""
     s = jnp.asarray(scores)
     log_prob = jax.nn.log_softmax(s, axis=1)
     loss = _nll(log_prob, labels, weights, ignore_index, reduction)
@@ -849,6 +873,7 @@ def _onnx_dtype(code: int, like=None):
 
 @op("RandomNormal")
 def random_normal(*, dtype=1, mean=0.0, scale=1.0, seed=None, shape=()):
+    """Normal draws of ``shape`` (jax.random: not numpy's stream); opset 1+."""
     d = _onnx_dtype(dtype)
     z = jax.random.normal(_key(seed), tuple(int(s) for s in shape), jnp.float32)
     return (z * scale + mean).astype(d)
@@ -856,6 +881,7 @@ def random_normal(*, dtype=1, mean=0.0, scale=1.0, seed=None, shape=()):
 
 @op("RandomUniform")
 def random_uniform(*, dtype=1, high=1.0, low=0.0, seed=None, shape=()):
+    """Uniform draws in [``low``, ``high``) of ``shape`` (jax.random); opset 1+."""
     d = _onnx_dtype(dtype)
     u = jax.random.uniform(_key(seed), tuple(int(s) for s in shape), jnp.float32, low, high)
     return u.astype(d)
@@ -863,6 +889,7 @@ def random_uniform(*, dtype=1, high=1.0, low=0.0, seed=None, shape=()):
 
 @op("RandomNormalLike")
 def random_normal_like(input, *, dtype=None, mean=0.0, scale=1.0, seed=None):
+    """Normal draws of the input's shape (jax.random); opset 1+."""
     d = _onnx_dtype(dtype, jnp.asarray(input))
     z = jax.random.normal(_key(seed), jnp.shape(input), jnp.float32)
     return (z * scale + mean).astype(d)
@@ -870,6 +897,7 @@ def random_normal_like(input, *, dtype=None, mean=0.0, scale=1.0, seed=None):
 
 @op("RandomUniformLike")
 def random_uniform_like(input, *, dtype=None, high=1.0, low=0.0, seed=None):
+    """Uniform draws of the input's shape (jax.random); opset 1+."""
     d = _onnx_dtype(dtype, jnp.asarray(input))
     u = jax.random.uniform(_key(seed), jnp.shape(input), jnp.float32, low, high)
     return u.astype(d)
@@ -877,6 +905,7 @@ def random_uniform_like(input, *, dtype=None, high=1.0, low=0.0, seed=None):
 
 @op("Bernoulli", since=15)
 def bernoulli(input, *, dtype=None, seed=None):
+    """1 with the input's probability, else 0 (jax.random: not numpy's draws); opset 15+."""
     p = jnp.asarray(input)
     d = _onnx_dtype(dtype, p)
     u = jax.random.uniform(_key(seed), p.shape, jnp.float32)
@@ -885,6 +914,7 @@ def bernoulli(input, *, dtype=None, seed=None):
 
 @op("SwiGLU", since=28)
 def swiglu(A, B, *, alpha=1.0):
+    """A * sigmoid(``alpha`` * A) * B; opset 28+."""
     a = jnp.asarray(A)
     return (a * jax.nn.sigmoid(alpha * a).astype(a.dtype) * jnp.asarray(B)).astype(a.dtype)
 
@@ -904,6 +934,7 @@ def deform_conv(
     pads=None,
     strides=None,
 ):
+    """Deformable convolution: kernel taps moved by learned offsets, masked; opset 19+."""
     x = jnp.asarray(X)
     w = jnp.asarray(W)
     off = jnp.asarray(offset)
