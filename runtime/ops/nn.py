@@ -25,6 +25,13 @@ def _ints(values: Sequence[int] | None, n: int, default: int) -> list[int]:
     return [default] * n if values is None or len(values) == 0 else [int(v) for v in values]
 
 
+def _split_pad(total: int, auto_pad: str) -> tuple[int, int]:
+    """(begin, end) of ``total`` padding: the odd one at the end for ``SAME_UPPER``, else at
+    the begin (``SAME_LOWER``, and ConvTranspose's ``output_shape`` without auto_pad)."""
+    small, big = total // 2, total - total // 2
+    return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+
+
 def _auto_pads(
     auto_pad: str,
     pads: Sequence[int] | None,
@@ -41,8 +48,7 @@ def _auto_pads(
             target = -(-in_shape[i] // strides[i])
             window = (kernel[i] - 1) * dilations[i] + 1
             total = max(0, (target - 1) * strides[i] + window - in_shape[i])
-            small, big = total // 2, total - total // 2
-            out.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
+            out.append(_split_pad(total, auto_pad))
         return out
     if auto_pad == "VALID":
         return [(0, 0)] * n
@@ -276,13 +282,9 @@ def conv_transpose(
                 # ONNX Runtime never pads negatively for SAME: a 1-wide kernel with stride s
                 # yields (in - 1) * s + 1, not in * s.
                 total = max(total, 0)
-            small, big = total // 2, total - total // 2
-            pad.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
-    elif auto_pad == "VALID":
-        pad = [(0, 0)] * n
-    else:
-        p = _ints(pads, 2 * n, 0)
-        pad = [(p[i], p[i + n]) for i in range(n)]
+            pad.append(_split_pad(total, auto_pad))
+    else:  # VALID or explicit pads (SAME always has a target)
+        pad = _auto_pads(auto_pad, pads, in_sp, kernel, strides_, dil)
     # A transposed conv is a conv over the stride-dilated input with the flipped kernel
     # whose in/out channel axes are swapped within each group.
     c_in, c_out_g = w.shape[0], w.shape[1]
