@@ -157,6 +157,7 @@ def attention(
     left_window_size=-1,
     right_window_size=-1,
 ):
+    """Scaled dot-product attention: GQA, masks, causal windows, softcap, KV cache; opset 23+."""
     return _attention(
         Q,
         K,
@@ -188,6 +189,7 @@ def rotary_embedding(
     num_heads=0,
     rotary_embedding_dim=0,
 ):
+    """Rotary position embedding of X from the cos/sin caches (interleaved or not); opset 23+."""
     x = jnp.asarray(X)
     original = x.shape
     if x.ndim == 4:  # (batch, heads, seq, head) -> (batch, seq, heads, head)
@@ -222,6 +224,7 @@ def rotary_embedding(
 
 @op("FlexAttention", since=1, domain="ai.onnx.preview", subgraphs=True)
 def flex_attention(Q, K, V, *, scale=None, score_mod=None, prob_mod=None, softmax_precision=None):
+    """Attention with the ``score_mod``/``prob_mod`` subgraphs applied to the scores; opset 1+."""
     q, k, v = jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V)
     if scale is None:
         scale = 1.0 / np.sqrt(q.shape[-1])
@@ -261,6 +264,7 @@ def linear_attention(
     scale=None,
     update_rule="gated_delta",
 ):
+    """Linear attention as a recurrence over time (gated / delta rules); Y, state; opset 27+."""
     from jax import lax
 
     if q_num_heads is None or kv_num_heads is None:
@@ -321,6 +325,7 @@ def linear_attention(
 
 @op("CausalConvWithState", since=27)
 def causal_conv_with_state(input, weight, bias=None, past_state=None, *, activation="none"):
+    """Depthwise causal 1-D conv over past_state + input (silu); Y, new state; opset 27+."""
     from jax import lax
 
     x = jnp.asarray(input)
@@ -345,6 +350,7 @@ def causal_conv_with_state(input, weight, bias=None, past_state=None, *, activat
 
 @op("TensorScatter", since=24)
 def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="linear"):
+    """KV-cache update: ``update`` written into ``past_cache`` from write_indices; opset 24+."""
     cache = jnp.asarray(past_cache)
     upd = jnp.asarray(update)
     axis = axis % cache.ndim
