@@ -51,17 +51,20 @@ def _dft(x, dft_length, axis: int, inverse: int, onesided: int):
 
 @op("DFT", since=17, host_inputs=(1,))
 def dft_17(input, dft_length=None, *, axis=1, inverse=0, onesided=0):
+    """(Inverse) DFT along the ``axis`` attribute, full or one-sided; opsets 17-19."""
     return _dft(input, dft_length, axis, inverse, onesided)
 
 
 @op("DFT", since=20, host_inputs=(1, 2))
 def dft(input, dft_length=None, axis=None, *, inverse=0, onesided=0):
+    """(Inverse) DFT along the ``axis`` input, full or one-sided; opset 20+."""
     ax = -2 if axis is None else int(np.asarray(axis))
     return _dft(input, dft_length, ax, inverse, onesided)
 
 
 @op("STFT", since=17, host_inputs=(1, 3))
 def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
+    """Short-time Fourier transform: windowed frames of the signal, each transformed; opset 17+."""
     x = jnp.asarray(signal)
     step = int(np.asarray(frame_step))
     if frame_length is not None:
@@ -91,12 +94,14 @@ def _window_positions(size, periodic: int):
 
 @op("HannWindow", since=17, host_inputs=(0,))
 def hann_window(size, *, output_datatype=1, periodic=1):
+    """A Hann window of ``size`` (periodic or symmetric); opset 17+."""
     k, n = _window_positions(size, periodic)
     return (np.sin(k * np.pi / n) ** 2).astype(_np_dtype(output_datatype))
 
 
 @op("HammingWindow", since=17, host_inputs=(0,))
 def hamming_window(size, *, output_datatype=1, periodic=1):
+    """A Hamming window of ``size`` (periodic or symmetric); opset 17+."""
     k, n = _window_positions(size, periodic)
     alpha = 25.0 / 46.0
     return (alpha - np.cos(k * np.pi * 2 / n) * (1 - alpha)).astype(_np_dtype(output_datatype))
@@ -104,6 +109,7 @@ def hamming_window(size, *, output_datatype=1, periodic=1):
 
 @op("BlackmanWindow", since=17, host_inputs=(0,))
 def blackman_window(size, *, output_datatype=1, periodic=1):
+    """A Blackman window of ``size`` (periodic or symmetric); opset 17+."""
     k, n = _window_positions(size, periodic)
     w = 0.42 - 0.5 * np.cos(k * np.pi * 2 / n) + 0.08 * np.cos(k * np.pi * 4 / n)
     return w.astype(_np_dtype(output_datatype))
@@ -119,6 +125,7 @@ def mel_weight_matrix(
     *,
     output_datatype=1,
 ):
+    """The mel filter bank mapping one-sided DFT bins to ``num_mel_bins``; opset 17+."""
     bins = int(np.asarray(num_mel_bins))
     length = int(np.asarray(dft_length))
     rate = np.asarray(sample_rate)
