@@ -24,6 +24,8 @@ def _grouped(data: tuple, per: int, update: Callable) -> tuple:
 
 @op("Adagrad", since=1, domain=_DOMAIN)
 def adagrad(*data, decay_factor=0.0, epsilon=0.0, norm_coefficient=0.0):
+    """One Adagrad step per (X, G, H) triple: new X and accumulated squared gradient; opset 1+."""
+
     def update(r, t, x, g, h):
         rate = r / (1 + t * decay_factor)
         g = norm_coefficient * x + g
@@ -38,6 +40,8 @@ def adagrad(*data, decay_factor=0.0, epsilon=0.0, norm_coefficient=0.0):
 def adam(
     *data, alpha=0.9, beta=0.999, epsilon=0.0, norm_coefficient=0.0, norm_coefficient_post=0.0
 ):
+    """One Adam step per (X, G, V, H) group: new X, first and second moments; opset 1+."""
+
     def update(r, t, x, g, v, h):
         g = norm_coefficient * x + g
         v_new = alpha * v + (1 - alpha) * g
@@ -52,6 +56,8 @@ def adam(
 
 @op("Momentum", since=1, domain=_DOMAIN)
 def momentum(*data, alpha, beta, mode, norm_coefficient):
+    """One momentum step per (X, G, V) triple (standard or Nesterov): new X and V; opset 1+."""
+
     def update(r, t, x, g, v):
         g = norm_coefficient * x + g
         v_new = alpha * v + jnp.where(t > 0, beta, 1.0) * g
