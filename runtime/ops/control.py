@@ -53,6 +53,7 @@ def _truth(v: Any) -> bool:
 
 @op("If", host_inputs=(0,), subgraphs=True)
 def if_(cond: Any, *, then_branch: Any, else_branch: Any) -> tuple[Any, ...]:
+    """The outputs of then_branch or else_branch (lax.cond for a traced condition); opset 1+."""
     if _is_concrete(cond):
         return tuple((then_branch if _truth(cond) else else_branch)())
     import jax.numpy as jnp
@@ -100,6 +101,7 @@ def _stack(values: list[Any]) -> Any:
 
 @op("Loop", host_inputs=(0, 1), subgraphs=True)
 def loop(M: Any, cond: Any, *v_initial: Any, body: Any) -> tuple[Any, ...]:
+    """``body`` up to M times while cond holds; final carried values and scan outputs; opset 1+."""
     n_carried = len(v_initial)
     n_scan = len(body.output_names) - 1 - n_carried
     values = list(v_initial)
@@ -233,6 +235,7 @@ def scan(
     scan_output_axes: list[int] | None = None,
     scan_output_directions: list[int] | None = None,
 ) -> tuple[Any, ...]:
+    """``body`` over the scan inputs' slices (axes, directions): final states, outputs; opset 9+."""
     import jax.numpy as jnp
     from jax import lax
 
@@ -276,6 +279,7 @@ def scan_8(
 ) -> tuple[Any, ...]:
     # Opset 8 has a batch axis 0 and scans axis 1; sequence_lens shorter than the axis are
     # not supported (rarely used).
+    """The first Scan: each batch entry (axis 0) scanned on axis 1 by ``directions``; opset 8."""
     import jax
 
     n_state = len(inputs) - num_scan_inputs
