@@ -254,6 +254,7 @@ def _resize(
 
 @op("Resize", since=10, host_inputs=(1,))
 def resize_10(X, scales, *, mode="nearest"):
+    """X resized by ``scales`` (asymmetric coordinates, nearest or linear); opset 10."""
     return _resize(
         X,
         None,
@@ -282,6 +283,7 @@ def resize(
     mode="nearest",
     nearest_mode="round_prefer_floor",
 ):
+    """X resized by ``scales`` or to ``sizes`` (nearest, linear, cubic), on ``axes``; opset 11+."""
     return _resize(
         X,
         roi,
@@ -301,11 +303,13 @@ def resize(
 
 @op("Upsample", since=7)
 def upsample_7(X, *, mode="nearest", scales=()):
+    """X scaled up by the ``scales`` attribute (nearest or linear); opsets 7-8."""
     return _upsample(X, scales, mode)
 
 
 @op("Upsample", since=9, host_inputs=(1,))
 def upsample(X, scales, *, mode="nearest"):
+    """X scaled up by the ``scales`` input (nearest or linear); opset 9+."""
     return _upsample(X, scales, mode)
 
 
@@ -419,17 +423,20 @@ def _grid_sample(X, grid, mode, padding_mode, align_corners):
 
 @op("GridSample", since=16)
 def grid_sample_16(X, grid, *, align_corners=0, mode="bilinear", padding_mode="zeros"):
+    """X sampled at the grid's 2-D coordinates (bilinear, nearest, bicubic); opsets 16-19."""
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     return _grid_sample(X, grid, mode, padding_mode, align_corners)
 
 
 @op("GridSample", since=20)
 def grid_sample(X, grid, *, align_corners=0, mode="linear", padding_mode="zeros"):
+    """X sampled at the grid's N-d coordinates (linear, nearest, cubic), padded; opset 20+."""
     return _grid_sample(X, grid, mode, padding_mode, align_corners)
 
 
 @op("AffineGrid", since=20, host_inputs=(1,))
 def affine_grid(theta, size, *, align_corners=0):
+    """The sampling grid of the affine matrices ``theta`` for an output ``size``; opset 20+."""
     t = jnp.asarray(theta)
     spatial = [int(s) for s in np.asarray(size)[2:]]
     axes = []
@@ -558,6 +565,7 @@ def roi_align_10(
     sampling_ratio=0,
     spatial_scale=1.0,
 ):
+    """Average or max of bilinear samples over each region's bins (no half-pixel); opsets 10-15."""
     return _roi_align(
         X,
         rois,
@@ -584,6 +592,7 @@ def roi_align(
     sampling_ratio=0,
     spatial_scale=1.0,
 ):
+    """Average or max of bilinear samples over each region's bins; opset 16+."""
     return _roi_align(
         X,
         rois,
@@ -603,6 +612,7 @@ def roi_align(
 
 @op("Col2Im", since=18, host_inputs=(1, 2))
 def col2im(input, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    """Columns of image blocks summed back into an image (the inverse of im2col); opset 18+."""
     x = jnp.asarray(input)
     image = [int(v) for v in np.asarray(image_shape)]
     block = [int(v) for v in np.asarray(block_shape)]
