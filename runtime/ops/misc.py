@@ -100,6 +100,7 @@ def quantize_linear(
     output_dtype=0,
     precision=0,
 ):
+    """round(x / scale) + zero point, saturated to the output type; per axis/block; opset 10+."""
     return _quantize(
         x,
         y_scale,
@@ -114,6 +115,7 @@ def quantize_linear(
 
 @op("DequantizeLinear", since=10)
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
+    """(x - zero point) * scale, per tensor, axis or block; opset 10+."""
     xv = jnp.asarray(x)
     scale = jnp.asarray(x_scale)
     dx = xv.astype(jnp.float32)
@@ -126,6 +128,7 @@ def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, ou
 
 @op("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(x):
+    """x quantized to uint8 with the scale and zero point of its range; opset 11+."""
     xv = jnp.asarray(x).astype(jnp.float32)
     hi = jnp.maximum(0.0, jnp.max(xv))
     lo = jnp.minimum(0.0, jnp.min(xv))
@@ -137,6 +140,7 @@ def dynamic_quantize_linear(x):
 
 @op("QLinearMatMul", since=10)
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    """Quantized matrix product: dequantize a and b, multiply, requantize to y; opset 10+."""
     av = jnp.asarray(a)
     bv = jnp.asarray(b)
     if np.dtype(av.dtype) in _FP8:
@@ -202,6 +206,7 @@ def non_max_suppression(
     *,
     center_point_box=0,
 ):
+    """Per batch and class, the boxes kept by greedy IoU suppression; opset 10+."""
     bx = np.asarray(boxes)
     sc = np.asarray(scores)
 
@@ -238,12 +243,14 @@ def _strings(x) -> np.ndarray:
 
 @op("StringConcat", since=20, value_shaped=True)
 def string_concat(X, Y):
+    """X + Y as strings, elementwise; opset 20+."""
     joined = np.char.add(_strings(X).astype(np.str_), _strings(Y).astype(np.str_))
     return np.asarray(joined, dtype=object)
 
 
 @op("RegexFullMatch", since=20, value_shaped=True)
 def regex_full_match(X, *, pattern=""):
+    """True where the whole string matches ``pattern`` (Python's re); opset 20+."""
     try:
         regex = re.compile(pattern)
     except re.error as e:
@@ -254,6 +261,7 @@ def regex_full_match(X, *, pattern=""):
 
 @op("StringSplit", since=20, value_shaped=True)
 def string_split(X, *, delimiter=None, maxsplit=None):
+    """Each string split at ``delimiter`` (whitespace when absent), padded; counts; opset 20+."""
     x = _strings(X)
     sep = delimiter or None
     parts = [(s.split(sep) if maxsplit is None else s.split(sep, maxsplit)) for s in x.reshape(-1)]
@@ -269,6 +277,7 @@ def string_split(X, *, delimiter=None, maxsplit=None):
 def string_normalizer(
     X, *, case_change_action="NONE", is_case_sensitive=0, locale=None, stopwords=None
 ):
+    """Strings with ``stopwords`` removed and their case changed; opset 10+."""
     x = _strings(X)
     stops = set(stopwords or ())
     folded_stops = {w.lower() for w in stops}
@@ -310,6 +319,7 @@ def tfidf_vectorizer(
     pool_strings=None,
     weights=None,
 ):
+    """Counts (TF, IDF or TF-IDF) of the listed n-grams, skip-grams too; opset 9+."""
     pool = list(pool_int64s) if pool_int64s else list(pool_strings or [])
     columns: dict[tuple, int] = {}
     gram_id = 0
@@ -356,6 +366,7 @@ def tfidf_vectorizer(
 
 @op("ImageDecoder", since=20, value_shaped=True)
 def image_decoder(encoded_stream, *, pixel_format="RGB"):
+    """An encoded image (PNG, JPEG, ...) decoded to HWC uint8 in RGB, BGR or grey; opset 20+."""
     import io
 
     try:
