@@ -113,6 +113,7 @@ def label_encoder_v1(
     default_int64: int = -1,
     default_string: str = "_Unused",
 ) -> Array:
+    """Strings to their index in ``classes_strings``, or indices to strings; opset 1."""
     classes = np.asarray(list(classes_strings or []), dtype=object)
     if _is_strings(X):  # a string maps to its position among the classes
         positions = np.arange(len(classes), dtype=np.int64)
@@ -138,6 +139,7 @@ def label_encoder(
     default_string: str = "_Unused",
     default_tensor: np.ndarray | None = None,
 ) -> Array:
+    """Each key of X mapped to its value (``keys_*`` -> ``values_*``), else default; opset 2+."""
     keys = _one_of(
         "LabelEncoder",
         "keys_*",
@@ -178,12 +180,13 @@ def label_encoder(
 @op("Binarizer", domain=ML)
 def binarizer(X: Array, *, threshold: float = 0.0) -> Array:
     # "values greater than this are mapped to 1, others to 0": NaN too
+    """1 where X > ``threshold``, else 0 (NaN too), in X's type; opset 1+."""
     return _host(xp(X).where(X > threshold, 1, 0).astype(X.dtype))
 
 
 @op("ArrayFeatureExtractor", domain=ML)
 def array_feature_extractor(X: Array, Y: Array) -> Array:
-    """``X[..., Y]`` with Y's indices flattened; a 1-D X gives one row ``[1, len(Y)]``."""
+    """``X[..., Y]`` with Y's indices flattened; a 1-D X gives one row ``[1, len(Y)]``; opset 1+."""
     n = X.shape[-1]
     if is_host(Y):
         indices = np.asarray(Y, dtype=np.int64).reshape(-1)
@@ -636,6 +639,7 @@ def tree_ensemble(
     membership_values: np.ndarray | None = None,
     nodes_hitrates: np.ndarray | None = None,
 ) -> Array:
+    """Sum, average, min or max of the leaf weights a tree ensemble reaches; opset 5+."""
     aggregate = _enum("TreeEnsemble", "aggregate_function", aggregate_function, _AGGREGATES)
     transform = _enum("TreeEnsemble", "post_transform", post_transform, _TRANSFORMS)
     forest = _forest_v5(
@@ -697,6 +701,7 @@ def tree_ensemble_regressor(
     aggregate_function: str = "SUM",
     post_transform: str = "NONE",
 ) -> Array:
+    """A tree ensemble's regression targets, + base values, transformed; opset 1+."""
     name = "TreeEnsembleRegressor"
     aggregate = _enum(name, "aggregate_function", aggregate_function, _AGGREGATES)
     transform = _enum(name, "post_transform", post_transform, _TRANSFORMS)
@@ -754,6 +759,7 @@ def tree_ensemble_classifier(
     base_values_as_tensor: np.ndarray | None = None,
     post_transform: str = "NONE",
 ) -> tuple[Array, Array]:
+    """A tree ensemble's labels and class scores (+ base values); opset 1+."""
     name = "TreeEnsembleClassifier"
     transform = _enum(name, "post_transform", post_transform, _TRANSFORMS)
     labels = _one_of(
