@@ -170,6 +170,7 @@ def rnn(
     layout=0,
     output_sequence=0,
 ):
+    """A simple RNN over the sequence (one or both ways): every hidden state, the last; opset 1+."""
     x = _prepare(X, layout)
     w, r = jnp.asarray(W), jnp.asarray(R)
     hidden = r.shape[-1]
@@ -210,6 +211,7 @@ def gru(
     linear_before_reset=0,
     output_sequence=0,
 ):
+    """A GRU over the sequence (one or both ways): every hidden state and the last; opset 1+."""
     x = _prepare(X, layout)
     w, r = jnp.asarray(W), jnp.asarray(R)
     hidden = r.shape[-1]
@@ -269,6 +271,7 @@ def lstm(
     layout=0,
     output_sequence=0,
 ):
+    """An LSTM over the sequence (one or both ways): all hidden states, last h and c; opset 1+."""
     x = _prepare(X, layout)
     w, r = jnp.asarray(W), jnp.asarray(R)
     hidden = r.shape[-1]
