@@ -56,27 +56,60 @@ def _attention(
     left_window_size=-1,
     right_window_size=-1,
 ):
+    """Y, present key, present value and the requested QK output, in named steps."""
     q, k, v = jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V)
     dtype = q.dtype
     three_d = q.ndim == 3
     if three_d:
-        if q_num_heads is None or kv_num_heads is None:
-            raise ValueError(
-                "Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes"
-            )
-        q = _split_heads(q, q_num_heads)
-        k = _split_heads(k, kv_num_heads)
-        v = _split_heads(v, kv_num_heads)
+        q, k, v = _to_heads(q, k, v, q_num_heads, kv_num_heads)
     if scale is None:
         scale = 1.0 / np.sqrt(q.shape[3])
-    root = np.sqrt(scale).astype(dtype)
     if past_key is not None:
         k = jnp.concatenate([jnp.asarray(past_key), k], axis=2)
     if past_value is not None:
         v = jnp.concatenate([jnp.asarray(past_value), v], axis=2)
     present_key, present_value = k, v
-    q_len, kv_len = q.shape[2], k.shape[2]
+    bias = _attention_bias(
+        q,
+        k,
+        attn_mask,
+        past_key,
+        nonpad_kv_seqlen,
+        is_causal=is_causal,
+        left_window_size=left_window_size,
+        right_window_size=right_window_size,
+    )
+    k, v = _repeat_kv_heads(k, v, q.shape[1])
+    qk, scores = _scores(q, k, bias, np.sqrt(scale).astype(dtype), softcap)
+    qk_out = scores if qk_matmul_output_mode == 2 else qk
+    probs = _masked_softmax(scores, bias, softmax_precision)
+    if qk_matmul_output_mode == 3:
+        qk_out = probs
+    y = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(dtype), v)
+    if three_d:
+        y = jnp.transpose(y, (0, 2, 1, 3)).reshape(y.shape[0], y.shape[2], -1)
+    return y.astype(dtype), present_key, present_value, qk_out.astype(dtype)
 
+
+def _to_heads(q, k, v, q_num_heads, kv_num_heads):
+    """3-D (batch, seq, heads * head) inputs as 4-D (batch, heads, seq, head)."""
+    if q_num_heads is None or kv_num_heads is None:
+        raise ValueError("Attention: 3-D inputs need the q_num_heads and kv_num_heads attributes")
+    return (
+        _split_heads(q, q_num_heads),
+        _split_heads(k, kv_num_heads),
+        _split_heads(v, kv_num_heads),
+    )
+
+
+def _attention_bias(
+    q, k, attn_mask, past_key, nonpad_kv_seqlen, *, is_causal, left_window_size, right_window_size
+):
+    """The additive (0 / -inf) bias of the scores: the mask (bool or float, padded to the
+    keys' length), the causal or sliding window, and the padding after each batch entry's
+    ``nonpad_kv_seqlen`` keys."""
+    dtype = q.dtype
+    q_len, kv_len = q.shape[2], k.shape[2]
     bias = jnp.zeros((q_len, kv_len), dtype)
     mask = None if attn_mask is None else jnp.asarray(attn_mask)
     if mask is not None and mask.shape[-1] < kv_len:
@@ -108,16 +141,29 @@ def _attention(
         keep = jnp.arange(kv_len) < jnp.asarray(nonpad_kv_seqlen)[:, None]
         pad_bias = jnp.where(keep, 0, -jnp.inf).astype(dtype)
         bias = bias + pad_bias.reshape(q.shape[0], 1, 1, kv_len)
+    return bias
 
-    heads_q, heads_kv = q.shape[1], k.shape[1]
-    if heads_q != heads_kv:
-        k = jnp.repeat(k, heads_q // heads_kv, axis=1)
-        v = jnp.repeat(v, heads_q // heads_kv, axis=1)
+
+def _repeat_kv_heads(k, v, heads_q: int):
+    """Grouped-query attention: each key/value head serves heads_q / heads_kv query heads."""
+    heads_kv = k.shape[1]
+    if heads_q == heads_kv:
+        return k, v
+    return jnp.repeat(k, heads_q // heads_kv, axis=1), jnp.repeat(v, heads_q // heads_kv, axis=1)
+
+
+def _scores(q, k, bias, root, softcap):
+    """QK^T scaled (sqrt(scale) on each side, as the reference does) and soft-capped, and
+    the same plus the bias."""
     qk = jnp.einsum("bhqd,bhkd->bhqk", q * root, k * root)
     if softcap:
         qk = jnp.tanh(qk / softcap) * softcap
-    scores = qk + bias
-    qk_out = scores if qk_matmul_output_mode == 2 else qk
+    return qk, qk + bias
+
+
+def _masked_softmax(scores, bias, softmax_precision):
+    """Softmax over the keys, in ``softmax_precision`` when given; a row whose bias masks
+    every key is zeros, not NaN."""
     if softmax_precision is not None:
         from onnx.helper import tensor_dtype_to_np_dtype
 
@@ -127,14 +173,7 @@ def _attention(
     total = jnp.sum(e, axis=-1, keepdims=True)
     probs = e / jnp.where(total == 0, 1, total)
     fully_masked = jnp.isneginf(jnp.max(bias, axis=-1, keepdims=True))
-    probs = jnp.where(fully_masked, 0, probs)
-    if qk_matmul_output_mode == 3:
-        qk_out = probs
-    probs = probs.astype(dtype)
-    y = jnp.einsum("bhqk,bhkd->bhqd", probs, v)
-    if three_d:
-        y = jnp.transpose(y, (0, 2, 1, 3)).reshape(y.shape[0], y.shape[2], -1)
-    return y.astype(dtype), present_key, present_value, qk_out.astype(dtype)
+    return jnp.where(fully_masked, 0, probs)
 
 
 @op("Attention", since=23)
