@@ -326,12 +326,7 @@ def _forest_v5(
     }
     if nodes_missing_value_tracks_true:
         columns["nodes_missing_value_tracks_true"] = nodes_missing_value_tracks_true
-    for attr, column in columns.items():
-        if len(column) != n:
-            raise ValueError(
-                f"{name} has {n} nodes_featureids but {len(column)} {attr}; "
-                "all nodes_* attributes must have the same length"
-            )
+    _check_lengths(name, "nodes_featureids", n, columns)
     weights = np.asarray(leaf_weights, dtype=np.float64).reshape(-1)
     if weights.size != n_leaves:
         raise ValueError(
@@ -416,12 +411,7 @@ def _forest_v1(
     }
     if nodes_missing_value_tracks_true:
         columns["nodes_missing_value_tracks_true"] = nodes_missing_value_tracks_true
-    for attr, column in columns.items():
-        if len(column) != rows:
-            raise ValueError(
-                f"{op_type} has {rows} nodes_treeids but {len(column)} {attr}; "
-                "all nodes_* attributes must have the same length"
-            )
+    _check_lengths(op_type, "nodes_treeids", rows, columns)
     row_of = {
         (t, i): r for r, (t, i) in enumerate(zip(tree_ids.tolist(), node_ids.tolist(), strict=True))
     }
@@ -430,24 +420,82 @@ def _forest_v1(
         [0 if m == "LEAF" else _enum(op_type, "nodes_modes", m, _MODES) for m in nodes_modes or []],
         np.int64,
     )
+    true_next = _v1_next_rows(
+        op_type, "nodes_truenodeids", tree_ids, nodes_truenodeids or [], is_leaf, row_of
+    )
+    false_next = _v1_next_rows(
+        op_type, "nodes_falsenodeids", tree_ids, nodes_falsenodeids or [], is_leaf, row_of
+    )
+    roots = _v1_roots(tree_ids, true_next, false_next, is_leaf)
+    depth = _v1_depth(op_type, is_leaf, roots, true_next, false_next)
+    targets, leaf_weights, has_weight = _v1_leaf_weights(
+        op_type,
+        prefix,
+        row_of,
+        rows,
+        weight_treeids,
+        weight_nodeids,
+        weight_targetids,
+        weights,
+        n_targets,
+    )
+    missing = np.zeros(rows, bool)
+    if nodes_missing_value_tracks_true:
+        missing[:] = np.asarray(nodes_missing_value_tracks_true, bool)
+    return _Forest(
+        feature=np.asarray(nodes_featureids or [], np.int64),
+        threshold=np.asarray(nodes_values, np.float64).reshape(-1),
+        mode=mode,
+        missing_true=missing,
+        true_next=true_next,
+        false_next=false_next,
+        members=np.full((rows, 1), np.nan),
+        roots=roots,
+        depth=depth,
+        targets=targets,
+        weights=leaf_weights,
+        has_weight=has_weight,
+        n_targets=n_targets,
+    )
 
-    def nexts(children: list[int], attr: str) -> np.ndarray:
-        out = np.arange(rows)
-        for r, (t, child) in enumerate(zip(tree_ids.tolist(), children, strict=True)):
-            if is_leaf[r]:
-                continue
-            if (t, child) not in row_of:
-                raise ValueError(
-                    f"{op_type}'s {attr} names node {child} of tree {t}, which is not among "
-                    "nodes_treeids/nodes_nodeids; fix the attribute in the model"
-                )
-            out[r] = row_of[(t, child)]
-        return out
 
-    true_next = nexts(nodes_truenodeids or [], "nodes_truenodeids")
-    false_next = nexts(nodes_falsenodeids or [], "nodes_falsenodeids")
-    # a tree's root is its node that no other node leads to
-    child = np.zeros(rows, bool)
+def _check_lengths(op_type: str, first: str, n: int, columns: dict[str, Any]) -> None:
+    """Every ``nodes_*`` column has the ``n`` entries that ``first`` has."""
+    for attr, column in columns.items():
+        if len(column) != n:
+            raise ValueError(
+                f"{op_type} has {n} {first} but {len(column)} {attr}; "
+                "all nodes_* attributes must have the same length"
+            )
+
+
+def _v1_next_rows(
+    op_type: str,
+    attr: str,
+    tree_ids: np.ndarray,
+    children: list[int],
+    is_leaf: np.ndarray,
+    row_of: dict[tuple[int, int], int],
+) -> np.ndarray:
+    """The row each row's ``attr`` child is (a leaf leads to itself)."""
+    out = np.arange(tree_ids.size)
+    for r, (t, child) in enumerate(zip(tree_ids.tolist(), children, strict=True)):
+        if is_leaf[r]:
+            continue
+        if (t, child) not in row_of:
+            raise ValueError(
+                f"{op_type}'s {attr} names node {child} of tree {t}, which is not among "
+                "nodes_treeids/nodes_nodeids; fix the attribute in the model"
+            )
+        out[r] = row_of[(t, child)]
+    return out
+
+
+def _v1_roots(
+    tree_ids: np.ndarray, true_next: np.ndarray, false_next: np.ndarray, is_leaf: np.ndarray
+) -> np.ndarray:
+    """Each tree's root, in the order trees first appear: its node that no other leads to."""
+    child = np.zeros(tree_ids.size, bool)
     interior = ~is_leaf
     child[true_next[interior]] = True
     child[false_next[interior]] = True
@@ -455,15 +503,40 @@ def _forest_v1(
     for t in dict.fromkeys(tree_ids.tolist()):
         candidates = np.flatnonzero((tree_ids == t) & ~child)
         roots.append(candidates[0] if candidates.size else np.flatnonzero(tree_ids == t)[0])
-    roots_a = np.asarray(roots, np.int64)
-    # _depth wants leaves after interior rows: walk with the leaf rows mapped past the end
+    return np.asarray(roots, np.int64)
+
+
+def _v1_depth(
+    op_type: str,
+    is_leaf: np.ndarray,
+    roots: np.ndarray,
+    true_next: np.ndarray,
+    false_next: np.ndarray,
+) -> int:
+    """``_depth`` of rows where leaves and interior nodes mix: ``_depth`` wants the leaves
+    after the interior rows, so the walk maps the leaf rows past the end."""
+    rows = is_leaf.size
     order = np.argsort(is_leaf, kind="stable")
     rank = np.empty(rows, np.int64)
     rank[order] = np.arange(rows)
-    n_interior = int(interior.sum())
+    n_interior = int((~is_leaf).sum())
     walk_true, walk_false = rank[true_next][order], rank[false_next][order]
-    depth = _depth(op_type, n_interior, rank[roots_a], walk_true, walk_false)
+    return _depth(op_type, n_interior, rank[roots], walk_true, walk_false)
 
+
+def _v1_leaf_weights(
+    op_type: str,
+    prefix: str,
+    row_of: dict[tuple[int, int], int],
+    rows: int,
+    weight_treeids: list[int] | None,
+    weight_nodeids: list[int] | None,
+    weight_targetids: list[int] | None,
+    weights: np.ndarray,
+    n_targets: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[rows, K] targets, weights and presence of each row's up to K ``{prefix}_*`` weights
+    (given per (tree, node id, target))."""
     w_tree = np.asarray(weight_treeids or [], np.int64)
     w_node = np.asarray(weight_nodeids or [], np.int64)
     w_target = np.asarray(weight_targetids or [], np.int64)
@@ -497,24 +570,7 @@ def _forest_v1(
     for r, entries in enumerate(per_row):
         for k, (target, value) in enumerate(entries):
             targets[r, k], leaf_weights[r, k], has_weight[r, k] = target, value, True
-    missing = np.zeros(rows, bool)
-    if nodes_missing_value_tracks_true:
-        missing[:] = np.asarray(nodes_missing_value_tracks_true, bool)
-    return _Forest(
-        feature=np.asarray(nodes_featureids or [], np.int64),
-        threshold=np.asarray(nodes_values, np.float64).reshape(-1),
-        mode=mode,
-        missing_true=missing,
-        true_next=true_next,
-        false_next=false_next,
-        members=np.full((rows, 1), np.nan),
-        roots=roots_a,
-        depth=depth,
-        targets=targets,
-        weights=leaf_weights,
-        has_weight=has_weight,
-        n_targets=n_targets,
-    )
+    return targets, leaf_weights, has_weight
 
 
 def _leaves(forest: _Forest, x: Array) -> Array:
