@@ -162,6 +162,8 @@ def _resize(
     mode="nearest",
     nearest_mode="round_prefer_floor",
 ):
+    """Resize of every version, in named steps: the output shape, the tap weights' rule,
+    then one separable pass per resized axis in at least float32."""
     x = jnp.asarray(X)
     rank = x.ndim
     shape = x.shape
@@ -176,40 +178,8 @@ def _resize(
         for i, a in enumerate(axes):
             full[a], full[rank + a] = roi[i], roi[len(axes) + i]
         roi = np.asarray(full)
-    if sizes is not None:
-        out = list(shape)
-        for i, a in enumerate(axes):
-            out[a] = int(sizes[i])
-        factors = [out[i] / shape[i] for i in range(rank)]
-        if keep_aspect_ratio_policy != "stretch":
-            pick = min if keep_aspect_ratio_policy == "not_larger" else max
-            s = pick(factors[a] for a in axes)
-            factors = [s if i in axes else 1.0 for i in range(rank)]
-            out = [int(s * shape[i] + 0.5) if i in axes else shape[i] for i in range(rank)]
-    elif scales is not None:
-        factors = [1.0] * rank
-        for i, a in enumerate(axes):
-            factors[a] = float(scales[i])
-        out = [int(factors[i] * shape[i]) for i in range(rank)]
-    else:
-        raise ValueError("Resize needs one of the 'scales' or 'sizes' inputs")
-
-    if mode == "nearest":
-
-        def coeffs_fn(r, s):
-            if nearest_mode == "simple":  # Resize-10/Upsample: ceil when shrinking, else floor
-                return _nearest_coeffs(r, "ceil" if s < 1 else "floor")
-            return _nearest_coeffs(r, nearest_mode)
-    elif mode == "linear":
-        coeffs_fn = _linear_coeffs_antialias if antialias else _linear_coeffs
-    elif mode == "cubic":
-        base = _cubic_coeffs_antialias if antialias else _cubic_coeffs
-
-        def coeffs_fn(r, s):
-            return base(r, s, cubic_coeff_a)
-    else:
-        raise ValueError(f"Resize: unknown mode {mode!r}")
-
+    factors, out = _resize_shape(shape, axes, scales, sizes, keep_aspect_ratio_policy)
+    coeffs_fn = _resize_coeffs_fn(mode, nearest_mode, antialias, cubic_coeff_a)
     out_dtype = x.dtype
     # Interpolate in at least float32: half-precision weights lose whole pixels of accuracy.
     wide = x.dtype in (jnp.float32, jnp.float64)
@@ -231,16 +201,7 @@ def _resize(
             bool(exclude_outside),
             mode == "nearest",
         )
-        if mode == "nearest":
-            pick = idx[np.arange(idx.shape[0]), np.argmax(coeffs, axis=1)]
-            work = jnp.take(work, jnp.asarray(pick), axis=a)
-        else:
-            weights = np.zeros((out[a], shape[a]), np.float64)
-            np.add.at(
-                weights, (np.repeat(np.arange(out[a]), idx.shape[1]), idx.ravel()), coeffs.ravel()
-            )
-            w = jnp.asarray(weights, work.dtype)
-            work = jnp.moveaxis(jnp.tensordot(work, w, axes=([a], [1])), -1, a)
+        work = _resize_axis(work, a, idx, coeffs, nearest=mode == "nearest")
         if extrapolated is not None and extrapolated.any():
             mask = extrapolated.reshape((1,) * a + (-1,) + (1,) * (rank - a - 1))
             work = jnp.where(jnp.asarray(mask), jnp.asarray(extrapolation_value, work.dtype), work)
@@ -250,6 +211,66 @@ def _resize(
             work = jnp.clip(jnp.round(work), info.min, info.max)
         work = work.astype(out_dtype)
     return work
+
+
+def _resize_shape(shape, axes, scales, sizes, keep_aspect_ratio_policy):
+    """Each dim's scale factor and output length, from ``sizes`` (with the aspect-ratio
+    policy) or else ``scales``."""
+    rank = len(shape)
+    if sizes is not None:
+        out = list(shape)
+        for i, a in enumerate(axes):
+            out[a] = int(sizes[i])
+        factors = [out[i] / shape[i] for i in range(rank)]
+        if keep_aspect_ratio_policy != "stretch":
+            pick = min if keep_aspect_ratio_policy == "not_larger" else max
+            s = pick(factors[a] for a in axes)
+            factors = [s if i in axes else 1.0 for i in range(rank)]
+            out = [int(s * shape[i] + 0.5) if i in axes else shape[i] for i in range(rank)]
+    elif scales is not None:
+        factors = [1.0] * rank
+        for i, a in enumerate(axes):
+            factors[a] = float(scales[i])
+        out = [int(factors[i] * shape[i]) for i in range(rank)]
+    else:
+        raise ValueError("Resize needs one of the 'scales' or 'sizes' inputs")
+    return factors, out
+
+
+def _resize_coeffs_fn(mode, nearest_mode, antialias, cubic_coeff_a):
+    """The tap weights of ``mode`` as a function of (fractional position, scale)."""
+    if mode == "nearest":
+
+        def coeffs_fn(r, s):
+            if nearest_mode == "simple":  # Resize-10/Upsample: ceil when shrinking, else floor
+                return _nearest_coeffs(r, "ceil" if s < 1 else "floor")
+            return _nearest_coeffs(r, nearest_mode)
+
+        return coeffs_fn
+    if mode == "linear":
+        return _linear_coeffs_antialias if antialias else _linear_coeffs
+    if mode == "cubic":
+        base = _cubic_coeffs_antialias if antialias else _cubic_coeffs
+
+        def cubic_fn(r, s):
+            return base(r, s, cubic_coeff_a)
+
+        return cubic_fn
+    raise ValueError(f"Resize: unknown mode {mode!r}")
+
+
+def _resize_axis(work, a, idx, coeffs, *, nearest):
+    """One resized axis: a gather of the heaviest tap (nearest), else a dot with the
+    (out, in) weight matrix."""
+    if nearest:
+        pick = idx[np.arange(idx.shape[0]), np.argmax(coeffs, axis=1)]
+        return jnp.take(work, jnp.asarray(pick), axis=a)
+    weights = np.zeros((idx.shape[0], work.shape[a]), np.float64)
+    np.add.at(
+        weights, (np.repeat(np.arange(idx.shape[0]), idx.shape[1]), idx.ravel()), coeffs.ravel()
+    )
+    w = jnp.asarray(weights, work.dtype)
+    return jnp.moveaxis(jnp.tensordot(work, w, axes=([a], [1])), -1, a)
 
 
 @op("Resize", since=10, host_inputs=(1,))
