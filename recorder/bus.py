@@ -46,7 +46,7 @@ __all__ = [
 
 log = logging.getLogger("ember.recorder")
 
-Handler = Callable[[str, dict[str, Any], dict[str, Any]], None]
+Handler = Callable[[str, dict[str, Any], Mapping[str, Any]], None]
 """``fn(event_name, measurements, metadata)``."""
 
 _lock = threading.Lock()

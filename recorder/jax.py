@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, Literal
 
 import jax
@@ -232,7 +233,7 @@ def _arg_type(value: Any) -> str:
 
 def primitive_call(name: str) -> PrimitiveCall | None:
     """The primitive ``name`` being run outside jit on this thread's stack, else None."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "apply_primitive" and code.co_filename.endswith("dispatch.py"):
@@ -269,10 +270,10 @@ def primitive_changes(old: PrimitiveCall, new: PrimitiveCall) -> tuple[str, list
                 changes.append(change)
                 phrases.append(phrase)
     for k in sorted(set(old.params) | set(new.params)):
-        o, n = old.params.get(k), new.params.get(k)
-        if o != n:
-            changes.append({"arg": k, "what": "static", "old": o, "new": n})
-            phrases.append(f"{k}: {o} -> {n}")
+        before, after = old.params.get(k), new.params.get(k)
+        if before != after:
+            changes.append({"arg": k, "what": "static", "old": before, "new": after})
+            phrases.append(f"{k}: {before} -> {after}")
     detail = (
         "; ".join(phrases)
         if phrases
@@ -315,7 +316,7 @@ class _ExplainCapture(logging.Handler):
         self.bridge = bridge
         self.pass_through = pass_through
 
-    def filter(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
+    def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "_ember_seen", False):
             return True
         try:
@@ -324,7 +325,7 @@ class _ExplainCapture(logging.Handler):
             return True
         if not msg.startswith(_EXPLAIN_PREFIX):
             return True
-        record._ember_seen = True  # type: ignore[attr-defined]
+        record._ember_seen = True
         self.bridge.on_explanation(msg)
         return self.pass_through
 
@@ -360,7 +361,7 @@ class _Bridge:
                 monitoring.register_event_listener(self.on_event)
             self.watchers.append(watcher)
             if watcher.explain and self.capture is None:
-                self.saved_explain = bool(jax.config.jax_explain_cache_misses)
+                self.saved_explain = bool(_jax_flag("jax_explain_cache_misses"))
                 self.capture = _ExplainCapture(self, pass_through=self.saved_explain)
                 for name in _EXPLAIN_LOGGERS:
                     logging.getLogger(name).addFilter(self.capture)
@@ -403,11 +404,12 @@ class _Bridge:
         elif event == CACHE_MISS_EVENT:
             self.state().cache_result = "miss"
 
-    def on_span(self, event: str, start: float, end: float, **kwargs: Any) -> None:
+    def on_span(self, event: str, start_time: float, end_time: float, **kwargs: str | int) -> None:
         # Called inside JAX's compile path: a bug here must never fail the program's
-        # compile, so it is logged and the span is lost.
+        # compile, so it is logged and the span is lost. (The parameter names are those of
+        # jax.monitoring's EventTimeSpanListenerWithMetadata.)
         try:
-            self._on_span(event, start, end, **kwargs)
+            self._on_span(event, start_time, end_time, **kwargs)
         except Exception:
             _log.exception("ember: could not record a JAX compile event %s", event)
 
@@ -512,9 +514,15 @@ def _ns(span: tuple[float, float] | None) -> int | None:
 
 
 def _persistent_cache_enabled() -> bool:
-    return bool(jax.config.jax_compilation_cache_dir) and bool(
-        jax.config.jax_enable_compilation_cache
+    return bool(_jax_flag("jax_compilation_cache_dir")) and bool(
+        _jax_flag("jax_enable_compilation_cache")
     )
+
+
+def _jax_flag(name: str) -> Any:
+    """The current value of a JAX flag. Flags are dynamic attributes of ``jax.config``
+    (``config.read`` refuses those with a context manager), which its type stubs omit."""
+    return getattr(jax.config, name)
 
 
 @contextmanager
@@ -544,7 +552,7 @@ def gradient_records(grads: Any) -> list[dict[str, Any]]:
     """
     leaves, _ = jax.tree_util.tree_flatten_with_path(grads, is_leaf=lambda x: x is None)
     values = jax.device_get([leaf for _, leaf in leaves])
-    out = []
+    out: list[dict[str, Any]] = []
     for (path, _), value in zip(leaves, values, strict=True):
         key = "/".join(_key_part(p) for p in path) or "<root>"
         if value is None:

@@ -15,6 +15,7 @@ No jax import: this module only formats event metadata.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from . import bus
@@ -44,7 +45,7 @@ def _ms(measurements: dict[str, Any]) -> str:
     return f"{duration / 1e6:.1f} ms" if isinstance(duration, (int, float)) else "? ms"
 
 
-def _source(metadata: dict[str, Any]) -> str:
+def _source(metadata: Mapping[str, Any]) -> str:
     return str(metadata.get("source") or "<memory>")
 
 
@@ -71,7 +72,7 @@ def _statics(statics: Any) -> str:
     return "; static " + ", ".join(shown)
 
 
-def format_event(name: str, measurements: dict[str, Any], metadata: dict[str, Any]) -> str:
+def format_event(name: str, measurements: dict[str, Any], metadata: Mapping[str, Any]) -> str:
     """The log line of one compile event."""
     src = _source(metadata)
     if name == _COMPILE_STOP:
@@ -131,7 +132,7 @@ def log_compiles(
         return HANDLER_ID
     log = logging.getLogger(logger) if isinstance(logger, str) else logger
 
-    def handle(name: str, measurements: dict[str, Any], metadata: dict[str, Any]) -> None:
+    def handle(name: str, measurements: dict[str, Any], metadata: Mapping[str, Any]) -> None:
         if log.isEnabledFor(level):
             log.log(level, "%s", format_event(name, measurements, metadata))
 

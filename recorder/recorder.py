@@ -32,7 +32,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib import metadata as _pkg_metadata
 from pathlib import Path
@@ -197,7 +197,7 @@ class Recorder:
         current_span = bus.current_span_id
         with_span = "span_id" in fields
 
-        def on_point(name: str, measurements: dict[str, Any], md: dict[str, Any]) -> None:
+        def on_point(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
             ts = measurements["monotonic_time"] - t0
             # Fast path: metadata that holds only record fields is taken whole.
             if fields.issuperset(md):
@@ -214,7 +214,7 @@ class Recorder:
 
         return on_point
 
-    def _on_span(self, name: str, measurements: dict[str, Any], md: dict[str, Any]) -> None:
+    def _on_span(self, name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
         ts = self.ts(measurements["monotonic_time"])
         prefix, _, phase = name.rpartition(".")
         span_kind = SPANS[prefix]
@@ -254,7 +254,7 @@ class Recorder:
     def _attrs(
         span_kind: str,
         fields: frozenset[str],
-        md: dict[str, Any],
+        md: Mapping[str, Any],
         measurements: dict[str, Any] | None,
     ) -> dict[str, Any]:
         if span_kind == "user":

@@ -172,7 +172,7 @@ class DeviceMemoryTracker:
         self._handler_id = f"ember.runtime.memory.tracker.{next(_tracker_ids)}"
         bus.attach(self._handler_id, self.events, self._on_event)
 
-    def _on_event(self, name: str, measurements: dict[str, Any], md: dict[str, Any]) -> None:
+    def _on_event(self, name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
         sample_device_memory(self.devices, span_id=md.get("span_id"))
         self.readings += 1
 

@@ -378,7 +378,7 @@ def _span_models(base: type[RecordModel], which: int, suffix: str) -> list[type[
                 (base,),
                 {
                     "__annotations__": {
-                        "span_kind": Literal[span_kind],  # type: ignore[valid-type]
+                        "span_kind": Literal[span_kind],
                         "attrs": attrs[which],
                     },
                     "__module__": __name__,
