@@ -377,15 +377,17 @@ _MAYBE_DEEP_SQL = maybe_too_deep_sql(MAX_NESTING)
 # each id: the earlier NOT EXISTS (... s.rowid < e.rowid) compared every start of an id
 # with every end of it, quadratic in the copies of a duplicated id.
 _SPAN_PROBLEMS_SQL = """
-SELECT rowid, 'a second ' || kind || ' of span_id ' || span_id
+SELECT x.rowid, 'a second ' || x.kind || ' of span_id ' || x.span_id
     || ' (span ids are unique in a run; were two traces concatenated?)', true
-FROM (
-    SELECT rowid, kind, span_id,
-        rowid <> min(rowid) OVER (PARTITION BY kind, span_id) AS again
-    FROM _stage WHERE kind IN ('span_start', 'span_end')
-) AS x
-WHERE again
-    OR (kind = 'span_start' AND span_id IN (SELECT span_id FROM span_start WHERE run_id = $run_id))
+FROM _stage AS x
+LEFT JOIN (
+    -- the ids seen more than once (a hash aggregate: a valid file has none to join)
+    SELECT kind, span_id, min(rowid) AS first FROM _stage
+    WHERE kind IN ('span_start', 'span_end') GROUP BY ALL HAVING count(*) > 1
+) AS d ON d.kind = x.kind AND d.span_id = x.span_id
+WHERE x.rowid <> d.first
+    OR (x.kind = 'span_start'
+        AND x.span_id IN (SELECT span_id FROM span_start WHERE run_id = $run_id))
 UNION ALL
 SELECT e.rowid, CASE WHEN s.first < e.rowid
         THEN 'a second span_end of span_id ' || e.span_id
