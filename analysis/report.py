@@ -751,6 +751,22 @@ _KIND_ORDER = [
 ]
 
 
+def _advise_buckets(found: list[Finding]) -> list[Finding]:
+    """A position that recompiles on every call gets the bucket advice in its own sentence
+    (the action); the bucket finding it took is left out."""
+    advice = {(f.run_id, f.data.get("position")): f for f in found if f.kind == "buckets"}
+    for f in found:
+        if f.kind != "recompile" or "on every call" not in f.text:
+            continue
+        b = advice.get((f.run_id, f.data.get("position")))
+        if b is not None:
+            pad = b.text.split(": ", 1)[1]
+            f.text += f"; {pad}"
+            f.data["buckets"] = b.data
+            found = [x for x in found if x is not b]
+    return found
+
+
 def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[RunReport]:
     """Per run (one, or all in start order): the headline and up to ``limit`` findings."""
     if run_id is None:
@@ -774,6 +790,7 @@ def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[
         *_memory_findings(con, run_ids, summaries),
         *_latency_findings(con, run_ids, summaries),
     ]
+    found = _advise_buckets(found)
     by_run: dict[str, list[Finding]] = {r: [] for r in run_ids}
     for f in found:
         by_run[f.run_id].append(f)

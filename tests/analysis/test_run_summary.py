@@ -140,3 +140,29 @@ def test_a_database_made_before_schema_2_opens_and_says_dispatch_only(recorded, 
         row = con.sql("SELECT * FROM run_summary").to_dicts()[0]
     assert (row["calls"], row["compiles"], row["recompiles"]) == (10, 5, 4)
     assert row["sync"] is False and row["latency_kind"] == "dispatch only"
+
+
+def test_a_position_that_recompiles_on_every_call_carries_the_bucket_advice(tmp_path):
+    w = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["w", "x"], ["y"])],
+        "every",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, "n"])],
+        initializer=[w],
+    )
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    trace, db = tmp_path / "t.jsonl", tmp_path / "t.duckdb"
+    sweep = ["--sweep", "x:1=5,9,13,17,21", "--calls", "1", "--record", str(trace)]
+    assert runner.invoke(app, ["run", str(model), *sweep]).exit_code == 0
+    assert ingest([trace], db).rejected == 0
+    from ember.analysis.report import report
+
+    with connect(db, read_only=True) as con:
+        (r,) = report(con)
+    first = r.findings[0]
+    assert first.kind == "recompile"
+    assert "x dim 1 changed on every call (5 -> 9 -> 13 -> 17 -> 21)" in first.text
+    assert first.text.endswith("; padding x dim 1 to 8/16/32 would compile 3 times instead of 5")
+    assert [f for f in r.findings if f.kind == "buckets"] == []  # said once, in the action
