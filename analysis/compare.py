@@ -671,7 +671,7 @@ def compare(base: RunData, candidate: RunData, config: GateConfig) -> Comparison
     rows = _metric_rows(base, candidate, derived)
     by_column = {r.metric: r for r in rows}
     results = [_apply(rule, by_column) for rule in config.rules]
-    context = {
+    context: dict[str, tuple[Any, Any]] = {
         k: (base.summary.get(k), candidate.summary.get(k))
         for k in ("latency_of", "latency_kind", "peak_source", "backend", "host")
         if k in base.summary or k in candidate.summary

@@ -201,8 +201,8 @@ def table_ddl() -> list[str]:
             cols.update(MEMORY_RUNNING_COLUMNS)
         text = ", ".join(f'"{c}" {t}' for c, t in cols.items())
         stmts.append(f"CREATE TABLE IF NOT EXISTS {kind} ({text})")
-    cols = ", ".join(f'"{c}" {t}' for c, t in RUNS_COLUMNS.items())
-    stmts.append(f"CREATE TABLE IF NOT EXISTS runs ({cols}, PRIMARY KEY (run_id))")
+    run_cols = ", ".join(f'"{c}" {t}' for c, t in RUNS_COLUMNS.items())
+    stmts.append(f"CREATE TABLE IF NOT EXISTS runs ({run_cols}, PRIMARY KEY (run_id))")
     stmts.append(
         """CREATE TABLE IF NOT EXISTS ingested_files (
             file VARCHAR PRIMARY KEY,   -- absolute path

@@ -33,8 +33,9 @@ _TIME_UNITS = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
 _SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
-def _missing(value: float | None) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def _present(value: float | None) -> float | None:
+    """``value``, or None when it is missing: None or a float NaN."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
 def _digits(v: float, unit: str) -> str:
@@ -47,7 +48,7 @@ def _digits(v: float, unit: str) -> str:
 
 def duration(ns: float | None, missing: str = MISSING) -> str:
     """A duration given in nanoseconds: '3.9 s', '412 ms', '4.5 ms', '420 µs', '2.5 min'."""
-    if _missing(ns):
+    if (ns := _present(ns)) is None:
         return missing
     sign, ns = ("-", -ns) if ns < 0 else ("", ns)
     s = ns / 1e9
@@ -66,12 +67,12 @@ def duration(ns: float | None, missing: str = MISSING) -> str:
 
 def duration_ms(ms: float | None, missing: str = MISSING) -> str:
     """A duration given in milliseconds (as the dashboard's frames carry them)."""
-    return missing if _missing(ms) else duration(ms * 1e6)
+    return missing if (ms := _present(ms)) is None else duration(ms * 1e6)
 
 
 def size(n: float | None, missing: str = MISSING) -> str:
     """Bytes in binary units: '64 B', '6.8 KiB', '9.5 MiB', '615 MiB', '3.0 GiB'."""
-    if _missing(n):
+    if (n := _present(n)) is None:
         return missing
     sign, v = ("-", -float(n)) if n < 0 else ("", float(n))
     for unit in _SIZE_UNITS:
@@ -98,7 +99,7 @@ def size_unit(n: float | None) -> tuple[str, int]:
 def percent(fraction: float | None, missing: str = MISSING) -> str:
     """A fraction (0.873) as a rounded percentage ('87%'); '<1%' and '>99%' near the ends,
     so a little is never shown as none and almost all never as all."""
-    if _missing(fraction):
+    if (fraction := _present(fraction)) is None:
         return missing
     p = fraction * 100
     if 0 < p < 0.5:
@@ -110,7 +111,7 @@ def percent(fraction: float | None, missing: str = MISSING) -> str:
 
 def count(n: int | float | None, missing: str = MISSING) -> str:
     """A count with thousands separators: '1,234'."""
-    if _missing(n):
+    if (n := _present(n)) is None:
         return missing
     return f"{n:,.0f}"
 
@@ -118,7 +119,7 @@ def count(n: int | float | None, missing: str = MISSING) -> str:
 def number(x: float | None, missing: str = MISSING) -> str:
     """A plain number without unit: integers with thousands separators ('12,345'), other
     values with 4 significant digits ('3.215', '0.0421'), large ones rounded ('12,346')."""
-    if _missing(x):
+    if (x := _present(x)) is None:
         return missing
     if float(x).is_integer() or abs(x) >= 1000:
         return f"{x:,.0f}"

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import duckdb
 import pyarrow as pa
@@ -90,12 +90,17 @@ _DUCKDB_OBJECT_SIZE = MAX_LINE_BYTES + 4096
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32) if c != 9}
 
 
+FileStatus = Literal["ok", "partial", "refused", "unchanged", "busy"]
+"""What became of a file: all of it read, read but for a partial last line, refused as a
+whole, already ingested as it is, or (a lake) being written by another ingester now."""
+
+
 @dataclass
 class FileResult:
     """What ingest did with one file."""
 
     path: str
-    status: str  # ok | partial | refused | unchanged
+    status: FileStatus
     records: int = 0
     rejected: int = 0
     message: str | None = None
@@ -449,16 +454,15 @@ class _Plan:
 
 
 def _previous(con: duckdb.DuckDBPyConnection, file: str) -> dict[str, Any] | None:
-    row = con.execute(
+    rows = con.execute(
         "SELECT run_id, status, offset_bytes, lines, first_line_hash, schema_version "
         "FROM ingested_files WHERE file = ?",
         [file],
     ).fetchall()
-    if not row:
+    if not rows:
         return None
-    row = row[0]
     keys = ("run_id", "status", "offset_bytes", "lines", "first_line_hash", "schema_version")
-    return dict(zip(keys, row, strict=True))
+    return dict(zip(keys, rows[0], strict=True))
 
 
 def _parse_meta(first: bytes, migrations: Migrations) -> tuple[dict[str, Any], int]:
@@ -967,11 +971,10 @@ def _write(
             )
         records = 0
         if plan.start == 0:
-            n = con.execute("SELECT count(*) FROM _stage WHERE kind = 'meta'").fetchall()
-            n = n[0]
-            if n[0]:
+            (metas,) = con.execute("SELECT count(*) FROM _stage WHERE kind = 'meta'").fetchall()[0]
+            if metas:
                 con.execute(_INSERT_RUN, {"file": file})
-                records += n[0]
+                records += metas
         for kind in RECORD_TABLES:
             cur = con.execute(_INSERTS[kind], {"run_id": plan.run_id})
             records += cur.fetchall()[0][0]

@@ -76,6 +76,7 @@ from .db import (
 )
 from .ingest import (
     FileResult,
+    FileStatus,
     IngestSummary,
     _FileIngest,
     _first_line,
@@ -188,13 +189,13 @@ def _write_atomic(target: Path, data: bytes) -> None:
 def manifest_entries(lake: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
     """Every manifest entry of a lake, by file key, oldest first."""
     folder = Path(lake) / MANIFEST
-    out: dict[str, list[dict[str, Any]]] = {}
+    names_by_key: dict[str, list[str]] = {}
     if not folder.is_dir():
-        return out
+        return {}
     for e in os.scandir(folder):
         if e.name.endswith(".json") and not e.name.startswith("."):
-            out.setdefault(e.name.split("-", 1)[0], []).append(e.name)
-    return {k: _read_entries(folder, names) for k, names in out.items()}
+            names_by_key.setdefault(e.name.split("-", 1)[0], []).append(e.name)
+    return {k: _read_entries(folder, names) for k, names in names_by_key.items()}
 
 
 def _read_entries(folder: Path, names: Iterable[str]) -> list[dict[str, Any]]:
@@ -577,7 +578,7 @@ def refuse_file(lake: Path, path: Path, message: str, entries: list[dict[str, An
         size, mtime = st.st_size, st.st_mtime_ns
     except OSError:
         size, mtime = None, None
-    entry = {
+    entry: dict[str, Any] = {
         "file": str(path),
         "key": key,
         "generation": "",
@@ -736,7 +737,7 @@ def _ingest_one(
             if work.rejected and not message:
                 message = f"{len(work.rejected)} line(s) rejected; see rejected_lines"
             out = _stage_output(con, lp, work)
-            status = "partial" if work.partial else "ok"
+            status: FileStatus = "partial" if work.partial else "ok"
             commit_file(
                 lake,
                 lp,

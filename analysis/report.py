@@ -24,7 +24,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -84,13 +84,31 @@ class RunSummary:
         return self.run_id[:SHORT_ID]
 
 
+FindingKind = Literal[
+    "break",
+    "recompile",
+    "jit_retrace",
+    "outside_jit",
+    "thrash",
+    "evictions",
+    "buckets",
+    "disk_cache",
+    "disk_miss",
+    "hub",
+    "eager",
+    "overhead",
+    "errors",
+    "memory",
+    "latency",
+]
+
+
 @dataclass
 class Finding:
     """One thing worth knowing about a run, as a sentence with its numbers."""
 
     run_id: str
-    kind: str  # break | recompile | jit_retrace | outside_jit | thrash | evictions | buckets
-    # | disk_cache | disk_miss | hub | eager | overhead | errors | memory | latency
+    kind: FindingKind
     text: str
     cost_ns: int = 0
     data: dict[str, Any] = field(default_factory=dict)
@@ -516,7 +534,7 @@ def _bucket_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> list[Finding]:
     """A run that loaded segments from the disk cache, against a run of the same model."""
-    out = []
+    out: list[Finding] = []
     loaded = [s for s in summaries.values() if s.disk_hits]
     if not loaded:
         return out
