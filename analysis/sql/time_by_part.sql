@@ -84,6 +84,19 @@ outside AS (
     WHERE span_kind IN ('hub_download', 'load') AND status <> 'open'
     GROUP BY run_id, span_kind
 ),
+run_totals AS (
+    -- as run_summary counts them (wall_ns, calls, total_call_ns, latency_kind), without
+    -- the rest of run_summary
+    SELECT e.run_id, max(e.ts_ns) AS wall_ns,
+        count(*) FILTER (WHERE e.span_kind = 'call') AS calls,
+        sum(e.duration_ns) FILTER (WHERE e.span_kind = 'call') AS total_call_ns,
+        CASE WHEN count(*) FILTER (WHERE e.span_kind = 'call') > 0 THEN 'call' END
+            AS latency_of,
+        CASE WHEN any_value(r.sync) THEN 'to results' ELSE 'dispatch only' END
+            AS latency_kind
+    FROM span_end e LEFT JOIN runs r ON r.run_id = e.run_id
+    GROUP BY e.run_id
+),
 everything AS (
     SELECT run_id, part_kind, position, node, op_type, part, spans, calls_with,
         ns AS total_ns, ns AS in_calls_ns, host_transfer_ns, subgraph_ns, p50_call_ns,
@@ -115,7 +128,7 @@ SELECT
     row_number() OVER (PARTITION BY e.run_id ORDER BY e.total_ns DESC, e.part) AS rank,
     s.latency_kind
 FROM everything e
-LEFT JOIN run_summary s ON s.run_id = e.run_id
+LEFT JOIN run_totals s ON s.run_id = e.run_id
 LEFT JOIN (
     SELECT run_id, position, node, any_value(reason) AS reason FROM breaks GROUP BY ALL
 ) b ON e.part_kind = 'break' AND b.run_id = e.run_id AND b.position = e.position
