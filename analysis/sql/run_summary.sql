@@ -96,13 +96,21 @@ comp_counts AS (
     FROM comp GROUP BY run_id
 ),
 after_eviction AS (
-    SELECT r.run_id, count(*) AS recompiled_after_eviction
-    FROM recompiles r
-    LEFT JOIN compiles c ON c.run_id = r.run_id AND c.position = r.position
-        AND c.source IS NOT DISTINCT FROM r.source AND c.compile_index = r.compile_index
-    WHERE r.after_eviction AND r.position IS NOT NULL
-        AND c.compiled IS DISTINCT FROM false
-    GROUP BY r.run_id
+    -- a miss of a key compiled here before, evicted since its previous miss (the cache's
+    -- eviction count of the key, kept at ingest, went up); eager positions left out
+    SELECT m.run_id, count(*) AS recompiled_after_eviction
+    FROM (
+        SELECT run_id, position, evictions,
+            lag(evictions) OVER (PARTITION BY run_id, source, position, lookup_key
+                ORDER BY seq) AS evictions_at_previous_miss
+        FROM cache WHERE action = 'miss'
+    ) m
+    ANTI JOIN (
+        SELECT DISTINCT run_id, attrs.position AS position FROM span_end
+        WHERE span_kind = 'segment_compile' AND attrs.compiled = false
+    ) eager ON eager.run_id = m.run_id AND eager.position = m.position
+    WHERE m.evictions > m.evictions_at_previous_miss
+    GROUP BY m.run_id
 ),
 peaks AS (
     SELECT run_id,
