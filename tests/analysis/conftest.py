@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from traces import record_bus_trace, record_runtime_sweep  # noqa: E402
-
-from ember.analysis import connect, ingest  # noqa: E402
-
-# each new length compiles position 0 again; with cache_size=2 the third length evicts
-# the first, so 17 and 23 come back as re-compiles after eviction; the last call hits
-SWEEP = [17, 23, 31, 17, 23, 23]
+from ember.analysis import connect, ingest
+from tests.analysis.traces import SWEEP, record_bus_trace, record_runtime_sweep
 
 
 @pytest.fixture(scope="session")

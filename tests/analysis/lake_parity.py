@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from traces import cache_line, meta_line, write_lines
-
 from ember.analysis import VIEW_NAMES
 from ember.analysis.lake import LAKE_TABLES
+from tests.analysis.traces import cache_line, meta_line, write_lines
 
 # what every engine must agree on: the tables, the manifest's view of the files, the views
 COMPARED = (*LAKE_TABLES, "ingested_files", *VIEW_NAMES)

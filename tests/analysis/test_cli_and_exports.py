@@ -8,12 +8,12 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
-from traces import cache_line, meta_line, write_lines
 from typer.testing import CliRunner
 
 from ember.analysis import connect
 from ember.analysis.candle import CANDLE_SCHEMA
 from ember.cli.main import app
+from tests.analysis.traces import cache_line, meta_line, write_lines
 
 runner = CliRunner()
 

@@ -10,7 +10,6 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from conftest import SWEEP
 
 from ember.analysis.compare import (
     MIN_SAMPLES,
@@ -26,6 +25,7 @@ from ember.analysis.compare import (
     to_markdown,
 )
 from ember.analysis.gate import GateConfig, RuleError, parse_rules
+from tests.analysis.traces import SWEEP
 
 
 def durations(n: int, median_ns: float, seed: int, spread: float = 0.1) -> np.ndarray:

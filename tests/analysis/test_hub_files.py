@@ -15,8 +15,8 @@ import pytest
 from ember.analysis import connect, ingest
 from ember.recorder import record
 from ember.runtime.hub import download_model, parse_hub_source
+from tests.runtime.hub_models import model_files
 from tests.runtime.hub_server import LocalHub
-from tests.runtime.test_hub import _model_files
 
 REPO = "acme/tiny-mlp"
 MODEL = "onnx/model.onnx"
@@ -33,9 +33,9 @@ SOURCES = [
 def hub_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("hub-files")
     server = LocalHub()
-    server.publish("gpt2", _model_files(scale=3.0), lfs=LFS)
-    server.publish(REPO, _model_files(), lfs=LFS)
-    server.publish(REPO, _model_files(scale=2.0), lfs=LFS, branch="refs/pr/1")
+    server.publish("gpt2", model_files(scale=3.0), lfs=LFS)
+    server.publish(REPO, model_files(), lfs=LFS)
+    server.publish(REPO, model_files(scale=2.0), lfs=LFS, branch="refs/pr/1")
     server.start()
     trace = tmp / "hub.jsonl"
     try:

@@ -7,12 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from traces import cache_line, meta_line, write_lines
 
 from ember.analysis import connect, ingest
 from ember.analysis.ingest import MAX_LINE_BYTES
 from ember.analysis.schema_types import TABLE_COLUMNS, duckdb_type
 from ember.schemas import MIGRATIONS, SCHEMA_ID
+from tests.analysis.traces import cache_line, meta_line, write_lines
 
 
 def _one(tmp_path: Path, name: str, lines: list, **kw):

@@ -12,10 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from traces import cache_line, meta_line, write_lines
-
 from ember.analysis import connect, ingest
 from ember.analysis.synthetic import write_trace
+from tests.analysis.traces import cache_line, meta_line, write_lines
 
 # the module (``ember.analysis.ingest`` the attribute is the function)
 ingest_module = importlib.import_module("ember.analysis.ingest")

@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from lake_parity import bad_corpus, differences, table
-from traces import cache_line, meta_line, write_lines
 
 from ember.analysis import connect, ingest
 from ember.analysis.lake import (
@@ -23,6 +21,8 @@ from ember.analysis.lake import (
     lake_columns,
     manifest_entries,
 )
+from tests.analysis.lake_parity import bad_corpus, differences, table
+from tests.analysis.traces import cache_line, meta_line, write_lines
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from traces import cache_line, meta_line, write_lines
 from typer.testing import CliRunner
 
 from ember.analysis import connect, ingest
 from ember.cli.main import app
 from ember.schemas import validate_file
 from ember.schemas.records import INT64_MAX, MAX_LINE_BYTES, MAX_NESTING
+from tests.analysis.traces import cache_line, meta_line, write_lines
 
 
 def _nested(levels: int) -> str:

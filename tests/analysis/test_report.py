@@ -17,13 +17,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import SWEEP
-from traces import REPO, cache_line, meta_line, record_bus_trace, write_lines
 from typer.testing import CliRunner
 
 from ember.analysis import connect, ingest
 from ember.analysis.report import Finding, RunReport, findings, report, resolve_run, short_path
 from ember.cli.main import app
+from tests.analysis.traces import REPO, SWEEP, cache_line, meta_line, record_bus_trace, write_lines
 
 runner = CliRunner()
 

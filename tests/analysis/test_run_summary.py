@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from ember.analysis import connect, ingest
 from ember.analysis import format as fmt
 from ember.cli.main import app
-from tests.dashboard.test_pages import shown_table
+from tests.dashboard.apptest import shown_table
 
 runner = CliRunner()
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"

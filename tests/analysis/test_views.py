@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import SWEEP
-
 from ember.analysis import VIEW_NAMES
 from ember.analysis.db import view_sql
+from tests.analysis.traces import SWEEP
 
 
 def test_every_view_has_a_header_that_says_what_a_row_is():
@@ -200,9 +199,8 @@ def test_jit_retraces_are_recompiles_with_jax_reason(con):
 def test_spans_have_absolute_times_and_show_open_spans(tmp_path):
     import json
 
-    from traces import meta_line, write_lines
-
     from ember.analysis import connect, ingest
+    from tests.analysis.traces import meta_line, write_lines
 
     start = {
         "kind": "span_start",

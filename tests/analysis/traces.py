@@ -23,6 +23,11 @@ from ember.schemas import SCHEMA_ID
 
 REPO = Path(__file__).resolve().parents[2]
 
+# The lengths of the session's sweep trace (conftest's sweep_trace): each new length
+# compiles position 0 again; with cache_size=2 the third length evicts the first, so 17
+# and 23 come back as re-compiles after eviction; the last call hits.
+SWEEP = [17, 23, 31, 17, 23, 23]
+
 SWEEP_SCRIPT = textwrap.dedent(
     """
     import json, sys

@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ember.cli.main import app
-from tests.dashboard.test_pages import open_page, table
+from tests.dashboard.apptest import open_page, table
 
 runner = CliRunner()
 

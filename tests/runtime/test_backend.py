@@ -14,8 +14,7 @@ from onnx.backend.test.runner import Runner
 import ember.runtime as rt
 from ember.runtime import conformance
 from ember.runtime.backend import EmberBackend
-
-from .conftest import make_model, reference, tensor
+from tests.runtime.models import make_model, reference, tensor
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx")))

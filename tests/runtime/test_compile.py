@@ -13,8 +13,7 @@ import ember.runtime as rt
 from ember.recorder import bus
 from ember.recorder.log import log_compiles
 from ember.runtime.errors import InputError, NodeError
-
-from .conftest import const, make_model, reference, tensor
+from tests.runtime.models import const, make_model, reference, tensor
 
 
 def _matmul_model():

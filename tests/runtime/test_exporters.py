@@ -8,8 +8,7 @@ import pytest
 from onnx import helper
 
 import ember.runtime as rt
-
-from .conftest import make_model, reference, tensor
+from tests.runtime.models import make_model, reference, tensor
 
 
 def _dims_model(dims: list[object]) -> onnx.ModelProto:

@@ -10,18 +10,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 from ember.recorder import bus, record
 from ember.runtime import hub
 from ember.runtime.hub import HubError, HubIntegrityError, download_model, parse_hub_source
 from ember.schemas import validate_file
+from tests.runtime.hub_models import CONFIG, DATA, MODEL, REPO, expected_y, model_files
 from tests.runtime.hub_server import LocalHub, git_blob_id
 
-REPO = "acme/tiny-mlp"
-MODEL = "onnx/model.onnx"
-DATA = "onnx/model.onnx.data"
-CONFIG = "config.json"
 HUB_EVENTS = [
     "ember.hub.hit",
     "ember.hub.download.start",
@@ -33,46 +30,11 @@ HUB_EVENTS = [
 ]
 
 
-def _model_files(scale: float = 1.0) -> dict[str, bytes]:
-    """A MatMul+Add model whose weights live in an external data file."""
-    w = (np.arange(64, dtype=np.float32).reshape(8, 8) / 64 * scale).astype(np.float32)
-    b = np.full(8, scale, dtype=np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "w"], ["h"]),
-            helper.make_node("Add", ["h", "b"], ["y"]),
-        ],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.external_data_helper.convert_model_to_external_data(
-        model, all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=0
-    )
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        onnx.save_model(model, f"{tmp}/model.onnx")
-        return {
-            MODEL: Path(f"{tmp}/model.onnx").read_bytes(),
-            DATA: Path(f"{tmp}/model.onnx.data").read_bytes(),
-            CONFIG: json.dumps({"model_type": "tiny-mlp", "scale": scale}).encode(),
-            "README.md": b"# tiny mlp\n",
-        }
-
-
-def _expected(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    w = (np.arange(64, dtype=np.float32).reshape(8, 8) / 64 * scale).astype(np.float32)
-    return x @ w + scale
-
-
 @pytest.fixture
 def local_hub(tmp_path, monkeypatch):
     """A running local Hub with REPO published; the HF cache in a fresh tmp folder."""
     server = LocalHub()
-    server.publish(REPO, _model_files(), lfs={MODEL, DATA})
+    server.publish(REPO, model_files(), lfs={MODEL, DATA})
     server.start()
     monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
@@ -286,7 +248,7 @@ def test_first_load_downloads_model_external_data_and_config(local_hub, events, 
 
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
     (y,) = ort.InferenceSession(str(path)).run(None, {"x": x})
-    np.testing.assert_allclose(y, _expected(x), rtol=1e-6)
+    np.testing.assert_allclose(y, expected_y(x), rtol=1e-6)
     # LFS files: HEAD on the Hub answers 302 with X-Linked-Etag, the bytes come from the CDN
     resolve = f"/{REPO}/resolve/{commit}"
     assert local_hub.requests == [
@@ -322,7 +284,7 @@ def test_changed_file_downloads_again_and_unchanged_files_come_from_the_cache(
     local_hub, events, tmp_path
 ):
     old_path, old_commit = _first_load(local_hub)
-    changed = _model_files()
+    changed = model_files()
     new_data = changed[DATA][:-4] + np.float32(9.0).tobytes()  # the last bias value changes
     changed[DATA] = new_data
     new_commit = local_hub.publish(REPO, changed, lfs={MODEL, DATA})
@@ -630,7 +592,7 @@ def test_file_not_in_the_repository_lists_its_onnx_files(local_hub):
 
 
 def test_missing_external_data_file_is_named(local_hub):
-    files = _model_files()
+    files = model_files()
     del files[DATA]
     local_hub.publish(REPO, files, lfs={MODEL})
     with pytest.raises(HubError, match=r"keeps tensors in 'model.onnx.data'.*no file 'onnx/model"):
@@ -640,7 +602,7 @@ def test_missing_external_data_file_is_named(local_hub):
 def test_revision_with_a_slash_is_saved_and_referenced_like_huggingface_hub(
     local_hub, events, tmp_path
 ):
-    commit = local_hub.publish(REPO, _model_files(scale=2.0), lfs={MODEL, DATA}, branch="refs/pr/1")
+    commit = local_hub.publish(REPO, model_files(scale=2.0), lfs={MODEL, DATA}, branch="refs/pr/1")
     seen, handler = events
     handler.revision = "refs/pr/1"
     path = download_model(REPO, MODEL, revision="refs/pr/1")
@@ -655,11 +617,11 @@ def test_revision_with_a_slash_is_saved_and_referenced_like_huggingface_hub(
     import onnxruntime as ort
 
     (y,) = ort.InferenceSession(str(path)).run(None, {"x": x})
-    np.testing.assert_allclose(y, _expected(x, scale=2.0), rtol=1e-6)
+    np.testing.assert_allclose(y, expected_y(x, scale=2.0), rtol=1e-6)
 
 
 def test_external_data_outside_the_model_folder_is_refused(local_hub, tmp_path):
-    files = _model_files()
+    files = model_files()
     proto = onnx.load_model_from_string(files[MODEL])
     for t in proto.graph.initializer:
         for kv in t.external_data:
@@ -689,7 +651,7 @@ def test_runtime_load_of_a_hub_source_records_a_valid_trace(local_hub, tmp_path)
     for m in (model, again):
         assert m.source == f"hf://{REPO}/{MODEL}"
         assert m.folder == _snapshot(tmp_path, commit) / "onnx"
-        np.testing.assert_allclose(np.asarray(rt.run(m, x=x)["y"]), _expected(x), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(rt.run(m, x=x)["y"]), expected_y(x), rtol=1e-6)
 
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     starts = {r["span_id"]: r for r in records if r["kind"] == "span_start"}

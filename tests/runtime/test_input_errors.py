@@ -8,8 +8,7 @@ from onnx import TensorProto, helper
 
 import ember.runtime as rt
 from ember.runtime.errors import InputError
-
-from .conftest import make_model, tensor
+from tests.runtime.models import make_model, tensor
 
 
 def _step_model():

@@ -14,8 +14,7 @@ from ember.runtime.errors import (
     NewerOpsetWarning,
     UnsupportedOpsError,
 )
-
-from .conftest import make_model, tensor
+from tests.runtime.models import make_model, tensor
 
 
 def _add_model() -> onnx.ModelProto:

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from ember.runtime.ops import lookup
-from tests.runtime.conftest import make_model, reference, tensor
+from tests.runtime.models import make_model, reference, tensor
 from tests.runtime.op_check import assert_matches, run_op
 
 rng = np.random.default_rng(1)

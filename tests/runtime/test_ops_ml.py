@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember.runtime as rt
-from tests.runtime.conftest import reference
+from tests.runtime.models import reference
 
 ML = "ai.onnx.ml"
 rng = np.random.default_rng(7)

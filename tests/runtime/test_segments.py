@@ -16,8 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
-
-from .conftest import const, make_model, reference, tensor
+from tests.runtime.models import const, make_model, reference, tensor
 
 # ---------------------------------------------------------------------------------------------
 # models

@@ -22,8 +22,7 @@ from ember.analysis import connect, ingest
 from ember.recorder import bus, record
 from ember.runtime.workload import resolve_source
 from ember.schemas import validate_file
-
-from .conftest import const, make_model, tensor
+from tests.runtime.models import const, make_model, tensor
 
 
 def records(path):
