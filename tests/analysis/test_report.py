@@ -429,3 +429,14 @@ def test_recompiles_page_groups_primitives_run_outside_jit_apart(report_db, repo
     assert (metrics["Compiles"], metrics["Recompiles"]) == ("3", "1")  # grad_step, sgd
     reasons = next(f.value for f in at.dataframe if "change" in f.value.columns)
     assert list(reasons["change"]) == ["jit:shape"]  # no 'other · same key' line
+
+
+def test_a_disk_cache_that_missed_is_a_finding_with_its_cost(reports):
+    cold = reports["disk-cold"]
+    (missed,) = [f for f in cold.findings if f.kind == "disk_miss"]
+    total = cold.run.disk_misses
+    assert total == cold.run.compiles > 0 and cold.run.disk_hits == 0
+    assert missed.text.startswith(f"disk cache missed {total} of {total} compiled segments (")
+    assert "a first run fills the cache" in missed.text
+    assert 0 < missed.cost_ns <= cold.run.compile_ns
+    assert not [f for f in reports["disk-warm"].findings if f.kind == "disk_miss"]

@@ -215,3 +215,28 @@ def test_dashboard_ranks_the_parts_and_stacks_each_call(loop_db, monkeypatch):
     charts = at.get("vega_lite_chart")
     stacked = [c for c in charts if "Where each call" in str(c.proto.spec)]
     assert len(stacked) == 1 and breakdown >= 2 * CALLS
+
+
+def test_hub_downloads_that_dominate_a_cold_start_are_a_finding(tmp_path):
+    import time
+
+    from ember.recorder import bus, events, record
+
+    trace = tmp_path / "cold.jsonl"
+    meta = {"source": "hf://acme/big/model.onnx", "revision": "main"}
+    with record(trace, run_id="cold"):
+        with bus.span(events.HUB_DOWNLOAD, meta) as span:
+            time.sleep(0.3)
+            span.set(bytes=64 << 20)
+        with bus.span(events.LOAD, {"source": "/cache/model.onnx"}):
+            time.sleep(0.01)
+    db = tmp_path / "cold.duckdb"
+    assert ingest([trace], db).rejected == 0
+    with connect(db, read_only=True) as con:
+        (hub,) = con.sql("SELECT * FROM time_by_part WHERE part_kind = 'hub_download'").to_dicts()
+        (r,) = report(con)
+    assert hub["total_ns"] >= 300_000_000 and hub["share_of_wall"] > 0.5
+    (first,) = r.findings[:1]
+    assert first.kind == "hub" and first.cost_ns == hub["total_ns"]
+    assert first.text.startswith(f"Hub downloads took {fmt.duration(hub['total_ns'])}, ")
+    assert f"{fmt.percent(hub['share_of_wall'])} of the run (a cold start)" in first.text
