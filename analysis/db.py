@@ -94,6 +94,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "_jit_retraces",
     # helpers of the dashboard's pages
     "_cache_positions",
+    "_call_windows",
     "_hub_checks",
     "_segment_memory",
 )

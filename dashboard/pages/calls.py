@@ -8,7 +8,7 @@ import streamlit as st
 from ember.dashboard import charts, db, state, summary, ui
 
 st.title("Calls")
-ui.require_relations("run_summary", "call_latency", "spans")
+ui.require_relations("run_summary", "call_latency", "_call_windows")
 run = ui.pick_run(data="call_latency", what="calls")
 
 overall = summary.run_row(run)
@@ -28,29 +28,20 @@ if overall["latency_kind"] == "dispatch only":
         "not when the results were ready (recorded with sync off, or by an older Ember)."
     )
 
-# ---- percentiles over time: the run cut into at most 200 windows, quantiles per window
-windows = int(state.get_param("windows") or 50)
-windows = st.slider("Time windows", 5, 200, min(max(windows, 5), 200), key="ember_calls_windows")
+# ---- percentiles over time: the run cut into a fixed number of windows (_call_windows)
+WINDOWS = [10, 25, 50, 100, 200]
+asked = int(state.get_param("windows") or 50)
+windows = st.select_slider(
+    "Time windows",
+    WINDOWS,
+    min(WINDOWS, key=lambda n: abs(n - asked)),
+    key="ember_calls_windows",
+)
 state.set_param("windows", str(windows))
 over_time = db.query(
     """
-    WITH c AS (
-        SELECT start_ns, duration_ns FROM spans
-        WHERE run_id = $1 AND span_kind = 'call' AND duration_ns IS NOT NULL
-    ),
-    b AS (SELECT min(start_ns) AS lo, greatest(max(start_ns) - min(start_ns), 1) AS width FROM c),
-    w AS (
-        SELECT least(floor((start_ns - lo) * $2 / width), $2 - 1) AS win,
-            lo + (least(floor((start_ns - lo) * $2 / width), $2 - 1) + 0.5) * width / $2
-                AS mid_ns,
-            duration_ns
-        FROM c, b
-    )
-    SELECT any_value(mid_ns) / 1e9 AS t_s, count(*) AS calls,
-        quantile_cont(duration_ns, 0.5) / 1e6 AS p50,
-        quantile_cont(duration_ns, 0.9) / 1e6 AS p90,
-        quantile_cont(duration_ns, 0.99) / 1e6 AS p99
-    FROM w GROUP BY win ORDER BY t_s
+    SELECT t_s, calls, p50_ns / 1e6 AS p50, p90_ns / 1e6 AS p90, p99_ns / 1e6 AS p99
+    FROM _call_windows WHERE run_id = ? AND windows = ? ORDER BY win
     """,
     run,
     windows,

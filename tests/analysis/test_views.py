@@ -113,6 +113,31 @@ def test_call_latency_per_input_shape(con):
     assert failed == [(1, 1)]
 
 
+def test_call_windows_cut_each_run_into_fixed_windows(con):
+    spans = con.sql(
+        "SELECT start_ns, duration_ns FROM spans WHERE run_id = 'sweep' AND span_kind = 'call' "
+        "AND duration_ns IS NOT NULL ORDER BY start_ns"
+    ).rows()
+    rows = con.sql(
+        "SELECT windows, win, t_s, calls, p50_ns, p90_ns, p99_ns FROM _call_windows "
+        "WHERE run_id = 'sweep' ORDER BY windows, win"
+    ).rows()
+    assert {r[0] for r in rows} == {10, 25, 50, 100, 200}
+    lo, hi = spans[0][0], spans[-1][0]
+    for n in (10, 25, 50, 100, 200):
+        here = [r for r in rows if r[0] == n]
+        assert sum(r[3] for r in here) == len(spans) == len(SWEEP)
+        assert all(0 <= r[1] < n for r in here)
+        assert all(r[4] <= r[5] <= r[6] for r in here)
+        # each window's middle lies inside the run's span of call starts
+        assert all(lo / 1e9 <= r[2] <= hi / 1e9 for r in here)
+    # with 10 windows the first window holds the calls that started in the first tenth
+    first = [d for s, d in spans if s < lo + (hi - lo) / 10]
+    first_row = next(r for r in rows if r[0] == 10 and r[1] == 0)
+    assert first_row[3] == len(first)
+    assert first_row[6] <= max(first) and first_row[4] >= min(first)
+
+
 def test_breaks_name_the_node_and_why(con):
     [row] = con.sql(
         "SELECT position, node, op_type, reason, runs FROM breaks WHERE run_id = 'sweep'"

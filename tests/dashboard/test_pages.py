@@ -388,7 +388,7 @@ def test_calls_page_shows_percentiles_by_shape(app_env: Path) -> None:
     shown = metrics(at)
     assert (shown["Calls"], shown["Errors"]) == ("8", "0")
     assert all(shown[p].endswith(("ms", "s")) for p in ("p50", "p90", "p99"))
-    assert at.slider(key="ember_calls_windows").value == 10
+    assert at.select_slider(key="ember_calls_windows").value == 10
     by_shape = table(at, "shapes", "p50_ms", "p99_ms")
     assert by_shape["calls"].sum() == len(SWEEP)
     calls_per_length = {SWEEP.count(n) for n in DISTINCT}
