@@ -84,13 +84,14 @@ import numpy as np
 from ember.recorder import bus
 from ember.recorder import events as E
 
-from . import ops
+from . import ops, xla_cpu
 from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
 from .diskcache import ProgramStore, StoredProgram, disk_cache
 from .errors import InputError
 from .graph import Graph, Node, run_node, run_nodes, to_host
 from .inputs import as_model, check_inputs, expected, to_device
 from .model import Model, TensorSpec
+from .segment_cache import SegmentCache
 
 __all__ = ["compile", "run", "CompiledModel", "describe_shapes"]
 
@@ -285,31 +286,6 @@ def _needs_concrete(exc: BaseException | None) -> bool:
     return False
 
 
-# XLA:CPU sends convolutions to YNNPACK fusions by default; its own emitters are faster on
-# the models we measure (bench_runtime: resnet50 180 -> 121 ms, densenet121 85 -> 57,
-# inception_v1 47 -> 37, alexnet 32 -> 24; vgg19 311 -> 326), so programs are compiled
-# without them. Per compile, so the rest of the process keeps JAX's defaults.
-_CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
-
-
-def _oihw_to_hwio(w: np.ndarray) -> np.ndarray:
-    """A 2-D convolution weight in XLA:CPU's kernel layout, contiguous.
-
-    Done as a 3-D transpose over (O, I, H*W), which numpy copies about 2.7x faster than
-    the 4-D ``transpose(2, 3, 1, 0)`` when the memory is warm. On a fresh load the page
-    faults of the new 100 MB dominate (resnet50: about 0.1 s, once).
-    """
-    o, i, h, w_ = w.shape
-    hwio = np.ascontiguousarray(w.reshape(o, i, h * w_).transpose(2, 1, 0))
-    return hwio.reshape(h, w_, i, o)
-
-
-def _compiler_options() -> dict[str, str] | None:
-    import jax
-
-    return _CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
-
-
 def _trace_segment(
     graph: Graph,
     base_env: Mapping[str, Any],
@@ -320,8 +296,8 @@ def _trace_segment(
     cache_dir: str | None,
     hwio: frozenset[str] = frozenset(),
     prelude: frozenset[int] = frozenset(),
-) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
-    """Trace and compile ``seg`` for ``args``; the entry (without key) and compile facts.
+) -> CompileResult:
+    """Trace and compile ``seg`` for ``args``: the entry (without key) and compile facts.
 
     ``hwio`` names the convolution weights kept on the device as HWIO (see
     ``CompiledModel._hwio_params``); the program reads them back as ONNX's OIHW.
@@ -329,7 +305,6 @@ def _trace_segment(
     outputs arrive as statics or arguments).
     """
     import jax
-    import jax.numpy as jnp
 
     box: dict[str, Any] = {}
 
@@ -337,7 +312,7 @@ def _trace_segment(
         env: dict[str, Any] = dict(base_env)
         env.update(statics)
         for name, value in zip(seg.params, param_values, strict=True):
-            env[name] = jnp.transpose(value, (3, 2, 0, 1)) if name in hwio else value
+            env[name] = xla_cpu.read_hwio(value) if name in hwio else value
         env.update(zip(seg.args, arg_values, strict=True))
         for node in graph.nodes[seg.position : seg.stop]:
             if node.position in prelude or (
@@ -378,7 +353,7 @@ def _trace_segment(
                 return segment_fn((), *arg_values)
 
             lowered = jax.jit(no_params_fn).lower(*args)
-        exe = lowered.compile(compiler_options=_compiler_options())
+        exe = lowered.compile(compiler_options=xla_cpu.compiler_options())
     entry = _Entry(
         key=(),
         shapes=[],
@@ -388,7 +363,43 @@ def _trace_segment(
         host_outputs=box["host"],
         needs_x64=_has_64bit(args) or _has_64bit(param_values),
     )
-    return entry, probe.result if cache_dir is not None else None, _memory_of(exe), _cost_of(exe)
+    disk = probe.result if cache_dir is not None else None
+    return CompileResult(entry, disk, _memory_of(exe), _cost_of(exe))
+
+
+@dataclass
+class CompileResult:
+    """What compiling one segment gave: its cache entry (without key) and the facts that its
+    ``segment_compile`` span reports."""
+
+    entry: _Entry
+    disk_cache: str | None = None  # "hit" | "miss" in a cache_dir, else None
+    memory: dict[str, Any] | None = None  # the executable's memory analysis
+    cost: dict[str, Any] | None = None  # its cost analysis
+
+
+def _segment_compile_attrs(
+    result: CompileResult,
+    found: _NeedsHost | None,
+    *,
+    shapes: list[dict[str, Any]],
+    stop: int | str,
+    compiled: bool,
+    reason: str | None,
+    host_values: list[str],
+) -> dict[str, Any]:
+    """The attributes a ``segment_compile`` span ends with. A value the trace found it needs
+    on the host (``found``) ends the segment there instead, uncompiled, with its reason."""
+    return {
+        "shapes": shapes,
+        "stop": stop if found is None else found.position,
+        "compiled": compiled and found is None,
+        "disk_cache": result.disk_cache,
+        "reason": reason if found is None else found.reason,
+        "host_values": host_values,
+        "memory": result.memory,
+        "cost": result.cost,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,7 +447,7 @@ class CompiledModel:
             raise ValueError(f"cache_size must be at least 1, got {cache_size}")
         self.model = model
         self.graph = model.graph
-        self.cache_size = cache_size
+        self._cache_size = cache_size
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
         self._programs = (
             ProgramStore(self.cache_dir, model.proto.SerializeToString(deterministic=True))
@@ -484,7 +495,7 @@ class CompiledModel:
         self._prelude_shapes = tuple(sorted(read - values))
         # the conditions' static key by the inputs the prelude reads (a sample rate: one)
         self._prelude_memo: dict[Any, Any] = {}
-        self._cache: dict[int, collections.OrderedDict[tuple[Any, ...], _Entry]] = {}
+        self._segments: SegmentCache[_Entry] = SegmentCache(self._cache_size, self.model.source)
         self._known_host_values: dict[int, set[str]] = {}
         self._main: _Entry | None = None
         self._main_sig: tuple[Any, ...] | None = None
@@ -548,10 +559,19 @@ class CompiledModel:
     def source(self) -> str | None:
         return self.model.source
 
+    @property
+    def cache_size(self) -> int:
+        """How many compiled segments each position keeps; the least recently used goes."""
+        return self._cache_size
+
+    @cache_size.setter
+    def cache_size(self, size: int) -> None:
+        self._cache_size = self._segments.size = size
+
     def cache_info(self) -> dict[int, list[list[dict[str, Any]]]]:
         """The cached segments per position, least recently used first (their shapes)."""
         with self._lock:
-            return {pos: [e.shapes for e in od.values()] for pos, od in self._cache.items()}
+            return self._segments.info()
 
     def __repr__(self) -> str:
         return (
@@ -586,7 +606,8 @@ class CompiledModel:
                 base = self._base_env()
                 hwio = self._hwio_params()
                 host = {
-                    n: _oihw_to_hwio(base[n]) if n in hwio else base[n] for n in self.plan.params
+                    n: xla_cpu.oihw_to_hwio(base[n]) if n in hwio else base[n]
+                    for n in self.plan.params
                 }
                 # device_put, not jnp.asarray: asarray compiles a small conversion
                 # program for each new shape (~20 ms each, most of a warm compile).
@@ -594,28 +615,10 @@ class CompiledModel:
         return self._params
 
     def _hwio_params(self) -> frozenset[str]:
-        """Parameters kept on the device as HWIO: 2-D weights that only Conv reads.
-
-        XLA:CPU convolves with HWIO kernels; a parameter in ONNX's OIHW layout was copied
-        into that layout on every call (resnet50: 100 MB a call). Stored as HWIO and read
-        through a transpose, the program takes it as it is. Found once per plan.
-        """
+        """Parameters kept on the device as HWIO (``xla_cpu.hwio_params``), found once per
+        plan."""
         if self._hwio is None:
-            import jax
-
-            uses: dict[str, set[tuple[str, int]]] = {}
-            for node in self.graph.nodes:
-                for i, name in enumerate(node.inputs):
-                    if name in self.plan.params:
-                        uses.setdefault(name, set()).add((node.op_type, i))
-            base = self._base_env()
-            # measured on XLA:CPU only; other backends keep ONNX's layout
-            on_cpu = jax.default_backend() == "cpu"
-            self._hwio = frozenset(
-                n
-                for n, used in uses.items()
-                if on_cpu and used == {("Conv", 1)} and np.ndim(base[n]) == 4
-            )
+            self._hwio = xla_cpu.hwio_params(self.graph.nodes, self.plan.params, self._base_env())
         return self._hwio
 
     def _precompile(self, specs: Mapping[str, Any]) -> None:
@@ -644,22 +647,24 @@ class CompiledModel:
         found: _NeedsHost | None = None
         with bus.span(E.SEGMENT_COMPILE, meta) as span, jax.enable_x64(True):
             try:
-                entry, disk, memory, cost = self._compile_segment(seg, key, {}, args)
+                result = self._compile_segment(seg, key, {}, args)
             except _NeedsHost as exc:
                 found = exc
-                entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
+                result = CompileResult(_Entry(key=(), shapes=[], statics=[]))
             span.set(
-                shapes=shapes,
-                stop=_END if found is None else found.position,
-                compiled=found is None,
-                disk_cache=disk,
-                reason=None if found is None else found.reason,
-                host_values=[],
-                memory=memory,
-                cost=cost,
+                **_segment_compile_attrs(
+                    result,
+                    found,
+                    shapes=shapes,
+                    stop=_END,
+                    compiled=True,
+                    reason=None,
+                    host_values=[],
+                )
             )
         if found is not None:
             raise found
+        entry = result.entry
         entry.key = key
         entry.shapes = shapes
         self._main = entry
@@ -670,7 +675,7 @@ class CompiledModel:
 
     def _compile_segment(
         self, seg: Segment, key: tuple[Any, ...], statics: dict[str, Any], args: Sequence[Any]
-    ) -> tuple[_Entry, str | None, dict[str, Any] | None, dict[str, Any] | None]:
+    ) -> CompileResult:
         """``_trace_segment``, or the program store's copy when ``cache_dir`` has one."""
         store = self._programs
         # The segment's bounds, arguments and statics; the model, runtime and device are
@@ -687,8 +692,8 @@ class CompiledModel:
                 host_outputs=stored.host_outputs,
                 needs_x64=stored.needs_x64,
             )
-            return entry, "hit", _memory_of(stored.exe), _cost_of(stored.exe)
-        entry, disk, memory, cost = _trace_segment(
+            return CompileResult(entry, "hit", _memory_of(stored.exe), _cost_of(stored.exe))
+        result = _trace_segment(
             self.graph,
             self._base_env(),
             seg,
@@ -702,14 +707,15 @@ class CompiledModel:
         # A program that JAX's persistent cache gave back is not stored: serialized again it
         # does not run (XLA:CPU: "Function ... not found"); the next process reads it from
         # JAX's cache again.
-        if store is not None and disk != "hit":
+        if store is not None and result.disk_cache != "hit":
+            entry = result.entry
             store.save(
                 digest,
                 StoredProgram(
                     entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64
                 ),
             )
-        return entry, disk, memory, cost
+        return result
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -946,83 +952,51 @@ class CompiledModel:
     def _lookup_or_build(
         self, seg: Segment, key: tuple[Any, ...], args: list[Any], statics: dict[str, Any]
     ) -> _Entry:
-        source = self.model.source
-        cache = self._cache.setdefault(seg.position, collections.OrderedDict())
-        entry = cache.get(key)
+        """The segment cache's entry for ``key``, or a new one compiled (or run eagerly) and
+        inserted: the driver around ``SegmentCache``."""
+        entry = self._segments.get(seg.position, key)
         if entry is not None:
-            cache.move_to_end(key)
-            if bus.listening(E.CACHE_HIT):
-                bus.emit(
-                    E.CACHE_HIT,
-                    {"count": 1},
-                    {
-                        "source": source,
-                        "position": seg.position,
-                        "shapes": entry.shapes,
-                        "key": entry.key_hex,
-                        "statics": entry.statics,
-                    },
-                )
             return entry
+        source = self.model.source
         shapes = [_describe_value(n, a) for n, a in zip(seg.args, args, strict=True)]
         statics_meta = _describe_statics(statics, self.plan.labels)
         key_hex = _key_hex(key)
-        bus.emit(
-            E.CACHE_MISS,
-            {"count": 1},
-            {
-                "source": source,
-                "position": seg.position,
-                "shapes": shapes,
-                "key": key_hex,
-                "statics": statics_meta,
-            },
-        )
+        self._segments.missed(seg.position, shapes, key_hex, statics_meta)
         known = self._known_host_values.setdefault(seg.position, set())
         new_host = sorted(set(seg.statics) - known)
         known.update(seg.statics)
         meta = {"source": source, "position": seg.position, "shapes": shapes, "key": key_hex}
         found: _NeedsHost | None = None
         with bus.span(E.SEGMENT_COMPILE, meta) as span:
-            entry, disk, memory, cost = _Entry(key=(), shapes=[], statics=[]), None, None, None
+            result = CompileResult(_Entry(key=(), shapes=[], statics=[]))
             if seg.compiled:
                 try:
-                    entry, disk, memory, cost = self._compile_segment(seg, key, statics, args)
+                    result = self._compile_segment(seg, key, statics, args)
                 except _NeedsHost as exc:
                     found = exc
             span.set(
-                shapes=shapes,
-                stop=(_END if seg.stop is None else seg.stop) if found is None else found.position,
-                compiled=seg.compiled and found is None,
-                disk_cache=disk,
-                reason=seg.reason if found is None else found.reason,
-                host_values=new_host,
-                memory=memory,
-                cost=cost,
+                **_segment_compile_attrs(
+                    result,
+                    found,
+                    shapes=shapes,
+                    stop=_END if seg.stop is None else seg.stop,
+                    compiled=seg.compiled,
+                    reason=seg.reason,
+                    host_values=new_host,
+                )
             )
         if found is not None:
             raise found
+        entry = result.entry
         entry.key = key
         entry.shapes = shapes
         entry.statics = statics_meta
-        if len(cache) >= self.cache_size:
-            _, removed = cache.popitem(last=False)
-            if self._spec:
-                self._forget_spec(removed)
-            bus.emit(
-                E.CACHE_EVICT,
-                {"count": 1},
-                {
-                    "source": source,
-                    "position": seg.position,
-                    "shapes": removed.shapes,
-                    "key": removed.key_hex,
-                    "statics": removed.statics,
-                    "cache_size": self.cache_size,
-                },
-            )
-        cache[key] = entry
+        self._segments.put(seg.position, key, entry, self._evicted)
         return entry
+
+    def _evicted(self, removed: _Entry) -> None:
+        if self._spec:
+            self._forget_spec(removed)
 
     def _forget_spec(self, removed: _Entry) -> None:
         self._spec = {k: v for k, v in self._spec.items() if v[0] is not removed}

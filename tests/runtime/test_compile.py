@@ -219,7 +219,7 @@ def test_large_weights_folded_from_constants_are_program_parameters():
 
 
 def test_cpu_programs_are_compiled_without_ynnpack_fusions():
-    # a deliberate choice (see compiled._CPU_COMPILER_OPTIONS and bench_runtime.py): the
+    # a deliberate choice (see runtime/xla_cpu.py and bench_runtime.py): the
     # program of a convolution is XLA's own (by default XLA gives this one to YNNPACK)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
     model = make_model(
