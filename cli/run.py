@@ -136,7 +136,7 @@ def run(
         transient=True,
     )
     try:
-        with record(trace, entrypoint=f"ember run {model}", sync=sync, **tags), progress:
+        with record(trace, entrypoint=f"ember run {model}", sync=sync, tags=tags), progress:
             task = progress.add_task("calls", total=None)
             summary = run_workload(
                 model,

@@ -399,13 +399,15 @@ def record(
     run_id: str | None = None,
     flush_interval: float = 1.0,
     sync: bool = True,
-    **tags: Any,
+    tags: Mapping[str, Any] | None = None,
+    **more_tags: Any,
 ) -> Iterator[Recorder]:
     """Record every Ember event of this process into a new JSONL trace at ``path``.
 
     Keyword arguments other than the named ones become the run's ``tags`` (model,
-    git sha, team...). The file is flushed at least every ``flush_interval`` seconds
-    and on exit.
+    git sha, team...), and so does the ``tags`` mapping, whose names may also be those of
+    this function's parameters (``ember run --tag sync=1`` is a tag, not the option). The
+    file is flushed at least every ``flush_interval`` seconds and on exit.
 
     ``sync=True`` (the default): while the recording is open, a model call's span ends
     when its outputs are ready (``jax.block_until_ready``), and so do segment and break
@@ -424,7 +426,7 @@ def record(
         path,
         phase=phase,
         entrypoint=entrypoint,
-        tags={k: str(v) for k, v in tags.items()},
+        tags={k: str(v) for k, v in {**(tags or {}), **more_tags}.items()},
         run_id=run_id,
         flush_interval=flush_interval,
         sync=sync,

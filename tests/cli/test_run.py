@@ -187,3 +187,24 @@ def test_shared_symbolic_dims_take_one_value():
     assert steps[0]["ids"][0] == (1, 8) and defaults == {"batch": 1, "seq": 8}
     with pytest.raises(WorkloadError):
         parse_input("=3")
+
+
+def test_tags_named_like_record_options_are_tags(symbolic_model, tmp_path):
+    # they were passed to record() as its keyword arguments: sync=... was a TypeError
+    # ("multiple values for keyword argument"), run_id=... replaced the run's id
+    trace = tmp_path / "t.jsonl"
+    tags = ["sync=yes", "run_id=mine", "phase=train", "flush_interval=soon", "team=a"]
+    args = ["run", str(symbolic_model), "--input", "x=3x4", "--calls", "1"]
+    args += ["--record", str(trace)] + [a for t in tags for a in ("--tag", t)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    meta = records(trace)[0]
+    assert meta["tags"] == {
+        "sync": "yes",
+        "run_id": "mine",
+        "phase": "train",
+        "flush_interval": "soon",
+        "team": "a",
+        "model": str(symbolic_model),
+    }
+    assert meta["run_id"] != "mine" and meta["phase"] == "infer" and meta["sync"] is True
