@@ -622,7 +622,8 @@ def _apply(rule: Rule, rows: dict[str, MetricRow]) -> RuleResult:
     if row.change is None or row.verdict == "not comparable":
         why = row.note or "a run has no value"
         return RuleResult(rule.text, "skip", f"{label}: not comparable ({why})", column, None)
-    value = row.change if rule.mode == "change" else row.relative * 100  # type: ignore[operator]
+    assert row.relative is not None  # set with change (inf from a base of 0)
+    value = row.change if rule.mode == "change" else row.relative * 100
     moved = (
         f"{label} {show(row.base, row.unit)} -> {show(row.candidate, row.unit)} "
         f"({show_change(row) if rule.mode == 'change' else _signed_pct(row.relative)})"

@@ -36,6 +36,7 @@ is not run as a break node (which would interpret its branch node by node):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -364,7 +365,7 @@ def _cut(
     needs: frozenset[str],
     params: frozenset[str],
     const: frozenset[str],
-    prelude: set[int] = frozenset(),  # type: ignore[assignment]
+    prelude: AbstractSet[int] = frozenset(),
 ) -> list[Segment]:
     nodes = graph.nodes
     n = len(nodes)
