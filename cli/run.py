@@ -23,6 +23,14 @@ def default_trace_path(source: str) -> Path:
     return Path("traces") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
 
 
+def _naming(model: str, message: str) -> str:
+    """``message`` led by the model, unless it names it already (a load error names the
+    file: "m.onnx: the file is empty" was printed as "m.onnx: m.onnx: the file is empty")."""
+    if any(message.startswith(f"{name}:") for name in (model, str(Path(model)))):
+        return message
+    return f"{model}: {message}"
+
+
 def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
     """The lines ``ember run`` prints, from a ``run_summary`` row."""
     failed = f" ({row['failed_calls']} failed)" if row["failed_calls"] else ""
@@ -35,6 +43,12 @@ def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
     if row["eager_compiles"]:
         compiles += f", {row['eager_compiles']} eager segments"
     cache = f"{row['hits']} hits, {row['misses']} misses, {row['evictions']} evictions"
+    if not (row["hits"] or row["misses"] or row["evictions"]):
+        # a call at the shapes compile() compiled for goes straight to that program and
+        # emits no cache events: "0 hits, 0 misses" next to "compiles 1" read as a contradiction
+        cache = "not looked up"
+        if row["compiles"] and not row["graph_break"]:
+            cache += ": each call ran the program compiled with the model"
     if row["recompiled_after_eviction"]:
         cache += f" ({row['recompiled_after_eviction']} compiled again after eviction)"
     out = [
@@ -149,7 +163,7 @@ def run(
                 on_call=lambda done, total: progress.update(task, completed=done, total=total),
             )
     except (EmberRuntimeError, FileNotFoundError, ValueError, TraceWriteError) as exc:
-        raise fail(f"{model}: {exc}") from None
+        raise fail(_naming(model, str(exc))) from None
 
     # the numbers come from the trace, through the run_summary view: the same definition as
     # `ember report` and the dashboard

@@ -10,7 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
+from ember.analysis.report import trace_summary
 from ember.cli.main import app
+from ember.cli.run import summary_rows
 from ember.runtime.workload import (
     WorkloadError,
     parse_input,
@@ -116,6 +118,10 @@ def test_light_model_compiles_once(tmp_path):
     assert len(calls) == 2
     assert all(0 < c["attrs"]["dispatch_ns"] <= c["duration_ns"] for c in calls)
     assert not [r for r in recs if r["kind"] == "cache"]
+    # so the summary says the cache was not looked up, not "0 hits, 0 misses" by "compiles 1"
+    rows = dict(summary_rows(trace_summary(trace)))
+    assert rows["compiles"].startswith("1 (")
+    assert rows["cache"] == "not looked up: each call ran the program compiled with the model"
     assert [r["kind"] for r in recs].count("device_memory") >= 2
 
 
@@ -208,3 +214,26 @@ def test_tags_named_like_record_options_are_tags(symbolic_model, tmp_path):
         "model": str(symbolic_model),
     }
     assert meta["run_id"] != "mine" and meta["phase"] == "infer" and meta["sync"] is True
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [("empty.onnx", b""), ("bad.onnx", b"not a protobuf"), ("missing.onnx", None)],
+    ids=["empty", "not-onnx", "missing"],
+)
+def test_a_load_error_names_the_model_once(tmp_path, monkeypatch, name, content):
+    # the load error names the file itself; `ember run` printed it twice
+    # ("error: empty.onnx: empty.onnx: the file is empty (0 bytes), not an ONNX model")
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / name).write_bytes(content)
+    for given in (name, f"./{name}"):
+        result = runner.invoke(app, ["run", given, "--record", str(tmp_path / "t.jsonl")])
+        assert result.exit_code == 1
+        text = " ".join(result.output.split())
+        assert text.startswith(f"error: {name}: ") and text.count(f"{name}:") == 1, text
+
+
+def test_an_unknown_light_model_is_named_once(tmp_path):
+    result = runner.invoke(app, ["run", "onnx:light/gpt5", "--record", str(tmp_path / "t.jsonl")])
+    assert " ".join(result.output.split()).count("onnx:light/gpt5:") == 1, result.output
