@@ -117,16 +117,7 @@ def ingest_command(
             _print_file(result)
             progress.advance(task, sizes[path])
     summary.seconds = time.perf_counter() - t0
-    refused = len(summary.refused)
-    console.print(
-        f"{len(files)} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
-        f"{refused} refused, {fmt.duration(summary.seconds * 1e9)}, "
-        f"{summary.records_per_second:,.0f} records/s "
-        f"-> {db}",
-        highlight=False,
-    )
-    if refused:
-        raise typer.Exit(1)
+    _print_totals(len(files), summary, str(db))
 
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
@@ -143,12 +134,16 @@ def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, str
     else:
         summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
     summary.seconds = time.perf_counter() - t0
+    _print_totals(len(files), summary, f"{lake} ({engine.value})")
+
+
+def _print_totals(files: int, summary: IngestSummary, target: str) -> None:
+    """The last line of an ingest; exit 1 when a file was refused."""
     refused = len(summary.refused)
     console.print(
-        f"{len(files)} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
+        f"{files} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
         f"{refused} refused, {fmt.duration(summary.seconds * 1e9)}, "
-        f"{summary.records_per_second:,.0f} records/s "
-        f"-> {lake} ({engine.value})",
+        f"{summary.records_per_second:,.0f} records/s -> {target}",
         highlight=False,
     )
     if refused:
@@ -286,22 +281,26 @@ def report(
             console.print(styled, soft_wrap=True)
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 compile``, ``3 compiles``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _headline(s: RunSummary) -> str:
     """The run's numbers in one line (rich wraps it at the console's width)."""
     parts = []
     if s.calls:
-        calls = "1 call" if s.calls == 1 else f"{s.calls} calls"
-        parts.append(calls + (f" ({s.errors} failed)" if s.errors else ""))
+        parts.append(_n(s.calls, "call") + (f" ({s.errors} failed)" if s.errors else ""))
     if s.steps:
-        parts.append(f"{s.steps} steps")
+        parts.append(_n(s.steps, "step"))
     detail = [fmt.duration(s.compile_ns)] if s.compiles else []
     if s.recompiles:
-        detail.append("1 recompile" if s.recompiles == 1 else f"{s.recompiles} recompiles")
-    parts.append(f"{s.compiles} compiles" + (f" ({', '.join(detail)})" if detail else ""))
+        detail.append(_n(s.recompiles, "recompile"))
+    parts.append(_n(s.compiles, "compile") + (f" ({', '.join(detail)})" if detail else ""))
     if s.eager_compiles:
-        parts.append(f"{s.eager_compiles} eager segments")
+        parts.append(_n(s.eager_compiles, "eager segment"))
     if s.jax_compiles:
-        parts.append(f"{s.jax_compiles} jax compiles ({fmt.duration(s.jax_compile_ns)})")
+        parts.append(f"{_n(s.jax_compiles, 'jax compile')} ({fmt.duration(s.jax_compile_ns)})")
     if s.hits or s.misses or s.evictions:
         parts.append(f"cache {s.hits} hits/{s.misses} misses/{s.evictions} evictions")
     if s.disk_hits or s.disk_misses:

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -440,3 +441,30 @@ def test_a_disk_cache_that_missed_is_a_finding_with_its_cost(reports):
     assert "a first run fills the cache" in missed.text
     assert 0 < missed.cost_ns <= cold.run.compile_ns
     assert not [f for f in reports["disk-warm"].findings if f.kind == "disk_miss"]
+
+
+def test_the_headline_says_1_compile_not_1_compiles():
+    # a model compiled once at load (`ember run onnx:light/squeezenet`) was "1 compiles"
+    from ember.analysis.report import RunSummary
+    from ember.cli.analysis import _headline
+
+    zero = dict.fromkeys(
+        ("calls", "errors", "steps", "compiles", "compile_ns", "eager_compiles", "recompiles"),
+        0,
+    ) | dict.fromkeys(
+        ("recompiled_after_eviction", "jax_compiles", "jax_primitives", "jax_compile_ns"), 0
+    )
+    base = RunSummary(
+        run_id="r" * 32, name="m", phase="infer", backend="cpu", model="m", **zero,
+        hits=0, misses=0, evictions=0, disk_hits=0, disk_misses=0, peak_bytes=None,
+        peak_series=None, p50_ns=None, p99_ns=None,
+    )  # fmt: skip
+    one = replace(base, calls=1, steps=1, compiles=1, compile_ns=553_000_000)
+    assert _headline(one) == "1 call · 1 step · 1 compile (553 ms)"
+    assert _headline(replace(one, recompiles=1, eager_compiles=1, jax_compiles=1)) == (
+        "1 call · 1 step · 1 compile (553 ms, 1 recompile) · 1 eager segment · 1 jax compile (0 ns)"
+    )
+    two = replace(one, calls=2, steps=2, compiles=2, recompiles=2, eager_compiles=2)
+    assert _headline(two) == (
+        "2 calls · 2 steps · 2 compiles (553 ms, 2 recompiles) · 2 eager segments"
+    )
