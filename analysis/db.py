@@ -95,6 +95,7 @@ VIEW_NAMES: tuple[str, ...] = (
     # helpers of the dashboard's pages
     "_cache_positions",
     "_call_windows",
+    "_recompile_reasons",
     "_hub_checks",
     "_segment_memory",
 )

@@ -77,14 +77,14 @@ def what_if(run: str) -> dict[str, pl.DataFrame]:
                 SELECT CAST(position AS VARCHAR) AS position, cache_size, compiles, recompiles,
                     actual_cache_size, actual_compiles, is_actual, fixes_thrash, distinct_keys
                 FROM w ORDER BY w.position, cache_size""",
+            # one row per position (every position has a size 1)
             "advice": """
                 SELECT CAST(position AS VARCHAR) AS position,
-                    any_value(actual_cache_size) AS cache_size_used,
-                    any_value(actual_compiles) AS compiles_recorded,
-                    min(cache_size) FILTER (WHERE fixes_thrash)
-                        AS smallest_size_without_recompiles,
-                    any_value(distinct_keys) AS compiles_at_that_size
-                FROM w GROUP BY w.position ORDER BY w.position""",
+                    actual_cache_size AS cache_size_used,
+                    actual_compiles AS compiles_recorded,
+                    smallest_size_without_recompiles,
+                    distinct_keys AS compiles_at_that_size
+                FROM w WHERE cache_size = 1 ORDER BY w.position""",
         },
         run,
     )

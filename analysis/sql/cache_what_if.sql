@@ -18,6 +18,8 @@
 -- is_actual         cache_size = actual_cache_size
 -- saved_compiles    actual_compiles - compiles (negative: this size would cost more)
 -- fixes_thrash      true for sizes with no avoidable compile (recompiles = 0)
+-- smallest_size_without_recompiles   the smallest size of this position with fixes_thrash
+--                   (the same on each of its rows)
 WITH keys AS (
     -- the keys of each position, ranked (a window over a few keys, not over every lookup)
     SELECT run_id, source, position, key,
@@ -88,7 +90,9 @@ SELECT
     s.actual_compiles,
     s.cache_size IS NOT DISTINCT FROM a.actual_cache_size AS is_actual,
     CAST(s.actual_compiles - s.compiles AS BIGINT) AS saved_compiles,
-    s.compiles = s.distinct_keys AS fixes_thrash
+    s.compiles = s.distinct_keys AS fixes_thrash,
+    min(CASE WHEN s.compiles = s.distinct_keys THEN s.cache_size END)
+        OVER (PARTITION BY s.run_id, s.source, s.position) AS smallest_size_without_recompiles
 FROM replay s
 LEFT JOIN actual a ON a.run_id = s.run_id AND a.source IS NOT DISTINCT FROM s.source
     AND a.position = s.position

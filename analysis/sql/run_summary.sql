@@ -20,6 +20,8 @@
 -- jax_compiles  compiles of primitives JAX ran outside jit (see _jit_functions)
 -- jax_primitives  how many different primitives (or JAX helpers) those compiles were of
 -- jax_compile_ns  their total time (ns)
+-- compiled_keys different keys compiled, over every compile (segment, eager, jitted
+--               function, JAX primitive)
 -- hits, misses, evictions   segment cache events
 -- hit_rate      hits / (hits + misses); NULL without lookups
 -- disk_hits, disk_misses    compiled segments loaded from / not found in the disk cache
@@ -77,7 +79,7 @@ comp AS (
     SELECT c.run_id,
         coalesce(j.internal, false) AS internal,
         c.position IS NOT NULL AND c.compiled IS NOT DISTINCT FROM false AS eager,
-        c.compile_index, c.compile_ns, c.disk_cache, c.position, c.fun_name
+        c.compile_index, c.compile_ns, c.disk_cache, c.position, c.fun_name, c.key
     FROM compiles c
     LEFT JOIN _jit_functions j ON j.run_id = c.run_id AND j.fun_name = c.fun_name
 ),
@@ -91,6 +93,7 @@ comp_counts AS (
         count(*) FILTER (WHERE internal) AS jax_compiles,
         count(DISTINCT fun_name) FILTER (WHERE internal) AS jax_primitives,
         coalesce(sum(compile_ns) FILTER (WHERE internal), 0) AS jax_compile_ns,
+        count(DISTINCT key) AS compiled_keys,
         count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'hit') AS disk_hits,
         count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'miss') AS disk_misses
     FROM comp GROUP BY run_id
@@ -148,6 +151,7 @@ SELECT
     coalesce(k.jax_compiles, 0) AS jax_compiles,
     coalesce(k.jax_primitives, 0) AS jax_primitives,
     CAST(coalesce(k.jax_compile_ns, 0) AS BIGINT) AS jax_compile_ns,
+    coalesce(k.compiled_keys, 0) AS compiled_keys,
     coalesce(c.hits, 0) AS hits,
     coalesce(c.misses, 0) AS misses,
     coalesce(c.evictions, 0) AS evictions,

@@ -10,11 +10,11 @@ from ember.analysis import format as fmt
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Recompiles")
-ui.require_relations("compiles", "recompiles")
+ui.require_relations("compiles", "recompiles", "_recompile_reasons")
 run = ui.pick_run(data="compiles", what="compiles")
 
-# This run's compiles and recompiles are sliced once; the numbers, the chart and the tables
-# of the first sections aggregate those slices in DuckDB (see db.query_set).
+# This run's compiles and recompiles are sliced once (see db.query_set); the chart and the
+# tables of the first sections read those slices, the counts come from views.
 OVER_TIME = charts.downsample_sql(
     "(SELECT ts_ns, position, fun_name, compile_index, compile_ns / 1e6 AS compile_ms, "
     "shapes_text, compile_index = 1 AS first FROM c)",
@@ -30,16 +30,10 @@ data = db.query_set(
         "r": "SELECT * EXCLUDE (changes) FROM recompiles WHERE run_id = $1 AND NOT outside_jit",
     },
     {
-        "totals": "SELECT count(DISTINCT key) AS distinct_keys, count(*) AS any_compiles FROM c",
         "over_time": f"""
             SELECT ts_ns / 1e9 AS t_s, coalesce(CAST(position AS VARCHAR), fun_name) AS "where",
                 compile_index, compile_ms, shapes_text, first
             FROM {OVER_TIME}""",
-        "reasons": """
-            SELECT change, arg, dim, count(*) AS recompiles,
-                coalesce(sum(compile_ns), 0) / 1e6 AS compile_ms,
-                min(reason) AS example
-            FROM r GROUP BY ALL ORDER BY recompiles DESC, change, arg, dim""",
         "detail": """
             SELECT position, fun_name, compile_index, round(ts_ns / 1e9, 3) AS t_s, reason,
                 change, arg, dim, old_value, new_value, after_eviction,
@@ -48,14 +42,13 @@ data = db.query_set(
     },
     run,
 )
-totals = data["totals"].row(0, named=True)
 headline = summary.run_row(run)
 
 m = st.columns(5)
 m[0].metric("Compiles", f"{headline.get('compiles', 0):,}")
 m[1].metric("Recompiles", f"{headline.get('recompiles', 0):,}")
 m[2].metric("After eviction", f"{headline.get('recompiled_after_eviction', 0):,}")
-m[3].metric("Distinct keys", f"{totals['distinct_keys']:,}")
+m[3].metric("Distinct keys", f"{headline.get('compiled_keys', 0):,}")
 m[4].metric("Compile time", ui.fmt_ms(headline.get("compile_ms")))
 if headline.get("eager_compiles"):
     st.caption(
@@ -76,7 +69,7 @@ if headline.get("jax_compiles"):
         "shape: move it into a jitted function."
     )
 
-if totals["any_compiles"] == 0:
+if not any(headline.get(k) for k in ("compiles", "eager_compiles", "jax_compiles")):
     st.info(f"Run {run} compiled nothing (no segment or jit compiles were recorded).")
     st.stop()
 
@@ -103,7 +96,13 @@ charts.show(chart, key="ember_recompiles_timeline")
 
 # ---- why: the part of the key that changed
 st.subheader("Why it compiled again")
-reasons = data["reasons"]
+reasons = db.query(
+    """
+    SELECT change, arg, dim, recompiles, compile_ns / 1e6 AS compile_ms, example
+    FROM _recompile_reasons WHERE run_id = ? ORDER BY recompiles DESC, change, arg, dim
+    """,
+    run,
+)
 if reasons.is_empty():
     st.success("Nothing compiled twice at the same position.")
 else:

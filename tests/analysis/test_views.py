@@ -64,14 +64,16 @@ def test_evictions_and_thrash(con):
 
 def test_cache_what_if_shows_the_size_that_removes_the_recompiles(con):
     rows = con.sql(
-        "SELECT cache_size, compiles, recompiles, is_actual, actual_compiles, fixes_thrash "
-        "FROM cache_what_if WHERE run_id = 'sweep' AND position = 0 ORDER BY cache_size"
+        "SELECT cache_size, compiles, recompiles, is_actual, actual_compiles, fixes_thrash, "
+        "smallest_size_without_recompiles FROM cache_what_if "
+        "WHERE run_id = 'sweep' AND position = 0 ORDER BY cache_size"
     ).to_dicts()
     # 17 23 31 17 23 23: size 1 and 2 compile all but the repeated 23; size 3 keeps all
     assert [(r["cache_size"], r["compiles"]) for r in rows] == [(1, 5), (2, 5), (3, 3)]
     assert [r["is_actual"] for r in rows] == [False, True, False]
     assert rows[1]["actual_compiles"] == 5  # the replay of the real size matches the run
     assert [r["fixes_thrash"] for r in rows] == [False, False, True]
+    assert [r["smallest_size_without_recompiles"] for r in rows] == [3, 3, 3]
 
 
 def test_compile_payback_counts_the_reuses_before_eviction(con):
@@ -136,6 +138,25 @@ def test_call_windows_cut_each_run_into_fixed_windows(con):
     first_row = next(r for r in rows if r[0] == 10 and r[1] == 0)
     assert first_row[3] == len(first)
     assert first_row[6] <= max(first) and first_row[4] >= min(first)
+
+
+def test_recompile_reasons_group_a_runs_recompiles_by_what_changed(con):
+    rows = con.sql(
+        "SELECT change, arg, dim, recompiles, compile_ns, example FROM _recompile_reasons "
+        "WHERE run_id = 'sweep'"
+    ).rows()
+    every = con.sql(
+        "SELECT change, arg, dim, compile_ns, reason FROM recompiles "
+        "WHERE run_id = 'sweep' AND NOT outside_jit"
+    ).rows()
+    assert sum(r[3] for r in rows) == len(every) > 0
+    for change, arg, dim, n, ns, example in rows:
+        mine = [r for r in every if (r[0], r[1], r[2]) == (change, arg, dim)]
+        assert n == len(mine) and ns == sum(r[3] or 0 for r in mine)
+        assert example == min(r[4] for r in mine)
+    ids = con.sql("SELECT compiled_keys FROM run_summary WHERE run_id = 'sweep'").rows()
+    keys = con.sql("SELECT count(DISTINCT key) FROM compiles WHERE run_id = 'sweep'").rows()
+    assert ids == keys and keys[0][0] > 0
 
 
 def test_breaks_name_the_node_and_why(con):
