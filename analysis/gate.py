@@ -186,7 +186,8 @@ def parse_rules(text: str | list[str], where: str = "--fail-on") -> list[Rule]:
     """The rules in ``text`` (the grammar above; a list holds one or more rules an item).
 
     ``"none"`` (or an empty list) means no rules: the comparison is reported, never
-    failed. Raises ``RuleError`` naming the rule that cannot be read.
+    failed. Raises ``RuleError`` naming the rule that cannot be read, or for a text with
+    no rules that is not ``"none"`` (an empty ``--fail-on`` does not turn the gate off).
     """
     items = text if isinstance(text, list) else [text]
     rules: list[Rule] = []
@@ -198,8 +199,9 @@ def parse_rules(text: str | list[str], where: str = "--fail-on") -> list[Rule]:
             if not part or part.lower() == "none":
                 continue
             rules.append(_parse_one(part, where))
-    if not rules and isinstance(text, str) and text.strip().lower() not in ("none", ""):
-        raise RuleError(f"{where}: no rules in {text!r}")
+    if not rules and isinstance(text, str) and text.strip().lower() != "none":
+        # an empty --fail-on (an unset variable in a CI script) would turn the gate off
+        raise RuleError(f"{where}: no rules in {text!r}; write 'none' to compare without rules")
     return rules
 
 

@@ -69,6 +69,13 @@ def test_a_list_holds_rules_and_none_means_no_rules():
     assert parse_rules([]) == []
 
 
+@pytest.mark.parametrize("text", ["", "  ", ",", " ; "])
+def test_an_empty_fail_on_is_an_error_not_no_rules(text):
+    # `--fail-on "$RULES"` with RULES unset passed every build: the gate was off
+    with pytest.raises(RuleError, match="no rules in .*; write 'none' to compare without rules"):
+        parse_rules(text)
+
+
 def test_breaks_compares_with_the_operator():
     assert one("evictions>+0").breaks(1) and not one("evictions>+0").breaks(0)
     assert one("evictions>=+1").breaks(1) and not one("evictions>=+1").breaks(0)

@@ -244,6 +244,7 @@ def test_rules_from_pyproject(runs, here):
         (["{base}", "{candidate}", "--fail-on", "recompiles=>0"], "cannot read the rule"),
         (["{base}", "{candidate}", "--fail-on", "recompile>0"], "no metric 'recompile'"),
         (["{base}", "{candidate}", "--fail-on", "calls>[bold]"], "rule 'calls>[bold]'"),
+        (["{base}", "{candidate}", "--fail-on", ""], "--fail-on: no rules in ''; write 'none'"),
         (["{candidate}"], "no baseline"),
         (["{candidate}", "--baseline-tag", "branch"], "expected KEY=VALUE"),
         (["{candidate}", "--baseline-tag", "branch=nope", "--db", "{db}"], "no run tagged"),
