@@ -96,6 +96,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "_cache_positions",
     "_call_windows",
     "_recompile_reasons",
+    "_compiles_by_where",
     "_hub_checks",
     "_segment_memory",
 )

@@ -73,15 +73,16 @@ if tags_a != tags_b:
     st.caption(f"Tags differ. A: `{tags_a}`  B: `{tags_b}`")
 
 st.subheader("Compiles per position")
-if not ui.lacks("compiles"):
+if not ui.lacks("_compiles_by_where"):
     per_position = db.query(
         """
-        SELECT coalesce(CAST(position AS VARCHAR), fun_name) AS "where",
-            count(*) FILTER (WHERE run_id = $1) AS compiles_a,
-            count(*) FILTER (WHERE run_id = $2) AS compiles_b,
+        SELECT coalesce(x."where", y."where") AS "where",
+            coalesce(x.compiles, 0) AS compiles_a, coalesce(y.compiles, 0) AS compiles_b,
             compiles_b - compiles_a AS difference
-        FROM compiles WHERE run_id IN ($1, $2)
-        GROUP BY ALL ORDER BY abs(difference) DESC, "where"
+        FROM (SELECT * FROM _compiles_by_where WHERE run_id = $1) x
+        FULL JOIN (SELECT * FROM _compiles_by_where WHERE run_id = $2) y
+            ON x."where" IS NOT DISTINCT FROM y."where"
+        ORDER BY abs(difference) DESC, "where"
         """,
         a,
         b,

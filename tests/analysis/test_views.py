@@ -159,6 +159,18 @@ def test_recompile_reasons_group_a_runs_recompiles_by_what_changed(con):
     assert ids == keys and keys[0][0] > 0
 
 
+def test_compiles_by_where_count_each_position(con):
+    rows = dict(
+        con.sql("SELECT \"where\", compiles FROM _compiles_by_where WHERE run_id = 'sweep'").rows()
+    )
+    every = con.sql(
+        "SELECT CAST(position AS VARCHAR), count(*) FROM compiles WHERE run_id = 'sweep' "
+        "GROUP BY ALL"
+    ).rows()
+    assert rows == dict(every) and sum(rows.values()) > len(rows) > 0
+    assert rows["0"] == 5  # 17 23 31 17 23 23 through a cache of 2 (see cache_what_if)
+
+
 def test_breaks_name_the_node_and_why(con):
     [row] = con.sql(
         "SELECT position, node, op_type, reason, runs FROM breaks WHERE run_id = 'sweep'"
