@@ -43,7 +43,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -143,7 +143,7 @@ class CompareError(ValueError):
 class Cause:
     """One reason a run recompiled, evicted or broke its graph, named for a person."""
 
-    kind: str  # recompile | eviction | break
+    kind: Literal["recompile", "eviction", "break"]
     key: str  # identity across runs: 'position 0|shape|input_ids|1'
     where: str  # 'position 0', a jitted function's name
     name: str  # '`input_ids` dim 1', 'break at `kept_positions` (NonZero)'
@@ -399,7 +399,7 @@ class RuleResult:
     """One rule applied to the comparison."""
 
     rule: str  # as written
-    status: str  # pass | fail | skip
+    status: Literal["pass", "fail", "skip"]
     message: str  # what was compared and why it passed, failed or was skipped
     metric: str  # the column it read
     value: float | None  # what the threshold was compared with (absolute, change or %)

@@ -41,7 +41,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 __all__ = [
     "ALIASES",
@@ -115,15 +115,20 @@ class RuleError(ValueError):
     """A rule that cannot be read, or names a metric the comparison does not have."""
 
 
+RuleOp = Literal[">", ">=", "<", "<="]
+RuleMode = Literal["absolute", "change", "percent"]
+
+
 @dataclass(frozen=True)
 class Rule:
     """One rule: ``metric op threshold``, breaking when the comparison is true."""
 
     text: str  # as written, without spaces: 'latency_p50>+10%'
     metric: str  # as written: 'latency_p50'
-    op: str  # > | >= | < | <=
+    op: RuleOp
     threshold: float  # in the metric's unit (ns, bytes) or percent when mode is 'percent'
-    mode: str  # absolute (the candidate's value) | change (candidate - base) | percent
+    # absolute: the candidate's value; change: candidate - base; percent: the change in %
+    mode: RuleMode
 
     @property
     def column(self) -> str:
@@ -171,6 +176,7 @@ def _parse_one(text: str, where: str) -> Rule:
         if m["percent"]:
             raise RuleError(f"{where}: {text!r} has both a unit and '%'; give one")
         number *= scale
+    mode: RuleMode
     if m["percent"]:
         mode = "percent"
     elif m["sign"]:
@@ -179,7 +185,8 @@ def _parse_one(text: str, where: str) -> Rule:
         mode = "absolute"
     if m["sign"] == "-":
         number = -number
-    return Rule(text=text, metric=m["metric"], op=m["op"], threshold=number, mode=mode)
+    op = cast(RuleOp, m["op"])  # _RULE_RE matches no other
+    return Rule(text=text, metric=m["metric"], op=op, threshold=number, mode=mode)
 
 
 def parse_rules(text: str | list[str], where: str = "--fail-on") -> list[Rule]:
