@@ -39,6 +39,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_runtime import interleaved_medians  # noqa: E402  (one way to time both)
+
 CACHE = Path(os.environ.get("EMBER_BENCH_CACHE", Path.home() / ".cache" / "ember-bench"))
 
 
@@ -141,23 +144,9 @@ def bench(m: RealModel, scale: float) -> dict[str, Any]:
             def ort_call() -> Any:
                 return sess.run(names, feeds)
 
-        calls = max(5, int(m.calls * scale))
-        for _ in range(3):
-            ember_call()
-            ort_call()
-        ember_t: list[float] = []
-        ort_t: list[float] = []
-        rounds = 5
-        per_round = max(1, calls // rounds)
-        for _ in range(rounds):
-            for fn, sink in ((ember_call, ember_t), (ort_call, ort_t)):
-                for _ in range(per_round):
-                    s = time.perf_counter()
-                    fn()
-                    sink.append(time.perf_counter() - s)
+        e, o = interleaved_medians(ember_call, ort_call, max(5, int(m.calls * scale)))
     finally:
         bus.detach(handler)
-    e, o = statistics.median(ember_t), statistics.median(ort_t)
     return {
         "model": m.name,
         "package": m.package,

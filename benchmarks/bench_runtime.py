@@ -16,6 +16,8 @@ import glob
 import os
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -61,20 +63,7 @@ def bench_model(path: str, calls: int, threads: int | None) -> dict[str, float]:
     # The light models' weights are constant, so activations reach ~1e10 where float32 steps
     # are ~1e3; a different summation order can then change the softmax: report, go on.
     matches = bool(np.allclose(got, ref, rtol=1e-3, atol=1e-5))
-    for _ in range(3):
-        ember_call()
-        ort_call()
-    ember_t: list[float] = []
-    ort_t: list[float] = []
-    rounds = 5
-    per_round = max(1, calls // rounds)
-    for _ in range(rounds):
-        for fn, sink in ((ember_call, ember_t), (ort_call, ort_t)):
-            for _ in range(per_round):
-                t0 = time.perf_counter()
-                fn()
-                sink.append(time.perf_counter() - t0)
-    e, o = statistics.median(ember_t), statistics.median(ort_t)
+    e, o = interleaved_medians(ember_call, ort_call, calls)
     return {
         "compile_s": compile_s,
         "ember_ms": e * 1e3,
@@ -82,6 +71,26 @@ def bench_model(path: str, calls: int, threads: int | None) -> dict[str, float]:
         "ratio": e / o,
         "matches": matches,
     }
+
+
+def interleaved_medians(
+    a: Callable[[], Any], b: Callable[[], Any], calls: int, rounds: int = 5
+) -> tuple[float, float]:
+    """Median seconds per call of ``a`` and of ``b``, after 3 warm-up calls of each, timed
+    in ``rounds`` alternating rounds of ``calls // rounds`` calls, so that a change of the
+    machine's load weighs on both alike. ``bench_realmodels.py`` times the same way."""
+    for _ in range(3):
+        a()
+        b()
+    times: tuple[list[float], list[float]] = ([], [])
+    per_round = max(1, calls // rounds)
+    for _ in range(rounds):
+        for fn, sink in zip((a, b), times, strict=True):
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                sink.append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def main() -> None:
