@@ -97,6 +97,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "_call_windows",
     "_recompile_reasons",
     "_compiles_by_where",
+    "_tensor_samples",
     "_hub_checks",
     "_segment_memory",
 )

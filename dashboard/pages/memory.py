@@ -57,28 +57,12 @@ if tensors:
         + (f": {parts}" if (parts := _by_category(tensors)) else "")
     )
 
-# ---- tensors by category: sampled on a common time grid (exact when the series is short)
-# so the stacked areas line up; each grid point carries the last value at or before it.
-if tensors:
-    n = charts.MAX_POINTS
+# ---- tensors by category, sampled on a time grid common to the categories (_tensor_samples)
+if tensors and db.has_relation("_tensor_samples"):
     stacked = db.query(
-        f"""
-        WITH t AS (
-            SELECT category, ts_ns, CAST(bytes AS BIGINT) AS bytes FROM memory_timeline
-            WHERE run_id = $1 AND device = $2 AND series = 'tensors'
-        ),
-        span AS (SELECT min(ts_ns) AS lo, max(ts_ns) AS hi, count(*) AS rows FROM t),
-        grid AS (
-            SELECT DISTINCT ts_ns FROM t, span WHERE span.rows <= {n}
-            UNION ALL
-            SELECT lo + (hi - lo) * i // {n} FROM span, range(0, {n} + 1) r(i)
-            WHERE span.rows > {n}
-        ),
-        cats AS (SELECT DISTINCT category FROM t),
-        g AS (SELECT cats.category, grid.ts_ns FROM cats, grid)
-        SELECT g.ts_ns / 1e9 AS t_s, g.category, coalesce(t.bytes, 0) AS bytes
-        FROM g ASOF LEFT JOIN t ON t.category = g.category AND t.ts_ns <= g.ts_ns
-        ORDER BY t_s, g.category
+        """
+        SELECT t_s, category, bytes FROM _tensor_samples
+        WHERE run_id = ? AND device = ? ORDER BY t_s, category
         """,
         run,
         device,

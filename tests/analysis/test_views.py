@@ -201,6 +201,20 @@ def test_memory_timeline_accumulates_allocs_and_frees(con):
     assert sweep == [("rss", "live_arrays", len(SWEEP)), ("used", "live_arrays", len(SWEEP))]
 
 
+def test_tensor_samples_line_the_categories_up_on_one_grid(con):
+    # a short series: the grid is every recorded time, each category carries its last value
+    stacked = con.sql(
+        "SELECT ts_ns, sum(bytes), count(*) FROM _tensor_samples WHERE run_id = 'bus-run' "
+        "GROUP BY ts_ns ORDER BY ts_ns"
+    ).rows()
+    assert [r[1] for r in stacked] == [4000, 5000, 4000, 6000, 4000, 7000, 4000]
+    cats = con.sql(
+        "SELECT count(DISTINCT category) FROM memory_timeline "
+        "WHERE run_id = 'bus-run' AND series = 'tensors'"
+    ).rows()[0][0]
+    assert cats >= 2 and {r[2] for r in stacked} == {cats}
+
+
 def test_peak_memory_says_when_and_by_category(con):
     peak = con.sql(
         "SELECT p.peak_bytes, p.by_category, s.span_kind, s.start_attrs.index AS step, "

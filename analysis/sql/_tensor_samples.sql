@@ -1,0 +1,36 @@
+-- _tensor_samples: one row per (run, device, category, sample time): the live tensor bytes
+-- of each category sampled on a time grid common to all categories of a run's device, so
+-- the Memory page's stacked areas line up. The grid is every time a tensor row was recorded
+-- when the device has at most 1500 of them (the dashboard's charts.MAX_POINTS), else 1501
+-- evenly spaced times from the first to the last; each sample carries the category's last
+-- value at or before it (0 before its first row).
+--
+-- run_id, device   the run and the device
+-- category         the tensor category (as in memory_timeline)
+-- ts_ns            the sample time (ns since the run started)
+-- t_s              the same in seconds
+-- bytes            the category's live bytes then
+WITH t AS (
+    SELECT run_id, device, category, ts_ns, CAST(bytes AS BIGINT) AS bytes
+    FROM memory_timeline WHERE series = 'tensors'
+),
+span AS (
+    SELECT run_id, device, min(ts_ns) AS lo, max(ts_ns) AS hi, count(*) AS n_rows
+    FROM t GROUP BY run_id, device
+),
+grid AS (
+    SELECT DISTINCT t.run_id, t.device, t.ts_ns
+    FROM t JOIN span USING (run_id, device) WHERE span.n_rows <= 1500
+    UNION ALL
+    SELECT run_id, device, lo + (hi - lo) * r.i // 1500 AS ts_ns
+    FROM span, range(0, 1501) r(i) WHERE span.n_rows > 1500
+),
+cats AS (SELECT DISTINCT run_id, device, category FROM t),
+g AS (
+    SELECT cats.run_id, cats.device, cats.category, grid.ts_ns
+    FROM cats JOIN grid USING (run_id, device)
+)
+SELECT g.run_id, g.device, g.category, g.ts_ns, g.ts_ns / 1e9 AS t_s,
+    coalesce(t.bytes, 0) AS bytes
+FROM g ASOF LEFT JOIN t ON t.run_id = g.run_id AND t.device = g.device
+    AND t.category = g.category AND t.ts_ns <= g.ts_ns
