@@ -140,11 +140,10 @@ def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, str
 def _print_totals(files: int, summary: IngestSummary, target: str) -> None:
     """The last line of an ingest; exit 1 when a file was refused."""
     refused = len(summary.refused)
-    console.print(
+    _say(
         f"{files} file(s), {summary.records:,} records, {summary.rejected:,} rejected, "
         f"{refused} refused, {fmt.duration(summary.seconds * 1e9)}, "
-        f"{summary.records_per_second:,.0f} records/s -> {target}",
-        highlight=False,
+        f"{summary.records_per_second:,.0f} records/s -> {target}"
     )
     if refused:
         raise typer.Exit(1)
@@ -152,17 +151,25 @@ def _print_totals(files: int, summary: IngestSummary, target: str) -> None:
 
 def _print_file(r: FileResult) -> None:
     if r.status == "refused":
-        err_console.print(f"{r.path}: refused: {r.message}", highlight=False, markup=False)
+        _say(f"{r.path}: refused: {r.message}", err=True)
     elif r.status == "unchanged":
-        console.print(f"{r.path}: unchanged (already ingested)", highlight=False, markup=False)
+        _say(f"{r.path}: unchanged (already ingested)")
     elif r.status == "busy":
-        console.print(f"{r.path}: skipped: {r.message}", highlight=False, markup=False)
+        _say(f"{r.path}: skipped: {r.message}")
     else:
         how = " (continued)" if r.continued else " (replaced)" if r.replaced else ""
         line = f"{r.path}: {r.records:,} records, {r.rejected} rejected{how}"
         if r.message:
             line += f": {r.message}"
-        console.print(line, highlight=False, markup=False)
+        _say(line)
+
+
+def _say(text: str, err: bool = False) -> None:
+    """A line of plain text, wrapped by ``_wrap`` (rich wrapped "0 rejected" as "0" at the
+    end of one line and "rejected" on the next, after a long path)."""
+    out = err_console if err else console
+    for line in _wrap(text, "", "  "):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 class Format(enum.StrEnum):

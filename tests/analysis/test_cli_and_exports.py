@@ -287,3 +287,22 @@ def test_a_trace_written_by_hand_without_final_newline_is_complete(tmp_path):
     result = runner.invoke(app, ["ingest", str(path), "--db", str(tmp_path / "h.duckdb")])
     assert "2 records, 0 rejected" in _flat(result.output)
     assert Path(path).read_bytes()[-1:] == b"}"
+
+
+def test_ingest_lines_never_leave_a_number_apart_from_its_word(tmp_path):
+    # `make demo` at 80 columns printed ".../growing-sequence.jsonl: 201 records, 0" and
+    # "rejected" on the next line: rich wrapped at any space
+    folder = tmp_path / "a-folder-name-long-enough-to-wrap"
+    folder.mkdir()
+    trace = write_lines(folder / "growing-sequence.jsonl", [meta_line("r"), cache_line(1)])
+    for columns in range(40, 121, 7):
+        db = tmp_path / f"e{columns}.duckdb"
+        result = runner.invoke(
+            app, ["ingest", str(trace), "--db", str(db)], env={"COLUMNS": str(columns)}
+        )
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        apart = r"\d\n\s*(records|rejected|refused|file|ms|s|µs)\b"
+        assert not re.search(apart, "\n".join(lines)), (columns, lines)
+        assert all(len(line) <= columns for line in lines if " " in line.strip()), lines
+        assert "2 records, 0 rejected" in _flat(result.output)
