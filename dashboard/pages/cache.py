@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import altair as alt
-import polars as pl
 import streamlit as st
 
 from ember.dashboard import charts, db, summary, ui
@@ -67,21 +66,18 @@ st.subheader("Thrashing")
 if thrash is not None and thrash.is_empty():
     st.success("No key was compiled again after an eviction.")
 elif thrash is not None:
-    worst = (
-        thrash.group_by("position")
-        .agg(wasted=pl.col("wasted_compiles").sum(), keys=pl.col("keys_at_position").max())
-        .sort(["wasted", "position"], descending=[True, False])
-        .row(0, named=True)
-    )
-    # the smallest size the LRU replay (cache_what_if) says compiles each key once
-    fix = None
-    if db.has_relation("cache_what_if"):
-        advice = summary.what_if(run)["advice"]
-        row = advice.filter(pl.col("position") == str(worst["position"]))
-        fix = row["smallest_size_without_recompiles"][0] if row.height else None
+    # the worst position, with the smallest size the LRU replay (cache_what_if) says
+    # compiles each key once
+    worst = db.query(
+        """
+        SELECT position, wasted, coalesce(fixes, keys_at_position) AS fix
+        FROM _thrash_positions WHERE run_id = ? ORDER BY wasted DESC, position LIMIT 1
+        """,
+        run,
+    ).row(0, named=True)
     st.warning(
         f"Position {worst['position']} compiled keys again after evicting them "
-        f"({worst['wasted']} wasted compiles); a cache of {fix or worst['keys']} per "
+        f"({worst['wasted']} wasted compiles); a cache of {worst['fix']} per "
         "position would compile each key once (see Recompiles, 'What if the cache were "
         "bigger')."
     )

@@ -60,6 +60,11 @@ def test_evictions_and_thrash(con):
             "keys_at_position": 3,
         },
     ]
+    per_position = con.sql(
+        "SELECT keys, wasted, cache_size, fixes, keys_at_position FROM _thrash_positions "
+        "WHERE run_id = 'sweep' AND position = 0"
+    ).rows()
+    assert per_position == [(2, 2, 2, 3, 3)]
 
 
 def test_cache_what_if_shows_the_size_that_removes_the_recompiles(con):
