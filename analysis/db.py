@@ -98,6 +98,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "_recompile_reasons",
     "_compiles_by_where",
     "_tensor_samples",
+    "_hub_totals",
     "_hub_checks",
     "_segment_memory",
 )

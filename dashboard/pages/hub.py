@@ -9,7 +9,7 @@ import streamlit as st
 from ember.dashboard import charts, db, ui
 
 st.title("Hub")
-ui.require_relations("hub_files", "_hub_checks")
+ui.require_relations("hub_files", "_hub_checks", "_hub_totals")
 run = ui.pick_run(data="hub_files", what="Hub files")
 
 files = db.query(
@@ -27,20 +27,24 @@ if files.is_empty():
 
 only_files = files.filter(pl.col("what") == "file")
 info = files.filter(pl.col("what") == "repo_info")
+totals = db.query(
+    "SELECT files, bytes, hits, downloads, info_saved, failures FROM _hub_totals WHERE run_id = ?",
+    run,
+).row(0, named=True)
 m = st.columns(5)
-m[0].metric("Files", f"{only_files.height:,}")
-m[1].metric("Bytes", ui.fmt_bytes(only_files["bytes"].sum()))
-m[2].metric("Cache hits", f"{int(only_files['hits'].sum()):,}")
-m[3].metric("Downloads", f"{int(only_files['downloads'].sum()):,}")
-m[4].metric("Saved-metadata fallbacks", f"{int(info['info_saved'].sum()):,}")
+m[0].metric("Files", f"{totals['files']:,}")
+m[1].metric("Bytes", ui.fmt_bytes(totals["bytes"]))
+m[2].metric("Cache hits", f"{totals['hits']:,}")
+m[3].metric("Downloads", f"{totals['downloads']:,}")
+m[4].metric("Saved-metadata fallbacks", f"{totals['info_saved']:,}")
 
-if int(info["info_saved"].sum()):
+if totals["info_saved"]:
     st.warning(
         "The Hub could not be reached (or answered with an error) for "
-        f"{int(info['info_saved'].sum())} metadata request(s): Ember used its saved copy. "
+        f"{totals['info_saved']} metadata request(s): Ember used its saved copy. "
         "Files may be older than the Hub's current revision."
     )
-failures = int(files["failures"].sum())
+failures = totals["failures"]
 if failures:
     st.error(f"{failures} Hub request(s) failed in this run.")
 

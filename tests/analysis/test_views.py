@@ -252,6 +252,11 @@ def test_hub_files(con):
             None,
         ),
     ]
+    totals = con.sql(
+        "SELECT files, bytes, hits, downloads, info_saved, failures FROM _hub_totals "
+        "WHERE run_id = 'bus-run'"
+    ).rows()
+    assert totals == [(2, 5_001_234, 1, 1, 0, 0)]
 
 
 def test_jit_retraces_are_recompiles_with_jax_reason(con):

@@ -1,0 +1,20 @@
+-- _hub_totals: one row per run that used the Hub: its files and metadata requests, summed
+-- over hub_files (the Hub page's headline numbers).
+--
+-- run_id       the run
+-- files        Hub files the run used (hub_files rows with what = 'file')
+-- bytes        their sizes, summed
+-- hits         times one of them came from the local cache, current
+-- downloads    times one of them was downloaded
+-- info_saved   metadata requests answered from the saved copy (the Hub was unreachable)
+-- failures     downloads or metadata requests that ended in an error
+SELECT run_id,
+    count(*) FILTER (WHERE what = 'file') AS files,
+    CAST(coalesce(sum(bytes) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS bytes,
+    CAST(coalesce(sum(hits) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS hits,
+    CAST(coalesce(sum(downloads) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS downloads,
+    CAST(coalesce(sum(info_saved) FILTER (WHERE what = 'repo_info'), 0) AS BIGINT)
+        AS info_saved,
+    CAST(coalesce(sum(failures), 0) AS BIGINT) AS failures
+FROM hub_files
+GROUP BY run_id
