@@ -22,15 +22,26 @@ grid AS (
     SELECT DISTINCT t.run_id, t.device, t.ts_ns
     FROM t JOIN span USING (run_id, device) WHERE span.n_rows <= 1500
     UNION ALL
-    SELECT run_id, device, lo + (hi - lo) * r.i // 1500 AS ts_ns
+    SELECT run_id, device, lo + CAST(floor((hi - lo) * r.i / 1500) AS BIGINT) AS ts_ns
     FROM span, range(0, 1501) r(i) WHERE span.n_rows > 1500
 ),
 cats AS (SELECT DISTINCT run_id, device, category FROM t),
-g AS (
-    SELECT cats.run_id, cats.device, cats.category, grid.ts_ns
-    FROM cats JOIN grid USING (run_id, device)
+marks AS (
+    -- the recorded rows and the grid points (bytes NULL) in one series per category
+    SELECT run_id, device, category, ts_ns, bytes, 0 AS is_grid FROM t
+    UNION ALL
+    SELECT cats.run_id, cats.device, cats.category, grid.ts_ns, NULL AS bytes, 1 AS is_grid
+    FROM cats JOIN grid ON grid.run_id = cats.run_id AND grid.device = cats.device
+),
+filled AS (
+    -- each grid point takes the last recorded value at or before it (no ASOF join: the
+    -- same SQL runs on Spark)
+    SELECT run_id, device, category, ts_ns, is_grid,
+        last_value(bytes IGNORE NULLS) OVER (
+            PARTITION BY run_id, device, category ORDER BY ts_ns, is_grid
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS bytes
+    FROM marks
 )
-SELECT g.run_id, g.device, g.category, g.ts_ns, g.ts_ns / 1e9 AS t_s,
-    coalesce(t.bytes, 0) AS bytes
-FROM g ASOF LEFT JOIN t ON t.run_id = g.run_id AND t.device = g.device
-    AND t.category = g.category AND t.ts_ns <= g.ts_ns
+SELECT run_id, device, category, ts_ns, ts_ns / 1e9 AS t_s, coalesce(bytes, 0) AS bytes
+FROM filled WHERE is_grid = 1
