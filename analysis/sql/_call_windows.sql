@@ -9,7 +9,11 @@
 -- t_s          the middle of the window, seconds since the run started
 -- calls        finished calls that started in the window
 -- p50_ns, p90_ns, p99_ns   their duration percentiles (ns, interpolated)
-WITH c AS (
+WITH n AS (
+    SELECT 10 AS windows UNION ALL SELECT 25 UNION ALL SELECT 50
+    UNION ALL SELECT 100 UNION ALL SELECT 200
+),
+c AS (
     SELECT run_id, start_ns, duration_ns FROM spans
     WHERE span_kind = 'call' AND duration_ns IS NOT NULL
 ),
@@ -20,10 +24,10 @@ b AS (
 w AS (
     SELECT c.run_id, n.windows, c.duration_ns, b.lo, b.width,
         least(floor((c.start_ns - b.lo) * n.windows / b.width), n.windows - 1) AS win
-    FROM c JOIN b USING (run_id), (VALUES (10), (25), (50), (100), (200)) n(windows)
+    FROM c JOIN b ON b.run_id = c.run_id CROSS JOIN n
 )
 SELECT run_id, windows, CAST(win AS INTEGER) AS win,
-    (any_value(lo) + (win + 0.5) * any_value(width) / windows) / 1e9 AS t_s,
+    (min(lo) + (win + 0.5) * min(width) / windows) / 1e9 AS t_s,
     count(*) AS calls,
     quantile_cont(duration_ns, 0.5) AS p50_ns,
     quantile_cont(duration_ns, 0.9) AS p90_ns,
