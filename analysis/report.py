@@ -616,8 +616,11 @@ def _error_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     )
     out = []
     for r in _rows(df):
-        calls = "1 call failed" if r["errors"] == 1 else f"{r['errors']} calls failed"
-        text = f"{calls}: {'; '.join(sorted(r['reasons'])[:2])}"
+        if r["span_kind"] == "call":
+            what = "1 call failed" if r["errors"] == 1 else f"{r['errors']} calls failed"
+        else:  # a run whose model did not load said "nothing to report"
+            what = f"the model failed to {r['span_kind']}"
+        text = f"{what}: {'; '.join(sorted(r['reasons'])[:2])}"
         out.append(Finding(r["run_id"], "errors", text, 0, dict(r)))
     return out
 

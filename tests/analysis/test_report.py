@@ -468,3 +468,25 @@ def test_the_headline_says_1_compile_not_1_compiles():
     assert _headline(two) == (
         "2 calls · 2 steps · 2 compiles (553 ms, 2 recompiles) · 2 eager segments"
     )
+
+
+def test_a_model_that_failed_to_load_is_the_finding(tmp_path):
+    # the run of `ember run empty.onnx` said "0 compiles · nothing to report"
+    from ember.recorder import record
+    from ember.runtime import LoadError, load
+
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    trace = tmp_path / "t.jsonl"
+    with record(trace, run_id="failed-load"), pytest.raises(LoadError):
+        load(tmp_path / "empty.onnx")
+    db = tmp_path / "t.duckdb"
+    ingest([trace], db)
+    with connect(db, read_only=True) as con:
+        [r] = report(con, "failed-load")
+    assert [(f.kind, f.text) for f in r.findings] == [
+        (
+            "errors",
+            f"the model failed to load: LoadError: {tmp_path / 'empty.onnx'}: the file is "
+            "empty (0 bytes), not an ONNX model",
+        )
+    ]
