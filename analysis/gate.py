@@ -8,6 +8,10 @@ Grammar (rules separated by commas, semicolons or new lines; spaces are ignored)
     sign      := "+" | "-"
     unit      := ns | us | µs | ms | s | B | KiB | MiB | GiB | KB | MB | GB
 
+A duration (``*_ns``) takes a duration unit, a size (``*bytes*``) a size unit, a count
+none; a duration or size without a unit or ``%`` is an error unless it is 0
+(``latency_p50>+10`` would have been 10 ns).
+
 What a threshold means depends on how it is written:
 
 - ``recompiles>0``: no sign, no ``%``: the candidate's own value (a budget).
@@ -166,6 +170,8 @@ def _parse_one(text: str, where: str) -> Rule:
         )
     number = float(m["number"])
     unit = m["unit"]
+    column = metric_column(m["metric"])
+    measures = "duration" if column.endswith("_ns") else "size" if "bytes" in column else None
     if unit is not None:
         scale = _UNITS.get(unit.lower() if unit != "µs" else unit)
         if scale is None:
@@ -175,7 +181,18 @@ def _parse_one(text: str, where: str) -> Rule:
             )
         if m["percent"]:
             raise RuleError(f"{where}: {text!r} has both a unit and '%'; give one")
+        kind = "duration" if unit.lower() in ("ns", "us", "µs", "ms", "s") else "size"
+        if kind != measures:
+            # 'peak>+5ms' compared bytes with 5,000,000
+            what = f"a {measures}" if measures else "a count, without a unit"
+            raise RuleError(f"{where}: {text!r}: {unit} is a {kind}, {m['metric']} is {what}")
         number *= scale
+    elif measures and number and not m["percent"]:
+        # 'latency_p50>+10' meant 10 ns, not 10 %
+        raise RuleError(
+            f"{where}: {text!r}: {m['metric']} is a {measures}; give a unit "
+            f"({'ms, us, s' if measures == 'duration' else 'MiB, KiB, B'}) or a '%'"
+        )
     mode: RuleMode
     if m["percent"]:
         mode = "percent"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,20 @@ def test_a_bad_pyproject_is_an_error_that_names_the_file(tmp_path, body, says):
     with pytest.raises(RuleError) as err:
         load_config(None, pyproject=path)
     assert str(path) in str(err.value) and says in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("latency_p50>+10", "latency_p50 is a duration; give a unit (ms, us, s) or a '%'"),
+        ("peak>+5", "peak is a size; give a unit (MiB, KiB, B) or a '%'"),
+        ("peak>+5ms", "ms is a duration, peak is a size"),
+        ("latency_p99>5MiB", "MiB is a size, latency_p99 is a duration"),
+        ("recompiles>1s", "s is a duration, recompiles is a count, without a unit"),
+    ],
+)
+def test_a_threshold_s_unit_must_fit_its_metric(text, says):
+    # 'latency_p50>+10' was read as +10 ns and 'peak>+5ms' as +5,000,000 bytes
+    with pytest.raises(RuleError, match=re.escape(says)):
+        parse_rules(text)
+    assert one("peak>+0").threshold == 0 and one("latency_p50>+0").mode == "change"
