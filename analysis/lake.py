@@ -495,23 +495,27 @@ def commit_file(
 ) -> None:
     """Rename one file's parts into the lake, then write its manifest entry.
 
-    ``tables`` maps a lake table to a pyarrow table or to a Parquet file already written
-    (a path, renamed into place). A replaced file's old parts and entries go last.
+    ``tables`` maps a lake table to a pyarrow table or to Parquet files already written
+    (a path or a list of paths, renamed into place). A replaced file's old parts and
+    entries go last.
     """
     plan = lp.plan
     stem = f"{lp.key}-{plan.start:015d}-{uuid.uuid4().hex[:8]}"
     part_dir = _partition(plan.run_id, lp.run_date)
     parts = []
     for table, data in tables.items():
-        target = lake / table / part_dir / f"{stem}.parquet"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        if isinstance(data, (str, Path)):
-            shutil.move(str(data), tmp)
-        else:
-            pq.write_table(data, tmp, compression="zstd")
-        os.replace(tmp, target)
-        parts.append(str(target.relative_to(lake)))
+        pieces = data if isinstance(data, list) else [data]
+        for n, piece in enumerate(pieces):
+            name = f"{stem}.parquet" if len(pieces) == 1 else f"{stem}-{n}.parquet"
+            target = lake / table / part_dir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            if isinstance(piece, (str, Path)):
+                shutil.move(str(piece), tmp)
+            else:
+                pq.write_table(piece, tmp, compression="zstd")
+            os.replace(tmp, target)
+            parts.append(str(target.relative_to(lake)))
     digest = hashlib.sha1()
     with plan.path.open("rb") as f:
         f.seek(plan.start)
@@ -775,22 +779,20 @@ def _cache_sql(src: str) -> str:
     """The cache table from its stored columns: derived and order columns, as db.py's."""
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
     return f"""
-SELECT c.* EXCLUDE (line, _k, _ord, _seq, _life, _hits, _ev),
-    _ord AS ord, _seq AS seq,
-    CASE WHEN _seq IS NOT NULL THEN lag(_seq) OVER (
-        PARTITION BY run_id, source, position, lookup_key, _seq IS NULL ORDER BY _seq
-    ) END AS prev_seq,
-    _life AS life, _hits AS hits_so_far, _ev AS evictions
+SELECT *,
+    CASE WHEN seq IS NOT NULL THEN lag(seq) OVER (
+        PARTITION BY run_id, source, position, lookup_key, seq IS NULL ORDER BY seq
+    ) END AS prev_seq
 FROM (
-    SELECT *, lookup_key AS _k,
-        row_number() OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, line) AS _ord,
+    SELECT *,
+        row_number() OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, line) AS ord,
         CASE WHEN action IN ('hit', 'miss') THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT))
             OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, line
-                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS _seq,
-        sum(CAST(action = 'miss' AS BIGINT)) OVER k AS _life,
-        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS _hits,
-        sum(CAST(action = 'evict' AS BIGINT)) OVER k AS _ev
-    FROM (SELECT *, {derived} FROM {src})
+                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS seq,
+        sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life,
+        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_so_far,
+        sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions
+    FROM (SELECT *, {derived} FROM {src}) AS c
     WINDOW k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, line
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ) AS c
@@ -800,7 +802,7 @@ FROM (
 def _memory_sql(src: str) -> str:
     delta = "CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END"
     return f"""
-SELECT * EXCLUDE (line),
+SELECT *,
     CAST(sum({delta}) OVER (PARTITION BY run_id, device, category ORDER BY ts_ns, line
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS category_live_bytes,
     CAST(sum({delta}) OVER (PARTITION BY run_id, device ORDER BY ts_ns, line
@@ -825,9 +827,9 @@ def lake_table_sql(table: str, src: str) -> str:
     elif table == "rejected_lines":
         body = f"SELECT * FROM {src}"
     else:
-        body = f"SELECT * EXCLUDE (line) FROM {src}"
+        body = f"SELECT * FROM {src}"
     casts = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t in cols.items())
-    return f"SELECT {casts} FROM ({body})"
+    return f"SELECT {casts} FROM ({body}) AS t"
 
 
 def _lit(s: str) -> str:
@@ -841,10 +843,17 @@ def _stored_view(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> str:
     has = folder.is_dir() and any(folder.glob("run_date=*/run_id=*/*.parquet"))
     if has:
         glob = _lit(str(folder / "run_date=*" / "run_id=*" / "*.parquet"))
-        sql = (
-            f"SELECT * EXCLUDE (run_date) FROM read_parquet({glob}, hive_partitioning = true, "
+        read = (
+            f"read_parquet({glob}, hive_partitioning = true, "
             "hive_types = {'run_date': DATE, 'run_id': VARCHAR}, union_by_name = true)"
         )
+        # a lake written by an older Ember may lack a column: NULL, typed
+        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()}
+        cols = {**lake_columns(table), "run_id": "VARCHAR"}
+        select = ", ".join(
+            f'"{c}"' if c in have else f'NULL::{t} AS "{c}"' for c, t in cols.items()
+        )
+        sql = f"SELECT {select} FROM {read}"
     else:
         cols = {**lake_columns(table), "run_id": "VARCHAR"}
         sql = "SELECT " + ", ".join(f'NULL::{t} AS "{c}"' for c, t in cols.items()) + " WHERE false"

@@ -430,3 +430,38 @@ def import_candle_command(
             highlight=False,
             soft_wrap=True,
         )
+
+
+class Dialect(enum.StrEnum):
+    duckdb = "duckdb"
+    spark = "spark"
+
+
+@app.command()
+def views(
+    dialect: Dialect = typer.Option(Dialect.duckdb, "--dialect", help="SQL dialect to print."),
+) -> None:
+    """Print the SQL views (DuckDB as written, or translated for Spark SQL with sqlglot)."""
+    from ember.analysis.db import VIEW_NAMES, view_sql
+
+    if dialect is Dialect.duckdb:
+        sys.stdout.write(view_sql("macros") + "\n")
+        for name in VIEW_NAMES:
+            body = view_sql(name).strip().rstrip(";")
+            sys.stdout.write(f"CREATE OR REPLACE VIEW {name} AS\n{body};\n\n")
+        return
+    from ember.analysis.spark_sql import HAND_WRITTEN, spark_tables, spark_views
+
+    sys.stdout.write(
+        "-- Ember's views for Spark SQL, translated from analysis/sql/*.sql by sqlglot\n"
+        "-- (macros inlined). Hand-written parts: "
+        + "; ".join(f"{v}: {', '.join(c)}" for v, c in HAND_WRITTEN.items())
+        + ".\n-- First register the lake's stored rows as _lake_<table> views (Parquet under\n"
+        "-- LAKE/<table>/, with run_id), or use ember.analysis.lake_spark.register_lake.\n\n"
+    )
+    from ember.analysis.lake import LAKE_TABLES
+
+    for name, sql in spark_tables({t: f"_lake_{t}" for t in LAKE_TABLES}).items():
+        sys.stdout.write(f"CREATE OR REPLACE TEMP VIEW {name} AS\n{sql};\n\n")
+    for name, sql in spark_views().items():
+        sys.stdout.write(f"CREATE OR REPLACE TEMP VIEW {name} AS\n{sql};\n\n")

@@ -73,3 +73,46 @@ def differences(a, b, names=COMPARED) -> list[str]:
             first = next((x, y) for x, y in zip(ra + [""], rb + [""], strict=False) if x != y)
             out.append(f"{name}: {len(ra)} vs {len(rb)} rows; first difference {first}")
     return out
+
+
+def _norm(v):
+    """A value as plain Python, the same from polars (DuckDB) and from Spark rows."""
+    if hasattr(v, "asDict"):
+        v = v.asDict(recursive=True)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_norm(x) for x in v)
+    if isinstance(v, float):
+        return float(f"{v:.9g}")
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return v
+    return _norm(float(v)) if hasattr(v, "__float__") else str(v)
+
+
+def duck_rows(con, name: str) -> tuple[list[str], list[str]]:
+    """(columns, sorted normalized rows) of a view on a DuckDB connection."""
+    df = con.sql(f"SELECT * FROM {name}")
+    return df.columns, sorted(repr(tuple(_norm(x) for x in r.values())) for r in df.to_dicts())
+
+
+def spark_rows(spark, name: str) -> tuple[list[str], list[str]]:
+    """(columns, sorted normalized rows) of a view on a Spark session."""
+    df = spark.sql(f"SELECT * FROM {name}")
+    rows = df.collect()
+    return df.columns, sorted(repr(tuple(_norm(x) for x in r)) for r in rows)
+
+
+def view_differences(con, spark, names) -> list[str]:
+    out = []
+    for name in names:
+        ca, ra = duck_rows(con, name)
+        cb, rb = spark_rows(spark, name)
+        if ca != cb:
+            out.append(f"{name}: columns {ca} != {cb}")
+        elif ra != rb:
+            first = next((x, y) for x, y in zip(ra + [""], rb + [""], strict=False) if x != y)
+            out.append(f"{name}: {len(ra)} vs {len(rb)} rows; first difference {first}")
+    return out

@@ -1,0 +1,662 @@
+"""Apache Spark on the trace lake: the ingest (``ember ingest --lake DIR --engine spark``),
+the Spark schema derived from the pydantic models, and the views on Spark SQL.
+
+Needs PySpark and Java 17+ (``pip install pyspark``; ``apt-get install -y
+openjdk-17-jre-headless``). Importing this module does not start Spark.
+
+The ingest reads every planned trace file in parallel, as lines with their line numbers
+(``textFile`` + ``zipWithIndex``), parses them with ``from_json`` and the schema of
+``spark_schema()`` (the same columns as DuckDB's typed read, from the same models), runs the
+same checks (``checks.row_invalid_sql`` translated by ``spark_sql.to_spark``; a second
+``meta``; a ``span_end`` without its ``span_start``), and writes the valid rows as the
+same Parquet parts as the DuckDB engine (``lake.lake_columns``). The few rows that fail
+are explained on the driver by the same pydantic code as the DuckDB path
+(``ingest._explain_line``), so the rejected lines and reasons are the same. Planning,
+claims and the manifest are ``lake``'s own: the two engines write one lake together.
+
+What Spark does not see as DuckDB does: a file of an older schema version, or with a line
+over 16 MB, goes to the DuckDB engine (the result says so); a line Spark cannot read but
+pydantic accepts (an integer over 2**63) is rejected as "Spark cannot read a value of this
+record"; ``step`` (a number for gradients, a name for ops) is read as text, so a number
+given as a string is not told apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ember.schemas import MIGRATIONS, SCHEMA_VERSION, Migrations
+
+from .checks import row_invalid_sql, row_problem_sql
+from .db import RECORD_TABLES, RUNS_COLUMNS, _record_columns
+from .ingest import (
+    MAX_LINE_BYTES,
+    FileResult,
+    IngestSummary,
+    _count_lines,
+    _end_of_complete_lines,
+    _explain_line,
+    _find_long_line,
+    _iter_lines,
+    _raw_text,
+    _Refused,
+    _Rejected,
+    expand_paths,
+)
+from .lake import (
+    LAKE_TABLES,
+    MANIFEST,
+    _claim,
+    _entries_of,
+    _LakePlan,
+    _partition,
+    commit_file,
+    file_key,
+    lake_columns,
+    manifest_entries,
+    plan_file,
+    refuse_file,
+    rejected_table,
+)
+from .schema_types import KIND_MODELS, READ_COLUMNS, field_defaults, model_columns
+from .spark_sql import spark_tables, spark_views, to_spark
+
+__all__ = [
+    "spark_session",
+    "spark_type",
+    "spark_schema",
+    "read_schema",
+    "register_lake",
+    "ingest_spark",
+]
+
+
+# ---------------------------------------------------------------- the schema
+
+
+def spark_type(t: Any) -> Any:
+    """The Spark type of a type from ``schema_types`` (a nested description or its SQL)."""
+    from pyspark.sql import types as T
+
+    if isinstance(t, tuple):
+        if t[0] == "list":
+            return T.ArrayType(spark_type(t[1]))
+        return T.StructType([T.StructField(k, spark_type(v)) for k, v in t[1].items()])
+    scalars = {
+        "BIGINT": T.LongType(),
+        "DOUBLE": T.DoubleType(),
+        "BOOLEAN": T.BooleanType(),
+        "VARCHAR": T.StringType(),
+        "JSON": T.StringType(),  # a JSON value is kept as its text
+        "TIMESTAMP": T.TimestampNTZType(),
+        "INTEGER": T.IntegerType(),
+    }
+    if t in scalars:
+        return scalars[t]
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(_duck_to_spark_type(t))
+
+
+def _duck_to_spark_type(t: str) -> str:
+    """A DuckDB type's SQL as a Spark DDL type (for the nested types of table columns)."""
+    import sqlglot
+
+    return (
+        sqlglot.parse_one(f"CAST(x AS {t})", read="duckdb")
+        .to.sql(dialect="spark")
+        .replace("JSON", "STRING")
+    )
+
+
+def _kind_description(kind: str) -> dict[str, Any]:
+    from .schema_types import _span_columns
+
+    if kind == "span_start":
+        return _span_columns(0)
+    if kind == "span_end":
+        return _span_columns(1)
+    return model_columns(KIND_MODELS[kind])
+
+
+def spark_schema(kind: str) -> Any:
+    """The Spark ``StructType`` of one record kind, derived from its pydantic model(s)
+    through ``schema_types`` (the DuckDB columns come from the same description)."""
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [T.StructField(k, spark_type(v)) for k, v in _kind_description(kind).items()]
+    )
+
+
+def read_schema() -> Any:
+    """The schema of the one typed read of a trace (``READ_COLUMNS``: every kind's fields),
+    plus ``_corrupt`` (the text of a line that does not fit it)."""
+    from pyspark.sql import types as T
+
+    fields = [T.StructField(k, spark_type(v)) for k, v in READ_COLUMNS.items()]
+    return T.StructType([*fields, T.StructField("_corrupt", T.StringType())])
+
+
+def lake_schema(table: str) -> Any:
+    """The Spark schema of a lake table's Parquet files (``lake.lake_columns``)."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(c, spark_type(t)) for c, t in lake_columns(table).items()])
+
+
+# ---------------------------------------------------------------- the session
+
+
+def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
+    """A Spark session for Ember (the active one, configured, or a new one)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise RuntimeError(
+            "Spark needs Java 17 or newer and there is no `java` on PATH (nor JAVA_HOME): "
+            "apt-get install -y openjdk-17-jre-headless"
+        )
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("FATAL")  # errors reach Python as exceptions
+    return session
+
+
+# ---------------------------------------------------------------- reading the lake
+
+
+def register_lake(spark: Any, lake: str | os.PathLike[str]) -> list[str]:
+    """Create the lake's tables and every view as temporary views of ``spark``; returns
+    the names of the views, in order."""
+    from pyspark.sql import functions as F
+
+    root = Path(lake).resolve()
+    stored = {}
+    for table in LAKE_TABLES:
+        name = f"_lake_{table}"
+        files = sorted(str(p) for p in (root / table).glob("run_date=*/run_id=*/*.parquet"))
+        schema = lake_schema(table)
+        if files:
+            df = (
+                spark.read.schema(schema)
+                .option("basePath", str(root / table))
+                .parquet(*files)
+                .withColumn("run_id", F.col("run_id").cast("string"))
+                .drop("run_date")
+            )
+        else:
+            from pyspark.sql import types as T
+
+            df = spark.createDataFrame(
+                [], T.StructType([*schema.fields, T.StructField("run_id", T.StringType())])
+            )
+        df.createOrReplaceTempView(name)
+        stored[table] = name
+    for table, sql in spark_tables(stored).items():
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW {table} AS {sql}")
+    names = []
+    for name, sql in spark_views().items():
+        spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+        names.append(name)
+    return names
+
+
+# ---------------------------------------------------------------- ingest
+
+
+def _spark_check_sql() -> tuple[str, str]:
+    """``row_invalid_sql`` and ``row_problem_sql`` for Spark (see the module doc: ``step``)."""
+    out = []
+    for sql in (row_invalid_sql(), row_problem_sql()):
+        # a JSON-read column (``step``) is its text in Spark: an integer is told by its
+        # digits; a string given as a number cannot be told apart (accepted)
+        sql = sql.replace(
+            "json_type(\"step\") NOT IN ('BIGINT', 'UBIGINT', 'NULL')",
+            "NOT regexp_matches(\"step\", '^-?[0-9]+$')",
+        ).replace("json_type(\"step\") NOT IN ('VARCHAR', 'NULL')", "false")
+        out.append(to_spark(f"SELECT {sql} AS x", pretty=False)[len("SELECT ") : -len(" AS x")])
+    return out[0], out[1]
+
+
+def _select_exprs(kind: str) -> list[str]:
+    """Spark SQL of the stored columns of one kind from the typed read (``lake_columns``),
+    with the defaults pydantic fills in (as ``ingest._select_for`` does for DuckDB)."""
+    from .schema_types import sql_literal
+
+    defaults = field_defaults(kind)
+    table = {c: t for c, t in _record_columns(kind).items() if c != "run_id"}
+    out = []
+    for c, t in table.items():
+        read = READ_COLUMNS.get(c)
+        expr = f"`{c}`"
+        if read == "JSON" and t not in ("JSON", "VARCHAR"):
+            expr = f"CAST(`{c}` AS {_duck_to_spark_type(t)})"
+        if c in defaults:
+            lit = to_spark(f"SELECT {sql_literal(defaults[c], t)} AS x", pretty=False)
+            lit = lit[len("SELECT ") : -len(" AS x")]
+            expr = f"coalesce({expr}, {lit})"
+        out.append(f"{expr} AS `{c}`")
+    return out
+
+
+def _runs_exprs(file_col: str = "_file") -> list[str]:
+    cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file", "run_id")}
+    defaults = field_defaults("meta")
+    from .schema_types import sql_literal
+
+    out = []
+    for c, t in cols.items():
+        expr = f"`{c}`"
+        if c in defaults:
+            lit = to_spark(f"SELECT {sql_literal(defaults[c], t)} AS x", pretty=False)
+            expr = f"coalesce({expr}, {lit[len('SELECT ') : -len(' AS x')]})"
+        out.append(f"{expr} AS `{c}`")
+    out.append(f"{file_col} AS `file`")
+    return out
+
+
+class _Planned:
+    """One file the Spark job reads: its lake plan and where its complete lines end."""
+
+    def __init__(self, idx: int, lp: _LakePlan):
+        self.idx = idx
+        self.lp = lp
+        plan = lp.plan
+        end, tail, tail_length = _end_of_complete_lines(plan.path, plan.start, plan.size)
+        lines = _count_lines(plan.path, plan.start, end)
+        self.rejected: list[_Rejected] = []
+        self.partial: str | None = None
+        complete_tail = False
+        if tail_length and tail_length <= MAX_LINE_BYTES and tail.strip():
+            import json
+
+            try:
+                complete_tail = isinstance(json.loads(tail), dict)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                complete_tail = False
+        if complete_tail:
+            end = plan.size
+            lines += 1
+        elif tail.strip():
+            line = plan.base_line + lines + 1
+            self.partial = (
+                f"truncated last line {line}: no newline at the end of the file (the writer "
+                f"stopped mid-line); it is read again if the file grows"
+            )
+            self.rejected.append(_Rejected(line, end, self.partial, _raw_text(tail)))
+        self.end = end
+        self.lines = lines
+
+
+def _needs_duckdb(lp: _LakePlan, end: int) -> str | None:
+    plan = lp.plan
+    if plan.version != SCHEMA_VERSION:
+        return f"schema version {plan.version} (migrated by the DuckDB engine)"
+    if _find_long_line(plan.path, plan.start, end) is not None:
+        return f"a line over {MAX_LINE_BYTES // 2**20} MB (read by the DuckDB engine)"
+    return None
+
+
+def ingest_spark(
+    paths: Iterable[str | os.PathLike[str]],
+    lake: str | os.PathLike[str],
+    *,
+    master: str = "local[2]",
+    spark: Any = None,
+    on_file: Callable[[FileResult], None] | None = None,
+    migrations: Migrations = MIGRATIONS,
+    stale_s: float = 600.0,
+) -> IngestSummary:
+    """Ingest trace files into the lake with Spark (see the module doc)."""
+    from .lake import ingest_lake
+
+    root = Path(lake).resolve()
+    (root / MANIFEST).mkdir(parents=True, exist_ok=True)
+    files = expand_paths(paths)
+    summary = IngestSummary()
+    t0 = time.perf_counter()
+    known = manifest_entries(root)
+    planned: list[_Planned] = []
+    to_duckdb: list[Path] = []
+    with contextlib.ExitStack() as claims:
+        for path in files:
+            r = _plan_one(
+                root,
+                path,
+                known.get(file_key(str(path)), []),
+                migrations,
+                stale_s,
+                claims,
+                len(planned),
+            )
+            if isinstance(r, FileResult):
+                summary.files.append(r)
+                if on_file is not None:
+                    on_file(r)
+            elif isinstance(r, Path):
+                to_duckdb.append(r)
+            else:
+                planned.append(r)
+        if planned:
+            session = spark or spark_session(master)
+            for result in _run_job(session, root, planned):
+                summary.files.append(result)
+                if on_file is not None:
+                    on_file(result)
+    if to_duckdb:
+        rest = ingest_lake(to_duckdb, root, on_file=on_file, migrations=migrations, stale_s=stale_s)
+        summary.files.extend(rest.files)
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _plan_one(root, path, entries, migrations, stale_s, claims, idx):
+    t0 = time.perf_counter()
+    file = str(path)
+    key = file_key(file)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return FileResult(file, "refused", message=f"cannot read the file: {exc.strerror or exc}")
+    from .lake import _state
+
+    state = _state(entries)
+    if state is not None and state["size"] == st.st_size and state["mtime_ns"] == st.st_mtime_ns:
+        return FileResult(file, "unchanged", run_id=state["run_id"], message="already ingested")
+    claim = claims.enter_context(contextlib.ExitStack())
+    mine = claim.enter_context(_claim(root, key, stale_s))
+    if not mine:
+        return FileResult(file, "busy", message="another ingester is writing this file now")
+    entries = _entries_of(root, key)
+    try:
+        lp = plan_file(root, path, entries, migrations)
+    except _Refused as exc:
+        refuse_file(root, path, str(exc), entries)
+        return FileResult(file, "refused", message=str(exc), seconds=time.perf_counter() - t0)
+    except OSError as exc:
+        msg = f"cannot read the file: {exc.strerror or exc}"
+        refuse_file(root, path, msg, entries)
+        return FileResult(file, "refused", message=msg)
+    if isinstance(lp, FileResult):
+        return lp
+    p = _Planned(idx, lp)
+    if _needs_duckdb(lp, p.end) is not None:
+        claim.close()  # the DuckDB engine claims it again
+        return path
+    return p
+
+
+def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult]:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    t0 = time.perf_counter()
+    sc = spark.sparkContext
+    rdds = []
+    for p in planned:
+        plan = p.lp.plan
+        lo, hi, idx = plan.base_line, plan.base_line + p.lines, p.idx
+        rdd = (
+            sc.textFile(str(plan.path))
+            .zipWithIndex()
+            .map(lambda t, idx=idx: (idx, t[1] + 1, t[0]))
+            .filter(lambda r, lo=lo, hi=hi: lo < r[1] <= hi and r[2].strip() != "")
+        )
+        rdds.append(rdd)
+    lines_schema = T.StructType(
+        [
+            T.StructField("_file", T.IntegerType()),
+            T.StructField("line", T.LongType()),
+            T.StructField("value", T.StringType()),
+        ]
+    )
+    raw = spark.createDataFrame(sc.union(rdds), lines_schema)
+    parsed = raw.select(
+        "_file",
+        "line",
+        F.from_json(
+            "value", read_schema(), {"columnNameOfCorruptRecord": "_corrupt", "mode": "PERMISSIVE"}
+        ).alias("r"),
+        F.instr("value", "\ufffd").alias("_replaced"),
+    ).select("_file", "line", "_replaced", "r.*")
+    parsed = parsed.persist()
+    parsed.createOrReplaceTempView("_stage")
+    # the first record of a file read from its start may be its meta; the span_starts of
+    # a continued run already in the lake count for its span_ends
+    firsts = {p.idx: (p.lp.plan.start == 0) for p in planned}
+    prior = []
+    for p in planned:
+        if p.lp.plan.start > 0:
+            d = root / "span_start" / _partition(p.lp.plan.run_id, p.lp.run_date)
+            for f in d.glob("*.parquet"):
+                import pyarrow.parquet as pq
+
+                prior += [
+                    (p.idx, s)
+                    for s in pq.read_table(f, columns=["span_id"]).column("span_id").to_pylist()
+                ]
+    spark.createDataFrame(
+        prior,
+        T.StructType(
+            [T.StructField("_file", T.IntegerType()), T.StructField("span_id", T.LongType())]
+        ),
+    ).createOrReplaceTempView("_prior_spans")
+    spark.createDataFrame(
+        [(i, f) for i, f in firsts.items()],
+        T.StructType(
+            [T.StructField("_file", T.IntegerType()), T.StructField("from_start", T.BooleanType())]
+        ),
+    ).createOrReplaceTempView("_files")
+    invalid, problem = _spark_check_sql()
+    flagged = spark.sql(
+        f"""
+        WITH s AS (
+            SELECT _stage.*, f.from_start,
+                min(line) OVER (PARTITION BY _stage._file) AS first_line
+            FROM _stage JOIN _files f ON f._file = _stage._file
+        )
+        SELECT _file, line,
+            CASE WHEN _corrupt IS NOT NULL OR _replaced > 0 THEN 'unread'
+                WHEN kind = 'meta' AND NOT (from_start AND line = first_line)
+                    THEN 'a second ''meta'' record; one file is one run'
+                WHEN {invalid} THEN 'check'
+                WHEN kind = 'span_end' AND NOT EXISTS (
+                    SELECT 1 FROM s s2 WHERE s2._file = s._file AND s2.kind = 'span_start'
+                        AND s2._corrupt IS NULL AND s2.span_id = s.span_id AND s2.line < s.line)
+                    AND NOT EXISTS (SELECT 1 FROM _prior_spans p
+                        WHERE p._file = s._file AND p.span_id = s.span_id)
+                    THEN 'span_end without a span_start (span_id ' || span_id || ')'
+            END AS why,
+            CASE WHEN _corrupt IS NULL THEN {problem} END AS problem
+        FROM s
+        """
+    )
+    flagged = flagged.where("why IS NOT NULL").collect()
+    by_file: dict[int, dict[int, tuple[str, str | None]]] = {}
+    for r in flagged:
+        by_file.setdefault(r["_file"], {})[r["line"]] = (r["why"], r["problem"])
+    # the rejected lines, explained by the same code as the DuckDB path
+    for p in planned:
+        bad = by_file.get(p.idx)
+        if not bad:
+            continue
+        plan = p.lp.plan
+        first = _first(p) if plan.start == 0 else -1
+        number = plan.base_line
+        for offset, raw in _iter_lines(plan.path, plan.start, p.end):
+            number += 1
+            if number not in bad:
+                continue
+            why, problem = bad[number]
+            if why in ("unread", "check"):
+                reason = _explain_line(raw, expect_meta=number == first)
+                if reason is None:
+                    reason = (
+                        problem or "refused by the typed read's checks"
+                        if why == "check"
+                        else "Spark cannot read a value of this record (a number out of range?)"
+                    )
+            else:
+                reason = why
+            p.rejected.append(_Rejected(number, offset, reason, _raw_text(raw)))
+        p.rejected.sort(key=lambda r: r.line)
+    rejected_keys = [(p.idx, r.line) for p in planned for r in p.rejected]
+    spark.createDataFrame(
+        rejected_keys,
+        T.StructType(
+            [T.StructField("_file", T.IntegerType()), T.StructField("line", T.LongType())]
+        ),
+    ).createOrReplaceTempView("_rejected")
+    valid = spark.sql(
+        "SELECT * FROM _stage s WHERE NOT EXISTS (SELECT 1 FROM _rejected r "
+        "WHERE r._file = s._file AND r.line = s.line)"
+    )
+    valid.createOrReplaceTempView("_valid")
+    # write every table, partitioned by the file; then rename each file's parts into place
+    staging = root / "_staging" / uuid.uuid4().hex
+    try:
+        files_by_idx = {p.idx: p for p in planned}
+        spark.createDataFrame(
+            [(p.idx, str(p.lp.plan.path)) for p in planned],
+            T.StructType(
+                [T.StructField("_file", T.IntegerType()), T.StructField("_path", T.StringType())]
+            ),
+        ).createOrReplaceTempView("_paths")
+        counts: dict[tuple[int, str], int] = {}
+        for table in ("runs", *RECORD_TABLES):
+            if table == "runs":
+                exprs = _runs_exprs("p._path")
+                where = "kind = 'meta'"
+            else:
+                exprs = [*_select_exprs(table), "line"]
+                where = f"kind = '{table}'"
+            df = spark.sql(
+                f"SELECT v._file, {', '.join(exprs)} FROM _valid v "
+                f"JOIN _paths p ON p._file = v._file WHERE {where}"
+            )
+            schema = lake_schema(table)
+            have = dict(zip(df.columns, [f.dataType for f in df.schema.fields], strict=True))
+            df = df.selectExpr(
+                "_file",
+                *[
+                    f"{_conform(f'`{f.name}`', have[f.name], f.dataType)} AS `{f.name}`"
+                    for f in schema.fields
+                ],
+            )
+            for r in df.groupBy("_file").count().collect():
+                counts[(r["_file"], table)] = r["count"]
+            if not any(t == table for (_, t) in counts):
+                continue
+            df.repartition("_file").write.partitionBy("_file").parquet(
+                str(staging / table), compression="zstd"
+            )
+        results = []
+        for p in planned:
+            tables: dict[str, Any] = {}
+            records = 0
+            for table in ("runs", *RECORD_TABLES):
+                n = counts.get((p.idx, table), 0)
+                if not n:
+                    continue
+                records += n
+                parts = sorted((staging / table / f"_file={p.idx}").glob("*.parquet"))
+                tables[table] = parts
+            if p.rejected:
+                tables["rejected_lines"] = rejected_table(str(p.lp.plan.path), p.rejected)
+            message = p.partial
+            if p.rejected and not message:
+                message = f"{len(p.rejected)} line(s) rejected; see rejected_lines"
+            status = "partial" if p.partial else "ok"
+            commit_file(
+                root,
+                p.lp,
+                tables,
+                records=records,
+                rejected=len(p.rejected),
+                status=status,
+                message=message,
+                end=p.end,
+                lines=p.lines,
+                engine="spark",
+            )
+            plan = p.lp.plan
+            results.append(
+                FileResult(
+                    str(plan.path),
+                    status,
+                    records=records,
+                    rejected=len(p.rejected),
+                    message=message,
+                    run_id=plan.run_id,
+                    bytes_read=p.end - plan.start,
+                    seconds=0.0,
+                    continued=plan.continued,
+                    replaced=plan.replaced_run is not None,
+                )
+            )
+        del files_by_idx
+    finally:
+        parsed.unpersist()
+        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (root / "_staging").rmdir()
+    took = time.perf_counter() - t0
+    for r in results:
+        r.seconds = took / len(results)
+    return results
+
+
+def _conform(expr: str, src: Any, dst: Any, depth: int = 0) -> str:
+    """Spark SQL that turns ``expr`` of type ``src`` into ``dst``: structs field by field by
+    name (the typed read's structs hold the fields of every kind; a kind's have fewer),
+    lists item by item, anything else by a cast."""
+    from pyspark.sql import types as T
+
+    if isinstance(dst, T.StructType) and isinstance(src, T.StructType):
+        have = {f.name: f.dataType for f in src.fields}
+        parts = []
+        for f in dst.fields:
+            inner = (
+                _conform(f"{expr}.`{f.name}`", have[f.name], f.dataType, depth + 1)
+                if f.name in have
+                else f"CAST(NULL AS {f.dataType.simpleString()})"
+            )
+            parts.append(f"'{f.name}', {inner}")
+        return f"IF({expr} IS NULL, NULL, named_struct({', '.join(parts)}))"
+    if isinstance(dst, T.ArrayType) and isinstance(src, T.ArrayType):
+        if src.elementType == dst.elementType:
+            return expr
+        var = f"_x{depth}"
+        item = _conform(var, src.elementType, dst.elementType, depth + 1)
+        return f"transform({expr}, {var} -> {item})"
+    if src == dst:
+        return expr
+    return f"CAST({expr} AS {dst.simpleString()})"
+
+
+def _first(p: _Planned) -> int:
+    """The line number of the first non-blank line of a file read from its start."""
+    plan = p.lp.plan
+    number = plan.base_line
+    for _, raw in _iter_lines(plan.path, plan.start, p.end):
+        number += 1
+        if raw.strip():
+            return number
+    return 0

@@ -1,0 +1,195 @@
+"""Apache Spark on the trace lake: the schema from the models, the Spark ingest writes the same
+lake as DuckDB's, and every view gives the same rows on DuckDB (file), DuckDB (lake) and Spark
+(lake). One Spark session (local[2]) for the whole run; small data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from lake_parity import bad_corpus, differences, duck_rows, view_differences
+
+from ember.analysis import VIEW_NAMES, connect, ingest
+from ember.analysis.lake import connect_lake, ingest_lake, manifest_entries
+from ember.schemas import records as R
+
+pytest.importorskip("pyspark", reason="pip install -e '.[test]' installs PySpark")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.fail(
+        "the Spark tests need Java 17+: apt-get install -y openjdk-17-jre-headless",
+        pytrace=False,
+    )
+
+from ember.analysis.lake_spark import (  # noqa: E402
+    ingest_spark,
+    register_lake,
+    spark_schema,
+    spark_session,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = spark_session("local[2]", app="ember-tests")
+    yield session
+    session.stop()
+
+
+def test_the_spark_schema_is_the_models(spark):
+    from pyspark.sql import types as T
+
+    def check(model_fields, struct, where):
+        names = [info.alias or n for n, info in model_fields.items()]
+        assert [f.name for f in struct.fields] == names, where
+
+    check(R.Cache.model_fields, spark_schema("cache"), "cache")
+    check(R.Memory.model_fields, spark_schema("memory"), "memory")
+    cache = {f.name: f.dataType for f in spark_schema("cache").fields}
+    assert cache["ts_ns"] == T.LongType() and cache["key"] == T.StringType()
+    shapes = cache["shapes"]
+    assert isinstance(shapes, T.ArrayType) and isinstance(shapes.elementType, T.StructType)
+    assert shapes.elementType["shape"].dataType == T.ArrayType(T.LongType())
+    assert cache["statics"].elementType["value"].dataType == T.StringType()  # JSON as text
+    assert {f.name: f.dataType for f in spark_schema("gradient").fields}["norm"] == T.DoubleType()
+    # every span kind's attributes are fields of the span tables' attrs struct
+    attrs = spark_schema("span_end")["attrs"].dataType
+    for kind, (_, end) in R.SPAN_ATTRS.items():
+        for name in end.model_fields:
+            assert name in attrs.fieldNames(), (kind, name)
+
+
+def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
+    tmp_path, spark, sweep_trace, bus_trace
+):
+    files = [sweep_trace, bus_trace, bad_corpus(tmp_path / "bad.jsonl")]
+    db, duck_lake, spark_lake = tmp_path / "t.duckdb", tmp_path / "a", tmp_path / "b"
+    ingest(files, db)
+    ingest_lake(files, duck_lake)
+    summary = ingest_spark(files, spark_lake, spark=spark)
+    assert [(f.status, f.records, f.rejected) for f in summary.files] == [
+        ("ok", 74, 0),
+        ("ok", 30, 0),
+        ("partial", 6, 8),
+    ]
+    assert {e["engine"] for es in manifest_entries(spark_lake).values() for e in es} == {"spark"}
+    with (
+        connect(db, read_only=True) as file_db,
+        connect_lake(duck_lake) as a,
+        connect_lake(spark_lake) as b,
+    ):
+        # the same lake contents (every table, the rejected lines and their reasons)
+        assert differences(a, b) == []
+        assert differences(file_db, b) == []
+        # every view: the same rows on Spark over the lake as on DuckDB
+        register_lake(spark, spark_lake)
+        assert view_differences(b, spark, VIEW_NAMES) == []
+        # not vacuous
+        assert len(duck_rows(b, "recompiles")[1]) == 10
+        assert len(duck_rows(b, "cache_what_if")[1]) > 0
+    again = ingest_spark(files, spark_lake, spark=spark)
+    assert [f.status for f in again.files] == ["unchanged"] * 3
+
+
+def test_ember_views_dialect_spark_prints_every_view(spark):
+    out = subprocess.run(
+        [sys.executable, "-m", "ember.cli.main", "views", "--dialect", "spark"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    for name in VIEW_NAMES:
+        assert f"CREATE OR REPLACE TEMP VIEW {name} AS" in out.stdout
+    assert "ASOF" not in out.stdout and "lambda" not in out.stdout
+    # every statement parses in Spark
+    for stmt in out.stdout.split(";\n"):
+        body = "\n".join(x for x in stmt.splitlines() if not x.startswith("--")).strip()
+        if body:
+            plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(body)
+            assert plan is not None
+
+
+def test_two_ingesters_a_spark_ingest_and_a_reader_on_one_lake(tmp_path, spark):
+    from traces import cache_line, meta_line, write_lines
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for i in range(24):
+        write_lines(
+            traces / f"t{i:02d}.jsonl",
+            [
+                meta_line(f"run-{i:02d}"),
+                *[cache_line(10 + j, "miss" if j == 0 else "hit") for j in range(5)],
+            ],
+        )
+    files = sorted(traces.glob("*.jsonl"))
+    lake = tmp_path / "lake"
+    ingest_lake(files[:1], lake)  # the lake exists before the reader starts
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _READER, str(lake)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    # two DuckDB ingesters on overlapping halves, and Spark on the rest at the same time
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ember.cli.main",
+                "ingest",
+                *map(str, part),
+                "--lake",
+                str(lake),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for part in (files[:14], files[8:20])
+    ]
+    result = ingest_spark(files[16:], lake, spark=spark)
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
+    assert {f.status for f in result.files} <= {"ok", "busy", "unchanged"}
+    time.sleep(0.5)
+    reader.terminate()
+    rout, rerr = reader.communicate(timeout=60)
+    assert "ERROR" not in rout and rerr.strip() == "", (rout[-2000:], rerr[-2000:])
+    assert int(rout.split()[-1]) > 0  # the reader ran the view while the lake grew
+    with connect_lake(lake) as con:
+        runs = con.sql("SELECT run_id, count(*) AS n FROM runs GROUP BY run_id").rows()
+        assert sorted(runs) == [(f"run-{i:02d}", 1) for i in range(24)]  # none lost, none twice
+        assert con.sql("SELECT count(*) AS n FROM cache")["n"][0] == 24 * 5
+        assert con.sql("SELECT count(*) AS n FROM cache_lookups")["n"][0] == 24 * 5
+        assert con.sql("SELECT count(*) AS n FROM ingested_files WHERE status = 'ok'")["n"][0] == 24
+    assert not list((lake / "_claims").glob("*.claim"))
+
+
+_READER = """
+import sys, time
+from ember.analysis.lake import connect_lake
+n = 0
+t0 = time.time()
+while time.time() - t0 < 240:
+    try:
+        with connect_lake(sys.argv[1]) as con:
+            con.sql("SELECT count(*) FROM cache_lookups")
+            con.sql("SELECT * FROM runs")
+        n += 1
+    except Exception as exc:
+        print("ERROR", repr(exc), flush=True)
+    print(n, flush=True)
+    time.sleep(0.05)
+"""
