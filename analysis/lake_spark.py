@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import time
 import uuid
@@ -182,9 +183,12 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
 # ---------------------------------------------------------------- reading the lake
 
 
-def register_lake(spark: Any, lake: str | os.PathLike[str]) -> list[str]:
+def register_lake(
+    spark: Any, lake: str | os.PathLike[str], errors: dict[str, str] | None = None
+) -> list[str]:
     """Create the lake's tables and every view as temporary views of ``spark``; returns
-    the names of the views, in order."""
+    the names of the views, in order. With ``errors``, a view Spark refuses (and the views
+    that read it) is left out and its error recorded there instead of raised."""
     from pyspark.sql import functions as F
 
     root = Path(lake).resolve()
@@ -213,7 +217,13 @@ def register_lake(spark: Any, lake: str | os.PathLike[str]) -> list[str]:
         spark.sql(f"CREATE OR REPLACE TEMP VIEW {table} AS {sql}")
     names = []
     for name, sql in spark_views().items():
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+        try:
+            spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
+        except Exception as exc:  # pyspark's AnalysisException, ParseException
+            if errors is None:
+                raise
+            errors[name] = str(exc).splitlines()[0] if str(exc).strip() else repr(exc)
+            continue
         names.append(name)
     return names
 
@@ -222,15 +232,21 @@ def register_lake(spark: Any, lake: str | os.PathLike[str]) -> list[str]:
 
 
 def _spark_check_sql() -> tuple[str, str]:
-    """``row_invalid_sql`` and ``row_problem_sql`` for Spark (see the module doc: ``step``)."""
+    """``row_invalid_sql`` and ``row_problem_sql`` for Spark (see the module doc: ``step``).
+
+    A field two kinds type differently is read as JSON, which Spark keeps as its text: an
+    integer is told by its digits; a string given as a number is not told apart."""
     out = []
     for sql in (row_invalid_sql(), row_problem_sql()):
         # a JSON-read column (``step``) is its text in Spark: an integer is told by its
         # digits; a string given as a number cannot be told apart (accepted)
-        sql = sql.replace(
-            "json_type(\"step\") NOT IN ('BIGINT', 'UBIGINT', 'NULL')",
-            "NOT regexp_matches(\"step\", '^-?[0-9]+$')",
-        ).replace("json_type(\"step\") NOT IN ('VARCHAR', 'NULL')", "false")
+        sql = re.sub(
+            r"json_type\(\"(\w+)\"\) NOT IN \('BIGINT', 'UBIGINT', 'NULL'\)",
+            lambda m: f"NOT regexp_matches(\"{m.group(1)}\", '^-?[0-9]+$')",
+            sql,
+        )
+        sql = re.sub(r"json_type\(\"(\w+)\"\) NOT IN \('VARCHAR', 'NULL'\)", "false", sql)
+        sql = re.sub(r"json_type\(\"(\w+)\"\) = 'UBIGINT'", "false", sql)
         out.append(to_spark(f"SELECT {sql} AS x", pretty=False)[len("SELECT ") : -len(" AS x")])
     return out[0], out[1]
 
@@ -465,24 +481,39 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
         ),
     ).createOrReplaceTempView("_files")
     invalid, problem = _spark_check_sql()
+    again = "' (span ids are unique in a run; were two traces concatenated?)'"
     flagged = spark.sql(
         f"""
-        WITH s AS (
+        WITH s0 AS (
             SELECT _stage.*, f.from_start,
-                min(line) OVER (PARTITION BY _stage._file) AS first_line
+                min(line) OVER (PARTITION BY _stage._file) AS first_line,
+                _corrupt IS NULL AND _replaced = 0 AS readable,
+                EXISTS (SELECT 1 FROM _prior_spans p
+                    WHERE p._file = _stage._file AND p.span_id = _stage.span_id) AS prior
             FROM _stage JOIN _files f ON f._file = _stage._file
+        ),
+        s AS (
+            SELECT *,
+                min(CASE WHEN readable THEN line END)
+                    OVER (PARTITION BY _file, kind, span_id) AS first_same,
+                min(CASE WHEN readable AND kind = 'span_start' THEN line END)
+                    OVER (PARTITION BY _file, span_id) AS first_start
+            FROM s0
         )
         SELECT _file, line,
-            CASE WHEN _corrupt IS NOT NULL OR _replaced > 0 THEN 'unread'
+            CASE WHEN NOT readable THEN 'unread'
                 WHEN kind = 'meta' AND NOT (from_start AND line = first_line)
                     THEN 'a second ''meta'' record; one file is one run'
+                WHEN kind = 'span_start' AND (line <> first_same OR prior)
+                    THEN 'a second span_start of span_id ' || span_id || {again}
+                WHEN kind = 'span_end' AND line <> first_same
+                    THEN 'a second span_end of span_id ' || span_id || {again}
+                WHEN kind = 'span_end' AND CASE WHEN prior THEN first_start < line
+                        ELSE first_start IS NULL OR first_start > line END
+                    THEN CASE WHEN first_start < line
+                        THEN 'a second span_end of span_id ' || span_id || {again}
+                        ELSE 'span_end without a span_start (span_id ' || span_id || ')' END
                 WHEN {invalid} THEN 'check'
-                WHEN kind = 'span_end' AND NOT EXISTS (
-                    SELECT 1 FROM s s2 WHERE s2._file = s._file AND s2.kind = 'span_start'
-                        AND s2._corrupt IS NULL AND s2.span_id = s.span_id AND s2.line < s.line)
-                    AND NOT EXISTS (SELECT 1 FROM _prior_spans p
-                        WHERE p._file = s._file AND p.span_id = s.span_id)
-                    THEN 'span_end without a span_start (span_id ' || span_id || ')'
             END AS why,
             CASE WHEN _corrupt IS NULL THEN {problem} END AS problem
         FROM s

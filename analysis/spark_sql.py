@@ -19,12 +19,13 @@ that sqlglot does not do, on the parsed tree:
   (``percentile``), ``json_extract_string(x, '$')`` and casts to ``JSON`` (Spark keeps a
   JSON value as its text already).
 
-Hand-written (``_HAND``), because the DuckDB form has no translation: the ``ASOF`` join of
-``compiles`` (Spark has none: the first ``segment_compile`` span at or after the miss,
-found with a join and ``min_by``), and the LRU stack distances of ``cache_what_if`` (a
-window whose frame size comes from the row, which Spark does not allow: a self-join that
-counts the distinct keys between two lookups of a key). Each such piece replaces one
-named CTE of the DuckDB view; the rest of the view is still translated from its file.
+An ``ASOF LEFT JOIN`` (Spark has none) is rewritten for any CTE whose FROM is one
+(``_asof_ctes``): the nearest right row at or after each left key, by a join and ``min_by``.
+Hand-written (``_HAND``), because the DuckDB form has no translation: the LRU stack
+distances of ``cache_what_if`` (a window whose frame size comes from the row, which Spark
+does not allow: a self-join that counts the distinct keys between two lookups of a key),
+and ``recompiles``' ``row_number() OVER ()`` (Spark wants an order: the compile's own key).
+Each replaces one named CTE of the DuckDB view; the rest is translated from its file.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ __all__ = ["to_spark", "spark_views", "spark_tables", "HAND_WRITTEN"]
 
 
 def _lambdas(sql: str) -> str:
+    # DuckDB's lambda x: ... -> x -> ...; len(list) -> array_length (length stays a string's)
+    sql = re.sub(r"\blen\s*\(", "array_length(", sql)
     return re.sub(r"\blambda\s+(\w+)\s*:", r"\1 ->", sql)
 
 
@@ -165,8 +168,29 @@ def _list_aggs(node: exp.Expression) -> exp.Expression:
     return sqlglot.parse_one(sql, read="spark")
 
 
+def _ordered_pick(node: exp.Expression) -> exp.Expression | None:
+    """``any_value(x ORDER BY k)`` / ``first(x ORDER BY k)`` (the first non-NULL x by k) ->
+    ``min_by(x, struct(x IS NULL, k...))``."""
+    inner = node.this if isinstance(node, exp.IgnoreNulls) else node
+    if not isinstance(inner, (exp.AnyValue, exp.First)) or not isinstance(inner.this, exp.Order):
+        return None
+    order = inner.this
+    if any(o.args.get("desc") for o in order.expressions):
+        return None
+    value = order.this
+    keys = [exp.Is(this=value.copy(), expression=exp.Null())] + [
+        o.this.copy() for o in order.expressions
+    ]
+    return exp.Anonymous(
+        this="min_by", expressions=[value.copy(), exp.Anonymous(this="struct", expressions=keys)]
+    )
+
+
 def _spark_functions(node: exp.Expression) -> exp.Expression:
     """The functions whose Spark twin has another name or meaning (see the module doc)."""
+    picked = _ordered_pick(node)
+    if picked is not None:
+        return picked
     if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
         node.set("materialized", None)  # a hint DuckDB takes and Spark's grammar does not
         return node
@@ -237,24 +261,73 @@ def _spark_functions(node: exp.Expression) -> exp.Expression:
             this=exp.func("array"), to=exp.DataType.build("ARRAY<BIGINT>", dialect="spark")
         )
         return exp.If(this=exp.GTE(this=end.copy(), expression=start.copy()), true=seq, false=empty)
-    if isinstance(node, exp.Length):  # DuckDB's len() of a list (the views use it for lists)
-        return exp.func("size", node.this)
     if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.JSON:
         return node.this
     return node
+
+
+def _asof_ctes(tree: exp.Expression) -> dict[str, str]:
+    """Spark SQL of each CTE whose FROM is ``m ASOF LEFT JOIN g ON <equalities> AND
+    g.t >= m.u`` (Spark has no ASOF join): the nearest ``g`` row at or after each distinct
+    left key is found with a join and ``min_by``, and brought back as ``g``'s columns
+    by ``LATERAL VIEW OUTER inline``."""
+    out: dict[str, str] = {}
+    for cte in tree.find_all(exp.CTE):
+        select = cte.this
+        if not isinstance(select, exp.Select) or len(select.args.get("joins") or []) != 1:
+            continue
+        join = select.args["joins"][0]
+        if join.args.get("method", "").upper() != "ASOF" or select.args.get("where"):
+            continue
+        left, right = (
+            select.args["from_"].this if "from_" in select.args else select.args["from"].this,
+            join.this,
+        )
+        m, g = left.alias_or_name, right.alias_or_name
+        conds = (
+            list(join.args["on"].flatten())
+            if isinstance(join.args["on"], exp.And)
+            else [join.args["on"]]
+        )
+        eqs, ineq = [], None
+        for c in conds:
+            if isinstance(c, exp.EQ):
+                a, b = c.this, c.expression
+                eqs.append((a, b) if a.table == g else (b, a))
+            elif isinstance(c, exp.GTE) and c.this.table == g:
+                ineq = (c.this, c.expression)
+        if ineq is None:
+            continue
+        keys = [b.name for _, b in eqs] + [ineq[1].name]
+        on = " AND ".join(f"_g2.{a.name} = _k.{b.name}" for a, b in eqs)
+        head = select.copy()
+        head.set("joins", None)
+        head_sql = to_spark(head.sql(dialect="duckdb"), pretty=False)
+        src = left.this.sql(dialect="spark") if isinstance(left, exp.Table) else left.sql("spark")
+        back = " AND ".join(f"_j.{k} <=> {m}.{k}" for k in keys)
+        out[cte.alias] = (
+            f"{head_sql} LEFT JOIN (SELECT _k.*, "
+            f"min_by(struct(_g2.*), _g2.{ineq[0].name}) AS _near "
+            f"FROM (SELECT DISTINCT {', '.join(keys)} FROM {src}) _k "
+            f"JOIN {right.this.sql(dialect='spark')} _g2 ON {on} "
+            f"AND _g2.{ineq[0].name} >= _k.{ineq[1].name} GROUP BY ALL) _j ON {back} "
+            f"LATERAL VIEW OUTER inline(array(_j._near)) {g}"
+        )
+    return out
 
 
 def to_spark(sql: str, *, pretty: bool = True) -> str:
     """One DuckDB statement (a view's SELECT) as Spark SQL (see the module doc)."""
     tree = sqlglot.parse_one(_lambdas(sql), read="duckdb")
     tree = _inline(tree, _macros())
+    asof = _asof_ctes(tree)
     for _ in range(8):  # until nothing changes: a rewrite may hold another one to rewrite
         before = tree.sql(dialect="duckdb")
         tree = tree.transform(_spark_functions)
         if tree.sql(dialect="duckdb") == before:
             break
     tree = tree.transform(_list_aggs)
-    for name, cte_sql in _HAND.get(_view_of(sql), {}).items():
+    for name, cte_sql in {**asof, **_HAND.get(_view_of(sql), {})}.items():
         for cte in tree.find_all(exp.CTE):
             if cte.alias == name:
                 cte.set("this", sqlglot.parse_one(cte_sql, read="spark"))
@@ -267,26 +340,6 @@ def _view_of(sql: str) -> str | None:
 
 
 _HAND: dict[str, dict[str, str]] = {
-    "compiles": {
-        # DuckDB: misses m ASOF LEFT JOIN seg g ON run, position, g.start_ns >= m.ts_ns
-        "segment_compiles": """
-SELECT m.run_id, m.source, m.position, CAST(NULL AS STRING) AS fun_name, m.ts_ns,
-    m.call_span_id, m.key, m.shapes, m.statics, m.shapes_text,
-    g.duration_ns AS compile_ns, g.compiled, g.disk_cache, g.stop,
-    CAST(NULL AS ARRAY<STRUCT<arg: STRING, what: STRING, old: STRING, new: STRING>>)
-        AS jit_changes,
-    CAST(NULL AS STRING) AS retrace_reason, m.evictions AS evictions_before, m.seq
-FROM misses m
-LEFT JOIN (
-    SELECT m2.run_id, m2.position, m2.ts_ns, min_by(struct(g2.*), g2.start_ns) AS g
-    FROM (SELECT DISTINCT run_id, position, ts_ns FROM misses) m2
-    JOIN seg g2 ON g2.run_id = m2.run_id AND g2.position = m2.position
-        AND g2.start_ns >= m2.ts_ns
-    GROUP BY m2.run_id, m2.position, m2.ts_ns
-) j ON j.run_id = m.run_id AND j.position = m.position AND j.ts_ns = m.ts_ns
-LATERAL VIEW OUTER inline(array(j.g)) g
-""",
-    },
     "recompiles": {
         # DuckDB: row_number() OVER () (any order; Spark wants one): the compile's own key
         "re": """
