@@ -40,6 +40,7 @@ from .db import RECORD_TABLES, RUNS_COLUMNS, _record_columns
 from .ingest import (
     MAX_LINE_BYTES,
     FileResult,
+    FileStatus,
     IngestSummary,
     _count_lines,
     _end_of_complete_lines,
@@ -110,11 +111,9 @@ def _duck_to_spark_type(t: str) -> str:
     """A DuckDB type's SQL as a Spark DDL type (for the nested types of table columns)."""
     import sqlglot
 
-    return (
-        sqlglot.parse_one(f"CAST(x AS {t})", read="duckdb")
-        .to.sql(dialect="spark")
-        .replace("JSON", "STRING")
-    )
+    cast = sqlglot.parse_one(f"CAST(x AS {t})", read="duckdb")
+    assert isinstance(cast, sqlglot.exp.Cast)
+    return cast.to.sql(dialect="spark").replace("JSON", "STRING")
 
 
 def _kind_description(kind: str) -> dict[str, Any]:
@@ -535,12 +534,12 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
             number += 1
             if number not in bad:
                 continue
-            why, problem = bad[number]
+            why, row_problem = bad[number]
             if why in ("unread", "check"):
                 reason = _explain_line(raw, expect_meta=number == first)
                 if reason is None:
                     reason = (
-                        problem or "refused by the typed read's checks"
+                        row_problem or "refused by the typed read's checks"
                         if why == "check"
                         else "Spark cannot read a value of this record (a number out of range?)"
                     )
@@ -614,7 +613,7 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
             message = p.partial
             if p.rejected and not message:
                 message = f"{len(p.rejected)} line(s) rejected; see rejected_lines"
-            status = "partial" if p.partial else "ok"
+            status: FileStatus = "partial" if p.partial else "ok"
             commit_file(
                 root,
                 p.lp,

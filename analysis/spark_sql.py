@@ -48,11 +48,11 @@ def _lambdas(sql: str) -> str:
 
 
 @cache
-def _macros() -> dict[str, tuple[list[str], exp.Expression]]:
+def _macros() -> dict[str, tuple[list[str], exp.Expr]]:
     """name -> (parameters, body) of each macro in ``sql/macros.sql``, bodies inlined."""
     text = _lambdas(view_sql("macros"))
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-    out: dict[str, tuple[list[str], exp.Expression]] = {}
+    out: dict[str, tuple[list[str], exp.Expr]] = {}
     for m in re.finditer(
         r"CREATE\s+OR\s+REPLACE\s+MACRO\s+(\w+)\s*\(([^)]*)\)\s+AS\s+(.*?);\s*(?=CREATE|\Z)",
         text,
@@ -67,14 +67,14 @@ def _macros() -> dict[str, tuple[list[str], exp.Expression]]:
     return out
 
 
-def _inline(tree: exp.Expression, macros: dict[str, tuple[list[str], exp.Expression]]):
-    def visit(node: exp.Expression) -> exp.Expression:
+def _inline(tree: exp.Expr, macros: dict[str, tuple[list[str], exp.Expr]]):
+    def visit(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Anonymous) and str(node.this).lower() in macros:
             params, body = macros[str(node.this).lower()]
             args = dict(zip(params, node.expressions, strict=True))
             new = body.copy()
 
-            def sub(n: exp.Expression) -> exp.Expression:
+            def sub(n: exp.Expr) -> exp.Expr:
                 if isinstance(n, exp.Column) and not n.table and n.name in args:
                     return args[n.name].copy()
                 return n
@@ -98,6 +98,7 @@ def _laterals(select: exp.Select) -> exp.Select:
         ):
             alias = target.args.get("alias")
             values = target.expressions[0] if isinstance(target, exp.Unnest) else series
+            assert values is not None and alias is not None  # the condition above
             laterals.append(
                 exp.Lateral(
                     this=exp.Explode(this=values.copy()),
@@ -141,7 +142,7 @@ def _zip_unnests(select: exp.Select) -> None:
     select.set("expressions", new)
 
 
-def _list_aggs(node: exp.Expression) -> exp.Expression:
+def _list_aggs(node: exp.Expr) -> exp.Expr:
     """DuckDB's ``list(x [ORDER BY k])`` keeps NULLs, follows its ORDER BY and is NULL for no
     rows; Spark's ``collect_list`` drops NULLs, has no order and gives []: collect
     ``struct(k..., x)``, sort, take ``x``, and NULL when empty (run once, last)."""
@@ -168,7 +169,7 @@ def _list_aggs(node: exp.Expression) -> exp.Expression:
     return sqlglot.parse_one(sql, read="spark")
 
 
-def _ordered_pick(node: exp.Expression) -> exp.Expression | None:
+def _ordered_pick(node: exp.Expr) -> exp.Expr | None:
     """``any_value(x ORDER BY k)`` / ``first(x ORDER BY k)`` (the first non-NULL x by k) ->
     ``min_by(x, struct(x IS NULL, k...))``."""
     inner = node.this if isinstance(node, exp.IgnoreNulls) else node
@@ -186,7 +187,7 @@ def _ordered_pick(node: exp.Expression) -> exp.Expression | None:
     )
 
 
-def _spark_functions(node: exp.Expression) -> exp.Expression:
+def _spark_functions(node: exp.Expr) -> exp.Expr:
     """The functions whose Spark twin has another name or meaning (see the module doc)."""
     picked = _ordered_pick(node)
     if picked is not None:
@@ -217,7 +218,7 @@ def _spark_functions(node: exp.Expression) -> exp.Expression:
         return node.this
     if isinstance(node, exp.RegexpExtract) and isinstance(node.args.get("group"), exp.Array):
         names = node.args["group"].expressions
-        pairs: list[exp.Expression] = []
+        pairs: list[exp.Expr] = []
         for i, n in enumerate(names, start=1):
             pairs += [
                 n.copy(),
@@ -266,7 +267,7 @@ def _spark_functions(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _asof_ctes(tree: exp.Expression) -> dict[str, str]:
+def _asof_ctes(tree: exp.Expr) -> dict[str, str]:
     """Spark SQL of each CTE whose FROM is ``m ASOF LEFT JOIN g ON <equalities> AND
     g.t >= m.u`` (Spark has no ASOF join): the nearest ``g`` row at or after each distinct
     left key is found with a join and ``min_by``, and brought back as ``g``'s columns
@@ -327,7 +328,7 @@ def to_spark(sql: str, *, pretty: bool = True) -> str:
         if tree.sql(dialect="duckdb") == before:
             break
     tree = tree.transform(_list_aggs)
-    for name, cte_sql in {**asof, **_HAND.get(_view_of(sql), {})}.items():
+    for name, cte_sql in {**asof, **_HAND.get(_view_of(sql) or "", {})}.items():
         for cte in tree.find_all(exp.CTE):
             if cte.alias == name:
                 cte.set("this", sqlglot.parse_one(cte_sql, read="spark"))
