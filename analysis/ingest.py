@@ -270,6 +270,32 @@ def _first_line(path: Path, size: int) -> bytes:
     return b""
 
 
+def _read_extent(plan: _Plan) -> tuple[int, int, _Rejected | None]:
+    """What of ``plan``'s bytes to read: ``(end, lines, truncated)``.
+
+    ``end`` is the offset after the last complete line, or the file's end when its last line is a
+    whole record without its newline (a hand-made file); ``lines`` counts the lines before ``end``;
+    ``truncated`` is the rejected partial last line (the writer stopped mid-line), read again
+    when the file grows. Shared by the DuckDB ingest and the Spark ingest of the lake.
+    """
+    end, tail, tail_length = _end_of_complete_lines(plan.path, plan.start, plan.size)
+    lines = _count_lines(plan.path, plan.start, end)
+    if not tail.strip():
+        return end, lines, None
+    if tail_length <= MAX_LINE_BYTES:
+        try:
+            if isinstance(parse_line(tail), dict):
+                return plan.size, lines + 1, None
+        except BadLine:
+            pass
+    line = plan.base_line + lines + 1
+    reason = (
+        f"truncated last line {line}: no newline at the end of the file (the writer "
+        f"stopped mid-line); it is read again if the file grows"
+    )
+    return end, lines, _Rejected(line, end, reason, _raw_text(tail))
+
+
 def _end_of_complete_lines(path: Path, start: int, size: int) -> tuple[int, bytes, int]:
     """Where the complete lines in ``[start, size)`` end, and the partial line after them.
 
@@ -568,24 +594,10 @@ class _FileIngest:
 
     def run(self) -> None:
         plan = self.plan
-        end, tail, tail_length = _end_of_complete_lines(plan.path, plan.start, plan.size)
-        complete_tail = False
-        if tail_length and tail_length <= MAX_LINE_BYTES and tail.strip():
-            try:
-                complete_tail = isinstance(parse_line(tail), dict)
-            except BadLine:
-                complete_tail = False
-        lines = _count_lines(plan.path, plan.start, end)
-        if complete_tail:  # a complete record without its newline (a hand-made file)
-            end = plan.size
-            lines += 1
-        elif tail.strip():
-            line = plan.base_line + lines + 1
-            self.partial = (
-                f"truncated last line {line}: no newline at the end of the file (the writer "
-                f"stopped mid-line); it is read again if the file grows"
-            )
-            self.rejected.append(_Rejected(line, end, self.partial, _raw_text(tail)))
+        end, lines, truncated = _read_extent(plan)
+        if truncated is not None:
+            self.partial = truncated.reason
+            self.rejected.append(truncated)
         self.end = end
         self.lines_read = lines
         if end <= plan.start:

@@ -42,12 +42,11 @@ from .ingest import (
     FileResult,
     FileStatus,
     IngestSummary,
-    _count_lines,
-    _end_of_complete_lines,
     _explain_line,
     _find_long_line,
     _iter_lines,
     _raw_text,
+    _read_extent,
     _Refused,
     _Rejected,
     expand_paths,
@@ -294,28 +293,9 @@ class _Planned:
         self.idx = idx
         self.lp = lp
         plan = lp.plan
-        end, tail, tail_length = _end_of_complete_lines(plan.path, plan.start, plan.size)
-        lines = _count_lines(plan.path, plan.start, end)
-        self.rejected: list[_Rejected] = []
-        self.partial: str | None = None
-        complete_tail = False
-        if tail_length and tail_length <= MAX_LINE_BYTES and tail.strip():
-            import json
-
-            try:
-                complete_tail = isinstance(json.loads(tail), dict)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                complete_tail = False
-        if complete_tail:
-            end = plan.size
-            lines += 1
-        elif tail.strip():
-            line = plan.base_line + lines + 1
-            self.partial = (
-                f"truncated last line {line}: no newline at the end of the file (the writer "
-                f"stopped mid-line); it is read again if the file grows"
-            )
-            self.rejected.append(_Rejected(line, end, self.partial, _raw_text(tail)))
+        end, lines, truncated = _read_extent(plan)
+        self.rejected: list[_Rejected] = [truncated] if truncated is not None else []
+        self.partial: str | None = truncated.reason if truncated is not None else None
         self.end = end
         self.lines = lines
 
