@@ -30,7 +30,7 @@ from .schema_types import (
     literal_values,
 )
 
-__all__ = ["row_problem_sql", "row_invalid_sql", "maybe_too_deep_sql", "KIND_COLUMNS"]
+__all__ = ["KIND_COLUMNS", "maybe_too_deep_sql", "row_invalid_sql", "row_problem_sql"]
 
 
 def _q(name: str) -> str:

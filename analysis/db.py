@@ -26,6 +26,7 @@ than a dashboard query may run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -42,13 +43,13 @@ from ember.schemas import RECORD_KINDS
 from .schema_types import TABLE_COLUMNS
 
 __all__ = [
-    "Connection",
-    "DatabaseBusyError",
     "INGEST_WAIT_S",
     "QUERY_WAIT_S",
-    "connect",
     "RECORD_TABLES",
     "VIEW_NAMES",
+    "Connection",
+    "DatabaseBusyError",
+    "connect",
     "table_ddl",
     "view_sql",
 ]
@@ -386,10 +387,8 @@ def announce_waiting(path: str, read_only: bool) -> None:
 
 def withdraw_waiting(path: str, read_only: bool) -> None:
     """This process no longer waits for ``path``."""
-    try:
+    with contextlib.suppress(OSError):
         _marker(path, read_only).unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def other_side_waiting(path: str, read_only: bool) -> bool:

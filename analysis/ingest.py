@@ -80,7 +80,7 @@ from .db import (
 )
 from .schema_types import READ_COLUMNS, field_defaults, sql_literal
 
-__all__ = ["FileResult", "IngestSummary", "expand_paths", "ingest", "MAX_LINE_BYTES"]
+__all__ = ["MAX_LINE_BYTES", "FileResult", "IngestSummary", "expand_paths", "ingest"]
 
 
 RAW_PREFIX_CHARS = 200

@@ -70,12 +70,12 @@ from .schema_types import KIND_MODELS, READ_COLUMNS, field_defaults, model_colum
 from .spark_sql import spark_tables, spark_views, to_spark
 
 __all__ = [
-    "spark_session",
-    "spark_type",
-    "spark_schema",
+    "ingest_spark",
     "read_schema",
     "register_lake",
-    "ingest_spark",
+    "spark_schema",
+    "spark_session",
+    "spark_type",
 ]
 
 

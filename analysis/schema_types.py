@@ -28,13 +28,13 @@ from pydantic.fields import FieldInfo
 from ember.schemas import records as R
 
 __all__ = [
-    "duckdb_type",
-    "model_columns",
-    "TABLE_COLUMNS",
+    "KIND_MODELS",
     "READ_COLUMNS",
     "READ_TYPES",
-    "KIND_MODELS",
+    "TABLE_COLUMNS",
+    "duckdb_type",
     "literal_values",
+    "model_columns",
     "struct_sql",
 ]
 

@@ -38,7 +38,7 @@ from sqlglot import exp
 
 from .db import VIEW_NAMES, view_sql
 
-__all__ = ["to_spark", "spark_views", "spark_tables", "HAND_WRITTEN"]
+__all__ = ["HAND_WRITTEN", "spark_tables", "spark_views", "to_spark"]
 
 
 def _lambdas(sql: str) -> str:
@@ -98,7 +98,8 @@ def _laterals(select: exp.Select) -> exp.Select:
         ):
             alias = target.args.get("alias")
             values = target.expressions[0] if isinstance(target, exp.Unnest) else series
-            assert values is not None and alias is not None  # the condition above
+            assert values is not None
+            assert alias is not None
             laterals.append(
                 exp.Lateral(
                     this=exp.Explode(this=values.copy()),

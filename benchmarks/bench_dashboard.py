@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ember.analysis.ingest import ingest  # noqa: E402
-from ember.analysis.synthetic import write_trace  # noqa: E402
-from tests.dashboard.browser import CHROMIUM, chromium, dashboard_server  # noqa: E402
+from ember.analysis.ingest import ingest
+from ember.analysis.synthetic import write_trace
+from tests.dashboard.browser import CHROMIUM, chromium, dashboard_server
 
 # path, query, a text that is on screen once the page has its values
 PAGES = [

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.runtime.hub_server import LocalHub  # noqa: E402
+from tests.runtime.hub_server import LocalHub
 
 REPO = "bench/mlp"
 

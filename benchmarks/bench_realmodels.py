@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_runtime import interleaved_medians  # noqa: E402  (one way to time both)
+from bench_runtime import interleaved_medians
 
 CACHE = Path(os.environ.get("EMBER_BENCH_CACHE", Path.home() / ".cache" / "ember-bench"))
 

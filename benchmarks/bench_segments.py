@@ -122,7 +122,8 @@ def bench_break(calls: int) -> float:
     x = np.array([1, 2, 0, 0, 1, 0, 0, 1], np.float32)  # max 2 -> shape [2, -1]
     with_break = rt.compile(break_model(True))
     without = rt.compile(break_model(False))
-    assert with_break.graph_break and not without.graph_break
+    assert with_break.graph_break
+    assert not without.graph_break
     np.testing.assert_array_equal(np.asarray(with_break(x=x)["y"]), np.asarray(without(x=x)["y"]))
     t_with = _best_per_call(lambda: with_break(x=x), calls)
     t_without = _best_per_call(lambda: without(x=x), calls)

@@ -13,7 +13,7 @@ import polars as pl
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["FittedTable", "NULL", "cell", "fit_table", "line_text", "markdown_text"]
+__all__ = ["NULL", "FittedTable", "cell", "fit_table", "line_text", "markdown_text"]
 
 NULL = "NULL"
 MIN_CELL = 8

@@ -17,11 +17,11 @@ from ember.analysis import format as fmt
 
 __all__ = [
     "MAX_POINTS",
+    "area",
+    "bars",
     "downsample_sql",
     "in_size_unit",
     "line",
-    "area",
-    "bars",
     "scatter",
     "show",
 ]

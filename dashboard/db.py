@@ -47,15 +47,15 @@ __all__ = [
     "DatabaseBusy",
     "DatabaseError",
     "DbVersion",
+    "connect_readonly",
     "database_path",
     "db_version",
-    "connect_readonly",
+    "has_relation",
     "open_readonly",
     "page_connection",
     "query",
     "query_set",
     "relations",
-    "has_relation",
 ]
 
 DB_ENV = "EMBER_DASHBOARD_DB"

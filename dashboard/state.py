@@ -14,7 +14,7 @@ import streamlit as st
 
 from ember.analysis.runs import matching
 
-__all__ = ["get_param", "set_param", "select_param", "multiselect_param", "is_default"]
+__all__ = ["get_param", "is_default", "multiselect_param", "select_param", "set_param"]
 
 _SESSION_PREFIX = "ember_qp_"
 _AUTO_PREFIX = "ember_auto_"

@@ -9,7 +9,7 @@ import polars as pl
 
 from . import db
 
-__all__ = ["run_row", "run_summary", "run_ids", "run_labels", "tag_keys", "what_if"]
+__all__ = ["run_ids", "run_labels", "run_row", "run_summary", "tag_keys", "what_if"]
 
 
 def run_summary() -> pl.DataFrame:

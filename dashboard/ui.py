@@ -17,11 +17,11 @@ __all__ = [
     "fmt_count",
     "fmt_ms",
     "fmt_percent",
+    "lacks",
     "pick_run",
     "require_relations",
-    "lacks",
-    "table",
     "styled",
+    "table",
 ]
 
 

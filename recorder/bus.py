@@ -30,17 +30,17 @@ from typing import Any
 
 __all__ = [
     "Handler",
+    "SpanHandle",
     "attach",
+    "current_span_id",
     "detach",
     "emit",
-    "span",
-    "list_handlers",
-    "current_span_id",
-    "listening",
     "generation",
-    "SpanHandle",
-    "request_sync",
+    "list_handlers",
+    "listening",
     "release_sync",
+    "request_sync",
+    "span",
     "syncing",
 ]
 
@@ -201,7 +201,7 @@ current_span_id: Callable[[], int | None] = _current_span.get
 class SpanHandle:
     """What ``span`` yields: add stop metadata or measurements before the span ends."""
 
-    __slots__ = ("span_id", "metadata", "stop_metadata", "stop_measurements", "start")
+    __slots__ = ("metadata", "span_id", "start", "stop_measurements", "stop_metadata")
 
     def __init__(self, span_id: int, metadata: dict[str, Any]) -> None:
         self.span_id = span_id

@@ -52,16 +52,16 @@ from . import events as E
 from .recorder import Recorder, record
 
 __all__ = [
+    "PRIMITIVE_REASON",
     "CompileWatcher",
     "Explanation",
-    "PRIMITIVE_REASON",
     "PrimitiveCall",
     "ProfileSession",
     "StepHandle",
-    "primitive_call",
-    "primitive_changes",
     "gradient_records",
     "parse_explanation",
+    "primitive_call",
+    "primitive_changes",
     "record_gradients",
     "watch_compiles",
 ]
@@ -596,7 +596,7 @@ def record_gradients(
 class StepHandle:
     """What ``ProfileSession.step`` yields: say which values the step computes."""
 
-    __slots__ = ("span", "results")
+    __slots__ = ("results", "span")
 
     def __init__(self, span: bus.SpanHandle) -> None:
         self.span = span

@@ -21,7 +21,7 @@ from typing import Any
 from . import bus
 from . import events as E
 
-__all__ = ["log_compiles", "COMPILE_EVENTS", "format_event"]
+__all__ = ["COMPILE_EVENTS", "format_event", "log_compiles"]
 
 HANDLER_ID = "ember.recorder.log_compiles"
 

@@ -33,7 +33,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import metadata as _pkg_metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -53,7 +53,7 @@ from .writer import (
     encode_default,
 )
 
-__all__ = ["SPANS", "POINTS", "EVENT_NAMES", "Recorder", "record", "active_recorders"]
+__all__ = ["EVENT_NAMES", "POINTS", "SPANS", "Recorder", "active_recorders", "record"]
 
 # event prefix -> span kind
 SPANS: dict[str, str] = E.SPANS
@@ -103,10 +103,8 @@ _POINT_FIELDS = {
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("ember", "jax", "jaxlib", "onnx", "onnxruntime"):
-        try:
+        with suppress(_pkg_metadata.PackageNotFoundError):
             out[dist] = _pkg_metadata.version(dist)
-        except _pkg_metadata.PackageNotFoundError:
-            pass
     return out
 
 

@@ -34,10 +34,10 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "TraceWriter",
+    "ENCODE_OPTIONS",
     "TraceWriteError",
     "TraceWriteWarning",
-    "ENCODE_OPTIONS",
+    "TraceWriter",
     "encode_default",
 ]
 

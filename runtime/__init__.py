@@ -20,18 +20,18 @@ from .model import Model, TensorSpec, load
 from .profile import profile
 
 __all__ = [
-    "load",
-    "compile",
-    "run",
-    "profile",
-    "Model",
-    "TensorSpec",
     "CompiledModel",
     "EmberRuntimeError",
-    "LoadError",
     "ExternalDataError",
-    "UnsupportedOpsError",
     "InputError",
-    "NodeError",
+    "LoadError",
+    "Model",
     "NewerOpsetWarning",
+    "NodeError",
+    "TensorSpec",
+    "UnsupportedOpsError",
+    "compile",
+    "load",
+    "profile",
+    "run",
 ]

@@ -44,13 +44,13 @@ import numpy as np
 from .graph import Graph, Node
 
 __all__ = [
-    "Plan",
-    "Segment",
-    "BreakInfo",
-    "analyse",
     "EAGER_SEGMENT_NODES",
     "PARAM_MIN_SIZE",
     "PRELUDE_MAX_SIZE",
+    "BreakInfo",
+    "Plan",
+    "Segment",
+    "analyse",
 ]
 
 EAGER_SEGMENT_NODES = 20
@@ -197,9 +197,7 @@ def _subgraph_needs(graph: Graph, outer_host: set[str]) -> str | None:
 
 def _propagate(node: Node, host: set[str]) -> None:
     opdef = node.opdef
-    if node.op_type in SHAPE_OPS:
-        host.update(o for o in node.outputs if o)
-    elif (
+    if node.op_type in SHAPE_OPS or (
         node.op_type not in NEVER_HOST_OPS
         and not (opdef is not None and opdef.subgraphs)
         and all(n in host for n in node.reads())

@@ -93,7 +93,7 @@ from .inputs import as_model, check_inputs, expected, to_device
 from .model import Model, TensorSpec
 from .segment_cache import SegmentCache
 
-__all__ = ["compile", "run", "CompiledModel", "describe_shapes"]
+__all__ = ["CompiledModel", "compile", "describe_shapes", "run"]
 
 _END = "end"
 
@@ -1132,7 +1132,7 @@ class _FastPath:
     garbage collection.
     """
 
-    __slots__ = ("signature", "call", "exe", "x64", "simple", "entry", "names")
+    __slots__ = ("call", "entry", "exe", "names", "signature", "simple", "x64")
 
     def __init__(self, model: CompiledModel, entry: _Entry, seg: Segment) -> None:
         # (name, shape, dtype) per program argument
@@ -1250,7 +1250,7 @@ class _FastPath:
 # public API
 
 
-def compile(  # noqa: A001 - the name the API promises
+def compile(
     model: Model | Any,
     input_specs: Mapping[str, Any] | Sequence[Any] | None = None,
     *,

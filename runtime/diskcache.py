@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["disk_cache", "DiskCacheProbe", "ProgramStore", "StoredProgram", "usable_cache_dir"]
+__all__ = ["DiskCacheProbe", "ProgramStore", "StoredProgram", "disk_cache", "usable_cache_dir"]
 
 log = logging.getLogger("ember.runtime")
 

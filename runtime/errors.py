@@ -7,12 +7,12 @@ from pathlib import Path
 
 __all__ = [
     "EmberRuntimeError",
-    "LoadError",
     "ExternalDataError",
-    "UnsupportedOpsError",
     "InputError",
-    "NodeError",
+    "LoadError",
     "NewerOpsetWarning",
+    "NodeError",
+    "UnsupportedOpsError",
 ]
 
 

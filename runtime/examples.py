@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["token_filter_model", "train_tiny_mlp", "LIGHT_MODELS"]
+__all__ = ["LIGHT_MODELS", "token_filter_model", "train_tiny_mlp"]
 
 LIGHT_MODELS = (
     "bvlc_alexnet",

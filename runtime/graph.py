@@ -43,12 +43,12 @@ from .errors import NodeError, UnsupportedOpsError
 __all__ = [
     "Graph",
     "Node",
+    "OnNode",
     "Subgraph",
     "interpret",
-    "run_nodes",
     "run_node",
+    "run_nodes",
     "to_host",
-    "OnNode",
 ]
 
 OnNode = Callable[[int, "Node", list[Any], tuple[Any, ...]], None]

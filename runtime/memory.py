@@ -33,15 +33,15 @@ from ember.recorder import bus
 from ember.recorder import events as E
 
 __all__ = [
-    "STATS_FIELDS",
     "DEVICE_MEMORY_EVENT",
+    "STATS_FIELDS",
+    "DeviceMemoryTracker",
     "MemorySampler",
     "device_label",
     "read_device_memory",
     "sample_device_memory",
     "stats_to_fields",
     "track_device_memory",
-    "DeviceMemoryTracker",
 ]
 
 DEVICE_MEMORY_EVENT = E.DEVICE_MEMORY

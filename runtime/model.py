@@ -26,7 +26,7 @@ from ember.recorder import events as E
 from .errors import ExternalDataError, LoadError, NewerOpsetWarning
 from .graph import Graph
 
-__all__ = ["Model", "TensorSpec", "load", "describe_source"]
+__all__ = ["Model", "TensorSpec", "describe_source", "load"]
 
 Dim = int | str | None
 

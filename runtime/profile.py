@@ -44,7 +44,7 @@ from .inputs import as_model, check_inputs, to_device
 from .memory import device_label
 from .model import Model
 
-__all__ = ["profile", "ProfileResult", "liveness", "value_bytes"]
+__all__ = ["ProfileResult", "liveness", "profile", "value_bytes"]
 
 HOST = "host"
 

@@ -29,16 +29,16 @@ from .inputs import expected
 from .model import Model, TensorSpec
 
 __all__ = [
-    "WorkloadError",
     "InputOverride",
-    "Sweep",
     "RunSummary",
-    "resolve_source",
+    "Sweep",
+    "WorkloadError",
+    "make_inputs",
     "parse_input",
     "parse_sweep",
     "parse_tag",
     "plan_shapes",
-    "make_inputs",
+    "resolve_source",
     "run_workload",
 ]
 

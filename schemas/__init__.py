@@ -8,13 +8,13 @@ from .validate import RECORD, FileReport, LineError, explain, validate_file, val
 from .versions import MIGRATIONS, Migrations, TraceVersionError, check_version, parse_schema_id
 
 __all__ = [
+    "MIGRATIONS",
     "RECORD",
     "RECORD_KINDS",
     "SCHEMA_ID",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "SPAN_KINDS",
-    "MIGRATIONS",
     "FileReport",
     "LineError",
     "Meta",

@@ -19,13 +19,13 @@ from .versions import MIGRATIONS, Migrations, TraceVersionError, check_version, 
 __all__ = [
     "RECORD",
     "BadLine",
-    "LineError",
     "FileReport",
+    "LineError",
     "explain",
     "iter_lines",
     "parse_line",
-    "validate_lines",
     "validate_file",
+    "validate_lines",
 ]
 
 RECORD: TypeAdapter[Any] = TypeAdapter(Record)

@@ -13,11 +13,11 @@ from typing import Any
 from .records import SCHEMA_NAME, SCHEMA_VERSION
 
 __all__ = [
-    "TraceVersionError",
-    "Migrations",
     "MIGRATIONS",
-    "parse_schema_id",
+    "Migrations",
+    "TraceVersionError",
     "check_version",
+    "parse_schema_id",
 ]
 
 RawRecord = dict[str, Any]

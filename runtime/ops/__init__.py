@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OpDef", "op", "lookup", "registered", "xp", "is_host"]
+__all__ = ["OpDef", "is_host", "lookup", "op", "registered", "xp"]
 
 
 @dataclass(frozen=True)

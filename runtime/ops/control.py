@@ -25,7 +25,7 @@ import numpy as np
 
 from . import is_host, op
 
-__all__ = ["if_", "loop", "scan", "LoopNeedsHost", "loop_scan_outputs"]
+__all__ = ["LoopNeedsHost", "if_", "loop", "loop_scan_outputs", "scan"]
 
 
 class LoopNeedsHost(TypeError):

@@ -455,7 +455,7 @@ def softsign(input: Array) -> Array:
 def thresholded_relu(X: Array, *, alpha: float = 1.0) -> Array:
     """X where X > ``alpha``, else 0; opset 10+."""
     m = xp(X)
-    return _astype(m, m.where(X > alpha, X, 0), X.dtype)
+    return _astype(m, m.where(alpha < X, X, 0), X.dtype)
 
 
 @op("PRelu")

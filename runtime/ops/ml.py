@@ -181,7 +181,7 @@ def label_encoder(
 def binarizer(X: Array, *, threshold: float = 0.0) -> Array:
     # "values greater than this are mapped to 1, others to 0": NaN too
     """1 where X > ``threshold``, else 0 (NaN too), in X's type; opset 1+."""
-    return _host(xp(X).where(X > threshold, 1, 0).astype(X.dtype))
+    return _host(xp(X).where(threshold < X, 1, 0).astype(X.dtype))
 
 
 @op("ArrayFeatureExtractor", domain=ML)

@@ -8,6 +8,7 @@ declared in ``host_inputs`` and read with ``np.asarray``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -161,7 +162,7 @@ def _split(input: Array, split: Any, axis: int, num_outputs: int | None) -> tupl
     bounds = np.cumsum([0] + sizes)
     index = [slice(None)] * input.ndim
     outputs = []
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds):
         index[axis] = slice(int(lo), int(hi))
         outputs.append(_host(m.asarray(input[tuple(index)])))
     return tuple(outputs)

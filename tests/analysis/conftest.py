@@ -29,7 +29,7 @@ def views_db(tmp_path_factory: pytest.TempPathFactory, sweep_trace: Path, bus_tr
     return db
 
 
-@pytest.fixture()
+@pytest.fixture
 def con(views_db: Path):
     with connect(views_db, read_only=True) as c:
         yield c

@@ -27,7 +27,9 @@ def test_ingest_prints_a_summary_and_is_idempotent(tmp_path, sweep_trace, bus_tr
     result = runner.invoke(app, ["ingest", str(sweep_trace), str(bus_trace), "--db", str(db)])
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
-    assert "2 file(s)," in out and "0 rejected, 0 refused" in out and "records/s" in out
+    assert "2 file(s)," in out
+    assert "0 rejected, 0 refused" in out
+    assert "records/s" in out
     # the time as a duration with its unit (analysis/format.py), not "0.05 s"
     assert re.search(r"0 refused, \d+(\.\d)? (ms|s|µs), [\d,]+ records/s", out), out
     again = runner.invoke(app, ["ingest", str(sweep_trace), "--db", str(db)])
@@ -93,9 +95,11 @@ def test_report_shows_the_findings(views_db):
     assert "input_ids dim 1 changed 4 times (17 -> 23 -> 31 -> 17 -> 23)" in out
     # position 0 thrashes with cache size 2; a cache of 3 would fix it
     assert "cache_size 2 -> 3 removes them" in out
-    assert "peak memory" in out and "slowest shape" in out
+    assert "peak memory" in out
+    assert "slowest shape" in out
     missing = runner.invoke(app, ["report", "--db", str(views_db), "--run", "nope"])
-    assert missing.exit_code == 1 and "no run 'nope'" in _flat(missing.output)
+    assert missing.exit_code == 1
+    assert "no run 'nope'" in _flat(missing.output)
 
 
 def test_python_api_returns_polars(views_db):
@@ -120,7 +124,8 @@ def test_chrome_export_has_spans_counters_and_instants(views_db, tmp_path):
     spans = [e for e in events if e["ph"] == "X"]
     assert {e["cat"] for e in spans} >= {"hub_download", "hub_info", "load", "step", "call", "jit"}
     failed = next(e for e in spans if e["cat"] == "call")
-    assert failed["args"]["status"] == "error" and "expected int64" in failed["args"]["error"]
+    assert failed["args"]["status"] == "error"
+    assert "expected int64" in failed["args"]["error"]
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
     counters = [e for e in events if e["ph"] == "C"]
     assert {"cpu:0 tensor bytes", "cpu:0 used bytes", "cpu:0 rss bytes"} <= {
@@ -134,7 +139,8 @@ def test_chrome_export_has_spans_counters_and_instants(views_db, tmp_path):
     instants = [e for e in json.loads(sweep.read_text())["traceEvents"] if e["ph"] == "i"]
     assert sum(e["name"] == "cache evict @0" for e in instants) == 3
     bad = runner.invoke(app, ["export", "--db", str(views_db), "--chrome", str(out), "--run", "x"])
-    assert bad.exit_code == 1 and "no run 'x'" in _flat(bad.output)
+    assert bad.exit_code == 1
+    assert "no run 'x'" in _flat(bad.output)
 
 
 def test_parquet_export_is_partitioned_and_readable_by_other_engines(views_db, tmp_path):
@@ -144,7 +150,8 @@ def test_parquet_export_is_partitioned_and_readable_by_other_engines(views_db, t
     parts = sorted(
         p.relative_to(out / "cache").parts[:2] for p in (out / "cache").rglob("*.parquet")
     )
-    assert parts and all(a.startswith("run_date=") and b.startswith("run_id=") for a, b in parts)
+    assert parts
+    assert all(a.startswith("run_date=") and b.startswith("run_id=") for a, b in parts)
     # polars and a fresh DuckDB read it back with the partition columns
     df = pl.read_parquet(out / "recompiles" / "**" / "*.parquet", hive_partitioning=True)
     assert set(df.filter(pl.col("run_id") == "sweep")["compile_index"].to_list()) >= {2, 3, 4, 5}
@@ -237,7 +244,8 @@ def test_candle_import_then_ingest(tmp_path):
     assert "9 records" in _flat(r.output)
     db = tmp_path / "c.duckdb"
     res = runner.invoke(app, ["ingest", str(out), "--db", str(db)])
-    assert res.exit_code == 0 and "0 rejected" in _flat(res.output)
+    assert res.exit_code == 0
+    assert "0 rejected" in _flat(res.output)
     with connect(db, read_only=True) as con:
         span = con.sql("SELECT name, span_kind, start_ns, end_ns, duration_ns FROM spans")
         assert span.rows() == [("forward", "op", 100, 180, 80)]
@@ -256,7 +264,8 @@ def test_candle_import_straight_into_a_database(tmp_path):
     assert r.exit_code == 0, r.output
     out = _flat(r.output)
     trace = tmp_path / "candle.ember.jsonl"  # the Ember trace is kept: ingest is per file
-    assert f"{trace}: 9 records" in out and "9 records, 0 rejected" in out
+    assert f"{trace}: 9 records" in out
+    assert "9 records, 0 rejected" in out
     with connect(db, read_only=True) as con:
         (run_id,) = con.sql("SELECT run_id FROM runs").rows()[0]
         assert con.sql("SELECT count(*) FROM spans").rows() == [(1,)]
@@ -264,7 +273,8 @@ def test_candle_import_straight_into_a_database(tmp_path):
     assert f"ember report --db {db} --run {run_id[:8]}" in out
     # again, with --out: the same file is unchanged, nothing is counted twice
     again = runner.invoke(app, ["import", "candle", str(src), "--out", str(trace), "--db", str(db)])
-    assert again.exit_code == 0 and "unchanged (already ingested)" in _flat(again.output)
+    assert again.exit_code == 0
+    assert "unchanged (already ingested)" in _flat(again.output)
     with connect(db, read_only=True) as con:
         assert con.sql("SELECT count(*) FROM op").rows() == [(1,)]
 
@@ -274,10 +284,12 @@ def test_candle_import_errors_name_the_line(tmp_path):
     src = write_lines(tmp_path / "c.jsonl", [json.dumps(r) for r in bad])
     r = runner.invoke(app, ["import", "candle", str(src)])
     assert r.exit_code == 1
-    assert f"{src}:2:" in _flat(r.output) and "dtype: missing required field" in _flat(r.output)
+    assert f"{src}:2:" in _flat(r.output)
+    assert "dtype: missing required field" in _flat(r.output)
     wrong = write_lines(tmp_path / "w.jsonl", [meta_line()])
     r2 = runner.invoke(app, ["import", "candle", str(wrong)])
-    assert r2.exit_code == 1 and "this importer reads 'candle-graph/trace/6'" in _flat(r2.output)
+    assert r2.exit_code == 1
+    assert "this importer reads 'candle-graph/trace/6'" in _flat(r2.output)
 
 
 def test_a_trace_written_by_hand_without_final_newline_is_complete(tmp_path):

@@ -77,7 +77,8 @@ SEQ_CAUSE = Cause(
 def test_the_same_workload_twice_is_within_noise():
     a, b = durations(200, 1e6, seed=1), durations(200, 1e6, seed=2)
     t = latency_test(a, b, "p50_ns")
-    assert t.enough and not t.slower
+    assert t.enough
+    assert not t.slower
     lo, hi = t.relative_interval
     assert lo < 0 < hi  # no change is among the plausible ones
     assert t.p_value > 0.05
@@ -86,7 +87,9 @@ def test_the_same_workload_twice_is_within_noise():
 def test_a_real_slowdown_is_found_with_an_interval_around_it():
     a, b = durations(200, 1e6, seed=1), durations(200, 1.5e6, seed=2)
     t = latency_test(a, b, "p50_ns")
-    assert t.slower and not t.faster and t.p_value < 1e-6
+    assert t.slower
+    assert not t.faster
+    assert t.p_value < 1e-6
     lo, hi = t.relative_interval
     assert 0.3 < lo < 0.5 < hi < 0.7  # the true change, +50%, lies inside
     c_lo, c_hi = t.change_interval
@@ -101,22 +104,28 @@ def test_the_answer_is_the_same_every_time():
 def test_identical_runs_differ_by_nothing():
     a = durations(50, 1e6, seed=5)
     t = latency_test(a, a.copy(), "p50_ns")
-    assert t.base == t.candidate and not t.slower and not t.faster
+    assert t.base == t.candidate
+    assert not t.slower
+    assert not t.faster
     lo, hi = t.relative_interval
     assert lo <= 0 <= hi
 
 
 def test_too_few_durations_give_no_interval():
     t = latency_test(np.ones(MIN_SAMPLES - 1), np.ones(50), "p50_ns")
-    assert not t.enough and t.relative_interval is None and t.p_value is None
+    assert not t.enough
+    assert t.relative_interval is None
+    assert t.p_value is None
     assert t.base == 1.0
 
 
 def test_long_runs_are_subsampled_for_the_bootstrap_only():
     a, b = durations(30_000, 1e6, seed=6), durations(25_000, 2e6, seed=7)
     t = latency_test(a, b, "mean_ns")
-    assert t.base == pytest.approx(a.mean()) and t.candidate == pytest.approx(b.mean())
-    assert t.slower and t.relative_interval[0] > 0.8
+    assert t.base == pytest.approx(a.mean())
+    assert t.candidate == pytest.approx(b.mean())
+    assert t.slower
+    assert t.relative_interval[0] > 0.8
 
 
 # ---------------------------------------------------------------- rules
@@ -126,7 +135,8 @@ def test_a_new_recompile_cause_breaks_the_gate_and_is_named():
     base = run("base", durations(40, 1e6, 1))
     cand = run("cand", durations(40, 1e6, 2), [SEQ_CAUSE], recompiles=19)
     c = compare(base, cand, rules("recompiles>+0, new_recompile_causes>0, latency_p50>+20%"))
-    assert not c.passed and c.exit_code == 1
+    assert not c.passed
+    assert c.exit_code == 1
     status = {r.rule: r.status for r in c.rules}
     assert status == {
         "recompiles>+0": "fail",
@@ -134,7 +144,8 @@ def test_a_new_recompile_cause_breaks_the_gate_and_is_named():
         "latency_p50>+20%": "pass",
     }
     assert [x.name for x in c.new_causes] == ["`input_ids` dim 1"]
-    assert c.metric("recompiles").change == 19 and c.metric("recompiles").verdict == "worse"
+    assert c.metric("recompiles").change == 19
+    assert c.metric("recompiles").verdict == "worse"
     assert c.metric("new_recompile_causes").candidate == 1
 
 
@@ -170,7 +181,8 @@ def test_growth_from_zero_is_infinite_and_breaks_a_percent_rule():
     base = run("base", durations(40, 1e6, 1), evictions=0)
     cand = run("cand", durations(40, 1e6, 1), evictions=2)
     c = compare(base, cand, rules("evictions>+50%"))
-    assert c.rules[0].status == "fail" and math.isinf(c.metric("evictions").relative)
+    assert c.rules[0].status == "fail"
+    assert math.isinf(c.metric("evictions").relative)
 
 
 def test_a_rule_on_lower_is_worse_metrics():
@@ -194,14 +206,16 @@ def test_latency_rules_fail_only_beyond_the_threshold_with_confidence():
     near = run("cand", durations(30, 1.05e6, 6, spread=0.3))
     c = compare(noisy, near, rules("latency_p50>+10%"))
     assert c.rules[0].value > 10
-    assert c.rules[0].status == "pass" and "over +10% but within noise" in c.rules[0].message
+    assert c.rules[0].status == "pass"
+    assert "over +10% but within noise" in c.rules[0].message
 
 
 def test_latency_of_different_kinds_is_not_compared():
     base = run("base", durations(40, 1e6, 1), latency_kind="dispatch only")
     cand = run("cand", durations(40, 5e6, 2))
     c = compare(base, cand, rules("latency_p50>+10%, peak>+5%"))
-    assert c.rules[0].status == "skip" and "latency_kind" in c.rules[0].message
+    assert c.rules[0].status == "skip"
+    assert "latency_kind" in c.rules[0].message
     assert c.metric("latency_p50").verdict == "not comparable"
     assert c.rules[1].status == "pass"
     assert c.passed
@@ -211,13 +225,14 @@ def test_too_few_calls_skip_a_latency_rule_and_say_so():
     base = run("base", durations(3, 1e6, 1))
     cand = run("cand", durations(3, 9e6, 2))
     c = compare(base, cand, rules("latency_p50>+10%"))
-    assert c.rules[0].status == "skip" and "too few durations" in c.rules[0].message
+    assert c.rules[0].status == "skip"
+    assert "too few durations" in c.rules[0].message
     assert c.passed
 
 
 def test_an_unknown_metric_lists_the_known_ones():
     base = run("base", durations(10, 1e6, 1))
-    with pytest.raises(RuleError, match="no metric 'recompile'.*recompiles"):
+    with pytest.raises(RuleError, match=r"no metric 'recompile'.*recompiles"):
         compare(base, base, rules("recompile>0"))
 
 
@@ -226,14 +241,16 @@ def test_a_run_against_itself_passes_every_default_rule():
 
     base = run("base", durations(40, 1e6, 1), [SEQ_CAUSE], recompiles=19, evictions=4)
     c = compare(base, base, load_config(None, search_from=None, pyproject=None))
-    assert c.passed and all(r.status in ("pass", "skip") for r in c.rules)
-    assert not c.new_causes and not c.gone_causes
+    assert c.passed
+    assert all(r.status in ("pass", "skip") for r in c.rules)
+    assert not c.new_causes
+    assert not c.gone_causes
 
 
 # ---------------------------------------------------------------- outputs
 
 
-@pytest.fixture()
+@pytest.fixture
 def failing():
     base = run("base-run-0001", durations(40, 1e6, 1))
     cand = run(
@@ -274,12 +291,14 @@ def test_junit_has_one_test_case_per_rule(failing):
     assert cases["evictions>+0"].find("failure") is None
     assert "latency_kind" in cases["latency_p50>+10%"].find("skipped").get("message")
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert props["base"] == "base-run-0001" and props["candidate"] == "cand-run-0002"
+    assert props["base"] == "base-run-0001"
+    assert props["candidate"] == "cand-run-0002"
 
 
 def test_json_carries_everything(failing):
     doc = json.loads(to_json(failing))
-    assert doc["passed"] is False and doc["exit_code"] == 1
+    assert doc["passed"] is False
+    assert doc["exit_code"] == 1
     assert [r["status"] for r in doc["rules"]] == ["fail", "pass", "skip"]
     assert doc["new_causes"][0]["name"] == "`input_ids` dim 1"
     recompiles = next(m for m in doc["metrics"] if m["metric"] == "recompiles")
@@ -295,11 +314,13 @@ def test_causes_are_named_from_the_views_of_a_recorded_run(con):
     # at lengths 17, 23, 31, 17, 23, 23 with a cache of 2 (it evicts and compiles again)
     sweep = load_run(con.sql, "sweep", "views.duckdb")
     bus = load_run(con.sql, "bus-run", "views.duckdb")
-    assert sweep.summary["calls"] == len(SWEEP) and len(sweep.durations_ns) == len(SWEEP)
+    assert sweep.summary["calls"] == len(SWEEP)
+    assert len(sweep.durations_ns) == len(SWEEP)
     kinds = {c.kind for c in sweep.causes.values()}
     assert kinds == {"recompile", "eviction", "break"}
     (brk,) = [c for c in sweep.causes.values() if c.kind == "break"]
-    assert brk.name == "break at `kept_positions` (NonZero)" and brk.count == len(SWEEP)
+    assert brk.name == "break at `kept_positions` (NonZero)"
+    assert brk.count == len(SWEEP)
     evicted = sweep.causes["eviction|position 0"]
     assert (
         evicted.count
@@ -309,12 +330,14 @@ def test_causes_are_named_from_the_views_of_a_recorded_run(con):
     )
     assert "cache_size 2" in evicted.text
     names = {c.name for c in sweep.causes.values() if c.kind == "recompile"}
-    assert "`input_ids` dim 1" in names and "a re-compile after eviction" in names
+    assert "`input_ids` dim 1" in names
+    assert "a re-compile after eviction" in names
     c = compare(bus, sweep, rules("new_breaks>0, new_eviction_sites>0"))
     assert [r.status for r in c.rules] == ["fail", "fail"]
     assert brk in c.new_causes
     itself = compare(sweep, sweep, rules("new_breaks>0, new_recompile_causes>0"))
-    assert itself.passed and not itself.new_causes
+    assert itself.passed
+    assert not itself.new_causes
 
 
 def test_a_trace_with_rejected_lines_says_so(sweep_trace, tmp_path):
@@ -336,6 +359,6 @@ def test_a_database_without_the_views_is_an_error_that_says_what_to_do(tmp_path)
             "entrypoint VARCHAR)"
         )
         duck.execute("INSERT INTO runs VALUES ('r1', now(), NULL, NULL)")
-    with pytest.raises(CompareError, match="no run_summary view: .* run `ember ingest` on it"):
+    with pytest.raises(CompareError, match=r"no run_summary view: .* run `ember ingest` on it"):
         with open_sides("r1", "r1", db=old) as (b, _):
             load_run(b.sql, b.run_id, b.origin)

@@ -42,7 +42,7 @@ INGEST = textwrap.dedent(
 )
 
 
-@pytest.fixture()
+@pytest.fixture
 def writer_holding(tmp_path):
     db = tmp_path / "busy.duckdb"
     proc = subprocess.Popen(
@@ -72,7 +72,7 @@ def test_a_second_writer_gets_a_clear_error(writer_holding, tmp_path):
 
 def test_a_reader_waits_for_the_writer_then_reads(writer_holding):
     db, _ = writer_holding
-    with pytest.raises(DatabaseBusyError, match="waited 0.2s"):
+    with pytest.raises(DatabaseBusyError, match=r"waited 0\.2s"):
         connect(db, read_only=True, wait=0.2)
 
 
@@ -173,7 +173,8 @@ def test_ember_query_has_a_wait_and_says_what_holds_the_file(writer_holding):
     assert result.exit_code == 1
     out = " ".join(result.output.split())
     assert f"open for writing by process {pid}" in out
-    assert "waited 0.3s" in out and "--wait SECONDS" in out
+    assert "waited 0.3s" in out
+    assert "--wait SECONDS" in out
 
 
 # ---------------------------------------------------------------- all at once
@@ -255,7 +256,8 @@ def test_recording_ingesting_and_reading_at_once_lose_and_repeat_nothing(tmp_pat
     assert recorder.returncode == 0
     assert ingester.returncode == 0, "an ingest failed while the reader read"
     runs = int(ingester.stdout.read().split()[-1])
-    assert runs >= 2 and len(seen) >= 2, (runs, len(seen))
+    assert runs >= 2, (runs, len(seen))
+    assert len(seen) >= 2, (runs, len(seen))
     assert all(twice == 0 for twice, _ in seen)
     assert [s for _, s in seen] == sorted(s for _, s in seen)  # never fewer records
     lines = trace.read_bytes().splitlines()

@@ -101,7 +101,9 @@ def test_report_run_and_dashboard_share_the_module() -> None:
     from ember.analysis import report
     from ember.dashboard import ui
 
-    assert not hasattr(report, "mib") and not hasattr(report, "seconds")
-    assert report.fmt is fmt and ui.fmt is fmt
+    assert not hasattr(report, "mib")
+    assert not hasattr(report, "seconds")
+    assert report.fmt is fmt
+    assert ui.fmt is fmt
     assert ui.fmt_bytes(6308352) == fmt.size(6308352)
     assert ui.fmt_ms(1077.5275) == "1.1 s"

@@ -23,7 +23,7 @@ def one(text: str) -> Rule:
 
 
 @pytest.mark.parametrize(
-    "text, metric, column, op, threshold, mode",
+    ("text", "metric", "column", "op", "threshold", "mode"),
     [
         ("recompiles>0", "recompiles", "recompiles", ">", 0, "absolute"),
         ("evictions>+0", "evictions", "evictions", ">", 0, "change"),
@@ -73,22 +73,26 @@ def test_a_list_holds_rules_and_none_means_no_rules():
 @pytest.mark.parametrize("text", ["", "  ", ",", " ; "])
 def test_an_empty_fail_on_is_an_error_not_no_rules(text):
     # `--fail-on "$RULES"` with RULES unset passed every build: the gate was off
-    with pytest.raises(RuleError, match="no rules in .*; write 'none' to compare without rules"):
+    with pytest.raises(RuleError, match=r"no rules in .*; write 'none' to compare without rules"):
         parse_rules(text)
 
 
 def test_breaks_compares_with_the_operator():
-    assert one("evictions>+0").breaks(1) and not one("evictions>+0").breaks(0)
-    assert one("evictions>=+1").breaks(1) and not one("evictions>=+1").breaks(0)
-    assert one("hit_rate<-10%").breaks(-11) and not one("hit_rate<-10%").breaks(-10)
+    assert one("evictions>+0").breaks(1)
+    assert not one("evictions>+0").breaks(0)
+    assert one("evictions>=+1").breaks(1)
+    assert not one("evictions>=+1").breaks(0)
+    assert one("hit_rate<-10%").breaks(-11)
+    assert not one("hit_rate<-10%").breaks(-10)
     assert one("hit_rate<=-10%").breaks(-10)
     assert one("peak>+5%").breaks(math.inf)  # any growth from a base of 0
     assert not one("peak>+5%").breaks(math.nan)  # no value: never breaks by itself
-    assert one("evictions>+0").worse_is_up and not one("hit_rate<-1%").worse_is_up
+    assert one("evictions>+0").worse_is_up
+    assert not one("hit_rate<-1%").worse_is_up
 
 
 @pytest.mark.parametrize(
-    "text, says",
+    ("text", "says"),
     [
         ("recompiles", "cannot read the rule 'recompiles'"),
         ("recompiles=0", "cannot read the rule 'recompiles=0'"),
@@ -108,7 +112,8 @@ def test_the_defaults_parse_and_guard_the_issue_metrics():
     rules = parse_rules(DEFAULT_RULES)
     columns = {r.column: r for r in rules}
     assert {"recompiles", "evictions", "new_breaks", "p50_ns", "peak_bytes"} <= set(columns)
-    assert columns["p50_ns"].mode == "percent" and columns["p50_ns"].threshold > 0
+    assert columns["p50_ns"].mode == "percent"
+    assert columns["p50_ns"].threshold > 0
 
 
 def write(path: Path, text: str) -> Path:
@@ -127,7 +132,8 @@ def test_fail_on_wins_over_pyproject_which_wins_over_the_defaults(tmp_path):
     assert [r.text for r in from_file.rules] == ["recompiles>0", "peak>+5%"]
     assert from_file.origin == f"{project.resolve()} [tool.ember.gate]"
     given = load_config("evictions>+0", search_from=nested)
-    assert [r.text for r in given.rules] == ["evictions>+0"] and given.origin == "--fail-on"
+    assert [r.text for r in given.rules] == ["evictions>+0"]
+    assert given.origin == "--fail-on"
     write(project, '[project]\nname = "x"\n')  # no [tool.ember.gate]: the defaults
     defaults = load_config(None, search_from=nested)
     assert defaults.origin == "defaults"
@@ -144,7 +150,7 @@ def test_pyproject_takes_a_list_of_rules(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "body, says",
+    ("body", "says"),
     [
         ("[tool.ember.gate\nfail-on = 1\n", "cannot read it as TOML"),
         ("[tool.ember.gate]\nfail-on = 3\n", "must be a string or a list"),
@@ -157,11 +163,12 @@ def test_a_bad_pyproject_is_an_error_that_names_the_file(tmp_path, body, says):
     path = write(tmp_path / "pyproject.toml", body)
     with pytest.raises(RuleError) as err:
         load_config(None, pyproject=path)
-    assert str(path) in str(err.value) and says in str(err.value)
+    assert str(path) in str(err.value)
+    assert says in str(err.value)
 
 
 @pytest.mark.parametrize(
-    "text, says",
+    ("text", "says"),
     [
         ("latency_p50>+10", "latency_p50 is a duration; give a unit (ms, us, s) or a '%'"),
         ("peak>+5", "peak is a size; give a unit (MiB, KiB, B) or a '%'"),
@@ -174,4 +181,5 @@ def test_a_threshold_s_unit_must_fit_its_metric(text, says):
     # 'latency_p50>+10' was read as +10 ns and 'peak>+5ms' as +5,000,000 bytes
     with pytest.raises(RuleError, match=re.escape(says)):
         parse_rules(text)
-    assert one("peak>+0").threshold == 0 and one("latency_p50>+0").mode == "change"
+    assert one("peak>+0").threshold == 0
+    assert one("latency_p50>+0").mode == "change"

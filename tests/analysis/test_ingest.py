@@ -73,7 +73,9 @@ def test_truncated_last_line_is_rejected_then_read_when_the_file_grows(tmp_path)
     assert (r.status, r.records, r.rejected) == ("partial", 3, 1)
     assert "truncated last line 4" in r.message
     [(line, reason, raw)] = _rejected(db)
-    assert line == 4 and raw == whole[:25] and "writer stopped mid-line" in reason
+    assert line == 4
+    assert raw == whole[:25]
+    assert "writer stopped mid-line" in reason
     # the writer finishes the line and writes one more: ingest continues from line 4
     with path.open("a") as f:
         f.write(whole[25:] + "\n" + cache_line(3000, "hit") + "\n")
@@ -86,17 +88,19 @@ def test_truncated_last_line_is_rejected_then_read_when_the_file_grows(tmp_path)
 
 def test_an_over_long_partial_last_line_keeps_the_lines_before_it(tmp_path):
     partial = cache_line(9, "hit", key="y" * (MAX_LINE_BYTES + 10))[:-5]
-    path, db, r = _one(
+    _path, db, r = _one(
         tmp_path, "lp.jsonl", [meta_line(), *_valid(2), partial], newline_at_end=False
     )
     assert (r.status, r.records, r.rejected) == ("partial", 3, 1)
     [(line, reason, raw)] = _rejected(db)
-    assert line == 4 and reason.startswith("truncated last line 4") and len(raw) == 200
+    assert line == 4
+    assert reason.startswith("truncated last line 4")
+    assert len(raw) == 200
 
 
 def test_binary_garbage_line_is_rejected_and_the_rest_kept(tmp_path):
     garbage = b"\x00\x01\x02\xff\xfe\x80 PNG\x1a garbage"
-    path, db, r = _one(tmp_path, "g.jsonl", [meta_line(), *_valid(1), garbage, *_valid(2)])
+    _path, db, r = _one(tmp_path, "g.jsonl", [meta_line(), *_valid(1), garbage, *_valid(2)])
     assert (r.status, r.records, r.rejected, r.slow_path) == ("ok", 4, 1, True)
     [(line, reason, raw)] = _rejected(db)
     assert line == 3
@@ -107,16 +111,17 @@ def test_binary_garbage_line_is_rejected_and_the_rest_kept(tmp_path):
 
 def test_non_utf8_text_is_rejected(tmp_path):
     bad = b'{"kind":"cache","ts_ns":5,"action":"hit","position":0,"shapes":[],"key":"\xff\xfe"}'
-    path, db, r = _one(tmp_path, "u.jsonl", [meta_line(), bad, *_valid(1)])
+    _path, db, r = _one(tmp_path, "u.jsonl", [meta_line(), bad, *_valid(1)])
     assert (r.records, r.rejected) == (2, 1)
     [(line, reason, raw)] = _rejected(db)
-    assert line == 2 and reason.startswith("not UTF-8")
+    assert line == 2
+    assert reason.startswith("not UTF-8")
     assert "\\xff\\xfe" in raw
 
 
 def test_wrong_types_are_explained_by_pydantic(tmp_path):
     wrong = cache_line(5, "hit").replace('"position": 0', '"position": "first"')
-    path, db, r = _one(tmp_path, "w.jsonl", [meta_line(), *_valid(1), wrong])
+    _path, db, r = _one(tmp_path, "w.jsonl", [meta_line(), *_valid(1), wrong])
     assert (r.records, r.rejected) == (2, 1)
     [(line, reason, _)] = _rejected(db)
     assert line == 3
@@ -128,7 +133,7 @@ def test_a_missing_required_field_is_found_by_the_typed_read_checks(tmp_path):
     # valid JSON with the right types, so DuckDB reads it: the generated SQL checks catch it
     missing = json.dumps({"kind": "cache", "ts_ns": 5, "action": "hit", "shapes": []})
     bad_value = cache_line(6, "bogus")
-    path, db, r = _one(tmp_path, "m.jsonl", [meta_line(), missing, *_valid(1), bad_value])
+    _path, db, r = _one(tmp_path, "m.jsonl", [meta_line(), missing, *_valid(1), bad_value])
     assert (r.records, r.rejected, r.slow_path) == (2, 2, False)
     assert _rejected(db) == [
         (2, "position: missing required field", missing[:200]),
@@ -142,7 +147,7 @@ def test_a_missing_required_field_is_found_by_the_typed_read_checks(tmp_path):
 
 def test_unknown_kind(tmp_path):
     unknown = json.dumps({"kind": "telemetry", "ts_ns": 1})
-    path, db, r = _one(tmp_path, "k.jsonl", [meta_line(), unknown, *_valid(1)])
+    _path, db, r = _one(tmp_path, "k.jsonl", [meta_line(), unknown, *_valid(1)])
     assert (r.records, r.rejected) == (2, 1)
     [(line, reason, _)] = _rejected(db)
     assert line == 2
@@ -150,23 +155,24 @@ def test_unknown_kind(tmp_path):
 
 
 def test_newer_schema_version_refuses_the_file_naming_both_versions(tmp_path):
-    path, db, r = _one(tmp_path, "n.jsonl", [meta_line(schema="ember.trace/9"), *_valid(2)])
+    _path, db, r = _one(tmp_path, "n.jsonl", [meta_line(schema="ember.trace/9"), *_valid(2)])
     assert r.status == "refused"
-    assert "ember.trace/9" in r.message and SCHEMA_ID in r.message
+    assert "ember.trace/9" in r.message
+    assert SCHEMA_ID in r.message
     assert "upgrade Ember" in r.message
     assert _rows(db, "SELECT count(*) FROM cache") == [(0,)]
     assert _rows(db, "SELECT status, message FROM ingested_files") == [("refused", r.message)]
 
 
 def test_missing_meta_refuses_the_file(tmp_path):
-    path, db, r = _one(tmp_path, "nm.jsonl", _valid(2))
+    _path, db, r = _one(tmp_path, "nm.jsonl", _valid(2))
     assert r.status == "refused"
     assert r.message.startswith("missing 'meta': the first record must be 'meta'")
     assert _rows(db, "SELECT count(*) FROM runs") == [(0,)]
 
 
 def test_two_meta_lines(tmp_path):
-    path, db, r = _one(tmp_path, "2m.jsonl", [meta_line(), *_valid(1), meta_line("r2")])
+    _path, db, r = _one(tmp_path, "2m.jsonl", [meta_line(), *_valid(1), meta_line("r2")])
     assert (r.records, r.rejected) == (2, 1)
     assert _rejected(db)[0][:2] == (3, "a second 'meta' record; one file is one run")
     assert _rows(db, "SELECT run_id FROM runs") == [("r1",)]
@@ -191,7 +197,7 @@ def test_span_end_without_start(tmp_path):
     }
     orphan = {**end, "span_id": 99}
     lines = [meta_line(), json.dumps(start), json.dumps(end), json.dumps(orphan)]
-    path, db, r = _one(tmp_path, "s.jsonl", lines)
+    _path, db, r = _one(tmp_path, "s.jsonl", lines)
     assert (r.records, r.rejected) == (3, 1)
     assert _rejected(db)[0][:2] == (4, "span_end without a span_start (span_id 99)")
     assert _rows(db, "SELECT span_id, status FROM spans") == [(1, "ok")]
@@ -211,10 +217,11 @@ def test_a_run_id_seen_in_another_file_is_refused(tmp_path):
 
 def test_a_line_over_16_mb_is_rejected(tmp_path):
     huge = cache_line(9, "hit", key="x" * (MAX_LINE_BYTES + 10))
-    path, db, r = _one(tmp_path, "big.jsonl", [meta_line(), *_valid(1), huge, *_valid(1)])
+    _path, db, r = _one(tmp_path, "big.jsonl", [meta_line(), *_valid(1), huge, *_valid(1)])
     assert (r.records, r.rejected) == (3, 1)
     [(line, reason, raw)] = _rejected(db)
-    assert line == 3 and reason.startswith("line is over 16 MB")
+    assert line == 3
+    assert reason.startswith("line is over 16 MB")
     assert len(raw) == 200
 
 
@@ -229,7 +236,7 @@ def test_an_empty_file_is_refused(tmp_path):
 def test_an_unknown_field_of_another_kind_is_rejected(tmp_path):
     wrong = json.loads(cache_line(5, "hit"))
     wrong["op_name"] = "MatMul"  # a field of `op` records
-    path, db, r = _one(tmp_path, "f.jsonl", [meta_line(), json.dumps(wrong)])
+    _path, db, r = _one(tmp_path, "f.jsonl", [meta_line(), json.dumps(wrong)])
     assert r.rejected == 1
     assert _rejected(db)[0][1].startswith("op_name: unknown field")
 
@@ -240,27 +247,28 @@ def test_strict_mode_also_rejects_what_the_typed_read_does_not_see(tmp_path):
     number_for_text = json.loads(cache_line(6, "hit"))
     number_for_text["source"] = 42
     lines = [meta_line(), json.dumps(unknown), json.dumps(number_for_text)]
-    path, db, r = _one(tmp_path, "strict.jsonl", lines)
+    path, _db, r = _one(tmp_path, "strict.jsonl", lines)
     assert (r.records, r.rejected) == (3, 0)  # the fast path lets both through (documented)
     strict = ingest([path], tmp_path / "s.duckdb", strict=True).files[0]
     assert (strict.records, strict.rejected, strict.slow_path) == (1, 2, True)
     reasons = _rows(tmp_path / "s.duckdb", "SELECT line, reason FROM rejected_lines ORDER BY 1")
     assert reasons[0] == (2, "colour: unknown field (check the spelling, or the schema version)")
-    assert reasons[1][0] == 3 and reasons[1][1].startswith("source: Input should be a valid string")
+    assert reasons[1][0] == 3
+    assert reasons[1][1].startswith("source: Input should be a valid string")
 
 
 # ---------------------------------------------------------------- idempotency
 
 
 def test_the_same_file_twice_is_not_duplicated(tmp_path):
-    path, db, r = _one(tmp_path, "i.jsonl", [meta_line(), *_valid(3)])
+    path, db, _r = _one(tmp_path, "i.jsonl", [meta_line(), *_valid(3)])
     again = ingest([path, tmp_path], db).files  # the file, then its folder
     assert [f.status for f in again] == ["unchanged"]
     assert _rows(db, "SELECT count(*) FROM cache") == [(3,)]
 
 
 def test_a_replaced_file_replaces_its_rows(tmp_path):
-    path, db, r = _one(tmp_path, "rp.jsonl", [meta_line("old"), *_valid(3)])
+    path, db, _r = _one(tmp_path, "rp.jsonl", [meta_line("old"), *_valid(3)])
     write_lines(path, [meta_line("new"), *_valid(1)])
     r2 = ingest([path], db).files[0]
     assert (r2.status, r2.replaced, r2.records) == ("ok", True, 2)
@@ -306,7 +314,8 @@ def test_an_older_version_is_upgraded_by_a_registered_migration(tmp_path):
     ]
     # without the migration the same file is refused with both versions named
     r2 = ingest([path], tmp_path / "t2.duckdb").files[0]
-    assert r2.status == "refused" and "ember.trace/0" in r2.message
+    assert r2.status == "refused"
+    assert "ember.trace/0" in r2.message
 
 
 def test_a_version_1_trace_is_ingested_as_dispatch_only(tmp_path):

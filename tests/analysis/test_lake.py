@@ -53,7 +53,8 @@ def test_layout_one_set_of_parts_per_file_and_a_manifest_entry(tmp_path, bus_tra
     ingest_lake([bus_trace], lake)
     key = file_key(str(bus_trace))
     parts = _parts(lake)
-    assert parts and all(p.split("/")[1].startswith("run_date=") for p in parts)
+    assert parts
+    assert all(p.split("/")[1].startswith("run_date=") for p in parts)
     assert all(
         p.split("/")[2] == "run_id=bus-run" and p.split("/")[3].startswith(key) for p in parts
     )
@@ -73,15 +74,18 @@ def test_layout_one_set_of_parts_per_file_and_a_manifest_entry(tmp_path, bus_tra
         size,
         size,
     )
-    assert entry["records"] == 30 and entry["rejected"] == 0
-    assert entry["digest"].startswith("sha1:") and sorted(entry["parts"]) == parts
+    assert entry["records"] == 30
+    assert entry["rejected"] == 0
+    assert entry["digest"].startswith("sha1:")
+    assert sorted(entry["parts"]) == parts
     assert not list(lake.rglob("*.tmp"))  # every part was renamed into place
     # the stored columns: the record's fields with JSON as text, and the line
     import pyarrow.parquet as pq
 
     cache = next(p for p in parts if p.startswith("hub/"))
     names = pq.read_schema(lake / cache).names
-    assert names == list(lake_columns("hub")) and names[-1] == "line"
+    assert names == list(lake_columns("hub"))
+    assert names[-1] == "line"
 
 
 def test_reingest_of_unchanged_files_writes_nothing(tmp_path, sweep_trace, bus_trace):
@@ -203,7 +207,8 @@ def test_cli_ingest_lake_then_query_and_report_on_it(tmp_path, sweep_trace, con,
     )
     assert q.returncode == 0, q.stderr
     want = con.sql("SELECT count(*) AS n FROM recompiles WHERE run_id = 'sweep'")["n"][0]
-    assert want > 0 and q.stdout.split() == ["n", str(want)]
+    assert want > 0
+    assert q.stdout.split() == ["n", str(want)]
     # the report over the lake is the report over the DuckDB file, word for word
     reports = [
         subprocess.run(

@@ -26,7 +26,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytrace=False,
     )
 
-from ember.analysis.lake_spark import (  # noqa: E402
+from ember.analysis.lake_spark import (
     ingest_spark,
     register_lake,
     spark_schema,
@@ -72,9 +72,11 @@ def test_the_spark_schema_is_the_models(spark):
     check(R.Cache.model_fields, spark_schema("cache"), "cache")
     check(R.Memory.model_fields, spark_schema("memory"), "memory")
     cache = {f.name: f.dataType for f in spark_schema("cache").fields}
-    assert cache["ts_ns"] == T.LongType() and cache["key"] == T.StringType()
+    assert cache["ts_ns"] == T.LongType()
+    assert cache["key"] == T.StringType()
     shapes = cache["shapes"]
-    assert isinstance(shapes, T.ArrayType) and isinstance(shapes.elementType, T.StructType)
+    assert isinstance(shapes, T.ArrayType)
+    assert isinstance(shapes.elementType, T.StructType)
     assert shapes.elementType["shape"].dataType == T.ArrayType(T.LongType())
     assert cache["statics"].elementType["value"].dataType == T.StringType()  # JSON as text
     assert {f.name: f.dataType for f in spark_schema("gradient").fields}["norm"] == T.DoubleType()
@@ -131,7 +133,8 @@ def test_ember_views_dialect_spark_prints_every_view(spark):
     assert out.returncode == 0, out.stderr
     for name in VIEW_NAMES:
         assert f"CREATE OR REPLACE TEMP VIEW {name} AS" in out.stdout
-    assert "ASOF LEFT JOIN" not in out.stdout and "lambda " not in out.stdout
+    assert "ASOF LEFT JOIN" not in out.stdout
+    assert "lambda " not in out.stdout
     # the statements of the checked views parse in Spark
     for stmt in out.stdout.split(";\n"):
         body = "\n".join(x for x in stmt.splitlines() if not x.startswith("--")).strip()
@@ -189,7 +192,8 @@ def test_two_ingesters_a_spark_ingest_and_a_reader_on_one_lake(tmp_path, spark):
     time.sleep(0.5)
     reader.terminate()
     rout, rerr = reader.communicate(timeout=60)
-    assert "ERROR" not in rout and rerr.strip() == "", (rout[-2000:], rerr[-2000:])
+    assert "ERROR" not in rout, (rout[-2000:], rerr[-2000:])
+    assert rerr.strip() == "", (rout[-2000:], rerr[-2000:])
     assert int(rout.split()[-1]) > 0  # the reader ran the view while the lake grew
     with connect_lake(lake) as con:
         runs = con.sql("SELECT run_id, count(*) AS n FROM runs GROUP BY run_id").rows()

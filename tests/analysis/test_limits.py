@@ -71,15 +71,18 @@ def test_a_deeply_nested_line_is_rejected_and_every_other_line_and_file_goes_in(
             "SELECT run_id, count(*) FROM cache GROUP BY ALL ORDER BY 1"
         ).fetchall() == [("deep", 2), ("good", 1)]
     [error] = validate_file(deep).errors
-    assert error.line == 3 and error.message.startswith(f"nested deeper than {MAX_NESTING}")
+    assert error.line == 3
+    assert error.message.startswith(f"nested deeper than {MAX_NESTING}")
     out = CliRunner().invoke(app, ["validate", str(deep)])
-    assert out.exit_code == 1 and f"{deep}:3: nested deeper" in out.output.replace("\n", "")
+    assert out.exit_code == 1
+    assert f"{deep}:3: nested deeper" in out.output.replace("\n", "")
 
 
 def test_a_deeply_nested_first_line_or_last_line_is_refused_or_rejected_not_a_crash(tmp_path):
     deep_meta = write_lines(tmp_path / "m.jsonl", [_nested(5000), cache_line(1)])
     r = ingest([deep_meta], tmp_path / "m.duckdb").files[0]
-    assert r.status == "refused" and r.message.startswith("line 1: nested deeper than")
+    assert r.status == "refused"
+    assert r.message.startswith("line 1: nested deeper than")
     assert validate_file(deep_meta).errors[0].message.startswith("nested deeper than")
     # a deep last line without its newline: the check for a complete last record parsed it
     tail = write_lines(
@@ -110,7 +113,8 @@ def test_the_nesting_limit_is_the_same_for_validate_and_the_fast_path(tmp_path, 
         assert (errors, rejected, r.records) == ({}, {}, 5)
     else:
         assert set(errors) == set(rejected) == {3, 4}
-        assert errors == rejected and rejected[3].startswith("nested deeper than")
+        assert errors == rejected
+        assert rejected[3].startswith("nested deeper than")
         assert r.records == 3
 
 
@@ -129,7 +133,8 @@ def test_ts_ns_must_be_a_json_integer_in_range_for_validate_and_ingest(tmp_path)
     assert set(errors) == bad_lines, errors
     assert set(rejected) == bad_lines, rejected
     assert all(m.startswith("ts_ns: ") for m in [*errors.values(), *rejected.values()])
-    assert r.records == 3 and not r.slow_path  # the fast path checks them itself
+    assert r.records == 3
+    assert not r.slow_path
     with connect(tmp_path / "ts.jsonl.duckdb", read_only=True) as con:
         assert con.duck.execute("SELECT ts_ns FROM cache ORDER BY ts_ns").fetchall() == [
             (1,),
@@ -152,5 +157,6 @@ def test_a_line_over_the_size_limit_fails_validate_too(tmp_path):
     huge = cache_line(9, "hit", key="x" * (MAX_LINE_BYTES + 1024))
     errors, rejected, r = _both(tmp_path, "big.jsonl", [meta_line(), huge, cache_line(10)])
     assert set(errors) == set(rejected) == {2}
-    assert errors[2] == rejected[2] and errors[2].startswith("line is over 16 MB")
+    assert errors[2] == rejected[2]
+    assert errors[2].startswith("line is over 16 MB")
     assert r.records == 2

@@ -35,7 +35,8 @@ def test_a_wide_result_on_an_80_column_terminal_leaves_columns_out_and_says_so(v
     header = next(line for line in lines if line.startswith("┃"))
     shown = [h.strip() for h in header.strip("┃").split("┃")]
     # the first columns, in the query's order, each header whole on one line (never folded)
-    assert shown == names[: len(shown)] and 3 <= len(shown) < len(names)
+    assert shown == names[: len(shown)]
+    assert 3 <= len(shown) < len(names)
     assert sum(line.startswith("┃") for line in lines) == 1
     assert f"{len(names)} columns, {len(shown)} shown; --format line or csv for all" in out
     assert "left out: " + ", ".join(names[len(shown) :]) in " ".join(out.split())
@@ -46,16 +47,20 @@ def test_a_wide_result_on_an_80_column_terminal_leaves_columns_out_and_says_so(v
         values = ["NULL" if v is None else str(v) for v in con.execute(BREAKS).fetchone()]
     cells = [c.strip() for c in rows[0].strip("│").split("│")]
     cut = [(c, v) for c, v in zip(cells, values, strict=False) if c != v]
-    assert cut and all(c.endswith("…") and v.startswith(c[:-1]) for c, v in cut), cut
+    assert cut
+    assert all(c.endswith("…") and v.startswith(c[:-1]) for c, v in cut), cut
 
 
 def test_a_narrow_result_is_shown_whole(views_db):
     sql = "SELECT run_id, op_type, reason FROM breaks"
     out = _query(views_db, sql, columns=120)
     with duckdb.connect(str(views_db), read_only=True) as con:
-        run_id, op_type, reason = con.execute(sql).fetchone()
-    assert run_id in out and reason in out and "…" not in out
-    assert "columns," not in out and "1 row(s)" in out
+        run_id, _op_type, reason = con.execute(sql).fetchone()
+    assert run_id in out
+    assert reason in out
+    assert "…" not in out
+    assert "columns," not in out
+    assert "1 row(s)" in out
     # the same query at 40 columns keeps each value on one line, cut, not wrapped
     narrow = _query(views_db, sql, columns=40)
     assert max(len(line) for line in narrow.splitlines()) <= 40

@@ -8,6 +8,7 @@ in a fresh process as a user's job would run: the token filter twice with one di
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -107,14 +108,17 @@ def _report(db: Path, *args: str, columns: int = 100):
 def test_headline_numbers_of_the_thrashing_sweep(reports):
     s = reports["token_filter"].run  # no scenario tag: the model tag names it
     assert (s.run_id, s.short_id, s.phase) == ("sweep", "sweep", "infer")
-    assert s.calls == len(SWEEP) and s.errors == 0
+    assert s.calls == len(SWEEP)
+    assert s.errors == 0
     # position 0 misses 5 times and position 27 (after the NonZero break) 6 times
     assert (s.compiles, s.jax_compiles) == (11, 0)
     assert (s.hits, s.misses, s.evictions) == (1, 11, 7)
     assert (s.disk_hits, s.disk_misses) == (0, 0)
     # on the CPU the readings are the process's RSS and JAX's live arrays: RSS is named
-    assert s.peak_series == "RSS" and s.peak_bytes > 2**20
-    assert s.p50_ns is not None and s.p99_ns >= s.p50_ns
+    assert s.peak_series == "RSS"
+    assert s.peak_bytes > 2**20
+    assert s.p50_ns is not None
+    assert s.p99_ns >= s.p50_ns
 
 
 def test_recompile_sentence_names_the_dim_and_its_sizes_in_order(reports):
@@ -165,7 +169,8 @@ def test_compiled_three_times_and_evictions_that_cost_nothing(reports):
     assert text.startswith("position 0 compiled 3 times in 4 lookups (")
     assert "input_ids dim 1 changed twice (8 -> 12 -> 16)" in text
     assert (cold.run.hits, cold.run.misses, cold.run.evictions) == (2, 6, 0)
-    assert _texts(cold, "evictions") == [] and _texts(cold, "thrash") == []
+    assert _texts(cold, "evictions") == []
+    assert _texts(cold, "thrash") == []
 
 
 def test_disk_cache_compares_the_warm_run_with_the_cold_one(reports):
@@ -197,7 +202,8 @@ def test_jax_eager_op_compiles_are_counted_and_grouped_apart(reports):
     assert re.match(r"JAX compiled \d+ primitives run outside jit: .*_normal", grouped)
     assert f"({s.jax_compiles} compiles, " in grouped
     others = " ".join(f.text for f in train.findings if f.kind != "outside_jit")
-    assert "_normal" not in others and "same key" not in " ".join(f.text for f in train.findings)
+    assert "_normal" not in others
+    assert "same key" not in " ".join(f.text for f in train.findings)
 
 
 def test_memory_and_errors_and_latency_sentences(reports):
@@ -224,8 +230,10 @@ def test_limit_and_findings_api(report_db):
         one = report(con, "sweep", limit=2)
         flat = findings(con, "disk-warm", limit=3)
         assert resolve_run(con, "disk-w") == "disk-warm"
-    assert [r.run.run_id for r in one] == ["sweep"] and len(one[0].findings) == 2
-    assert len(flat) == 3 and all(isinstance(f, Finding) for f in flat)
+    assert [r.run.run_id for r in one] == ["sweep"]
+    assert len(one[0].findings) == 2
+    assert len(flat) == 3
+    assert all(isinstance(f, Finding) for f in flat)
     assert flat[0].kind == "disk_cache"  # the most costly: the compile time it saved
 
 
@@ -247,7 +255,8 @@ def test_cli_prints_a_headline_and_sentences(report_db):
     assert lines[0] == "token_filter  sweep  infer  cpu"
     out = _flat(result.output)
     assert "6 calls · 11 compiles (" in out
-    assert "cache 1 hits/11 misses/7 evictions · peak " in out and " MiB RSS · call p50 " in out
+    assert "cache 1 hits/11 misses/7 evictions · peak " in out
+    assert " MiB RSS · call p50 " in out
     assert "• position 0 thrashed: 2 segments were compiled again after eviction" in out
     assert "cache_size 2 -> 3 removes them (cache_what_if)" in out
     assert "input_ids dim 1 changed 4 times (17 -> 23 -> 31 -> 17 -> 23)" in out
@@ -287,7 +296,7 @@ def _split_numbers(text: str) -> list[tuple[str, str]]:
     lines = text.splitlines()
     return [
         (a, b)
-        for a, b in zip(lines, lines[1:], strict=False)
+        for a, b in itertools.pairwise(lines)
         if re.search(r"\d$", a) and _UNIT_START.match(b)
     ]
 
@@ -386,7 +395,8 @@ def test_report_of_an_empty_database(tmp_path):
         pass
     result = _report(db)
     assert result.exit_code == 0, result.output
-    assert "no runs in" in _flat(result.output) and "ember ingest" in result.output
+    assert "no runs in" in _flat(result.output)
+    assert "ember ingest" in result.output
 
 
 def test_a_run_of_values_reads_as_a_sequence():
@@ -406,7 +416,8 @@ def test_rejected_lines_are_summed_up_per_file(tmp_path):
     result = _report(db, "--run", "r1", columns=80)
     assert result.exit_code == 0, result.output
     out = _flat(result.output)
-    assert "ingest rejected 1 line(s) of " in out and "bad.jsonl: first at line 3: " in out
+    assert "ingest rejected 1 line(s) of " in out
+    assert "bad.jsonl: first at line 3: " in out
     assert all(len(line) <= 80 for line in result.output.splitlines())
 
 
@@ -425,7 +436,8 @@ def test_recompiles_page_groups_primitives_run_outside_jit_apart(report_db, repo
     assert not at.exception, [e.message for e in at.exception]
     (info,) = [i.value for i in at.info if "run outside jit" in i.value]
     assert info.startswith(f"JAX compiled {train.jax_primitives} primitives run outside jit: ")
-    assert "_normal" in info and f"({train.jax_compiles} compiles, " in info
+    assert "_normal" in info
+    assert f"({train.jax_compiles} compiles, " in info
     metrics = {m.label: m.value for m in at.metric}
     assert (metrics["Compiles"], metrics["Recompiles"]) == ("3", "1")  # grad_step, sgd
     reasons = next(f.value for f in at.dataframe if "change" in f.value.columns)
@@ -436,7 +448,8 @@ def test_a_disk_cache_that_missed_is_a_finding_with_its_cost(reports):
     cold = reports["disk-cold"]
     (missed,) = [f for f in cold.findings if f.kind == "disk_miss"]
     total = cold.run.disk_misses
-    assert total == cold.run.compiles > 0 and cold.run.disk_hits == 0
+    assert total == cold.run.compiles > 0
+    assert cold.run.disk_hits == 0
     assert missed.text.startswith(f"disk cache missed {total} of {total} compiled segments (")
     assert "a first run fills the cache" in missed.text
     assert 0 < missed.cost_ns <= cold.run.compile_ns

@@ -62,7 +62,8 @@ def test_the_view_counts_what_happened(recorded):
     assert row["p99_ns"] >= row["p50_ns"] > 0
     # the trace's meta says whether call spans end at results or at dispatch
     assert row["latency_kind"] == ("to results" if row["sync"] else "dispatch only")
-    assert row["peak_source"] == "RSS" and row["peak_bytes"] == row["peak_rss_bytes"]
+    assert row["peak_source"] == "RSS"
+    assert row["peak_bytes"] == row["peak_rss_bytes"]
 
 
 def test_ember_run_report_and_dashboard_show_the_same_numbers(recorded, monkeypatch):
@@ -82,7 +83,8 @@ def test_ember_run_report_and_dashboard_show_the_same_numbers(recorded, monkeypa
     rep = runner.invoke(app, ["report", "--db", str(recorded["db"])], env={"COLUMNS": "300"})
     assert rep.exit_code == 0, rep.output
     head = _flat(rep.output)
-    assert "10 calls · 5 compiles (" in head and ", 4 recompiles) · " in head
+    assert "10 calls · 5 compiles (" in head
+    assert ", 4 recompiles) · " in head
     assert "cache 5 hits/5 misses/3 evictions" in head
     assert f"peak {peak} RSS" in head
     assert f"call p50 {p50} p99 {p99}" in head
@@ -139,7 +141,8 @@ def test_a_database_made_before_schema_2_opens_and_says_dispatch_only(recorded, 
     with connect(db) as con:
         row = con.sql("SELECT * FROM run_summary").to_dicts()[0]
     assert (row["calls"], row["compiles"], row["recompiles"]) == (10, 5, 4)
-    assert row["sync"] is False and row["latency_kind"] == "dispatch only"
+    assert row["sync"] is False
+    assert row["latency_kind"] == "dispatch only"
 
 
 def test_a_position_that_recompiles_on_every_call_carries_the_bucket_advice(tmp_path):

@@ -29,7 +29,7 @@ def test_an_exact_id_or_a_unique_start_names_one_run():
 
 
 def test_an_ambiguous_start_lists_the_matches_and_an_unknown_one_the_runs():
-    with pytest.raises(ValueError) as ambiguous:
+    with pytest.raises(ValueError, match="is ambiguous") as ambiguous:
         pick_run("e57e", RUNS, what="?run=")
     assert str(ambiguous.value) == (
         "?run= 'e57e' is ambiguous: it starts 2 run ids: e57e161d (growing-sequence), "

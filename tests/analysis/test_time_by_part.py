@@ -131,7 +131,8 @@ def test_call_parts_add_up_to_each_call(loop_db, loop_trace):
 def test_time_by_part_agrees_with_the_spans_and_the_report_names_the_break(loop_db, loop_trace):
     spans = _spans(loop_trace)
     breaks = [s for s in spans.values() if s["kind"] == "break"]
-    assert len(breaks) == CALLS and {s["attrs"]["node"] for s in breaks} == {"Loop_4"}
+    assert len(breaks) == CALLS
+    assert {s["attrs"]["node"] for s in breaks} == {"Loop_4"}
     share_of_each = statistics.median(
         s["duration"] / spans[s["parent"]]["duration"] for s in breaks
     )
@@ -139,13 +140,15 @@ def test_time_by_part_agrees_with_the_spans_and_the_report_names_the_break(loop_
     with connect(loop_db, read_only=True) as con:
         (part,) = con.sql("SELECT * FROM time_by_part WHERE part_kind = 'break'").to_dicts()
         (first,) = report(con, "loop")[0].findings[:1]
-    assert part["node"] == "Loop_4" and part["spans"] == CALLS
+    assert part["node"] == "Loop_4"
+    assert part["spans"] == CALLS
     assert part["total_ns"] == pytest.approx(sum(s["duration"] for s in breaks), rel=0.05)
     assert part["p50_share_of_call"] == pytest.approx(share_of_each, rel=0.05)
     calls = [s["duration"] for s in spans.values() if s["kind"] == "call"]
     assert part["share_of_calls"] == pytest.approx(part["total_ns"] / sum(calls), rel=0.05)
     # the first finding: the break, its share of each call and what to do
-    assert first.kind == "break" and first.cost_ns == part["in_calls_ns"]
+    assert first.kind == "break"
+    assert first.cost_ns == part["in_calls_ns"]
     assert first.text.startswith("break at `Loop_4` (the Loop trip count) runs ")
     assert f": {fmt.percent(part['p50_share_of_call'])} of each call, " in first.text
     assert "trip count from shapes or constants" in first.text
@@ -183,14 +186,17 @@ def test_views_on_a_version_1_trace_say_dispatch_only(loop_trace, tmp_path):
         ).rows()
         by_part = con.sql("SELECT part_kind, latency_kind FROM time_by_part").rows()
         (r,) = report(con)
-    assert row["sync"] is False and row["latency_kind"] == "dispatch only"
-    assert row["calls"] == CALLS and row["p50_ns"] > 0
+    assert row["sync"] is False
+    assert row["latency_kind"] == "dispatch only"
+    assert row["calls"] == CALLS
+    assert row["p50_ns"] > 0
     # without segment spans, the segments' time and Ember's cannot be told apart
     assert {k for k, _ in kinds} == {"compile", "break", "unattributed"}
     assert {lk for _, lk in kinds} == {"dispatch only"}
     assert ("break", "dispatch only") in by_part
     assert r.run.latency_kind == "dispatch only"
-    assert r.findings[0].kind == "break" and "(dispatch only)" in r.findings[0].text
+    assert r.findings[0].kind == "break"
+    assert "(dispatch only)" in r.findings[0].text
     latency = next(f for f in r.findings if f.kind == "latency")
     assert "dispatch only" in latency.text
 
@@ -209,12 +215,14 @@ def test_dashboard_ranks_the_parts_and_stacks_each_call(loop_db, monkeypatch):
         ranked = con.sql("SELECT part FROM time_by_part ORDER BY rank")["part"].to_list()
         breakdown = con.sql("SELECT count(*) FROM call_breakdown").item()
     table = next(f.value for f in at.dataframe if {"rank", "part"} <= set(f.value.columns))
-    assert table["part"].tolist() == ranked and "break Loop_4 (Loop)" in ranked
+    assert table["part"].tolist() == ranked
+    assert "break Loop_4 (Loop)" in ranked
     at.switch_page("calls.py").run()
     assert not at.exception, [e.message for e in at.exception]
     charts = at.get("vega_lite_chart")
     stacked = [c for c in charts if "Where each call" in str(c.proto.spec)]
-    assert len(stacked) == 1 and breakdown >= 2 * CALLS
+    assert len(stacked) == 1
+    assert breakdown >= 2 * CALLS
 
 
 def test_hub_downloads_that_dominate_a_cold_start_are_a_finding(tmp_path):
@@ -235,8 +243,10 @@ def test_hub_downloads_that_dominate_a_cold_start_are_a_finding(tmp_path):
     with connect(db, read_only=True) as con:
         (hub,) = con.sql("SELECT * FROM time_by_part WHERE part_kind = 'hub_download'").to_dicts()
         (r,) = report(con)
-    assert hub["total_ns"] >= 300_000_000 and hub["share_of_wall"] > 0.5
+    assert hub["total_ns"] >= 300_000_000
+    assert hub["share_of_wall"] > 0.5
     (first,) = r.findings[:1]
-    assert first.kind == "hub" and first.cost_ns == hub["total_ns"]
+    assert first.kind == "hub"
+    assert first.cost_ns == hub["total_ns"]
     assert first.text.startswith(f"Hub downloads took {fmt.duration(hub['total_ns'])}, ")
     assert f"{fmt.percent(hub['share_of_wall'])} of the run (a cold start)" in first.text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from ember.analysis import VIEW_NAMES
 from ember.analysis.db import view_sql
 from tests.analysis.traces import SWEEP
@@ -21,7 +23,7 @@ def test_recompiles_name_the_input_dim_and_sizes(con):
     # one compile per call (cache_size 2 < 3 lengths): the first is not a recompile
     assert [r["compile_index"] for r in rows] == [2, 3, 4, 5]
     assert [(r["arg"], r["dim"], r["old_value"], r["new_value"]) for r in rows] == [
-        ("input_ids", 1, str(a), str(b)) for a, b in zip(SWEEP[:4], SWEEP[1:5], strict=True)
+        ("input_ids", 1, str(a), str(b)) for a, b in itertools.pairwise(SWEEP)
     ]
     assert rows[0]["reason"] == "input_ids dim 1: 17 -> 23"
     assert rows[1]["reason"] == "input_ids dim 1: 23 -> 31"
@@ -115,7 +117,8 @@ def test_call_latency_per_input_shape(con):
     # number of kept tokens (data-dependent) is new, so it may or may not compile
     shapes, calls, compiling, has_warm, errors, ordered = rows[1]
     assert (shapes, calls, errors, ordered) == ("input_ids[1,23]:int64", 3, 0, True)
-    assert compiling in (2, 3) and has_warm == (compiling == 2)
+    assert compiling in (2, 3)
+    assert has_warm == (compiling == 2)
     failed = con.sql("SELECT calls, errors FROM call_latency WHERE run_id = 'bus-run'").rows()
     assert failed == [(1, 1)]
 
@@ -142,7 +145,8 @@ def test_call_windows_cut_each_run_into_fixed_windows(con):
     first = [d for s, d in spans if s < lo + (hi - lo) / 10]
     first_row = next(r for r in rows if r[0] == 10 and r[1] == 0)
     assert first_row[3] == len(first)
-    assert first_row[6] <= max(first) and first_row[4] >= min(first)
+    assert first_row[6] <= max(first)
+    assert first_row[4] >= min(first)
 
 
 def test_recompile_reasons_group_a_runs_recompiles_by_what_changed(con):
@@ -157,11 +161,13 @@ def test_recompile_reasons_group_a_runs_recompiles_by_what_changed(con):
     assert sum(r[3] for r in rows) == len(every) > 0
     for change, arg, dim, n, ns, example in rows:
         mine = [r for r in every if (r[0], r[1], r[2]) == (change, arg, dim)]
-        assert n == len(mine) and ns == sum(r[3] or 0 for r in mine)
+        assert n == len(mine)
+        assert ns == sum(r[3] or 0 for r in mine)
         assert example == min(r[4] for r in mine)
     ids = con.sql("SELECT compiled_keys FROM run_summary WHERE run_id = 'sweep'").rows()
     keys = con.sql("SELECT count(DISTINCT key) FROM compiles WHERE run_id = 'sweep'").rows()
-    assert ids == keys and keys[0][0] > 0
+    assert ids == keys
+    assert keys[0][0] > 0
 
 
 def test_compiles_by_where_count_each_position(con):
@@ -172,7 +178,8 @@ def test_compiles_by_where_count_each_position(con):
         "SELECT CAST(position AS VARCHAR), count(*) FROM compiles WHERE run_id = 'sweep' "
         "GROUP BY ALL"
     ).rows()
-    assert rows == dict(every) and sum(rows.values()) > len(rows) > 0
+    assert rows == dict(every)
+    assert sum(rows.values()) > len(rows) > 0
     assert rows["0"] == 5  # 17 23 31 17 23 23 through a cache of 2 (see cache_what_if)
 
 
@@ -217,7 +224,8 @@ def test_tensor_samples_line_the_categories_up_on_one_grid(con):
         "SELECT count(DISTINCT category) FROM memory_timeline "
         "WHERE run_id = 'bus-run' AND series = 'tensors'"
     ).rows()[0][0]
-    assert cats >= 2 and {r[2] for r in stacked} == {cats}
+    assert cats >= 2
+    assert {r[2] for r in stacked} == {cats}
 
 
 def test_peak_memory_says_when_and_by_category(con):

@@ -126,7 +126,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
-@pytest.fixture()
+@pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working folder without a pyproject.toml: the default rules apply."""
     monkeypatch.chdir(tmp_path)
@@ -149,7 +149,8 @@ def test_a_candidate_whose_shapes_vary_per_call_fails_naming_the_new_cause(runs,
 def test_the_same_run_against_itself_passes(runs, here):
     code, out = gate(runs["base"], runs["base"])
     assert code == 0, out
-    assert "PASS" in out and "new:" not in out
+    assert "PASS" in out
+    assert "new:" not in out
 
 
 def test_the_same_workload_recorded_twice_passes_under_the_default_rules(runs, here):
@@ -174,7 +175,8 @@ def test_markdown_and_junit_from_the_command(runs, here):
     assert "- new: `x` dim 1 changed on every call at position 0" in out
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
-    assert "recompiles>+0" in cases and "new_recompile_causes>0" in cases
+    assert "recompiles>+0" in cases
+    assert "new_recompile_causes>0" in cases
     failure = cases["recompiles>+0"].find("failure")
     assert "`x` dim 1 changed on every call" in failure.text
     assert cases["new_breaks>0"].find("failure") is None  # no break in this model
@@ -188,14 +190,16 @@ def test_run_ids_and_the_latest_run_with_a_tag_from_a_database(runs, here):
     summary = ingest([runs["base"], runs["candidate"], runs["again"]], db)
     ids = {Path(f.path).stem: f.run_id for f in summary.files}
     code, out = gate(ids["base"][:8], ids["candidate"][:10], "--db", db, "--json")
-    assert code == 1 and json.loads(out)["base"]["run_id"] == ids["base"]
+    assert code == 1
+    assert json.loads(out)["base"]["run_id"] == ids["base"]
     # the latest run tagged branch=main
     with connect(db, read_only=True) as con:
         started = dict(con.sql("SELECT run_id, started_at FROM runs").iter_rows())
     latest = max((ids["base"], ids["again"]), key=started.__getitem__)
     code, out = gate(ids["candidate"], "--baseline-tag", "branch=main", "--db", db, "--json")
     doc = json.loads(out)
-    assert code == 1 and doc["base"]["run_id"] == latest
+    assert code == 1
+    assert doc["base"]["run_id"] == latest
     assert "latest run tagged branch=main" in doc["base"]["origin"]
     # a trace file as the candidate against a database of baselines
     code, out = gate(runs["again"], "--baseline-tag", "branch=main", "--db", db, "--json")
@@ -217,7 +221,8 @@ def test_a_baseline_from_a_lake(runs, here):
     code, out = gate(
         runs["candidate"], "--baseline-tag", "branch=main", "--baseline-db", lake, "--json"
     )
-    assert code == 1 and json.loads(out)["base"]["run_id"] == doc["base"]["run_id"]
+    assert code == 1
+    assert json.loads(out)["base"]["run_id"] == doc["base"]["run_id"]
 
 
 def test_rules_from_pyproject(runs, here):
@@ -237,7 +242,7 @@ def test_rules_from_pyproject(runs, here):
 
 
 @pytest.mark.parametrize(
-    "args, says",
+    ("args", "says"),
     [
         (["nosuchrun", "{candidate}", "--db", "{db}"], "no run 'nosuchrun'"),
         (["{base}", "missing.jsonl"], "missing.jsonl: no such trace file"),

@@ -58,5 +58,6 @@ def test_demo_records_ingests_and_reports(tmp_path):
     report = " ".join(done.stdout.split())
     assert "position 0 compiled 12 times" in report
     assert "disk cache: 24/24 segments loaded from disk" in report
-    assert "grad_step retraced once" in report and "x dim 0: 32 -> 16" in report
+    assert "grad_step retraced once" in report
+    assert "x dim 0: 32 -> 16" in report
     assert f"ember dashboard --db {out / 'ember.duckdb'}" in report

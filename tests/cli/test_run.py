@@ -107,7 +107,8 @@ def test_light_model_compiles_once(tmp_path):
     )
     assert result.exit_code == 0, result.output
     recs = records(trace)
-    assert recs[0]["backend"] == "cpu" and recs[0]["devices"]
+    assert recs[0]["backend"] == "cpu"
+    assert recs[0]["devices"]
     (compile_end,) = ends(recs, "compile")
     assert compile_end["attrs"]["graph_break"] is False
     # compiled once, at compile time, for the model's own input shape; calls hit it directly
@@ -126,7 +127,7 @@ def test_light_model_compiles_once(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args, words",
+    ("args", "words"),
     [
         (["--input", "x=3by4"], "expected NAME=SHAPE[:DTYPE]"),
         (["--input", "x=3x4:float99"], "unknown dtype 'float99'"),
@@ -149,7 +150,8 @@ def test_bad_arguments_say_what_is_expected(symbolic_model, tmp_path, args, word
 def test_unknown_light_model_lists_the_shipped_ones(tmp_path):
     result = runner.invoke(app, ["run", "onnx:light/gpt5", "--record", str(tmp_path / "t.jsonl")])
     assert result.exit_code == 1
-    assert "no such light model" in result.output and "squeezenet" in result.output
+    assert "no such light model" in result.output
+    assert "squeezenet" in result.output
 
 
 def test_not_a_model(tmp_path):
@@ -190,7 +192,8 @@ def test_shared_symbolic_dims_take_one_value():
     ]
     assert defaults == {}
     steps, defaults = plan_shapes(model)
-    assert steps[0]["ids"][0] == (1, 8) and defaults == {"batch": 1, "seq": 8}
+    assert steps[0]["ids"][0] == (1, 8)
+    assert defaults == {"batch": 1, "seq": 8}
     with pytest.raises(WorkloadError):
         parse_input("=3")
 
@@ -213,11 +216,13 @@ def test_tags_named_like_record_options_are_tags(symbolic_model, tmp_path):
         "team": "a",
         "model": str(symbolic_model),
     }
-    assert meta["run_id"] != "mine" and meta["phase"] == "infer" and meta["sync"] is True
+    assert meta["run_id"] != "mine"
+    assert meta["phase"] == "infer"
+    assert meta["sync"] is True
 
 
 @pytest.mark.parametrize(
-    "name, content",
+    ("name", "content"),
     [("empty.onnx", b""), ("bad.onnx", b"not a protobuf"), ("missing.onnx", None)],
     ids=["empty", "not-onnx", "missing"],
 )
@@ -231,7 +236,8 @@ def test_a_load_error_names_the_model_once(tmp_path, monkeypatch, name, content)
         result = runner.invoke(app, ["run", given, "--record", str(tmp_path / "t.jsonl")])
         assert result.exit_code == 1
         text = " ".join(result.output.split())
-        assert text.startswith(f"error: {name}: ") and text.count(f"{name}:") == 1, text
+        assert text.startswith(f"error: {name}: "), text
+        assert text.count(f"{name}:") == 1, text
 
 
 def test_an_unknown_light_model_is_named_once(tmp_path):

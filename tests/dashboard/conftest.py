@@ -22,7 +22,7 @@ def dashboard_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-@pytest.fixture()
+@pytest.fixture
 def app_env(dashboard_db: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point the app at the test database (what ``ember dashboard --db`` does)."""
     from ember.dashboard.db import DB_ENV

@@ -12,7 +12,7 @@ from ember.dashboard.console import ConsoleRefused, check_statement, run_console
 from ember.dashboard.db import db_version, open_readonly
 
 
-@pytest.fixture()
+@pytest.fixture
 def small_db(tmp_path: Path) -> Path:
     path = tmp_path / "small.duckdb"
     con = duckdb.connect(str(path))
@@ -47,7 +47,8 @@ def test_with_and_explain_are_allowed(small_db: Path) -> None:
 
 def test_result_is_cut_at_max_rows(small_db: Path) -> None:
     result = run_console_query(db_version(small_db), "SELECT * FROM range(50)", max_rows=10)
-    assert result.frame.height == 10 and result.truncated
+    assert result.frame.height == 10
+    assert result.truncated
 
 
 @pytest.mark.parametrize(

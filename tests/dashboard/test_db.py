@@ -13,7 +13,7 @@ import pytest
 from ember.dashboard import db
 
 
-@pytest.fixture()
+@pytest.fixture
 def small_db(tmp_path: Path) -> Path:
     path = tmp_path / "small.duckdb"
     with duckdb.connect(str(path)) as con:
@@ -23,10 +23,9 @@ def small_db(tmp_path: Path) -> Path:
 
 def test_a_page_run_shares_one_connection_and_closes_it(small_db: Path) -> None:
     version = db.db_version(small_db)
-    with db.page_connection():
-        with db._borrow(version) as first, db._borrow(version) as second:
-            assert first is second
-            assert first.execute("SELECT count(*) FROM runs").fetchone() == (3,)
+    with db.page_connection(), db._borrow(version) as first, db._borrow(version) as second:
+        assert first is second
+        assert first.execute("SELECT count(*) FROM runs").fetchone() == (3,)
     with pytest.raises(duckdb.ConnectionException):
         first.execute("SELECT 1")
     # outside a page run each use opens and closes its own

@@ -87,11 +87,14 @@ def test_runs_page_lists_every_run_with_its_counts(app_env: Path) -> None:
     small, big = runs.loc["small-cache"], runs.loc["big-cache"]
     assert (small["calls"], small["compiles"], small["evictions"]) == (8, 12, 8)
     assert (big["calls"], big["compiles"], big["evictions"]) == (8, 8, 0)
-    assert small["hit_rate"] == pytest.approx(0.25) and big["hit_rate"] == pytest.approx(0.5)
-    assert small["model"] == "tiny-break" and '"cache":"2"' in small["tags"]
+    assert small["hit_rate"] == pytest.approx(0.25)
+    assert big["hit_rate"] == pytest.approx(0.5)
+    assert small["model"] == "tiny-break"
+    assert '"cache":"2"' in small["tags"]
     assert small["peak_tensor_bytes"] == PEAK_TENSORS  # tensor accounting, by source
     assert small["peak_bytes"] == small["peak_rss_bytes"] > PEAK_TENSORS
-    assert small["recompiles"] == 10 and big["recompiles"] == 6
+    assert small["recompiles"] == 10
+    assert big["recompiles"] == 6
     text = shown_table(at, "run_id", "calls", "tags").set_index("run_id")
     assert text.loc["small-cache", "peak_tensor_bytes"] == "1.5 MiB"
     assert text.loc["small-cache", "compile_ms"].endswith((" ms", " s"))
@@ -117,7 +120,8 @@ def test_selected_run_lives_in_the_url_and_survives_a_page_change(app_env: Path)
     assert at.selectbox(key="ember_sel_run").value == "big-cache"
     # the picker shows a readable name (model tag, start time, id prefix), the URL the id
     shown = at.selectbox(key="ember_sel_run").format_func("big-cache")
-    assert shown.startswith("tiny-break · ") and shown.endswith(" · big-cach")
+    assert shown.startswith("tiny-break · ")
+    assert shown.endswith(" · big-cach")
     at.switch_page("cache.py").run()
     # Streamlit clears the URL on a page change; the selection is written back.
     assert at.query_params["run"] == "big-cache"
@@ -177,7 +181,8 @@ def test_each_page_opens_on_the_newest_run_with_data_for_it(app_env: Path) -> No
         note = texts(at.caption)
         assert f"the newest run with {what}; 1 newer run(s) have none (tiny-break · " in note
         assert " · hub)" in note
-        assert "recorded no memory" not in texts(at.info) and at.get("vega_lite_chart")
+        assert "recorded no memory" not in texts(at.info)
+        assert at.get("vega_lite_chart")
         # the picker says which runs have nothing for this page
         assert [o for o in picker.options if o.endswith(f"(no {what})")] == [
             o for o in picker.options if "· hub" in o
@@ -271,7 +276,8 @@ def test_recompiles_page_shows_reasons_what_if_and_buckets(app_env: Path) -> Non
     assert "powers of two turns 4 sizes into 3 buckets" in texts(at.info)
 
     breaks = table(at, "op_type", "runs")
-    assert breaks["op_type"].tolist() == ["NonZero"] and breaks["runs"].tolist() == [len(SWEEP)]
+    assert breaks["op_type"].tolist() == ["NonZero"]
+    assert breaks["runs"].tolist() == [len(SWEEP)]
 
 
 def test_recompiles_page_of_a_run_without_compiles(app_env: Path) -> None:
@@ -307,7 +313,8 @@ def test_cache_page_shows_hit_rate_thrashing_and_payback(app_env: Path) -> None:
     )
     assert len(table(at, "hits_before_eviction")) == 8
     payback = table(at, "reuses", "paid_back")
-    assert len(payback) == 12 and int(payback["reuses"].sum()) == 4
+    assert len(payback) == 12
+    assert int(payback["reuses"].sum()) == 4
 
 
 def test_cache_page_with_a_big_enough_cache(app_env: Path) -> None:
@@ -331,7 +338,8 @@ def test_memory_page_shows_peaks_and_static_memory(app_env: Path) -> None:
     # bytes per category as a person reads them, largest first (not a MAP's text)
     assert "activation 1.5 MiB, parameter 4.0 KiB" in texts(at.caption)
     static = table(at, "argument_bytes", "temp_bytes")
-    assert len(static) == 12 and (static["argument_bytes"] > 0).all()
+    assert len(static) == 12
+    assert (static["argument_bytes"] > 0).all()
     # the table keeps numbers (it sorts by value) and shows them with units
     static_text = shown_table(at, "argument_bytes", "temp_bytes")
     assert static_text["argument_bytes"].tolist() == [fmt.size(n) for n in static["argument_bytes"]]
@@ -370,7 +378,8 @@ def test_hub_page_shows_hits_downloads_and_the_saved_metadata_fallback(app_env: 
     # the same words for bytes as `ember report` (one formatter: ember.analysis.format)
     assert shown["Bytes"] == fmt.size(int(files["bytes"].sum()))
     checks = table(at, "check", "hits")
-    assert checks["check"].tolist() == ["etag"] and checks["hits"].tolist() == [4]
+    assert checks["check"].tolist() == ["etag"]
+    assert checks["hits"].tolist() == [4]
     info = table(at, "info_fetched", "info_saved")
     assert (info["info_fetched"].tolist(), info["info_saved"].tolist()) == ([2], [1])
 
@@ -402,7 +411,8 @@ def test_calls_page_shows_percentiles_by_shape(app_env: Path) -> None:
 def test_compare_page_shows_the_differences(app_env: Path) -> None:
     at = open_page("compare.py", run="small-cache", other="big-cache")
     shown = metrics(at)
-    assert shown["Compiles (B)"] == "8" and shown["Evictions (B)"] == "0"
+    assert shown["Compiles (B)"] == "8"
+    assert shown["Evictions (B)"] == "0"
     assert shown["Cache hit rate (B)"] == "50%"
     diff = table(at, "measure", "run A", "B - A").set_index("measure")
     assert (diff.loc["Compiles", "run A"], diff.loc["Compiles", "run B"]) == ("12", "8")
@@ -506,10 +516,12 @@ def test_pages_read_a_parquet_export_like_the_database(
 
     monkeypatch.setenv(DB_ENV, str(parquet_export))
     at = open_page()
-    assert metrics(at)["Runs"] == "3" and metrics(at)["Evictions"] == "8"
+    assert metrics(at)["Runs"] == "3"
+    assert metrics(at)["Evictions"] == "8"
     at.switch_page("recompiles.py").run()
     at.selectbox(key="ember_sel_run").select("small-cache").run()
-    assert metrics(at)["Recompiles"] == "10" and metrics(at)["After eviction"] == "4"
+    assert metrics(at)["Recompiles"] == "10"
+    assert metrics(at)["After eviction"] == "4"
     at.switch_page("hub.py").run()
     at.selectbox(key="ember_sel_run").select("hub").run()
     assert metrics(at)["Saved-metadata fallbacks"] == "1"

@@ -32,7 +32,8 @@ def test_emit_reaches_only_attached_events(seen):
     assert len(events) == 1
     name, measurements, metadata = events[0]
     assert name == "ember.cache.hit"
-    assert measurements["count"] == 1 and measurements["monotonic_time"] > 0
+    assert measurements["count"] == 1
+    assert measurements["monotonic_time"] > 0
     assert metadata == {"position": 3}
 
 
@@ -70,21 +71,20 @@ def test_span_stop_carries_start_and_stop_metadata(seen):
 def test_span_exception_event_and_reraise(seen):
     events, listen = seen
     listen("t", ["ember.call.start", "ember.call.stop", "ember.call.exception"])
-    with pytest.raises(KeyError):
-        with bus.span("ember.call", {"source": None}):
-            raise KeyError("x")
+    with pytest.raises(KeyError), bus.span("ember.call", {"source": None}):
+        raise KeyError("x")
     assert [e[0] for e in events] == ["ember.call.start", "ember.call.exception"]
     md = events[1][2]
-    assert md["kind"] == "throw" and md["reason"] == "KeyError: 'x'"
+    assert md["kind"] == "throw"
+    assert md["reason"] == "KeyError: 'x'"
     assert "raise KeyError" in md["stacktrace"]
 
 
 def test_nested_spans_know_their_parent(seen):
     events, listen = seen
     listen("t", ["ember.call.start", "ember.segment.compile.start"])
-    with bus.span("ember.call") as outer:
-        with bus.span("ember.segment.compile", {"position": 0}):
-            pass
+    with bus.span("ember.call") as outer, bus.span("ember.segment.compile", {"position": 0}):
+        pass
     assert events[1][2]["parent_id"] == outer.span_id != 0
 
 
@@ -113,7 +113,8 @@ def test_raising_handler_is_detached_and_logged_once(seen, caplog):
     assert len(events) == 2  # the other handler still gets every event
     assert "broken" not in bus.list_handlers()
     errors = [r for r in caplog.records if "handler bug" in r.getMessage()]
-    assert len(errors) == 1 and "detached" in errors[0].getMessage()
+    assert len(errors) == 1
+    assert "detached" in errors[0].getMessage()
 
 
 def test_concurrent_attach_and_emit():

@@ -37,8 +37,10 @@ def test_meta_first_then_one_record_per_event(tmp_path):
                 seg.set(stop="end", compiled=True, disk_cache=None, reason=None, host_values=[])
     recs = lines(path)
     meta = recs[0]
-    assert meta["kind"] == "meta" and meta["schema"] == SCHEMA_ID
-    assert meta["run_id"] == rec.run_id and meta["entrypoint"] == "test"
+    assert meta["kind"] == "meta"
+    assert meta["schema"] == SCHEMA_ID
+    assert meta["run_id"] == rec.run_id
+    assert meta["entrypoint"] == "test"
     assert meta["tags"] == {"model": "tiny", "team": "ml"}
     assert meta["pid"] == os.getpid()
     kinds = [(r["kind"], r.get("span_kind") or r.get("action")) for r in recs[1:]]
@@ -51,7 +53,8 @@ def test_meta_first_then_one_record_per_event(tmp_path):
     ]
     assert recs[2]["span_id"] == call.span_id  # the cache event knows its call
     assert recs[3]["parent_id"] == call.span_id
-    assert recs[4]["attrs"]["stop"] == "end" and recs[4]["attrs"]["compiled"] is True
+    assert recs[4]["attrs"]["stop"] == "end"
+    assert recs[4]["attrs"]["compiled"] is True
     ts = [r["ts_ns"] for r in recs[1:]]
     assert ts == sorted(ts)
     assert validate_file(path).ok
@@ -59,12 +62,12 @@ def test_meta_first_then_one_record_per_event(tmp_path):
 
 def test_failed_span_is_recorded_with_its_error(tmp_path):
     path = tmp_path / "run.jsonl"
-    with record(path):
-        with pytest.raises(FileNotFoundError):
-            with bus.span("ember.load", {"source": "missing.onnx"}):
-                raise FileNotFoundError("missing.onnx")
+    with record(path), pytest.raises(FileNotFoundError):
+        with bus.span("ember.load", {"source": "missing.onnx"}):
+            raise FileNotFoundError("missing.onnx")
     end = lines(path)[-1]
-    assert end["status"] == "error" and end["span_kind"] == "load"
+    assert end["status"] == "error"
+    assert end["span_kind"] == "load"
     assert end["error"]["reason"] == "FileNotFoundError: missing.onnx"
     assert "FileNotFoundError" in end["error"]["stack"]
     assert validate_file(path).ok
@@ -106,7 +109,8 @@ def test_instrumentation_api_without_the_runtime(tmp_path):
     }
     recs = lines(path)
     user = [r for r in recs if r.get("span_kind") == "user"]
-    assert user[0]["name"] == "eval" and user[0]["attrs"] == {"attrs": {"dataset": "val"}}
+    assert user[0]["name"] == "eval"
+    assert user[0]["attrs"] == {"attrs": {"dataset": "val"}}
     assert recs[0]["phase"] == "train"
 
 
@@ -203,36 +207,39 @@ def test_importing_the_recorder_does_not_import_jax():
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 def test_a_full_disk_warns_once_keeps_recording_and_fails_at_exit():
-    # every write to /dev/full fails with ENOSPC, as on a full disk
-    with pytest.warns(TraceWriteWarning) as caught:
-        with pytest.raises(
+    # every write to /dev/full fails with ENOSPC, as on a full disk; the block is the
+    # recording whose writes fail, so it has many statements
+    with (  # noqa: PT012, PT031
+        pytest.warns(TraceWriteWarning) as caught,
+        pytest.raises(
             TraceWriteError,
             match=r"^the trace /dev/full is incomplete: 1001 record\(s\) were not written "
             r"\(No space left on device\)$",
-        ) as failed:
-            with record("/dev/full") as rec:
-                rec.flush()  # the meta line: the first failure
-                for i in range(1000):  # the handlers keep running, counting what is lost
-                    rec.edge("a", "b", i)
-                    if i % 100 == 0:
-                        rec.flush()
-                assert rec._writer.lost == 902
+        ) as failed,
+        record("/dev/full") as rec,
+    ):
+        rec.flush()  # the meta line: the first failure
+        for i in range(1000):  # the handlers keep running, counting what is lost
+            rec.edge("a", "b", i)
+            if i % 100 == 0:
+                rec.flush()
+        assert rec._writer.lost == 902
     warned = [str(w.message) for w in caught if issubclass(w.category, TraceWriteWarning)]
     assert warned == [
         "ember: writing the trace /dev/full failed (No space left on device); 1 record(s) lost "
         "so far, and no more will be written to it. The program goes on; the trace will be "
         "incomplete."
     ]
-    assert failed.value.errno == 28 and isinstance(failed.value, OSError)
+    assert failed.value.errno == 28
+    assert isinstance(failed.value, OSError)
 
 
 def test_an_error_in_the_block_is_not_hidden_by_a_failed_trace():
     if not os.path.exists("/dev/full"):
         pytest.skip("needs /dev/full (Linux)")
-    with pytest.warns(TraceWriteWarning) as caught:
-        with pytest.raises(KeyError, match="the body's"):
-            with record("/dev/full"):
-                raise KeyError("the body's")
+    with pytest.warns(TraceWriteWarning) as caught, pytest.raises(KeyError, match="the body's"):
+        with record("/dev/full"):
+            raise KeyError("the body's")
     assert [str(w.message)[:44] for w in caught] == [
         "ember: writing the trace /dev/full failed (N",
         "the trace /dev/full is incomplete: 1 record(",
@@ -270,7 +277,8 @@ def test_a_disk_that_fills_mid_run_keeps_whole_lines_and_counts_the_rest(tmp_pat
     assert out[0] == "still running"
     assert out[1].startswith(f"lost the trace {path} is incomplete: ")
     lost = int(out[1].split("incomplete: ")[1].split(" ")[0])
-    assert "Exception in thread" not in child.stderr and "Traceback" not in child.stderr
+    assert "Exception in thread" not in child.stderr
+    assert "Traceback" not in child.stderr
     assert child.stderr.count("TraceWriteWarning") == 1
     assert f"writing the trace {path} failed (File too large)" in child.stderr
     raw = path.read_bytes()
@@ -278,7 +286,8 @@ def test_a_disk_that_fills_mid_run_keeps_whole_lines_and_counts_the_rest(tmp_pat
     complete = raw.split(b"\n")[:-1]
     for line in complete:
         json.loads(line)  # whole lines up to the failure, at most a partial last one
-    assert len(complete) + lost == 2001 and len(complete) > 100
+    assert len(complete) + lost == 2001
+    assert len(complete) > 100
 
 
 def test_paths_that_cannot_be_written_fail_at_record_saying_why(tmp_path):
@@ -294,9 +303,11 @@ def test_paths_that_cannot_be_written_fail_at_record_saying_why(tmp_path):
             ("/proc/ember-x/run.jsonl", "cannot create the folder /proc/ember-x"),
         ]
     for path, why in cases:
-        with pytest.raises(
-            TraceWriteError, match=f"^cannot write the trace {re.escape(str(path))}: .*{why}"
+        with (
+            pytest.raises(
+                TraceWriteError, match=f"^cannot write the trace {re.escape(str(path))}: .*{why}"
+            ),
+            record(path),
         ):
-            with record(path):
-                pass  # pragma: no cover
+            pass  # pragma: no cover
     assert not [h for h in bus.list_handlers() if h.startswith("ember.recorder.")]

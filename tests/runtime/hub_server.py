@@ -16,6 +16,7 @@ the way ``huggingface_hub`` maps them. Every request is logged in ``requests``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import socket
@@ -116,10 +117,8 @@ class LocalHub:
         with self._lock:
             connections, self._connections = self._connections, set()
         for conn in connections:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def _handler(self, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
         hub = self

@@ -47,13 +47,15 @@ def test_there_are_nine_light_models():
 @pytest.mark.parametrize("path", [_light_param(p) for p in LIGHT_MODELS])
 def test_light_model_loads_compiles_and_matches_expected_output(path):
     model = rt.load(path)
-    assert model.source == path and model.node_count > 0
+    assert model.source == path
+    assert model.node_count > 0
     compiled = rt.compile(model)
     assert not compiled.graph_break
     out = compiled(light_inputs(path))
     expected = numpy_helper.to_array(onnx.load_tensor(path[: -len(".onnx")] + "_output_0.pb"))
     got = np.asarray(out[model.output_names[0]])
-    assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert got.shape == expected.shape
+    assert got.dtype == expected.dtype
     np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-6)
 
 
@@ -84,7 +86,8 @@ def test_conformance_runs_cases_prints_counts_and_checks_the_floor(capsys, tmp_p
     code = conformance.main(["--kinds", "node", "-k", "test_abs", "--floor", "0"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "node: 1 passed, 0 failed" in out and "1 passed, 0 failed" in out
+    assert "node: 1 passed, 0 failed" in out
+    assert "1 passed, 0 failed" in out
     results = [
         conformance.run_case("simple", c, "compile", 60)
         for _, c in conformance._load_cases(("simple",))
@@ -96,7 +99,8 @@ def test_conformance_runs_cases_prints_counts_and_checks_the_floor(capsys, tmp_p
     assert by_name["test_gradient_of_add"].message == "unsupported: Gradient"
     conformance.report(results)
     out = capsys.readouterr().out
-    assert "Gradient (1): test_gradient_of_add" in out and "simple: 1 passed, 1 failed" in out
+    assert "Gradient (1): test_gradient_of_add" in out
+    assert "simple: 1 passed, 1 failed" in out
     floor = tmp_path / "floor.txt"
     floor.write_text("1450\n")
     assert conformance.read_floor(floor) == 1450
@@ -105,4 +109,5 @@ def test_conformance_runs_cases_prints_counts_and_checks_the_floor(capsys, tmp_p
 
 def test_conformance_floor_file_exists_and_is_reasonable():
     floor = conformance.read_floor()
-    assert floor is not None and floor >= 1450
+    assert floor is not None
+    assert floor >= 1450

@@ -61,7 +61,8 @@ def test_int64_and_float64_keep_their_dtypes_without_touching_global_x64():
     big = np.array([2**40, -3], np.int64)
     f = np.array([0.1, 1e-300], np.float64)
     for out in (rt.compile(proto)(i=big, f=f), rt.run(proto, i=big, f=f)):
-        assert out["i2"].dtype == np.int64 and out["y"].dtype == np.float64
+        assert out["i2"].dtype == np.int64
+        assert out["y"].dtype == np.float64
         np.testing.assert_array_equal(np.asarray(out["i2"]), [2**41, -6])
         np.testing.assert_array_equal(
             np.asarray(out["y"]), reference(proto, {"i": big, "f": f})["y"]
@@ -107,7 +108,8 @@ def test_failure_inside_a_call_is_an_exception_event_and_names_the_node(ember_ev
         compiled(x=np.zeros(6, np.float32))
     assert "x=float32[6]" in str(info.value)
     exc = ember_events.of("ember.call.exception")
-    assert len(exc) == 1 and "bad_reshape" in exc[0]["reason"]
+    assert len(exc) == 1
+    assert "bad_reshape" in exc[0]["reason"]
     assert len(ember_events.of("ember.segment.compile.exception")) == 1
 
 
@@ -129,7 +131,8 @@ def test_log_compiles_writes_one_line_per_compile_event(caplog):
     finally:
         log_compiles(False)
     lines = [r.getMessage() for r in caplog.records if r.name == "ember.compile"]
-    assert lines[0].startswith("compiled <memory> in ") and "with graph breaks" in lines[0]
+    assert lines[0].startswith("compiled <memory> in ")
+    assert "with graph breaks" in lines[0]
     assert lines[1].startswith("break <memory> at position 0: node 'nonzero' (NonZero) ran")
     assert lines[2].startswith("cache miss <memory> at position 1 for nz: int64[1, 2]")
     assert lines[3].startswith("segment <memory> [1..end) kept eager (not compiled) in ")
@@ -207,10 +210,11 @@ def test_large_weights_folded_from_constants_are_program_parameters():
         helper.make_node("MatMul", ["x", "w"], ["y"]),
     ]
     model = make_model(nodes, [tensor("x", shape=[2, 256])], [tensor("y", shape=[2, 512])])
-    assert 256 * 512 >= PARAM_MIN_SIZE
+    assert PARAM_MIN_SIZE <= 256 * 512
     compiled = rt.compile(model)
     (segment,) = compiled.plan.segments
-    assert segment.params == ("w",) and segment.args == ("x",)
+    assert segment.params == ("w",)
+    assert segment.args == ("x",)
     x = np.arange(512, dtype=np.float32).reshape(2, 256) / 512
     for _ in range(2):  # the checked call, then the direct one
         np.testing.assert_allclose(

@@ -212,7 +212,8 @@ def test_first_load_downloads_model_external_data_and_config(local_hub, events, 
     assert path == snap / MODEL
     # the model and its data are plain files (onnx refuses linked external data), the
     # config is huggingface_hub's symlink into blobs/; README.md was not fetched
-    assert not path.is_symlink() and not (snap / DATA).is_symlink()
+    assert not path.is_symlink()
+    assert not (snap / DATA).is_symlink()
     assert (snap / CONFIG).is_symlink()
     assert not (snap / "README.md").exists()
     assert (snap / DATA).read_bytes() == files[DATA]
@@ -415,7 +416,8 @@ def test_offline_reads_files_other_hugging_face_tools_downloaded(local_hub, even
         ("hit", f"hf://{REPO}/{MODEL}", "offline", len(files[MODEL])),
         ("hit", f"hf://{REPO}/{DATA}", "offline", len(files[DATA])),
     ]
-    assert path.name == "model.onnx" and path.read_bytes() == files[MODEL]
+    assert path.name == "model.onnx"
+    assert path.read_bytes() == files[MODEL]
 
 
 def test_files_without_saved_etag_are_hashed_once(local_hub, events, tmp_path):
@@ -434,7 +436,8 @@ def test_files_without_saved_etag_are_hashed_once(local_hub, events, tmp_path):
         ("hit", f"hf://{REPO}/{DATA}", "hash", _size(files, DATA)),
         ("hit", f"hf://{REPO}/{CONFIG}", "hash", _size(files, CONFIG)),
     ]
-    assert not path.is_symlink() and onnx.load(str(path)).graph.node[0].op_type == "MatMul"
+    assert not path.is_symlink()
+    assert onnx.load(str(path)).graph.node[0].op_type == "MatMul"
     seen.clear()
     download_model(REPO, MODEL)
     assert [e[2] for e in seen if e[0] == "hit"] == ["etag", "etag", "etag"]
@@ -540,9 +543,12 @@ def test_no_saved_metadata_and_no_hub_gives_exception_event_and_advice(local_hub
     with pytest.raises(HubError) as err:
         download_model(REPO, MODEL)
     message = str(err.value)
-    assert f"hf://{REPO}" in message and "'main'" in message and local_hub.endpoint in message
+    assert f"hf://{REPO}" in message
+    assert "'main'" in message
+    assert local_hub.endpoint in message
     assert "Check the network and HF_ENDPOINT" in message
-    assert "run the load once online" in message and "local path" in message
+    assert "run the load once online" in message
+    assert "local path" in message
     seen, _ = events
     assert seen == [
         ("info.start", f"hf://{REPO}"),

@@ -50,7 +50,8 @@ def _install_like_a_wheel(target: Path) -> None:
 
 def test_the_checkout_finds_the_op_library_and_the_floor():
     folder = errors.op_library_folder()
-    assert folder == REPO / "runtime" / "ops" and (folder / "__init__.py").is_file()
+    assert folder == REPO / "runtime" / "ops"
+    assert (folder / "__init__.py").is_file()
     assert conformance.read_floor() == int((REPO / "runtime" / "conformance_floor.txt").read_text())
     assert f"ember.runtime.ops, {folder};" in str(errors.UnsupportedOpsError({("", "X", 1): []}))
 
@@ -72,6 +73,8 @@ def test_an_installed_package_finds_the_op_library_and_the_floor(tmp_path):
     # The probe imported the laid-out copy, not the checkout.
     assert Path(got["runtime"]) == site / "ember" / "runtime" / "__init__.py"
     ops = site / "ember" / "runtime" / "ops"
-    assert Path(got["ops"]) == ops and (ops / "nn.py").is_file()
+    assert Path(got["ops"]) == ops
+    assert (ops / "nn.py").is_file()
     assert f"package ember.runtime.ops, {ops};" in got["message"]
-    assert got["floor"] == conformance.read_floor() and got["floor"] >= 1450
+    assert got["floor"] == conformance.read_floor()
+    assert got["floor"] >= 1450

@@ -43,7 +43,8 @@ def test_load_path_bytes_and_proto_give_the_same_model(tmp_path, ember_events):
         assert m.inputs[0].dtype == np.float32
         assert m.outputs[0].name == "y"
     assert from_path.source == str(path)
-    assert from_bytes.source is None and from_proto.source is None
+    assert from_bytes.source is None
+    assert from_proto.source is None
     starts = ember_events.of("ember.load.start")
     stops = ember_events.of("ember.load.stop")
     assert [s["source"] for s in starts] == [str(path), str(path), None, None]
@@ -58,7 +59,8 @@ def test_missing_file_and_garbage_bytes_are_load_errors(tmp_path, ember_events):
     with pytest.raises(LoadError, match="takes a path"):
         rt.load(42)  # type: ignore[arg-type]
     exc = ember_events.of("ember.load.exception")
-    assert len(exc) == 3 and "LoadError" in exc[0]["reason"]
+    assert len(exc) == 3
+    assert "LoadError" in exc[0]["reason"]
 
 
 def test_unsupported_ops_are_listed_in_one_error_with_node_names():
@@ -131,7 +133,7 @@ def test_external_data_outside_the_folder_is_refused(tmp_path, location):
     model, w = _external_model(folder, location)
     (tmp_path / "secret.bin").write_bytes(w.tobytes())
     onnx.save(model, folder / "m.onnx")
-    with pytest.raises(ExternalDataError, match="tensor 'w' points to .*secret.bin.*outside"):
+    with pytest.raises(ExternalDataError, match=r"tensor 'w' points to .*secret\.bin.*outside"):
         rt.load(folder / "m.onnx")
 
 
@@ -182,7 +184,7 @@ def test_external_data_absolute_path_is_refused(tmp_path):
 def test_external_data_missing_file_and_bytes_source(tmp_path):
     model, _ = _external_model(tmp_path, "gone.bin")
     onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(ExternalDataError, match="needs the external data file 'gone.bin'"):
+    with pytest.raises(ExternalDataError, match=r"needs the external data file 'gone\.bin'"):
         rt.load(tmp_path / "m.onnx")
     with pytest.raises(ExternalDataError, match="load it from its path"):
         rt.load(model.SerializeToString())
@@ -310,7 +312,7 @@ def test_external_data_without_a_length_reads_the_tensor_and_checks_it(tmp_path)
     onnx.save(model, tmp_path / "m.onnx")
     np.testing.assert_array_equal(rt.load(tmp_path / "m.onnx").graph.initializers["w"], w)
     (tmp_path / "weights.bin").write_bytes(b"x" * 8 + w.tobytes()[:20])
-    with pytest.raises(ExternalDataError, match="needs 24 bytes of 'weights.bin' from offset 8"):
+    with pytest.raises(ExternalDataError, match=r"needs 24 bytes of 'weights\.bin' from offset 8"):
         rt.load(tmp_path / "m.onnx")
 
 

@@ -35,7 +35,8 @@ def test_hub_source_loads_with_external_data_and_names_the_source(hub_endpoint, 
     starts = ember_events.of("ember.load.start")
     assert [s["source"] for s in starts] == [source, source]
     stops = ember_events.of("ember.load.stop")
-    assert stops[0]["node_count"] == 2 and stops[0]["opset"] == 17
+    assert stops[0]["node_count"] == 2
+    assert stops[0]["opset"] == 17
 
 
 def test_one_part_repository_id_round_trips_through_model_source(hub_endpoint, ember_events):
@@ -44,7 +45,8 @@ def test_one_part_repository_id_round_trips_through_model_source(hub_endpoint, e
     # 'hf://gpt2/onnx/model.onnx' would read as the repository 'gpt2/onnx'
     assert model.source == f"hf://gpt2@main/{MODEL}"
     again = rt.load(model.source)
-    assert again.source == model.source and again.folder == model.folder
+    assert again.source == model.source
+    assert again.folder == model.folder
     x = np.ones((1, 8), dtype=np.float32)
     np.testing.assert_allclose(np.asarray(rt.run(again, x=x)["y"]), expected_y(x, 3.0), rtol=1e-6)
     assert [s["source"] for s in ember_events.of("ember.load.start")] == [model.source] * 2

@@ -65,7 +65,8 @@ def test_cpu_reading_is_live_array_bytes_and_rss(tmp_path):
     rss = psutil.Process().memory_info().rss
     assert 0 < reading["rss_bytes"] <= rss * 2
     # nothing is invented: the fields the CPU cannot know stay absent
-    assert "peak_bytes" not in reading and "limit_bytes" not in reading
+    assert "peak_bytes" not in reading
+    assert "limit_bytes" not in reading
 
     (rec,) = _records(path, "device_memory")
     assert rec["source"] == "live_arrays"
@@ -147,7 +148,8 @@ def test_track_device_memory_reads_at_each_model_call(tmp_path):
         compiled({"x": x})  # after stop: no reading
         with memory.track_device_memory() as cpu_tracker:  # the real CPU device
             kept.append(compiled({"x": x}))
-    assert tracker.readings == 4 and cpu_tracker.readings == 1
+    assert tracker.readings == 4
+    assert cpu_tracker.readings == 1
     records = _records(path, "device_memory")
     calls = [r["span_id"] for r in _records(path, "span_start") if r["span_kind"] == "call"]
     assert [r["span_id"] for r in records] == calls[:4] + calls[5:]
@@ -162,13 +164,12 @@ def test_memory_sampler_reads_at_an_interval(tmp_path):
     path = tmp_path / "sampler.jsonl"
     stub = _StubGpu(0, XLA_GPU_STATS)
     enough = threading.Event()
-    with record(path):
-        with memory.MemorySampler(0.005, devices=[stub]) as sampler:
-            for _ in range(2000):  # wait for readings without asserting on time
-                if sampler.samples >= 4:
-                    enough.set()
-                    break
-                enough.wait(0.005)
+    with record(path), memory.MemorySampler(0.005, devices=[stub]) as sampler:
+        for _ in range(2000):  # wait for readings without asserting on time
+            if sampler.samples >= 4:
+                enough.set()
+                break
+            enough.wait(0.005)
     assert enough.is_set()
     assert len(_records(path, "device_memory")) == sampler.samples >= 5  # + one at stop
     assert validate_file(path).ok

@@ -31,7 +31,8 @@ def test_quantize_float8_saturates_and_int4_clips() -> None:
     zp8 = np.zeros((), ml_dtypes.float8_e4m3fn)
     (sat,) = run_op("QuantizeLinear", [x, np.float32(1.0), zp8], {}, opset=21)
     assert sat.dtype == ml_dtypes.float8_e4m3fn
-    assert float(sat[0]) == 448.0 and float(sat[1]) == -448.0
+    assert float(sat[0]) == 448.0
+    assert float(sat[1]) == -448.0
     (int4,) = run_op(
         "QuantizeLinear", [x, np.float32(1.0)], {"output_dtype": TensorProto.INT4}, opset=21
     )
@@ -95,7 +96,8 @@ def test_string_ops() -> None:
     (parts, counts) = run_op(
         "StringSplit", [np.array(["a,b", "c"], dtype=object)], {"delimiter": ","}, opset=20
     )
-    assert parts.tolist() == [["a", "b"], ["c", ""]] and counts.tolist() == [2, 1]
+    assert parts.tolist() == [["a", "b"], ["c", ""]]
+    assert counts.tolist() == [2, 1]
     (match,) = run_op("RegexFullMatch", [words], {"pattern": "[A-Z].*"}, opset=20)
     assert match.tolist() == [True, False, True, True]
 

@@ -683,7 +683,8 @@ def test_onnx_suite_ml_cases_pass_and_random_cases_say_why_they_fail() -> None:
     ]
     results = {c.name: conformance.run_case("node", c, "compile", 60) for c in cases}
     ml = {n: r for n, r in results.items() if n.startswith("test_ai_onnx_ml_")}
-    assert len(ml) >= 8 and all(r.ok for r in ml.values()), [r.message for r in ml.values()]
+    assert len(ml) >= 8, list(ml)
+    assert all(r.ok for r in ml.values()), [r.message for r in ml.values()]
     bernoulli = results["test_bernoulli"]
     assert not bernoulli.ok
     assert bernoulli.message.startswith("expected outputs are random draws of Bernoulli")

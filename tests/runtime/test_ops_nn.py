@@ -187,7 +187,8 @@ def test_global_average_pool_before_softmax_is_not_recomputed_in_its_fusion() ->
     hlo = compiled._main.exe.as_text()
     fusions = re.findall(r"\n(%?fused_computation[^\n]*\{.*?\n\})", hlo, re.S)
     with_exp = [f for f in fusions if "exponential(" in f]
-    assert with_exp and not any("multiply(" in f for f in with_exp)
+    assert with_exp
+    assert not any("multiply(" in f for f in with_exp)
     # logits of ~9.5e9 as in the light models, one channel 1e6 above the others
     levels = np.full(1000, 9.5e9, np.float32)
     levels[417] += 1e6
@@ -232,7 +233,7 @@ def test_batch_normalization_inference_and_training() -> None:
 
 def test_layer_normalization_returns_mean_and_inverse_std() -> None:
     x, s, b = randn(2, 3, 4), randn(3, 4), randn(3, 4)
-    y, mean, inv = assert_matches(
+    _y, mean, inv = assert_matches(
         "LayerNormalization", [x, s, b], {"axis": 1, "epsilon": 1e-3}, n_outputs=3, opset=17
     )
     assert mean.shape == inv.shape == (2, 1, 1)
@@ -531,13 +532,16 @@ def test_random_ops_shapes_dtypes_and_ranges() -> None:
     (normal,) = run_op(
         "RandomNormal", [], {"shape": [3, 4], "dtype": TensorProto.DOUBLE, "seed": 1.0}
     )
-    assert normal.shape == (3, 4) and normal.dtype == np.float64
+    assert normal.shape == (3, 4)
+    assert normal.dtype == np.float64
     (uniform,) = run_op(
         "RandomUniformLike", [np.zeros((5, 2), np.float16)], {"low": 2.0, "high": 3.0}
     )
-    assert uniform.dtype == np.float16 and ((uniform >= 2) & (uniform <= 3)).all()
+    assert uniform.dtype == np.float16
+    assert ((uniform >= 2) & (uniform <= 3)).all()
     (coin,) = run_op("Bernoulli", [np.full((100,), 0.5, np.float32)], {"seed": 3.0}, opset=15)
-    assert set(np.unique(coin)) <= {0.0, 1.0} and 0 < coin.sum() < 100
+    assert set(np.unique(coin)) <= {0.0, 1.0}
+    assert 0 < coin.sum() < 100
 
 
 def test_every_nn_op_registers_with_its_host_inputs() -> None:
@@ -620,7 +624,7 @@ def test_grid_sample_cubic_border_clamps_taps_like_onnxruntime() -> None:
 def test_recurrent_activation_alphas_are_consumed_by_the_functions_that_take_them() -> None:
     attrs = {"activations": ["Sigmoid", "LeakyRelu"], "activation_alpha": [0.2], "hidden_size": 3}
     x, w, r = randn(4, 2, 3), randn(1, 9, 3), randn(1, 9, 3)
-    (y, y_h) = run_op("GRU", [x, w, r], attrs, opset=14)
+    (y, _y_h) = run_op("GRU", [x, w, r], attrs, opset=14)
     node = helper.make_node("GRU", ["x", "w", "r"], ["y", "y_h"], **attrs)
     model = make_model(
         [node],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,7 +35,8 @@ def test_construct_insert_at_erase_length() -> None:
     assert [len(x) for x in erased] == [4, 3]
     assert [len(x) for x in call("SequenceErase", seq2)] == [2, 4]
     length = call("SequenceLength", erased)
-    assert length.dtype == np.int64 and int(length) == 2
+    assert length.dtype == np.int64
+    assert int(length) == 2
     assert call("SequenceEmpty", dtype=1) == []
 
 
@@ -108,7 +111,7 @@ def test_sequence_ops_work_under_jit() -> None:
 class _Body:
     """A stand-in for the interpreter's Subgraph: a callable with output names."""
 
-    output_names = ["shape", "twice"]
+    output_names: ClassVar[list[str]] = ["shape", "twice"]
 
     def __call__(self, x, k):
         return (np.asarray(np.shape(x), np.int64), x * k)
@@ -129,7 +132,8 @@ def test_optional_ops() -> None:
     assert call("Optional", opset=18) is None
     assert bool(call("OptionalHasElement", x, opset=18)) is True
     has = call("OptionalHasElement", None, opset=18)
-    assert has.dtype == np.bool_ and not bool(has)
+    assert has.dtype == np.bool_
+    assert not bool(has)
     seq = [np.ones(1)]
     assert call("OptionalGetElement", seq, opset=18) is seq
     with pytest.raises(ValueError, match="empty optional"):

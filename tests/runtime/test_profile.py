@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -139,7 +140,9 @@ def test_hand_model_categories(hand_trace):
     frees = {
         r["tensor_id"]: r["op_name"] for r in _kind(records, "memory") if r["action"] == "free"
     }
-    assert frees["s1"] == "Sigmoid" and frees["act"] == "Split" and frees["s2"] == "Split"
+    assert frees["s1"] == "Sigmoid"
+    assert frees["act"] == "Split"
+    assert frees["s2"] == "Split"
     assert frees["U"] is None  # nothing reads it: freed at the start
 
 
@@ -158,13 +161,14 @@ def test_hand_model_op_records(hand_trace):
     split = ops[3]
     assert split["inputs"] == ["act", "split_sizes"]
     assert split["output"] == "s1"
-    assert split["shape"] == [2, 3] and split["dtype"] == "float32"
+    assert split["shape"] == [2, 3]
+    assert split["dtype"] == "float32"
     assert split["storage_bytes"] == 48  # both outputs
     assert split["input_storage_bytes"] == 48 + 16
     assert all(o["duration_ns"] > 0 for o in ops)
     assert ops[0]["device"] == "cpu:0"
     # ops run one after the other: each starts after the previous one ended
-    for a, b in zip(ops, ops[1:], strict=False):
+    for a, b in itertools.pairwise(ops):
         assert b["ts_ns"] >= a["ts_ns"] + a["duration_ns"]
     (run_start,) = [r for r in records if r["kind"] == "span_start" and r["span_kind"] == "run"]
     assert {r["span_id"] for r in ops + _kind(records, "memory")} == {run_start["span_id"]}
@@ -292,6 +296,7 @@ def test_failing_node_is_named_and_the_run_span_ends_in_error(tmp_path):
     with record(path), pytest.raises(NodeError, match="bad_matmul"):
         rt.profile(model, {"A": np.ones((2, 3), np.float32), "B": np.ones((4, 5), np.float32)})
     (end,) = [r for r in _read(path) if r["kind"] == "span_end"]
-    assert end["span_kind"] == "run" and end["status"] == "error"
+    assert end["span_kind"] == "run"
+    assert end["status"] == "error"
     assert "bad_matmul" in end["error"]["reason"]
     assert validate_file(path).ok

@@ -187,12 +187,18 @@ def test_nonzero_feeding_reshape_events_and_outputs(ember_events):
         "shapes": [*data_shapes, *x_shapes],
     }
     miss0 = got[1][1]
-    assert miss0["position"] == 0 and miss0["shapes"] == x_shapes and miss0["statics"] == []
-    assert len(miss0["key"]) == 16 and int(miss0["key"], 16) >= 0
+    assert miss0["position"] == 0
+    assert miss0["shapes"] == x_shapes
+    assert miss0["statics"] == []
+    assert len(miss0["key"]) == 16
+    assert int(miss0["key"], 16) >= 0
     stop0 = got[3][1]
-    assert stop0["stop"] == 5 and stop0["compiled"] is True and stop0["disk_cache"] is None
+    assert stop0["stop"] == 5
+    assert stop0["compiled"] is True
+    assert stop0["disk_cache"] is None
     assert stop0["reason"].startswith("the values of NonZero")
-    assert stop0["host_values"] == [] and stop0["key"] == miss0["key"]
+    assert stop0["host_values"] == []
+    assert stop0["key"] == miss0["key"]
     assert set(stop0["memory"]) == {
         "argument_bytes",
         "output_bytes",
@@ -204,13 +210,17 @@ def test_nonzero_feeding_reshape_events_and_outputs(ember_events):
     assert set(stop0["cost"]) == {"flops", "bytes_accessed"}
     assert got[4][1] == {"source": None, "position": 5, "node": "nonzero", "op_type": "NonZero"}
     miss1 = got[6][1]
-    assert miss1["position"] == 6 and miss1["shapes"] == data_shapes
+    assert miss1["position"] == 6
+    assert miss1["shapes"] == data_shapes
     assert miss1["statics"] == statics
     stop1 = got[8][1]
-    assert stop1["stop"] == "end" and stop1["compiled"] is False
-    assert stop1["reason"] is None and stop1["disk_cache"] is None
+    assert stop1["stop"] == "end"
+    assert stop1["compiled"] is False
+    assert stop1["reason"] is None
+    assert stop1["disk_cache"] is None
     assert stop1["host_values"] == ["nz"]
-    assert stop1["memory"] is None and stop1["cost"] is None
+    assert stop1["memory"] is None
+    assert stop1["cost"] is None
 
     # other positions of the nonzero value: segment 0 hits, the eager segment misses
     ember_events.clear_all()
@@ -240,7 +250,8 @@ def test_nonzero_feeding_reshape_events_and_outputs(ember_events):
     compiled({"x": x1, "data": data})
     hits = ember_events.of("ember.cache.hit")
     assert [h["position"] for h in hits] == [0, 6]
-    assert hits[1]["key"] == miss1["key"] and hits[1]["statics"] == statics
+    assert hits[1]["key"] == miss1["key"]
+    assert hits[1]["statics"] == statics
     assert not ember_events.of("ember.cache.miss")
 
 
@@ -255,8 +266,10 @@ def test_compiled_segment_after_a_break_reads_host_values(ember_events):
     stops = ember_events.of("ember.segment.compile.stop")
     after = [s for s in stops if s["position"] == 6]
     assert [s["compiled"] for s in after] == [True, True]
-    assert after[0]["host_values"] == ["nz"] and after[1]["host_values"] == []
-    assert after[0]["stop"] == "end" and after[0]["memory"]["output_bytes"] == 6 * 4
+    assert after[0]["host_values"] == ["nz"]
+    assert after[1]["host_values"] == []
+    assert after[0]["stop"] == "end"
+    assert after[0]["memory"]["output_bytes"] == 6 * 4
     # the third call hits both positions
     assert [h["position"] for h in ember_events.of("ember.cache.hit")] == [0, 0, 6]
 
@@ -358,8 +371,11 @@ def test_no_breaks_compiles_once_and_emits_no_cache_events(ember_events):
         "ember.compile.stop",
     ]
     seg = ember_events.of("ember.segment.compile.stop")[0]
-    assert seg["stop"] == "end" and seg["compiled"] is True and seg["reason"] is None
-    assert seg["memory"]["argument_bytes"] == 16 and seg["memory"]["output_bytes"] == 16
+    assert seg["stop"] == "end"
+    assert seg["compiled"] is True
+    assert seg["reason"] is None
+    assert seg["memory"]["argument_bytes"] == 16
+    assert seg["memory"]["output_bytes"] == 16
     ember_events.clear_all()
     x = _f32(1, -2, 3, -4)
     for _ in range(3):
@@ -500,7 +516,8 @@ def test_second_process_reads_every_segment_from_the_disk_cache(tmp_path):
         second["y"], reference(nonzero_reshape_model(extra_adds=20), feeds)["y"]
     )
     # the second process took both programs from Ember's store: nothing went to XLA
-    assert first["xla"] >= 2 and second["xla"] == 0
+    assert first["xla"] >= 2
+    assert second["xla"] == 0
     assert len(list((cache / "ember-programs").glob("*.program"))) == 2
 
 
@@ -535,12 +552,14 @@ def test_unreadable_stored_program_is_compiled_and_removed(tmp_path, caplog, emb
     np.testing.assert_allclose(np.asarray(compiled(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
     # The compile was read from JAX's own cache: that program, serialized again, would not
     # run, so it is not stored; the bad entry is gone, and the next process reads JAX's.
-    assert _disk_stops(ember_events)[-1] == "hit" and not entry.exists()
+    assert _disk_stops(ember_events)[-1] == "hit"
+    assert not entry.exists()
     caplog.clear()
     with caplog.at_level("WARNING", logger="ember.runtime"):
         again = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
     np.testing.assert_allclose(np.asarray(again(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
-    assert _disk_stops(ember_events)[-1] == "hit" and not caplog.text
+    assert _disk_stops(ember_events)[-1] == "hit"
+    assert not caplog.text
 
 
 def test_a_program_from_jaxs_cache_is_not_stored_where_it_would_not_run(tmp_path, ember_events):
@@ -595,7 +614,8 @@ def test_entries_swapped_between_names_are_compiled_and_replaced(
     with caplog.at_level("WARNING", logger="ember.runtime"):  # replaced: a hit, no warning
         again = rt.compile(_scaled_model(2.0), cache_dir=tmp_path)
     np.testing.assert_allclose(np.asarray(again(x=_f32(1, 2, 3))["y"]), [2, 4, 6])
-    assert _disk_stops(ember_events)[-1] == "hit" and not caplog.text
+    assert _disk_stops(ember_events)[-1] == "hit"
+    assert not caplog.text
 
 
 def test_a_cache_dir_that_cannot_be_used_warns_once_and_every_call_runs(
@@ -660,7 +680,7 @@ def test_sequence_argument_shapes_list_each_element(ember_events):
     x, x2 = _f32(0, 1, 1), _f32(5, 6)
     out = compiled(x=x, x2=x2)
     np.testing.assert_array_equal(np.asarray(out["y"]), reference(proto, {"x": x, "x2": x2})["y"])
-    after = [m for m in ember_events.of("ember.cache.miss") if m["position"] == 2][0]
+    after = next(m for m in ember_events.of("ember.cache.miss") if m["position"] == 2)
     assert after["shapes"] == [
         {"name": "nz", "shape": [1, 2], "dtype": "int64"},
         {

@@ -218,7 +218,7 @@ def errors_of(data) -> str:
 
 
 @pytest.mark.parametrize(
-    "change, field, words",
+    ("change", "field", "words"),
     [
         ({"position": "four"}, "position", "valid integer"),
         ({"action": "flush"}, "action", "'hit', 'miss' or 'evict'"),

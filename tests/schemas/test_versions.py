@@ -72,7 +72,9 @@ def test_newer_version_names_both_versions(tmp_path):
     assert len(report.errors) == 1  # the file is refused once, not line by line
     message = str(report.errors[0])
     assert message.startswith(f"{path}:1: ")
-    assert newer in message and SCHEMA_ID in message and "upgrade Ember" in message
+    assert newer in message
+    assert SCHEMA_ID in message
+    assert "upgrade Ember" in message
 
 
 @pytest.mark.parametrize("bad", ["candle-graph/trace/6", "ember.trace/x", 3, None])
@@ -155,15 +157,18 @@ def v1_call_trace() -> list[dict]:
 def test_version_1_is_upgraded_and_says_its_spans_ended_at_dispatch(tmp_path):
     from ember.schemas import MIGRATIONS, RECORD
 
-    assert SCHEMA_VERSION == 2 and MIGRATIONS.oldest_readable() == 1
+    assert SCHEMA_VERSION == 2
+    assert MIGRATIONS.oldest_readable() == 1
     path = write(tmp_path / "v1.jsonl", v1_call_trace())
     report = validate_file(path)
     assert report.ok, report.errors
     assert report.counts == {"meta": 1, "span_start": 1, "span_end": 2}
     records = [MIGRATIONS.upgrade(r, 1) for r in v1_call_trace()]
     meta_v2 = RECORD.validate_python(records[0])
-    assert meta_v2.schema_id == SCHEMA_ID and meta_v2.sync is False
+    assert meta_v2.schema_id == SCHEMA_ID
+    assert meta_v2.sync is False
     end = RECORD.validate_python(records[2])
-    assert end.attrs.dispatch_ns is None and end.duration_ns == 200
+    assert end.attrs.dispatch_ns is None
+    assert end.duration_ns == 200
     # a version 2 meta without the field is synced (the default)
     assert RECORD.validate_python(meta()).sync is True
