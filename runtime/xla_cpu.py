@@ -9,10 +9,13 @@ JAX's defaults and ONNX's layout.
   85 -> 57, inception_v1 47 -> 37, alexnet 32 -> 24; vgg19 311 -> 326), so programs are
   compiled without them. The options are given per compile, so the rest of the process
   keeps JAX's defaults.
-- **HWIO weights.** XLA:CPU convolves with HWIO kernels; a parameter in ONNX's OIHW layout
-  was copied into that layout on every call (resnet50: 100 MB a call). A 2-D weight that
-  only Conv reads is stored on the device as HWIO (``oihw_to_hwio``) and the program reads
-  it back through a transpose (``read_hwio``), which XLA folds into the convolution.
+- **HWIO weights.** XLA:CPU convolves with HWIO kernels (spatial dimensions first, then
+  input and output channels); a parameter in ONNX's OIHW layout was copied into that layout
+  on every call (resnet50: 100 MB a call; silero-vad's op-15 export, whose 1-D STFT
+  convolution has a 258x1x256 weight: 103 -> 59 us a call, against onnxruntime's 67). A
+  convolution weight of any spatial rank that only Conv reads is stored on the device as
+  HWIO (``oihw_to_hwio``) and the program reads it back through a transpose
+  (``read_hwio``), which XLA folds into the convolution.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ def compiler_options() -> dict[str, str | bool] | None:
 def hwio_params(
     nodes: Iterable[Any], params: Iterable[str], values: Mapping[str, Any]
 ) -> frozenset[str]:
-    """The parameters to keep on the device as HWIO: 2-D convolution weights (4-D values)
-    that no node but Conv reads, as its weight (input 1). Empty off XLA:CPU."""
+    """The parameters to keep on the device as HWIO: convolution weights (1-D, 2-D or 3-D:
+    values of 3 dimensions or more) that no node but Conv reads, as its weight (input 1).
+    Empty off XLA:CPU."""
     import jax
 
     if jax.default_backend() != "cpu":
@@ -48,24 +52,26 @@ def hwio_params(
             if name in wanted:
                 uses.setdefault(name, set()).add((node.op_type, i))
     return frozenset(
-        n for n, used in uses.items() if used == {("Conv", 1)} and np.ndim(values[n]) == 4
+        n for n, used in uses.items() if used == {("Conv", 1)} and np.ndim(values[n]) >= 3
     )
 
 
 def oihw_to_hwio(w: np.ndarray) -> np.ndarray:
-    """A 2-D convolution weight in XLA:CPU's kernel layout, contiguous.
+    """A convolution weight (O, I, *spatial) in XLA:CPU's kernel layout (*spatial, I, O),
+    contiguous.
 
-    Done as a 3-D transpose over (O, I, H*W), which numpy copies about 2.7x faster than
-    the 4-D ``transpose(2, 3, 1, 0)`` when the memory is warm. On a fresh load the page
-    faults of the new 100 MB dominate (resnet50: about 0.1 s, once).
+    Done as a 3-D transpose over (O, I, prod(spatial)), which numpy copies about 2.7x
+    faster than the 4-D ``transpose(2, 3, 1, 0)`` when the memory is warm. On a fresh load
+    the page faults of the new 100 MB dominate (resnet50: about 0.1 s, once).
     """
-    o, i, h, w_ = w.shape
-    hwio = np.ascontiguousarray(w.reshape(o, i, h * w_).transpose(2, 1, 0))
-    return hwio.reshape(h, w_, i, o)
+    o, i, *spatial = w.shape
+    hwio = np.ascontiguousarray(w.reshape(o, i, -1).transpose(2, 1, 0))
+    return hwio.reshape(*spatial, i, o)
 
 
 def read_hwio(value: Any) -> Any:
     """Inside a program: an HWIO weight as the OIHW tensor the ONNX graph expects."""
     import jax.numpy as jnp
 
-    return jnp.transpose(value, (3, 2, 0, 1))
+    n = value.ndim
+    return jnp.transpose(value, (n - 1, n - 2, *range(n - 2)))
