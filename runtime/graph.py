@@ -355,7 +355,7 @@ class Subgraph:
 def _bind_attrs(node: Node, env: Mapping[str, Any]) -> dict[str, Any]:
     if not node.outer_reads and not (node.opdef and node.opdef.subgraphs):
         return node.attrs
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in node.attrs.items():
         if isinstance(v, Graph):
             out[k] = Subgraph(v, env)

@@ -355,8 +355,10 @@ def _from_snapshot(folder: Path, repo_id: str, revision: str) -> RepoMetadata | 
     ref = folder / "refs" / revision
     if commit is None and ref.is_file():
         commit = ref.read_text().strip()
-    snap = folder / "snapshots" / commit if commit else None
-    if snap is None or not snap.is_dir():
+    if not commit:
+        return None
+    snap = folder / "snapshots" / commit
+    if not snap.is_dir():
         return None
     files = {}
     for path in snap.rglob("*"):

@@ -165,7 +165,7 @@ def plan_shapes(
     for value in sweep.values if sweep else (None,):
         step_symbols = dict(symbols)
         swept_symbol = None
-        if sweep is not None:
+        if sweep is not None and value is not None:
             d = (specs[sweep.name].shape or ())[sweep.dim]
             if isinstance(d, str):
                 step_symbols[d] = value
@@ -173,10 +173,15 @@ def plan_shapes(
         step: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         for spec in model.inputs:
             step[spec.name] = _shape_of(spec, given.get(spec.name), step_symbols, defaults)
-            if sweep is not None and spec.name == sweep.name and swept_symbol is None:
-                shape = list(step[spec.name][0])
-                shape[sweep.dim] = value
-                step[spec.name] = (tuple(shape), step[spec.name][1])
+            if (
+                sweep is not None
+                and value is not None
+                and spec.name == sweep.name
+                and swept_symbol is None
+            ):
+                dims = list(step[spec.name][0])
+                dims[sweep.dim] = value
+                step[spec.name] = (tuple(dims), step[spec.name][1])
         steps.append(step)
     return steps, defaults
 
