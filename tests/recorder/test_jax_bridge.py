@@ -453,7 +453,7 @@ def test_overlapping_watchers_record_each_compile_once_and_restore_the_option(tm
 
 
 def test_a_failure_in_the_bridge_never_fails_the_compile(monkeypatch, caplog):
-    from ember.recorder import jax as bridge
+    from ember.recorder import jax_compiles as bridge
 
     def broken(*args, **kwargs):
         raise RuntimeError("bridge bug")
@@ -530,7 +530,7 @@ def test_primitives_outside_jit_are_flagged_and_say_what_changed(tmp_path):
 
 
 def test_a_retrace_jax_explains_in_words_ember_cannot_type_keeps_jax_text(tmp_path):
-    from ember.recorder.jax import _BRIDGE
+    from ember.recorder.jax_compiles import _BRIDGE
 
     text = (
         "TRACING CACHE MISS at /app/train.py:3 (step) because:\n"

@@ -1,0 +1,242 @@
+"""Why JAX compiled again: its cache-miss explanations and primitives run outside ``jit``, as
+typed ``ArgChange`` records and one line for a person.
+
+``parse_explanation`` reads the ``TRACING CACHE MISS`` text JAX logs when
+``jax_explain_cache_misses`` is on: which function, whether it was ever traced, and what
+differed from the closest key it had seen (argument shape, dtype, weak type, pytree
+structure, tracing context), as ``x dim 0: 32 -> 16`` and ``{arg, what, old, new}`` dicts.
+
+JAX gives no explanation for a single primitive compiled outside ``jit`` (``broadcast_in_dim``
+for ``jnp.ones``): ``primitive_call`` takes what it is being compiled for (argument types and
+parameters) from JAX's ``apply_primitive`` frame, and ``primitive_changes`` compares two such
+calls (``primitive outside jit broadcast_in_dim: shape: (3,) -> (4,)``).
+
+The compile watcher in ``jax_compiles.py`` attaches these to ``jit`` spans.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import jax
+
+__all__ = [
+    "DOC_LINK",
+    "EXPLAIN_PREFIX",
+    "PRIMITIVE_REASON",
+    "Explanation",
+    "PrimitiveCall",
+    "parse_explanation",
+    "primitive_call",
+    "primitive_changes",
+]
+
+EXPLAIN_PREFIX = "TRACING CACHE MISS"
+"""How JAX's cache-miss explanations start."""
+
+# ---------------------------------------------------------------- cache-miss explanations
+
+_NEVER_SEEN = re.compile(r"never seen function:\s*\n\s*(?P<name>.+?) id=\d+")
+_FOR_FUN = re.compile(r"^\s*for (?P<name>.+?)(?: defined at .*)?$", re.M)
+_TYPE_DIFF = re.compile(r"^\s*\* at (?P<arg>.+?), now (?P<new>.+) and before (?P<old>.+)$")
+_TREE_DIFF = re.compile(
+    r"^\s*\* at input path (?P<arg>.*?), now (?P<new>.+) and before (?P<old>.+?)"
+    r"(?:, so (?P<why>.+))?$"
+)
+_CTX_DIFF = re.compile(r"^\s*\* (?P<arg>.+?) differs: now (?P<new>.+) and before (?P<old>.+)$")
+_JAX_TYPE = re.compile(r"^(?P<dtype>[a-z]+[0-9a-z_]*)\[(?P<dims>[^\]]*)\]")
+_SHORT_DTYPE = re.compile(r"^(bf|f|i|u|c)(\d+)$")
+_DTYPE_PREFIX = {"bf": "bfloat", "f": "float", "i": "int", "u": "uint", "c": "complex"}
+_WEAK = re.compile(r"\{weak_type=(True|False)\}")
+# JAX appends a link to its weak-type docs to the last line of the explanation
+DOC_LINK = re.compile(r"https?://\S+$", re.M)
+
+
+def _numpy_dtype(short: str) -> str:
+    m = _SHORT_DTYPE.match(short)
+    return _DTYPE_PREFIX[m.group(1)] + m.group(2) if m else short
+
+
+def _split_type(text: str) -> tuple[str, list[str]] | None:
+    m = _JAX_TYPE.match(text.strip())
+    if m is None:
+        return None
+    dims = [d.strip() for d in m.group("dims").split(",") if d.strip()]
+    return _numpy_dtype(m.group("dtype")), dims
+
+
+def _type_change(arg: str, new: str, old: str) -> tuple[dict[str, Any], str]:
+    """An ``ArgChange`` dict and a phrase such as ``x dim 0: 32 -> 16``."""
+    change = {"arg": arg, "what": "other", "old": old, "new": new}
+    weak = _WEAK.search(new), _WEAK.search(old)
+    if weak[0] and weak[1]:
+        change["what"] = "weak_type"
+        return change, f"{arg} weak_type: {weak[1].group(1)} -> {weak[0].group(1)}"
+    n, o = _split_type(new), _split_type(old)
+    if n is None or o is None:
+        return change, f"{arg}: {old} -> {new}"
+    (n_dtype, n_dims), (o_dtype, o_dims) = n, o
+    phrases = []
+    if n_dtype != o_dtype:
+        change["what"] = "dtype"
+        phrases.append(f"{arg} dtype: {o_dtype} -> {n_dtype}")
+    if n_dims != o_dims:
+        change["what"] = "shape" if n_dtype == o_dtype else change["what"]
+        if len(n_dims) != len(o_dims):
+            phrases.append(f"{arg} shape: [{','.join(o_dims)}] -> [{','.join(n_dims)}]")
+        else:
+            for i, (a, b) in enumerate(zip(o_dims, n_dims, strict=True)):
+                if a != b:
+                    phrases.append(f"{arg} dim {i}: {a} -> {b}")
+    if not phrases:  # same dtype and dims: sharding or memory kind differ
+        phrases.append(f"{arg}: {old} -> {new}")
+    return change, "; ".join(phrases)
+
+
+@dataclass
+class Explanation:
+    """JAX's explanation of one tracing-cache miss, parsed.
+
+    ``first`` is True when JAX had never traced the function (not a retrace); then
+    ``reason`` is None. Otherwise ``reason`` is one line for a person and ``changes``
+    are the typed differences from the closest key JAX had seen.
+    """
+
+    fun_name: str
+    first: bool
+    reason: str | None = None
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    text: str = ""
+
+
+def parse_explanation(text: str) -> Explanation | None:
+    """Parse a ``TRACING CACHE MISS`` log message; None for any other message."""
+    if not text.startswith(EXPLAIN_PREFIX):
+        return None
+    m = _NEVER_SEEN.search(text)
+    if m:
+        return Explanation(m.group("name").strip(), True, None, [], text)
+    m = _FOR_FUN.search(text)
+    name = m.group("name").strip() if m else "<unknown>"
+    _, sep, diff = text.partition("For the closest previous key:")
+    diff = DOC_LINK.sub("", diff.strip() if sep else text)
+    changes: list[dict[str, Any]] = []
+    phrases: list[str] = []
+    lines = diff.splitlines()
+    head = lines[0].strip() if lines else ""
+    for line in lines[1:]:
+        if head.startswith("different input types"):
+            t = _TYPE_DIFF.match(line)
+            if t:
+                change, phrase = _type_change(t.group("arg"), t.group("new"), t.group("old"))
+                changes.append(change)
+                phrases.append(phrase)
+        elif head.startswith("different input pytree"):
+            t = _TREE_DIFF.match(line)
+            if t:
+                arg = t.group("arg") or "<args>"
+                changes.append(
+                    {"arg": arg, "what": "structure", "old": t.group("old"), "new": t.group("new")}
+                )
+                phrases.append(f"{arg} structure: {t.group('why') or 'differs'}")
+        elif head.startswith("Tracing context"):
+            t = _CTX_DIFF.match(line)
+            if t:
+                arg = f"context:{t.group('arg')}"
+                changes.append(
+                    {"arg": arg, "what": "other", "old": t.group("old"), "new": t.group("new")}
+                )
+                phrases.append(f"{t.group('arg')}: {t.group('old')} -> {t.group('new')}")
+    reason = "; ".join(phrases) if phrases else head.rstrip(":") or diff
+    return Explanation(name, False, reason, changes, text)
+
+
+# ---------------------------------------------------------------- primitives outside jit
+
+PRIMITIVE_REASON = "primitive outside jit"
+"""The start of a ``retrace_reason`` of a JAX primitive compiled again outside ``jit``."""
+
+_PARAM_TEXT_MAX = 80
+
+
+@dataclass
+class PrimitiveCall:
+    """A JAX primitive being compiled because it ran outside ``jit`` (op by op).
+
+    JAX compiles such a primitive once per argument types and parameters
+    (``jax._src.dispatch.xla_primitive_callable``), and its tracing-cache explanations do
+    not cover it; ``args`` (``f32[3]``) and ``params`` (their text) are what it was
+    compiled for, taken from JAX's ``apply_primitive`` frame.
+    """
+
+    name: str
+    args: list[str]
+    params: dict[str, str]
+
+
+def _short_text(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _PARAM_TEXT_MAX else text[: _PARAM_TEXT_MAX - 3] + "..."
+
+
+def _arg_type(value: Any) -> str:
+    try:
+        return jax.typeof(value).str_short(short_dtypes=True)
+    except Exception:  # not an array-like: its Python type
+        return type(value).__name__
+
+
+def primitive_call(name: str) -> PrimitiveCall | None:
+    """The primitive ``name`` being run outside jit on this thread's stack, else None."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "apply_primitive" and code.co_filename.endswith("dispatch.py"):
+            local = frame.f_locals
+            prim = local.get("prim")
+            if getattr(prim, "name", None) == name:
+                return PrimitiveCall(
+                    name,
+                    [_arg_type(a) for a in local.get("args", ())],
+                    {str(k): _short_text(v) for k, v in (local.get("params") or {}).items()},
+                )
+        frame = frame.f_back
+    return None
+
+
+def primitive_changes(old: PrimitiveCall, new: PrimitiveCall) -> tuple[str, list[dict[str, Any]]]:
+    """Why a primitive outside jit compiled again: a reason and typed ``ArgChange`` dicts."""
+    changes: list[dict[str, Any]] = []
+    phrases: list[str] = []
+    if len(old.args) != len(new.args):
+        changes.append(
+            {
+                "arg": "<args>",
+                "what": "structure",
+                "old": ", ".join(old.args),
+                "new": ", ".join(new.args),
+            }
+        )
+        phrases.append(f"{len(old.args)} -> {len(new.args)} arguments")
+    else:
+        for i, (o, n) in enumerate(zip(old.args, new.args, strict=True)):
+            if o != n:
+                change, phrase = _type_change(f"arg{i}", n, o)
+                changes.append(change)
+                phrases.append(phrase)
+    for k in sorted(set(old.params) | set(new.params)):
+        before, after = old.params.get(k), new.params.get(k)
+        if before != after:
+            changes.append({"arg": k, "what": "static", "old": before, "new": after})
+            phrases.append(f"{k}: {before} -> {after}")
+    detail = (
+        "; ".join(phrases)
+        if phrases
+        else "the same arguments and parameters (JAX's tracing context changed, or its "
+        "caches were cleared)"
+    )
+    return f"{PRIMITIVE_REASON} {new.name}: {detail}", changes
