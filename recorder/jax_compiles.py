@@ -34,17 +34,8 @@ from typing import Any, Literal
 import jax
 from jax import monitoring
 
-from . import bus
+from . import bus, jax_explain
 from . import events as E
-from .jax_explain import (
-    DOC_LINK,
-    EXPLAIN_PREFIX,
-    Explanation,
-    PrimitiveCall,
-    parse_explanation,
-    primitive_call,
-    primitive_changes,
-)
 
 __all__ = [
     "CACHE_HIT_EVENT",
@@ -75,7 +66,7 @@ class _ThreadState:
     # fun_name -> (start_s, end_s) of the latest trace not yet matched to a compile
     traces: dict[str, tuple[float, float]] = field(default_factory=dict)
     # fun_name -> the latest explanation not yet matched to a compile
-    explanations: dict[str, Explanation] = field(default_factory=dict)
+    explanations: dict[str, jax_explain.Explanation] = field(default_factory=dict)
     lowering: tuple[str, float, float] | None = None
     cache_requested: bool = False
     cache_result: Literal["hit", "miss"] | None = None
@@ -107,7 +98,7 @@ class _ExplainCapture(logging.Handler):
             msg = record.getMessage()
         except Exception:
             return True
-        if not msg.startswith(EXPLAIN_PREFIX):
+        if not msg.startswith(jax_explain.EXPLAIN_PREFIX):
             return True
         record._ember_seen = True
         self.bridge.on_explanation(msg)
@@ -135,7 +126,7 @@ class _Bridge:
         # monotonic ns = wall ns + offset: JAX reports spans in time.time() seconds
         self.mono_offset = 0
         # primitive name -> what it was last compiled for outside jit
-        self.primitives: dict[str, PrimitiveCall] = {}
+        self.primitives: dict[str, jax_explain.PrimitiveCall] = {}
 
     def add(self, watcher: CompileWatcher) -> None:
         with self.lock:
@@ -173,7 +164,7 @@ class _Bridge:
 
     def on_explanation(self, text: str) -> None:
         try:
-            exp = parse_explanation(text)
+            exp = jax_explain.parse_explanation(text)
         except Exception:
             _log.exception("ember: could not parse a JAX cache-miss explanation")
             return
@@ -230,14 +221,16 @@ class _Bridge:
         reason, changes = (exp.reason, exp.changes) if exp else (None, [])
         # a retrace that JAX explained but Ember could not type: keep JAX's own words
         explanation = (
-            DOC_LINK.sub("", exp.text).strip() if exp and not exp.first and not changes else None
+            jax_explain.DOC_LINK.sub("", exp.text).strip()
+            if exp and not exp.first and not changes
+            else None
         )
-        prim = primitive_call(name) if exp is None else None
+        prim = jax_explain.primitive_call(name) if exp is None else None
         if prim is not None:
             before = self.primitives.get(name)
             self.primitives[name] = prim
             if before is not None:
-                reason, changes = primitive_changes(before, prim)
+                reason, changes = jax_explain.primitive_changes(before, prim)
         stop_md = {
             **start_md,
             "tracing_ns": _ns(trace),

@@ -102,14 +102,20 @@ def parse_hub_source(source: Any) -> HubSource | None:
     return HubSource(repo_id, filename, revision)
 
 
+def _check_text(value: Any, what: str, give: str, *, backslash_hint: str = "") -> None:
+    """What a repository id and a file name share: a non-empty string without control
+    characters or backslashes; ``give`` says what to give instead of an empty one."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"Hub {what} {value!r}: {give}")
+    if _CONTROL.search(value):
+        raise ValueError(f"Hub {what} {value!r} contains a control character")
+    if "\\" in value:
+        raise ValueError(f"Hub {what} {value!r} contains a backslash{backslash_hint}")
+
+
 def validate_repo_id(repo_id: str) -> None:
     """Raise ``ValueError`` unless ``repo_id`` is ``name`` or ``owner/name`` as the Hub allows."""
-    if not isinstance(repo_id, str) or not repo_id:
-        raise ValueError(f"Hub repository id {repo_id!r}: give 'owner/repo'")
-    if _CONTROL.search(repo_id):
-        raise ValueError(f"Hub repository id {repo_id!r} contains a control character")
-    if "\\" in repo_id:
-        raise ValueError(f"Hub repository id {repo_id!r} contains a backslash")
+    _check_text(repo_id, "repository id", "give 'owner/repo'")
     parts = repo_id.split("/")
     if len(parts) > 2:
         raise ValueError(f"Hub repository id {repo_id!r}: has more than 'owner/repo'")
@@ -128,12 +134,12 @@ def validate_repo_id(repo_id: str) -> None:
 
 def validate_filename(filename: str, *, what: str = "file name") -> None:
     """Raise ``ValueError`` unless ``filename`` is a plain relative path inside a repository."""
-    if not isinstance(filename, str) or not filename:
-        raise ValueError(f"Hub {what} {filename!r}: give the path of the file in the repository")
-    if _CONTROL.search(filename):
-        raise ValueError(f"Hub {what} {filename!r} contains a control character")
-    if "\\" in filename:
-        raise ValueError(f"Hub {what} {filename!r} contains a backslash; use '/' between folders")
+    _check_text(
+        filename,
+        what,
+        "give the path of the file in the repository",
+        backslash_hint="; use '/' between folders",
+    )
     if filename.startswith("/") or re.match(r"[A-Za-z]:", filename):
         raise ValueError(
             f"Hub {what} {filename!r} is an absolute path; give it relative to the repo"
