@@ -43,3 +43,34 @@ def tensor(name: str, elem: int = TensorProto.FLOAT, shape: list[Any] | None = N
 def const(name: str, value: Any) -> onnx.NodeProto:
     arr = np.asarray(value)
     return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(arr, name))
+
+
+def nonzero_reshape_model(extra_adds: int = 0) -> onnx.ModelProto:
+    """y = Reshape(data (+ data x extra_adds), [-1, max(NonZero(x > 0)) + 1]): a NonZero break
+    between two segments. ``extra_adds`` grow the segment after it (with none it is small
+    enough to run eagerly; test_sync adds 25 so that it is compiled).
+
+    Positions: 0-3 constants, 4 Greater, 5 NonZero (the break), then the segment after it.
+    """
+    nodes = [
+        const("one", np.array([1], np.int64)),
+        const("minus_one", np.array([-1], np.int64)),
+        const("zero", np.array(0.0, np.float32)),
+        const("axes0", np.array([0], np.int64)),
+        helper.make_node("Greater", ["x", "zero"], ["mask"], name="greater"),
+        helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+        helper.make_node("ReduceMax", ["nz"], ["mx"], name="max", keepdims=0),
+        helper.make_node("Unsqueeze", ["mx", "axes0"], ["mx1"], name="unsqueeze"),
+        helper.make_node("Add", ["mx1", "one"], ["cols"], name="cols"),
+        helper.make_node("Concat", ["minus_one", "cols"], ["shape"], name="concat", axis=0),
+    ]
+    prev = "data"
+    for i in range(extra_adds):
+        nodes.append(helper.make_node("Add", [prev, "data"], [f"acc{i}"], name=f"acc{i}"))
+        prev = f"acc{i}"
+    nodes.append(helper.make_node("Reshape", [prev, "shape"], ["y"], name="reshape"))
+    return make_model(
+        nodes,
+        [tensor("x", shape=[6]), tensor("data", shape=[6])],
+        [tensor("y", shape=["rows", "cols"])],
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -116,6 +118,14 @@ def _external_model(tmp_path, location: str) -> tuple[onnx.ModelProto, np.ndarra
     return model, w
 
 
+def _assert_refused(model: onnx.ModelProto, folder: Path, match: str) -> None:
+    """Save ``model`` as ``folder/m.onnx``: loading it raises ``ExternalDataError`` matching
+    ``match``."""
+    onnx.save(model, folder / "m.onnx")
+    with pytest.raises(ExternalDataError, match=match):
+        rt.load(folder / "m.onnx")
+
+
 def test_external_data_inside_the_folder_loads(tmp_path):
     model, w = _external_model(tmp_path, "weights.bin")
     (tmp_path / "weights.bin").write_bytes(w.tobytes())
@@ -132,9 +142,7 @@ def test_external_data_outside_the_folder_is_refused(tmp_path, location):
     folder.mkdir()
     model, w = _external_model(folder, location)
     (tmp_path / "secret.bin").write_bytes(w.tobytes())
-    onnx.save(model, folder / "m.onnx")
-    with pytest.raises(ExternalDataError, match=r"tensor 'w' points to .*secret\.bin.*outside"):
-        rt.load(folder / "m.onnx")
+    _assert_refused(model, folder, r"tensor 'w' points to .*secret\.bin.*outside")
 
 
 @pytest.mark.parametrize("link", ["file", "folder"])
@@ -150,13 +158,12 @@ def test_external_data_through_a_symlink_out_of_the_folder_is_refused(tmp_path, 
         (folder / "data.bin").symlink_to(outside / "secret.bin")
     else:
         (folder / "sub").symlink_to(outside, target_is_directory=True)
-    onnx.save(model, folder / "m.onnx")
-    with pytest.raises(
-        ExternalDataError,
-        match=rf"tensor 'w' points to '{location}', which resolves to .*outside.secret.bin "
+    _assert_refused(
+        model,
+        folder,
+        rf"tensor 'w' points to '{location}', which resolves to .*outside.secret.bin "
         "outside the model's folder",
-    ):
-        rt.load(folder / "m.onnx")
+    )
 
 
 def test_external_data_through_symlinks_inside_the_folder_loads(tmp_path):
@@ -176,16 +183,12 @@ def test_external_data_absolute_path_is_refused(tmp_path):
     secret = tmp_path / "secret.bin"
     model, w = _external_model(tmp_path, str(secret))
     secret.write_bytes(w.tobytes())
-    onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(ExternalDataError, match="tensor 'w' points to the absolute path"):
-        rt.load(tmp_path / "m.onnx")
+    _assert_refused(model, tmp_path, "tensor 'w' points to the absolute path")
 
 
 def test_external_data_missing_file_and_bytes_source(tmp_path):
     model, _ = _external_model(tmp_path, "gone.bin")
-    onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(ExternalDataError, match=r"needs the external data file 'gone\.bin'"):
-        rt.load(tmp_path / "m.onnx")
+    _assert_refused(model, tmp_path, r"needs the external data file 'gone\.bin'")
     with pytest.raises(ExternalDataError, match="load it from its path"):
         rt.load(model.SerializeToString())
 
@@ -289,13 +292,12 @@ def test_an_output_nothing_produces_is_a_load_error():
 def test_external_data_shorter_than_its_tensor_names_the_tensor_and_file(tmp_path):
     model, w = _external_model(tmp_path, "weights.bin")
     (tmp_path / "weights.bin").write_bytes(w.tobytes()[:4])
-    onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(
-        ExternalDataError,
-        match=r"tensor 'w' needs 24 bytes of 'weights.bin' from offset 0, but the file "
+    _assert_refused(
+        model,
+        tmp_path,
+        r"tensor 'w' needs 24 bytes of 'weights.bin' from offset 0, but the file "
         r"\(4 bytes\) gives only 4",
-    ):
-        rt.load(tmp_path / "m.onnx")
+    )
 
 
 def test_external_data_without_a_length_reads_the_tensor_and_checks_it(tmp_path):
@@ -342,13 +344,12 @@ def test_external_data_offset_or_length_that_is_not_a_count(tmp_path, key, value
     for e in init.external_data:
         if e.key == key:
             e.value = value
-    onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(
-        ExternalDataError,
-        match=rf"tensor 'w' has the external data {key} '{value}' in 'weights.bin'; it must be "
+    _assert_refused(
+        model,
+        tmp_path,
+        rf"tensor 'w' has the external data {key} '{value}' in 'weights.bin'; it must be "
         "a whole number of bytes",
-    ):
-        rt.load(tmp_path / "m.onnx")
+    )
 
 
 def test_an_opset_newer_than_the_op_library_warns_and_still_runs(tmp_path):

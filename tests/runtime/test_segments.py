@@ -16,39 +16,16 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
-from tests.runtime.models import const, make_model, reference, tensor
+from tests.runtime.models import (
+    const,
+    make_model,
+    nonzero_reshape_model,
+    reference,
+    tensor,
+)
 
 # ---------------------------------------------------------------------------------------------
 # models
-
-
-def nonzero_reshape_model(extra_adds: int = 0) -> onnx.ModelProto:
-    """y = Reshape(data (+1 x extra_adds), [-1, max(NonZero(x > 0)) + 1]).
-
-    Positions: 0-3 constants, 4 Greater, 5 NonZero (the break), then the segment after it.
-    """
-    nodes = [
-        const("one", np.array([1], np.int64)),
-        const("minus_one", np.array([-1], np.int64)),
-        const("zero", np.array(0.0, np.float32)),
-        const("axes0", np.array([0], np.int64)),
-        helper.make_node("Greater", ["x", "zero"], ["mask"], name="greater"),
-        helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
-        helper.make_node("ReduceMax", ["nz"], ["mx"], name="max", keepdims=0),
-        helper.make_node("Unsqueeze", ["mx", "axes0"], ["mx1"], name="unsqueeze"),
-        helper.make_node("Add", ["mx1", "one"], ["cols"], name="cols"),
-        helper.make_node("Concat", ["minus_one", "cols"], ["shape"], name="concat", axis=0),
-    ]
-    prev = "data"
-    for i in range(extra_adds):
-        nodes.append(helper.make_node("Add", [prev, "data"], [f"acc{i}"], name=f"acc{i}"))
-        prev = f"acc{i}"
-    nodes.append(helper.make_node("Reshape", [prev, "shape"], ["y"], name="reshape"))
-    return make_model(
-        nodes,
-        [tensor("x", shape=[6]), tensor("data", shape=[6])],
-        [tensor("y", shape=["rows", "cols"])],
-    )
 
 
 def if_model() -> onnx.ModelProto:

@@ -22,7 +22,7 @@ from ember.analysis import connect, ingest
 from ember.recorder import bus, record
 from ember.runtime.workload import resolve_source
 from ember.schemas import validate_file
-from tests.runtime.models import const, make_model, tensor
+from tests.runtime.models import const, make_model, nonzero_reshape_model, tensor
 
 
 def records(path):
@@ -135,33 +135,6 @@ def test_sync_only_while_a_syncing_recording_is_open(tmp_path):
 # ---------------------------------------------------------------- segments and breaks
 
 
-def nonzero_model(adds: int = 25) -> onnx.ModelProto:
-    """x -> Greater -> NonZero (a break) -> ReduceMax -> Reshape(data + ...), as in
-    test_segments: a compiled segment after the break (25 adds: not kept eager)."""
-    nodes = [
-        const("one", np.array([1], np.int64)),
-        const("minus_one", np.array([-1], np.int64)),
-        const("zero", np.array(0.0, np.float32)),
-        const("axes0", np.array([0], np.int64)),
-        helper.make_node("Greater", ["x", "zero"], ["mask"], name="greater"),
-        helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
-        helper.make_node("ReduceMax", ["nz"], ["mx"], name="max", keepdims=0),
-        helper.make_node("Unsqueeze", ["mx", "axes0"], ["mx1"], name="unsqueeze"),
-        helper.make_node("Add", ["mx1", "one"], ["cols"], name="cols"),
-        helper.make_node("Concat", ["minus_one", "cols"], ["shape"], name="concat", axis=0),
-    ]
-    prev = "data"
-    for i in range(adds):
-        nodes.append(helper.make_node("Add", [prev, "data"], [f"acc{i}"], name=f"acc{i}"))
-        prev = f"acc{i}"
-    nodes.append(helper.make_node("Reshape", [prev, "shape"], ["y"], name="reshape"))
-    return make_model(
-        nodes,
-        [tensor("x", shape=[6]), tensor("data", shape=[6])],
-        [tensor("y", shape=["rows", "cols"])],
-    )
-
-
 def loop_model(adds: int = 3) -> onnx.ModelProto:
     """v, scans = Loop(trips = sum(x), body: v + 1 (adds times), scan of v): a break that runs
     a body (the scan outputs' length is the computed trip count)."""
@@ -202,7 +175,7 @@ def loop_model(adds: int = 3) -> onnx.ModelProto:
 
 
 def test_segment_spans_one_per_segment_run_inside_the_call(tmp_path):
-    model = rt.compile(rt.load(nonzero_model()))
+    model = rt.compile(rt.load(nonzero_reshape_model(extra_adds=25)))
     feeds = {
         "x": np.array([1, 0, 2, -1, -1, -1], np.float32),  # NonZero: 0, 2 -> 3 columns
         "data": np.arange(6, dtype=np.float32),
