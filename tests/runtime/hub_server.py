@@ -189,13 +189,18 @@ class LocalHub:
                 return self._resolve("/".join(parts[:n]), unquote(parts[n + 1]), parts[n + 2 :])
         return 404, {}, b"not found"
 
-    def _model_info(self, repo_id: str, revision: str) -> tuple[int, dict, bytes]:
+    def _commit(self, repo_id: str, revision: str) -> _Commit | tuple[int, dict, bytes]:
+        """The commit ``revision`` names in ``repo_id``, else the Hub's error answer (a tuple)."""
         repo = self.repos.get(repo_id)
         if repo is None:
             return self._error("RepoNotFound")
         commit = repo.resolve(revision)
-        if commit is None:
-            return self._error("RevisionNotFound")
+        return self._error("RevisionNotFound") if commit is None else commit
+
+    def _model_info(self, repo_id: str, revision: str) -> tuple[int, dict, bytes]:
+        commit = self._commit(repo_id, revision)
+        if isinstance(commit, tuple):
+            return commit
         siblings = []
         for name, data in sorted(commit.files.items()):
             s: dict = {"rfilename": name, "size": len(data)}
@@ -211,12 +216,9 @@ class LocalHub:
         return 200, {"Content-Type": "application/json"}, json.dumps(info).encode()
 
     def _resolve(self, repo_id: str, revision: str, rest: list[str]) -> tuple[int, dict, bytes]:
-        repo = self.repos.get(repo_id)
-        if repo is None:
-            return self._error("RepoNotFound")
-        commit = repo.resolve(revision)
-        if commit is None:
-            return self._error("RevisionNotFound")
+        commit = self._commit(repo_id, revision)
+        if isinstance(commit, tuple):
+            return commit
         name = unquote("/".join(rest))
         data = commit.files.get(name)
         if data is None:

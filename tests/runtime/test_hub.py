@@ -84,6 +84,13 @@ def _size(files, name):
     return len(files[name])
 
 
+def _hits(files, check):
+    """The events of a load whose model, data and config files all hit with ``check``."""
+    return [
+        ("hit", f"hf://{REPO}/{name}", check, len(files[name])) for name in (MODEL, DATA, CONFIG)
+    ]
+
+
 def _snapshot(tmp_path, commit):
     return tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}" / "snapshots" / commit
 
@@ -273,9 +280,7 @@ def test_second_load_hits_with_etag_check(local_hub, events):
     assert seen == [
         ("info.start", f"hf://{REPO}"),
         ("info.stop", f"hf://{REPO}", "fetched"),
-        ("hit", f"hf://{REPO}/{MODEL}", "etag", _size(files, MODEL)),
-        ("hit", f"hf://{REPO}/{DATA}", "etag", _size(files, DATA)),
-        ("hit", f"hf://{REPO}/{CONFIG}", "etag", _size(files, CONFIG)),
+        *_hits(files, "etag"),
     ]
     # one request: the repository's file list; no file request
     assert local_hub.requests[before:] == [("GET", f"/api/models/{REPO}/revision/main")]
@@ -325,9 +330,7 @@ def test_stopped_hub_uses_saved_metadata_and_cached_files(local_hub, events):
     assert seen == [
         ("info.start", f"hf://{REPO}"),
         ("info.stop", f"hf://{REPO}", "saved"),
-        ("hit", f"hf://{REPO}/{MODEL}", "etag", _size(files, MODEL)),
-        ("hit", f"hf://{REPO}/{DATA}", "etag", _size(files, DATA)),
-        ("hit", f"hf://{REPO}/{CONFIG}", "etag", _size(files, CONFIG)),
+        *_hits(files, "etag"),
     ]
 
 
@@ -354,11 +357,7 @@ def test_commit_revision_with_saved_metadata_sends_no_request_and_no_info_event(
     before = len(local_hub.requests)
     assert download_model(REPO, MODEL, revision=commit) == first
     assert local_hub.requests[before:] == []
-    assert seen == [
-        ("hit", f"hf://{REPO}/{MODEL}", "etag", _size(files, MODEL)),
-        ("hit", f"hf://{REPO}/{DATA}", "etag", _size(files, DATA)),
-        ("hit", f"hf://{REPO}/{CONFIG}", "etag", _size(files, CONFIG)),
-    ]
+    assert seen == _hits(files, "etag")
 
 
 def test_commit_revision_without_saved_metadata_asks_the_hub_once(local_hub, events):
@@ -389,11 +388,7 @@ def test_offline_uses_the_cache_without_a_check(local_hub, events, monkeypatch, 
         path = download_model(REPO, MODEL, offline=True)
     assert path == first
     assert local_hub.requests[before:] == []
-    assert seen == [
-        ("hit", f"hf://{REPO}/{MODEL}", "offline", _size(files, MODEL)),
-        ("hit", f"hf://{REPO}/{DATA}", "offline", _size(files, DATA)),
-        ("hit", f"hf://{REPO}/{CONFIG}", "offline", _size(files, CONFIG)),
-    ]
+    assert seen == _hits(files, "offline")
 
 
 def test_offline_with_an_empty_cache_says_what_to_do(local_hub, events):
@@ -432,9 +427,7 @@ def test_files_without_saved_etag_are_hashed_once(local_hub, events, tmp_path):
     assert seen == [
         ("info.start", f"hf://{REPO}"),
         ("info.stop", f"hf://{REPO}", "fetched"),
-        ("hit", f"hf://{REPO}/{MODEL}", "hash", _size(files, MODEL)),
-        ("hit", f"hf://{REPO}/{DATA}", "hash", _size(files, DATA)),
-        ("hit", f"hf://{REPO}/{CONFIG}", "hash", _size(files, CONFIG)),
+        *_hits(files, "hash"),
     ]
     assert not path.is_symlink()
     assert onnx.load(str(path)).graph.node[0].op_type == "MatMul"
