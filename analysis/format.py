@@ -11,7 +11,10 @@ MiB, GiB, TiB), then show it with 2-3 significant digits: no decimals from 10 up
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "MISSING",
@@ -21,9 +24,13 @@ __all__ = [
     "duration_ms",
     "number",
     "percent",
+    "plural",
+    "sequence",
     "short_path",
     "size",
     "size_unit",
+    "times",
+    "wrap",
 ]
 
 MISSING = "–"
@@ -150,3 +157,49 @@ def short_path(text: str | None, width: int = 40) -> str:
     if 0 <= cut < len(tail) - 1:
         tail = tail[cut:]
     return "…" + tail
+
+
+def plural(n: int, what: str) -> str:
+    """'1 compile', '3 compiles'."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def times(n: int) -> str:
+    """'once', 'twice', '3 times'."""
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def sequence(values: list[Any], keep: int = 6) -> str:
+    """'8 -> 9 -> ... -> 19': the values in order, the middle elided when long."""
+    text = [str(v) for v in values]
+    if len(text) > keep:
+        text = [*text[:2], "...", *text[-2:]]
+    return " -> ".join(text)
+
+
+# Wrapping keeps a number with the word it counts or measures ("12.3 MiB", "4 times") and
+# a run of changes ("17 -> 23 -> 31") on one line: their spaces become _GLUE (not a space
+# to textwrap) while wrapping. A run longer than a line breaks after an arrow instead.
+_GLUE = "\x1f"
+_NUMBER_WORD = re.compile(r"((?<![\w.])\d[\d.,]*) (?=[^\W\d_])")
+_ARROW_RUN = re.compile(r"\S+(?: -> \S+)+")
+
+
+def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """``text`` as lines of at most ``width`` characters (``first``/``rest``: the indent of
+    the first and of the other lines), never breaking between a number and its unit."""
+    room = width - max(len(first), len(rest))
+
+    def glue_run(m: re.Match[str]) -> str:
+        run = m.group(0)
+        return run.replace(" ", _GLUE) if len(run) <= room else run.replace(" ->", _GLUE + "->")
+
+    glued = _ARROW_RUN.sub(glue_run, _NUMBER_WORD.sub(r"\1" + _GLUE, text))
+    lines = textwrap.wrap(
+        glued,
+        width=width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+    )
+    return [line.replace(_GLUE, " ") for line in lines]

@@ -18,15 +18,10 @@ from ember.analysis import format as fmt
 from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S
 from ember.analysis.export import export_chrome, export_parquet
+from ember.analysis.format import short_path, wrap
 from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
 from ember.analysis.lake import connect_lake, ingest_lake
-from ember.analysis.report import (
-    RunReport,
-    RunSummary,
-    rejected_summary,
-    short_path,
-    wrap,
-)
+from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
 
 from . import tables

@@ -314,7 +314,7 @@ def test_numbers_stay_with_their_units_and_arrows_at_any_width(report_db):
 
 
 def test_wrap_keeps_sizes_durations_and_changes_whole():
-    from ember.analysis.report import wrap
+    from ember.analysis.format import wrap
 
     text = "peak 12.3 MiB RSS · call p50 412 ms · dim 1 changed (17 -> 23 -> 31)"
     assert wrap(text, 12) == [
@@ -400,7 +400,7 @@ def test_report_of_an_empty_database(tmp_path):
 
 
 def test_a_run_of_values_reads_as_a_sequence():
-    from ember.analysis.report import sequence
+    from ember.analysis.format import sequence
 
     assert sequence(list(range(8, 20))) == "8 -> 9 -> ... -> 18 -> 19"
     assert sequence([10, 4, 9]) == "10 -> 4 -> 9"  # call order, numbers not text
