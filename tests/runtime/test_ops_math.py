@@ -585,4 +585,6 @@ MATH_OPS = [
 def test_math_ops_are_registered_at_the_latest_opset(name: str) -> None:
     opdef = lookup(name, 26)
     assert opdef is not None
-    assert opdef.fn.__module__ == "ember.runtime.ops.math"
+    # math.py and the modules split from it by job (issue 17)
+    family = ("math", "activation", "linalg", "reduce", "cast")
+    assert opdef.fn.__module__ in {f"ember.runtime.ops.{m}" for m in family}

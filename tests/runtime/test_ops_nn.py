@@ -67,7 +67,7 @@ def test_grouped_conv_rewrites_leave_no_grouped_convolution(
 ) -> None:
     import jax
 
-    from ember.runtime.ops.nn import conv
+    from ember.runtime.ops.conv import conv
 
     lowered = jax.jit(lambda x, w: conv(x, w, group=group)).lower(randn(*x_shape), randn(*w_shape))
     assert (f"feature_group_count = {group}" in lowered.as_text()) is grouped_conv_left

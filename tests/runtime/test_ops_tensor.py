@@ -498,4 +498,5 @@ TENSOR_OPS = [
 def test_tensor_ops_are_registered(name: str) -> None:
     opdef = lookup(name, 26) or lookup(name, 10)  # Scatter ends at opset 11
     assert opdef is not None
-    assert opdef.fn.__module__ == "ember.runtime.ops.tensor"
+    # tensor.py and indexing.py, split from it by job (issue 17)
+    assert opdef.fn.__module__ in {"ember.runtime.ops.tensor", "ember.runtime.ops.indexing"}

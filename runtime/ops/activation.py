@@ -1,0 +1,227 @@
+"""Activations and the softmax family.
+
+Each op works on numpy values (host, shape arithmetic) and on jax values alike: ``xp``
+picks the array module, so an op fed only host values returns a host value and stays
+static inside ``jax.jit``. Results keep the ONNX dtype of their inputs exactly; numpy's
+reductions and jax's small-integer promotion are told the dtype explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ember.runtime.ops import op, xp
+from ember.runtime.ops.math import _astype, _host, _str, _widen, erf
+
+Array = Any
+
+
+# ---------------------------------------------------------------------- activations
+
+
+@op("Relu")
+def relu(X: Array, *, consumed_inputs: Any = None) -> Array:
+    """max(X, 0); opset 1+."""
+    m = xp(X)
+    return _astype(m, m.maximum(X, 0), X.dtype)
+
+
+@op("LeakyRelu")
+def leaky_relu(X: Array, *, alpha: float = 0.01, consumed_inputs: Any = None) -> Array:
+    """X, or ``alpha`` * X where X < 0; opset 1+."""
+    m = xp(X)
+    return _astype(m, m.where(X >= 0, X, X * alpha), X.dtype)
+
+
+@op("Elu")
+def elu(X: Array, *, alpha: float = 1.0, consumed_inputs: Any = None) -> Array:
+    """X, or ``alpha`` * (exp(X) - 1) where X <= 0; opset 1+."""
+    m = xp(X)
+    return _astype(m, m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
+
+
+@op("Selu")
+def selu(
+    X: Array,
+    *,
+    alpha: float = 1.67326319217681884765625,
+    gamma: float = 1.05070102214813232421875,
+    consumed_inputs: Any = None,
+) -> Array:
+    """``gamma`` * elu(X) with the SELU constants; opset 1+."""
+    m = xp(X)
+    return _astype(m, gamma * m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
+
+
+@op("Celu", since=12)
+def celu(X: Array, *, alpha: float = 1.0) -> Array:
+    """max(0, X) + min(0, ``alpha`` * (exp(X / ``alpha``) - 1)); opset 12+."""
+    m = xp(X)
+    dtype = X.dtype
+    X = _widen(X)
+    neg = alpha * (m.exp(m.minimum(X, 0) / alpha) - 1)
+    return _astype(m, m.maximum(X, 0) + m.minimum(neg, 0), dtype)
+
+
+@op("Sigmoid")
+def sigmoid(X: Array, *, consumed_inputs: Any = None) -> Array:
+    """1 / (1 + exp(-X)); opset 1+."""
+    m = xp(X)
+    return _astype(m, 1 / (1 + m.exp(-X)), X.dtype)
+
+
+@op("HardSigmoid")
+def hard_sigmoid(
+    X: Array, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs: Any = None
+) -> Array:
+    """clip(``alpha`` * X + ``beta``, 0, 1); opset 1+."""
+    m = xp(X)
+    return _astype(m, m.clip(alpha * X + beta, 0, 1), X.dtype)
+
+
+@op("HardSwish", since=14)
+def hard_swish(X: Array) -> Array:
+    """X * clip(X / 6 + 0.5, 0, 1); opset 14+."""
+    m = xp(X)
+    return _astype(m, X * m.clip(X / 6 + 0.5, 0, 1), X.dtype)
+
+
+@op("Softplus")
+def softplus(X: Array) -> Array:
+    """log(1 + exp(X)), computed without overflow; opset 1+."""
+    m = xp(X)
+    return _astype(m, m.logaddexp(X, 0), X.dtype)
+
+
+@op("Softsign")
+def softsign(input: Array) -> Array:
+    """X / (1 + abs(X)); opset 1+."""
+    m = xp(input)
+    return _astype(m, input / (1 + m.abs(input)), input.dtype)
+
+
+@op("ThresholdedRelu", since=10)
+def thresholded_relu(X: Array, *, alpha: float = 1.0) -> Array:
+    """X where X > ``alpha``, else 0; opset 10+."""
+    m = xp(X)
+    return _astype(m, m.where(alpha < X, X, 0), X.dtype)
+
+
+@op("PRelu")
+def prelu_v1(X: Array, slope: Array, *, consumed_inputs: Any = None) -> Array:
+    # Before opset 7 the slope is one value per channel (axis 1), not numpy-broadcast.
+    """X, or slope * X where X < 0; a 1-D slope is one value per channel; opsets 1-6."""
+    if slope.ndim == 1 and X.ndim > 2 and slope.shape[0] == X.shape[1] > 1:
+        slope = slope.reshape((-1,) + (1,) * (X.ndim - 2))
+    return prelu(X, slope)
+
+
+@op("PRelu", since=7)
+def prelu(X: Array, slope: Array) -> Array:
+    """X, or slope * X where X < 0, slope broadcast; opset 7+."""
+    m = xp(X, slope)
+    return _astype(m, m.where(X < 0, X * slope, X), X.dtype)
+
+
+@op("Gelu", since=20)
+def gelu(X: Array, *, approximate: str = "none") -> Array:
+    """X * Phi(X), exact (erf) or the ``approximate='tanh'`` form; opset 20+."""
+    m = xp(X)
+    if _str(approximate) == "tanh":
+        inner = math.sqrt(2 / math.pi) * (X + 0.044715 * X**3)
+        return _astype(m, 0.5 * X * (1 + m.tanh(inner)), X.dtype)
+    return _astype(m, 0.5 * X * (1 + erf(X / math.sqrt(2))), X.dtype)
+
+
+@op("Mish", since=18)
+def mish(X: Array) -> Array:
+    """X * tanh(softplus(X)); opset 18+."""
+    m = xp(X)
+    return _astype(m, X * m.tanh(m.logaddexp(X, 0)), X.dtype)
+
+
+@op("Swish", since=24)
+def swish(X: Array, *, alpha: float = 1.0) -> Array:
+    """X * sigmoid(``alpha`` * X); opset 24+."""
+    m = xp(X)
+    return _astype(m, X / (1 + m.exp(-alpha * X)), X.dtype)
+
+
+@op("Shrink", since=9)
+def shrink(input: Array, *, bias: float = 0.0, lambd: float = 0.5) -> Array:
+    """X + ``bias`` below -``lambd``, X - ``bias`` above ``lambd``, else 0; opset 9+."""
+    m = xp(input)
+    x = input
+    out = m.where(x < -lambd, x + bias, m.where(x > lambd, x - bias, 0))
+    return _astype(m, out, input.dtype)
+
+
+# ------------------------------------------------------------------ softmax family
+
+
+def _flattened_2d(m: Any, x: Array, axis: int, fn: Any) -> Array:
+    """Opset < 13: the input is coerced to 2-D at ``axis`` and normalised per row."""
+    axis = axis + x.ndim if axis < 0 else axis
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return fn(m, x.reshape(rows, -1), 1).reshape(x.shape)
+
+
+def _softmax(m: Any, x: Array, axis: int) -> Array:
+    e = m.exp(x - m.max(x, axis=axis, keepdims=True))
+    return e / m.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(m: Any, x: Array, axis: int) -> Array:
+    shifted = x - m.max(x, axis=axis, keepdims=True)
+    return shifted - m.log(m.sum(m.exp(shifted), axis=axis, keepdims=True))
+
+
+def _hardmax(m: Any, x: Array, axis: int) -> Array:
+    idx = m.argmax(x, axis=axis)
+    axis = axis + x.ndim if axis < 0 else axis
+    positions = np.arange(x.shape[axis]).reshape([-1] + [1] * (x.ndim - axis - 1))
+    return (m.expand_dims(idx, axis) == positions).astype(x.dtype)
+
+
+@op("Softmax")
+def softmax_v1(input: Array, *, axis: int = 1) -> Array:
+    """Softmax of the input coerced to 2-D at ``axis`` (rows normalised); opsets 1-12."""
+    m = xp(input)
+    return _astype(m, _flattened_2d(m, input, axis, _softmax), input.dtype)
+
+
+@op("Softmax", since=13)
+def softmax(input: Array, *, axis: int = -1) -> Array:
+    """Softmax along ``axis``; opset 13+."""
+    m = xp(input)
+    return _astype(m, _softmax(m, input, axis), input.dtype)
+
+
+@op("LogSoftmax")
+def log_softmax_v1(input: Array, *, axis: int = 1) -> Array:
+    """Log-softmax of the input coerced to 2-D at ``axis``; opsets 1-12."""
+    m = xp(input)
+    return _astype(m, _flattened_2d(m, input, axis, _log_softmax), input.dtype)
+
+
+@op("LogSoftmax", since=13)
+def log_softmax(input: Array, *, axis: int = -1) -> Array:
+    """Log-softmax along ``axis``; opset 13+."""
+    m = xp(input)
+    return _astype(m, _log_softmax(m, input, axis), input.dtype)
+
+
+@op("Hardmax")
+def hardmax_v1(input: Array, *, axis: int = 1) -> Array:
+    """One-hot of the row's first maximum, input coerced to 2-D at ``axis``; opsets 1-12."""
+    m = xp(input)
+    return _host(_flattened_2d(m, input, axis, _hardmax))
+
+
+@op("Hardmax", since=13)
+def hardmax(input: Array, *, axis: int = -1) -> Array:
+    """One-hot of the first maximum along ``axis``; opset 13+."""
+    return _host(_hardmax(xp(input), input, axis))
