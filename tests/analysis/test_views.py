@@ -23,7 +23,7 @@ def test_recompiles_name_the_input_dim_and_sizes(con):
     # one compile per call (cache_size 2 < 3 lengths): the first is not a recompile
     assert [r["compile_index"] for r in rows] == [2, 3, 4, 5]
     assert [(r["arg"], r["dim"], r["old_value"], r["new_value"]) for r in rows] == [
-        ("input_ids", 1, str(a), str(b)) for a, b in itertools.pairwise(SWEEP)
+        ("input_ids", 1, str(a), str(b)) for a, b in itertools.pairwise(SWEEP[:5])
     ]
     assert rows[0]["reason"] == "input_ids dim 1: 17 -> 23"
     assert rows[1]["reason"] == "input_ids dim 1: 23 -> 31"
