@@ -167,6 +167,7 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
         SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
