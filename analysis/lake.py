@@ -18,7 +18,9 @@ ingester ever writes a file that another one writes, so there is no lock on the 
 The one exclusion is per trace file: ``_claims/<filekey>.claim`` is created with O_EXCL
 while a file is ingested, so that two ingesters given the same trace file do not both
 ingest it (the second skips it, ``status = 'busy'``); a claim older than ``stale_s`` or of
-a dead process on this host is taken over.
+a dead process on this host is taken over (``ingest_plan.claim``). Which bytes of a
+file to read is decided as for the DuckDB file (``ingest_plan.plan_file``), from the
+manifest's entries instead of ``ingested_files``.
 
 What is stored: the record's fields typed as the DuckDB tables are (``TABLE_COLUMNS``; a
 JSON value is stored as its text) plus ``line``, the record's line in its trace file.
@@ -27,7 +29,7 @@ columns, the memory running sums, ``runs.started_at``) are computed when the lak
 read (``LAKE_TABLE_SQL``), ordered by ``ts_ns`` then ``line`` exactly as the DuckDB file
 orders by ``ts_ns`` then file order: so every engine computes them the same way.
 
-Validation is ingest's own (``ingest._FileIngest``: the typed read, the SQL checks, pydantic
+Validation is ingest's own (``ingest_read._FileIngest``: the typed read, the SQL checks, pydantic
 for the explanations), so the lake gets the same rows and the same rejected-line reasons
 as the DuckDB file. Re-ingest is idempotent: an unchanged file (same size and mtime as
 its last entry) costs a ``stat``; a file that grew is continued from its last complete
@@ -74,19 +76,23 @@ from .db import (
     _record_columns,
     view_sql,
 )
-from .ingest import (
+from .ingest import _select_for
+from .ingest_plan import (
     FileResult,
     FileStatus,
     IngestSummary,
-    _FileIngest,
-    _first_line,
+    Previous,
     _iter_lines,
-    _parse_meta,
     _Plan,
+    _read_range,
     _Refused,
-    _select_for,
+    cannot_read,
+    claim,
     expand_paths,
+    unchanged_result,
 )
+from .ingest_plan import plan_file as _plan_file
+from .ingest_read import _FileIngest
 from .schema_types import READ_COLUMNS
 
 __all__ = [
@@ -229,60 +235,21 @@ def _state(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(same, key=lambda e: e["offset_bytes"])
 
 
-# ---------------------------------------------------------------- claims
-
-
-@contextlib.contextmanager
-def _claim(lake: Path, key: str, stale_s: float):
-    """Hold ``_claims/<key>.claim`` while ingesting a file; yields False if another has it."""
-    folder = lake / CLAIMS
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.claim"
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            if _stale(path, stale_s):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                continue
-            yield False
-            return
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
-        try:
-            yield True
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        return
-    yield False
-
-
-def _stale(path: Path, stale_s: float) -> bool:
-    try:
-        holder = json.loads(path.read_text())
-        age = time.time() - float(holder["at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        try:
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            return True
-        return age > stale_s
-    if age > stale_s:
-        return True
-    if holder.get("host") == socket.gethostname():
-        try:
-            os.kill(int(holder["pid"]), 0)
-        except ProcessLookupError:
-            return True
-        except (PermissionError, ValueError):
-            return False
-    return False
-
-
 # ---------------------------------------------------------------- planning
+
+
+def _previous(state: dict[str, Any] | None) -> Previous | None:
+    if state is None:
+        return None
+    return Previous(
+        state["run_id"],
+        state["offset_bytes"],
+        state["lines"],
+        state["first_line_hash"],
+        state["schema_version"],
+        state["size"],
+        state["mtime_ns"],
+    )
 
 
 @dataclass
@@ -292,7 +259,6 @@ class _LakePlan:
     generation: str
     run_date: str
     previous: dict[str, Any] | None  # the entry continued from, or the state replaced
-    stat: os.stat_result
 
 
 def plan_file(
@@ -302,57 +268,63 @@ def plan_file(
     migrations: Migrations = MIGRATIONS,
 ) -> _LakePlan | FileResult:
     """What to read of ``path``, from its manifest entries (``_Refused`` if nothing)."""
-    file = str(path)
-    st = path.stat()
+    key = file_key(str(path))
     state = _state(entries)
-    if state is not None and state["size"] == st.st_size and state["mtime_ns"] == st.st_mtime_ns:
-        return FileResult(file, "unchanged", run_id=state["run_id"], message="already ingested")
-    size = st.st_size
-    if size == 0:
-        raise _Refused("empty file: no 'meta' record (is the run still starting?)")
-    first = _first_line(path, size)
-    if not first:
-        raise _Refused("the file has only blank lines: no 'meta' record")
-    first_hash = hashlib.sha1(first).hexdigest()
-    key = file_key(file)
-    if state is not None and state["first_line_hash"] == first_hash:
-        if size == state["offset_bytes"]:
-            return FileResult(file, "unchanged", run_id=state["run_id"], message="already ingested")
-        if size > state["offset_bytes"]:
-            plan = _Plan(
-                path,
-                size,
-                state["offset_bytes"],
-                state["lines"],
-                first_hash,
-                state["run_id"],
-                state["schema_version"],
-                None,
-                continued=True,
-            )
-            return _LakePlan(plan, key, state["generation"], state["run_date"], state, st)
-    meta, version = _parse_meta(first, migrations)
-    run_id = meta["run_id"]
-    other = _run_owner(lake, run_id, key)
-    if other is not None:
-        raise _Refused(
-            f"run {run_id} is already in the lake from {other}; one run is one file. "
-            f"If this file is a copy, skip it; if it is another run, record it with a new run id"
-        )
-    plan = _Plan(
+    plan = _plan_file(
         path,
-        size,
-        0,
-        0,
-        first_hash,
-        run_id,
-        version,
-        meta,
-        replaced_run=state["run_id"] if state is not None else None,
+        _previous(state),
+        migrations,
+        lambda run_id: _run_owner(lake, run_id, key),
+        store="lake",
     )
-    return _LakePlan(
-        plan, key, uuid.uuid4().hex[:12], run_date(meta.get("wall_time_ns")), state, st
-    )
+    if isinstance(plan, FileResult):
+        return plan
+    if plan.continued:
+        assert state is not None
+        return _LakePlan(plan, key, state["generation"], state["run_date"], state)
+    assert plan.meta is not None
+    generation = uuid.uuid4().hex[:12]
+    return _LakePlan(plan, key, generation, run_date(plan.meta.get("wall_time_ns")), state)
+
+
+def claim_and_plan(
+    lake: Path,
+    path: Path,
+    entries: list[dict[str, Any]],
+    migrations: Migrations,
+    stale_s: float,
+    claims: contextlib.ExitStack,
+) -> _LakePlan | FileResult:
+    """Plan one file of a lake ingest, holding its claim in ``claims`` if it is to be read.
+
+    The cheap answer first: a file whose size and mtime did not change since ``entries``
+    (the manifest read when the ingest began) is skipped after a ``stat``, without a
+    claim. Otherwise the file is claimed (``busy`` if another ingester has it), its entries
+    read again (another ingester may have just done it) and planned; a refusal is written
+    to the manifest.
+    """
+    t0 = time.perf_counter()
+    file = str(path)
+    key = file_key(file)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return FileResult(file, "refused", message=cannot_read(exc))
+    previous = _previous(_state(entries))
+    if previous is not None and previous.unchanged(st):
+        return unchanged_result(file, previous)
+    if not claims.enter_context(claim(lake / CLAIMS, key, stale_s)):
+        return FileResult(file, "busy", message="another ingester is writing this file now")
+    entries = _entries_of(lake, key)
+    try:
+        return plan_file(lake, path, entries, migrations)
+    except _Refused as exc:
+        refuse_file(lake, path, str(exc), entries)
+        return FileResult(file, "refused", message=str(exc), seconds=time.perf_counter() - t0)
+    except OSError as exc:
+        msg = cannot_read(exc)
+        refuse_file(lake, path, msg, entries)
+        return FileResult(file, "refused", message=msg, seconds=time.perf_counter() - t0)
 
 
 def _run_owner(lake: Path, run_id: str, key: str) -> str | None:
@@ -517,15 +489,8 @@ def commit_file(
             os.replace(tmp, target)
             parts.append(str(target.relative_to(lake)))
     digest = hashlib.sha1()
-    with plan.path.open("rb") as f:
-        f.seek(plan.start)
-        remaining = end - plan.start
-        while remaining > 0:
-            buf = f.read(min(remaining, 1 << 22))
-            if not buf:
-                break
-            digest.update(buf)
-            remaining -= len(buf)
+    for buf in _read_range(plan.path, plan.start, end):
+        digest.update(buf)
     entry = {
         "file": str(plan.path),
         "key": lp.key,
@@ -545,8 +510,8 @@ def commit_file(
         "digest": "sha1:" + digest.hexdigest(),
         "first_line_hash": plan.first_hash,
         "schema_version": plan.version,
-        "size": lp.stat.st_size,
-        "mtime_ns": lp.stat.st_mtime_ns,
+        "size": plan.size,
+        "mtime_ns": plan.mtime_ns,
         "ingested_at": time.time(),
         "parts": parts,
     }
@@ -690,45 +655,8 @@ def _ingest_one(
 ) -> FileResult:
     t0 = time.perf_counter()
     file = str(path)
-    key = file_key(file)
-    try:
-        # the cheap answer first: a file whose size and mtime did not change is skipped on
-        # the manifest read at the start, without a claim
-        state = _state(entries)
-        st = path.stat()
-        if (
-            state is not None
-            and state["size"] == st.st_size
-            and state["mtime_ns"] == st.st_mtime_ns
-        ):
-            return FileResult(
-                file,
-                "unchanged",
-                run_id=state["run_id"],
-                message="already ingested",
-                seconds=time.perf_counter() - t0,
-            )
-    except OSError as exc:
-        msg = f"cannot read the file: {exc.strerror or exc}"
-        return FileResult(file, "refused", message=msg, seconds=time.perf_counter() - t0)
-    with _claim(lake, key, stale_s) as mine:
-        if not mine:
-            return FileResult(
-                file,
-                "busy",
-                message="another ingester is writing this file now",
-                seconds=time.perf_counter() - t0,
-            )
-        entries = _entries_of(lake, key)  # fresh: another ingester may have done it
-        try:
-            lp = plan_file(lake, path, entries, migrations)
-        except _Refused as exc:
-            refuse_file(lake, path, str(exc), entries)
-            return FileResult(file, "refused", message=str(exc), seconds=time.perf_counter() - t0)
-        except OSError as exc:
-            msg = f"cannot read the file: {exc.strerror or exc}"
-            refuse_file(lake, path, msg, entries)
-            return FileResult(file, "refused", message=msg, seconds=time.perf_counter() - t0)
+    with contextlib.ExitStack() as claims:
+        lp = claim_and_plan(lake, path, entries, migrations, stale_s, claims)
         if isinstance(lp, FileResult):
             lp.seconds = time.perf_counter() - t0
             return lp

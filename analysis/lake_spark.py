@@ -11,8 +11,9 @@ same checks (``checks.row_invalid_sql`` translated by ``spark_sql.to_spark``; a 
 ``meta``; a ``span_end`` without its ``span_start``), and writes the valid rows as the
 same Parquet parts as the DuckDB engine (``lake.lake_columns``). The few rows that fail
 are explained on the driver by the same pydantic code as the DuckDB path
-(``ingest._explain_line``), so the rejected lines and reasons are the same. Planning,
-claims and the manifest are ``lake``'s own: the two engines write one lake together.
+(``ingest_read._explain_line``), so the rejected lines and reasons are the same. Planning,
+claims and the manifest are ``lake``'s own (``lake.claim_and_plan``): the two engines write
+one lake together.
 
 What Spark does not see as DuckDB does: a file of an older schema version, or with a line
 over 16 MB, goes to the DuckDB engine (the result says so); a line Spark cannot read but
@@ -34,36 +35,31 @@ from pathlib import Path
 from typing import Any
 
 from ember.schemas import MIGRATIONS, SCHEMA_VERSION, Migrations
+from ember.schemas.records import MAX_LINE_BYTES
 
 from .checks import row_invalid_sql, row_problem_sql
 from .db import RECORD_TABLES, RUNS_COLUMNS, _record_columns
-from .ingest import (
-    MAX_LINE_BYTES,
+from .ingest_plan import (
     FileResult,
     FileStatus,
     IngestSummary,
-    _explain_line,
-    _find_long_line,
     _iter_lines,
     _raw_text,
     _read_extent,
-    _Refused,
     _Rejected,
     expand_paths,
 )
+from .ingest_read import _explain_line, _find_long_line
 from .lake import (
     LAKE_TABLES,
     MANIFEST,
-    _claim,
-    _entries_of,
     _LakePlan,
     _partition,
+    claim_and_plan,
     commit_file,
     file_key,
     lake_columns,
     manifest_entries,
-    plan_file,
-    refuse_file,
     rejected_table,
 )
 from .schema_types import KIND_MODELS, READ_COLUMNS, field_defaults, model_columns
@@ -363,38 +359,24 @@ def ingest_spark(
     return summary
 
 
-def _plan_one(root, path, entries, migrations, stale_s, claims, idx):
-    t0 = time.perf_counter()
-    file = str(path)
-    key = file_key(file)
-    try:
-        st = path.stat()
-    except OSError as exc:
-        return FileResult(file, "refused", message=f"cannot read the file: {exc.strerror or exc}")
-    from .lake import _state
-
-    state = _state(entries)
-    if state is not None and state["size"] == st.st_size and state["mtime_ns"] == st.st_mtime_ns:
-        return FileResult(file, "unchanged", run_id=state["run_id"], message="already ingested")
+def _plan_one(
+    root: Path,
+    path: Path,
+    entries: list[dict[str, Any]],
+    migrations: Migrations,
+    stale_s: float,
+    claims: contextlib.ExitStack,
+    idx: int,
+) -> _Planned | FileResult | Path:
+    """A file for the Spark job (its claim held in ``claims``), a result, or the path of a
+    file that goes to the DuckDB engine (its claim let go: that engine claims it again)."""
     claim = claims.enter_context(contextlib.ExitStack())
-    mine = claim.enter_context(_claim(root, key, stale_s))
-    if not mine:
-        return FileResult(file, "busy", message="another ingester is writing this file now")
-    entries = _entries_of(root, key)
-    try:
-        lp = plan_file(root, path, entries, migrations)
-    except _Refused as exc:
-        refuse_file(root, path, str(exc), entries)
-        return FileResult(file, "refused", message=str(exc), seconds=time.perf_counter() - t0)
-    except OSError as exc:
-        msg = f"cannot read the file: {exc.strerror or exc}"
-        refuse_file(root, path, msg, entries)
-        return FileResult(file, "refused", message=msg)
+    lp = claim_and_plan(root, path, entries, migrations, stale_s, claim)
     if isinstance(lp, FileResult):
         return lp
     p = _Planned(idx, lp)
     if _needs_duckdb(lp, p.end) is not None:
-        claim.close()  # the DuckDB engine claims it again
+        claim.close()
         return path
     return p
 

@@ -16,8 +16,9 @@ from ember.analysis import connect, ingest
 from ember.analysis.synthetic import write_trace
 from tests.analysis.traces import cache_line, meta_line, write_lines
 
-# the module (``ember.analysis.ingest`` the attribute is the function)
-ingest_module = importlib.import_module("ember.analysis.ingest")
+# the modules: ``_count_lines`` plans, ``_cleaned`` guards the read path's work folders
+plan_module = importlib.import_module("ember.analysis.ingest_plan")
+read_module = importlib.import_module("ember.analysis.ingest_read")
 
 
 def _rows(db: Path, sql: str) -> list[tuple]:
@@ -35,7 +36,7 @@ def test_a_file_that_grows_while_it_is_read_is_read_up_to_its_recorded_offset(
         tmp_path / "live.jsonl", [meta_line(), *(cache_line(i, "hit") for i in range(1, 6))]
     )
     appended = [cache_line(i, "hit") for i in range(100, 104)]
-    count_lines = ingest_module._count_lines
+    count_lines = plan_module._count_lines
 
     def count_then_append(*args):
         n = count_lines(*args)
@@ -45,7 +46,7 @@ def test_a_file_that_grows_while_it_is_read_is_read_up_to_its_recorded_offset(
             appended.clear()
         return n
 
-    monkeypatch.setattr(ingest_module, "_count_lines", count_then_append)
+    monkeypatch.setattr(plan_module, "_count_lines", count_then_append)
     db = tmp_path / "t.duckdb"
     first = ingest([path], db).files[0]
     assert (first.status, first.records, first.rejected) == ("ok", 6, 0)
@@ -101,7 +102,7 @@ def test_the_work_folder_of_a_killed_ingest_is_removed_by_the_next_ingest(tmp_pa
     with (busy / ".in-use").open("w") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-        monkeypatch.setattr(ingest_module, "_cleaned", False, raising=False)
+        monkeypatch.setattr(read_module, "_cleaned", False, raising=False)
         small = write_lines(tmp_path / "small.jsonl", [meta_line("small"), cache_line(1, "miss")])
         assert ingest([small], tmp_path / "other.duckdb").files[0].records == 2
         assert not left.exists()
