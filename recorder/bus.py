@@ -24,8 +24,8 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
 from typing import Any
 
 __all__ = [
@@ -198,14 +198,38 @@ current_span_id: Callable[[], int | None] = _current_span.get
 """``current_span_id()``: the id of the innermost open span in this context, or None."""
 
 
+# span prefix -> its start, stop and exception event names, made once per prefix
+_span_names: dict[str, tuple[str, str, str]] = {}
+
+
+def _name_span(prefix: str) -> tuple[str, str, str]:
+    names = _span_names[prefix] = (prefix + ".start", prefix + ".stop", prefix + ".exception")
+    return names
+
+
 class SpanHandle:
-    """What ``span`` yields: add stop metadata or measurements before the span ends."""
+    """What ``span`` returns and its ``with`` yields: add stop metadata or measurements
+    before the span ends.
 
-    __slots__ = ("metadata", "span_id", "start", "stop_measurements", "stop_metadata")
+    It is the span's context manager too (a class, not ``@contextmanager``: a generator's
+    enter and exit cost more than writing the records of a call's spans).
+    """
 
-    def __init__(self, span_id: int, metadata: dict[str, Any]) -> None:
-        self.span_id = span_id
-        self.metadata = metadata
+    __slots__ = (
+        "_prefix",
+        "_token",
+        "metadata",
+        "span_id",
+        "start",
+        "stop_measurements",
+        "stop_metadata",
+    )
+
+    def __init__(self, event_prefix: str, metadata: Mapping[str, Any] | None = None) -> None:
+        self._prefix = event_prefix
+        self._token: contextvars.Token[int | None] | None = None
+        self.span_id = 0  # 0 when nobody listens to the span
+        self.metadata: dict[str, Any] = dict(metadata) if metadata else {}
         self.stop_metadata: dict[str, Any] = {}
         self.stop_measurements: dict[str, Any] = {}
         # time.monotonic_ns() at the span's start (0 when nobody listens to the span)
@@ -219,9 +243,70 @@ class SpanHandle:
         """Extra measurements for the stop event, e.g. ``bytes``."""
         self.stop_measurements.update(measurements)
 
+    def __enter__(self) -> SpanHandle:
+        routes = _routes
+        names = _span_names.get(self._prefix) or _name_span(self._prefix)
+        start_name, stop_name, exc_name = names
+        if start_name not in routes and stop_name not in routes and exc_name not in routes:
+            return self  # nobody listens: no id, no events
+        meta = self.metadata
+        span_id = self.span_id = next(_span_ids)
+        meta["span_id"] = span_id
+        meta["parent_id"] = _current_span.get()
+        self._token = _current_span.set(span_id)
+        start = self.start = time.monotonic_ns()
+        route = routes.get(start_name)
+        if route:
+            m = {"system_time": time.time_ns(), "monotonic_time": start}
+            for handler_id, fn in route:  # _dispatch, inlined: a call's path
+                try:
+                    fn(start_name, m, meta)
+                except Exception as exc:  # a handler must never break the caller
+                    _failed(handler_id, start_name, exc)
+        return self
 
-@contextmanager
-def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> Iterator[SpanHandle]:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        token = self._token
+        if token is None:
+            return  # nobody listened when the span started
+        self._token = None
+        _current_span.reset(token)
+        if exc is None:
+            name = _span_names[self._prefix][1]
+            route = _routes.get(name)
+            if route:
+                now = time.monotonic_ns()
+                m = {"duration": now - self.start, "monotonic_time": now}
+                if self.stop_measurements:
+                    m.update(self.stop_measurements)
+                md = {**self.metadata, **self.stop_metadata}
+                for handler_id, fn in route:  # _dispatch, inlined: a call's path
+                    try:
+                        fn(name, m, md)
+                    except Exception as err:  # a handler must never break the caller
+                        _failed(handler_id, name, err)
+            return
+        name = _span_names[self._prefix][2]
+        route = _routes.get(name)
+        if route:
+            now = time.monotonic_ns()
+            m = {"duration": now - self.start, "monotonic_time": now, **self.stop_measurements}
+            md = {
+                **self.metadata,
+                **self.stop_metadata,
+                "kind": "throw" if isinstance(exc, Exception) else "exit",
+                "reason": f"{type(exc).__name__}: {exc}",
+                "stacktrace": "".join(traceback.format_exception(exc)),
+            }
+            _dispatch(route, name, m, md)
+
+
+def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> SpanHandle:
     """Emit ``<prefix>.start``, run the body, then ``<prefix>.stop`` or ``.exception``.
 
     Start measurements: ``system_time`` (ns since the epoch), ``monotonic_time`` (ns).
@@ -230,46 +315,6 @@ def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> Iterat
     ``handle.set(...)``; exception metadata adds ``kind``, ``reason`` and ``stacktrace``.
     Every event of one span carries the same ``span_id`` and the ``parent_id`` of the
     enclosing span in its metadata, so records can be paired and nested. The exception
-    is re-raised.
+    is re-raised. Use the handle in one ``with`` statement.
     """
-    start_name = event_prefix + ".start"
-    stop_name = event_prefix + ".stop"
-    exc_name = event_prefix + ".exception"
-    routes = _routes
-    if start_name not in routes and stop_name not in routes and exc_name not in routes:
-        yield SpanHandle(0, dict(metadata) if metadata else {})
-        return
-
-    meta = dict(metadata) if metadata else {}
-    span_id = next(_span_ids)
-    meta["span_id"] = span_id
-    meta["parent_id"] = _current_span.get()
-    handle = SpanHandle(span_id, meta)
-    token = _current_span.set(span_id)
-    start = handle.start = time.monotonic_ns()
-    route = _routes.get(start_name)
-    if route:
-        _dispatch(route, start_name, {"system_time": time.time_ns(), "monotonic_time": start}, meta)
-    try:
-        yield handle
-    except BaseException as exc:
-        _current_span.reset(token)
-        route = _routes.get(exc_name)
-        if route:
-            now = time.monotonic_ns()
-            m = {"duration": now - start, "monotonic_time": now, **handle.stop_measurements}
-            md = {
-                **meta,
-                **handle.stop_metadata,
-                "kind": "throw" if isinstance(exc, Exception) else "exit",
-                "reason": f"{type(exc).__name__}: {exc}",
-                "stacktrace": "".join(traceback.format_exception(exc)),
-            }
-            _dispatch(route, exc_name, m, md)
-        raise
-    _current_span.reset(token)
-    route = _routes.get(stop_name)
-    if route:
-        now = time.monotonic_ns()
-        m = {"duration": now - start, "monotonic_time": now, **handle.stop_measurements}
-        _dispatch(route, stop_name, m, {**meta, **handle.stop_metadata})
+    return SpanHandle(event_prefix, metadata)

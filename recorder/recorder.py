@@ -100,6 +100,14 @@ _POINT_FIELDS = {
 }
 
 
+_USER_SKIP = frozenset({"span_id", "parent_id", "name", "kind", "reason", "stacktrace"})
+
+
+def _user_attrs(md: Mapping[str, Any]) -> dict[str, Any]:
+    # a user span keeps whatever the user gave, under attrs
+    return {"attrs": {k: v for k, v in md.items() if k not in _USER_SKIP}}
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("ember", "jax", "jaxlib", "onnx", "onnxruntime"):
@@ -163,9 +171,10 @@ class Recorder:
         self._writer = TraceWriter(self.path, flush_interval=flush_interval)
         self._writer.write(self.meta)
         self._handler_id = f"ember.recorder.{self.run_id}"
-        # Spans share one handler; each point event gets a handler made for its record
-        # kind, so the hot path (cache events on every call) does no lookups by name.
-        bus.attach(self._handler_id, _SPAN_EVENT_NAMES, self._on_span)
+        # Each event gets a handler made for it (its record kind, span kind and fields),
+        # so the hot path (a call's spans and cache events) does no lookups by name.
+        for name in _SPAN_EVENT_NAMES:
+            bus.attach(f"{self._handler_id}:{name}", [name], self._span_handler(name))
         for name, spec in _POINT_FIELDS.items():
             bus.attach(f"{self._handler_id}:{name}", [name], self._point_handler(*spec))
         self._synced = False
@@ -212,59 +221,85 @@ class Recorder:
 
         return on_point
 
-    def _on_span(self, name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
-        ts = self.ts(measurements["monotonic_time"])
+    def _span_handler(self, name: str) -> bus.Handler:
+        """The handler of one span event (``ember.call.stop``): a ``span_start`` or
+        ``span_end`` record; an ``.exception`` event ends the span with ``status: error``.
+
+        ``attrs`` are the metadata (and, at the end, the measurements) that are fields of
+        the span kind's attributes; a user span keeps all its metadata under ``attrs``.
+        """
         prefix, _, phase = name.rpartition(".")
         span_kind = SPANS[prefix]
+        user = span_kind == "user"
         start_fields, end_fields = _SPAN_FIELDS[span_kind]
+        fields = start_fields if phase == "start" else end_fields
+        # metadata holding only attribute fields and the ids (the usual case) is taken
+        # whole, less the ids, as point events do: no loop in Python
+        whole = fields | {"span_id", "parent_id"}
+        t0 = self._t0
+        # orjson and the file's write called straight from here, as for point events
+        append = self._writer.append
+        dumps = orjson.dumps
+
         if phase == "start":
-            self._writer.write(
-                {
+
+            def on_start(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+                ts = measurements["monotonic_time"] - t0
+                if user:
+                    attrs = _user_attrs(md)
+                elif whole.issuperset(md):
+                    attrs = dict(md)
+                    attrs.pop("span_id", None)
+                    attrs.pop("parent_id", None)
+                else:
+                    attrs = {k: v for k, v in md.items() if k in fields}
+                rec = {
                     "kind": "span_start",
-                    "ts_ns": ts,
+                    "ts_ns": ts if ts > 0 else 0,
                     "span_id": md["span_id"],
                     "parent_id": md.get("parent_id"),
-                    "name": md.get("name", prefix) if span_kind == "user" else prefix,
+                    "name": md.get("name", prefix) if user else prefix,
                     "span_kind": span_kind,
-                    "attrs": self._attrs(span_kind, start_fields, md, None),
+                    "attrs": attrs,
                 }
-            )
-            return
-        rec: dict[str, Any] = {
-            "kind": "span_end",
-            "ts_ns": ts,
-            "span_id": md["span_id"],
-            "duration_ns": measurements.get("duration", 0),
-            "status": "ok",
-            "span_kind": span_kind,
-            "attrs": self._attrs(span_kind, end_fields, md, measurements),
-        }
-        if phase == "exception":
-            rec["status"] = "error"
-            rec["error"] = {
-                "kind": str(md.get("kind", "error")),
-                "reason": str(md.get("reason", "")),
-                "stack": str(md.get("stacktrace", "")),
-            }
-        self._writer.write(rec)
+                append(dumps(rec, default=encode_default, option=ENCODE_OPTIONS))
 
-    @staticmethod
-    def _attrs(
-        span_kind: str,
-        fields: frozenset[str],
-        md: Mapping[str, Any],
-        measurements: dict[str, Any] | None,
-    ) -> dict[str, Any]:
-        if span_kind == "user":
-            # a user span keeps whatever the user gave, under attrs
-            skip = {"span_id", "parent_id", "name", "kind", "reason", "stacktrace"}
-            return {"attrs": {k: v for k, v in md.items() if k not in skip}}
-        attrs = {k: md[k] for k in fields if k in md}
-        if measurements:
-            for k in fields:
-                if k in measurements and k not in attrs:
-                    attrs[k] = measurements[k]
-        return attrs
+            return on_start
+        error = phase == "exception"
+
+        def on_end(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+            ts = measurements["monotonic_time"] - t0
+            if user:
+                attrs = _user_attrs(md)
+            else:
+                if whole.issuperset(md):
+                    attrs = dict(md)
+                    attrs.pop("span_id", None)
+                    attrs.pop("parent_id", None)
+                else:
+                    attrs = {k: v for k, v in md.items() if k in fields}
+                for k, v in measurements.items():
+                    if k in fields and k not in attrs:
+                        attrs[k] = v
+            rec: dict[str, Any] = {
+                "kind": "span_end",
+                "ts_ns": ts if ts > 0 else 0,
+                "span_id": md["span_id"],
+                "duration_ns": measurements.get("duration", 0),
+                "status": "ok",
+                "span_kind": span_kind,
+                "attrs": attrs,
+            }
+            if error:
+                rec["status"] = "error"
+                rec["error"] = {
+                    "kind": str(md.get("kind", "error")),
+                    "reason": str(md.get("reason", "")),
+                    "stack": str(md.get("stacktrace", "")),
+                }
+            append(dumps(rec, default=encode_default, option=ENCODE_OPTIONS))
+
+        return on_end
 
     # ------------------------------------------------------------ instrumentation API
 
@@ -368,8 +403,7 @@ class Recorder:
         if self._synced:
             self._synced = False
             bus.release_sync()
-        bus.detach(self._handler_id)
-        for name in _POINT_FIELDS:
+        for name in EVENT_NAMES:
             bus.detach(f"{self._handler_id}:{name}")
         self._writer.close()
 
