@@ -80,6 +80,24 @@ def test_span_exception_event_and_reraise(seen):
     assert "raise KeyError" in md["stacktrace"]
 
 
+def test_a_span_ended_by_a_base_exception_is_an_exit_and_restores_the_current_span(seen):
+    events, listen = seen
+    listen("t", ["ember.call.start", "ember.call.stop", "ember.call.exception"])
+    with bus.span("ember.call") as outer:
+        with pytest.raises(KeyboardInterrupt), bus.span("ember.call"):
+            raise KeyboardInterrupt
+        assert bus.current_span_id() == outer.span_id
+    assert bus.current_span_id() is None
+    assert [e[0] for e in events] == [
+        "ember.call.start",
+        "ember.call.start",
+        "ember.call.exception",
+        "ember.call.stop",
+    ]
+    assert events[2][2]["kind"] == "exit"
+    assert events[2][2]["parent_id"] == outer.span_id
+
+
 def test_nested_spans_know_their_parent(seen):
     events, listen = seen
     listen("t", ["ember.call.start", "ember.segment.compile.start"])
