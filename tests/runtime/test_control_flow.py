@@ -202,13 +202,13 @@ def test_an_if_on_a_device_condition_compiles_its_branch_after_a_short_break(emb
 
 def test_steady_state_calls_without_listeners_take_the_program_of_the_condition():
     # nobody listens: after a checked call per condition value, calls go straight to the
-    # program compiled for the value (compiled._spec), still checked against onnxruntime
+    # program compiled for the value (compiled._fast.programs), checked against onnxruntime
     proto = vad_like_model(batch="batch")
     compiled = rt.compile(proto)
     _stream(compiled, proto, [16000, 8000, 16000, 16000, 8000, 8000])
-    assert sorted(key[0][2] for key in compiled._spec) == [b"\x00", b"\x01"]
+    assert sorted(key[0][2] for key in compiled._fast.programs) == [b"\x00", b"\x01"]
     # the conditions are computed once per sample rate, then found by its value
-    assert len(compiled._prelude_memo) == 2
+    assert len(compiled._fast.memo) == 2
     # another batch size is not the registered program's: the checked path compiles it
     rng = np.random.default_rng(1)
     feeds = {
@@ -237,13 +237,13 @@ def test_a_graph_of_dynamic_shapes_with_a_64_bit_input_gets_the_direct_call_too(
         [tensor("y", shape=["n"])],
     )
     compiled = rt.compile(proto)
-    assert compiled._try_call is not None
-    assert not compiled._spec
+    assert compiled._fast is not None
+    assert not compiled._fast.programs
     x = np.arange(5, dtype=np.float32)
     for sr in (16000, 8000):
         out = compiled({"x": x, "sr": np.array(sr, np.int64)})
         np.testing.assert_array_equal(np.asarray(out["y"]), x * sr)
-    assert list(compiled._spec) == [()]  # registered after the first (checked) call
+    assert list(compiled._fast.programs) == [()]  # registered after the first (checked) call
     with pytest.raises(rt.InputError, match="input 'sr' has dtype int32"):
         compiled({"x": x, "sr": np.array(8000, np.int32)})
 

@@ -256,4 +256,4 @@ def test_whole_graph_call_has_one_segment_span_and_the_fast_path_comes_back(sque
     # nobody listens: the call takes the direct path again (no span, no sync)
     model(feeds)
     model(feeds)
-    assert model._try_call is not model._checked_call
+    assert model._fast.try_call is not model._fast.checked

@@ -1,0 +1,469 @@
+"""The direct call: a compiled model's steady-state call with as little Python as possible
+around jax's C++ call of its program.
+
+A graph without breaks runs as one program. Once that program has run once for some inputs
+(jax has then built its C++ call) and nobody listens to calls, the next calls with inputs of
+the same shapes and dtypes go straight to the C++ call, which checks shapes and dtypes
+itself. A model holds at most one owner of such calls (``CompiledModel._fast``):
+
+- ``WholeGraphCall``: the program ``compile()`` compiled ahead for the compile-time shapes.
+  Its ``try_call`` starts as the checked call (``checked``): it compares shapes and dtypes,
+  opens the ``ember.call`` span when someone listens, and calls the program. After a call
+  while nobody listens to calls, ``try_call`` becomes the direct call, valid for one
+  ``bus.generation``: after an attach or detach it hands the call back to ``checked``,
+  which decides again.
+- ``SpecializedCalls``: a graph without breaks not compiled ahead (input shapes unknown at
+  ``compile``, or ``If`` conditions computed from the inputs). After each checked call
+  that nobody listened to, the model registers the program it ran (``register``), by the
+  conditions' values; ``try_call`` computes the conditions on the host (the *prelude*,
+  memoised by the small inputs it reads: a sample rate) and calls the program registered
+  for them.
+
+``try_call`` returns None when the inputs do not fit (a missing input, other shapes or
+dtypes, a numpy input that jax would narrow to the program's 32-bit type): the model's
+checked path then decides (the segment cache, or an ``InputError``). ``program_for`` says
+which ``Program`` a call would run, for benchmarks and tests.
+
+What these know of their model is given to them when they are built (the program, its
+parameters, signature and output names, the prelude's nodes): they hold no reference to
+the model, and the closures they install hold only weak references to them, so nothing
+here makes a reference cycle: a dropped model frees its device parameters at once, not at
+the next garbage collection.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ember.recorder import bus
+from ember.recorder import events as E
+
+from .describe import describe_shapes, static_key
+from .graph import Node, run_node, to_host
+
+__all__ = [
+    "CALL_EVENTS",
+    "DirectCall",
+    "Program",
+    "SpecializedCalls",
+    "WholeGraphCall",
+    "block",
+    "direct_call",
+    "run_prelude",
+]
+
+DirectCall = Callable[[Mapping[str, Any]], "dict[str, Any] | None"]
+"""inputs by name -> outputs by name, or None: the checked path decides."""
+
+_END = "end"
+_CALL_SPAN = (E.CALL_START, E.CALL_STOP, E.CALL_EXCEPTION)
+_SEGMENT_SPAN = (E.start(E.SEGMENT), E.stop(E.SEGMENT), E.exception(E.SEGMENT))
+CALL_EVENTS = (*_CALL_SPAN, E.CACHE_HIT, E.start(E.SEGMENT), E.stop(E.SEGMENT), E.start(E.BREAK))
+"""What a checked call emits at a cache hit: while any is listened to, no direct call."""
+
+
+class CompiledSegment(Protocol):
+    """What the fast path reads of a compiled segment (the segment cache's entry)."""
+
+    exe: Any
+    dynamic_outputs: tuple[str, ...]
+    host_outputs: dict[str, Any]
+    needs_x64: bool
+
+    @property
+    def key_hex(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Program:
+    """A compiled program as the direct call runs it."""
+
+    call: Callable[..., Any]  # jax's C++ call of the executable, the parameters bound first
+    arg_names: tuple[str, ...]  # the model inputs it takes, in order
+    dtypes: tuple[np.dtype[Any], ...]  # theirs: numpy inputs of other dtypes are not narrowed
+    output_names: tuple[str, ...]  # its outputs, in order: the model's outputs
+    x64: bool  # called inside jax.enable_x64 (it has 64-bit arguments)
+
+
+def block(values: Any) -> None:
+    """Wait until ``values`` (a pytree; numpy and None leaves pass) are computed."""
+    import jax
+
+    jax.block_until_ready(values)
+
+
+@functools.cache
+def jax_array_type() -> type:
+    """The concrete type of jax's arrays (not ``jax.Array``, whose isinstance is slower)."""
+    import jax
+
+    return type(jax.device_put(np.zeros((), np.float32)))
+
+
+def _no_call(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    return None
+
+
+def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = None) -> DirectCall:
+    """The call straight into ``program``'s C++ call.
+
+    jax's C++ call refuses jax arrays of other shapes or dtypes itself; anything else (numpy
+    arrays, lists, scalars) it converts, and without x64 it narrows int64 and float64 to the
+    program's 32-bit types, so their dtype is compared here (one type check for a jax array,
+    ~15 ns for a numpy array). With ``guard`` = (generation, number of inputs, fallback),
+    the call is valid while ``bus.generation`` is ``generation`` and the inputs are that
+    many; otherwise it is ``fallback``'s.
+    """
+    call = program.call
+    names = program.output_names
+    arg_names = program.arg_names
+    dtypes = program.dtypes
+    only = names[0] if len(names) == 1 else None
+    array = jax_array_type()
+    guarded = guard is not None
+    generation, n_inputs, fallback = guard if guard is not None else (0, 0, _no_call)
+
+    if len(arg_names) == 1 and not program.x64:
+        single, dtype0 = arg_names[0], dtypes[0]
+
+        def direct_one(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+            if guarded and (bus.generation != generation or len(inputs) != n_inputs):
+                return fallback(inputs)
+            try:
+                x = inputs[single]
+                if type(x) is not array and x.dtype != dtype0:
+                    return None
+                outs = call(x)
+            except (KeyError, TypeError, AttributeError):
+                # a missing input, an input without a dtype, or jax's C++ call refusing
+                # other shapes or dtypes: the checked path
+                return None
+            if only is not None:
+                return {only: outs[0]}
+            return dict(zip(names, outs, strict=True))
+
+        return direct_one
+
+    import jax
+
+    x64 = program.x64
+    enable_x64 = jax.enable_x64
+
+    def direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        if guarded and (bus.generation != generation or len(inputs) != n_inputs):
+            return fallback(inputs)
+        try:
+            args = [inputs[n] for n in arg_names]
+            for a, dtype in zip(args, dtypes, strict=True):
+                if type(a) is not array and a.dtype != dtype:
+                    return None
+            if x64:  # 64-bit arguments: called as they were traced
+                with enable_x64(True):
+                    outs = call(*args)
+            else:
+                outs = call(*args)
+        except (KeyError, TypeError, AttributeError):
+            return None
+        if only is not None:
+            return {only: outs[0]}
+        return dict(zip(names, outs, strict=True))
+
+    return direct
+
+
+Signature = tuple[tuple[str, tuple[int, ...], "np.dtype[Any]"], ...]
+"""(name, shape, dtype) per argument of a program compiled ahead."""
+
+
+def _fits(args: list[Any], signature: Signature) -> bool:
+    """Each of ``args`` has its signature's shape and dtype."""
+    for a, (_, shape, dtype) in zip(args, signature, strict=True):
+        try:
+            if a.shape != shape or a.dtype != dtype:
+                return False
+        except AttributeError:
+            return False
+    return True
+
+
+class WholeGraphCall:
+    """The call of the program compiled ahead for the compile-time shapes (see the module
+    docstring): ``try_call`` is ``checked`` until a call nobody listened to, then direct."""
+
+    __slots__ = (
+        "__weakref__",
+        "call",
+        "checked",
+        "entry",
+        "exe",
+        "names",
+        "signature",
+        "simple",
+        "try_call",
+        "x64",
+    )
+
+    def __init__(
+        self,
+        entry: CompiledSegment,
+        signature: Signature,
+        params: tuple[Any, ...],
+        output_names: tuple[str, ...],
+        *,
+        n_inputs: int,
+        source: str | None,
+    ) -> None:
+        self.signature = signature
+        self.exe = entry.exe
+        self.call: Callable[..., Any] = (
+            functools.partial(entry.exe, params) if params else entry.exe
+        )
+        self.x64 = entry.needs_x64
+        self.entry = entry
+        self.names = output_names
+        # Outputs straight from the program, in the model's order: build the dict by zip.
+        self.simple = not entry.host_outputs and tuple(entry.dynamic_outputs) == self.names
+        self.checked: DirectCall = self._checked(n_inputs, source)
+        self.try_call: DirectCall = self.checked
+
+    def _checked(self, n_inputs: int, source: str | None) -> DirectCall:
+        """The checked call (closures over locals: cheap; the owner by weak reference)."""
+        signature = self.signature
+        state_ref = weakref.ref(self)
+        arg_names = tuple(name for name, _, _ in signature)
+        dtypes = tuple(dtype for _, _, dtype in signature)
+        single = arg_names[0] if len(arg_names) == 1 else None
+
+        def checked(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+            if len(inputs) != n_inputs:
+                return None
+            try:
+                args = [inputs[single]] if single else [inputs[n] for n in arg_names]
+            except KeyError:
+                return None
+            state = state_ref()
+            if state is None or not _fits(args, signature):
+                return None
+            if bus.listening(*_CALL_SPAN):
+                meta = {"source": source, "shapes": describe_shapes(inputs)}
+                with bus.span(E.CALL, meta) as span:
+                    if bus.listening(*_SEGMENT_SPAN):
+                        # the whole graph is one segment: its run, as on the segmented path
+                        seg_meta = {
+                            "source": source,
+                            "position": 0,
+                            "stop": _END,
+                            "compiled": True,
+                            "key": state.entry.key_hex,
+                        }
+                        with bus.span(E.SEGMENT, seg_meta):
+                            result = state.run(args)
+                            dispatched = time.monotonic_ns()
+                            if bus.sync:
+                                block(result)  # the segment's results are the call's
+                    else:
+                        result = state.run(args)
+                        dispatched = time.monotonic_ns()
+                        if bus.sync:
+                            block(result)
+                    if bus.sync:
+                        # the span ends at the results; the dispatch time goes with it
+                        span.set(dispatch_ns=dispatched - span.start)
+                    return result
+            generation = bus.generation
+            result = state.run(args)
+            if state.simple and not state.x64 and generation == bus.generation:
+                program = Program(state.call, arg_names, dtypes, state.names, False)
+                state.try_call = direct_call(program, (generation, n_inputs, state.checked))
+            return result
+
+        return checked
+
+    def run(self, args: list[Any]) -> dict[str, Any]:
+        """One call of the program with checked ``args``; outputs by name."""
+        if self.x64:
+            import jax
+
+            with jax.enable_x64(True):
+                outs = self.call(*args)
+        else:
+            outs = self.call(*args)
+        if self.call is self.exe or (
+            isinstance(self.call, functools.partial) and self.call.func is self.exe
+        ):
+            # jax makes the C++ call of a compiled program on its first call; use it directly
+            cpp = getattr(self.exe, "_call", None)
+            if callable(cpp):
+                call = self.call
+                self.call = (
+                    functools.partial(cpp, *call.args)
+                    if isinstance(call, functools.partial)
+                    else cpp
+                )
+        if self.simple:
+            return dict(zip(self.names, outs, strict=False))
+        result = dict(self.entry.host_outputs)
+        result.update(zip(self.entry.dynamic_outputs, outs, strict=True))
+        return {n: result[n] for n in self.names}
+
+    def program_for(self, inputs: Mapping[str, Any]) -> Program | None:
+        """The program a call with ``inputs`` runs; None when they do not fit it."""
+        names = tuple(name for name, _, _ in self.signature)
+        try:
+            args = [inputs[n] for n in names]
+        except KeyError:
+            return None
+        if not _fits(args, self.signature):
+            return None
+        dtypes = tuple(dtype for _, _, dtype in self.signature)
+        return Program(self.call, names, dtypes, self.names, self.x64)
+
+
+def _memo_key(value: Any) -> Any:
+    """A value the prelude reads, as a key of its memo: ``static_key``, but a numpy array
+    keeps its dtype object (``dtype.str`` costs 0.3 us, most of a sample rate's key)."""
+    if type(value) is np.ndarray and not value.dtype.hasobject:
+        return (value.shape, value.dtype, value.tobytes())
+    return static_key(value)
+
+
+class SpecializedCalls:
+    """The direct calls of a graph without breaks not compiled ahead: one program per value
+    of the conditions its prelude computes (see the module docstring)."""
+
+    __slots__ = (
+        "arg_names",
+        "base",
+        "generation",
+        "memo",
+        "n_inputs",
+        "names",
+        "prelude",
+        "prelude_shapes",
+        "prelude_values",
+        "programs",
+        "statics",
+    )
+
+    def __init__(
+        self,
+        *,
+        arg_names: tuple[str, ...],
+        statics: tuple[str, ...],
+        output_names: tuple[str, ...],
+        n_inputs: int,
+        prelude: Sequence[Node] = (),
+        prelude_values: tuple[str, ...] = (),
+        prelude_shapes: tuple[str, ...] = (),
+    ) -> None:
+        self.arg_names = arg_names  # the program's arguments
+        self.statics = statics  # the conditions (and other statics) the program is for
+        self.names = output_names
+        self.n_inputs = n_inputs
+        self.prelude = tuple(prelude)  # the nodes that compute the conditions on the host
+        self.prelude_values = prelude_values  # the inputs whose values the prelude reads
+        self.prelude_shapes = prelude_shapes  # the inputs whose shapes only it reads
+        self.base: Mapping[str, Any] = {}  # the model's constants, given at registration
+        # the conditions' static key by the inputs the prelude reads (a sample rate: one)
+        self.memo: dict[Any, Any] = {}
+        # the registered programs by the conditions' static key (the entry: to forget it)
+        self.programs: dict[Any, tuple[CompiledSegment, Program, DirectCall]] = {}
+        self.generation = -1
+
+    def _key(self, inputs: Mapping[str, Any]) -> Any:
+        """The conditions' static key for ``inputs``; None when the prelude fails on them
+        (the checked path says what is wrong with the inputs)."""
+        if not self.statics:
+            return ()
+        try:
+            # the prelude is a function of the small inputs it reads: run once per value
+            memo_key = (
+                tuple([_memo_key(inputs[n]) for n in self.prelude_values]),
+                tuple([np.shape(inputs[n]) for n in self.prelude_shapes]),
+            )
+            key = self.memo.get(memo_key)
+            if key is None:
+                env = dict(inputs)
+                if self.prelude:
+                    run_prelude(self.prelude, env, self.base)
+                key = tuple(static_key(env[n]) for n in self.statics)
+                if len(self.memo) >= 64:
+                    self.memo.clear()
+                self.memo[memo_key] = key
+        except Exception:
+            return None
+        return key
+
+    def try_call(self, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The program registered for these inputs' conditions, called directly; None (the
+        checked path) when nobody registered one since the last attach or detach, or the
+        inputs do not fit it."""
+        if bus.generation != self.generation or len(inputs) != self.n_inputs:
+            return None
+        hit = self.programs.get(self._key(inputs))
+        return hit[2](inputs) if hit is not None else None
+
+    def program_for(self, inputs: Mapping[str, Any]) -> Program | None:
+        """The program a call with ``inputs`` runs directly; None when there is none."""
+        hit = self.programs.get(self._key(inputs))
+        return hit[1] if hit is not None else None
+
+    def register(
+        self,
+        entry: CompiledSegment,
+        statics: Mapping[str, Any],
+        args: Sequence[Any],
+        params: Callable[[], tuple[Any, ...]],
+        base: Mapping[str, Any],
+    ) -> None:
+        """After a checked call: the direct call of ``entry`` for these condition values
+        (``params``: the program's parameters; ``base``: the model's constants, which the
+        prelude reads)."""
+        if (
+            entry.exe is None
+            or entry.host_outputs
+            or tuple(entry.dynamic_outputs) != self.names
+            or bus.listening(*CALL_EVENTS)
+        ):
+            return
+        if bus.generation != self.generation:
+            self.programs = {}
+            self.generation = bus.generation
+        self.base = base
+        cpp = getattr(entry.exe, "_call", None) or entry.exe
+        bound = params()
+        call = functools.partial(cpp, bound) if bound else cpp
+        dtypes = tuple(np.dtype(getattr(a, "dtype", np.float32)) for a in args)
+        program = Program(call, self.arg_names, dtypes, self.names, entry.needs_x64)
+        key = tuple(static_key(statics[n]) for n in self.statics)
+        self.programs[key] = (entry, program, direct_call(program))
+
+    def forget(self, entry: CompiledSegment) -> None:
+        """The segment cache evicted ``entry``: its direct call goes too."""
+        if self.programs:
+            self.programs = {k: v for k, v in self.programs.items() if v[0] is not entry}
+
+
+def run_prelude(
+    nodes: Sequence[Node], env: dict[str, Any], base: Mapping[str, Any] | None = None
+) -> None:
+    """Compute on the host what decides control flow (If conditions from small inputs):
+    ``nodes`` read ``env`` (else ``base``), their outputs go into ``env``."""
+    local: dict[str, Any] = {}
+    for node in nodes:
+        shape_only = node.op_type in ("Shape", "Size")
+        for name in node.inputs:
+            if name and name not in local:
+                value = env[name] if base is None or name in env else base[name]
+                local[name] = value if shape_only else to_host(value)
+        outs = run_node(node, local)
+        for name, value in zip(node.outputs, outs, strict=False):
+            if name:
+                env[name] = local[name] = to_host(value)

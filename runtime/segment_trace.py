@@ -1,0 +1,249 @@
+"""Tracing and compiling one segment: the cache entry it gives and the facts its
+``segment_compile`` span reports.
+
+``trace_segment`` traces the nodes of a segment into one ``jax.jit`` program and compiles
+it (the segment's parameters first, as one pytree, then its arguments); a node that reads a
+traced value on the host raises ``NeedsHost``, which the compiled model turns into a break
+(found by tracing). ``Entry`` is what the segment cache keeps of the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import ops, xla_cpu
+from .analysis import Segment
+from .describe import key_hex
+from .diskcache import disk_cache
+from .graph import Graph, run_node
+
+__all__ = [
+    "CompileResult",
+    "Entry",
+    "NeedsHost",
+    "cost_of",
+    "memory_of",
+    "segment_compile_attrs",
+    "trace_segment",
+]
+
+
+@dataclass
+class Entry:
+    """One cached segment: a compiled program (or None: eager) and what its trace knew."""
+
+    key: tuple[Any, ...]
+    shapes: list[dict[str, Any]]
+    statics: list[dict[str, Any]]
+    exe: Any = None
+    dynamic_outputs: tuple[str, ...] = ()
+    host_outputs: dict[str, Any] = field(default_factory=dict)
+    needs_x64: bool = True
+    _hex: tuple[Any, str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def key_hex(self) -> str:
+        # hashed once per key: a recorded call names its segments' keys on every call
+        hexed = self._hex
+        if hexed is None or hexed[0] is not self.key:
+            hexed = self._hex = (self.key, key_hex(self.key))
+        return hexed[1]
+
+
+def memory_of(exe: Any) -> dict[str, int] | None:
+    """The executable's memory analysis in bytes (None where the backend gives none)."""
+    try:
+        m = exe.memory_analysis()
+    except Exception:
+        return None
+    if m is None:
+        return None
+    return {
+        "argument_bytes": int(m.argument_size_in_bytes),
+        "output_bytes": int(m.output_size_in_bytes),
+        "temp_bytes": int(m.temp_size_in_bytes),
+        "alias_bytes": int(m.alias_size_in_bytes),
+        "generated_code_bytes": int(m.generated_code_size_in_bytes),
+    }
+
+
+def cost_of(exe: Any) -> dict[str, float | None] | None:
+    """The executable's cost analysis: flops and bytes accessed (None where unknown)."""
+    try:
+        c = exe.cost_analysis()
+    except Exception:
+        return None
+    if isinstance(c, (list, tuple)):
+        c = c[0] if c else None
+    if not c:
+        return None
+    flops = c.get("flops")
+    accessed = c.get("bytes accessed")
+    return {
+        "flops": float(flops) if flops is not None else None,
+        "bytes_accessed": float(accessed) if accessed is not None else None,
+    }
+
+
+def _is_host_value(v: Any) -> bool:
+    if isinstance(v, list):
+        return all(_is_host_value(x) for x in v)
+    return v is None or ops.is_host(v)
+
+
+def _has_64bit(values: Sequence[Any]) -> bool:
+    for v in values:
+        if isinstance(v, list):
+            if _has_64bit(v):
+                return True
+        elif v is not None and np.dtype(getattr(v, "dtype", np.float32)).itemsize == 8:
+            return True
+    return False
+
+
+class NeedsHost(Exception):
+    """A node read a traced value on the host: it becomes a break (found by tracing)."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(reason)
+        self.position = position
+        self.reason = reason
+
+
+def _needs_concrete(exc: BaseException | None) -> bool:
+    import jax
+
+    kinds = (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerArrayConversionError,
+        jax.errors.TracerIntegerConversionError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.NonConcreteBooleanIndexError,
+    )
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, kinds) or getattr(exc, "needs_host", False):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def trace_segment(
+    graph: Graph,
+    base_env: Mapping[str, Any],
+    seg: Segment,
+    statics: Mapping[str, Any],
+    params: Mapping[str, Any],
+    args: Sequence[Any],
+    cache_dir: str | None,
+    hwio: frozenset[str] = frozenset(),
+    prelude: frozenset[int] = frozenset(),
+) -> CompileResult:
+    """Trace and compile ``seg`` for ``args``: the entry (without key) and compile facts.
+
+    ``hwio`` names the convolution weights kept on the device as HWIO (see
+    ``CompiledModel._hwio_params``); the program reads them back as ONNX's OIHW.
+    ``prelude`` are the positions of nodes computed on the host before the call (their
+    outputs arrive as statics or arguments).
+    """
+    import jax
+
+    box: dict[str, Any] = {}
+
+    def segment_fn(param_values: tuple[Any, ...], *arg_values: Any) -> tuple[Any, ...]:
+        env: dict[str, Any] = dict(base_env)
+        env.update(statics)
+        for name, value in zip(seg.params, param_values, strict=True):
+            env[name] = xla_cpu.read_hwio(value) if name in hwio else value
+        env.update(zip(seg.args, arg_values, strict=True))
+        for node in graph.nodes[seg.position : seg.stop]:
+            if node.position in prelude or (
+                node.outputs and all(o in base_env for o in node.outputs if o)
+            ):
+                continue  # folded once per model (constants), or computed by the prelude
+            try:
+                outs = run_node(node, env)
+            except Exception as exc:
+                if _needs_concrete(exc):
+                    raise NeedsHost(
+                        node.position,
+                        f"a value that {node.op_type} {node.name!r} reads on the host",
+                    ) from exc
+                raise
+            for name, value in zip(node.outputs, outs, strict=False):
+                if name:
+                    env[name] = value
+        host: dict[str, Any] = {}
+        dynamic: list[str] = []
+        for name in seg.outputs:
+            v = env[name]
+            if _is_host_value(v):
+                host[name] = v
+            else:
+                dynamic.append(name)
+        box["host"] = host
+        box["dynamic"] = tuple(dynamic)
+        return tuple(env[n] for n in dynamic)
+
+    param_values = tuple(params[n] for n in seg.params)
+    with disk_cache(cache_dir) as probe:
+        if param_values:
+            lowered = jax.jit(segment_fn).lower(param_values, *args)
+        else:  # no parameter pytree: the cheapest call
+
+            def no_params_fn(*arg_values: Any) -> tuple[Any, ...]:
+                return segment_fn((), *arg_values)
+
+            lowered = jax.jit(no_params_fn).lower(*args)
+        exe = lowered.compile(compiler_options=xla_cpu.compiler_options())
+    entry = Entry(
+        key=(),
+        shapes=[],
+        statics=[],
+        exe=exe,
+        dynamic_outputs=box["dynamic"],
+        host_outputs=box["host"],
+        needs_x64=_has_64bit(args) or _has_64bit(param_values),
+    )
+    disk = probe.result if cache_dir is not None else None
+    return CompileResult(entry, disk, memory_of(exe), cost_of(exe))
+
+
+@dataclass
+class CompileResult:
+    """What compiling one segment gave: its cache entry (without key) and the facts that its
+    ``segment_compile`` span reports."""
+
+    entry: Entry
+    disk_cache: str | None = None  # "hit" | "miss" in a cache_dir, else None
+    memory: dict[str, Any] | None = None  # the executable's memory analysis
+    cost: dict[str, Any] | None = None  # its cost analysis
+
+
+def segment_compile_attrs(
+    result: CompileResult,
+    found: NeedsHost | None,
+    *,
+    shapes: list[dict[str, Any]],
+    stop: int | str,
+    compiled: bool,
+    reason: str | None,
+    host_values: list[str],
+) -> dict[str, Any]:
+    """The attributes a ``segment_compile`` span ends with. A value the trace found it needs
+    on the host (``found``) ends the segment there instead, uncompiled, with its reason."""
+    return {
+        "shapes": shapes,
+        "stop": stop if found is None else found.position,
+        "compiled": compiled and found is None,
+        "disk_cache": result.disk_cache,
+        "reason": reason if found is None else found.reason,
+        "host_values": host_values,
+        "memory": result.memory,
+        "cost": result.cost,
+    }
