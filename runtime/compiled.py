@@ -1,11 +1,16 @@
 """``compile`` and ``run``: ONNX graphs as ``jax.jit`` segments with a per-position cache.
 
+This module is the driver; its parts live next to it: ``segment_trace`` traces and
+compiles one segment, ``segment_cache`` keeps them (LRU per position, cache events),
+``fastpath`` is the direct call of the steady state, ``describe`` the shapes, statics and
+keys the events carry, ``xla_cpu`` the XLA:CPU tuning (compiler options, kernel layouts).
+
 **int64 and float64.** JAX keeps 32-bit types unless x64 is enabled, but ONNX models use
 int64 (shapes, indices) and sometimes float64. Every trace, compile and eager run of the
 runtime happens inside ``jax.enable_x64(True)``, a context manager that changes the setting
 only for the current thread and only for that block, so a model keeps its ONNX dtypes and
 the caller's global JAX setting is never touched. Compiled programs whose arguments are all
-32-bit are called without the context (the fast path); the others are called inside it.
+32-bit are called without the context; the others are called inside it.
 
 **Without graph breaks** the whole graph is one ``jax.jit`` program, compiled by
 ``compile()`` for the input shapes it is given (``input_specs``, or the model's own input
@@ -29,7 +34,7 @@ A condition computed on the device is brought to the host by a short *sync* brea
 ``If`` starts the next segment. A graph without breaks that ``compile()`` could not compile
 ahead of time (unknown input shapes, or such conditions) gets a direct call after its first
 checked call: the prelude's conditions (memoised by the inputs it reads) pick the program,
-called straight through jax's C++ call while nobody listens.
+called straight through jax's C++ call while nobody listens (``fastpath.SpecializedCalls``).
 
 **Constants and breaks found by tracing.** Values computed from initializers and
 ``Constant`` nodes alone are folded once per model and baked into the programs. A node
