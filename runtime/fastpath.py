@@ -384,10 +384,14 @@ class SpecializedCalls:
             return ()
         try:
             # the prelude is a function of the small inputs it reads: run once per value
-            memo_key = (
-                tuple([_memo_key(inputs[n]) for n in self.prelude_values]),
-                tuple([np.shape(inputs[n]) for n in self.prelude_shapes]),
-            )
+            values, shapes = self.prelude_values, self.prelude_shapes
+            if len(values) == 1 and not shapes:  # a sample rate: its key alone
+                memo_key = _memo_key(inputs[values[0]])
+            else:
+                memo_key = (
+                    tuple([_memo_key(inputs[n]) for n in values]),
+                    tuple([np.shape(inputs[n]) for n in shapes]),
+                )
             key = self.memo.get(memo_key)
             if key is None:
                 env = dict(inputs)
