@@ -16,7 +16,7 @@ import glob
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,21 +76,28 @@ def bench_model(path: str, calls: int, threads: int | None) -> dict[str, float]:
 def interleaved_medians(
     a: Callable[[], Any], b: Callable[[], Any], calls: int, rounds: int = 5
 ) -> tuple[float, float]:
-    """Median seconds per call of ``a`` and of ``b``, after 3 warm-up calls of each, timed
-    in ``rounds`` alternating rounds of ``calls // rounds`` calls, so that a change of the
-    machine's load weighs on both alike. ``bench_realmodels.py`` times the same way."""
+    """Median seconds per call of ``a`` and of ``b`` (``interleaved`` of the two).
+    ``bench_realmodels.py`` times the same way."""
+    e, o = interleaved([a, b], calls, rounds)
+    return e, o
+
+
+def interleaved(fns: Sequence[Callable[[], Any]], calls: int, rounds: int = 5) -> list[float]:
+    """Median seconds per call of each of ``fns``, after 3 warm-up calls of each, timed in
+    ``rounds`` alternating rounds of ``calls // rounds`` calls, so that a change of the
+    machine's load weighs on all alike."""
     for _ in range(3):
-        a()
-        b()
-    times: tuple[list[float], list[float]] = ([], [])
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
     per_round = max(1, calls // rounds)
     for _ in range(rounds):
-        for fn, sink in zip((a, b), times, strict=True):
+        for fn, sink in zip(fns, times, strict=True):
             for _ in range(per_round):
                 t0 = time.perf_counter()
                 fn()
                 sink.append(time.perf_counter() - t0)
-    return statistics.median(times[0]), statistics.median(times[1])
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:

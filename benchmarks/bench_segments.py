@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_segments.py [--quick]
 
 1. Call overhead of a compiled model without breaks against a bare ``jax.jit`` of the same
-   function on a tiny graph (target ratio <= 1.2).
+   function on a tiny graph (target ratio <= 1.2); and (1b) of a tiny graph whose ``If``
+   specialises on a small int64 input (the direct call behind the conditions' memo).
 2. The cost of one break on the segment path: a model with a break against the same model
    without it, per call, when every segment hits the cache.
 3. Cold against disk-cache-warm compile time of a light model, each in a fresh process
@@ -24,6 +25,9 @@ import time
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_runtime import interleaved
 
 
 def _best_per_call(fn, calls: int, repeats: int = 7) -> float:
@@ -47,6 +51,39 @@ def tiny_model() -> onnx.ModelProto:
         nodes,
         "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def if_model() -> onnx.ModelProto:
+    """y = Relu(x + x) when sr == 16000, else Neg(x): silero VAD's shape of control flow
+    (the condition from a small int64 input, computed on the host; one program per value)."""
+    sixteen = onnx.numpy_helper.from_array(np.array(16000, np.int64))
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["t"]), helper.make_node("Relu", ["t"], ["a"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["b"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [8])],
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["sixteen"], value=sixteen),
+        helper.make_node("Equal", ["sr", "sixteen"], ["cond"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_if",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [8]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -105,14 +142,48 @@ def bench_overhead(calls: int) -> float:
     def call_bare():
         return bare(x)
 
-    t_bare = _best_per_call(call_bare, calls)
-    t_ember = _best_per_call(lambda: compiled(x=x), calls)
+    # the two alternate in rounds (medians), so that the machine's load weighs on both alike
+    t_bare, t_ember = interleaved([call_bare, lambda: compiled(x=x)], calls)
     np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), np.asarray(bare(x)["y"]))
     ratio = t_ember / t_bare
     print("1. call overhead, tiny graph without breaks (x: float32[8])")
     print(f"   bare jax.jit             {t_bare * 1e6:8.2f} us/call")
     print(f"   ember CompiledModel      {t_ember * 1e6:8.2f} us/call")
     print(f"   ratio ember/bare         {ratio:8.2f}   (target <= 1.2)")
+    return ratio
+
+
+def bench_overhead_if(calls: int) -> float:
+    import jax
+    import jax.numpy as jnp
+
+    import ember.runtime as rt
+    from ember.runtime.graph import interpret
+
+    model = rt.load(if_model())
+    compiled = rt.compile(model)
+    graph = model.graph
+    sr = np.array(16000, np.int64)
+
+    def fn(x):
+        return interpret(graph, {"x": x, "sr": sr})  # the condition a Python constant
+
+    bare = jax.jit(fn)
+    x = jnp.asarray(np.linspace(-1, 1, 8, dtype=np.float32))
+    bare(x)
+    feeds = {"x": x, "sr": sr}
+    compiled(feeds)  # the checked call registers the program of sr == 16000
+
+    def call_bare():
+        return bare(x)
+
+    t_bare, t_ember = interleaved([call_bare, lambda: compiled(feeds)], calls)
+    np.testing.assert_array_equal(np.asarray(compiled(feeds)["y"]), np.asarray(bare(x)["y"]))
+    ratio = t_ember / t_bare
+    print("1b. call overhead, an If on a small int64 input (x: float32[8], sr: int64 scalar)")
+    print(f"   bare jax.jit (sr const)  {t_bare * 1e6:8.2f} us/call")
+    print(f"   ember CompiledModel      {t_ember * 1e6:8.2f} us/call")
+    print(f"   ratio ember/bare         {ratio:8.2f}")
     return ratio
 
 
@@ -183,6 +254,7 @@ def main() -> None:
     calls = 2000 if args.quick else 20000
     results = {
         "overhead_ratio": bench_overhead(calls),
+        "overhead_ratio_if": bench_overhead_if(calls),
         "break_cost_us": bench_break(calls // 4) * 1e6,
     }
     light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
