@@ -469,8 +469,9 @@ class CompiledModel:
 
     def program_for(self, inputs: Mapping[str, Any]) -> Program | None:
         """The program a call with ``inputs`` runs straight through jax's C++ call (see
-        ``fastpath``), with its parameters bound; None while such calls take the checked
-        path (before the first call, or for other shapes or dtypes)."""
+        ``fastpath``), with its parameters bound; None when no such program fits them
+        (other shapes or dtypes, a graph with breaks, or, for a model not compiled ahead,
+        before the checked call that registers one for these conditions)."""
         fast = self._fast
         return fast.program_for(inputs) if fast is not None else None
 

@@ -373,3 +373,18 @@ def test_the_direct_call_of_several_inputs_checks_each_dtype():
         compiled(a=a, b=b.astype(np.float64))
     with pytest.raises(InputError, match="input 'a' has dtype float64, expected float32"):
         compiled(a=a.astype(np.float64), b=jax.device_put(b))
+
+
+def test_program_for_names_the_program_compiled_ahead_for_its_shapes():
+    compiled = rt.compile(_matmul_model(), {"a": (2, 3)})
+    a = np.ones((2, 3), np.float32)
+    b = np.ones((3, 2), np.float32)
+    program = compiled.program_for({"a": a, "b": b})
+    assert program is not None
+    assert (program.arg_names, program.output_names, program.x64) == (("a", "b"), ("y",), False)
+    (y,) = program.call(a, b)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(compiled(a=a, b=b)["y"]))
+    # other shapes or dtypes are not the program's: the checked path compiles them
+    assert compiled.program_for({"a": np.ones((4, 3), np.float32), "b": b}) is None
+    assert compiled.program_for({"a": a, "b": b.astype(np.float64)}) is None
+    assert compiled.program_for({"a": a}) is None

@@ -224,6 +224,36 @@ def test_steady_state_calls_without_listeners_take_the_program_of_the_condition(
         compiled({**feeds, "x": feeds["x"].astype(np.float64)})
 
 
+def test_program_for_names_the_program_of_the_direct_call_per_condition_value():
+    proto = vad_like_model()
+    compiled = rt.compile(proto)
+    rng = np.random.default_rng(3)
+    feeds = {
+        "x": rng.standard_normal((1, CHUNK)).astype(np.float32),
+        "state": np.zeros((2, 1, HIDDEN), np.float32),
+        "sr": np.array(8000, np.int64),
+    }
+    assert compiled.program_for(feeds) is None  # nothing registered before a checked call
+    want = compiled(feeds)
+    program = compiled.program_for(feeds)
+    assert program is not None
+    # the sample rate only picks the program; the program takes the audio and the state
+    assert (sorted(program.arg_names), program.output_names, program.x64) == (
+        ["state", "x"],
+        ("output", "stateN"),
+        False,
+    )
+    assert program.dtypes == (np.dtype(np.float32), np.dtype(np.float32))
+    outs = program.call(*[feeds[n] for n in program.arg_names])
+    for name, got in zip(program.output_names, outs, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want[name]))
+    # the other sample rate has no program yet; after its checked call, its own
+    other = {**feeds, "sr": np.array(16000, np.int64)}
+    assert compiled.program_for(other) is None
+    compiled(other)
+    assert compiled.program_for(other) not in (None, program)
+
+
 def test_a_graph_of_dynamic_shapes_with_a_64_bit_input_gets_the_direct_call_too():
     # like silero VAD exported without the If: dims unknown at compile time (nothing is
     # compiled ahead) and an int64 scalar argument (the program runs with x64)
