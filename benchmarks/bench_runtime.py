@@ -83,7 +83,14 @@ def interleaved_medians(
 
 
 def interleaved(fns: Sequence[Callable[[], Any]], calls: int, rounds: int = 5) -> list[float]:
-    """Median seconds per call of each of ``fns``, after 3 warm-up calls of each, timed in
+    """Median seconds per call of each of ``fns`` (``interleaved_times``)."""
+    return [statistics.median(t) for t in interleaved_times(fns, calls, rounds)]
+
+
+def interleaved_times(
+    fns: Sequence[Callable[[], Any]], calls: int, rounds: int = 5
+) -> list[list[float]]:
+    """Seconds of each call of each of ``fns``, after 3 warm-up calls of each, timed in
     ``rounds`` alternating rounds of ``calls // rounds`` calls, so that a change of the
     machine's load weighs on all alike."""
     for _ in range(3):
@@ -97,7 +104,7 @@ def interleaved(fns: Sequence[Callable[[], Any]], calls: int, rounds: int = 5) -
                 t0 = time.perf_counter()
                 fn()
                 sink.append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+    return times
 
 
 def main() -> None:

@@ -19,15 +19,18 @@ one layer added at a time:
    x64 context of a program with 64-bit arguments, the output dict);
 6. ``+ np.asarray``: the probability read back as numpy (what ``bench_realmodels`` times).
 
-Each row prints microseconds per call, its ratio to onnxruntime and to bare jax.jit, and
-the step from the row above. The machine's load (``os.getloadavg``) is printed with them:
-on a shared machine compare rows of one run, not runs.
+Each row prints the median microseconds per call, its ratio to onnxruntime and to bare
+jax.jit, and the step from the row above; then the fastest call and its step, which the
+machine's load moves least (the steps of the medians move by a few microseconds from run
+to run on a loaded machine). The load (``os.getloadavg``) is printed with them: on a
+shared machine compare rows of one run, not runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import warnings
 from collections.abc import Callable
@@ -38,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_realmodels import MODELS, RealModel, model_bytes
-from bench_runtime import interleaved
+from bench_runtime import interleaved_times
 
 VAD = [m for m in MODELS if m.kind == "vad"]
 
@@ -141,10 +144,13 @@ def layers(m: RealModel) -> dict[str, Callable[[], Any]]:
     }
 
 
-def bench(m: RealModel, calls: int) -> dict[str, float]:
+def bench(m: RealModel, calls: int) -> dict[str, tuple[float, float]]:
+    """Per layer: (median, fastest) microseconds per call."""
     fns = layers(m)
-    times = interleaved(list(fns.values()), calls, rounds=40)
-    return {name: t * 1e6 for name, t in zip(fns, times, strict=True)}
+    times = interleaved_times(list(fns.values()), calls, rounds=40)
+    return {
+        name: (statistics.median(t) * 1e6, min(t) * 1e6) for name, t in zip(fns, times, strict=True)
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,14 +167,22 @@ def main(argv: list[str] | None = None) -> int:
         us = bench(m, args.calls)
         load_after = os.getloadavg()
         print(f"{m.name}  (load {load[0]:.1f} -> {load_after[0]:.1f}, {args.calls} calls a layer)")
-        print(f"  {'layer':16} {'us/call':>8} {'/ ort':>6} {'/ jit':>6} {'step us':>8}")
-        ort, jit = us["onnxruntime"], us["bare jax.jit"]
-        previous = None
-        for name, t in us.items():
-            step = "" if previous is None or name == "bare jax.jit" else f"{t - previous:+8.1f}"
-            print(f"  {name:16} {t:8.1f} {t / ort:6.2f} {t / jit:6.2f} {step:>8}")
+        print(
+            f"  {'layer':16} {'us/call':>8} {'/ ort':>6} {'/ jit':>6} {'step us':>8}"
+            f" {'fastest':>8} {'step':>6}"
+        )
+        ort, jit = us["onnxruntime"][0], us["bare jax.jit"][0]
+        previous: tuple[float, float] | None = None
+        for name, (t, fastest) in us.items():
+            steps = ("", "")
+            if previous is not None:
+                steps = (f"{t - previous[0]:+8.1f}", f"{fastest - previous[1]:+6.1f}")
+            print(
+                f"  {name:16} {t:8.1f} {t / ort:6.2f} {t / jit:6.2f} {steps[0]:>8}"
+                f" {fastest:8.1f} {steps[1]:>6}"
+            )
             if name != "onnxruntime":
-                previous = t
+                previous = (t, fastest)
         print(flush=True)
     return 0
 
