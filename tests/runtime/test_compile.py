@@ -304,7 +304,8 @@ def test_conv_weights_of_any_rank_are_not_copied_into_the_kernel_layout_per_call
         np.testing.assert_allclose(np.asarray(compiled(x=x)["y"]), want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_dropped_compiled_model_frees_its_device_parameters_at_once():
+@pytest.mark.parametrize("rows", [2, "n"], ids=["compiled-ahead", "registered-per-call"])
+def test_a_dropped_compiled_model_frees_its_device_parameters_at_once(rows):
     import gc
     import weakref
 
@@ -312,11 +313,12 @@ def test_a_dropped_compiled_model_frees_its_device_parameters_at_once():
     w = np.ones((256, 512), np.float32)  # a parameter: 131,072 values
     inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.reshape(-1))]
     graph = helper.make_graph(
-        nodes, "g", [tensor("x", shape=[2, 256])], [tensor("y", shape=[2, 512])], inits
+        nodes, "g", [tensor("x", shape=[rows, 256])], [tensor("y", shape=[rows, 512])], inits
     )
     compiled = rt.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     for _ in range(3):  # the checked call, then the direct one
         compiled(x=np.ones((2, 256), np.float32))
+    assert compiled.program_for({"x": np.ones((2, 256), np.float32)}) is not None
     model_ref = weakref.ref(compiled)
     gc.disable()  # freed by reference counting, not by a collection of cycles
     try:
