@@ -235,6 +235,7 @@ class CompiledModel:
                 prelude=self._prelude,
                 prelude_values=tuple(sorted(values)),
                 prelude_shapes=tuple(sorted(read - values)),
+                unchecked=self._unchecked(seg0),
             )
         # The call as a list of steps: a Segment, or the position of a break node.
         self._steps: list[Segment | int] = []
@@ -245,6 +246,10 @@ class CompiledModel:
                     self._steps.append(by_start.pop(start))
             if pos is not None:
                 self._steps.append(pos)
+
+    def _unchecked(self, seg: Segment) -> tuple[TensorSpec, ...]:
+        """The model's inputs that are not arguments of ``seg``'s program."""
+        return tuple(self._input_specs[n] for n in self._input_names if n not in seg.args)
 
     def _add_break(self, found: NeedsHost) -> None:
         """A trace found a node that reads a traced value on the host: make it a break."""
@@ -389,6 +394,7 @@ class CompiledModel:
             self._output_names,
             n_inputs=self._n_inputs,
             source=source,
+            unchecked=self._unchecked(seg),
         )
 
     def _compile_segment(

@@ -47,6 +47,8 @@ from ember.recorder import events as E
 
 from .describe import describe_shapes, static_key
 from .graph import Node, run_node, to_host
+from .inputs import fits
+from .model import TensorSpec
 
 __all__ = [
     "CALL_EVENTS",
@@ -207,6 +209,7 @@ class WholeGraphCall:
         "signature",
         "simple",
         "try_call",
+        "unchecked",
         "x64",
     )
 
@@ -219,8 +222,13 @@ class WholeGraphCall:
         *,
         n_inputs: int,
         source: str | None,
+        unchecked: tuple[TensorSpec, ...] = (),
     ) -> None:
         self.signature = signature
+        # the model's inputs that are not arguments of the program (unused, or read only
+        # for their shape): checked against their specs here, as jax's call does not see
+        # them; a model with such inputs gets no direct call
+        self.unchecked = unchecked
         self.exe = entry.exe
         self.call: Callable[..., Any] = (
             functools.partial(entry.exe, params) if params else entry.exe
@@ -240,17 +248,23 @@ class WholeGraphCall:
         arg_names = tuple(name for name, _, _ in signature)
         dtypes = tuple(dtype for _, _, dtype in signature)
         single = arg_names[0] if len(arg_names) == 1 else None
+        unchecked = self.unchecked
 
         def checked(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
             if len(inputs) != n_inputs:
                 return None
             try:
                 args = [inputs[single]] if single else [inputs[n] for n in arg_names]
+                if unchecked and not all(fits(s, inputs[s.name]) for s in unchecked):
+                    return None
             except KeyError:
                 return None
             state = state_ref()
             if state is None or not _fits(args, signature):
                 return None
+            # read before ``listening``: a handler attached in between changes it, so a
+            # direct call installed below is not taken while that handler listens
+            generation = bus.generation
             if bus.listening(*_CALL_SPAN):
                 meta = {"source": source, "shapes": describe_shapes(inputs)}
                 with bus.span(E.CALL, meta) as span:
@@ -277,9 +291,8 @@ class WholeGraphCall:
                         # the span ends at the results; the dispatch time goes with it
                         span.set(dispatch_ns=dispatched - span.start)
                     return result
-            generation = bus.generation
             result = state.run(args)
-            if state.simple and not state.x64 and generation == bus.generation:
+            if state.simple and not state.x64 and not unchecked and generation == bus.generation:
                 program = Program(state.call, arg_names, dtypes, state.names, False)
                 state.try_call = direct_call(program, (generation, n_inputs, state.checked))
             return result
@@ -318,12 +331,20 @@ class WholeGraphCall:
         names = tuple(name for name, _, _ in self.signature)
         try:
             args = [inputs[n] for n in names]
+            if not all(fits(s, inputs[s.name]) for s in self.unchecked):
+                return None
         except KeyError:
             return None
         if not _fits(args, self.signature):
             return None
         dtypes = tuple(dtype for _, _, dtype in self.signature)
         return Program(self.call, names, dtypes, self.names, self.x64)
+
+
+def _shape_key(value: Any) -> Any:
+    """An input the prelude reads only the shape of (or nobody reads), as part of the memo's
+    key: its shape and dtype (its type when it has none), which the memo's entry checked."""
+    return (np.shape(value), getattr(value, "dtype", type(value)))
 
 
 def _memo_key(value: Any) -> Any:
@@ -341,6 +362,7 @@ class SpecializedCalls:
     __slots__ = (
         "arg_names",
         "base",
+        "checks",
         "generation",
         "memo",
         "n_inputs",
@@ -349,6 +371,7 @@ class SpecializedCalls:
         "prelude_shapes",
         "prelude_values",
         "programs",
+        "single",
         "statics",
     )
 
@@ -362,6 +385,7 @@ class SpecializedCalls:
         prelude: Sequence[Node] = (),
         prelude_values: tuple[str, ...] = (),
         prelude_shapes: tuple[str, ...] = (),
+        unchecked: tuple[TensorSpec, ...] = (),
     ) -> None:
         self.arg_names = arg_names  # the program's arguments
         self.statics = statics  # the conditions (and other statics) the program is for
@@ -369,7 +393,19 @@ class SpecializedCalls:
         self.n_inputs = n_inputs
         self.prelude = tuple(prelude)  # the nodes that compute the conditions on the host
         self.prelude_values = prelude_values  # the inputs whose values the prelude reads
-        self.prelude_shapes = prelude_shapes  # the inputs whose shapes only it reads
+        # The model's inputs that are not arguments of the program (the sample rate, an
+        # unused input): jax's call does not check them, so the memo's key holds their
+        # shapes and dtypes (values, for those the prelude reads) and an entry is made
+        # only for inputs that fit their specs (else the checked path says what is wrong).
+        self.checks = unchecked
+        keyed = {s.name for s in unchecked}
+        self.prelude_shapes = tuple(sorted((set(prelude_shapes) | keyed) - set(prelude_values)))
+        # one input decides the key (a sample rate): its key alone, no tuples built
+        self.single = (
+            prelude_values[0]
+            if len(prelude_values) == 1 and not self.prelude_shapes and bool(statics)
+            else None
+        )
         self.base: Mapping[str, Any] = {}  # the model's constants, given at registration
         # the conditions' static key by the inputs the prelude reads (a sample rate: one)
         self.memo: dict[Any, Any] = {}
@@ -380,20 +416,22 @@ class SpecializedCalls:
     def _key(self, inputs: Mapping[str, Any]) -> Any:
         """The conditions' static key for ``inputs``; None when the prelude fails on them
         (the checked path says what is wrong with the inputs)."""
-        if not self.statics:
-            return ()
         try:
             # the prelude is a function of the small inputs it reads: run once per value
             values, shapes = self.prelude_values, self.prelude_shapes
-            if len(values) == 1 and not shapes:  # a sample rate: its key alone
-                memo_key = _memo_key(inputs[values[0]])
+            if self.single is not None:  # a sample rate: its key alone
+                memo_key = _memo_key(inputs[self.single])
+            elif not self.statics and not shapes:
+                return ()
             else:
                 memo_key = (
                     tuple([_memo_key(inputs[n]) for n in values]),
-                    tuple([np.shape(inputs[n]) for n in shapes]),
+                    tuple([_shape_key(inputs[n]) for n in shapes]),
                 )
             key = self.memo.get(memo_key)
             if key is None:
+                if not all(fits(s, inputs[s.name]) for s in self.checks):
+                    return None
                 env = dict(inputs)
                 if self.prelude:
                     run_prelude(self.prelude, env, self.base)
@@ -430,6 +468,9 @@ class SpecializedCalls:
         """After a checked call: the direct call of ``entry`` for these condition values
         (``params``: the program's parameters; ``base``: the model's constants, which the
         prelude reads)."""
+        # read before ``listening``: a handler attached in between changes it, so the
+        # program registered here is not called directly while that handler listens
+        generation = bus.generation
         if (
             entry.exe is None
             or entry.host_outputs
@@ -437,9 +478,9 @@ class SpecializedCalls:
             or bus.listening(*CALL_EVENTS)
         ):
             return
-        if bus.generation != self.generation:
+        if generation != self.generation:
             self.programs = {}
-            self.generation = bus.generation
+            self.generation = generation
         self.base = base
         cpp = getattr(entry.exe, "_call", None) or entry.exe
         bound = params()

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
-from .model import Model, load
+from .model import Model, TensorSpec, load
 
-__all__ = ["as_model", "check_inputs", "expected", "to_device"]
+__all__ = ["as_model", "check_inputs", "expected", "fits", "input_problem", "to_device"]
 
 
 def as_model(model: Any) -> Model:
@@ -52,26 +52,41 @@ def check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
             raise InputError(_unpacked_output(name, value, model))
         if not hasattr(value, "shape") or not hasattr(value, "dtype"):
             value = np.asarray(value)
-        shape = tuple(value.shape)
-        if spec.dtype is not None and np.dtype(value.dtype) != spec.dtype:
-            raise InputError(
-                f"input {name!r} has dtype {np.dtype(value.dtype).name}, expected "
-                f"{spec.dtype.name}; {expected(model)}"
-            )
-        if spec.shape is not None:
-            if len(shape) != len(spec.shape):
-                raise InputError(
-                    f"input {name!r} has rank {len(shape)} (shape {list(shape)}), expected "
-                    f"rank {len(spec.shape)}; {expected(model)}"
-                )
-            for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
-                if isinstance(want, int) and got != want:
-                    raise InputError(
-                        f"input {name!r} has shape {list(shape)}, but dim {axis} must be "
-                        f"{want}; {expected(model)}"
-                    )
+        problem = input_problem(spec, name, value)
+        if problem is not None:
+            raise InputError(f"{problem}; {expected(model)}")
         out[name] = value
     return out
+
+
+def input_problem(spec: TensorSpec, name: str, value: Any) -> str | None:
+    """What is wrong with ``value`` (an array: it has ``shape`` and ``dtype``) as the tensor
+    input ``spec``: its dtype, rank or a static dim; None when it fits."""
+    shape = tuple(value.shape)
+    if spec.dtype is not None and np.dtype(value.dtype) != spec.dtype:
+        return f"input {name!r} has dtype {np.dtype(value.dtype).name}, expected {spec.dtype.name}"
+    if spec.shape is not None:
+        if len(shape) != len(spec.shape):
+            return (
+                f"input {name!r} has rank {len(shape)} (shape {list(shape)}), expected "
+                f"rank {len(spec.shape)}"
+            )
+        for axis, (got, want) in enumerate(zip(shape, spec.shape, strict=True)):
+            if isinstance(want, int) and got != want:
+                return f"input {name!r} has shape {list(shape)}, but dim {axis} must be {want}"
+    return None
+
+
+def fits(spec: TensorSpec, value: Any) -> bool:
+    """``value`` is an array (or a scalar or list numpy reads as one) that ``check_inputs``
+    accepts for the tensor input ``spec``; inputs of other kinds always fit."""
+    if spec.kind in ("sequence", "optional", "unknown"):
+        return True
+    if value is None or isinstance(value, str):
+        return False
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        value = np.asarray(value)
+    return input_problem(spec, spec.name, value) is None
 
 
 def _takes_text(spec: Any) -> bool:

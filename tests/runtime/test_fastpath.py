@@ -1,0 +1,251 @@
+"""The direct call (``ember.runtime.fastpath``) against what the checked call does: every input
+checked the same way on both, events exactly while someone listens, several threads at once.
+
+Models are built with onnx.helper; the If model is ``vad_like_model`` of test_control_flow
+(the network inside an If on ``sr == 16000``, the sample rate read only by the prelude).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import jax
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import ember.runtime as rt
+from ember.recorder import bus
+from tests.runtime.models import make_model, reference, tensor
+from tests.runtime.test_control_flow import CHUNK, HIDDEN, vad_like_model
+
+
+def _with_unused_input(rows: object) -> rt.CompiledModel:
+    """y = Relu(x); the model also declares ``unused``: float32[2], which no node reads."""
+    proto = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=[rows]), tensor("unused", shape=[2])],
+        [tensor("y", shape=[rows])],
+    )
+    return rt.compile(proto)
+
+
+@pytest.mark.parametrize("rows", [3, "n"], ids=["compiled-ahead", "registered-per-call"])
+def test_an_input_no_program_reads_is_checked_like_the_others(rows):
+    compiled = _with_unused_input(rows)
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    unused = np.ones(2, np.float32)
+    for _ in range(3):  # the checked call, then the direct one
+        out = compiled(x=x, unused=unused)
+        np.testing.assert_array_equal(np.asarray(out["y"]), np.maximum(x, 0))
+    # what the checked call refuses, the direct call refuses too
+    with pytest.raises(rt.InputError, match="input 'unused' has dtype float64, expected float32"):
+        compiled(x=x, unused=unused.astype(np.float64))
+    with pytest.raises(
+        rt.InputError, match="input 'unused' has shape \\[7\\], but dim 0 must be 2"
+    ):
+        compiled(x=x, unused=np.ones(7, np.float32))
+    with pytest.raises(rt.InputError, match=r"missing input\(s\) \['unused'\], unknown input"):
+        compiled({"x": x, "other": unused})
+    # and the good inputs still give their values
+    np.testing.assert_array_equal(np.asarray(compiled(x=x, unused=unused)["y"]), np.maximum(x, 0))
+
+
+def _vad_feeds(sr: object) -> dict[str, object]:
+    rng = np.random.default_rng(5)
+    return {
+        "x": rng.standard_normal((1, CHUNK)).astype(np.float32),
+        "state": np.zeros((2, 1, HIDDEN), np.float32),
+        "sr": sr,
+    }
+
+
+def test_the_sample_rate_read_only_by_the_prelude_is_checked_after_the_direct_call_is_registered():
+    proto = vad_like_model()
+    compiled = rt.compile(proto)
+    feeds = _vad_feeds(np.array(16000, np.int64))
+    want = reference(proto, feeds)
+    for _ in range(3):  # the checked call registers the program; then the direct call
+        np.testing.assert_allclose(np.asarray(compiled(feeds)["output"]), want["output"], atol=1e-5)
+    assert compiled.program_for(feeds) is not None
+    with jax.enable_x64(False):
+        int32_on_device = jax.numpy.asarray(16000)  # jax's default int without x64
+    for bad, dtype in [
+        (np.array(16000, np.int32), "int32"),
+        (np.array(16000.0), "float64"),
+        (int32_on_device, "int32"),
+    ]:
+        for _ in range(2):  # refused each time, not remembered as good by the memo
+            with pytest.raises(
+                rt.InputError, match=f"input 'sr' has dtype {dtype}, expected int64"
+            ):
+                compiled({**feeds, "sr": bad})
+    with pytest.raises(rt.InputError, match="input 'sr' has rank 1"):
+        compiled({**feeds, "sr": np.array([16000], np.int64)})
+    # what numpy reads as int64 is accepted on both paths, with the same outputs
+    for good in (16000, np.int64(16000), np.array(16000, np.int64)):
+        for _ in range(2):
+            out = compiled({**feeds, "sr": good})
+            np.testing.assert_allclose(np.asarray(out["output"]), want["output"], atol=1e-5)
+
+
+CALLS = ("ember.call.start", "ember.call.stop")
+
+
+@pytest.mark.parametrize("which", ["compiled-ahead", "if-per-condition"])
+def test_calls_emit_events_exactly_while_someone_listens(which):
+    if which == "compiled-ahead":
+        proto = make_model(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [tensor("x", shape=[3])],
+            [tensor("y", shape=[3])],
+        )
+        feeds_of = [{"x": np.array([-1.0, 0.0, 1.0], np.float32)}] * 2
+    else:
+        proto = vad_like_model()
+        feeds_of = [_vad_feeds(np.array(sr, np.int64)) for sr in (16000, 8000)]
+    compiled = rt.compile(proto)
+    wants = [reference(proto, f) for f in feeds_of]
+    seen: list[str] = []
+    listened = 0
+    for round_ in range(4):
+        listening = round_ % 2 == 1
+        if listening:
+            bus.attach("test-fastpath-rounds", CALLS, lambda n, m, md: seen.append(n))
+        try:
+            for i in range(6):
+                k = i % 2
+                out = compiled(feeds_of[k])
+                for name, value in wants[k].items():
+                    np.testing.assert_allclose(np.asarray(out[name]), value, atol=1e-5)
+                listened += listening
+        finally:
+            if listening:
+                bus.detach("test-fastpath-rounds")
+        assert seen == list(CALLS) * listened, f"round {round_}"
+
+
+@pytest.mark.parametrize("rows", [3, "n"], ids=["compiled-ahead", "registered-per-call"])
+def test_a_handler_attached_while_a_checked_call_decides_sees_the_next_calls(monkeypatch, rows):
+    # Another thread attaches a handler right after the checked call asked
+    # ``bus.listening`` for the last time: the direct call it then installs (or registers)
+    # must not outlive that attach. The interleaving is made here by attaching from inside
+    # that ``bus.listening`` question.
+    proto = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=[rows])],
+        [tensor("y", shape=[rows])],
+    )
+    compiled = rt.compile(proto)
+    x = np.array([-1.0, 0.0, 1.0], np.float32)
+    seen: list[str] = []
+    real = bus.listening
+    # the question before the direct call: of the call span (compiled ahead), of all the
+    # events a checked call emits at a cache hit (registered per call)
+    last = {"ember.call.start"} if rows == 3 else {"ember.call.start", "ember.cache.hit"}
+
+    def listening(*names: str) -> bool:
+        answer = real(*names)
+        if last <= set(names) and not bus.list_handlers().get("test-fastpath-race"):
+            bus.attach("test-fastpath-race", CALLS, lambda n, m, md: seen.append(n))
+        return answer
+
+    if rows == "n":
+        compiled(x=x)  # the segment is compiled and cached; the next call is a cache hit
+        bus.attach("test-fastpath-stale", ["ember.cache.evict"], lambda n, m, md: None)
+        bus.detach("test-fastpath-stale")  # a new generation: the next call is checked
+    monkeypatch.setattr(bus, "listening", listening)
+    try:
+        compiled(x=x)  # checked: the handler is attached right after its last question
+        monkeypatch.setattr(bus, "listening", real)
+        compiled(x=x)
+        compiled(x=x)
+    finally:
+        monkeypatch.setattr(bus, "listening", real)
+        bus.detach("test-fastpath-race")
+    # the two calls after the attach are checked calls, with their spans
+    assert seen[-4:] == list(CALLS) * 2, seen
+
+
+def test_threads_calling_one_model_at_once_get_their_own_outputs_while_recording_flips():
+    proto = vad_like_model()
+    compiled = rt.compile(proto)
+    rates = (16000, 8000)
+    feeds = {}
+    wants = {}
+    for t in range(6):
+        rng = np.random.default_rng(100 + t)
+        f = {
+            "x": rng.standard_normal((1, CHUNK)).astype(np.float32),
+            "state": (rng.standard_normal((2, 1, HIDDEN)) * 0.1).astype(np.float32),
+            "sr": np.array(rates[t % 2], np.int64),
+        }
+        feeds[t], wants[t] = f, reference(proto, f)
+    errors: list[BaseException] = []
+    seen: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(feeds) + 1)
+
+    def worker(t: int) -> None:
+        try:
+            start.wait()
+            for _ in range(40):
+                out = compiled(feeds[t])
+                for name, value in wants[t].items():
+                    np.testing.assert_allclose(np.asarray(out[name]), value, atol=1e-5)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    def record(n: str, m: object, md: object) -> None:
+        with lock:
+            seen.append(n)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in feeds]
+    for th in threads:
+        th.start()
+    start.wait()
+    for _ in range(10):  # handlers come and go while the threads call
+        bus.attach("test-fastpath-threads", CALLS, record)
+        bus.detach("test-fastpath-threads")
+    for th in threads:
+        th.join()
+    assert errors == []
+    # every call that started while recorded also stopped (spans are per thread)
+    assert seen.count("ember.call.start") >= seen.count("ember.call.stop") >= 0
+    # and afterwards the model is back on its direct calls, one program per rate
+    for t in range(2):
+        assert compiled.program_for(feeds[t]) is not None
+
+
+def test_a_dropped_model_with_an_if_frees_its_programs_and_memo_at_once():
+    compiled = rt.compile(vad_like_model())
+    for sr in (16000, 8000, 16000, 8000):
+        compiled(_vad_feeds(np.array(sr, np.int64)))
+    assert len(compiled._fast.programs) == 2
+    model_ref = weakref.ref(compiled)
+    gc.disable()  # freed by reference counting, not by a collection of cycles
+    try:
+        del compiled
+        assert model_ref() is None
+    finally:
+        gc.enable()
+
+
+def test_an_int64_input_of_a_32_bit_program_is_refused_on_every_path():
+    # a dynamic dim: the program is registered per call; its argument is int32
+    proto = make_model(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        [tensor("x", TensorProto.INT32, ["n"])],
+        [tensor("y", TensorProto.INT32, ["n"])],
+    )
+    compiled = rt.compile(proto)
+    good = np.array([1, 2, 3], np.int32)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(compiled(x=good)["y"]), -good)
+    bad = np.array([2**40, 1, 2], np.int64)
+    for value in (bad, bad.tolist(), jax.device_put(good.astype(np.float32))):
+        with pytest.raises(rt.InputError, match="input 'x' has dtype"):
+            compiled(x=value)
+    np.testing.assert_array_equal(np.asarray(compiled(x=good[:2])["y"]), -good[:2])
