@@ -11,7 +11,9 @@ pydantic for the full explanation.
 
 from __future__ import annotations
 
+import types
 import typing
+from typing import Any
 
 import annotated_types
 from pydantic import BaseModel
@@ -30,7 +32,14 @@ from .schema_types import (
     literal_values,
 )
 
-__all__ = ["KIND_COLUMNS", "maybe_too_deep_sql", "row_invalid_sql", "row_problem_sql"]
+__all__ = [
+    "KIND_COLUMNS",
+    "STRUCT_COLUMNS",
+    "maybe_too_deep_sql",
+    "row_invalid_sql",
+    "row_problem_sql",
+    "structure_fits",
+]
 
 
 def _q(name: str) -> str:
@@ -69,16 +78,40 @@ def _model_of(annotation: object) -> type[BaseModel] | None:
     return None
 
 
+# ---------------------------------------------------------------- the keys inside objects
+
+
+def _holds_object(t: DuckType) -> bool:
+    if isinstance(t, str):
+        return False
+    return t[0] == "struct" or _holds_object(t[1])
+
+
+STRUCT_COLUMNS: tuple[str, ...] = tuple(c for c, t in READ_TYPES.items() if _holds_object(t))
+"""The read columns that hold objects (``attrs``, ``error``, ``shapes``, ``statics``).
+
+A typed read skips the keys it was not asked for inside an object, so ingest reads these
+columns as JSON text, checks their keys and JSON types with ``structure_fits`` (once per
+distinct ``json_structure``), and turns them into their STRUCT types with ``json_transform``.
+"""
+
+
 _depth = 0
 _TYPE_WORDS = {"BIGINT": "an integer", "VARCHAR": "a string"}
 
 
 def _field_problems(
-    expr: str, model: type[BaseModel], where: str, skip: frozenset[str] = frozenset()
+    expr: str,
+    model: type[BaseModel],
+    where: str,
+    skip: frozenset[str] = frozenset(),
+    text: bool = False,
 ) -> list[tuple[str, str]]:
     """(condition that is TRUE when wrong, message) for each field of ``model`` at ``expr``.
 
-    ``expr`` is a SQL expression of the struct (or ``""`` for top-level columns).
+    ``expr`` is a SQL expression of the struct (or ``""`` for top-level columns). ``text``:
+    the ``STRUCT_COLUMNS`` are JSON text; only their presence and their fields' allowed
+    values are checked here (``structure_fits`` checks their keys and types).
     """
     global _depth
     out: list[tuple[str, str]] = []
@@ -88,6 +121,14 @@ def _field_problems(
             continue
         col = f"{expr}.{_q(key)}" if expr else _q(key)
         label = f"{where}{key}"
+        if text and not expr and key in STRUCT_COLUMNS:
+            if info.is_required():
+                out.append((f"{col} IS NULL", f"{label}: missing required field"))
+            out += [
+                (c, f"{label}: a value is not allowed")
+                for c in text_literal_checks(col, info.annotation)
+            ]
+            continue
         if not expr and READ_COLUMNS.get(key) == "JSON" and duckdb_type(info.annotation) != "JSON":
             # a field two kinds type differently (``step``) is read as JSON: check its JSON
             # type here and compare its text
@@ -245,8 +286,11 @@ def _span_attr_owners() -> dict[str, dict[str, set[str]]]:
     return owners
 
 
-def row_invalid_sql() -> str:
+def row_invalid_sql(text: bool = False) -> str:
     """SQL over the staging columns: TRUE when the row breaks the schema (else FALSE).
+
+    ``text``: the ``STRUCT_COLUMNS`` are JSON text (DuckDB's stage): their keys and types are
+    ``structure_fits``'s, and only their fields' allowed values are checked here.
 
     The same checks as ``row_problem_sql`` without the messages (pydantic gives those),
     and with the "field of another kind" checks written per column (a field, and the
@@ -258,17 +302,21 @@ def row_invalid_sql() -> str:
         if kind in ("span_start", "span_end"):
             which = 0 if kind == "span_start" else 1
             base = R._SpanStartBase if which == 0 else R._SpanEndBase
-            common = _field_problems("", base, "", skip=frozenset({"kind"}))
+            common = _field_problems("", base, "", skip=frozenset({"kind"}), text=text)
             per_span = []
             for span_kind, pair in R.SPAN_ATTRS.items():
-                conds = [("attrs IS NULL", "")] + _field_problems("attrs", pair[which], "attrs.")
+                conds = [("attrs IS NULL", "")]
+                if text:
+                    conds += [(c, "") for c in text_literal_checks("attrs", pair[which])]
+                else:
+                    conds += _field_problems("attrs", pair[which], "attrs.")
                 per_span.append(f"WHEN '{span_kind}' THEN ({' OR '.join(c for c, _ in conds)})")
             expr = (
                 f"({' OR '.join(c for c, _ in common)}) "
                 f"OR CASE span_kind {' '.join(per_span)} ELSE true END"
             )
         else:
-            conds = _field_problems("", KIND_MODELS[kind], "", skip=frozenset({"kind"}))
+            conds = _field_problems("", KIND_MODELS[kind], "", skip=frozenset({"kind"}), text=text)
             expr = " OR ".join(c for c, _ in conds) or "false"
         whens.append(f"WHEN '{kind}' THEN coalesce({expr}, false)")
     fields = f"CASE kind {' '.join(whens)} ELSE true END"
@@ -277,7 +325,8 @@ def row_invalid_sql() -> str:
         owners = [k for k, cols in KIND_COLUMNS.items() if col in cols]
         if len(owners) < len(KIND_COLUMNS):
             foreign.append(f"({_q(col)} IS NOT NULL AND kind NOT IN ({_lit(tuple(owners))}))")
-    for field, by_kind in _span_attr_owners().items():
+    # (as text, a field of another span kind is an unknown key to ``structure_fits``)
+    for field, by_kind in {} if text else _span_attr_owners().items():
         allowed = " OR ".join(
             f"(kind = '{k}' AND span_kind IN ({_lit(tuple(sorted(kinds)))}))"
             for k, kinds in by_kind.items()
@@ -315,18 +364,205 @@ def _maybe_deep(expr: str, t: DuckType, max_nesting: int, level: int) -> str | N
     return " OR ".join(parts) or None
 
 
-def maybe_too_deep_sql(max_nesting: int) -> str:
+def maybe_too_deep_sql(max_nesting: int, types: dict[str, DuckType] | None = None) -> str:
     """SQL over the staging columns: TRUE for a row that may nest deeper than
     ``max_nesting`` (``ember.schemas.records.MAX_NESTING``).
 
     The typed read takes a JSON value (a static value, a user attribute) of any depth. Only
     those values can nest deeply (every other field has a fixed shape, a few levels deep),
     and a value nested d deep has at least d opening brackets: the few rows with that many
-    are checked line by line with ``parse_line``, which has the exact rule.
+    are checked line by line with ``parse_line``, which has the exact rule. ``types`` are
+    the columns' types (by default ``READ_TYPES``; a column staged as JSON text is one
+    value whose depth its brackets bound).
     """
     parts = [
         c
-        for name, t in READ_TYPES.items()
+        for name, t in (READ_TYPES if types is None else types).items()
         if (c := _maybe_deep(_q(name), t, max_nesting, 2)) is not None
     ]
     return "coalesce(" + " OR ".join(parts) + ", false)" if parts else "false"
+
+
+# What each JSON type (as ``json_structure`` names it) may become. ``DOUBLE`` holds every
+# number beyond UBIGINT and ``HUGEINT`` a list of both signs (pydantic decides those); an
+# integer in (2**63, 2**64) is ``UBIGINT``: the 64-bit limit is checked on the text
+# (ingest_read). A negative integer is ``BIGINT``, so a non-negative field takes ``UBIGINT``.
+_INTS = frozenset({"UBIGINT", "BIGINT"})
+_JSON_TYPES: dict[Any, frozenset[str]] = {
+    int: _INTS,
+    float: _INTS | {"DOUBLE"},
+    bool: frozenset({"BOOLEAN"}),
+    str: frozenset({"VARCHAR"}),
+}
+# "ANY" | frozenset of JSON types | ("list", Accept) | ("dict",) | ("union", (Accept, ...))
+# | ("struct", {key: (Accept, required, nullable)})
+Accept = Any
+
+
+def text_literal_checks(col: str, annotation: Any, path: str = "$") -> list[str]:
+    """SQL conditions, TRUE when wrong, for the ``Literal`` string fields inside the JSON
+    text ``col`` (of a model or annotation): a value not allowed. Through lists by ``[*]``."""
+    ann = _strip_optional(_unwrap_annotated(annotation))
+    ann = _unwrap_annotated(ann)
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        out = []
+        for name, info in ann.model_fields.items():
+            out += text_literal_checks(col, info.annotation, f"{path}.{info.alias or name}")
+        return out
+    origin = typing.get_origin(ann)
+    if origin in (list, tuple, set, frozenset):
+        return text_literal_checks(col, typing.get_args(ann)[0], f"{path}[*]")
+    members = typing.get_args(ann) if origin in (typing.Union, types.UnionType) else (ann,)
+    strings: list[str] = []
+    others = False
+    for m in members:
+        m = _unwrap_annotated(m)
+        if typing.get_origin(m) is typing.Literal:
+            values = typing.get_args(m)
+            strings += [v for v in values if isinstance(v, str)]
+            others |= any(not isinstance(v, str) for v in values)
+        elif m is not type(None):
+            others = True
+    if not strings:
+        return []
+    allowed = _lit(tuple(strings))
+    # a string must be one of the values; any other JSON type was judged by its structure
+    wrong = f"json_type(v) = 'VARCHAR' AND json_extract_string(v, '$') NOT IN ({allowed})"
+    if "[*]" in path:
+        return [f"list_bool_or(list_transform(json_extract({col}, '{path}'), lambda v: {wrong}))"]
+    if not others:
+        return [f"json_extract_string({col}, '{path}') NOT IN ({allowed})"]
+    value = f"json_extract({col}, '{path}')"
+    return [wrong.replace("(v", f"({value}")]
+
+
+def _constraints(annotation: Any, metadata: list[Any]) -> list[Any]:
+    out = list(metadata)
+    while typing.get_origin(annotation) is typing.Annotated:
+        args = typing.get_args(annotation)
+        out += args[1:]
+        annotation = args[0]
+    flat = []
+    for m in out:
+        flat += [m, *getattr(m, "metadata", [])] if isinstance(m, FieldInfo) else [m]
+    return flat
+
+
+def _accept(annotation: Any, metadata: list[Any] | None = None) -> Accept:
+    """What JSON a field of this annotation may hold, by JSON type (a shape, not values)."""
+    non_negative = any(
+        isinstance(m, annotated_types.Ge) and m.ge >= 0  # type: ignore[operator]
+        for m in _constraints(annotation, metadata or [])
+    )
+    ann = _strip_optional(_unwrap_annotated(annotation))
+    non_negative |= any(
+        isinstance(m, annotated_types.Ge) and m.ge >= 0  # type: ignore[operator]
+        for m in _constraints(ann, [])
+    )
+    ann = _unwrap_annotated(ann)
+    if ann is int and non_negative:
+        return frozenset({"UBIGINT"})
+    if ann in _JSON_TYPES:
+        return _JSON_TYPES[ann]
+    if ann is typing.Any:
+        return "ANY"
+    origin = typing.get_origin(ann)
+    if origin is typing.Literal:
+        return frozenset().union(*(_JSON_TYPES[type(v)] for v in typing.get_args(ann)))
+    if origin in (list, tuple, set, frozenset):
+        return ("list", _accept(typing.get_args(ann)[0]))
+    if origin is dict or ann is dict:
+        return ("dict",)
+    if origin in (typing.Union, types.UnionType):
+        return ("union", tuple(_accept(a) for a in typing.get_args(ann)))
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ("struct", _model_accept(ann))
+    raise TypeError(f"no JSON shape for the schema annotation {ann!r}")
+
+
+def _nullable(annotation: Any) -> bool:
+    ann = _unwrap_annotated(annotation)
+    if ann is typing.Any:
+        return True
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        return any(a is type(None) or _nullable(a) for a in typing.get_args(ann))
+    return ann is type(None)
+
+
+def _model_accept(model: type[BaseModel]) -> dict[str, tuple[Accept, bool, bool]]:
+    return {
+        info.alias or name: (
+            _accept(info.annotation, list(info.metadata)),
+            info.is_required(),
+            _nullable(info.annotation),
+        )
+        for name, info in model.model_fields.items()
+    }
+
+
+def _fits(accept: Accept, got: Any) -> bool:
+    """Whether a non-null value of structure ``got`` fits ``accept``."""
+    if accept == "ANY":
+        return True
+    if isinstance(accept, frozenset):
+        return isinstance(got, str) and got in accept
+    if accept[0] == "union":
+        return any(_fits(a, got) for a in accept[1] if a is not None)
+    if accept[0] == "list":
+        return isinstance(got, list) and all(g == "NULL" or _fits(accept[1], g) for g in got)
+    if accept[0] == "dict":
+        return isinstance(got, dict) or got == "JSON"
+    # an object; "JSON" is an empty one ({}): every field must be optional
+    fields = accept[1]
+    if got == "JSON":
+        got = {}
+    if not isinstance(got, dict):
+        return False
+    for key, (inner, required, nullable) in fields.items():
+        value = got.get(key)
+        if value is None:
+            if required:
+                return False
+        elif value == "NULL":
+            if not nullable:
+                return False
+        elif not _fits(inner, value):
+            return False
+    return all(k in fields for k in got)
+
+
+def _top_level_accepts() -> dict[tuple[str, str | None], dict[str, tuple[Accept, bool, bool]]]:
+    out: dict[tuple[str, str | None], dict[str, tuple[Accept, bool, bool]]] = {}
+    for kind, model in KIND_MODELS.items():
+        out[(kind, None)] = _model_accept(model)
+    for which, (kind, base) in enumerate(
+        (("span_start", R._SpanStartBase), ("span_end", R._SpanEndBase))
+    ):
+        for span_kind, pair in R.SPAN_ATTRS.items():
+            out[(kind, span_kind)] = _model_accept(base) | {
+                "attrs": (("struct", _model_accept(pair[which])), True, False)
+            }
+    return out
+
+
+_ACCEPTS = _top_level_accepts()
+
+
+def structure_fits(kind: str | None, span_kind: str | None, column: str, structure: Any) -> bool:
+    """Whether the value of top-level field ``column`` whose ``json_structure`` is
+    ``structure`` (parsed) fits its field in a record of ``kind`` (and ``span_kind``): only
+    known keys, required fields present, null only where allowed, the JSON types the field
+    takes, non-negative integers where it must be.
+
+    False sends the row to pydantic, which decides (and explains); True for a record of an
+    unknown kind or span kind, which the SQL checks reject anyway. A column the kind does
+    not have fits only when null (the SQL checks see the non-null ones as well)."""
+    key = (kind or "", span_kind if kind in ("span_start", "span_end") else None)
+    fields = _ACCEPTS.get(key)
+    if fields is None:
+        return True
+    field = fields.get(column)
+    if structure is None or structure == "NULL":
+        # missing or null: the SQL checks see a required top-level field
+        return True
+    return field is not None and _fits(field[0], structure)

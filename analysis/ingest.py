@@ -15,14 +15,17 @@ How one file goes in (each file is one transaction):
    in one transaction.
 
 What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
-run pydantic on every line, do): a field no record kind has (DuckDB's typed read skips
-keys it was not asked for), a JSON number or boolean given for a text field (DuckDB
-casts it to its text), and a fraction given for an integer field other than ``ts_ns``
-(DuckDB rounds it; ``ts_ns`` is read as JSON and must be a JSON integer). Everything
+run pydantic on every line, do), at the top level of a record only: a field no record
+kind has (DuckDB's typed read skips keys it was not asked for), a JSON number or boolean
+given for a text field (DuckDB casts it to its text), and a fraction given for an integer
+field other than ``ts_ns`` (DuckDB rounds it; ``ts_ns`` is read as JSON and must be a JSON
+integer). Inside objects (``attrs``, ``error``, ``shapes``, ``statics``: staged as JSON text,
+see ``ingest_read``) every key and JSON type is checked against the models. Everything
 else pydantic checks is checked: types of numbers, lists and objects, required fields,
 allowed values, non-negative ints, fields of another kind or span kind, and the schema's
 limits (``ember.schemas.records``: line size, nesting, 64-bit integers), which
-``ember validate`` applies too (``parse_line``).
+``ember validate`` applies too (``parse_line``). One difference remains inside objects: a
+key given twice keeps its first value (pydantic keeps the last; both accept the line).
 
 Idempotent: ``ingested_files`` keeps how many bytes of each file were read. The same
 file again is skipped; a file that grew (a run still recording) is continued from its
@@ -44,6 +47,7 @@ import pyarrow as pa
 from ember.schemas import MIGRATIONS, Migrations
 from ember.schemas.records import MAX_LINE_BYTES
 
+from .checks import STRUCT_COLUMNS
 from .db import (
     DEFAULT_DB,
     DERIVED_COLUMNS,
@@ -65,8 +69,13 @@ from .ingest_plan import (
     plan_file,
 )
 from .ingest_read import _FileIngest, work_dir
-from .ingest_read import _read_json_sql as _read_json_sql  # bench_ingest.py reads it here
-from .schema_types import READ_COLUMNS, field_defaults, sql_literal
+from .schema_types import (
+    READ_COLUMNS,
+    TABLE_TYPES,
+    field_defaults,
+    sql_literal,
+    transform_structure,
+)
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -113,7 +122,11 @@ def _select_for(kind: str, cols: dict[str, str]) -> str:
         if c == "run_id" and kind != "meta":
             parts.append("$run_id")
             continue
-        if READ_COLUMNS.get(c) == "JSON" and t != "JSON":
+        if c in STRUCT_COLUMNS:
+            # staged as JSON text (ingest_read.STAGE_COLUMNS): the table's STRUCT of its kind
+            table_type = TABLE_TYPES["meta" if kind == "runs" else kind][c]
+            expr = f"json_transform(\"{c}\", '{transform_structure(table_type)}')"
+        elif READ_COLUMNS.get(c) == "JSON" and t != "JSON":
             expr = f"json_extract_string(\"{c}\", '$')" if t == "VARCHAR" else f'CAST("{c}" AS {t})'
         else:
             expr = f'"{c}"'

@@ -3,11 +3,14 @@
 bytes to read, ``ingest`` and ``lake`` write what is staged).
 
 1. The fast path: DuckDB reads the bytes once with ``read_json`` and the column types
-   derived from the pydantic models (``schema_types.READ_COLUMNS``). No Python per line.
-2. SQL checks generated from the same models (``checks.row_problem_sql``) find what the
+   derived from the pydantic models (``STAGE_COLUMNS``: ``schema_types.READ_COLUMNS``, with
+   the columns that hold objects as JSON text). No Python per line.
+2. SQL checks generated from the same models (``checks.row_invalid_sql``) find what the
    typed read does not check (required fields, allowed values, fields of another kind,
-   a second meta, a span_end without its span_start). Only those rows are mapped back
-   to line numbers and explained by pydantic; they are rejected.
+   a second meta, a span_end without its span_start); the objects' keys and JSON types
+   are judged once per distinct ``json_structure`` (``checks.structure_fits``), which sees
+   an unknown key inside an object that a typed read would drop. Only the rows found are
+   mapped back to line numbers and explained by pydantic; they are rejected.
 3. The slow path, when DuckDB refuses the bytes (a line that is not JSON, not UTF-8, a
    value of the wrong type, a line over 16 MB), for files of an older schema version
    (through ``ember.schemas.MIGRATIONS``) and with ``strict``: every line is checked by
@@ -41,7 +44,13 @@ from ember.schemas import (
 from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 from ember.schemas.validate import BadLine, parse_line
 
-from .checks import maybe_too_deep_sql, row_invalid_sql, row_problem_sql
+from .checks import (
+    STRUCT_COLUMNS,
+    maybe_too_deep_sql,
+    row_invalid_sql,
+    row_problem_sql,
+    structure_fits,
+)
 from .ingest_plan import (
     RAW_PREFIX_CHARS,
     _iter_lines,
@@ -51,7 +60,7 @@ from .ingest_plan import (
     _read_range,
     _Rejected,
 )
-from .schema_types import READ_COLUMNS
+from .schema_types import READ_COLUMNS, READ_TYPES, transform_structure
 
 # _find_long_line), so it only has to be large enough
 _DUCKDB_OBJECT_SIZE = MAX_LINE_BYTES + 4096
@@ -159,10 +168,40 @@ def _columns_sql(columns: dict[str, str]) -> str:
     return "{" + ", ".join(f"'{k}': '{v}'" for k, v in columns.items()) + "}"
 
 
-_READ_COLUMNS_SQL = _columns_sql(READ_COLUMNS)
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# The columns that hold objects are staged as JSON text (``checks.STRUCT_COLUMNS``): a typed
+# read drops the keys it was not asked for inside an object (pydantic refuses them), and
+# building a STRUCT of every field of every span kind for every row was a third of the read.
+STAGE_COLUMNS: dict[str, str] = {
+    c: "JSON" if c in STRUCT_COLUMNS else t for c, t in READ_COLUMNS.items()
+}
+_READ_COLUMNS_SQL = _columns_sql(STAGE_COLUMNS)
+# the staged rows with their objects as the STRUCTs of the typed read, for the messages of
+# the SQL checks (``row_problem_sql``) on the few rows pydantic does not explain
+_TYPED_STAGE = (
+    "(SELECT rowid, * REPLACE ("
+    + ", ".join(
+        f"json_transform({_q(c)}, '{transform_structure(READ_TYPES[c])}') AS {_q(c)}"
+        for c in STRUCT_COLUMNS
+    )
+    + ") FROM _stage) AS _stage"
+)
 _PROBLEM_SQL = row_problem_sql()
-_INVALID_SQL = row_invalid_sql()
-_MAYBE_DEEP_SQL = maybe_too_deep_sql(MAX_NESTING)
+_INVALID_SQL = row_invalid_sql(text=True)
+_MAYBE_DEEP_SQL = maybe_too_deep_sql(
+    MAX_NESTING, {c: "JSON" if c in STRUCT_COLUMNS else t for c, t in READ_TYPES.items()}
+)
+# What json_structure does not show: an integer over 2**63 - 1 (json_transform reads it as
+# NULL; rows with 19 digits in a row in their objects go to parse_line, which has the
+# 64-bit rule) and a null item of a list (merged away: [null, 1] is ["UBIGINT"]; a null
+# list item follows a '[' or a ',', an object's null value a ':')
+_NOT_IN_STRUCTURE_SQL = " OR ".join(
+    f"regexp_matches({_q(c)}, '[0-9]{{19}}|[\\[,]\\s*null')" for c in STRUCT_COLUMNS
+)
+_STRUCTURES = ", ".join(f"CAST(json_structure({_q(c)}) AS VARCHAR)" for c in STRUCT_COLUMNS)
 
 # Span ids are unique in a run. Rejected: a second span_start of an id (in the file, or
 # after the rows of its run already stored) and a second span_end of an id (in the file, or
@@ -223,6 +262,16 @@ def _explain_line(raw: bytes, *, expect_meta: bool) -> str | None:
     except ValidationError as exc:
         return explain(exc)
     return None
+
+
+def _fits(kind: str | None, span_kind: str | None, column: str, structure: str | None) -> bool:
+    if structure is None:
+        return True
+    try:
+        parsed = json.loads(structure)
+    except RecursionError:  # nested deeper than Python parses: parse_line decides
+        return False
+    return structure_fits(kind, span_kind, column, parsed)
 
 
 class _FileIngest:
@@ -387,11 +436,14 @@ class _FileIngest:
             UNION ALL
             {_SPAN_PROBLEMS_SQL}
             UNION ALL
-            -- rows that may nest too deeply: parse_line decides, and keeps those that do not
-            SELECT rowid, NULL, false FROM _stage WHERE {_MAYBE_DEEP_SQL}
+            -- rows that may nest too deeply, or hold an integer over 64 bits or a null list
+            -- item in an object: pydantic decides, and keeps those that do not
+            SELECT rowid, NULL, false FROM _stage
+            WHERE {_MAYBE_DEEP_SQL} OR {_NOT_IN_STRUCTURE_SQL}
             """,
             {"run_id": plan.run_id},
         ).fetchall()
+        problems += self._misfit_rows()
         if not problems:
             return
         by_row: dict[int, str | None] = {}
@@ -417,7 +469,7 @@ class _FileIngest:
         if unexplained:
             # the full messages of the SQL checks, for these few rows only
             for rowid, reason in self.con.execute(
-                f"SELECT rowid, {_PROBLEM_SQL} FROM _stage "
+                f"SELECT rowid, {_PROBLEM_SQL} FROM {_TYPED_STAGE} "
                 f"WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
                 [unexplained],
             ).fetchall():
@@ -431,6 +483,27 @@ class _FileIngest:
                 "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
                 [sorted(rejected_rows)],
             )
+
+    def _misfit_rows(self) -> list[tuple[int, None, bool]]:
+        """Rows whose objects hold a key or a JSON type their fields do not take (pydantic
+        decides): each distinct ``json_structure`` of a kind is judged once, by
+        ``checks.structure_fits``; a trace has a few dozen."""
+        groups = self.con.execute(
+            f"SELECT DISTINCT kind, span_kind, {_STRUCTURES} FROM _stage"
+        ).fetchall()
+        misfits = [
+            g
+            for g in groups
+            if not all(_fits(g[0], g[1], c, s) for c, s in zip(STRUCT_COLUMNS, g[2:], strict=True))
+        ]
+        if not misfits:
+            return []
+        names = ["kind", "span_kind", *(f"json_structure({_q(c)})" for c in STRUCT_COLUMNS)]
+        one = " AND ".join(f"CAST({n} AS VARCHAR) IS NOT DISTINCT FROM ?" for n in names)
+        where = " OR ".join(f"({one})" for _ in misfits)
+        params = [v for g in misfits for v in g]
+        rows = self.con.execute(f"SELECT rowid FROM _stage WHERE {where}", params).fetchall()
+        return [(r[0], None, False) for r in rows]
 
     def _locate(self, rowids: list[int]) -> dict[int, tuple[int, int, bytes]]:
         """Line number, offset and bytes of the staged rows ``rowids`` (sorted)."""
@@ -461,5 +534,5 @@ class _FileIngest:
 
 
 def _read_json_sql_empty() -> str:
-    cols = ", ".join(f'NULL::{t} AS "{c}"' for c, t in READ_COLUMNS.items())
+    cols = ", ".join(f'NULL::{t} AS "{c}"' for c, t in STAGE_COLUMNS.items())
     return f"SELECT {cols} WHERE false"

@@ -18,6 +18,7 @@ differently (``step``) and a strict field (``ts_ns``), whose JSON type the check
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Any, Literal, Union
@@ -32,10 +33,12 @@ __all__ = [
     "READ_COLUMNS",
     "READ_TYPES",
     "TABLE_COLUMNS",
+    "TABLE_TYPES",
     "duckdb_type",
     "literal_values",
     "model_columns",
     "struct_sql",
+    "transform_structure",
 ]
 
 _SCALARS: dict[Any, str] = {int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN", str: "VARCHAR"}
@@ -152,21 +155,38 @@ KIND_MODELS: dict[str, type[BaseModel]] = {
 """The model of each record kind other than spans (whose models depend on span_kind)."""
 
 
-def _table_columns() -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
+def _table_types() -> dict[str, dict[str, DuckType]]:
+    out: dict[str, dict[str, DuckType]] = {}
     for kind in R.RECORD_KINDS:
         if kind == "span_start":
-            cols = _span_columns(0)
+            out[kind] = _span_columns(0)
         elif kind == "span_end":
-            cols = _span_columns(1)
+            out[kind] = _span_columns(1)
         else:
-            cols = model_columns(KIND_MODELS[kind])
-        out[kind] = {k: _type_sql(v) for k, v in cols.items()}
+            out[kind] = model_columns(KIND_MODELS[kind])
     return out
 
 
-TABLE_COLUMNS: dict[str, dict[str, str]] = _table_columns()
+TABLE_TYPES: dict[str, dict[str, DuckType]] = _table_types()
+"""Record kind -> {column: type description} of its table (before the ingest columns)."""
+
+TABLE_COLUMNS: dict[str, dict[str, str]] = {
+    kind: {k: _type_sql(v) for k, v in cols.items()} for kind, cols in TABLE_TYPES.items()
+}
 """Record kind -> {column: DuckDB type} of its table (before the ingest columns)."""
+
+
+def transform_structure(t: DuckType) -> str:
+    """The structure ``json_transform(json, structure)`` turns JSON text of type ``t`` with."""
+
+    def walk(t: DuckType) -> Any:
+        if isinstance(t, str):
+            return t
+        if t[0] == "list":
+            return [walk(t[1])]
+        return {k: walk(v) for k, v in t[1].items()}
+
+    return json.dumps(walk(t), separators=(",", ":"))
 
 
 def _strict_fields() -> set[str]:

@@ -41,7 +41,6 @@ from pathlib import Path
 import duckdb
 
 from ember.analysis import connect, ingest
-from ember.analysis.ingest import _read_json_sql
 from ember.analysis.lake import ingest_lake
 from ember.analysis.schema_types import READ_COLUMNS
 from ember.analysis.synthetic import write_trace
@@ -108,6 +107,16 @@ def bench_small(work: Path, n: int, threads: int) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(lake, ignore_errors=True)
     db.unlink(missing_ok=True)
+
+
+def _read_json_sql(path: Path) -> str:
+    """DuckDB's own typed read of a trace: the schema's column types (``READ_COLUMNS``, objects
+    as STRUCTs), as a user would write it; not ingest's staging read."""
+    cols = "{" + ", ".join(f"'{k}': '{v}'" for k, v in READ_COLUMNS.items()) + "}"
+    return (
+        f"SELECT * FROM read_json('{path}', format = 'newline_delimited', columns = {cols}, "
+        f"maximum_object_size = {32 * 2**20})"
+    )
 
 
 def _raw(path: Path, db: Path, threads: int) -> float:

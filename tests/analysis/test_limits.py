@@ -160,3 +160,85 @@ def test_a_line_over_the_size_limit_fails_validate_too(tmp_path):
     assert errors[2] == rejected[2]
     assert errors[2].startswith("line is over 16 MB")
     assert r.records == 2
+
+
+def _span_line(kind: str, span_id: int, ts: int, span_kind: str, attrs: dict, **extra) -> str:
+    rec = {"kind": kind, "ts_ns": ts, "span_id": span_id, "span_kind": span_kind, "attrs": attrs}
+    if kind == "span_start":
+        rec["name"] = "ember.break"
+    else:
+        rec |= {"duration_ns": 5, "status": "ok"}
+    return json.dumps(rec | extra)
+
+
+def test_an_unknown_field_inside_a_known_struct_is_rejected_by_validate_and_ingest(tmp_path):
+    # the typed read skipped keys it was not asked for inside a struct: ingest kept these
+    # lines (without the field) where validate refused them
+    brk = {"source": "m.onnx", "position": 12, "node": "n", "op_type": "NonZero"}
+    shape = json.loads(cache_line(1))["shapes"][0]
+    seg = {"source": "m", "position": 0, "shapes": [shape | {"layout": "nhwc"}]}
+    lines = [
+        meta_line(),
+        cache_line(1, "miss"),
+        _span_line("span_start", 1, 2, "break", brk | {"colour": "red"}),  # in attrs
+        _span_line("span_start", 2, 3, "break", brk),
+        _span_line("span_end", 2, 4, "break", brk, error={"kind": "E", "reason": "r", "x": 1}),
+        cache_line(5, shapes=[shape | {"strides": [1]}]),  # in a list's item
+        cache_line(6, statics=[{"name": "s", "value": 1, "hash": "h"}]),
+        _span_line("span_start", 3, 7, "segment_compile", seg),  # a list's item in attrs
+        _span_line("span_start", 5, 10, "user", {"attrs": {"any": {"key": 1}}}),  # free-form
+        cache_line(11, statics=[{"name": "s", "value": {"free": "form"}}]),
+        _span_line("span_start", 6, 12, "break", brk | {"memory": {"temp_bytes": 1}}),
+    ]
+    errors, rejected, r = _both(tmp_path, "unknown.jsonl", lines)
+    assert set(errors) == {3, 5, 6, 7, 8, 11}, errors
+    assert rejected == errors
+    assert "colour" in errors[3]
+    assert "strides" in errors[6]
+    assert r.records == len(lines) - len(errors)
+    assert not r.slow_path
+
+
+def test_a_wrong_value_inside_a_struct_is_rejected_by_validate_and_ingest_alike(tmp_path):
+    # objects are staged as JSON text and judged by their structure: each kind of wrong
+    # value inside one, the same verdict and reason as validate, on the fast path
+    brk = {"source": "m.onnx", "position": 12, "node": "n", "op_type": "NonZero"}
+    shape = json.loads(cache_line(1))["shapes"][0]
+    seg_end = {"source": "m", "position": 0, "compiled": True}
+    bad = [
+        cache_line(2, shapes=[shape | {"shape": [1, 2**63]}]),  # over int64, in a list
+        _span_line("span_start", 1, 3, "break", brk | {"position": "twelve"}),
+        _span_line("span_start", 2, 4, "break", brk | {"position": 2**63}),
+        _span_line("span_start", 3, 5, "break", brk | {"position": 12.5}),
+        cache_line(6, shapes=[shape | {"dtype": 3}]),  # a number for a text field
+        _span_line("span_end", 4, 8, "break", brk, error={"kind": "E", "reason": ["r"]}),
+        cache_line(9, shapes=[None, shape]),  # a null item
+        cache_line(10, shapes=[shape | {"shape": [1, -5]}]),  # negative
+        _span_line("span_start", 5, 11, "break", {"source": "m", "position": 1}),  # no node
+        _span_line("span_end", 6, 12, "break", brk, error={"kind": "E"}),  # no reason
+        _span_line("span_end", 7, 13, "segment", seg_end | {"stop": "begin"}),  # not 'end'
+        _span_line("span_start", 8, 14, "break", brk | {"tracing_ns": None}),  # a jit field
+        _span_line(
+            "span_end", 9, 15, "jit", {"fun_name": "f", "changes": [{"arg": "x", "what": "colour"}]}
+        ),  # a value not allowed in a list's item
+        _span_line("span_start", 10, 16, "op", {"op_kind": "kernel"}),
+    ]
+    good = [
+        meta_line(),
+        cache_line(1, "miss"),
+        _span_line("span_start", 4, 7, "break", brk),
+        _span_line("span_start", 6, 7, "break", brk),
+        _span_line("span_start", 7, 7, "segment", seg_end),
+        _span_line("span_start", 9, 7, "jit", {"fun_name": "f"}),
+        _span_line("span_start", 12, 7, "segment", seg_end),
+        _span_line("span_start", 13, 7, "segment", seg_end),
+        _span_line("span_end", 12, 17, "segment", seg_end | {"stop": "end"}),
+        _span_line("span_end", 13, 18, "segment", seg_end | {"stop": 3}),
+        cache_line(19, statics=[]),
+        _span_line("span_start", 11, 20, "op", {"op_kind": "module"}),
+    ]
+    errors, rejected, r = _both(tmp_path, "values.jsonl", good + bad)
+    assert set(errors) == set(range(len(good) + 1, len(good) + len(bad) + 1)), errors
+    assert rejected == errors
+    assert r.records == len(good)
+    assert not r.slow_path
