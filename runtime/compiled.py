@@ -1,9 +1,11 @@
 """``compile`` and ``run``: ONNX graphs as ``jax.jit`` segments with a per-position cache.
 
-This module is the driver; its parts live next to it: ``segment_trace`` traces and
-compiles one segment, ``segment_cache`` keeps them (LRU per position, cache events),
-``fastpath`` is the direct call of the steady state, ``describe`` the shapes, statics and
-keys the events carry, ``xla_cpu`` the XLA:CPU tuning (compiler options, kernel layouts).
+This module is the call driver; its parts live next to it: ``segment_build`` builds the
+programs (ahead of time, or on a cache miss, from the store on disk or traced),
+``segment_trace`` traces and compiles one segment, ``segment_cache`` keeps them (LRU per
+position, cache events), ``fastpath`` is the direct call of the steady state, ``describe``
+the shapes, statics and keys the events carry, ``xla_cpu`` the XLA:CPU tuning (compiler
+options, kernel layouts), ``inputs`` the checks of a call's inputs and of ``input_specs``.
 
 **int64 and float64.** JAX keeps 32-bit types unless x64 is enabled, but ONNX models use
 int64 (shapes, indices) and sometimes float64. Every trace, compile and eager run of the
@@ -87,16 +89,8 @@ from ember.recorder import events as E
 
 from . import xla_cpu
 from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
-from .describe import (
-    describe_shapes,
-    describe_statics,
-    describe_value,
-    key_hex,
-    shape_key,
-    static_key,
-)
-from .diskcache import ProgramStore, StoredProgram
-from .errors import InputError
+from .describe import describe_shapes, shape_key, static_key
+from .diskcache import ProgramStore
 from .fastpath import (
     Program,
     SpecializedCalls,
@@ -105,18 +99,10 @@ from .fastpath import (
     run_prelude,
 )
 from .graph import Node, run_node, run_nodes, to_host
-from .inputs import as_model, check_inputs, expected, to_device
+from .inputs import as_model, check_inputs, resolve_specs, to_device
 from .model import Model, TensorSpec
-from .segment_cache import SegmentCache
-from .segment_trace import (
-    CompileResult,
-    Entry,
-    NeedsHost,
-    cost_of,
-    memory_of,
-    segment_compile_attrs,
-    trace_segment,
-)
+from .segment_build import SegmentBuilder
+from .segment_trace import Entry, NeedsHost
 
 __all__ = ["CompiledModel", "compile", "describe_shapes", "run"]
 
@@ -125,29 +111,6 @@ _END = "end"
 
 # ---------------------------------------------------------------------------------------------
 # the compiled model
-
-
-def _spec_value(spec: Any, tspec: TensorSpec) -> Any:
-    """An input spec as something ``jax.jit(...).lower`` accepts (ShapeDtypeStruct)."""
-    import jax
-
-    if isinstance(spec, jax.ShapeDtypeStruct):
-        return spec
-    if hasattr(spec, "shape") and hasattr(spec, "dtype"):
-        return jax.ShapeDtypeStruct(tuple(spec.shape), np.dtype(spec.dtype))
-    if isinstance(spec, tuple) and len(spec) == 2 and not isinstance(spec[1], int):
-        return jax.ShapeDtypeStruct(tuple(spec[0]), np.dtype(spec[1]))
-    if isinstance(spec, (tuple, list)):
-        if tspec.dtype is None:
-            raise InputError(
-                f"input_specs[{tspec.name!r}]: give (shape, dtype); the model "
-                "does not say the dtype of this input"
-            )
-        return jax.ShapeDtypeStruct(tuple(int(d) for d in spec), tspec.dtype)
-    raise InputError(
-        f"input_specs[{tspec.name!r}] = {spec!r}: give a shape tuple, (shape, dtype), "
-        "an array or a jax.ShapeDtypeStruct"
-    )
 
 
 class CompiledModel:
@@ -201,7 +164,6 @@ class CompiledModel:
         """Adopt ``plan``: the steps of a call, an empty cache, no whole-graph program."""
         self.plan = plan
         self._prelude = [self.graph.nodes[p] for p in plan.prelude]
-        self._prelude_set = frozenset(plan.prelude)
         # what the prelude reads of the inputs: values, or only shapes (Shape, Size)
         inputs = set(self._input_names)
         read = {n for node in self._prelude for n in node.inputs if n in inputs}
@@ -212,8 +174,14 @@ class CompiledModel:
             for n in node.inputs
             if n in inputs
         }
-        self._segments: SegmentCache[Entry] = SegmentCache(self._cache_size, self.model.source)
-        self._known_host_values: dict[int, set[str]] = {}
+        self._builder = SegmentBuilder(
+            self.graph,
+            plan,
+            cache_size=self._cache_size,
+            source=self.model.source,
+            store=self._programs,
+            cache_dir=self.cache_dir,
+        )
         self._main: Entry | None = None
         self._hwio: frozenset[str] | None = None
         # The direct calls (see ``fastpath``): of the program compiled ahead (set by
@@ -284,12 +252,12 @@ class CompiledModel:
 
     @cache_size.setter
     def cache_size(self, size: int) -> None:
-        self._cache_size = self._segments.size = size
+        self._cache_size = self._builder.segments.size = size
 
     def cache_info(self) -> dict[int, list[list[dict[str, Any]]]]:
         """The cached segments per position, least recently used first (their shapes)."""
         with self._lock:
-            return self._segments.info()
+            return self._builder.segments.info()
 
     def __repr__(self) -> str:
         return (
@@ -340,51 +308,11 @@ class CompiledModel:
         return self._hwio
 
     def _precompile(self, specs: Mapping[str, Any]) -> None:
-        """Compile the whole graph (no breaks) for the given input specs."""
-        import jax
-
+        """Compile the whole graph (no breaks) for the given input specs; its direct call."""
         seg = self.plan.segments[0] if self.plan.segments else None
         if seg is None:
             return
-        args = [specs[n] for n in seg.args]
-        source = self.model.source
-        shapes = [
-            {"name": n, "shape": list(specs[n].shape), "dtype": np.dtype(specs[n].dtype).name}
-            for n in seg.args
-        ]
-        # the same key the segment cache would give these shapes at position 0
-        key = (
-            0,
-            tuple(
-                (n, (tuple(s.shape), np.dtype(s.dtype).name))
-                for n, s in zip(seg.args, args, strict=True)
-            ),
-            (),
-        )
-        meta = {"source": source, "position": 0, "shapes": shapes, "key": key_hex(key)}
-        found: NeedsHost | None = None
-        with bus.span(E.SEGMENT_COMPILE, meta) as span, jax.enable_x64(True):
-            try:
-                result = self._compile_segment(seg, key, {}, args)
-            except NeedsHost as exc:
-                found = exc
-                result = CompileResult(Entry(key=(), shapes=[], statics=[]))
-            span.set(
-                **segment_compile_attrs(
-                    result,
-                    found,
-                    shapes=shapes,
-                    stop=_END,
-                    compiled=True,
-                    reason=None,
-                    host_values=[],
-                )
-            )
-        if found is not None:
-            raise found
-        entry = result.entry
-        entry.key = key
-        entry.shapes = shapes
+        entry = self._builder.precompile(seg, specs, self)
         self._main = entry
         signature = tuple((n, tuple(specs[n].shape), np.dtype(specs[n].dtype)) for n in seg.args)
         self._fast = WholeGraphCall(
@@ -393,53 +321,9 @@ class CompiledModel:
             self._params_for(seg),
             self._output_names,
             n_inputs=self._n_inputs,
-            source=source,
+            source=self.model.source,
             unchecked=self._unchecked(seg),
         )
-
-    def _compile_segment(
-        self, seg: Segment, key: tuple[Any, ...], statics: dict[str, Any], args: Sequence[Any]
-    ) -> CompileResult:
-        """``_trace_segment``, or the program store's copy when ``cache_dir`` has one."""
-        store = self._programs
-        # The segment's bounds, arguments and statics; the model, runtime and device are
-        # added by the store.
-        digest = store.digest(repr(seg), key[1], key[2]) if store is not None else ""
-        stored = store.load(digest) if store is not None else None
-        if stored is not None:
-            entry = Entry(
-                key=(),
-                shapes=[],
-                statics=[],
-                exe=stored.exe,
-                dynamic_outputs=stored.dynamic_outputs,
-                host_outputs=stored.host_outputs,
-                needs_x64=stored.needs_x64,
-            )
-            return CompileResult(entry, "hit", memory_of(stored.exe), cost_of(stored.exe))
-        result = trace_segment(
-            self.graph,
-            self._base_env(),
-            seg,
-            statics,
-            self._device_params(),
-            args,
-            self.cache_dir,
-            self._hwio_params(),
-            self._prelude_set,
-        )
-        # A program that JAX's persistent cache gave back is not stored: serialized again it
-        # does not run (XLA:CPU: "Function ... not found"); the next process reads it from
-        # JAX's cache again.
-        if store is not None and result.disk_cache != "hit":
-            entry = result.entry
-            store.save(
-                digest,
-                StoredProgram(
-                    entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64
-                ),
-            )
-        return result
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -547,7 +431,7 @@ class CompiledModel:
     def _run_segment(self, seg: Segment, env: dict[str, Any], observe: bool = False) -> None:
         key, args, statics = self._segment_key(seg, env)
         with self._lock:
-            entry = self._lookup_or_build(seg, key, args, statics)
+            entry = self._builder.lookup_or_build(seg, key, args, statics, self, self._evicted)
         if not observe:
             self._exec_segment(seg, entry, env, args, statics)
             return
@@ -588,51 +472,6 @@ class CompiledModel:
         env.update(entry.host_outputs)
         env.update(zip(entry.dynamic_outputs, outs, strict=True))
         return outs
-
-    def _lookup_or_build(
-        self, seg: Segment, key: tuple[Any, ...], args: list[Any], statics: dict[str, Any]
-    ) -> Entry:
-        """The segment cache's entry for ``key``, or a new one compiled (or run eagerly) and
-        inserted: the driver around ``SegmentCache``."""
-        entry = self._segments.get(seg.position, key)
-        if entry is not None:
-            return entry
-        source = self.model.source
-        shapes = [describe_value(n, a) for n, a in zip(seg.args, args, strict=True)]
-        statics_meta = describe_statics(statics, self.plan.labels)
-        hexed = key_hex(key)
-        self._segments.missed(seg.position, shapes, hexed, statics_meta)
-        known = self._known_host_values.setdefault(seg.position, set())
-        new_host = sorted(set(seg.statics) - known)
-        known.update(seg.statics)
-        meta = {"source": source, "position": seg.position, "shapes": shapes, "key": hexed}
-        found: NeedsHost | None = None
-        with bus.span(E.SEGMENT_COMPILE, meta) as span:
-            result = CompileResult(Entry(key=(), shapes=[], statics=[]))
-            if seg.compiled:
-                try:
-                    result = self._compile_segment(seg, key, statics, args)
-                except NeedsHost as exc:
-                    found = exc
-            span.set(
-                **segment_compile_attrs(
-                    result,
-                    found,
-                    shapes=shapes,
-                    stop=_END if seg.stop is None else seg.stop,
-                    compiled=seg.compiled,
-                    reason=seg.reason,
-                    host_values=new_host,
-                )
-            )
-        if found is not None:
-            raise found
-        entry = result.entry
-        entry.key = key
-        entry.shapes = shapes
-        entry.statics = statics_meta
-        self._segments.put(seg.position, key, entry, self._evicted)
-        return entry
 
     def _evicted(self, removed: Entry) -> None:
         if isinstance(self._fast, SpecializedCalls):
@@ -712,7 +551,7 @@ def compile(
     meta = {"source": model.source, "compiler": "jax.jit"}
     with bus.span(E.COMPILE, meta) as span:
         compiled = CompiledModel(model, cache_size=cache_size, cache_dir=cache_dir)
-        specs = _resolve_specs(model, input_specs)
+        specs = resolve_specs(model, input_specs)
         # a model whose control flow specialises on its inputs compiles on its first calls
         while not compiled.graph_break and not compiled._specialises and specs is not None:
             try:
@@ -722,30 +561,6 @@ def compile(
                 compiled._add_break(found)
         span.set(graph_break=compiled.graph_break)
     return compiled
-
-
-def _resolve_specs(model: Model, input_specs: Any) -> dict[str, Any] | None:
-    tensor_inputs = [s for s in model.inputs]
-    if input_specs is None:
-        if all(s.kind == "tensor" and s.static and s.dtype is not None for s in tensor_inputs):
-            return {s.name: _spec_value(s.shape, s) for s in tensor_inputs}
-        return None
-    if not isinstance(input_specs, Mapping):
-        input_specs = dict(zip(model.input_names, input_specs, strict=False))
-    unknown = [n for n in input_specs if n not in model.input_names]
-    if unknown:
-        raise InputError(f"input_specs names unknown input(s) {unknown}; {expected(model)}")
-    specs = {}
-    for s in tensor_inputs:
-        if s.name not in input_specs:
-            if s.kind == "tensor" and s.static and s.dtype is not None:
-                specs[s.name] = _spec_value(s.shape, s)
-                continue
-            return None
-        if s.kind != "tensor":
-            return None
-        specs[s.name] = _spec_value(input_specs[s.name], s)
-    return specs
 
 
 def run(model: Model | Any, inputs: Mapping[str, Any] | None = None, /, **kwargs: Any) -> dict:

@@ -15,7 +15,16 @@ import numpy as np
 from .errors import InputError
 from .model import Model, TensorSpec, load
 
-__all__ = ["as_model", "check_inputs", "expected", "fits", "input_problem", "to_device"]
+__all__ = [
+    "as_model",
+    "check_inputs",
+    "expected",
+    "fits",
+    "input_problem",
+    "resolve_specs",
+    "spec_value",
+    "to_device",
+]
 
 
 def as_model(model: Any) -> Model:
@@ -87,6 +96,56 @@ def fits(spec: TensorSpec, value: Any) -> bool:
     if not hasattr(value, "shape") or not hasattr(value, "dtype"):
         value = np.asarray(value)
     return input_problem(spec, spec.name, value) is None
+
+
+def spec_value(spec: Any, tspec: TensorSpec) -> Any:
+    """An input spec as something ``jax.jit(...).lower`` accepts (ShapeDtypeStruct)."""
+    import jax
+
+    if isinstance(spec, jax.ShapeDtypeStruct):
+        return spec
+    if hasattr(spec, "shape") and hasattr(spec, "dtype"):
+        return jax.ShapeDtypeStruct(tuple(spec.shape), np.dtype(spec.dtype))
+    if isinstance(spec, tuple) and len(spec) == 2 and not isinstance(spec[1], int):
+        return jax.ShapeDtypeStruct(tuple(spec[0]), np.dtype(spec[1]))
+    if isinstance(spec, (tuple, list)):
+        if tspec.dtype is None:
+            raise InputError(
+                f"input_specs[{tspec.name!r}]: give (shape, dtype); the model "
+                "does not say the dtype of this input"
+            )
+        return jax.ShapeDtypeStruct(tuple(int(d) for d in spec), tspec.dtype)
+    raise InputError(
+        f"input_specs[{tspec.name!r}] = {spec!r}: give a shape tuple, (shape, dtype), "
+        "an array or a jax.ShapeDtypeStruct"
+    )
+
+
+def resolve_specs(model: Model, input_specs: Any) -> dict[str, Any] | None:
+    """``compile``'s ``input_specs`` (a mapping or a list in input order; inputs not named
+    take their static shapes) as ``jax.ShapeDtypeStruct`` by input name; None when some
+    input has no static shape to compile for, or is not a tensor."""
+    tensor_inputs = [s for s in model.inputs]
+    if input_specs is None:
+        if all(s.kind == "tensor" and s.static and s.dtype is not None for s in tensor_inputs):
+            return {s.name: spec_value(s.shape, s) for s in tensor_inputs}
+        return None
+    if not isinstance(input_specs, Mapping):
+        input_specs = dict(zip(model.input_names, input_specs, strict=False))
+    unknown = [n for n in input_specs if n not in model.input_names]
+    if unknown:
+        raise InputError(f"input_specs names unknown input(s) {unknown}; {expected(model)}")
+    specs = {}
+    for s in tensor_inputs:
+        if s.name not in input_specs:
+            if s.kind == "tensor" and s.static and s.dtype is not None:
+                specs[s.name] = spec_value(s.shape, s)
+                continue
+            return None
+        if s.kind != "tensor":
+            return None
+        specs[s.name] = spec_value(input_specs[s.name], s)
+    return specs
 
 
 def _takes_text(spec: Any) -> bool:

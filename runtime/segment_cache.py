@@ -5,8 +5,8 @@ In the shape of JAX's ``lru_cache.py``: ``get`` (a hit moves the entry to the en
 ``ember.cache.hit``), ``missed`` (emits ``ember.cache.miss``) and ``put`` (when the position
 is full, the least recently used entry is evicted first: the caller's ``on_evict`` is told,
 then ``ember.cache.evict`` emitted). The driver that compiles on a miss is
-``CompiledModel._lookup_or_build``. Each position holds at most ``size`` entries; the owner
-holds its lock around every call.
+``segment_build.SegmentBuilder.lookup_or_build``. Each position holds at most ``size``
+entries; the owner holds its lock around every call.
 """
 
 from __future__ import annotations

@@ -1,0 +1,228 @@
+"""Building a compiled model's programs, each inside its ``ember.segment.compile`` span.
+
+``SegmentBuilder`` is the driver around ``SegmentCache`` (in the shape of JAX's compilation
+cache: ``segment_cache`` is the LRU, ``diskcache`` the store on disk, this the driver):
+
+- ``lookup_or_build``, on each segment of a checked call: the cache's entry for the key, or on
+  a miss (``ember.cache.miss``) the segment compiled, or kept eager, and inserted;
+- ``precompile``, from ``compile()``: the whole graph of a model without breaks, for the
+  input specs it is given, under the key the cache would give those shapes at position 0.
+
+Either way a program comes from the program store on disk when ``cache_dir`` has it, else it
+is traced and compiled (``segment_trace``) and stored. A node found by the trace to read a
+traced value on the host raises ``NeedsHost`` after the span has ended with ``needs_host``;
+the compiled model then makes it a break and plans again (with a new builder: one builder
+per plan, its cache starting empty).
+
+The builder holds no reference to its model: what it reads of the model (constants folded
+once, parameters on the device) comes with each call as ``values``, so a dropped model is
+freed at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from ember.recorder import bus
+from ember.recorder import events as E
+
+from .analysis import Plan, Segment
+from .describe import describe_statics, describe_value, key_hex
+from .diskcache import ProgramStore, StoredProgram
+from .graph import Graph
+from .segment_cache import SegmentCache
+from .segment_trace import (
+    CompileResult,
+    Entry,
+    NeedsHost,
+    cost_of,
+    memory_of,
+    segment_compile_attrs,
+    trace_segment,
+)
+
+__all__ = ["ModelValues", "SegmentBuilder"]
+
+_END = "end"
+
+
+class ModelValues(Protocol):
+    """What tracing a segment reads of its model (``CompiledModel`` gives itself)."""
+
+    def _base_env(self) -> dict[str, Any]:
+        """Initializers and the values folded from constants alone."""
+        ...
+
+    def _device_params(self) -> dict[str, Any]:
+        """The program parameters, on the device (conv weights in their kernel layout)."""
+        ...
+
+    def _hwio_params(self) -> frozenset[str]:
+        """The parameters kept on the device as HWIO."""
+        ...
+
+
+class SegmentBuilder:
+    """The segment cache of one plan and the compiles that fill it (see the module docstring).
+    The owner holds its lock around ``lookup_or_build``."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        plan: Plan,
+        *,
+        cache_size: int,
+        source: str | None,
+        store: ProgramStore | None,
+        cache_dir: str | None,
+    ) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.source = source
+        self.store = store
+        self.cache_dir = cache_dir
+        self.segments: SegmentCache[Entry] = SegmentCache(cache_size, source)
+        self._prelude_set = frozenset(plan.prelude)
+        # per position, the host values its segments have been compiled for so far: a
+        # compile's span names those that are new (``host_values``)
+        self._known_host_values: dict[int, set[str]] = {}
+
+    def lookup_or_build(
+        self,
+        seg: Segment,
+        key: tuple[Any, ...],
+        args: list[Any],
+        statics: dict[str, Any],
+        values: ModelValues,
+        on_evict: Callable[[Entry], None] | None = None,
+    ) -> Entry:
+        """The segment cache's entry for ``key``, or a new one compiled (or run eagerly) and
+        inserted; ``on_evict(entry)`` is told of the entry a full position evicts."""
+        entry = self.segments.get(seg.position, key)
+        if entry is not None:
+            return entry
+        shapes = [describe_value(n, a) for n, a in zip(seg.args, args, strict=True)]
+        statics_meta = describe_statics(statics, self.plan.labels)
+        hexed = key_hex(key)
+        self.segments.missed(seg.position, shapes, hexed, statics_meta)
+        known = self._known_host_values.setdefault(seg.position, set())
+        new_host = sorted(set(seg.statics) - known)
+        known.update(seg.statics)
+        entry = self._build_in_span(seg, key, hexed, shapes, statics, args, values, new_host)
+        entry.statics = statics_meta
+        self.segments.put(seg.position, key, entry, on_evict)
+        return entry
+
+    def precompile(self, seg: Segment, specs: Mapping[str, Any], values: ModelValues) -> Entry:
+        """The whole graph's program (``seg``, at position 0 to the end) for ``specs``
+        (``jax.ShapeDtypeStruct`` by input name); not inserted in the cache."""
+        import jax
+
+        args = [specs[n] for n in seg.args]
+        shapes = [
+            {"name": n, "shape": list(specs[n].shape), "dtype": np.dtype(specs[n].dtype).name}
+            for n in seg.args
+        ]
+        # the same key the segment cache would give these shapes at position 0
+        key = (
+            0,
+            tuple(
+                (n, (tuple(s.shape), np.dtype(s.dtype).name))
+                for n, s in zip(seg.args, args, strict=True)
+            ),
+            (),
+        )
+        with jax.enable_x64(True):
+            return self._build_in_span(seg, key, key_hex(key), shapes, {}, args, values, [])
+
+    def _build_in_span(
+        self,
+        seg: Segment,
+        key: tuple[Any, ...],
+        hexed: str,
+        shapes: list[dict[str, Any]],
+        statics: dict[str, Any],
+        args: Sequence[Any],
+        values: ModelValues,
+        host_values: list[str],
+    ) -> Entry:
+        """The segment's entry (compiled, or eager when the plan says so) built inside its
+        ``ember.segment.compile`` span; ``NeedsHost`` is raised after the span ends."""
+        meta = {"source": self.source, "position": seg.position, "shapes": shapes, "key": hexed}
+        found: NeedsHost | None = None
+        with bus.span(E.SEGMENT_COMPILE, meta) as span:
+            result = CompileResult(Entry(key=(), shapes=[], statics=[]))
+            if seg.compiled:
+                try:
+                    result = self._build(seg, key, statics, args, values)
+                except NeedsHost as exc:
+                    found = exc
+            span.set(
+                **segment_compile_attrs(
+                    result,
+                    found,
+                    shapes=shapes,
+                    stop=_END if seg.stop is None else seg.stop,
+                    compiled=seg.compiled,
+                    reason=seg.reason,
+                    host_values=host_values,
+                )
+            )
+        if found is not None:
+            raise found
+        entry = result.entry
+        entry.key = key
+        entry.shapes = shapes
+        return entry
+
+    def _build(
+        self,
+        seg: Segment,
+        key: tuple[Any, ...],
+        statics: dict[str, Any],
+        args: Sequence[Any],
+        values: ModelValues,
+    ) -> CompileResult:
+        """``trace_segment``, or the program store's copy when ``cache_dir`` has one."""
+        store = self.store
+        # The segment's bounds, arguments and statics; the model, runtime and device are
+        # added by the store.
+        digest = store.digest(repr(seg), key[1], key[2]) if store is not None else ""
+        stored = store.load(digest) if store is not None else None
+        if stored is not None:
+            entry = Entry(
+                key=(),
+                shapes=[],
+                statics=[],
+                exe=stored.exe,
+                dynamic_outputs=stored.dynamic_outputs,
+                host_outputs=stored.host_outputs,
+                needs_x64=stored.needs_x64,
+            )
+            return CompileResult(entry, "hit", memory_of(stored.exe), cost_of(stored.exe))
+        result = trace_segment(
+            self.graph,
+            values._base_env(),
+            seg,
+            statics,
+            values._device_params(),
+            args,
+            self.cache_dir,
+            values._hwio_params(),
+            self._prelude_set,
+        )
+        # A program that JAX's persistent cache gave back is not stored: serialized again it
+        # does not run (XLA:CPU: "Function ... not found"); the next process reads it from
+        # JAX's cache again.
+        if store is not None and result.disk_cache != "hit":
+            entry = result.entry
+            store.save(
+                digest,
+                StoredProgram(
+                    entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64
+                ),
+            )
+        return result
