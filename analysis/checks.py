@@ -451,13 +451,12 @@ def _constraints(annotation: Any, metadata: list[Any]) -> list[Any]:
 def _accept(annotation: Any, metadata: list[Any] | None = None) -> Accept:
     """What JSON a field of this annotation may hold, by JSON type (a shape, not values)."""
     non_negative = any(
-        isinstance(m, annotated_types.Ge) and m.ge >= 0  # type: ignore[operator]
+        isinstance(m, annotated_types.Ge) and m.ge >= 0
         for m in _constraints(annotation, metadata or [])
     )
     ann = _strip_optional(_unwrap_annotated(annotation))
     non_negative |= any(
-        isinstance(m, annotated_types.Ge) and m.ge >= 0  # type: ignore[operator]
-        for m in _constraints(ann, [])
+        isinstance(m, annotated_types.Ge) and m.ge >= 0 for m in _constraints(ann, [])
     )
     ann = _unwrap_annotated(ann)
     if ann is int and non_negative:
@@ -535,9 +534,11 @@ def _top_level_accepts() -> dict[tuple[str, str | None], dict[str, tuple[Accept,
     out: dict[tuple[str, str | None], dict[str, tuple[Accept, bool, bool]]] = {}
     for kind, model in KIND_MODELS.items():
         out[(kind, None)] = _model_accept(model)
-    for which, (kind, base) in enumerate(
-        (("span_start", R._SpanStartBase), ("span_end", R._SpanEndBase))
-    ):
+    bases: tuple[tuple[str, type[BaseModel]], ...] = (
+        ("span_start", R._SpanStartBase),
+        ("span_end", R._SpanEndBase),
+    )
+    for which, (kind, base) in enumerate(bases):
         for span_kind, pair in R.SPAN_ATTRS.items():
             out[(kind, span_kind)] = _model_accept(base) | {
                 "attrs": (("struct", _model_accept(pair[which])), True, False)
