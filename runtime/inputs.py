@@ -61,6 +61,9 @@ def check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
             raise InputError(_unpacked_output(name, value, model))
         if not hasattr(value, "shape") or not hasattr(value, "dtype"):
             value = np.asarray(value)
+        if isinstance(value, np.ndarray) and not value.dtype.isnative:
+            # big-endian data (read from a file, say): the same values in native order
+            value = value.astype(value.dtype.newbyteorder("="))
         problem = input_problem(spec, name, value)
         if problem is not None:
             raise InputError(f"{problem}; {expected(model)}")
@@ -72,8 +75,9 @@ def input_problem(spec: TensorSpec, name: str, value: Any) -> str | None:
     """What is wrong with ``value`` (an array: it has ``shape`` and ``dtype``) as the tensor
     input ``spec``: its dtype, rank or a static dim; None when it fits."""
     shape = tuple(value.shape)
-    if spec.dtype is not None and np.dtype(value.dtype) != spec.dtype:
-        return f"input {name!r} has dtype {np.dtype(value.dtype).name}, expected {spec.dtype.name}"
+    dtype = np.dtype(value.dtype)
+    if spec.dtype is not None and dtype.newbyteorder("=") != spec.dtype:  # any byte order
+        return f"input {name!r} has dtype {dtype.name}, expected {spec.dtype.name}"
     if spec.shape is not None:
         if len(shape) != len(spec.shape):
             return (

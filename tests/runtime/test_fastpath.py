@@ -249,3 +249,33 @@ def test_an_int64_input_of_a_32_bit_program_is_refused_on_every_path():
         with pytest.raises(rt.InputError, match="input 'x' has dtype"):
             compiled(x=value)
     np.testing.assert_array_equal(np.asarray(compiled(x=good[:2])["y"]), -good[:2])
+
+
+@pytest.mark.parametrize("rows", [3, "n"], ids=["compiled-ahead", "registered-per-call"])
+def test_big_endian_inputs_are_read_as_their_values(rows):
+    # data read from a file may be big-endian: the same dtype in another byte order, which
+    # the error said as "has dtype float32, expected float32"
+    proto = make_model(
+        [helper.make_node("Neg", ["x"], ["y"])],
+        [tensor("x", shape=[rows])],
+        [tensor("y", shape=[rows])],
+    )
+    compiled = rt.compile(proto)
+    x = np.array([1.5, -2.0, 3.25], np.float32)
+    swapped = x.astype(">f4")
+    for value in (x, x, swapped, swapped, x):  # after the direct call, and back to it
+        np.testing.assert_array_equal(np.asarray(compiled(x=value)["y"]), -x)
+    np.testing.assert_array_equal(np.asarray(rt.run(proto, x=swapped)["y"]), -x)
+    with pytest.raises(rt.InputError, match="input 'x' has dtype float64, expected float32"):
+        compiled(x=x.astype(">f8"))
+
+
+def test_a_big_endian_sample_rate_picks_the_program_of_its_value():
+    proto = vad_like_model()
+    compiled = rt.compile(proto)
+    for sr in (16000, 8000):
+        feeds = _vad_feeds(np.array(sr, np.int64))
+        want = reference(proto, feeds)
+        for value in (feeds["sr"], feeds["sr"].astype(">i8"), feeds["sr"].astype(">i8")):
+            out = compiled({**feeds, "sr": value})
+            np.testing.assert_allclose(np.asarray(out["output"]), want["output"], atol=1e-5)
