@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,11 +86,11 @@ def _grid_sample(X, grid, mode, padding_mode, align_corners):
             taps.append((idx.astype(jnp.int32), w, ok))
         taps_per_dim.append(taps)
     xf = x.reshape((n_batch, channels, -1)).astype(work)
-    total = None
+    total: Any = None
     for combo in np.ndindex(*(len(t) for t in taps_per_dim)):
-        flat = None
-        weight = None
-        ok_all = None
+        flat: Any = None
+        weight: Any = None
+        ok_all: Any = None
         for i, k in enumerate(combo):
             idx, w, ok = taps_per_dim[i][k]
             flat = idx if flat is None else flat * dims[i] + idx

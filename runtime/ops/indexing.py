@@ -75,7 +75,8 @@ def _scatter_at(data: Array, index: tuple[Array, ...], updates: Array, reduction
     at = jnp.asarray(data).at[index]
     if reduction == "none":
         return at.set(updates)
-    return {"add": at.add, "mul": at.multiply, "max": at.max, "min": at.min}[reduction](updates)
+    update: Any = {"add": at.add, "mul": at.multiply, "max": at.max, "min": at.min}[reduction]
+    return update(updates)
 
 
 def _scatter_elements(

@@ -146,6 +146,7 @@ def label_encoder(
         values_strings=values_strings,
         values_tensor=values_tensor,
     )
+    default: Any
     if default_tensor is not None:
         default = np.asarray(default_tensor).reshape(-1)
         if default.size != 1:

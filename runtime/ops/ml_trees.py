@@ -136,7 +136,7 @@ def _forest_v5(
     name = "TreeEnsemble"
     n = len(nodes_featureids)
     n_leaves = len(leaf_targetids)
-    columns = {
+    columns: dict[str, Any] = {
         "nodes_modes": np.asarray(nodes_modes).reshape(-1),
         "nodes_splits": np.asarray(nodes_splits).reshape(-1),
         "nodes_truenodeids": nodes_truenodeids,
