@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import ops
+from . import layout, ops
 from .errors import NodeError, UnsupportedOpsError
 
 __all__ = [
@@ -229,6 +229,7 @@ def _build(
         )
     known = set(initializers) | {i.name for i in graph.input}
     nodes = _toposort(nodes, known, graph.name)
+    layout.mark_channels_last(nodes)
     produced = set(known)
     reads: set[str] = set()
     for pos, node in enumerate(nodes):

@@ -8,6 +8,7 @@ done on the host from static shapes; the pools share it (``_ints``, ``_auto_pads
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -65,26 +66,48 @@ def _auto_pads(
 _SHIFT_ADD_MAX_TAPS = 49
 
 
-def _depthwise_shift_add(x, w, strides, dil, pad):
-    """Conv with one input channel per group, as a sum of strided slices times taps."""
+def _depthwise_shift_add(
+    x: Any,
+    w: Any,
+    strides: Sequence[int],
+    dil: Sequence[int],
+    pad: Sequence[tuple[int, int]],
+    channels_last: bool = False,
+) -> Any:
+    """Conv with one input channel per group, as a sum of strided slices times taps.
+
+    ``channels_last``: computed on the NHWC transpose of ``x`` and transposed back, so that
+    XLA cancels the transposes with those of neighbouring convolutions (``runtime/layout.py``
+    says when the graph asks for it).
+    """
     n = x.ndim - 2
     multiplier = w.shape[0] // x.shape[1]
+    ch = x.ndim - 1 if channels_last else 1  # the channel axis of the computation
+    if channels_last:
+        x = jnp.transpose(x, (0, *range(2, n + 2), 1))
     if multiplier > 1:  # each input channel feeds ``multiplier`` output channels
-        x = jnp.repeat(x, multiplier, axis=1)
-    x = jnp.pad(x, [(0, 0), (0, 0), *pad])
+        x = jnp.repeat(x, multiplier, axis=ch)
+    spatial = list(range(1, n + 1)) if channels_last else list(range(2, n + 2))
+    widths = [(0, 0)] * x.ndim
+    for a, p in zip(spatial, pad, strict=True):
+        widths[a] = p
+    x = jnp.pad(x, widths)
     kernel = w.shape[2:]
     out_size = [
-        (x.shape[2 + a] - ((kernel[a] - 1) * dil[a] + 1)) // strides[a] + 1 for a in range(n)
+        (x.shape[spatial[a]] - ((kernel[a] - 1) * dil[a] + 1)) // strides[a] + 1 for a in range(n)
     ]
-    out = None
+    bshape = [1] * x.ndim
+    bshape[ch] = -1
+    out: Any = None
     for tap in np.ndindex(*kernel):
-        index = (slice(None), slice(None)) + tuple(
-            slice(t * d, t * d + (o - 1) * s + 1, s)
-            for t, d, o, s in zip(tap, dil, out_size, strides, strict=True)
-        )
-        weight = w[(slice(None), 0, *tap)].reshape((1, -1) + (1,) * n)
-        term = x[index] * weight
+        index = [slice(None)] * x.ndim
+        for a, (t, d, o, s) in enumerate(zip(tap, dil, out_size, strides, strict=True)):
+            index[spatial[a]] = slice(t * d, t * d + (o - 1) * s + 1, s)
+        weight = w[(slice(None), 0, *tap)].reshape(bshape)
+        term = x[tuple(index)] * weight
         out = term if out is None else out + term
+    if channels_last:
+        out = jnp.transpose(out, (0, n + 1, *range(1, n + 1)))
     return out
 
 
@@ -98,7 +121,7 @@ def _grouped_pointwise(x, w, group, strides):
     return jnp.einsum("goc,bgcp->bgop", ws, xs).reshape(b, c_out, *spatial)
 
 
-def _conv(x, w, *, auto_pad, dilations, group, pads, strides, preferred=None):
+def _conv(x, w, *, auto_pad, dilations, group, pads, strides, preferred=None, channels_last=False):
     n = x.ndim - 2
     kernel = list(w.shape[2:])
     strides_ = _ints(strides, n, 1)
@@ -107,7 +130,7 @@ def _conv(x, w, *, auto_pad, dilations, group, pads, strides, preferred=None):
     plain_float = preferred is None and x.dtype in (jnp.float32, jnp.float64) and w.dtype == x.dtype
     if group > 1 and plain_float and all(p >= 0 for pp in pad for p in pp):
         if w.shape[1] == 1 and int(np.prod(kernel)) <= _SHIFT_ADD_MAX_TAPS:
-            return _depthwise_shift_add(x, w, strides_, dil, pad)
+            return _depthwise_shift_add(x, w, strides_, dil, pad, channels_last)
         if all(k == 1 for k in kernel) and all(p == (0, 0) for p in pad):
             return _grouped_pointwise(x, w, group, strides_)
     return lax.conv_general_dilated(
@@ -133,8 +156,13 @@ def conv(
     kernel_shape=None,
     pads=None,
     strides=None,
+    _ember_channels_last=0,
 ):
-    """N-d convolution of X by W (+ bias B): pads, strides, dilations, groups; opset 1+."""
+    """N-d convolution of X by W (+ bias B): pads, strides, dilations, groups; opset 1+.
+
+    ``_ember_channels_last`` is Ember's own hint, set at load (``runtime/layout.py``): a
+    depthwise Conv between convolutions computes on NHWC.
+    """
     y = _conv(
         jnp.asarray(X),
         jnp.asarray(W),
@@ -143,6 +171,7 @@ def conv(
         group=group,
         pads=pads,
         strides=strides,
+        channels_last=bool(_ember_channels_last),
     )
     if B is not None:
         y = y + jnp.reshape(B, (1, -1) + (1,) * (y.ndim - 2))
@@ -343,7 +372,7 @@ def deform_conv(
     # Bilinear sampling with zero padding, per offset group.
     xg = x.reshape(n, offset_group, c // offset_group, height * width)
     y0, x0 = jnp.floor(ph), jnp.floor(pw)
-    cols = 0
+    cols: Any = 0
     for yy, wy in ((y0, 1 - (ph - y0)), (y0 + 1, ph - y0)):
         for xx, wx in ((x0, 1 - (pw - x0)), (x0 + 1, pw - x0)):
             ok = (yy >= 0) & (yy < height) & (xx >= 0) & (xx < width)

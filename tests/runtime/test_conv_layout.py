@@ -1,0 +1,129 @@
+"""The channels-last hint on depthwise convolutions (runtime/layout.py): where the graph sets
+it, that the op then computes on NHWC, and that the values stay those of onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import ember.runtime as rt
+from ember.runtime.layout import CHANNELS_LAST
+from tests.runtime.models import make_model, tensor
+
+rng = np.random.default_rng(3)
+
+
+def randn(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs"),
+    [
+        ((2, 6, 9, 8), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+        ((1, 4, 11, 10), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "dilations": [2, 1]}),
+        ((1, 3, 8, 8), (6, 1, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+        ((6, 8, 3, 12), (8, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2], "strides": [2, 1]}),
+        ((1, 5, 13), (5, 1, 5), {"group": 5, "pads": [2, 1]}),  # 1-D
+    ],
+)
+def test_channels_last_depthwise_equals_channels_first(x_shape, w_shape, attrs) -> None:
+    import jax
+
+    from ember.runtime.ops.conv import conv
+
+    for dtype, tol in ((np.float32, 1e-5), (np.float64, 1e-12)):
+        x, w, b = randn(*x_shape, dtype=dtype), randn(*w_shape, dtype=dtype), randn(w_shape[0])
+        first = jax.jit(lambda x, w, b: conv(x, w, b, **attrs))(x, w, b.astype(dtype))
+        last = jax.jit(lambda x, w, b: conv(x, w, b, **attrs, _ember_channels_last=1))(
+            x, w, b.astype(dtype)
+        )
+        assert last.shape == first.shape
+        np.testing.assert_allclose(np.asarray(last), np.asarray(first), rtol=tol, atol=tol)
+
+
+def test_channels_last_depthwise_transposes_its_input_to_nhwc() -> None:
+    import jax
+
+    from ember.runtime.ops.conv import conv
+
+    x, w = randn(1, 4, 6, 6), randn(4, 1, 3, 3)
+    hinted = jax.jit(lambda x, w: conv(x, w, group=4, _ember_channels_last=1)).lower(x, w)
+    plain = jax.jit(lambda x, w: conv(x, w, group=4)).lower(x, w)
+    assert "dims = [0, 2, 3, 1]" in hinted.as_text()
+    assert "dims = [0, 2, 3, 1]" not in plain.as_text()
+
+
+def _weights(name: str, value: np.ndarray) -> helper.NodeProto:
+    """A weight as a Constant node, as paddle2onnx writes them."""
+    return helper.make_node(
+        "Constant", [], [name], value=numpy_helper.from_array(value.astype(np.float32), name)
+    )
+
+
+def _mobile_block(se: bool, from_input: bool = False):
+    """1x1 Conv -> HardSwish -> depthwise 3x3 Conv -> BatchNormalization -> Clip -> 1x1 Conv,
+    optionally with a squeeze-excitation (GlobalAveragePool, 1x1, HardSigmoid, Mul) after the
+    Clip, or with the depthwise Conv reading the model input directly."""
+    c = 8
+    nodes = [
+        _weights("w1", randn(c, 3, 1, 1)),
+        _weights("wd", randn(c, 1, 3, 3)),
+        _weights("w2", randn(4, c, 1, 1)),
+        _weights("scale", rng.uniform(0.5, 1.5, c)),
+        _weights("bias", randn(c)),
+        _weights("mean", randn(c)),
+        _weights("var", rng.uniform(0.5, 2.0, c)),
+    ]
+    if from_input:
+        dw_in, x_ch = "x", c
+    else:
+        nodes += [
+            helper.make_node("Conv", ["x", "w1"], ["a"]),
+            helper.make_node("HardSwish", ["a"], ["h"]),
+        ]
+        dw_in, x_ch = "h", 3
+    nodes += [
+        helper.make_node(
+            "Conv", [dw_in, "wd"], ["d"], group=c, pads=[1, 1, 1, 1], strides=[2, 1], name="dw"
+        ),
+        helper.make_node("BatchNormalization", ["d", "scale", "bias", "mean", "var"], ["n"]),
+        _weights("lo", np.array(0.0)),
+        _weights("hi", np.array(6.0)),
+        helper.make_node("Clip", ["n", "lo", "hi"], ["r"]),
+    ]
+    last = "r"
+    if se:
+        nodes += [
+            _weights("ws", randn(c, c, 1, 1)),
+            helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+            helper.make_node("Conv", ["g", "ws"], ["gs"]),
+            helper.make_node("HardSigmoid", ["gs"], ["s"]),
+            helper.make_node("Mul", ["r", "s"], ["e"]),
+        ]
+        last = "e"
+    nodes.append(helper.make_node("Conv", [last, "w2"], ["y"]))
+    model = make_model(
+        nodes, [tensor("x", shape=[2, x_ch, 12, 10])], [tensor("y", shape=[2, 4, 6, 10])], opset=17
+    )
+    return model, {"x": randn(2, x_ch, 12, 10)}
+
+
+@pytest.mark.parametrize(
+    ("se", "from_input", "hinted"),
+    [(False, False, True), (True, False, False), (False, True, False)],
+)
+def test_hint_set_between_convolutions_only_and_values_match_onnxruntime(
+    se: bool, from_input: bool, hinted: bool
+) -> None:
+    model, feeds = _mobile_block(se, from_input)
+    loaded = rt.load(model)
+    (dw,) = [n for n in loaded.graph.nodes if n.name == "dw"]
+    assert bool(dw.attrs.get(CHANNELS_LAST)) is hinted
+    got = np.asarray(rt.compile(loaded)(feeds)["y"])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(["y"], feeds)
+    assert got.shape == want.shape
+    assert np.max(np.abs(got - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
