@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import layout, ops
+from . import fold, layout, ops
 from .errors import NodeError, UnsupportedOpsError
 
 __all__ = [
@@ -227,6 +227,7 @@ def _build(
                 outer_reads=frozenset(outer),
             )
         )
+    nodes = fold.fold_batch_norms(nodes, initializers, [o.name for o in graph.output])
     known = set(initializers) | {i.name for i in graph.input}
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
