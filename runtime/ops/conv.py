@@ -88,6 +88,7 @@ def _depthwise_shift_add(
     if multiplier > 1:  # each input channel feeds ``multiplier`` output channels
         x = jnp.repeat(x, multiplier, axis=ch)
     spatial = list(range(1, n + 1)) if channels_last else list(range(2, n + 2))
+    sizes = [x.shape[a] for a in spatial]
     widths = [(0, 0)] * x.ndim
     for a, p in zip(spatial, pad, strict=True):
         widths[a] = p
@@ -98,14 +99,30 @@ def _depthwise_shift_add(
     ]
     bshape = [1] * x.ndim
     bshape[ch] = -1
+    # A tap whose every position along some axis falls in the zero padding adds nothing
+    # (a 5x5 kernel on a 2-row input padded by 2: its first and last rows).
+    reads_data = [
+        [
+            any(pad[a][0] <= t * dil[a] + k * strides[a] < pad[a][0] + sizes[a] for k in range(o))
+            for t in range(kernel[a])
+        ]
+        for a, o in enumerate(out_size)
+    ]
     out: Any = None
     for tap in np.ndindex(*kernel):
+        if not all(reads_data[a][t] for a, t in enumerate(tap)):
+            continue
         index = [slice(None)] * x.ndim
         for a, (t, d, o, s) in enumerate(zip(tap, dil, out_size, strides, strict=True)):
             index[spatial[a]] = slice(t * d, t * d + (o - 1) * s + 1, s)
         weight = w[(slice(None), 0, *tap)].reshape(bshape)
         term = x[tuple(index)] * weight
         out = term if out is None else out + term
+    if out is None:  # every tap reads padding only
+        shape = list(x.shape)
+        for a, o in zip(spatial, out_size, strict=True):
+            shape[a] = o
+        out = jnp.zeros(shape, x.dtype)
     if channels_last:
         out = jnp.transpose(out, (0, n + 1, *range(1, n + 1)))
     return out

@@ -127,3 +127,17 @@ def test_hint_set_between_convolutions_only_and_values_match_onnxruntime(
     (want,) = sess.run(["y"], feeds)
     assert got.shape == want.shape
     assert np.max(np.abs(got - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_depthwise_taps_that_read_only_padding_are_left_out(channels_last: int) -> None:
+    import jax
+
+    from ember.runtime.ops.conv import conv
+
+    # 5x5 over two rows padded by 2: kernel rows 0 and 4 see padding only, 15 of 25 taps stay
+    x, w = randn(1, 4, 2, 9), randn(4, 1, 5, 5)
+    jaxpr = jax.make_jaxpr(
+        lambda x, w: conv(x, w, group=4, pads=[2, 2, 2, 2], _ember_channels_last=channels_last)
+    )(x, w)
+    assert sum(e.primitive.name == "mul" for e in jaxpr.eqns) == 15

@@ -35,6 +35,10 @@ def test_conv_groups_dilations_strides_same_upper() -> None:
         ((1, 4, 11, 10), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "dilations": [2, 1]}),
         ((1, 3, 8, 8), (6, 1, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
         ((1, 5, 13), (5, 1, 5), {"group": 5, "pads": [2, 1]}),  # 1-D, multiplier 1
+        # 5x5 on two rows padded by 2: the first and last kernel rows read padding only
+        ((2, 6, 2, 9), (6, 1, 5, 5), {"group": 6, "pads": [2, 2, 2, 2]}),
+        # stride 2 over one row padded by 1 and 3 steps over it: every tap reads padding
+        ((1, 3, 1, 4), (3, 1, 1, 3), {"group": 3, "pads": [1, 1, 3, 1], "strides": [2, 1]}),
         # grouped 1x1: one batched matmul
         ((2, 8, 7, 6), (12, 2, 1, 1), {"group": 4}),
         ((1, 8, 9, 9), (8, 4, 1, 1), {"group": 2, "strides": [2, 3]}),
