@@ -684,3 +684,67 @@ def test_program_store_key_covers_the_runtime_sources_and_the_segment(tmp_path, 
     # an edited op (another digest of ember.runtime's sources) must not reuse programs
     monkeypatch.setattr(diskcache, "_runtime_fingerprint", lambda: "edited runtime")
     assert key != store.digest("segment 0..end", (("x", ((3,), "float32")),), ())
+
+
+def _conv_model(seed: int = 4) -> onnx.ModelProto:
+    """y = Conv(x, w) with w: 128x64x3x3 (73,728 values), a parameter kept on the device as
+    HWIO on XLA:CPU."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((128, 64, 3, 3)).astype(np.float32)
+    inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.reshape(-1))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    return make_model(
+        nodes, [tensor("x", shape=[1, 64, 8, 8])], [tensor("y", shape=[1, 128, 8, 8])], inits
+    )
+
+
+def test_conv_weights_laid_out_for_xla_cpu_are_stored_and_mapped_back(tmp_path, monkeypatch):
+    from ember.runtime import xla_cpu
+
+    proto = _conv_model()
+    x = np.random.default_rng(5).standard_normal((1, 64, 8, 8)).astype(np.float32)
+    want = reference(proto, {"x": x})["y"]
+    first = rt.compile(proto, cache_dir=tmp_path)
+    assert first._hwio_params() == {"w"}
+    (stored,) = (tmp_path / "ember-programs").glob("*.weights")
+    laid_out = []
+    real = xla_cpu.oihw_to_hwio
+    monkeypatch.setattr(xla_cpu, "oihw_to_hwio", lambda w: laid_out.append(w.shape) or real(w))
+    again = rt.compile(proto, cache_dir=tmp_path)
+    assert laid_out == []  # read from the store, not laid out again
+    for compiled in (first, again):
+        np.testing.assert_allclose(np.asarray(compiled(x=x)["y"]), want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(np.asarray(again._params["w"]), np.asarray(first._params["w"]))
+    # another model's weights have another entry
+    rt.compile(_conv_model(seed=6), cache_dir=tmp_path)
+    assert len(list((tmp_path / "ember-programs").glob("*.weights"))) == 2
+    assert laid_out == [(128, 64, 3, 3)]
+    assert stored.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "swapped", "empty"])
+def test_unreadable_stored_weights_are_laid_out_again_and_replaced(tmp_path, caplog, damage):
+    proto = _conv_model()
+    x = np.random.default_rng(5).standard_normal((1, 64, 8, 8)).astype(np.float32)
+    want = reference(proto, {"x": x})["y"]
+    rt.compile(proto, cache_dir=tmp_path)
+    (entry,) = (tmp_path / "ember-programs").glob("*.weights")
+    data = entry.read_bytes()
+    if damage == "truncated":
+        entry.write_bytes(data[: len(data) // 2])
+    elif damage == "swapped":  # another model's weights under this name
+        rt.compile(_conv_model(seed=6), cache_dir=tmp_path)
+        (other,) = set((tmp_path / "ember-programs").glob("*.weights")) - {entry}
+        entry.write_bytes(other.read_bytes())
+    else:
+        entry.write_bytes(b"")
+    with caplog.at_level("WARNING", logger="ember.runtime"):
+        compiled = rt.compile(proto, cache_dir=tmp_path)
+    assert f"ignoring stored weights {entry}" in caplog.text
+    np.testing.assert_allclose(np.asarray(compiled(x=x)["y"]), want, rtol=1e-4, atol=1e-3)
+    assert entry.read_bytes() == data  # laid out again and stored again
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ember.runtime"):
+        again = rt.compile(proto, cache_dir=tmp_path)
+    np.testing.assert_allclose(np.asarray(again(x=x)["y"]), want, rtol=1e-4, atol=1e-3)
+    assert not caplog.text
