@@ -21,7 +21,7 @@ lint: $(STAMP) typecheck
 	$(BIN)/ruff format --check .
 
 # The packages mypy checks; the others join as they pass (issue 17).
-TYPED := ember.schemas ember.recorder ember.analysis ember.cli
+TYPED := ember.schemas ember.recorder ember.analysis ember.cli ember.dashboard
 # mypy cannot follow the editable install's import hook (pyproject's package-dir maps
 # ember.schemas to schemas/ and so on), so it reads .mypy-tree/: links laid out like the
 # installed package, ember/schemas -> schemas/ ... Errors name .mypy-tree/ember/X/f.py

@@ -8,6 +8,7 @@ so peaks survive the reduction.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import altair as alt
 import polars as pl
@@ -73,11 +74,17 @@ def in_size_unit(
     """``frame`` with byte counts in ``column`` scaled to the unit of ``top`` (default: the
     column's largest value) and renamed to that unit (``MiB``), so a chart's axis and
     tooltips read ``1.5`` under ``MiB`` instead of ``1,572,864``; returns the unit too."""
-    unit, factor = fmt.size_unit(top if top is not None else frame[column].max())
+    unit, factor = fmt.size_unit(top if top is not None else largest(frame[column]))
     return frame.with_columns((pl.col(column) / factor).alias(column)).rename({column: unit}), unit
 
 
-def _tooltip(frame: pl.DataFrame, fields: Sequence[str] | None) -> list[alt.Tooltip]:
+def largest(values: pl.Series) -> float | None:
+    """The largest value of a numeric column (bytes, ns), None when it has none."""
+    top = values.max()
+    return None if top is None else float(cast("float", top))
+
+
+def _tooltip(frame: pl.DataFrame, fields: Sequence[str] | None) -> list[alt.Tooltip | str]:
     names = fields or frame.columns
     return [alt.Tooltip(n, format=",") if frame[n].dtype.is_numeric() else n for n in names]
 

@@ -153,8 +153,8 @@ def _open_export(folder: Path) -> duckdb.DuckDBPyConnection:
             )
         # tables the export left out (no rows) exist empty, with their real columns
         for stmt in table_ddl():
-            name = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", stmt)
-            if name and name.group(1) not in present:
+            created = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", stmt)
+            if created and created.group(1) not in present:
                 con.execute(stmt)
         con.execute(view_sql("macros"))
         for name in VIEW_NAMES:

@@ -9,8 +9,10 @@ changes and stays shareable.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import overload
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from ember.analysis.runs import matching
 
@@ -20,6 +22,10 @@ _SESSION_PREFIX = "ember_qp_"
 _AUTO_PREFIX = "ember_auto_"
 
 
+@overload
+def get_param(name: str, default: str) -> str: ...
+@overload
+def get_param(name: str, default: None = None) -> str | None: ...
 def get_param(name: str, default: str | None = None) -> str | None:
     """The value of ``?name=`` in the URL, else the one kept from an earlier page."""
     value = st.query_params.get(name)
@@ -46,7 +52,7 @@ def select_param(
     options: Sequence[str],
     *,
     default: str | None = None,
-    where: object = st,
+    where: DeltaGenerator | None = None,
     help: str | None = None,
     labels: Mapping[str, str] | None = None,
     prefer: Collection[str] | None = None,
@@ -86,7 +92,8 @@ def select_param(
         st.warning(
             f"`{name}={unknown}` from the link is not in this database; showing {shown(wanted)}."
         )
-    choice = where.selectbox(  # type: ignore[attr-defined]
+    selectbox = st.selectbox if where is None else where.selectbox
+    choice = selectbox(
         label,
         options,
         index=options.index(wanted),
@@ -111,11 +118,12 @@ def _picked(name: str) -> None:
 
 
 def multiselect_param(
-    label: str, name: str, options: Sequence[str], *, where: object = st
+    label: str, name: str, options: Sequence[str], *, where: DeltaGenerator | None = None
 ) -> list[str]:
     """A multiselect whose choices live in ``?name=a,b`` (empty means all)."""
     raw = get_param(name) or ""
     wanted = [v for v in raw.split(",") if v in options]
-    chosen = where.multiselect(label, options, default=wanted, key=f"ember_ms_{name}")  # type: ignore[attr-defined]
+    multiselect = st.multiselect if where is None else where.multiselect
+    chosen = multiselect(label, options, default=wanted, key=f"ember_ms_{name}")
     set_param(name, ",".join(chosen))
     return list(chosen)

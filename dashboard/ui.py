@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from ember.analysis import format as fmt
 
@@ -81,22 +83,22 @@ def styled(frame: pl.DataFrame) -> object:
     return frame.to_pandas().style.format(formats, na_rep=fmt.MISSING)
 
 
-def table(frame: pl.DataFrame, **kwargs: object) -> None:
+def table(frame: pl.DataFrame, **kwargs: Any) -> None:
     """``st.dataframe`` of ``frame`` with readable numbers (``styled``), full width, no index."""
     kwargs.setdefault("hide_index", True)
     kwargs.setdefault("width", "stretch")
-    st.dataframe(styled(frame), **kwargs)  # type: ignore[arg-type]
+    st.dataframe(styled(frame), **kwargs)
 
 
 def pick_run(
     label: str = "Run",
     name: str = "run",
     *,
-    where: object = None,
+    where: DeltaGenerator | None = None,
     data: str | None = None,
     what: str | None = None,
-) -> str | None:
-    """The run selected in the sidebar (``?run=``); None if no runs.
+) -> str:
+    """The run selected in the sidebar (``?run=``); with no runs, the page stops with a note.
 
     ``data`` names the view a page shows (``memory_timeline``): then the picker marks the
     runs without rows there ("(no memory records)", ``what`` says what they lack), and
@@ -115,6 +117,7 @@ def pick_run(
     run = state.select_param(
         label, name, ids, where=where or st.sidebar, labels=labels, prefer=have
     )
+    assert run is not None  # ids is not empty
     if have and run in have and run != ids[0] and state.is_default(name):
         newer = [names.get(r, r) for r in ids[: ids.index(run)]]  # none of them in ``have``
         st.caption(

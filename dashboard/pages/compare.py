@@ -23,6 +23,9 @@ a = state.select_param("Run A", "run", ids, where=c1, labels=labels)
 models = dict(summary.run_summary().select("run_id", "model").iter_rows())
 others = sorted((i for i in ids if i != a), key=lambda i: models.get(i) != models.get(a))
 b = state.select_param("Run B", "other", others, where=c2, labels=labels)
+# two runs or more (the page stopped otherwise): both selects have a choice
+assert a is not None
+assert b is not None
 
 runs = summary.run_summary().filter(pl.col("run_id").is_in([a, b]))
 row_a = runs.filter(pl.col("run_id") == a).row(0, named=True)

@@ -46,9 +46,9 @@ def _peak(series: str) -> dict | None:
 
 tensors, used, rss = _peak("tensors"), _peak("used") or _peak("peak"), _peak("rss")
 m = st.columns(3)
-m[0].metric("Peak of live tensors", ui.fmt_bytes(tensors and tensors["peak_bytes"]))
-m[1].metric("Peak device memory used", ui.fmt_bytes(used and used["peak_bytes"]))
-m[2].metric("Peak process RSS", ui.fmt_bytes(rss and rss["peak_bytes"]))
+m[0].metric("Peak of live tensors", ui.fmt_bytes(tensors["peak_bytes"] if tensors else None))
+m[1].metric("Peak device memory used", ui.fmt_bytes(used["peak_bytes"] if used else None))
+m[2].metric("Peak process RSS", ui.fmt_bytes(rss["peak_bytes"] if rss else None))
 if tensors:
     st.caption(
         f"Live tensors peaked at {ui.fmt_bytes(tensors['peak_bytes'])}, "
@@ -67,7 +67,7 @@ if tensors and db.has_relation("_tensor_samples"):
         run,
         device,
     )
-    top = stacked.group_by("t_s").agg(pl.col("bytes").sum())["bytes"].max()
+    top = charts.largest(stacked.group_by("t_s").agg(pl.col("bytes").sum())["bytes"])
     stacked, unit = charts.in_size_unit(stacked, "bytes", top)
     area = charts.area(
         stacked,

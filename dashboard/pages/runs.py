@@ -51,7 +51,7 @@ m[0].metric("Runs", f"{shown.height:,}")
 m[1].metric("Calls", f"{int(shown['calls'].sum()):,}")
 m[2].metric("Compiles", f"{int(shown['compiles'].sum()):,}")
 m[3].metric("Evictions", f"{int(shown['evictions'].sum()):,}")
-m[4].metric("Largest peak memory", ui.fmt_bytes(shown["peak_bytes"].max()))
+m[4].metric("Largest peak memory", ui.fmt_bytes(charts.largest(shown["peak_bytes"])))
 
 ui.table(
     shown,
