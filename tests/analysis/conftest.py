@@ -1,4 +1,5 @@
-"""Fixtures: traces recorded once per session by the real runtime and the real recorder."""
+"""Fixtures: traces the real runtime recorded (checked in under tests/data, see its
+make_traces.py) and one the real recorder writes per session."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from ember.analysis import connect, ingest
-from tests.analysis.traces import SWEEP, record_bus_trace, record_runtime_sweep
+from tests.analysis.traces import checked_in, record_bus_trace
 
 
 @pytest.fixture(scope="session")
 def sweep_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("sweep") / "sweep.jsonl"
-    return record_runtime_sweep(path, SWEEP, cache_size=2, run_id="sweep")
+    # the token filter at lengths SWEEP with cache_size=2, run id 'sweep'
+    return checked_in("sweep.jsonl", tmp_path_factory.mktemp("sweep"))
 
 
 @pytest.fixture(scope="session")

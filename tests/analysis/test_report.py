@@ -1,20 +1,17 @@
 """`ember report` and `ember.analysis.report`, on traces the real runtime recorded.
 
 The session's sweep (conftest: lengths 17, 23, 31, 17, 23, 23 with a cache of 2) thrashes;
-the bus trace has a failed call, a JAX retrace and tensor memory. This module adds, each
-in a fresh process as a user's job would run: the token filter twice with one disk cache
-(cold, then warm), and the tiny JAX training loop whose eager ops JAX compiles itself.
+the bus trace has a failed call, a JAX retrace and tensor memory. This module adds the
+token filter twice with one disk cache (cold, then warm), and the tiny JAX training loop
+whose eager ops JAX compiles itself, each recorded in a fresh process as a user's job
+would run, once, by tests/data/make_traces.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import subprocess
-import sys
-import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,57 +21,25 @@ from typer.testing import CliRunner
 from ember.analysis import connect, ingest
 from ember.analysis.report import Finding, RunReport, findings, report, resolve_run, short_path
 from ember.cli.main import app
-from tests.analysis.traces import REPO, SWEEP, cache_line, meta_line, record_bus_trace, write_lines
+from tests.analysis.traces import (
+    REPO,
+    SWEEP,
+    cache_line,
+    checked_in,
+    meta_line,
+    record_bus_trace,
+    write_lines,
+)
 
 runner = CliRunner()
-
-DISK_LENGTHS = [8, 12, 16, 8]
-
-DISK_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    from ember.recorder import record
-    from ember.runtime import load, compile
-    from ember.runtime.examples import token_filter_model
-
-    path, run_id, cache_dir, lengths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-    model = load(token_filter_model())
-    with record(path, run_id=run_id, model="token_filter", scenario=run_id):
-        compiled = compile(model, cache_size=4, cache_dir=cache_dir)
-        rng = np.random.default_rng(0)
-        for n in json.loads(lengths):
-            compiled({"input_ids": rng.integers(0, 64, size=(1, n)).astype(np.int64)})
-    """
-)
-
-TRAIN_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from ember.runtime.examples import train_tiny_mlp
-    train_tiny_mlp(sys.argv[1])
-    """
-)
-
-
-def _python(script: str, *args: str) -> None:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    subprocess.run(
-        [sys.executable, "-c", script, *args], check=True, cwd=REPO, env=env, timeout=600
-    )
 
 
 @pytest.fixture(scope="module")
 def report_db(tmp_path_factory: pytest.TempPathFactory, sweep_trace: Path) -> Path:
     d = tmp_path_factory.mktemp("report")
-    cache = d / "xla-cache"
-    traces = [sweep_trace]
-    for run_id in ("disk-cold", "disk-warm"):
-        path = d / f"{run_id}.jsonl"
-        _python(DISK_SCRIPT, str(path), run_id, str(cache), str(DISK_LENGTHS))
-        traces.append(path)
-    traces.append(d / "train.jsonl")
-    _python(TRAIN_SCRIPT, str(traces[-1]))
+    # recorded by the real runtime once (tests/data/make_traces.py)
+    traces = [sweep_trace, *(checked_in(f"{n}.jsonl", d) for n in ("disk-cold", "disk-warm"))]
+    traces.append(checked_in("train.jsonl", d))
     # two runs whose ids share a start, for the ambiguous --run prefix
     traces.append(record_bus_trace(d / "bus-a.jsonl", run_id="bus-aaaa"))
     traces.append(record_bus_trace(d / "bus-b.jsonl", run_id="bus-bbbb"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from ember.analysis import VIEW_NAMES
+from ember.analysis import VIEW_NAMES, connect, ingest
 from ember.analysis.db import view_sql
-from tests.analysis.traces import SWEEP
+from tests.analysis.traces import SWEEP, checked_in
 
 
 def test_every_view_has_a_header_that_says_what_a_row_is():
@@ -391,3 +391,25 @@ def test_a_key_compiled_again_without_eviction_is_not_blamed_on_the_cache(tmp_pa
             "same key as the previous compile",
         )
     ]
+
+
+def test_a_segment_compiled_with_the_model_is_ahead_of_time(tmp_path):
+    # compiled for x[2,3] with the model (no cache lookup), three calls there, then x[4,3]
+    db = tmp_path / "t.duckdb"
+    ingest([checked_in("ahead.jsonl", tmp_path)], db)
+    with connect(db, read_only=True) as con:
+        compiles = con.sql(
+            "SELECT position, compile_index, ahead_of_time, shapes_text, compile_ns > 0, "
+            "compiled FROM compiles ORDER BY compile_index"
+        ).rows()
+        assert compiles == [
+            (0, 1, True, "x[2,3]:float32", True, True),
+            (0, 2, False, "x[4,3]:float32", True, True),
+        ]
+        # the calls at the compiled shape went straight to its program: one lookup, missed
+        assert con.sql("SELECT action, count(*) FROM cache_lookups GROUP BY ALL").rows() == [
+            ("miss", 1)
+        ]
+        assert con.sql("SELECT position, change, arg, dim, reason FROM recompiles").rows() == [
+            (0, "shape", "x", 0, "x dim 0: 2 -> 4")
+        ]

@@ -5,6 +5,10 @@ token-filter model, whose ``NonZero`` is a graph break) over a sequence-length s
 the view tests read what Ember really records. It runs in a subprocess so the test
 process never imports jax (the analysis layer must work without it).
 
+``record_disk_cache_run``, ``record_training`` and ``record_ahead_of_time`` record the
+other runs the report needs, each in a fresh process as a user's job would run; most
+tests read the copies ``tests/data/make_traces.py`` checked in (``checked_in``).
+
 ``record_bus_trace`` drives the recorder through the bus exactly as the runtime and the
 Hub client do, for what a CPU runtime run cannot show in a few seconds: memory alloc/free
 records with categories, Hub hits and downloads, a failed call, a JAX re-trace.
@@ -50,28 +54,104 @@ SWEEP_SCRIPT = textwrap.dedent(
     """
 )
 
+# The token filter's lengths with a disk cache (record_disk_cache_run): every length is a
+# compile; the warm run loads them from the cold run's disk cache.
+DISK_LENGTHS = [8, 12, 16, 8]
+
+DISK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from ember.recorder import record
+    from ember.runtime import load, compile
+    from ember.runtime.examples import token_filter_model
+
+    path, run_id, cache_dir, lengths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    model = load(token_filter_model())
+    with record(path, run_id=run_id, model="token_filter", scenario=run_id):
+        compiled = compile(model, cache_size=4, cache_dir=cache_dir)
+        rng = np.random.default_rng(0)
+        for n in json.loads(lengths):
+            compiled({"input_ids": rng.integers(0, 64, size=(1, n)).astype(np.int64)})
+    """
+)
+
+TRAIN_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from ember.runtime.examples import train_tiny_mlp
+    train_tiny_mlp(sys.argv[1])
+    """
+)
+
+# A model whose input dim is symbolic, compiled ahead of time for x[2,3] (no cache lookup),
+# called three times at that shape and once at x[4,3] (a miss, compiled in the call).
+AHEAD_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from onnx import TensorProto, helper
+    from ember.recorder import record
+    from ember.runtime import compile, load
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "relu_neg", [x], [y])
+    model = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with record(sys.argv[1], run_id="ahead", model="relu_neg"):
+        compiled = compile(model, input_specs={"x": ((2, 3), "float32")})
+        for n in (2, 2, 2, 4):
+            compiled({"x": np.ones((n, 3), np.float32)})
+    """
+)
+
+
+def run_python(script: str, *args: str) -> None:
+    """``script`` in a fresh process on the CPU (the test process never imports jax)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    subprocess.run(
+        [sys.executable, "-c", script, *args], check=True, cwd=REPO, env=env, timeout=600
+    )
+
 
 def record_runtime_sweep(
     path: Path, lengths: list[int], *, cache_size: int = 2, run_id: str = "sweep"
 ) -> Path:
     """Record the real runtime calling the token-filter model with these sequence lengths."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            SWEEP_SCRIPT,
-            str(path),
-            run_id,
-            json.dumps(lengths),
-            str(cache_size),
-        ],
-        check=True,
-        cwd=REPO,
-        env=env,
-        timeout=600,
-    )
+    run_python(SWEEP_SCRIPT, str(path), run_id, json.dumps(lengths), str(cache_size))
     return path
+
+
+def record_disk_cache_run(path: Path, run_id: str, cache_dir: Path) -> Path:
+    """Record the token filter over ``DISK_LENGTHS`` with a disk cache in ``cache_dir``."""
+    run_python(DISK_SCRIPT, str(path), run_id, str(cache_dir), str(DISK_LENGTHS))
+    return path
+
+
+def record_training(path: Path) -> Path:
+    """Record the tiny JAX training loop (jit compiles, a retrace, JAX's own primitives)."""
+    run_python(TRAIN_SCRIPT, str(path))
+    return path
+
+
+def record_ahead_of_time(path: Path) -> Path:
+    """Record a segment compiled ahead of time, its calls, and one compiled in a call."""
+    run_python(AHEAD_SCRIPT, str(path))
+    return path
+
+
+# Traces the real runtime recorded once, checked in by tests/data/make_traces.py (its doc
+# says what each is): the view and report tests read them instead of starting jax again.
+DATA = REPO / "tests" / "data"
+
+
+def checked_in(name: str, folder: Path) -> Path:
+    """A copy of the checked-in trace ``tests/data/<name>`` in ``folder`` (tests may write
+    next to their traces)."""
+    target = folder / name
+    target.write_bytes((DATA / name).read_bytes())
+    return target
 
 
 def _shapes(n: int) -> list[dict]:
