@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import sys
 import time
 from pathlib import Path
 
@@ -18,14 +17,14 @@ from ember.analysis import format as fmt
 from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S
 from ember.analysis.export import export_chrome, export_parquet
-from ember.analysis.format import short_path, wrap
+from ember.analysis.format import plural, short_path, wrap
 from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
 from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
 
 from . import tables
-from .app import app, console, err_console, fail
+from .app import app, console, err_console, fail, write_out
 
 DB_OPTION = typer.Option(
     DEFAULT_DB, "--db", help="The DuckDB database file, or a lake folder (`ember ingest --lake`)."
@@ -215,7 +214,7 @@ def query(
         if output is not None:
             output.write_text(text)
         else:
-            sys.stdout.write(text)
+            write_out(text)
             console.print(f"{df.height} row(s){more}", style="dim", highlight=False)
         return
     if format is Format.parquet:
@@ -230,7 +229,7 @@ def query(
     if output is not None:
         output.write_text(text)
     else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        write_out(text if text.endswith("\n") else text + "\n")
 
 
 def _csv_safe(df: pl.DataFrame) -> pl.DataFrame:
@@ -283,26 +282,21 @@ def report(
             console.print(styled, soft_wrap=True)
 
 
-def _n(count: int, noun: str) -> str:
-    """``1 compile``, ``3 compiles``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def _headline(s: RunSummary) -> str:
     """The run's numbers in one line (rich wraps it at the console's width)."""
     parts = []
     if s.calls:
-        parts.append(_n(s.calls, "call") + (f" ({s.errors} failed)" if s.errors else ""))
+        parts.append(plural(s.calls, "call") + (f" ({s.errors} failed)" if s.errors else ""))
     if s.steps:
-        parts.append(_n(s.steps, "step"))
+        parts.append(plural(s.steps, "step"))
     detail = [fmt.duration(s.compile_ns)] if s.compiles else []
     if s.recompiles:
-        detail.append(_n(s.recompiles, "recompile"))
-    parts.append(_n(s.compiles, "compile") + (f" ({', '.join(detail)})" if detail else ""))
+        detail.append(plural(s.recompiles, "recompile"))
+    parts.append(plural(s.compiles, "compile") + (f" ({', '.join(detail)})" if detail else ""))
     if s.eager_compiles:
-        parts.append(_n(s.eager_compiles, "eager segment"))
+        parts.append(plural(s.eager_compiles, "eager segment"))
     if s.jax_compiles:
-        parts.append(f"{_n(s.jax_compiles, 'jax compile')} ({fmt.duration(s.jax_compile_ns)})")
+        parts.append(f"{plural(s.jax_compiles, 'jax compile')} ({fmt.duration(s.jax_compile_ns)})")
     if s.hits or s.misses or s.evictions:
         parts.append(f"cache {s.hits} hits/{s.misses} misses/{s.evictions} evictions")
     if s.disk_hits or s.disk_misses:
@@ -316,31 +310,39 @@ def _headline(s: RunSummary) -> str:
     return " · ".join(parts)
 
 
-def _wrap(text: str, first: str, rest: str) -> list[str]:
+def _wrap(text: str, first: str, rest: str, width: int | None = None) -> list[str]:
     # wrapped here, not by rich: no trailing blanks, a hanging indent, never wider than
     # the console, a number never apart from its unit
-    return wrap(text, max(console.width, 20), first, rest)
+    return wrap(text, max(console.width if width is None else width, 20), first, rest)
 
 
-def _print_run(r: RunReport) -> None:
+def report_lines(r: RunReport, width: int) -> list[Text]:
+    """One run of ``ember report`` as the lines it prints at ``width`` columns: the name
+    and id, the headline, each finding (a bullet, then a hanging indent), a blank line."""
     s = r.run
+    out = []
     head = "  ".join(x for x in (s.name, s.short_id, s.phase, s.backend) if x)
-    for i, line in enumerate(_wrap(head, "", "  ")):
+    for i, line in enumerate(_wrap(head, "", "  ", width)):
         text = Text(line)
         if i == 0:
             text.stylize("bold", 0, len(s.name))
-        console.print(text, soft_wrap=True)
-    for line in _wrap(_headline(s), "  ", "  "):
-        console.print(Text(line), soft_wrap=True)
+        out.append(text)
+    out += [Text(line) for line in _wrap(_headline(s), "  ", "  ", width)]
     if not r.findings:
-        console.print(Text("  nothing to report", style="dim"), soft_wrap=True)
+        out.append(Text("  nothing to report", style="dim"))
     for f in r.findings:
-        for i, line in enumerate(_wrap(f.text, "  • ", "    ")):
+        for i, line in enumerate(_wrap(f.text, "  • ", "    ", width)):
             text = Text(line)
             if i == 0:
                 text.stylize(_STYLE.get(f.kind, ""), 2, 3)
-            console.print(text, soft_wrap=True)
-    console.print()
+            out.append(text)
+    out.append(Text(""))
+    return out
+
+
+def _print_run(r: RunReport) -> None:
+    for line in report_lines(r, console.width):
+        console.print(line, soft_wrap=True)
 
 
 _STYLE = {"errors": "red", "thrash": "red", "recompile": "yellow", "jit_retrace": "yellow"}
@@ -440,14 +442,14 @@ def views(
     from ember.analysis.db import VIEW_NAMES, view_sql
 
     if dialect is Dialect.duckdb:
-        sys.stdout.write(view_sql("macros") + "\n")
+        write_out(view_sql("macros") + "\n")
         for name in VIEW_NAMES:
             body = view_sql(name).strip().rstrip(";")
-            sys.stdout.write(f"CREATE OR REPLACE VIEW {name} AS\n{body};\n\n")
+            write_out(f"CREATE OR REPLACE VIEW {name} AS\n{body};\n\n")
         return
     from ember.analysis.spark_sql import HAND_WRITTEN, spark_tables, spark_views
 
-    sys.stdout.write(
+    write_out(
         "-- Ember's views for Spark SQL, translated from analysis/sql/*.sql by sqlglot\n"
         "-- (macros inlined). Hand-written parts: "
         + "; ".join(f"{v}: {', '.join(c)}" for v, c in HAND_WRITTEN.items())
@@ -457,6 +459,6 @@ def views(
     from ember.analysis.lake import LAKE_TABLES
 
     for name, sql in spark_tables({t: f"_lake_{t}" for t in LAKE_TABLES}).items():
-        sys.stdout.write(f"CREATE OR REPLACE TEMP VIEW {name} AS\n{sql};\n\n")
+        write_out(f"CREATE OR REPLACE TEMP VIEW {name} AS\n{sql};\n\n")
     for name, sql in spark_views().items():
-        sys.stdout.write(f"CREATE OR REPLACE TEMP VIEW {name} AS\n{sql};\n\n")
+        write_out(f"CREATE OR REPLACE TEMP VIEW {name} AS\n{sql};\n\n")

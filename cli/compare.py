@@ -9,7 +9,6 @@ input is bad (no such run or file, a rule that cannot be read).
 from __future__ import annotations
 
 import enum
-import sys
 from pathlib import Path
 
 import typer
@@ -30,7 +29,7 @@ from ember.analysis.compare import (
 from ember.analysis.db import DEFAULT_DB
 from ember.analysis.gate import RuleError, load_config
 
-from .app import app, console, fail
+from .app import app, console, fail, write_out
 
 
 class CompareFormat(enum.StrEnum):
@@ -157,9 +156,9 @@ def compare(
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(to_junit(result), encoding="utf-8")
     if as_json or format is CompareFormat.json:
-        sys.stdout.write(to_json(result))
+        write_out(to_json(result))
     elif format is CompareFormat.markdown:
-        sys.stdout.write(to_markdown(result))
+        write_out(to_markdown(result))
     else:
         _print_text(result)
     raise typer.Exit(result.exit_code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from rich.table import Table
 from ember.analysis import format as fmt
 from ember.analysis.report import trace_summary
 
-from .app import app, console, fail
+from .app import app, console, err_console, fail
 
 
 def default_trace_path(source: str) -> Path:
@@ -29,6 +30,40 @@ def _naming(model: str, message: str) -> str:
     if any(message.startswith(f"{name}:") for name in (model, str(Path(model)))):
         return message
     return f"{model}: {message}"
+
+
+def _records_failure(trace: Path) -> bool:
+    """Whether ``trace`` has a span that ended in an error (a load, compile or call that
+    raised): what ``ember report`` reads as "the model failed to load", "2 calls failed"."""
+    import orjson
+
+    try:
+        with trace.open("rb") as f:
+            for line in f:
+                if b'"error"' in line and b'"span_end"' in line:
+                    try:
+                        rec = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if rec.get("kind") == "span_end" and rec.get("status") == "error":
+                        return True
+    except OSError:
+        return False
+    return False
+
+
+def _after_failure(trace: Path) -> None:
+    """Keep the trace of a failed run when it records the failure, and say where it is;
+    remove it when it does not (bad --input or --sweep: nothing ran that a trace explains)."""
+    if _records_failure(trace):
+        err_console.print(
+            f"the trace records the failure: {trace} (`ember report` reads it)",
+            soft_wrap=True,
+            highlight=False,
+        )
+    else:
+        with contextlib.suppress(OSError):  # never written (its folder is a file...)
+            trace.unlink(missing_ok=True)
 
 
 def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
@@ -110,7 +145,12 @@ def run(
     cache_dir: Path | None = typer.Option(None, help="Keep compiled programs on disk here."),
     profile: bool = typer.Option(False, help="Also run once node by node for the memory timeline."),
     record_path: Path | None = typer.Option(
-        None, "--record", help="Trace file to write (default: traces/<model>-<time>.jsonl)."
+        None,
+        "--record",
+        help="Trace file to write (default: traces/<model>-<time>.jsonl). A run that fails "
+        "keeps it when it records the failure (the model failed to load or compile, a call "
+        "raised: `ember report` says so) and says where; otherwise (e.g. a bad --input) no "
+        "trace is left.",
     ),
     tag: list[str] = typer.Option([], help="key=value tags for the run. Repeatable."),
     sync: bool = typer.Option(
@@ -163,7 +203,9 @@ def run(
                 on_call=lambda done, total: progress.update(task, completed=done, total=total),
             )
     except (EmberRuntimeError, FileNotFoundError, ValueError, TraceWriteError) as exc:
-        raise fail(_naming(model, str(exc))) from None
+        failure = fail(_naming(model, str(exc)))
+        _after_failure(trace)
+        raise failure from None
 
     # the numbers come from the trace, through the run_summary view: the same definition as
     # `ember report` and the dashboard

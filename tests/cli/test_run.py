@@ -243,3 +243,40 @@ def test_a_load_error_names_the_model_once(tmp_path, monkeypatch, name, content)
 def test_an_unknown_light_model_is_named_once(tmp_path):
     result = runner.invoke(app, ["run", "onnx:light/gpt5", "--record", str(tmp_path / "t.jsonl")])
     assert " ".join(result.output.split()).count("onnx:light/gpt5:") == 1, result.output
+
+
+def test_a_model_that_fails_to_load_keeps_a_trace_that_says_so(tmp_path):
+    model = tmp_path / "empty.onnx"
+    model.write_bytes(b"")
+    trace = tmp_path / "t.jsonl"
+    result = runner.invoke(app, ["run", str(model), "--record", str(trace)], env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert f"the trace records the failure: {trace}" in result.output
+    [load] = ends(records(trace), "load")
+    assert load["status"] == "error"
+    assert "the file is empty" in load["error"]["reason"]
+
+
+def test_a_call_that_fails_keeps_a_trace_that_says_so(symbolic_model, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    args = ["run", str(symbolic_model), "--input", "x=4x5", "--record", str(trace)]
+    result = runner.invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    assert "dim 0 must be 3" in result.output
+    assert f"the trace records the failure: {trace}" in result.output
+    assert trace_summary(trace)["failed_calls"] == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["--input", "nope=3x4"], ["--sweep", "x:9=1,2"]],
+    ids=["unknown-input", "sweep-dim-out-of-range"],
+)
+def test_a_run_that_fails_on_its_arguments_leaves_no_trace(symbolic_model, tmp_path, bad):
+    # the trace had the model's load and nothing that said the run failed
+    trace = tmp_path / "t.jsonl"
+    result = runner.invoke(app, ["run", str(symbolic_model), *bad, "--record", str(trace)])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("error: ")
+    assert "trace" not in result.output
+    assert not trace.exists()
