@@ -101,6 +101,11 @@ def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
     return df.to_dicts()
 
 
+def _pick(row: dict[str, Any], names: str) -> dict[str, Any]:
+    """The fields of ``row`` named in ``names`` (space-separated): a finding's ``data``."""
+    return {k: row[k] for k in names.split()}
+
+
 def _of(con: Connection, view: str, run_ids: list[str], order: str = "") -> pl.DataFrame:
     """The rows of a view (``analysis/sql/<view>.sql``) for these runs, in ``order``."""
     by = f" ORDER BY {order}" if order else ""
@@ -192,14 +197,7 @@ def _memory_findings(
                 run_id,
                 "memory",
                 text,
-                data={
-                    "device": main["device"],
-                    "series": main["series"],
-                    "label": main["label"],
-                    "peak_bytes": main["peak_bytes"],
-                    "peak_ts_ns": main["peak_ts_ns"],
-                    "during": main["during"],
-                },
+                data=_pick(main, "device series label peak_bytes peak_ts_ns during"),
             )
         )
     return out
@@ -258,9 +256,7 @@ def _recompile_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
             ]
             if others:
                 text += f"; also changed: {', '.join(others)}"
-            data["changes"] = [
-                {k: c[k] for k in ("change", "arg", "dim", "n", "after_eviction")} for c in chs
-            ]
+            data["changes"] = [_pick(c, "change arg dim n after_eviction") for c in chs]
         out.append(Finding(p["run_id"], "recompile", text, int(p["recompile_ns"]), data))
     return out
 
@@ -386,19 +382,11 @@ def _bucket_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
                 "buckets",
                 text,
                 saved_ns,
-                {
-                    k: r[k]
-                    for k in (
-                        "position",
-                        "arg",
-                        "dim",
-                        "distinct_sizes",
-                        "pow2_buckets",
-                        "pow2_sizes",
-                        "saved_compiles",
-                        "compiles",
-                    )
-                },
+                _pick(
+                    r,
+                    "position arg dim distinct_sizes pow2_buckets pow2_sizes saved_compiles "
+                    "compiles",
+                ),
             )
         )
     return out
@@ -474,7 +462,7 @@ def _latency_findings(
                 "latency",
                 text,
                 0,
-                {k: r[k] for k in ("shapes_text", "calls", "p50_ns", "p99_ns", "p50_warm_ns")},
+                _pick(r, "shapes_text calls p50_ns p99_ns p50_warm_ns"),
             )
         )
     return out
@@ -527,20 +515,11 @@ def _part_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         each = f"{fmt.percent(share)} of each call, {fmt.duration(per_call)}"
         if r["latency_kind"] == "dispatch only":
             each += " (dispatch only)"
-        data = {
-            k: r[k]
-            for k in (
-                "part_kind",
-                "part",
-                "position",
-                "node",
-                "op_type",
-                "total_ns",
-                "p50_share_of_call",
-                "p50_call_ns",
-                "share_of_wall",
-            )
-        }
+        data = _pick(
+            r,
+            "part_kind part position node op_type total_ns p50_share_of_call p50_call_ns "
+            "share_of_wall",
+        )
         if kind == "break" and share is not None and share >= _BREAK_SHARE:
             op = r["op_type"]
             sub = r["subgraph_ns"] or 0

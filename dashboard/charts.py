@@ -8,11 +8,12 @@ so peaks survive the reduction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, TypedDict, cast
 
 import altair as alt
 import polars as pl
 import streamlit as st
+from typing_extensions import Unpack
 
 from ember.analysis import format as fmt
 
@@ -89,55 +90,55 @@ def _tooltip(frame: pl.DataFrame, fields: Sequence[str] | None) -> list[alt.Tool
     return [alt.Tooltip(n, format=",") if frame[n].dtype.is_numeric() else n for n in names]
 
 
+class Labels(TypedDict, total=False):
+    """What every chart here takes besides its data: a title, the axes' titles, and the
+    fields its tooltip shows (default: every column)."""
+
+    title: str
+    x_title: str | None
+    y_title: str | None
+    tooltip: Sequence[str] | None
+
+
+def _chart(
+    frame: pl.DataFrame, x: str, y: str, color: str | None, labels: Labels, **y_options: Any
+) -> tuple[alt.Chart, dict[str, Any]]:
+    """The chart and the encodings every chart here has: x, y, the tooltip, a colour per
+    ``color`` group."""
+    enc = {
+        "x": alt.X(x, title=labels.get("x_title")),
+        "y": alt.Y(y, title=labels.get("y_title"), **y_options),
+        "tooltip": _tooltip(frame, labels.get("tooltip")),
+    }
+    if color:
+        enc["color"] = alt.Color(f"{color}:N")
+    return alt.Chart(frame, title=labels.get("title", "")), enc
+
+
 def line(
     frame: pl.DataFrame,
     *,
     x: str,
     y: str,
     color: str | None = None,
-    title: str = "",
-    x_title: str | None = None,
-    y_title: str | None = None,
-    tooltip: Sequence[str] | None = None,
     points: bool = False,
+    **labels: Unpack[Labels],
 ) -> alt.Chart:
     """A line per ``color`` group, zoomable on x."""
-    enc = {
-        "x": alt.X(x, title=x_title),
-        "y": alt.Y(y, title=y_title),
-        "tooltip": _tooltip(frame, tooltip),
-    }
-    if color:
-        enc["color"] = alt.Color(f"{color}:N")
+    chart, enc = _chart(frame, x, y, color, labels)
     return (
-        alt.Chart(frame, title=title)
-        .mark_line(point=points, interpolate="step-after")
+        chart.mark_line(point=points, interpolate="step-after")
         .encode(**enc)
         .interactive(bind_y=False)
     )
 
 
-def area(
-    frame: pl.DataFrame,
-    *,
-    x: str,
-    y: str,
-    color: str,
-    title: str = "",
-    x_title: str | None = None,
-    y_title: str | None = None,
-    tooltip: Sequence[str] | None = None,
-) -> alt.Chart:
+def area(frame: pl.DataFrame, *, x: str, y: str, color: str, **labels: Unpack[Labels]) -> alt.Chart:
     """Areas stacked by ``color`` (e.g. memory by category), zoomable on x."""
+    chart, enc = _chart(frame, x, y, color, labels, stack="zero")
     return (
-        alt.Chart(frame, title=title)
-        .mark_area(interpolate="step-after", opacity=0.8)
-        .encode(
-            x=alt.X(x, title=x_title),
-            y=alt.Y(y, title=y_title, stack="zero"),
-            color=alt.Color(f"{color}:N"),
-            tooltip=_tooltip(frame, tooltip),
-        )
+        chart.mark_area(interpolate="step-after", opacity=0.8)
+        .encode(**enc)
         .interactive(bind_y=False)
     )
 
@@ -148,48 +149,26 @@ def bars(
     x: str,
     y: str,
     color: str | None = None,
-    title: str = "",
-    x_title: str | None = None,
-    y_title: str | None = None,
-    tooltip: Sequence[str] | None = None,
     horizontal: bool = False,
+    **labels: Unpack[Labels],
 ) -> alt.Chart:
     """Bars, side by side per ``color`` group, zoomable."""
-    enc = {
-        "x": alt.X(x, title=x_title),
-        "y": alt.Y(y, title=y_title),
-        "tooltip": _tooltip(frame, tooltip),
-    }
+    chart, enc = _chart(frame, x, y, color, labels)
     if color:
         # side by side, not stacked: the groups are different measures
-        enc["color"] = alt.Color(f"{color}:N")
         if horizontal:
             enc["yOffset"] = alt.YOffset(f"{color}:N")
         else:
             enc["xOffset"] = alt.XOffset(f"{color}:N")
-    return alt.Chart(frame, title=title).mark_bar().encode(**enc).interactive()
+    return chart.mark_bar().encode(**enc).interactive()
 
 
 def scatter(
-    frame: pl.DataFrame,
-    *,
-    x: str,
-    y: str,
-    color: str | None = None,
-    title: str = "",
-    x_title: str | None = None,
-    y_title: str | None = None,
-    tooltip: Sequence[str] | None = None,
+    frame: pl.DataFrame, *, x: str, y: str, color: str | None = None, **labels: Unpack[Labels]
 ) -> alt.Chart:
     """Points (one per event), zoomable."""
-    enc = {
-        "x": alt.X(x, title=x_title),
-        "y": alt.Y(y, title=y_title),
-        "tooltip": _tooltip(frame, tooltip),
-    }
-    if color:
-        enc["color"] = alt.Color(f"{color}:N")
-    return alt.Chart(frame, title=title).mark_circle(size=60).encode(**enc).interactive()
+    chart, enc = _chart(frame, x, y, color, labels)
+    return chart.mark_circle(size=60).encode(**enc).interactive()
 
 
 def show(chart: alt.Chart | alt.LayerChart, *, key: str) -> None:
