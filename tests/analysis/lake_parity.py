@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ember.analysis import VIEW_NAMES
 from ember.analysis.lake import LAKE_TABLES
-from tests.analysis.traces import cache_line, meta_line, write_lines
+from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
 # what every engine must agree on: the tables, the manifest's view of the files, the views
 COMPARED = (*LAKE_TABLES, "ingested_files", *VIEW_NAMES)
@@ -18,22 +18,7 @@ VOLATILE = {"ingested_files": ["ingested_at"], "rejected_lines": ["ingested_at"]
 def bad_corpus(path: Path, run_id: str = "bad-run") -> Path:
     """A trace with a blank line, garbage, a wrong type, a missing field, an unknown kind,
     a second meta, an orphan span_end and a truncated last line among valid records."""
-    start = {
-        "kind": "span_start",
-        "ts_ns": 1,
-        "span_id": 1,
-        "name": "ember.run",
-        "span_kind": "run",
-        "attrs": {},
-    }
-    end = {
-        "kind": "span_end",
-        "ts_ns": 2,
-        "span_id": 1,
-        "duration_ns": 1,
-        "span_kind": "run",
-        "attrs": {},
-    }
+    start, end = run_span()
     lines: list[str | bytes] = [
         meta_line(run_id),
         cache_line(10, "miss"),
@@ -61,18 +46,21 @@ def table(con, name: str) -> tuple[dict[str, str], list[str]]:
     return {k: str(v) for k, v in df.schema.items()}, sorted(map(repr, df.rows()))
 
 
+def _difference(name: str, a: tuple, b: tuple) -> list[str]:
+    """What differs between two (columns, sorted rows) of ``name``: nothing, the columns,
+    or the row counts and the first row that differs."""
+    (ca, ra), (cb, rb) = a, b
+    if ca != cb:
+        return [f"{name}: columns {ca} != {cb}"]
+    if ra != rb:
+        first = next((x, y) for x, y in zip([*ra, ""], [*rb, ""], strict=False) if x != y)
+        return [f"{name}: {len(ra)} vs {len(rb)} rows; first difference {first}"]
+    return []
+
+
 def differences(a, b, names=COMPARED) -> list[str]:
     """What differs between two connections, table by table (empty when nothing)."""
-    out = []
-    for name in names:
-        sa, ra = table(a, name)
-        sb, rb = table(b, name)
-        if sa != sb:
-            out.append(f"{name}: columns {sa} != {sb}")
-        elif ra != rb:
-            first = next((x, y) for x, y in zip(ra + [""], rb + [""], strict=False) if x != y)
-            out.append(f"{name}: {len(ra)} vs {len(rb)} rows; first difference {first}")
-    return out
+    return [d for name in names for d in _difference(name, table(a, name), table(b, name))]
 
 
 def _norm(v):
@@ -106,13 +94,9 @@ def spark_rows(spark, name: str) -> tuple[list[str], list[str]]:
 
 
 def view_differences(con, spark, names) -> list[str]:
-    out = []
-    for name in names:
-        ca, ra = duck_rows(con, name)
-        cb, rb = spark_rows(spark, name)
-        if ca != cb:
-            out.append(f"{name}: columns {ca} != {cb}")
-        elif ra != rb:
-            first = next((x, y) for x, y in zip(ra + [""], rb + [""], strict=False) if x != y)
-            out.append(f"{name}: {len(ra)} vs {len(rb)} rows; first difference {first}")
-    return out
+    """What differs between each view on DuckDB and on Spark (empty when nothing)."""
+    return [
+        d
+        for name in names
+        for d in _difference(name, duck_rows(con, name), spark_rows(spark, name))
+    ]

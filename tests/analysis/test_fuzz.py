@@ -36,14 +36,21 @@ def base_lines(bus_trace: Path) -> list[bytes]:
     return lines
 
 
-def _retype(line: bytes, data: st.DataObject) -> bytes:
+def _record_and_key(line: bytes, data: st.DataObject) -> tuple[dict, str] | None:
+    """The line's record and one of its keys, drawn; None when the line is no object."""
     try:
         rec = json.loads(line)
     except ValueError:
-        return line
+        return None
     if not isinstance(rec, dict) or not rec:
+        return None
+    return rec, data.draw(st.sampled_from(sorted(rec)))
+
+
+def _retype(line: bytes, data: st.DataObject) -> bytes:
+    if (picked := _record_and_key(line, data)) is None:
         return line
-    key = data.draw(st.sampled_from(sorted(rec)))
+    rec, key = picked
     rec[key] = data.draw(
         st.one_of(
             st.booleans(),
@@ -60,13 +67,9 @@ def _retype(line: bytes, data: st.DataObject) -> bytes:
 
 def _nest(line: bytes, data: st.DataObject) -> bytes:
     depth = data.draw(st.sampled_from([2, 63, 64, 65, 200, 1100]))
-    try:
-        rec = json.loads(line)
-    except ValueError:
+    if (picked := _record_and_key(line, data)) is None:
         return line
-    if not isinstance(rec, dict) or not rec:
-        return line
-    key = data.draw(st.sampled_from(sorted(rec)))
+    rec, key = picked
     return (
         json.dumps({k: v for k, v in rec.items() if k != key})[:-1]
         + f', "{key}": '

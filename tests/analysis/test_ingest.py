@@ -12,7 +12,7 @@ from ember.analysis import connect, ingest
 from ember.analysis.ingest import MAX_LINE_BYTES
 from ember.analysis.schema_types import TABLE_COLUMNS, duckdb_type
 from ember.schemas import MIGRATIONS, SCHEMA_ID
-from tests.analysis.traces import cache_line, meta_line, write_lines
+from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
 
 def _one(tmp_path: Path, name: str, lines: list, **kw):
@@ -179,22 +179,7 @@ def test_two_meta_lines(tmp_path):
 
 
 def test_span_end_without_start(tmp_path):
-    start = {
-        "kind": "span_start",
-        "ts_ns": 1,
-        "span_id": 1,
-        "name": "ember.run",
-        "span_kind": "run",
-        "attrs": {},
-    }
-    end = {
-        "kind": "span_end",
-        "ts_ns": 2,
-        "span_id": 1,
-        "duration_ns": 1,
-        "span_kind": "run",
-        "attrs": {},
-    }
+    start, end = run_span()
     orphan = {**end, "span_id": 99}
     lines = [meta_line(), json.dumps(start), json.dumps(end), json.dumps(orphan)]
     _path, db, r = _one(tmp_path, "s.jsonl", lines)

@@ -267,21 +267,19 @@ def _split_numbers(text: str) -> list[tuple[str, str]]:
     ]
 
 
-def test_numbers_stay_with_their_units_and_arrows_at_any_width(report_db, reports):
+def test_numbers_stay_with_their_units_and_arrows_at_any_width(report_db):
     # the lines the command prints at each width (the reports read once; the command
     # itself at two widths below and in test_no_line_is_wider_than_the_terminal)
+    with connect(report_db, read_only=True) as con:
+        runs = report(con)
     for columns in range(30, 101):
-        output = "\n".join(
-            line.plain for r in reports.values() for line in report_lines(r, columns)
-        )
+        output = "\n".join(line.plain for r in runs for line in report_lines(r, columns))
         assert _split_numbers(output) == [], columns
         assert max(len(line) for line in output.splitlines()) <= columns
         if columns >= 33:  # "(17 -> ... -> 23);" (29 characters) fits after the indent
             assert "(17 -> 23 -> 31 -> 17 -> 23)" in output, columns
     printed = _report(report_db, columns=47).output
-    assert printed.splitlines() == [
-        line.plain for r in reports.values() for line in report_lines(r, 47)
-    ]
+    assert printed.splitlines() == [line.plain for r in runs for line in report_lines(r, 47)]
     out = _flat(_report(report_db, "--run", "sweep", columns=30).output)
     assert "input_ids dim 1 changed 4 times (17 -> 23 -> 31 -> 17 -> 23)" in out
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 from ember.analysis import connect, ingest
 from ember.analysis import format as fmt
 from ember.cli.main import app
+from tests.analysis.traces import symbolic_matmul
 from tests.dashboard.apptest import shown_table
 
 runner = CliRunner()
@@ -28,16 +26,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """`ember run` of a model with a symbolic dim, swept past its cache: 4 shapes x 2 calls,
     cache_size 2 (so compiles, recompiles and evictions), ingested into a database."""
     d = tmp_path_factory.mktemp("surfaces")
-    w = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["w", "x"], ["y"]), helper.make_node("Relu", ["y"], ["o"])],
-        "surfaces",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "n"])],
-        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [3, "n"])],
-        initializer=[w],
-    )
-    model = d / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    model = symbolic_matmul(d / "m.onnx")
     trace = d / "t.jsonl"
     args = ["run", str(model), "--sweep", "x:1=2,3,4,5,2", "--calls", "2", "--cache-size", "2"]
     result = runner.invoke(app, [*args, "--record", str(trace)], env={"COLUMNS": "200"})
@@ -146,16 +135,7 @@ def test_a_database_made_before_schema_2_opens_and_says_dispatch_only(recorded, 
 
 
 def test_a_position_that_recompiles_on_every_call_carries_the_bucket_advice(tmp_path):
-    w = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["w", "x"], ["y"])],
-        "every",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "n"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, "n"])],
-        initializer=[w],
-    )
-    model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    model = symbolic_matmul(tmp_path / "m.onnx", relu=False)
     trace, db = tmp_path / "t.jsonl", tmp_path / "t.duckdb"
     sweep = ["--sweep", "x:1=5,9,13,17,21", "--calls", "1", "--record", str(trace)]
     assert runner.invoke(app, ["run", str(model), *sweep]).exit_code == 0

@@ -248,3 +248,47 @@ def cache_line(ts: int, action: str = "hit", position: int = 0, n: int = 17, **e
         **extra,
     }
     return json.dumps(rec)
+
+
+def run_span(span_id: int = 1) -> tuple[dict, dict]:
+    """A ``run`` span's start (ts 1) and end (ts 2) records, as dicts to vary."""
+    start = {
+        "kind": "span_start",
+        "ts_ns": 1,
+        "span_id": span_id,
+        "name": "ember.run",
+        "span_kind": "run",
+        "attrs": {},
+    }
+    end = {
+        "kind": "span_end",
+        "ts_ns": 2,
+        "span_id": span_id,
+        "duration_ns": 1,
+        "span_kind": "run",
+        "attrs": {},
+    }
+    return start, end
+
+
+def symbolic_matmul(path: Path, *, relu: bool = True) -> Path:
+    """Save an ONNX model ``out = w @ x`` (``w`` the 3x3 identity, then a Relu when
+    ``relu``) whose input ``x`` is float32[3, n], to ``path``: one segment, compiled again
+    for each ``n`` (``ember run --sweep x:1=...``)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["w", "x"], ["y" if relu else "out"])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["y"], ["out"]))
+    graph = helper.make_graph(
+        nodes,
+        "symbolic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "n"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, "n"])],
+        initializer=[w],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path

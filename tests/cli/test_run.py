@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from ember.analysis.report import trace_summary
@@ -20,6 +18,7 @@ from ember.runtime.workload import (
     plan_shapes,
 )
 from ember.schemas import validate_file
+from tests.analysis.traces import symbolic_matmul
 
 runner = CliRunner()
 
@@ -34,22 +33,8 @@ def ends(recs, span_kind):
 
 @pytest.fixture(scope="module")
 def symbolic_model(tmp_path_factory):
-    """x: float32[batch, n] -> Relu(x @ W^T... ) with W applied on the batch axis."""
-    w = numpy_helper.from_array(np.eye(3, dtype=np.float32), "w")
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["w", "x"], ["y"]),
-            helper.make_node("Relu", ["y"], ["out"]),
-        ],
-        "symbolic",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, "n"])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, "n"])],
-        initializer=[w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    path = tmp_path_factory.mktemp("models") / "symbolic.onnx"
-    onnx.save(model, path)
-    return path
+    """x: float32[3, n] -> Relu(w @ x), w the 3x3 identity."""
+    return symbolic_matmul(tmp_path_factory.mktemp("models") / "symbolic.onnx")
 
 
 def test_sweep_larger_than_the_cache_compiles_each_shape_and_evicts(symbolic_model, tmp_path):

@@ -1,10 +1,11 @@
-"""A database for the dashboard tests: traces recorded by the real runtime (see traces.py),
-ingested once per session by ``ember.analysis``."""
+"""Databases for the dashboard tests: traces recorded by the real runtime (see traces.py),
+ingested once per session by ``ember.analysis``; a small one for the connection tests."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ember.analysis.ingest import ingest
@@ -29,3 +30,12 @@ def app_env(dashboard_db: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     monkeypatch.setenv(DB_ENV, str(dashboard_db))
     return dashboard_db
+
+
+@pytest.fixture
+def small_db(tmp_path: Path) -> Path:
+    """A database with a ``runs`` table of three runs, r0, r1 and r2 (nothing else)."""
+    path = tmp_path / "small.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE runs AS SELECT 'r' || i AS run_id FROM range(3) t(i)")
+    return path

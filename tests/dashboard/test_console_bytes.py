@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -12,14 +11,6 @@ from ember.dashboard.console import MAX_BYTES, MAX_ROWS, run_console_query
 from ember.dashboard.db import DB_ENV, db_version
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
-
-
-@pytest.fixture
-def small_db(tmp_path: Path) -> Path:
-    path = tmp_path / "small.duckdb"
-    with duckdb.connect(str(path)) as con:
-        con.execute("CREATE TABLE runs AS SELECT 'run-' || i AS run_id FROM range(3) t(i)")
-    return path
 
 
 def test_a_wide_result_is_cut_off_by_bytes(small_db: Path) -> None:

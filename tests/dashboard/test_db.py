@@ -13,14 +13,6 @@ import pytest
 from ember.dashboard import db
 
 
-@pytest.fixture
-def small_db(tmp_path: Path) -> Path:
-    path = tmp_path / "small.duckdb"
-    with duckdb.connect(str(path)) as con:
-        con.execute("CREATE TABLE runs AS SELECT 'r' || i AS run_id FROM range(3) t(i)")
-    return path
-
-
 def test_a_page_run_shares_one_connection_and_closes_it(small_db: Path) -> None:
     version = db.db_version(small_db)
     with db.page_connection(), db._borrow(version) as first, db._borrow(version) as second:
