@@ -9,6 +9,12 @@ JAX's defaults and ONNX's layout.
   85 -> 57, inception_v1 47 -> 37, alexnet 32 -> 24; vgg19 311 -> 326), so programs are
   compiled without them. The options are given per compile, so the rest of the process
   keeps JAX's defaults.
+- **512-bit vectors.** On a CPU with AVX-512, XLA:CPU is told to prefer 512-bit vectors in
+  the loops it emits (its default is 256): the elementwise fusions of convolution nets (the
+  depthwise taps, activations, transposes) do half the instructions. Measured on the PP-OCR
+  paddle exports, process CPU time per call, one process alternating both, 2 cores shared
+  (load 11-15): detector 68.6 -> 53.8 ms, recogniser 19.0 -> 16.3, classifier 6.1 -> 5.5,
+  magika b4 27.6 -> 25.5. Without AVX-512 the option is left out.
 - **HWIO weights.** XLA:CPU convolves with HWIO kernels (spatial dimensions first, then
   input and output channels); a parameter in ONNX's OIHW layout was copied into that layout
   on every call (resnet50: 100 MB a call; silero-vad's op-15 export, whose 1-D STFT
@@ -25,7 +31,19 @@ from typing import Any
 
 import numpy as np
 
+
+def _has_avx512() -> bool:
+    """True where the CPU reports AVX-512F (Linux's /proc/cpuinfo; elsewhere False)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
 COMPILER_OPTIONS: dict[str, str | bool] = {"xla_cpu_experimental_ynn_fusion_type": ""}
+if _has_avx512():
+    COMPILER_OPTIONS["xla_cpu_prefer_vector_width"] = "512"
 
 
 def compiler_options() -> dict[str, str | bool] | None:

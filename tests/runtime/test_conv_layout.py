@@ -3,6 +3,8 @@ it, that the op then computes on NHWC, and that the values stay those of onnxrun
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -141,3 +143,26 @@ def test_depthwise_taps_that_read_only_padding_are_left_out(channels_last: int) 
         lambda x, w: conv(x, w, group=4, pads=[2, 2, 2, 2], _ember_channels_last=channels_last)
     )(x, w)
     assert sum(e.primitive.name == "mul" for e in jaxpr.eqns) == 15
+
+
+def test_512_bit_vectors_are_an_option_xla_cpu_accepts_with_the_same_values() -> None:
+    import jax
+
+    from ember.runtime import xla_cpu
+    from ember.runtime.ops.conv import conv
+
+    # runtime/xla_cpu.py asks for them on AVX-512 CPUs; the option must exist under this
+    # name (XLA rejects an unknown one) and change no value, here or on any CPU
+    x, w = randn(2, 16, 9, 40), randn(16, 1, 3, 3)
+
+    def f(x, w):
+        y = conv(x, w, group=16, pads=[1, 1, 1, 1], _ember_channels_last=1)
+        return y * jax.numpy.clip(y / 6 + 0.5, 0, 1)
+
+    lowered = jax.jit(f).lower(x, w)
+    wide = lowered.compile(compiler_options={"xla_cpu_prefer_vector_width": "512"})
+    plain = lowered.compile()
+    np.testing.assert_allclose(np.asarray(wide(x, w)), np.asarray(plain(x, w)), rtol=1e-6)
+    cpuinfo = Path("/proc/cpuinfo")
+    avx512 = cpuinfo.exists() and " avx512f" in cpuinfo.read_text()
+    assert ("xla_cpu_prefer_vector_width" in xla_cpu.COMPILER_OPTIONS) is avx512
