@@ -176,6 +176,11 @@ class SegmentBuilder:
         entry = result.entry
         entry.key = key
         entry.shapes = shapes
+        for value in entry.host_outputs.values():
+            if isinstance(value, np.ndarray):
+                # every call returns this array: a caller's in-place change must not reach
+                # the next call's outputs (or the values later segments read)
+                value.setflags(write=False)
         return entry
 
     def _build(

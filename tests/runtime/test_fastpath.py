@@ -279,3 +279,22 @@ def test_a_big_endian_sample_rate_picks_the_program_of_its_value():
         for value in (feeds["sr"], feeds["sr"].astype(">i8"), feeds["sr"].astype(">i8")):
             out = compiled({**feeds, "sr": value})
             np.testing.assert_allclose(np.asarray(out["output"]), want["output"], atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [3, "n"], ids=["compiled-ahead", "registered-per-call"])
+def test_an_output_known_on_the_host_cannot_be_changed_for_the_next_call(rows):
+    # Shape(x) is computed when the program is traced and returned by every call as the
+    # same numpy array: changed in place by a caller, it came back changed on the next call
+    proto = make_model(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=[rows])],
+        [tensor("s", TensorProto.INT64, [1]), tensor("y", shape=[rows])],
+    )
+    compiled = rt.compile(proto)
+    x = np.array([-1.0, 2.0, 3.0], np.float32)
+    for _ in range(3):  # the checked call, then the direct one
+        out = compiled(x=x)
+        np.testing.assert_array_equal(out["s"], [3])
+        np.testing.assert_array_equal(np.asarray(out["y"]), [0, 2, 3])
+        with pytest.raises(ValueError, match="read-only"):
+            out["s"][0] = 99
