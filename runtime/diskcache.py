@@ -251,7 +251,10 @@ class ProgramStore:
     def load_weights(self, digest: str) -> dict[str, np.ndarray] | None:
         """The stored arrays, read-only views of the file mapped into memory (no copy: jax's
         ``device_put`` of such a view on the CPU aliases it, and the pages are read when a
-        program first reads them); None when there are none or they cannot be used."""
+        program first reads them); None when there are none or they cannot be used. The
+        store never changes a file in place (it writes aside and renames, and removes by
+        unlinking), so a mapping stays valid for as long as its arrays live; do not truncate
+        or rewrite ``*.weights`` files of a running process by hand."""
         path = self.weights_path(digest)
         if not usable_cache_dir(self.cache_dir):
             return None
