@@ -252,6 +252,8 @@ class CompiledModel:
 
     @cache_size.setter
     def cache_size(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"cache_size must be at least 1, got {size}")
         self._cache_size = self._builder.segments.size = size
 
     def cache_info(self) -> dict[int, list[list[dict[str, Any]]]]:

@@ -88,11 +88,12 @@ class SegmentCache(Generic[T]):
         entry: T,
         on_evict: Callable[[T], None] | None = None,
     ) -> None:
-        """Insert ``entry`` as the most recently used, evicting the least recently used one
-        when the position is full. (``on_evict`` is given per call, not kept: the cache holds
-        no reference to its owner, so a dropped model is freed at once.)"""
+        """Insert ``entry`` as the most recently used, evicting the least recently used
+        ones while the position is full (more than one after ``size`` was made smaller).
+        (``on_evict`` is given per call, not kept: the cache holds no reference to its
+        owner, so a dropped model is freed at once.)"""
         cache = self._positions.setdefault(position, collections.OrderedDict())
-        if len(cache) >= self.size:
+        while cache and len(cache) >= self.size:
             _, removed = cache.popitem(last=False)
             if on_evict is not None:
                 on_evict(removed)

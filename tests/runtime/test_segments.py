@@ -438,6 +438,23 @@ def test_threads_share_one_compile_per_key(ember_events):
 def test_cache_size_must_be_positive():
     with pytest.raises(ValueError, match="cache_size must be at least 1"):
         rt.compile(relu_model(), cache_size=0)
+    compiled = rt.compile(relu_model())
+    with pytest.raises(ValueError, match="cache_size must be at least 1, got 0"):
+        compiled.cache_size = 0  # the next miss failed with a KeyError from the cache
+    assert compiled.cache_size == 8
+    np.testing.assert_array_equal(np.asarray(compiled(x=_f32(-1, 1))["y"]), [0, 2])
+
+
+def test_a_smaller_cache_size_evicts_down_to_it_at_the_next_insert(ember_events):
+    compiled = rt.compile(relu_model(), cache_size=4)
+    for n in (2, 3, 4, 5):
+        compiled(x=np.ones(n, np.float32))
+    compiled.cache_size = 2
+    compiled(x=np.ones(6, np.float32))  # a miss: the position keeps 2, not 4 (5 - 1)
+    assert [s[0]["shape"] for s in compiled.cache_info()[0]] == [[5], [6]]
+    evicted = [e["shapes"][0]["shape"] for e in ember_events.of("ember.cache.evict")]
+    assert evicted == [[2], [3], [4]]
+    assert {e["cache_size"] for e in ember_events.of("ember.cache.evict")} == {2}
 
 
 # ---------------------------------------------------------------------------------------------
