@@ -357,7 +357,7 @@ class CompiledModel:
                 return result
         meta: dict[str, Any] = {"source": self.model.source}
         if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
-            meta["shapes"] = describe_shapes(dict(inputs))
+            meta["shapes"] = describe_shapes(dict(inputs)) if isinstance(inputs, Mapping) else []
         with bus.span(E.CALL, meta) as span:
             values = check_inputs(self.model, inputs)
             for _ in range(len(self.graph.nodes) + 1):

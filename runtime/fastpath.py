@@ -143,7 +143,7 @@ def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = No
                 if type(x) is not array and x.dtype != dtype0:
                     return None
                 outs = call(x)
-            except (KeyError, TypeError, AttributeError):
+            except (KeyError, IndexError, TypeError, AttributeError):
                 # a missing input, an input without a dtype, or jax's C++ call refusing
                 # other shapes or dtypes: the checked path
                 return None
@@ -171,7 +171,7 @@ def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = No
                     outs = call(*args)
             else:
                 outs = call(*args)
-        except (KeyError, TypeError, AttributeError):
+        except (KeyError, IndexError, TypeError, AttributeError):
             return None
         if only is not None:
             return {only: outs[0]}
@@ -257,7 +257,7 @@ class WholeGraphCall:
                 args = [inputs[single]] if single else [inputs[n] for n in arg_names]
                 if unchecked and not all(fits(s, inputs[s.name]) for s in unchecked):
                     return None
-            except KeyError:
+            except (KeyError, IndexError, TypeError):  # not a mapping of these names
                 return None
             state = state_ref()
             if state is None or not _fits(args, signature):

@@ -39,6 +39,14 @@ def expected(model: Model) -> str:
 
 def check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Validate names, ranks, static dims and dtypes; arrays as given (lists -> numpy)."""
+    if not isinstance(inputs, Mapping):
+        raise InputError(
+            f"the inputs are a {type(inputs).__name__}, not a dict of arrays by input name: "
+            f"call with a dict or keyword arguments, e.g. ({{{model.input_names[0]!r}: ...}}) "
+            f"or ({model.input_names[0]}=...); {expected(model)}"
+            if model.input_names
+            else f"the inputs are a {type(inputs).__name__}, not a dict; {expected(model)}"
+        )
     specs = {s.name: s for s in model.inputs}
     unknown = [n for n in inputs if n not in specs]
     missing = [n for n in specs if n not in inputs]

@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
+from ember.recorder import bus
 from ember.runtime.errors import InputError
 from tests.runtime.models import make_model, tensor
 
@@ -50,3 +51,35 @@ def test_a_string_that_names_no_output_keeps_the_dtype_error():
     with pytest.raises(InputError, match=r"'state' has dtype str\d+, expected float32") as info:
         compiled(x=np.ones(2, np.float32), state="hello")
     assert "outputs" not in str(info.value)
+
+
+@pytest.mark.parametrize("rows", [3, "n"], ids=["compiled-ahead", "registered-per-call"])
+@pytest.mark.parametrize("recorded", [False, True], ids=["quiet", "recorded"])
+def test_inputs_given_positionally_are_an_input_error_that_says_how_to_call(rows, recorded):
+    # compiled([x]) or compiled(x) failed with "list indices must be integers", "unhashable
+    # type" or "no attribute 'items'", depending on the path the call took
+    proto = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=[rows])],
+        [tensor("y", shape=[rows])],
+    )
+    compiled = rt.compile(proto)
+    x = np.ones(3, np.float32)
+    events = []
+    if recorded:
+        bus.attach("test-positional", ["ember.call.start"], lambda n, m, md: events.append(md))
+    try:
+        for _ in range(2):  # before and after the direct call is taken
+            for bad in ([x], (x,), x, "x"):
+                with pytest.raises(
+                    rt.InputError,
+                    match=rf"the inputs are a {type(bad).__name__}, not a dict .*\(x=\.\.\.\)",
+                ):
+                    compiled(bad)
+            np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), x)
+    finally:
+        bus.detach("test-positional")
+    with pytest.raises(rt.InputError, match="the inputs are a list, not a dict"):
+        rt.run(proto, [x])
+    if recorded:
+        assert [md["shapes"] for md in events][:1] == [[]]
