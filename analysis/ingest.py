@@ -1,18 +1,22 @@
 """Ingest JSONL traces into the DuckDB file: typed, validated, idempotent per file.
 
-How one file goes in (each file is one transaction):
+How files go in (a batch of files is one transaction: many small traces, one per job, go in
+together, ``BATCH_FILES``; the results, rows and rejected lines are those of one file at a
+time, and a reader sees whole files only):
 
 1. ``ingest_plan`` decides what to read from ``ingested_files`` and the file as it is now
    (new, unchanged, grown, replaced, refused as a whole; see its doc). The first line must
    be ``meta``: it names the run and the schema version. A newer version, a missing or
    invalid meta, an empty file or a run id that another file already brought are refused
    as a whole (``ingested_files.status = 'refused'``).
-2. ``ingest_read`` reads the planned bytes into the staging table ``_stage`` (DuckDB's typed
-   ``read_json``, the fast path; pydantic on every line when DuckDB refuses the bytes, the
-   slow path) and finds the rows to reject, with pydantic's explanation.
+2. ``ingest_read`` reads the planned bytes of the batch into the staging table ``_stage``
+   (DuckDB's typed ``read_json``, the fast path, small whole files in one read; pydantic on
+   every line of a file DuckDB refuses, the slow path, which its batch-mates do not take)
+   and finds the rows to reject with one query, explained by pydantic.
 3. Here: the staged rows go into the record tables (with the columns derived at ingest),
    the rejected lines into ``rejected_lines``, and what was read into ``ingested_files``,
-   in one transaction.
+   one statement per table for the whole batch, in one transaction. If that fails, each
+   file of the batch is written alone.
 
 What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
 run pydantic on every line, do), at the top level of a record only: a field no record
@@ -67,8 +71,9 @@ from .ingest_plan import (
     cannot_read,
     expand_paths,
     plan_file,
+    run_taken,
 )
-from .ingest_read import _FileIngest, work_dir
+from .ingest_read import _FileIngest, check, stage, work_dir
 from .schema_types import (
     READ_COLUMNS,
     TABLE_TYPES,
@@ -88,39 +93,37 @@ __all__ = [
 ]
 
 
-_PREVIOUS_SQL = (
-    "SELECT run_id, offset_bytes, lines, first_line_hash, schema_version "
-    "FROM ingested_files WHERE file = ? AND status <> 'refused'"
-)
+BATCH_FILES = 256
+"""At most this many files are staged, checked and written together (one transaction)."""
+BATCH_BYTES = 64 << 20
+"""... and at most this many bytes (a larger file is a batch of its own)."""
+_WINDOW = 4096  # files whose ``ingested_files`` rows are read in one query
 
 
-def _previous(con: duckdb.DuckDBPyConnection, file: str) -> Previous | None:
-    """What ``ingested_files`` holds of ``file`` (None: nothing, or a refusal)."""
-    rows = con.execute(_PREVIOUS_SQL, [file]).fetchall()
-    return Previous(*rows[0]) if rows else None
-
-
-def _plan(con: duckdb.DuckDBPyConnection, path: Path, migrations: Migrations) -> _Plan | FileResult:
-    file = str(path)
-
-    def run_owner(run_id: str) -> str | None:
-        other = con.execute(
-            "SELECT file FROM runs WHERE run_id = ? AND file <> ?", [run_id, file]
-        ).fetchall()
-        return other[0][0] if other else None
-
-    return plan_file(path, _previous(con, file), migrations, run_owner)
+def _previous(con: duckdb.DuckDBPyConnection, files: list[str]) -> dict[str, Previous]:
+    """What ``ingested_files`` holds of ``files`` (not refusals), by file."""
+    rows = con.execute(
+        "SELECT file, run_id, offset_bytes, lines, first_line_hash, schema_version "
+        "FROM ingested_files WHERE status <> 'refused' AND file IN (SELECT unnest($files))",
+        {"files": files},
+    ).fetchall()
+    return {r[0]: Previous(*r[1:]) for r in rows}
 
 
 # ---------------------------------------------------------------- writing
 
 
-def _select_for(kind: str, cols: dict[str, str]) -> str:
+# the run id of a staged row: its file's (``$runs`` lists them by ``_f``)
+RUN_ID_SQL = "CAST($runs AS VARCHAR[])[_f + 1]"
+
+
+def _select_for(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -> str:
+    """The SQL of a kind's table columns from the staged rows (defaults filled in)."""
     defaults = field_defaults(kind)
     parts = []
     for c, t in cols.items():
         if c == "run_id" and kind != "meta":
-            parts.append("$run_id")
+            parts.append(run_id_sql)
             continue
         if c in STRUCT_COLUMNS:
             # staged as JSON text (ingest_read.STAGE_COLUMNS): the table's STRUCT of its kind
@@ -168,7 +171,7 @@ WITH record AS (
     SELECT *, {derived} FROM ({select}) AS r({names}, _rid)
 ),
 w AS (
-    SELECT _rid, source, position, lookup_key,
+    SELECT _rid, run_id, source, position, lookup_key,
         row_number() OVER p AS ord_here,
         -- lookups so far, over the same sort as ord_here (one sort, not two)
         CASE WHEN action IN ('hit', 'miss')
@@ -176,29 +179,30 @@ w AS (
         sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life_here,
         sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_here,
         sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions_here
-    FROM (SELECT _rid, source, position, lookup_key, action, ts_ns FROM record)
-    WINDOW p AS (PARTITION BY source, position ORDER BY ts_ns, _rid
+    FROM (SELECT _rid, run_id, source, position, lookup_key, action, ts_ns FROM record)
+    WINDOW p AS (PARTITION BY run_id, source, position ORDER BY ts_ns, _rid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-        k AS (PARTITION BY source, position, lookup_key ORDER BY ts_ns, _rid
+        k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, _rid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
 w2 AS (
     SELECT *,
         CASE WHEN seq_here IS NOT NULL THEN lag(seq_here) OVER (
-            PARTITION BY source, position, lookup_key, seq_here IS NULL ORDER BY seq_here
+            PARTITION BY run_id, source, position, lookup_key, seq_here IS NULL
+            ORDER BY seq_here
         ) END AS prev_here
     FROM w
 ),
 prior_position AS (
-    SELECT source, position, max(ord) AS ord, max(seq) AS seq
-    FROM cache WHERE run_id = $run_id GROUP BY ALL
+    SELECT run_id, source, position, max(ord) AS ord, max(seq) AS seq
+    FROM cache WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
 ),
 prior_key AS (
-    SELECT source, position, lookup_key, max(seq) AS seq,
+    SELECT run_id, source, position, lookup_key, max(seq) AS seq,
         count(*) FILTER (WHERE action = 'miss') AS misses,
         count(*) FILTER (WHERE action = 'hit') AS hits,
         count(*) FILTER (WHERE action = 'evict') AS evictions
-    FROM cache WHERE run_id = $run_id GROUP BY ALL
+    FROM cache WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
 )
 SELECT {out},
     w.ord_here + coalesce(p.ord, 0),
@@ -209,9 +213,9 @@ SELECT {out},
     w.evictions_here + coalesce(k.evictions, 0)
 FROM record AS r
 JOIN w2 AS w ON w._rid = r._rid
-LEFT JOIN prior_position p ON p.source IS NOT DISTINCT FROM w.source
+LEFT JOIN prior_position p ON p.run_id = w.run_id AND p.source IS NOT DISTINCT FROM w.source
     AND p.position IS NOT DISTINCT FROM w.position
-LEFT JOIN prior_key k ON k.source IS NOT DISTINCT FROM w.source
+LEFT JOIN prior_key k ON k.run_id = w.run_id AND k.source IS NOT DISTINCT FROM w.source
     AND k.position IS NOT DISTINCT FROM w.position
     AND k.lookup_key IS NOT DISTINCT FROM w.lookup_key
 ORDER BY r._rid
@@ -233,26 +237,27 @@ def _insert_memory_sql() -> str:
 INSERT INTO memory
 WITH w AS (
     SELECT *,
-        sum({delta}) OVER (PARTITION BY device, category ORDER BY ts_ns, _rid
+        sum({delta}) OVER (PARTITION BY run_id, device, category ORDER BY ts_ns, _rid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS category_here,
-        sum({delta}) OVER (PARTITION BY device ORDER BY ts_ns, _rid
+        sum({delta}) OVER (PARTITION BY run_id, device ORDER BY ts_ns, _rid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS device_here
     FROM ({select}) AS r({names}, _rid)
 ),
 prior_category AS (
-    SELECT device, category, sum({delta}) AS live
-    FROM memory WHERE run_id = $run_id GROUP BY ALL
+    SELECT run_id, device, category, sum({delta}) AS live
+    FROM memory WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
 ),
 prior_device AS (
-    SELECT device, sum({delta}) AS live FROM memory WHERE run_id = $run_id GROUP BY ALL
+    SELECT run_id, device, sum({delta}) AS live
+    FROM memory WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
 )
 SELECT {out},
     CAST(w.category_here + coalesce(pc.live, 0) AS BIGINT),
     CAST(w.device_here + coalesce(pd.live, 0) AS BIGINT)
 FROM w
-LEFT JOIN prior_category pc ON pc.device IS NOT DISTINCT FROM w.device
+LEFT JOIN prior_category pc ON pc.run_id = w.run_id AND pc.device IS NOT DISTINCT FROM w.device
     AND pc.category IS NOT DISTINCT FROM w.category
-LEFT JOIN prior_device pd ON pd.device IS NOT DISTINCT FROM w.device
+LEFT JOIN prior_device pd ON pd.run_id = w.run_id AND pd.device IS NOT DISTINCT FROM w.device
 ORDER BY w._rid
 """
 
@@ -263,91 +268,102 @@ _INSERTS["memory"] = _insert_memory_sql()
 _RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
 _INSERT_RUN = (
     f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "
-    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(wall_time_ns), $file "
+    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(wall_time_ns), "
+    f"CAST($files AS VARCHAR[])[_f + 1] "
     f"FROM _stage WHERE kind = 'meta'"
 )
 
 
-def _delete_run(con: duckdb.DuckDBPyConnection, run_id: str, file: str) -> None:
-    for table in (*RECORD_TABLES, "runs"):
-        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
-    con.execute("DELETE FROM rejected_lines WHERE file = ?", [file])
-
-
-def _write(
-    con: duckdb.DuckDBPyConnection, plan: _Plan, work: _FileIngest, message: str | None
-) -> int:
-    file = str(plan.path)
+def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int]:
+    """Write a staged and checked batch in one transaction; the records of each file."""
+    plans = [w.plan for w in works]
+    files = [str(p.path) for p in plans]
+    runs = [p.run_id for p in plans]
+    staged = dict(con.execute("SELECT _f, count(*) FROM _stage GROUP BY _f").fetchall())
+    records = [staged.get(w.f, 0) for w in works]
     con.execute("BEGIN TRANSACTION")
     try:
-        if plan.replaced_run is not None:
-            _delete_run(con, plan.replaced_run, file)
-        elif plan.start == 0:
-            con.execute("DELETE FROM rejected_lines WHERE file = ?", [file])
-        else:
-            # a partial last line rejected before is read again now
-            con.execute(
-                "DELETE FROM rejected_lines WHERE file = ? AND byte_offset >= ?", [file, plan.start]
-            )
-        records = 0
-        if plan.start == 0:
-            (metas,) = con.execute("SELECT count(*) FROM _stage WHERE kind = 'meta'").fetchall()[0]
-            if metas:
-                con.execute(_INSERT_RUN, {"file": file})
-                records += metas
+        replaced = [p.replaced_run for p in plans if p.replaced_run is not None]
+        if replaced:
+            for table in (*RECORD_TABLES, "runs"):
+                con.execute(
+                    f"DELETE FROM {table} WHERE run_id IN (SELECT unnest($runs))",
+                    {"runs": replaced},
+                )
+        # a partial last line rejected before is read again now; a file read from the
+        # start replaces all of its rejected lines
+        con.execute(
+            "DELETE FROM rejected_lines WHERE EXISTS (SELECT 1 FROM _files b "
+            "WHERE b.file = rejected_lines.file AND rejected_lines.byte_offset >= b.start)"
+        )
+        con.execute(_INSERT_RUN, {"files": files})
         for kind in RECORD_TABLES:
-            cur = con.execute(_INSERTS[kind], {"run_id": plan.run_id})
-            records += cur.fetchall()[0][0]
-        if work.rejected:
+            con.execute(_INSERTS[kind], {"runs": runs})
+        rejected = [(w, r) for w in works for r in w.rejected]
+        if rejected:
             # one Arrow table, not executemany: that inserts row by row (36 k rejected
             # lines took 90 s)
-            rejected = pa.table(
+            table = pa.table(
                 {
-                    "line": [r.line for r in work.rejected],
-                    "byte_offset": [r.offset for r in work.rejected],
-                    "reason": [r.reason for r in work.rejected],
-                    "raw": [r.raw for r in work.rejected],
+                    "file": [str(w.plan.path) for w, _ in rejected],
+                    "line": [r.line for _, r in rejected],
+                    "byte_offset": [r.offset for _, r in rejected],
+                    "reason": [r.reason for _, r in rejected],
+                    "raw": [r.raw for _, r in rejected],
+                    "run_id": [w.plan.run_id for w, _ in rejected],
                 }
             )
-            con.register("_rejected", rejected)
+            con.register("_rejected", table)
             try:
                 con.execute(
-                    "INSERT INTO rejected_lines SELECT $file, line, byte_offset, reason, raw, "
-                    "$run_id, now()::TIMESTAMP FROM _rejected",
-                    {"file": file, "run_id": plan.run_id},
+                    "INSERT INTO rejected_lines SELECT file, line, byte_offset, reason, raw, "
+                    "run_id, now()::TIMESTAMP FROM _rejected"
                 )
             finally:
                 con.unregister("_rejected")
-        status = "partial" if work.partial else "ok"
-        rejected_total = con.execute(
-            "SELECT count(*) FROM rejected_lines WHERE file = ?", [file]
-        ).fetchall()[0][0]
-        con.execute(
-            """
-            INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)
-            ON CONFLICT (file) DO UPDATE SET
-                run_id = excluded.run_id, status = excluded.status, message = excluded.message,
-                offset_bytes = excluded.offset_bytes, lines = excluded.lines,
-                records = CASE WHEN ? THEN ingested_files.records ELSE 0 END + excluded.records,
-                rejected = excluded.rejected,
-                first_line_hash = excluded.first_line_hash,
-                schema_version = excluded.schema_version,
-                ingested_at = excluded.ingested_at
-            """,
-            [
-                file,
-                plan.run_id,
-                status,
-                message,
-                work.end,
-                plan.base_line + work.lines_read,
-                records,
-                rejected_total,
-                plan.first_hash,
-                plan.version,
-                plan.continued,
-            ],
+        totals = dict(
+            con.execute(
+                "SELECT file, count(*) FROM rejected_lines "
+                "WHERE file IN (SELECT unnest($files)) GROUP BY file",
+                {"files": files},
+            ).fetchall()
         )
+        before = dict(
+            con.execute(
+                "SELECT file, records FROM ingested_files WHERE file IN (SELECT unnest($files))",
+                {"files": [str(p.path) for p in plans if p.continued]},
+            ).fetchall()
+        )
+        done = pa.table(
+            {
+                "file": files,
+                "run_id": runs,
+                "status": ["partial" if w.partial else "ok" for w in works],
+                "message": pa.array([w.message for w in works], pa.string()),
+                "offset_bytes": [w.end for w in works],
+                "lines": [w.plan.base_line + w.lines_read for w in works],
+                "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
+                "rejected": [totals.get(f, 0) for f in files],
+                "first_line_hash": [p.first_hash for p in plans],
+                "schema_version": [p.version for p in plans],
+            }
+        )
+        con.register("_done", done)
+        try:
+            con.execute(
+                """
+                INSERT INTO ingested_files SELECT *, now()::TIMESTAMP FROM _done
+                ON CONFLICT (file) DO UPDATE SET
+                    run_id = excluded.run_id, status = excluded.status,
+                    message = excluded.message, offset_bytes = excluded.offset_bytes,
+                    lines = excluded.lines, records = excluded.records,
+                    rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
+                    schema_version = excluded.schema_version,
+                    ingested_at = excluded.ingested_at
+                """
+            )
+        finally:
+            con.unregister("_done")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -357,7 +373,7 @@ def _write(
 
 def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
     file = str(path)
-    if _previous(con, file) is not None:
+    if _previous(con, [file]):
         # a file that was ingested before and is unreadable now keeps its rows
         return
     con.execute(
@@ -371,6 +387,96 @@ def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
     )
 
 
+_PRIOR_SPANS_SQL = """
+CREATE OR REPLACE TEMP VIEW _prior_spans AS
+SELECT b.f AS _f, s.span_id FROM span_start s JOIN _files b ON s.run_id = b.run_id
+WHERE NOT b.from_start
+"""
+
+
+def _ingest_planned(
+    con: duckdb.DuckDBPyConnection, plans: list[_Plan], migrations: Migrations, strict: bool
+) -> list[FileResult]:
+    """Stage, check and write planned files together (one transaction). If that fails, each
+    file is tried alone, so that one file's failure is not its batch-mates'."""
+    t0 = time.perf_counter()
+    try:
+        with work_dir("ember-ingest-") as tmp:
+            works = stage(con, plans, migrations, tmp, strict)
+            con.execute(_PRIOR_SPANS_SQL)
+            check(con, works)
+            records = _write(con, works)
+    except Exception:
+        if len(plans) == 1:
+            raise
+        return [r for plan in plans for r in _ingest_planned(con, [plan], migrations, strict)]
+    finally:
+        con.execute("DROP TABLE IF EXISTS _stage")
+    seconds = (time.perf_counter() - t0) / len(plans)
+    return [w.result(n, seconds) for w, n in zip(works, records, strict=True)]
+
+
+def _ingest_batch(
+    con: duckdb.DuckDBPyConnection, paths: list[Path], migrations: Migrations, strict: bool
+) -> list[FileResult]:
+    """Ingest the first files of ``paths`` as one batch; their results, in order (at least
+    one file; as many as fit ``BATCH_FILES`` and ``BATCH_BYTES``)."""
+    window = paths[:_WINDOW]
+    previous = _previous(con, [str(p) for p in window])
+    results: list[FileResult | _Plan] = []
+    planned = 0
+    size = 0
+    for path in window:
+        if planned >= BATCH_FILES or (planned and size >= BATCH_BYTES):
+            break
+        t0 = time.perf_counter()
+        try:
+            plan = plan_file(path, previous.get(str(path)), migrations, lambda _: None)
+        except _Refused as exc:
+            _refuse(con, path, str(exc))
+            plan = FileResult(str(path), "refused", message=str(exc))
+        except OSError as exc:
+            _refuse(con, path, cannot_read(exc))
+            plan = FileResult(str(path), "refused", message=cannot_read(exc))
+        if isinstance(plan, FileResult):
+            plan.seconds = time.perf_counter() - t0
+        else:
+            planned += 1
+            size += plan.size - plan.start
+        results.append(plan)
+    _refuse_taken_runs(con, results)
+    plans = [r for r in results if isinstance(r, _Plan)]
+    done = iter(_ingest_planned(con, plans, migrations, strict) if plans else [])
+    return [r if isinstance(r, FileResult) else next(done) for r in results]
+
+
+def _refuse_taken_runs(con: duckdb.DuckDBPyConnection, results: list[FileResult | _Plan]) -> None:
+    """Refuse (in place) the files planned from the start whose run another file brought:
+    one already in the database, or one earlier in this batch (one run is one file)."""
+    new = [r for r in results if isinstance(r, _Plan) and r.start == 0]
+    if not new:
+        return
+    owners = dict(
+        con.execute(
+            "SELECT run_id, file FROM runs WHERE run_id IN (SELECT unnest($runs))",
+            {"runs": [p.run_id for p in new]},
+        ).fetchall()
+    )
+    for i, r in enumerate(results):
+        if not isinstance(r, _Plan) or r.start != 0:
+            continue
+        file = str(r.path)
+        other = owners.get(r.run_id)
+        if other is not None and other != file:
+            exc = run_taken(r.run_id, other, "database")
+            _refuse(con, r.path, str(exc))
+            results[i] = FileResult(file, "refused", message=str(exc))
+            continue
+        owners[r.run_id] = file
+        if r.replaced_run not in (None, r.run_id) and owners.get(r.replaced_run) == file:
+            del owners[r.replaced_run]  # its old run goes with it: another file may bring it
+
+
 def ingest_file(
     con: Connection, path: Path, migrations: Migrations = MIGRATIONS, *, strict: bool = False
 ) -> FileResult:
@@ -379,43 +485,7 @@ def ingest_file(
     ``strict`` sends every line through pydantic (the slow path): it also rejects what the
     typed read does not see (a field no kind has, a number given for a text field).
     """
-    t0 = time.perf_counter()
-    duck = con.duck
-    try:
-        plan = _plan(duck, path, migrations)
-    except _Refused as exc:
-        _refuse(duck, path, str(exc))
-        return FileResult(str(path), "refused", message=str(exc), seconds=time.perf_counter() - t0)
-    except OSError as exc:
-        msg = cannot_read(exc)
-        _refuse(duck, path, msg)
-        return FileResult(str(path), "refused", message=msg, seconds=time.perf_counter() - t0)
-    if isinstance(plan, FileResult):
-        plan.seconds = time.perf_counter() - t0
-        return plan
-    try:
-        with work_dir("ember-ingest-") as tmp:
-            work = _FileIngest(duck, plan, migrations, tmp, strict)
-            work.run()
-            message = work.partial
-            if work.rejected and not message:
-                message = f"{len(work.rejected)} line(s) rejected; see rejected_lines"
-            records = _write(duck, plan, work, message)
-    finally:
-        duck.execute("DROP TABLE IF EXISTS _stage")
-    return FileResult(
-        str(path),
-        "partial" if work.partial else "ok",
-        records=records,
-        rejected=len(work.rejected),
-        message=message,
-        run_id=plan.run_id,
-        bytes_read=work.end - plan.start,
-        seconds=time.perf_counter() - t0,
-        continued=plan.continued,
-        replaced=plan.replaced_run is not None,
-        slow_path=work.slow_path,
-    )
+    return _ingest_batch(con.duck, [path], migrations, strict)[0]
 
 
 def ingest(
@@ -430,19 +500,25 @@ def ingest(
 ) -> IngestSummary:
     """Ingest trace files, folders or globs into the database ``db``.
 
-    The database is opened for each file and closed after it, so that other processes
-    (a dashboard) can read between files; ``on_file`` is called after each file. Opening
+    Files are ingested in batches (``BATCH_FILES``, ``BATCH_BYTES``): each batch is staged,
+    checked and written together, in one transaction, so that many small files go in fast;
+    the results are the same as one file at a time. The database is opened for each batch
+    and closed after it, so that other processes (a dashboard) can read between batches;
+    ``on_file`` is called for each file after its batch. Opening
     waits up to ``wait`` seconds for readers and other writers to let go (by default
     ``INGEST_WAIT_S``, longer than a dashboard query may run).
     """
     files = expand_paths(paths)
     summary = IngestSummary()
     t0 = time.perf_counter()
-    for path in files:
+    i = 0
+    while i < len(files):
         with connect(db, wait=wait, threads=threads) as con:
-            result = ingest_file(con, path, migrations, strict=strict)
-        summary.files.append(result)
-        if on_file is not None:
-            on_file(result)
+            results = _ingest_batch(con.duck, files[i:], migrations, strict)
+        i += len(results)
+        for result in results:
+            summary.files.append(result)
+            if on_file is not None:
+                on_file(result)
     summary.seconds = time.perf_counter() - t0
     return summary

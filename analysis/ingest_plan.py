@@ -386,10 +386,7 @@ def plan_file(
     run_id = meta["run_id"]
     other = run_owner(run_id)
     if other is not None:
-        raise _Refused(
-            f"run {run_id} is already in the {store} from {other}; one run is one file. "
-            f"If this file is a copy, skip it; if it is another run, record it with a new run id"
-        )
+        raise run_taken(run_id, other, store)
     return _Plan(
         path,
         size,
@@ -401,6 +398,14 @@ def plan_file(
         meta,
         replaced_run=previous.run_id if previous is not None else None,
         mtime_ns=st.st_mtime_ns,
+    )
+
+
+def run_taken(run_id: str, other: str, store: str) -> _Refused:
+    """The refusal of a file whose run another file already brought into the store."""
+    return _Refused(
+        f"run {run_id} is already in the {store} from {other}; one run is one file. "
+        f"If this file is a copy, skip it; if it is another run, record it with a new run id"
     )
 
 

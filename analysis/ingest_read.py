@@ -20,6 +20,7 @@ bytes to read, ``ingest`` and ``lake`` write what is staged).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import mmap
@@ -53,6 +54,7 @@ from .checks import (
 )
 from .ingest_plan import (
     RAW_PREFIX_CHARS,
+    FileResult,
     _iter_lines,
     _Plan,
     _raw_text,
@@ -204,23 +206,24 @@ _NOT_IN_STRUCTURE_SQL = " OR ".join(
 _STRUCTURES = ", ".join(f"CAST(json_structure({_q(c)}) AS VARCHAR)" for c in STRUCT_COLUMNS)
 
 # Span ids are unique in a run. Rejected: a second span_start of an id (in the file, or
-# after the rows of its run already stored) and a second span_end of an id (in the file, or
-# the end of a span_start rejected as a second one), which is what concatenated traces
-# have; and a span_end before any span_start of its id. Equality joins on the first row of
-# each id: the earlier NOT EXISTS (... s.rowid < e.rowid) compared every start of an id
-# with every end of it, quadratic in the copies of a duplicated id.
+# after the rows of its run already stored: ``_prior_spans``, the span ids stored before
+# a continued file) and a second span_end of an id (in the file, or the end of a
+# span_start rejected as a second one), which is what concatenated traces have; and a
+# span_end before any span_start of its id. Per staged file (``_f``). Equality joins on
+# the first row of each id: the earlier NOT EXISTS (... s.rowid < e.rowid) compared every
+# start of an id with every end of it, quadratic in the copies of a duplicated id.
 _SPAN_PROBLEMS_SQL = """
 SELECT x.rowid, 'a second ' || x.kind || ' of span_id ' || x.span_id
     || ' (span ids are unique in a run; were two traces concatenated?)', true
 FROM _stage AS x
 LEFT JOIN (
     -- the ids seen more than once (a hash aggregate: a valid file has none to join)
-    SELECT kind, span_id, min(rowid) AS first FROM _stage
+    SELECT _f, kind, span_id, min(rowid) AS first FROM _stage
     WHERE kind IN ('span_start', 'span_end') GROUP BY ALL HAVING count(*) > 1
-) AS d ON d.kind = x.kind AND d.span_id = x.span_id
-WHERE x.rowid <> d.first
-    OR (x.kind = 'span_start'
-        AND x.span_id IN (SELECT span_id FROM span_start WHERE run_id = $run_id))
+) AS d ON d._f = x._f AND d.kind = x.kind AND d.span_id = x.span_id
+LEFT JOIN (SELECT DISTINCT _f, span_id FROM _prior_spans) AS p
+    ON x.kind = 'span_start' AND p._f = x._f AND p.span_id = x.span_id
+WHERE x.rowid <> d.first OR p.span_id IS NOT NULL
 UNION ALL
 SELECT e.rowid, CASE WHEN s.first < e.rowid
         THEN 'a second span_end of span_id ' || e.span_id
@@ -228,13 +231,30 @@ SELECT e.rowid, CASE WHEN s.first < e.rowid
         ELSE 'span_end without a span_start (span_id ' || e.span_id || ')' END, true
 FROM _stage AS e
 LEFT JOIN (
-    SELECT span_id, min(rowid) AS first FROM _stage WHERE kind = 'span_start' GROUP BY span_id
-) AS s ON s.span_id = e.span_id
+    SELECT _f, span_id, min(rowid) AS first FROM _stage WHERE kind = 'span_start'
+    GROUP BY ALL
+) AS s ON s._f = e._f AND s.span_id = e.span_id
+LEFT JOIN (SELECT DISTINCT _f, span_id FROM _prior_spans) AS p
+    ON p._f = e._f AND p.span_id = e.span_id
 WHERE e.kind = 'span_end' AND CASE
-    WHEN e.span_id IN (SELECT span_id FROM span_start WHERE run_id = $run_id)
+    WHEN p.span_id IS NOT NULL
         -- started before this file: its start here, if any, was rejected as a second one
         THEN s.first < e.rowid
     ELSE s.first IS NULL OR s.first > e.rowid END
+"""
+
+_CHECKS_SQL = f"""
+SELECT rowid, CASE WHEN kind = 'meta' AND NOT (rowid IN (SELECT first_row FROM _files
+        WHERE from_start)) THEN 'a second ''meta'' record; one file is one run' END, true
+FROM _stage
+WHERE (kind = 'meta' AND NOT (rowid IN (SELECT first_row FROM _files WHERE from_start)))
+    OR {_INVALID_SQL}
+UNION ALL
+{_SPAN_PROBLEMS_SQL}
+UNION ALL
+-- rows that may nest too deeply, or hold an integer over 64 bits or a null list item in an
+-- object: pydantic decides, and keeps those that do not
+SELECT rowid, NULL, false FROM _stage WHERE {_MAYBE_DEEP_SQL} OR {_NOT_IN_STRUCTURE_SQL}
 """
 
 
@@ -245,6 +265,11 @@ def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
         f"SELECT * FROM read_json('{p}', format = 'newline_delimited', "
         f"columns = {_READ_COLUMNS_SQL}, maximum_object_size = {_DUCKDB_OBJECT_SIZE}{extra})"
     )
+
+
+def _stage_sql(f: int, select: str) -> str:
+    """Append the rows of ``select`` (the typed read's columns) to ``_stage`` as file ``f``."""
+    return f"INSERT INTO _stage SELECT {int(f)}::INTEGER AS _f, * FROM ({select})"
 
 
 def _explain_line(raw: bytes, *, expect_meta: bool) -> str | None:
@@ -274,8 +299,12 @@ def _fits(kind: str | None, span_kind: str | None, column: str, structure: str |
     return structure_fits(kind, span_kind, column, parsed)
 
 
+# ---------------------------------------------------------------- one file's staged rows
+
+
 class _FileIngest:
-    """Reads one planned file into the staging table and finds the rows to reject."""
+    """One planned file in the staging table: file ``f`` of a batch, its rows appended to
+    ``_stage`` (``_f = f``), and the lines rejected."""
 
     def __init__(
         self,
@@ -284,21 +313,26 @@ class _FileIngest:
         migrations: Migrations,
         tmp: Path,
         strict: bool = False,
+        f: int = 0,
     ):
         self.con = con
         self.plan = plan
         self.migrations = migrations
         self.strict = strict
         self.tmp = tmp
+        self.f = f
         self.rejected: list[_Rejected] = []
-        # stage rowid -> (line, offset) when the slow path wrote the staged lines itself
+        # staged row (rowid - first_row) -> (line, offset) when the slow path wrote the
+        # staged lines itself
         self.line_map: list[tuple[int, int]] | None = None
         self.slow_path = False
         self.end = plan.start
         self.lines_read = 0
         self.partial: str | None = None
+        self.first_row = -1  # the rowid of its first staged row (-1: none staged)
 
-    def run(self) -> None:
+    def extent(self) -> None:
+        """Where its complete lines end (``end``, ``lines_read``, a truncated last line)."""
         plan = self.plan
         end, lines, truncated = _read_extent(plan)
         if truncated is not None:
@@ -306,18 +340,44 @@ class _FileIngest:
             self.rejected.append(truncated)
         self.end = end
         self.lines_read = lines
-        if end <= plan.start:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql_empty()}")
+
+    @property
+    def whole(self) -> bool:
+        """A small file read as it is, from the start to its end, on the fast path: it can be
+        read in one ``read_json`` with others (``stage``)."""
+        plan = self.plan
+        return (
+            plan.start == 0
+            and self.end == plan.size
+            and not self.strict
+            and plan.version == SCHEMA_VERSION
+            and plan.size <= SMALL_FILE
+        )
+
+    def read(self) -> None:
+        """Stage this file alone: the fast path, or the slow path when DuckDB refuses it."""
+        plan = self.plan
+        if self.end <= plan.start:
             return
         if (
             self.strict
             or plan.version != SCHEMA_VERSION
-            or _find_long_line(plan.path, plan.start, end) is not None
+            or _find_long_line(plan.path, plan.start, self.end) is not None
         ):
-            self._slow_path(end)
+            self._slow_path(self.end)
         else:
-            self._fast_path(end)
-        self._check_rows()
+            self._fast_path(self.end)
+
+    def _stage(self, select: str) -> None:
+        self.con.execute(_stage_sql(self.f, select))
+        (first,) = self.con.execute(
+            "SELECT coalesce(min(rowid), -1) FROM _stage WHERE _f = ?", [self.f]
+        ).fetchall()[0]
+        self.first_row = first
+
+    def _unstage(self) -> None:
+        self.con.execute("DELETE FROM _stage WHERE _f = ?", [self.f])
+        self.first_row = -1
 
     def _fast_path(self, end: int) -> None:
         """DuckDB reads exactly the bytes ``[start, end)``; the slow path if it refuses them.
@@ -330,11 +390,10 @@ class _FileIngest:
         plan = self.plan
         if plan.start == 0 and end == plan.size:
             try:
-                self.con.execute(
-                    f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(plan.path)}"
-                )
+                self._stage(_read_json_sql(plan.path))
                 if plan.path.stat().st_size == plan.size:
                     return
+                self._unstage()
             except duckdb.Error:
                 if plan.path.stat().st_size == plan.size:
                     self._slow_path(end)
@@ -342,7 +401,7 @@ class _FileIngest:
         src = self.tmp / "range.jsonl"
         _copy_range(plan.path, plan.start, end, src)
         try:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(src)}")
+            self._stage(_read_json_sql(src))
         except duckdb.Error:
             self._slow_path(end)
 
@@ -375,21 +434,21 @@ class _FileIngest:
                 line_map.append((number, offset))
         self.line_map = line_map
         if not line_map:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql_empty()}")
             return
         try:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {_read_json_sql(clean)}")
+            self._stage(_read_json_sql(clean))
         except duckdb.Error:
             # pydantic accepted a value DuckDB cannot hold (an int over 2**63?): read what
             # DuckDB can and reject the rest
-            lenient = _read_json_sql(clean, ignore_errors=True)
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _stage AS {lenient}")
+            self._stage(_read_json_sql(clean, ignore_errors=True))
             bad = [
-                r[0]
-                for r in self.con.execute("SELECT rowid FROM _stage WHERE kind IS NULL").fetchall()
+                r[0] - self.first_row
+                for r in self.con.execute(
+                    "SELECT rowid FROM _stage WHERE _f = ? AND kind IS NULL", [self.f]
+                ).fetchall()
             ]
-            for rowid in bad:
-                line, offset = line_map[rowid]
+            for ordinal in bad:
+                line, offset = line_map[ordinal]
                 self.rejected.append(
                     _Rejected(
                         line,
@@ -399,7 +458,7 @@ class _FileIngest:
                     )
                 )
             if bad:
-                self.con.execute("DELETE FROM _stage WHERE kind IS NULL")
+                self.con.execute("DELETE FROM _stage WHERE _f = ? AND kind IS NULL", [self.f])
 
     def _check_parsed(self, data: Any, raw: bytes, seen_meta: bool) -> tuple[str | None, bytes]:
         if not isinstance(data, dict):
@@ -423,102 +482,20 @@ class _FileIngest:
             f.seek(offset)
             return _raw_text(f.readline(RAW_PREFIX_CHARS * 4))
 
-    # -- checks the typed read does not do
-    def _check_rows(self) -> None:
-        plan = self.plan
-        meta_ok = "rowid = 0" if plan.start == 0 else "false"
-        problems = self.con.execute(
-            f"""
-            SELECT rowid, CASE WHEN kind = 'meta' AND NOT ({meta_ok})
-                THEN 'a second ''meta'' record; one file is one run' END, true
-            FROM _stage
-            WHERE (kind = 'meta' AND NOT ({meta_ok})) OR {_INVALID_SQL}
-            UNION ALL
-            {_SPAN_PROBLEMS_SQL}
-            UNION ALL
-            -- rows that may nest too deeply, or hold an integer over 64 bits or a null list
-            -- item in an object: pydantic decides, and keeps those that do not
-            SELECT rowid, NULL, false FROM _stage
-            WHERE {_MAYBE_DEEP_SQL} OR {_NOT_IN_STRUCTURE_SQL}
-            """,
-            {"run_id": plan.run_id},
-        ).fetchall()
-        problems += self._misfit_rows()
-        if not problems:
-            return
-        by_row: dict[int, str | None] = {}
-        invalid: set[int] = set()
-        for rowid, problem, is_invalid in problems:
-            if by_row.get(rowid) is None:
-                by_row[rowid] = problem
-            if is_invalid:
-                invalid.add(rowid)
-        located = self._locate(sorted(by_row))
-        unexplained = []
-        rejected_rows = []
-        for rowid, (line, offset, raw) in located.items():
-            reason = by_row[rowid]
-            if reason is None:
-                reason = _explain_line(raw, expect_meta=rowid == 0 and plan.start == 0)
-            if reason is None:
-                if rowid in invalid:  # pydantic accepts what the typed read's checks refused
-                    unexplained.append(rowid)
-                continue
-            self.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
-            rejected_rows.append(rowid)
-        if unexplained:
-            # the full messages of the SQL checks, for these few rows only
-            for rowid, reason in self.con.execute(
-                f"SELECT rowid, {_PROBLEM_SQL} FROM {_TYPED_STAGE} "
-                f"WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
-                [unexplained],
-            ).fetchall():
-                line, offset, raw = located[rowid]
-                reason = reason or "refused by the typed read's checks"
-                self.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
-                rejected_rows.append(rowid)
-        self.rejected.sort(key=lambda r: r.line)
-        if rejected_rows:
-            self.con.execute(
-                "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
-                [sorted(rejected_rows)],
-            )
-
-    def _misfit_rows(self) -> list[tuple[int, None, bool]]:
-        """Rows whose objects hold a key or a JSON type their fields do not take (pydantic
-        decides): each distinct ``json_structure`` of a kind is judged once, by
-        ``checks.structure_fits``; a trace has a few dozen."""
-        groups = self.con.execute(
-            f"SELECT DISTINCT kind, span_kind, {_STRUCTURES} FROM _stage"
-        ).fetchall()
-        misfits = [
-            g
-            for g in groups
-            if not all(_fits(g[0], g[1], c, s) for c, s in zip(STRUCT_COLUMNS, g[2:], strict=True))
-        ]
-        if not misfits:
-            return []
-        names = ["kind", "span_kind", *(f"json_structure({_q(c)})" for c in STRUCT_COLUMNS)]
-        one = " AND ".join(f"CAST({n} AS VARCHAR) IS NOT DISTINCT FROM ?" for n in names)
-        where = " OR ".join(f"({one})" for _ in misfits)
-        params = [v for g in misfits for v in g]
-        rows = self.con.execute(f"SELECT rowid FROM _stage WHERE {where}", params).fetchall()
-        return [(r[0], None, False) for r in rows]
-
-    def _locate(self, rowids: list[int]) -> dict[int, tuple[int, int, bytes]]:
-        """Line number, offset and bytes of the staged rows ``rowids`` (sorted)."""
+    def locate(self, rowids: list[int]) -> dict[int, tuple[int, int, bytes]]:
+        """Line number, offset and bytes of its staged rows ``rowids`` (sorted)."""
         out: dict[int, tuple[int, int, bytes]] = {}
         if self.line_map is not None:
             with self.plan.path.open("rb") as f:
                 for rowid in rowids:
-                    line, offset = self.line_map[rowid]
+                    line, offset = self.line_map[rowid - self.first_row]
                     f.seek(offset)
                     out[rowid] = (line, offset, f.readline(MAX_LINE_BYTES + 1).rstrip(b"\r\n"))
             return out
         # the fast path staged the file as it is: row n is the n-th non-blank line
         wanted = iter(rowids)
         target = next(wanted, None)
-        ordinal = -1
+        ordinal = self.first_row - 1
         number = self.plan.base_line
         for offset, raw in _iter_lines(self.plan.path, self.plan.start, self.end):
             number += 1
@@ -531,6 +508,208 @@ class _FileIngest:
                 if target is None:
                     break
         return out
+
+    @property
+    def message(self) -> str | None:
+        """The result's message: the truncated last line, or how many lines were rejected."""
+        if self.partial or not self.rejected:
+            return self.partial
+        return f"{len(self.rejected)} line(s) rejected; see rejected_lines"
+
+    def result(self, records: int, seconds: float) -> FileResult:
+        plan = self.plan
+        return FileResult(
+            str(plan.path),
+            "partial" if self.partial else "ok",
+            records=records,
+            rejected=len(self.rejected),
+            message=self.message,
+            run_id=plan.run_id,
+            bytes_read=self.end - plan.start,
+            seconds=seconds,
+            continued=plan.continued,
+            replaced=plan.replaced_run is not None,
+            slow_path=self.slow_path,
+        )
+
+
+# ---------------------------------------------------------------- a batch of files
+
+
+SMALL_FILE = 1 << 20
+"""Whole files up to this size are read together: one ``read_json`` of their bytes put end to
+end (DuckDB's typed read costs ~10 ms a file to set up, more than a small file's rows)."""
+
+
+def _read_together(con: duckdb.DuckDBPyConnection, works: list[_FileIngest], tmp: Path) -> None:
+    """Stage small whole files with one ``read_json`` of their bytes put end to end; where
+    DuckDB refuses them, each half is tried again, down to single files (read alone: the
+    slow path), so a bad file costs its batch-mates a few reads, never their rows."""
+    if len(works) <= 1:
+        for w in works:
+            w.read()
+        return
+    joined = tmp / "together.jsonl"
+    lo, hi, alone = [], [], []
+    rows = 0
+    with joined.open("wb") as out:
+        for w in works:
+            data = b"".join(_read_range(w.plan.path, 0, w.plan.size))
+            if len(data) != w.plan.size:  # replaced or cut since it was planned
+                alone.append(w)
+                continue
+            n = sum(1 for line in data.split(b"\n") if line.strip())
+            lo.append(rows)
+            rows += n
+            hi.append(rows)
+            out.write(data)
+            if not data.endswith(b"\n"):
+                out.write(b"\n")
+    together = [w for w in works if w not in alone]
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _together AS {_read_json_sql(joined)}")
+        (read,) = con.execute("SELECT count(*) FROM _together").fetchall()[0]
+        if read != rows:  # not one row per non-blank line: read them one by one
+            raise duckdb.Error(f"{read} rows for {rows} lines")
+    except duckdb.Error:
+        half = len(together) // 2
+        _read_together(con, together[:half], tmp)
+        _read_together(con, together[half:], tmp)
+    else:
+        # each file's rows are a range of the joined rows: staged in order
+        con.execute(
+            "INSERT INTO _stage SELECT r.f, t.* FROM _together AS t "
+            "JOIN (SELECT unnest($f) AS f, unnest($lo) AS lo, unnest($hi) AS hi) AS r "
+            "ON t.rowid >= r.lo AND t.rowid < r.hi ORDER BY t.rowid",
+            {"f": [w.f for w in together], "lo": lo, "hi": hi},
+        )
+        firsts = dict(
+            con.execute(
+                "SELECT _f, min(rowid) FROM _stage WHERE _f IN (SELECT unnest($fs)) GROUP BY _f",
+                {"fs": [w.f for w in together]},
+            ).fetchall()
+        )
+        for w in together:
+            w.first_row = firsts.get(w.f, -1)
+    finally:
+        con.execute("DROP TABLE IF EXISTS _together")
+    for w in alone:
+        w.read()
+
+
+def stage(
+    con: duckdb.DuckDBPyConnection,
+    plans: list[_Plan],
+    migrations: Migrations,
+    tmp: Path,
+    strict: bool = False,
+) -> list[_FileIngest]:
+    """Stage a batch of planned files in ``_stage`` (file ``f`` of ``plans`` as ``_f = f``)
+    and describe them in ``_files`` (``f``, ``file``, ``run_id``, ``start``, ``from_start``,
+    ``first_row``). Whole files are read together (``_read_together``), the others one by
+    one. The store then creates ``_prior_spans`` and calls ``check``."""
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE _stage AS SELECT 0::INTEGER AS _f, * "
+        f"FROM ({_read_json_sql_empty()})"
+    )
+    works = [_FileIngest(con, plan, migrations, tmp, strict, f) for f, plan in enumerate(plans)]
+    for w in works:
+        w.extent()
+    together = [w for w in works if w.whole]
+    _read_together(con, together, tmp)
+    for w in works:
+        if not w.whole:
+            w.read()
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest($f) AS f, "
+        "unnest($file) AS file, unnest($run_id) AS run_id, unnest($start) AS start, "
+        "unnest($start) = 0 AS from_start, unnest($first_row) AS first_row)",
+        {
+            "f": [w.f for w in works],
+            "file": [str(w.plan.path) for w in works],
+            "run_id": [w.plan.run_id for w in works],
+            "start": [w.plan.start for w in works],
+            "first_row": [w.first_row for w in works],
+        },
+    )
+    return works
+
+
+def _misfit_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[int, None, bool]]:
+    """Rows whose objects hold a key or a JSON type their fields do not take (pydantic
+    decides): each distinct ``json_structure`` of a kind is judged once, by
+    ``checks.structure_fits``; a trace has a few dozen."""
+    groups = con.execute(f"SELECT DISTINCT kind, span_kind, {_STRUCTURES} FROM _stage").fetchall()
+    misfits = [
+        g
+        for g in groups
+        if not all(_fits(g[0], g[1], c, s) for c, s in zip(STRUCT_COLUMNS, g[2:], strict=True))
+    ]
+    if not misfits:
+        return []
+    names = ["kind", "span_kind", *(f"json_structure({_q(c)})" for c in STRUCT_COLUMNS)]
+    one = " AND ".join(f"CAST({n} AS VARCHAR) IS NOT DISTINCT FROM ?" for n in names)
+    where = " OR ".join(f"({one})" for _ in misfits)
+    params = [v for g in misfits for v in g]
+    rows = con.execute(f"SELECT rowid FROM _stage WHERE {where}", params).fetchall()
+    return [(r[0], None, False) for r in rows]
+
+
+def check(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> None:
+    """Find the staged rows to reject (one query for the batch), explain them with pydantic,
+    add them to each file's ``rejected`` and delete them from ``_stage``."""
+    problems = con.execute(_CHECKS_SQL).fetchall()
+    problems += _misfit_rows(con)
+    if not problems:
+        return
+    by_row: dict[int, str | None] = {}
+    invalid: set[int] = set()
+    for rowid, problem, is_invalid in problems:
+        if by_row.get(rowid) is None:
+            by_row[rowid] = problem
+        if is_invalid:
+            invalid.add(rowid)
+    staged = sorted((w.first_row, w) for w in works if w.first_row >= 0)
+    starts = [first for first, _ in staged]
+    rows_of: dict[int, list[int]] = {}
+    for rowid in sorted(by_row):
+        i = bisect.bisect_right(starts, rowid) - 1
+        rows_of.setdefault(i, []).append(rowid)
+    rejected_rows = []
+    touched = []
+    for i, rowids in rows_of.items():
+        w = staged[i][1]
+        touched.append(w)
+        located = w.locate(rowids)
+        unexplained = []
+        for rowid, (line, offset, raw) in located.items():
+            reason = by_row[rowid]
+            if reason is None:
+                reason = _explain_line(raw, expect_meta=rowid == w.first_row and w.plan.start == 0)
+            if reason is None:
+                if rowid in invalid:  # pydantic accepts what the typed read's checks refused
+                    unexplained.append(rowid)
+                continue
+            w.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+            rejected_rows.append(rowid)
+        if unexplained:
+            # the full messages of the SQL checks, for these few rows only
+            for rowid, reason in con.execute(
+                f"SELECT rowid, {_PROBLEM_SQL} FROM {_TYPED_STAGE} "
+                f"WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
+                [unexplained],
+            ).fetchall():
+                line, offset, raw = located[rowid]
+                reason = reason or "refused by the typed read's checks"
+                w.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+                rejected_rows.append(rowid)
+    for w in touched:
+        w.rejected.sort(key=lambda r: r.line)
+    if rejected_rows:
+        con.execute(
+            "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
+            [sorted(rejected_rows)],
+        )
 
 
 def _read_json_sql_empty() -> str:

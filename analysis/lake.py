@@ -29,12 +29,15 @@ columns, the memory running sums, ``runs.started_at``) are computed when the lak
 read (``LAKE_TABLE_SQL``), ordered by ``ts_ns`` then ``line`` exactly as the DuckDB file
 orders by ``ts_ns`` then file order: so every engine computes them the same way.
 
-Validation is ingest's own (``ingest_read._FileIngest``: the typed read, the SQL checks, pydantic
-for the explanations), so the lake gets the same rows and the same rejected-line reasons
-as the DuckDB file. Re-ingest is idempotent: an unchanged file (same size and mtime as
-its last entry) costs a ``stat``; a file that grew is continued from its last complete
-line (a new entry and new parts); a replaced file (first line changed, or shrank) is
-ingested again and its old parts and entries are removed.
+Validation is ingest's own (``ingest_read.stage`` and ``check``: the typed read, the SQL
+checks, pydantic for the explanations), so the lake gets the same rows and the same
+rejected-line reasons as the DuckDB file. Files are ingested in batches (``BATCH_FILES``):
+a batch is read, checked and turned into Parquet with one query per step, then each file's
+parts and entry are committed on their own, so each file is still one set of parts.
+Re-ingest is idempotent: an unchanged file (same size and mtime as its last entry) costs
+a ``stat``; a file that grew is continued from its last complete line (a new entry and new
+parts); a replaced file (first line changed, or shrank) is ingested again and its old
+parts and entries are removed.
 
 ``connect_lake(DIR)`` opens the lake in an in-memory DuckDB with the same tables and views
 as the DuckDB file (``ember query/report/dashboard --db DIR``).
@@ -42,8 +45,10 @@ as the DuckDB file (``ember query/report/dashboard --db DIR``).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
+import itertools
 import json
 import mmap
 import os
@@ -54,7 +59,8 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -79,7 +85,6 @@ from .db import (
 from .ingest import _select_for
 from .ingest_plan import (
     FileResult,
-    FileStatus,
     IngestSummary,
     Previous,
     _iter_lines,
@@ -89,10 +94,11 @@ from .ingest_plan import (
     cannot_read,
     claim,
     expand_paths,
+    run_taken,
     unchanged_result,
 )
 from .ingest_plan import plan_file as _plan_file
-from .ingest_read import _FileIngest
+from .ingest_read import _FileIngest, check, stage
 from .schema_types import READ_COLUMNS
 
 __all__ = [
@@ -192,16 +198,21 @@ def _write_atomic(target: Path, data: bytes) -> None:
 # ---------------------------------------------------------------- the manifest
 
 
+def _entry_names(lake: Path) -> dict[str, list[str]]:
+    """The names of the manifest entries of a lake, by file key (one listing)."""
+    names_by_key: dict[str, list[str]] = {}
+    for e in os.scandir(lake / MANIFEST):
+        if e.name.endswith(".json") and not e.name.startswith("."):
+            names_by_key.setdefault(e.name.split("-", 1)[0], []).append(e.name)
+    return names_by_key
+
+
 def manifest_entries(lake: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
     """Every manifest entry of a lake, by file key, oldest first."""
     folder = Path(lake) / MANIFEST
-    names_by_key: dict[str, list[str]] = {}
     if not folder.is_dir():
         return {}
-    for e in os.scandir(folder):
-        if e.name.endswith(".json") and not e.name.startswith("."):
-            names_by_key.setdefault(e.name.split("-", 1)[0], []).append(e.name)
-    return {k: _read_entries(folder, names) for k, names in names_by_key.items()}
+    return {k: _read_entries(folder, names) for k, names in _entry_names(Path(lake)).items()}
 
 
 def _read_entries(folder: Path, names: Iterable[str]) -> list[dict[str, Any]]:
@@ -287,25 +298,19 @@ def plan_file(
     return _LakePlan(plan, key, generation, run_date(plan.meta.get("wall_time_ns")), state)
 
 
-def claim_and_plan(
+def claim_file(
     lake: Path,
     path: Path,
     entries: list[dict[str, Any]],
-    migrations: Migrations,
     stale_s: float,
     claims: contextlib.ExitStack,
-) -> _LakePlan | FileResult:
-    """Plan one file of a lake ingest, holding its claim in ``claims`` if it is to be read.
+) -> FileResult | None:
+    """Claim one file of a lake ingest into ``claims`` (None), or say why not.
 
     The cheap answer first: a file whose size and mtime did not change since ``entries``
-    (the manifest read when the ingest began) is skipped after a ``stat``, without a
-    claim. Otherwise the file is claimed (``busy`` if another ingester has it), its entries
-    read again (another ingester may have just done it) and planned; a refusal is written
-    to the manifest.
-    """
-    t0 = time.perf_counter()
+    (the manifest read when the ingest began) is ``unchanged`` after a ``stat``, without a
+    claim; one another ingester has claimed is ``busy``."""
     file = str(path)
-    key = file_key(file)
     try:
         st = path.stat()
     except OSError as exc:
@@ -313,9 +318,18 @@ def claim_and_plan(
     previous = _previous(_state(entries))
     if previous is not None and previous.unchanged(st):
         return unchanged_result(file, previous)
-    if not claims.enter_context(claim(lake / CLAIMS, key, stale_s)):
+    if not claims.enter_context(claim(lake / CLAIMS, file_key(file), stale_s)):
         return FileResult(file, "busy", message="another ingester is writing this file now")
-    entries = _entries_of(lake, key)
+    return None
+
+
+def plan_claimed(
+    lake: Path, path: Path, entries: list[dict[str, Any]], migrations: Migrations
+) -> _LakePlan | FileResult:
+    """Plan a claimed file from its entries read after the claim (another ingester may have
+    just done it); a refusal is written to the manifest."""
+    t0 = time.perf_counter()
+    file = str(path)
     try:
         return plan_file(lake, path, entries, migrations)
     except _Refused as exc:
@@ -325,6 +339,22 @@ def claim_and_plan(
         msg = cannot_read(exc)
         refuse_file(lake, path, msg, entries)
         return FileResult(file, "refused", message=msg, seconds=time.perf_counter() - t0)
+
+
+def claim_and_plan(
+    lake: Path,
+    path: Path,
+    entries: list[dict[str, Any]],
+    migrations: Migrations,
+    stale_s: float,
+    claims: contextlib.ExitStack,
+) -> _LakePlan | FileResult:
+    """Plan one file of a lake ingest, holding its claim in ``claims`` if it is to be read
+    (``claim_file``, then ``plan_claimed`` on its entries read again)."""
+    refused = claim_file(lake, path, entries, stale_s, claims)
+    if refused is not None:
+        return refused
+    return plan_claimed(lake, path, _entries_of(lake, file_key(str(path))), migrations)
 
 
 def _run_owner(lake: Path, run_id: str, key: str) -> str | None:
@@ -341,28 +371,37 @@ def _run_owner(lake: Path, run_id: str, key: str) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- writing one file
+# ---------------------------------------------------------------- writing a batch
 
 
-def _line_sql(work: _FileIngest, con: duckdb.DuckDBPyConnection) -> str:
-    """SQL of each staged row's line number (rowid -> line)."""
-    plan = work.plan
-    if work.line_map is not None:
-        lines = [line for line, _ in work.line_map]
-    else:
-        # the fast path staged every non-blank line in order: without blank lines, row n
-        # is line base + n + 1
-        if not _has_blank(work):
-            return f"rowid + {plan.base_line + 1}"
-        lines = []
-        number = plan.base_line
-        for _, raw in _iter_lines(plan.path, plan.start, work.end):
-            number += 1
-            if raw.strip():
-                lines.append(number)
+def _line_sql(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> str:
+    """SQL of each staged row's line number in its file.
+
+    The fast path staged every non-blank line in order: without blank lines, row n of a
+    file is line ``base + n + 1``; the lines of the other files (blank lines, the slow
+    path's line map) are listed in ``_lines``."""
+    listed: list[tuple[int, int]] = []
+    for w in works:
+        plan = w.plan
+        if w.first_row < 0:
+            continue
+        if w.line_map is not None:
+            listed += [(w.first_row + i, line) for i, (line, _) in enumerate(w.line_map)]
+        elif _has_blank(w):
+            number = plan.base_line
+            rid = w.first_row
+            for _, raw in _iter_lines(plan.path, plan.start, w.end):
+                number += 1
+                if raw.strip():
+                    listed.append((rid, number))
+                    rid += 1
     con.execute("CREATE OR REPLACE TEMP TABLE _lines (rid BIGINT, line BIGINT)")
-    con.executemany("INSERT INTO _lines VALUES (?, ?)", list(enumerate(lines)))
-    return "(SELECT line FROM _lines WHERE rid = _stage.rowid)"
+    if listed:
+        con.executemany("INSERT INTO _lines VALUES (?, ?)", listed)
+    return (
+        "coalesce((SELECT line FROM _lines WHERE rid = _stage.rowid), "
+        "rowid - CAST($firsts AS BIGINT[])[_f + 1] + CAST($bases AS BIGINT[])[_f + 1] + 1)"
+    )
 
 
 _BLANK = re.compile(rb"(?:\A|\n)[ \t\r\f\v]*\n")
@@ -376,63 +415,65 @@ def _has_blank(work: _FileIngest) -> bool:
         return _BLANK.search(m, max(plan.start - 1, 0), work.end) is not None
 
 
-def _select_sql(kind: str, run_id: str, line_sql: str) -> str:
-    lit = "'" + run_id.replace("'", "''") + "'"
+def _select_sql(kind: str, line_sql: str) -> str:
     cols = _record_columns(kind)
-    select = _select_for(kind, cols).replace("$run_id", lit)
+    select = _select_for(kind, cols, "NULL")
     # the stored columns: the record's (not run_id) with JSON as text, then line
     names = [c for c in cols if c != "run_id"]
     types = lake_columns(kind)
-    inner = f"SELECT {select}, {line_sql} AS line FROM _stage WHERE kind = '{kind}'"
+    inner = f"SELECT {select}, {line_sql} AS line, _f FROM _stage WHERE kind = '{kind}'"
     outer = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in names)
     all_names = ", ".join(f'"{c}"' for c in cols)
-    return f"SELECT {outer}, line FROM ({inner}) AS r({all_names}, line) ORDER BY line"
+    return f"SELECT {outer}, line, _f FROM ({inner}) AS r({all_names}, line, _f) ORDER BY _f, line"
 
 
-def _runs_sql(file: str) -> str:
+def _runs_sql() -> str:
     cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
     select = _select_for("meta", cols)
     types = lake_columns("runs")
     names = ", ".join(f'"{c}"' for c in cols)
     outer = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in cols if c != "run_id")
-    lit = "'" + file.replace("'", "''") + "'"
     return (
-        f"SELECT {outer}, {lit} AS file FROM (SELECT {select} FROM _stage WHERE kind = 'meta') "
-        f"AS r({names})"
+        f"SELECT {outer}, CAST($files AS VARCHAR[])[_f + 1] AS file, _f FROM (SELECT {select}, "
+        f"_f FROM _stage WHERE kind = 'meta') AS r({names}, _f) ORDER BY _f"
     )
 
 
-@dataclass
-class _Output:
-    """What one ingested file adds to the lake before it is renamed into place."""
+def _by_file(table: Any, n: int) -> list[Any]:
+    """A pyarrow table sorted by ``_f`` as ``n`` tables, one per file (without ``_f``)."""
+    fs = table.column("_f").to_pylist()
+    bounds = [bisect.bisect_left(fs, f) for f in range(n + 1)]
+    rest = table.drop_columns(["_f"])
+    return [rest.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
 
-    tables: dict[str, Any] = field(default_factory=dict)  # table -> pyarrow.Table
-    records: int = 0
 
-
-def _stage_output(con: duckdb.DuckDBPyConnection, lp: _LakePlan, work: _FileIngest) -> _Output:
-    out = _Output()
-    plan = lp.plan
-    line_sql = _line_sql(work, con)
-    if plan.start == 0:
-        t = con.sql(_runs_sql(str(plan.path))).to_arrow_table()
-        if t.num_rows:
-            out.tables["runs"] = t
-            out.records += t.num_rows
+def _stage_output(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[dict[str, Any]]:
+    """Each staged file's lake tables (table -> pyarrow.Table), from one query per table."""
+    outputs: list[dict[str, Any]] = [{} for _ in works]
+    params: dict[str, list[Any]] = {
+        "firsts": [w.first_row for w in works],
+        "bases": [w.plan.base_line for w in works],
+    }
+    line_sql = _line_sql(con, works)
     kinds = [
         r[0]
         for r in con.execute("SELECT DISTINCT kind FROM _stage WHERE kind <> 'meta'").fetchall()
     ]
-    for kind in RECORD_TABLES:
-        if kind not in kinds:
+    queries: list[tuple[str, str, dict[str, list[Any]]]] = [
+        ("runs", _runs_sql(), {"files": [str(w.plan.path) for w in works]})
+    ]
+    queries += [(k, _select_sql(k, line_sql), params) for k in RECORD_TABLES if k in kinds]
+    for table, sql, args in queries:
+        t = con.sql(sql, params=args).to_arrow_table()
+        if not t.num_rows:
             continue
-        t = con.sql(_select_sql(kind, plan.run_id, line_sql)).to_arrow_table()
-        if t.num_rows:
-            out.tables[kind] = t
-            out.records += t.num_rows
-    if work.rejected:
-        out.tables["rejected_lines"] = rejected_table(str(plan.path), work.rejected)
-    return out
+        for out, piece in zip(outputs, _by_file(t, len(works)), strict=True):
+            if piece.num_rows:
+                out[table] = piece
+    for w, out in zip(works, outputs, strict=True):
+        if w.rejected:
+            out["rejected_lines"] = rejected_table(str(w.plan.path), w.rejected)
+    return outputs
 
 
 def rejected_table(file: str, rejected: list[Any]) -> Any:
@@ -584,24 +625,29 @@ def refuse_file(lake: Path, path: Path, message: str, entries: list[dict[str, An
 # ---------------------------------------------------------------- ingest
 
 
-def _prepare_checks_table(con: duckdb.DuckDBPyConnection, lake: Path, lp: _LakePlan) -> None:
-    """The ``span_start`` that the checks consult: the run's spans already in the lake."""
-    parts = []
-    if lp.plan.start > 0:
+def _prepare_prior_spans(
+    con: duckdb.DuckDBPyConnection, lake: Path, batch: list[_LakePlan]
+) -> None:
+    """``_prior_spans`` for the checks: the span ids already in the lake of each continued
+    file's run, by its place in the batch."""
+    reads = []
+    for f, lp in enumerate(batch):
+        if lp.plan.start == 0:
+            continue
         d = lake / "span_start" / _partition(lp.plan.run_id, lp.run_date)
         parts = sorted(str(p) for p in d.glob("*.parquet"))
-    if parts:
-        lit = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in parts) + "]"
-        run = lp.plan.run_id.replace("'", "''")
-        con.execute(
-            f"CREATE OR REPLACE TEMP VIEW span_start AS SELECT '{run}' AS run_id, span_id "
-            f"FROM read_parquet({lit})"
-        )
-    else:
-        con.execute(
-            "CREATE OR REPLACE TEMP VIEW span_start AS "
-            "SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS span_id WHERE false"
-        )
+        if parts:
+            lit = "[" + ", ".join(_lit(p) for p in parts) + "]"
+            reads.append(f"SELECT {f}::INTEGER AS _f, span_id FROM read_parquet({lit})")
+    reads.append("SELECT NULL::INTEGER AS _f, NULL::BIGINT AS span_id WHERE false")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _prior_spans AS {' UNION ALL '.join(reads)}")
+
+
+_COMMIT_THREADS = 4
+BATCH_FILES = 256
+"""At most this many trace files are read, checked and written in one batch."""
+BATCH_BYTES = 64 << 20
+"""... and at most this many bytes (a larger file is a batch of its own)."""
 
 
 def ingest_lake(
@@ -616,9 +662,11 @@ def ingest_lake(
 ) -> IngestSummary:
     """Ingest trace files, folders or globs into the lake folder ``lake`` (with DuckDB).
 
-    One in-memory DuckDB does the whole batch; each file's parts are renamed into the
-    lake when the file is done (see the module doc). Safe to run on many processes and
-    machines at once against one lake.
+    One in-memory DuckDB does the whole ingest, in batches (``BATCH_FILES``,
+    ``BATCH_BYTES``): a batch's files are read, checked and turned into Parquet together
+    (one query per step, not per file), and each file's parts are renamed into the lake
+    when its batch is done (see the module doc); a file that fails does not fail its
+    batch-mates. Safe to run on many processes and machines at once against one lake.
     """
     root = Path(lake)
     (root / MANIFEST).mkdir(parents=True, exist_ok=True)
@@ -631,73 +679,123 @@ def ingest_lake(
         con.execute("SET enable_progress_bar = false")
         if threads:
             con.execute(f"SET threads = {int(threads)}")
-        for path in files:
-            result = _ingest_one(
-                con, root, path, known.get(file_key(str(path)), []), migrations, strict, stale_s
-            )
-            summary.files.append(result)
-            if on_file is not None:
-                on_file(result)
+        i = 0
+        while i < len(files):
+            results = _ingest_batch(con, root, files[i:], known, migrations, strict, stale_s)
+            i += len(results)
+            for result in results:
+                summary.files.append(result)
+                if on_file is not None:
+                    on_file(result)
     finally:
         con.close()
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
-def _ingest_one(
+def _ingest_batch(
     con: duckdb.DuckDBPyConnection,
     lake: Path,
-    path: Path,
-    entries: list[dict[str, Any]],
+    paths: list[Path],
+    known: dict[str, list[dict[str, Any]]],
     migrations: Migrations,
     strict: bool,
     stale_s: float,
-) -> FileResult:
-    t0 = time.perf_counter()
-    file = str(path)
+) -> list[FileResult]:
+    """Claim and plan the first files of ``paths`` and ingest them as one batch; their
+    results, in order (at least one file). The manifest folder is listed once for the batch
+    after its files are claimed (not once per file: a lake holds many entries)."""
+    results: list[FileResult | Path] = []
+    claimed = 0
+    size = 0
     with contextlib.ExitStack() as claims:
-        lp = claim_and_plan(lake, path, entries, migrations, stale_s, claims)
-        if isinstance(lp, FileResult):
-            lp.seconds = time.perf_counter() - t0
-            return lp
-        tmp = Path(tempfile.mkdtemp(prefix="ember-lake-"))
-        try:
-            _prepare_checks_table(con, lake, lp)
-            work = _FileIngest(con, lp.plan, migrations, tmp, strict)
-            work.run()
-            message = work.partial
-            if work.rejected and not message:
-                message = f"{len(work.rejected)} line(s) rejected; see rejected_lines"
-            out = _stage_output(con, lp, work)
-            status: FileStatus = "partial" if work.partial else "ok"
-            commit_file(
-                lake,
-                lp,
-                out.tables,
-                records=out.records,
-                rejected=len(work.rejected),
-                status=status,
-                message=message,
-                end=work.end,
-                lines=work.lines_read,
-                engine="duckdb",
-            )
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-            con.execute("DROP TABLE IF EXISTS _stage")
-    return FileResult(
-        file,
-        status,
-        records=out.records,
-        rejected=len(work.rejected),
-        message=message,
-        run_id=lp.plan.run_id,
-        bytes_read=work.end - lp.plan.start,
-        seconds=time.perf_counter() - t0,
-        continued=lp.plan.continued,
-        replaced=lp.plan.replaced_run is not None,
-        slow_path=work.slow_path,
-    )
+        for path in paths:
+            if claimed >= BATCH_FILES or (claimed and size >= BATCH_BYTES):
+                break
+            t0 = time.perf_counter()
+            why = claim_file(lake, path, known.get(file_key(str(path)), []), stale_s, claims)
+            if why is None:
+                claimed += 1
+                with contextlib.suppress(OSError):
+                    size += path.stat().st_size
+                results.append(path)
+            else:
+                why.seconds = time.perf_counter() - t0
+                results.append(why)
+        names = _entry_names(lake) if claimed else {}
+        planned: list[FileResult | _LakePlan] = []
+        runs: dict[str, str] = {}  # run id -> the file of this batch that brings it
+        for item in results:
+            if isinstance(item, FileResult):
+                planned.append(item)
+                continue
+            file = str(item)
+            key = file_key(file)
+            entries = _read_entries(lake / MANIFEST, names.get(key, []))
+            lp = plan_claimed(lake, item, entries, migrations)
+            if isinstance(lp, _LakePlan) and lp.plan.start == 0:
+                # one run is one file, within a batch too
+                other = runs.setdefault(lp.plan.run_id, file)
+                if other != file:
+                    exc = run_taken(lp.plan.run_id, other, "lake")
+                    refuse_file(lake, item, str(exc), entries)
+                    lp = FileResult(file, "refused", message=str(exc))
+            planned.append(lp)
+        batch = [r for r in planned if isinstance(r, _LakePlan)]
+        done = iter(_ingest_planned(con, lake, batch, migrations, strict) if batch else [])
+        return [r if isinstance(r, FileResult) else next(done) for r in planned]
+
+
+def _ingest_planned(
+    con: duckdb.DuckDBPyConnection,
+    lake: Path,
+    batch: list[_LakePlan],
+    migrations: Migrations,
+    strict: bool,
+) -> list[FileResult]:
+    """Read, check and write planned (and claimed) files together; if that fails before
+    anything is committed, each file alone, so that one file's failure is not its
+    batch-mates'."""
+    t0 = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="ember-lake-"))
+    try:
+        works = stage(con, [lp.plan for lp in batch], migrations, tmp, strict)
+        _prepare_prior_spans(con, lake, batch)
+        check(con, works)
+        outputs = _stage_output(con, works)
+    except Exception:
+        if len(batch) == 1:
+            raise
+        return [r for lp in batch for r in _ingest_planned(con, lake, [lp], migrations, strict)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        con.execute("DROP TABLE IF EXISTS _stage")
+
+    def commit(lp: _LakePlan, w: _FileIngest, out: dict[str, Any]) -> FileResult:
+        records = sum(t.num_rows for name, t in out.items() if name != "rejected_lines")
+        result = w.result(records, 0.0)
+        commit_file(
+            lake,
+            lp,
+            out,
+            records=records,
+            rejected=len(w.rejected),
+            status=result.status,
+            message=result.message,
+            end=w.end,
+            lines=w.lines_read,
+            engine="duckdb",
+        )
+        return result
+
+    # each file's parts and entry are its own: written on a few threads (Parquet and the
+    # file system let go of the GIL), the small files' cost
+    with ThreadPoolExecutor(_COMMIT_THREADS) as pool:
+        results = list(pool.map(commit, batch, works, outputs))
+    seconds = (time.perf_counter() - t0) / len(batch)
+    for r in results:
+        r.seconds = seconds
+    return results
 
 
 # ---------------------------------------------------------------- reading

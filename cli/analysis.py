@@ -18,7 +18,7 @@ from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.format import plural, short_path, wrap
-from ember.analysis.ingest import FileResult, IngestSummary, ingest_file
+from ember.analysis.ingest import FileResult, IngestSummary, ingest, ingest_file
 from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
@@ -84,7 +84,6 @@ def ingest_command(
     if lake is not None:
         _ingest_lake(files, lake, engine, master, strict)
         return
-    summary = IngestSummary()
     sizes = {p: p.stat().st_size for p in files}
     total = sum(sizes.values())
     progress = Progress(
@@ -97,20 +96,19 @@ def ingest_command(
         transient=True,
         disable=total < (64 << 20) and len(files) < 50,
     )
-    t0 = time.perf_counter()
     with progress:
         task = progress.add_task("ingest", total=total, file="")
-        for path in files:
-            progress.update(task, file=path.name)
-            try:
-                with connect(db, wait=wait) as con:
-                    result = ingest_file(con, path, strict=strict)
-            except DatabaseBusyError as exc:
-                raise fail(str(exc)) from None
-            summary.files.append(result)
+
+        def done(result: FileResult) -> None:
             _print_file(result)
-            progress.advance(task, sizes[path])
-    summary.seconds = time.perf_counter() - t0
+            path = Path(result.path)
+            progress.update(task, advance=sizes.get(path, 0), file=path.name)
+
+        # in batches: many small files go in together (one transaction a batch)
+        try:
+            summary = ingest(files, db, wait=wait, strict=strict, on_file=done)
+        except DatabaseBusyError as exc:
+            raise fail(str(exc)) from None
     _print_totals(len(files), summary, str(db))
 
 

@@ -1,0 +1,193 @@
+"""Many files in one batch (one read, one check query, one transaction): the same results and
+rows as one file at a time, into the DuckDB file and into the lake."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from ember.analysis import FileResult, connect, ingest
+from ember.analysis.lake import connect_lake, ingest_lake
+from tests.analysis.lake_parity import COMPARED, bad_corpus, differences
+from tests.analysis.traces import cache_line, meta_line, write_lines
+
+ingest_module = importlib.import_module("ember.analysis.ingest")
+lake_module = importlib.import_module("ember.analysis.lake")
+
+
+def _span(kind: str, span_id: int, ts: int) -> str:
+    rec = {"kind": kind, "ts_ns": ts, "span_id": span_id, "span_kind": "user", "attrs": {}}
+    if kind == "span_start":
+        rec["name"] = "work"
+    else:
+        rec["duration_ns"] = 1
+    return json.dumps(rec)
+
+
+def _memory(ts: int, action: str, size: int, tensor: str) -> str:
+    return json.dumps(
+        {
+            "kind": "memory",
+            "ts_ns": ts,
+            "tensor_id": tensor,
+            "action": action,
+            "bytes": size,
+            "device": "cpu:0",
+            "dtype": "float32",
+            "category": "activation",
+        }
+    )
+
+
+def _corpus(folder: Path) -> list[Path]:
+    """Small traces of every sort a batch must tell apart, in this order."""
+    folder.mkdir()
+    files = []
+    for i in range(6):  # valid ones, with spans, cache order columns and memory sums
+        lines = [meta_line(f"ok{i}"), _span("span_start", 1, 1), cache_line(2, "miss")]
+        lines += [cache_line(3, "hit"), cache_line(3, "hit", n=23), _memory(3, "alloc", 64, "x")]
+        lines += [_memory(4, "alloc", 32, "y"), _memory(4, "free", 64, "x")]
+        lines.append(_span("span_end", 1, 5))
+        files.append(write_lines(folder / f"a{i}.jsonl", lines))
+    # whole, but DuckDB refuses it (garbage in the middle): read alone, on the slow path
+    files.append(
+        write_lines(
+            folder / "b-garbage.jsonl",
+            [meta_line("garbage"), cache_line(1, "miss"), b"\x00\x01 garbage", cache_line(2)],
+        )
+    )
+    # rows the checks reject: a second meta, a span_end without start, a duplicate span
+    files.append(
+        write_lines(
+            folder / "c-checks.jsonl",
+            [
+                meta_line("checks"),
+                _span("span_start", 7, 1),
+                meta_line("again"),
+                _span("span_end", 8, 2),
+                _span("span_start", 7, 3),
+                json.dumps({"kind": "cache", "ts_ns": 5, "action": "hit", "shapes": []}),
+                "",
+                cache_line(6, "bogus"),
+                cache_line(7, "miss"),
+            ],
+        )
+    )
+    files.append(bad_corpus(folder / "d-partial.jsonl"))  # a truncated last line
+    files.append(write_lines(folder / "e-nometa.jsonl", [cache_line(1)]))  # refused
+    # the run of a0 again: refused as a copy, in the same batch as a0
+    files.append(write_lines(folder / "f-copy.jsonl", [meta_line("ok0"), cache_line(1)]))
+    files.append(write_lines(folder / "g-empty.jsonl", []))  # refused: empty
+    for i in range(6, 9):
+        files.append(write_lines(folder / f"h{i}.jsonl", [meta_line(f"ok{i}"), cache_line(i)]))
+    return files
+
+
+def _same(r: FileResult) -> dict:
+    """A result without its timing."""
+    return {k: v for k, v in dataclasses.asdict(r).items() if k != "seconds"}
+
+
+def _one_at_a_time(files: list[Path], ingest_one) -> list[dict]:
+    return [_same(r) for path in files for r in ingest_one(path).files]
+
+
+@pytest.mark.parametrize("batch_files", [256, 3])
+def test_a_batch_gives_the_results_and_rows_of_one_file_at_a_time(
+    tmp_path, monkeypatch, batch_files
+):
+    monkeypatch.setattr(ingest_module, "BATCH_FILES", batch_files)
+    files = _corpus(tmp_path / "traces")
+    batched = ingest([tmp_path / "traces"], tmp_path / "batched.duckdb").files
+    single = _one_at_a_time(files, lambda p: ingest([p], tmp_path / "single.duckdb"))
+    assert [_same(r) for r in batched] == single
+    statuses = {Path(r.path).name: r.status for r in batched}
+    assert statuses["d-partial.jsonl"] == "partial"
+    assert [statuses[n] for n in ("e-nometa.jsonl", "f-copy.jsonl", "g-empty.jsonl")] == [
+        "refused"
+    ] * 3
+    # the bad file went alone; its batch-mates were read together and lost nothing
+    by_name = {Path(r.path).name: r for r in batched}
+    assert by_name["b-garbage.jsonl"].slow_path
+    assert (by_name["b-garbage.jsonl"].records, by_name["b-garbage.jsonl"].rejected) == (3, 1)
+    assert not any(by_name[f"a{i}.jsonl"].slow_path for i in range(6))
+    assert all(by_name[f"a{i}.jsonl"].records == 9 for i in range(6))
+    assert (by_name["c-checks.jsonl"].records, by_name["c-checks.jsonl"].rejected) == (3, 5)
+    with (
+        connect(tmp_path / "batched.duckdb", read_only=True) as a,
+        connect(tmp_path / "single.duckdb", read_only=True) as b,
+    ):
+        assert differences(a, b) == []
+        # not vacuous: the order columns and running sums are per run
+        assert a.sql("SELECT count(DISTINCT run_id) AS n FROM cache")["n"][0] == 12
+        assert a.sql("SELECT max(ord) AS m FROM cache")["m"][0] == 3
+        peaks = a.sql("SELECT max(device_live_bytes) AS m FROM memory GROUP BY run_id")
+        assert peaks["m"].to_list() == [96] * 6
+    # again: every file as it was, nothing new
+    again = ingest([tmp_path / "traces"], tmp_path / "batched.duckdb").files
+    assert {r.status for r in again} == {"unchanged", "partial", "refused"}
+
+
+@pytest.mark.parametrize("batch_files", [256, 3])
+def test_a_lake_batch_gives_the_results_and_rows_of_one_file_at_a_time(
+    tmp_path, monkeypatch, batch_files
+):
+    monkeypatch.setattr(lake_module, "BATCH_FILES", batch_files)
+    files = _corpus(tmp_path / "traces")
+    batched = ingest_lake([tmp_path / "traces"], tmp_path / "batched").files
+    single = _one_at_a_time(files, lambda p: ingest_lake([p], tmp_path / "single"))
+    assert [_same(r) for r in batched] == single
+    ingest(files, tmp_path / "file.duckdb")
+    with (
+        connect_lake(tmp_path / "batched") as a,
+        connect_lake(tmp_path / "single") as b,
+        connect(tmp_path / "file.duckdb", read_only=True) as c,
+    ):
+        assert differences(a, b) == []
+        # the DuckDB file's too, but for the refusal of the copy ('already in the lake')
+        assert differences(a, c, names=[n for n in COMPARED if n != "ingested_files"]) == []
+        assert a.sql("SELECT count(*) AS n FROM runs")["n"][0] == 12
+
+
+def test_a_grown_file_in_a_batch_continues(tmp_path):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    grows = write_lines(folder / "grows.jsonl", [meta_line("g"), _span("span_start", 1, 1)])
+    write_lines(folder / "other.jsonl", [meta_line("o"), cache_line(1)])
+    db, lake = tmp_path / "t.duckdb", tmp_path / "lake"
+    ingest([folder], db)
+    ingest_lake([folder], lake)
+    with grows.open("a") as f:
+        f.write(_span("span_end", 1, 2) + "\n" + _span("span_end", 1, 3) + "\n")
+    write_lines(folder / "new.jsonl", [meta_line("n"), cache_line(1)])
+    for summary in (ingest([folder], db), ingest_lake([folder], lake)):
+        by_name = {Path(r.path).name: r for r in summary.files}
+        assert (by_name["grows.jsonl"].continued, by_name["grows.jsonl"].records) == (True, 1)
+        assert by_name["grows.jsonl"].rejected == 1  # the second span_end of span 1
+        assert by_name["other.jsonl"].status == "unchanged"
+        assert by_name["new.jsonl"].records == 2
+    with connect(db, read_only=True) as a, connect_lake(lake) as b:
+        assert differences(a, b, names=COMPARED) == []
+
+
+def test_a_replaced_file_with_the_same_run_keeps_its_spans(tmp_path):
+    # the spans of the run it replaces were taken for those of an earlier part of the file:
+    # every span was rejected as 'a second span_start of span_id 1'
+    path = write_lines(
+        tmp_path / "t.jsonl", [meta_line("r1"), _span("span_start", 1, 1), _span("span_end", 1, 2)]
+    )
+    db = tmp_path / "t.duckdb"
+    assert ingest([path], db).files[0].records == 3
+    meta = json.loads(meta_line("r1"))
+    meta["pid"] = 2  # another first line: the file was replaced
+    lines = [json.dumps(meta), _span("span_start", 1, 1), _span("span_end", 1, 2)]
+    write_lines(path, [*lines, _span("span_start", 2, 3)])
+    result = ingest([path], db).files[0]
+    assert (result.replaced, result.records, result.rejected) == (True, 4, 0)
+    with connect(db, read_only=True) as con:
+        assert con.duck.execute("SELECT count(*) FROM rejected_lines").fetchall() == [(0,)]
+        assert con.duck.execute("SELECT count(*) FROM span_start").fetchall() == [(2,)]
