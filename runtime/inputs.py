@@ -136,7 +136,8 @@ def spec_value(spec: Any, tspec: TensorSpec) -> Any:
 def resolve_specs(model: Model, input_specs: Any) -> dict[str, Any] | None:
     """``compile``'s ``input_specs`` (a mapping or a list in input order; inputs not named
     take their static shapes) as ``jax.ShapeDtypeStruct`` by input name; None when some
-    input has no static shape to compile for, or is not a tensor."""
+    input has no static shape to compile for, or is not a tensor. A spec the model's input
+    refuses (another dtype, rank or static dim) is an ``InputError``."""
     tensor_inputs = [s for s in model.inputs]
     if input_specs is None:
         if all(s.kind == "tensor" and s.static and s.dtype is not None for s in tensor_inputs):
@@ -156,7 +157,12 @@ def resolve_specs(model: Model, input_specs: Any) -> dict[str, Any] | None:
             return None
         if s.kind != "tensor":
             return None
-        specs[s.name] = spec_value(input_specs[s.name], s)
+        specs[s.name] = spec = spec_value(input_specs[s.name], s)
+        # a call at these shapes goes straight to the program: they must be ones the
+        # model accepts, as check_inputs would say of an input of these shapes
+        problem = input_problem(s, s.name, spec)
+        if problem is not None:
+            raise InputError(f"input_specs: {problem}; {expected(model)}")
     return specs
 
 

@@ -83,3 +83,33 @@ def test_inputs_given_positionally_are_an_input_error_that_says_how_to_call(rows
         rt.run(proto, [x])
     if recorded:
         assert [md["shapes"] for md in events][:1] == [[]]
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ((5,), r"input 'x' has shape \[5\], but dim 0 must be 3"),
+        (((3,), np.float64), "input 'x' has dtype float64, expected float32"),
+        ((3, 1), r"input 'x' has rank 2 \(shape \[3, 1\]\), expected rank 1"),
+    ],
+    ids=["static-dim", "float64", "rank"],
+)
+def test_input_specs_the_model_refuses_are_an_input_error_at_compile(spec, problem):
+    # The program compiled ahead for such specs was called straight with inputs that the
+    # model refuses (a float64 array into a float32 model ran, in float64)
+    proto = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [tensor("x", shape=[3])], [tensor("y", shape=[3])]
+    )
+    with pytest.raises(InputError, match=f"input_specs: {problem}; the model expects: x: float32"):
+        rt.compile(proto, {"x": spec})
+    with pytest.raises(InputError, match=f"input_specs: {problem}"):
+        rt.compile(proto, [spec])
+    # a spec that names the model's own shape, or fills in a dynamic dim, is fine
+    rt.compile(proto, {"x": (3,)})
+    dynamic = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=["n"])],
+        [tensor("y", shape=["n"])],
+    )
+    compiled = rt.compile(dynamic, {"x": (5,)})
+    assert compiled.program_for({"x": np.ones(5, np.float32)}) is not None
