@@ -93,6 +93,11 @@ VIEW_NAMES: tuple[str, ...] = (
     "_call_errors",
     "_rejected_files",
     "_jit_retraces",
+    # helpers of compare (a run's causes and latency samples)
+    "_recompile_causes",
+    "_eviction_sites",
+    "_break_nodes",
+    "_latency_samples",
     # helpers of the dashboard's pages
     "_cache_positions",
     "_call_windows",

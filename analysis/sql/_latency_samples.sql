@@ -1,0 +1,16 @@
+-- _latency_samples: one row per span whose duration run_summary's latency is made of: the
+-- run's calls when it made any, else its steps (the rule of run_summary.latency_of).
+--
+-- run_id
+-- span_kind     'call' or 'step'
+-- ts_ns         when the span ended (ns since run start): the order of the samples
+-- duration_ns   how long it took (ns)
+WITH kinds AS (
+    SELECT run_id,
+        CASE WHEN count(*) FILTER (WHERE span_kind = 'call') > 0 THEN 'call' ELSE 'step' END
+            AS latency_of
+    FROM span_end WHERE span_kind IN ('call', 'step') GROUP BY run_id
+)
+SELECT s.run_id, s.span_kind, s.ts_ns, s.duration_ns
+FROM span_end s JOIN kinds k ON k.run_id = s.run_id AND s.span_kind = k.latency_of
+WHERE s.duration_ns IS NOT NULL
