@@ -298,3 +298,25 @@ def test_an_output_known_on_the_host_cannot_be_changed_for_the_next_call(rows):
         np.testing.assert_array_equal(np.asarray(out["y"]), [0, 2, 3])
         with pytest.raises(ValueError, match="read-only"):
             out["s"][0] = 99
+
+
+def test_a_recording_between_direct_calls_holds_exactly_its_own_calls(tmp_path):
+    import json
+
+    from ember.recorder import record
+
+    compiled = rt.compile(vad_like_model())
+    feeds = [_vad_feeds(np.array(sr, np.int64)) for sr in (16000, 8000)]
+    for i in range(4):  # checked calls register a program per rate; then direct calls
+        compiled(feeds[i % 2])
+    for name, calls in (("a", 5), ("b", 3)):
+        with record(tmp_path / f"{name}.jsonl", run_id=name):
+            for i in range(calls):
+                compiled(feeds[i % 2])
+        for i in range(4):  # direct again: nothing more in the file
+            compiled(feeds[i % 2])
+        lines = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        ends = [r["span_kind"] for r in lines if r["kind"] == "span_end"]
+        assert ends.count("call") == calls, name
+        assert ends.count("segment") == calls, name
+        assert sum(r["kind"] == "cache" for r in lines) == calls, name
