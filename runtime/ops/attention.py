@@ -6,6 +6,8 @@ rows produce zeros instead of NaN.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -21,6 +23,7 @@ def _causal_bias(q_len: int, kv_len: int, offset, dtype, left=-1, right=-1, caus
     """(q, kv) or (batch, 1, q, kv) additive bias; ``offset`` aligns queries to keys."""
     i = np.arange(q_len).reshape(q_len, 1)
     j = np.arange(kv_len).reshape(1, kv_len)
+    allowed: Any  # numpy for a fixed offset, JAX for one given per batch
     if np.ndim(offset) > 0 or not isinstance(offset, (int, np.integer)):
         diff = (i + jnp.reshape(offset, (-1, 1, 1))) - j  # (batch, q, kv)
         allowed = jnp.ones(diff.shape, bool)

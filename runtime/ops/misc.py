@@ -84,8 +84,8 @@ def _quantize(x, y_scale, y_zero_point, *, axis, saturate, block_size, output_dt
     qi = jnp.round(q).astype(jnp.int32)
     if y_zero_point is not None:
         qi = qi + _per_axis(y_zero_point, x.shape, axis, block_size).astype(jnp.int32)
-    info = ml_dtypes.iinfo(target)
-    return jnp.clip(qi, int(info.min), int(info.max)).astype(target)
+    bounds = ml_dtypes.iinfo(target)
+    return jnp.clip(qi, int(bounds.min), int(bounds.max)).astype(target)
 
 
 @op("QuantizeLinear", since=10)
@@ -216,7 +216,7 @@ def non_max_suppression(
     max_out = max(int(scalar(max_output_boxes_per_class, 0)), 0)
     iou = float(scalar(iou_threshold, 0.0))
     min_score = scalar(score_threshold, None)
-    selected = []
+    selected: list[tuple[int, int, int]] = []
     for b in range(sc.shape[0]):
         for c in range(sc.shape[1]):
             s = sc[b, c]

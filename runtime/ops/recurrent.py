@@ -8,6 +8,7 @@ own length, as ONNX Runtime does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -176,7 +177,8 @@ def rnn(
     hidden = r.shape[-1]
     dirs = _directions(direction)
     acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], len(dirs))
-    ys, finals = [], [[]]
+    ys: list[Any] = []
+    finals: list[list[Any]] = [[]]
     for d, reverse in enumerate(dirs):
         bias = 0 if B is None else jnp.asarray(B)[d, :hidden] + jnp.asarray(B)[d, hidden:]
         wd, rd, f = w[d], r[d], acts[d][0]
@@ -219,7 +221,8 @@ def gru(
     acts = _activations(
         activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], len(dirs)
     )
-    ys, finals = [], [[]]
+    ys: list[Any] = []
+    finals: list[list[Any]] = [[]]
     for d, reverse in enumerate(dirs):
         if B is None:
             wb = rb = jnp.zeros((3 * hidden,), x.dtype)
@@ -279,7 +282,8 @@ def lstm(
     acts = _activations(
         activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], len(dirs)
     )
-    ys, finals = [], [[], []]
+    ys: list[Any] = []
+    finals: list[list[Any]] = [[], []]
     for d, reverse in enumerate(dirs):
         bias = (
             jnp.zeros((4 * hidden,), x.dtype)
