@@ -231,6 +231,7 @@ def _build(
     known = set(initializers) | {i.name for i in graph.input}
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
+    layout.mark_nhwc_regions(nodes, initializers, [o.name for o in graph.output])
     produced = set(known)
     reads: set[str] = set()
     for pos, node in enumerate(nodes):

@@ -11,7 +11,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import ember.runtime as rt
-from ember.runtime.layout import CHANNELS_LAST
+from ember.runtime.graph import run_node
+from ember.runtime.layout import CHANNELS_LAST, NHWC
 from tests.runtime.models import make_model, tensor
 
 rng = np.random.default_rng(3)
@@ -166,3 +167,130 @@ def test_512_bit_vectors_are_an_option_xla_cpu_accepts_with_the_same_values() ->
     cpuinfo = Path("/proc/cpuinfo")
     avx512 = cpuinfo.exists() and " avx512f" in cpuinfo.read_text()
     assert ("xla_cpu_prefer_vector_width" in xla_cpu.COMPILER_OPTIONS) is avx512
+
+
+def _se_block(hardswish: str, reader: str = ""):
+    """1x1 Conv -> Relu -> depthwise 3x3 Conv (+ a per-channel Add of a rank-3 constant) ->
+    HardSwish (the op, or paddle2onnx's Add/Clip/Mul/Div) -> squeeze-excitation
+    (GlobalAveragePool, 1x1 Conv + bias, Relu, 1x1 Conv + bias, HardSigmoid, Mul) -> 1x1 Conv.
+    ``reader``: "output" makes the SE's Mul also a graph output, "op" adds a ReduceSum of
+    the HardSwish output to the outputs: values a channels-last region must not take."""
+    c, mid = 16, 4
+    nodes = [
+        _weights("w1", randn(c, 3, 1, 1)),
+        _weights("wd", randn(c, 1, 3, 3)),
+        _weights("cb", randn(c, 1, 1)),
+        _weights("w_se1", randn(mid, c, 1, 1)),
+        _weights("b_se1", randn(mid)),
+        _weights("w_se2", randn(c, mid, 1, 1)),
+        _weights("b_se2", randn(c)),
+        _weights("w2", randn(6, c, 1, 1)),
+        helper.make_node("Conv", ["x", "w1"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node(
+            "Conv", ["r", "wd"], ["d0"], group=c, pads=[1, 1, 1, 1], strides=[2, 1], name="dw"
+        ),
+        helper.make_node("Add", ["d0", "cb"], ["d"]),
+    ]
+    if hardswish == "op":
+        nodes.append(helper.make_node("HardSwish", ["d"], ["h"]))
+    else:
+        nodes += [
+            _weights("three", np.array(3.0)),
+            _weights("lo", np.array(0.0)),
+            _weights("hi", np.array(6.0)),
+            _weights("six", np.array(6.0)),
+            helper.make_node("Add", ["d", "three"], ["d3"]),
+            helper.make_node("Clip", ["d3", "lo", "hi"], ["dc"]),
+            helper.make_node("Mul", ["d", "dc"], ["dm"]),
+            helper.make_node("Div", ["dm", "six"], ["h"]),
+        ]
+    nodes += [
+        helper.make_node("GlobalAveragePool", ["h"], ["g"], name="gap"),
+        helper.make_node("Conv", ["g", "w_se1", "b_se1"], ["g1"]),
+        helper.make_node("Relu", ["g1"], ["g2"]),
+        helper.make_node("Conv", ["g2", "w_se2", "b_se2"], ["g3"]),
+        helper.make_node("HardSigmoid", ["g3"], ["s"], alpha=0.2, beta=0.5),
+        helper.make_node("Mul", ["h", "s"], ["e"], name="se_mul"),
+        helper.make_node("Conv", ["e", "w2"], ["y"], name="pw"),
+    ]
+    outputs = [tensor("y", shape=[2, 6, 5, 9])]
+    if reader == "output":
+        outputs.append(tensor("e", shape=[2, c, 5, 9]))
+    elif reader == "op":
+        nodes.append(helper.make_node("ReduceSum", ["h"], ["hs"], keepdims=0))
+        outputs.append(tensor("hs", shape=[]))
+    model = make_model(nodes, [tensor("x", shape=[2, 3, 10, 9])], outputs, opset=17)
+    return model, {"x": randn(2, 3, 10, 9)}
+
+
+@pytest.mark.parametrize("hardswish", ["op", "paddle"])
+def test_squeeze_excitation_computes_channels_last_and_matches_onnxruntime(
+    hardswish: str,
+) -> None:
+    model, feeds = _se_block(hardswish)
+    loaded = rt.load(model)
+    marks = {n.name: n.attrs.get(NHWC) for n in loaded.graph.nodes}
+    # the region: from the depthwise Conv through the SE's Mul to the 1x1 Conv that reads it
+    assert marks["dw"] == ("out", ())
+    assert marks["gap"] == ("pool", (0,))
+    assert marks["se_mul"] == ("inout", (0,))
+    assert marks["pw"] == ("in", (0,))
+    elementwise = [n for n in loaded.graph.nodes if n.attrs.get(NHWC, ("",))[0] == "inout"]
+    assert len(elementwise) == (3 if hardswish == "op" else 6)
+    # the SE's own convolutions work on the pooled NCHW vector, outside the region
+    assert sum(1 for n in loaded.graph.nodes if n.op_type == "Conv" and NHWC in n.attrs) == 2
+    got = np.asarray(rt.compile(loaded)(feeds)["y"])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(["y"], feeds)
+    assert got.shape == want.shape == (2, 6, 5, 9)
+    assert np.max(np.abs(got - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
+
+
+def test_squeeze_excitation_region_nodes_hand_on_nhwc_values() -> None:
+    """Each marked node run alone: the depthwise Conv returns (N, H, W, C), the pool takes
+    it and returns NCHW, the Mul takes the NHWC activation and the NCHW scale, and the 1x1
+    Conv after the block takes NHWC; the values are the NCHW ones transposed."""
+    model, _ = _se_block("op")
+    loaded = rt.load(model)
+    node = {n.name: n for n in loaded.graph.nodes}
+    env = dict(loaded.graph.initializers)
+    for n in loaded.graph.nodes:  # the weights are Constant nodes
+        if n.op_type == "Constant":
+            env[n.outputs[0]] = run_node(n, env)[0]
+    r = np.abs(randn(2, 16, 10, 9))
+    d = np.asarray(run_node(node["dw"], {**env, "r": r})[0])
+    wd = env["wd"]
+    want = np.zeros((2, 16, 5, 9), np.float32)
+    rp = np.pad(r, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for i in range(3):
+        for j in range(3):
+            want += rp[:, :, i : i + 9 : 2, j : j + 9] * wd[None, :, 0, i, j, None, None]
+    assert d.shape == (2, 5, 9, 16)
+    np.testing.assert_allclose(d, want.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
+    h = np.abs(randn(2, 5, 9, 16))
+    g = np.asarray(run_node(node["gap"], {"h": h})[0])
+    np.testing.assert_allclose(g, h.mean(axis=(1, 2)).reshape(2, 16, 1, 1), rtol=1e-5)
+    s = randn(2, 16, 1, 1)
+    e = np.asarray(run_node(node["se_mul"], {"h": h, "s": s})[0])
+    np.testing.assert_allclose(e, h * s.transpose(0, 2, 3, 1), rtol=1e-6)
+    y = np.asarray(run_node(node["pw"], {**env, "e": e})[0])
+    want_y = np.einsum("oc,nhwc->nohw", env["w2"][:, :, 0, 0], e)
+    assert y.shape == (2, 6, 5, 9)
+    np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("reader", ["output", "op"])
+def test_squeeze_excitation_region_left_alone_when_a_value_is_read_elsewhere(
+    reader: str,
+) -> None:
+    model, feeds = _se_block("op", reader)
+    loaded = rt.load(model)
+    assert not any(NHWC in n.attrs for n in loaded.graph.nodes)
+    names = [o.name for o in model.graph.output]
+    got = rt.compile(loaded)(feeds)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for name, want in zip(names, sess.run(names, feeds), strict=True):
+        value = np.asarray(got[name])
+        assert value.shape == want.shape
+        assert np.max(np.abs(value - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
