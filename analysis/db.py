@@ -226,7 +226,9 @@ def table_ddl() -> list[str]:
             rejected BIGINT,            -- lines rejected from this file
             first_line_hash VARCHAR,    -- tells a grown file from a replaced one
             schema_version INTEGER,     -- the version the file was written with
-            ingested_at TIMESTAMP       -- last ingest (UTC)
+            ingested_at TIMESTAMP,      -- last ingest (UTC)
+            size_bytes BIGINT           -- the file's size when read: the same size again is
+                                        -- unchanged, a last line cut short included
         )"""
     )
     stmts.append(

@@ -103,7 +103,7 @@ _WINDOW = 4096  # files whose ``ingested_files`` rows are read in one query
 def _previous(con: duckdb.DuckDBPyConnection, files: list[str]) -> dict[str, Previous]:
     """What ``ingested_files`` holds of ``files`` (not refusals), by file."""
     rows = con.execute(
-        "SELECT file, run_id, offset_bytes, lines, first_line_hash, schema_version "
+        "SELECT file, run_id, offset_bytes, lines, first_line_hash, schema_version, size_bytes "
         "FROM ingested_files WHERE status <> 'refused' AND file IN (SELECT unnest($files))",
         {"files": files},
     ).fetchall()
@@ -346,20 +346,22 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int
                 "rejected": [totals.get(f, 0) for f in files],
                 "first_line_hash": [p.first_hash for p in plans],
                 "schema_version": [p.version for p in plans],
+                "size_bytes": [p.size for p in plans],
             }
         )
         con.register("_done", done)
         try:
             con.execute(
                 """
-                INSERT INTO ingested_files SELECT *, now()::TIMESTAMP FROM _done
+                INSERT INTO ingested_files BY NAME
+                SELECT *, now()::TIMESTAMP AS ingested_at FROM _done
                 ON CONFLICT (file) DO UPDATE SET
                     run_id = excluded.run_id, status = excluded.status,
                     message = excluded.message, offset_bytes = excluded.offset_bytes,
                     lines = excluded.lines, records = excluded.records,
                     rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
                     schema_version = excluded.schema_version,
-                    ingested_at = excluded.ingested_at
+                    ingested_at = excluded.ingested_at, size_bytes = excluded.size_bytes
                 """
             )
         finally:
@@ -378,8 +380,9 @@ def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
         return
     con.execute(
         """
-        INSERT INTO ingested_files VALUES (?, NULL, 'refused', ?, 0, 0, 0, 0, NULL, NULL,
-            now()::TIMESTAMP)
+        INSERT INTO ingested_files (file, run_id, status, message, offset_bytes, lines,
+            records, rejected, first_line_hash, schema_version, ingested_at, size_bytes)
+        VALUES (?, NULL, 'refused', ?, 0, 0, 0, 0, NULL, NULL, now()::TIMESTAMP, NULL)
         ON CONFLICT (file) DO UPDATE SET status = 'refused', message = excluded.message,
             ingested_at = excluded.ingested_at
         """,

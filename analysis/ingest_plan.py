@@ -5,7 +5,7 @@ A store (the DuckDB file's ``ingested_files``, the lake's manifest) says what it
 a file as a ``Previous``; ``plan_file`` decides from it and the file as it is now:
 
 - ``unchanged``: the same size and mtime as stored (where the store keeps them), or the same
-  first line and size; nothing is read;
+  first line and size (a last line cut short then, and still, included); nothing is read;
 - grown: the same first line and more bytes than were read: continue from the last
   complete line read (``_Plan.start``, ``base_line``);
 - new or replaced (another first line, or fewer bytes): read from the start; a replaced
@@ -304,8 +304,9 @@ class Previous:
     lines: int  # lines before ``offset_bytes``
     first_line_hash: str
     schema_version: int
-    size: int | None = None  # the file's size and mtime then, where the store keeps them
-    mtime_ns: int | None = None
+    size: int | None = None  # the file's size then (more than ``offset_bytes`` when its
+    # last line was cut short: the same size again is unchanged)
+    mtime_ns: int | None = None  # its mtime then, where the store keeps it
 
     def unchanged(self, st: os.stat_result) -> bool:
         """The file has the size and mtime it had when ingested (a ``stat`` answers)."""
@@ -367,7 +368,8 @@ def plan_file(
         raise _Refused("the file has only blank lines: no 'meta' record")
     first_hash = hashlib.sha1(first).hexdigest()
     if previous is not None and previous.first_line_hash == first_hash:
-        if size == previous.offset_bytes:
+        if size in (previous.offset_bytes, previous.size):
+            # all read, or all but the partial last line that was there then
             return unchanged_result(file, previous)
         if size > previous.offset_bytes:
             return _Plan(

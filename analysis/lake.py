@@ -896,7 +896,9 @@ SELECT file, first(run_id ORDER BY ingested_at DESC) AS run_id,
     CAST(NULL AS BIGINT) AS rejected,
     first(first_line_hash ORDER BY ingested_at DESC) AS first_line_hash,
     CAST(first(schema_version ORDER BY ingested_at DESC) AS INTEGER) AS schema_version,
-    CAST(to_timestamp(max(ingested_at)) AS TIMESTAMP) AS ingested_at
+    CAST(to_timestamp(max(ingested_at)) AS TIMESTAMP) AS ingested_at,
+    CAST(first(size ORDER BY offset_bytes DESC, ingested_at DESC)
+        FILTER (WHERE status <> 'refused') AS BIGINT) AS size_bytes
 FROM {src} GROUP BY file
 """
 
@@ -919,15 +921,15 @@ def attach_lake(con: duckdb.DuckDBPyConnection, lake: str | os.PathLike[str]) ->
             "columns = {'file': 'VARCHAR', 'run_id': 'VARCHAR', 'status': 'VARCHAR', "
             "'message': 'VARCHAR', 'offset_bytes': 'BIGINT', 'lines': 'BIGINT', "
             "'records': 'BIGINT', 'rejected': 'BIGINT', 'first_line_hash': 'VARCHAR', "
-            "'schema_version': 'BIGINT', 'ingested_at': 'DOUBLE'}))"
+            "'schema_version': 'BIGINT', 'ingested_at': 'DOUBLE', 'size': 'BIGINT'}))"
         )
     else:
         entries = (
             "(SELECT NULL::VARCHAR AS file, NULL::VARCHAR AS run_id, NULL::VARCHAR AS status, "
             "NULL::VARCHAR AS message, NULL::BIGINT AS offset_bytes, NULL::BIGINT AS lines, "
             "NULL::BIGINT AS records, NULL::BIGINT AS rejected, NULL::VARCHAR AS "
-            "first_line_hash, NULL::BIGINT AS schema_version, NULL::DOUBLE AS ingested_at "
-            "WHERE false)"
+            "first_line_hash, NULL::BIGINT AS schema_version, NULL::DOUBLE AS ingested_at, "
+            "NULL::BIGINT AS size WHERE false)"
         )
     con.execute(f"CREATE OR REPLACE VIEW _lake_manifest AS SELECT * FROM {entries}")
     # a truncated last line rejected before is superseded once the file grew past it

@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ember.analysis import FileResult, connect, ingest
@@ -191,3 +193,44 @@ def test_a_replaced_file_with_the_same_run_keeps_its_spans(tmp_path):
     with connect(db, read_only=True) as con:
         assert con.duck.execute("SELECT count(*) FROM rejected_lines").fetchall() == [(0,)]
         assert con.duck.execute("SELECT count(*) FROM span_start").fetchall() == [(2,)]
+
+
+def test_a_cut_short_last_line_is_unchanged_until_the_file_grows(tmp_path):
+    # it was read again (and reported 'partial', rewritten) on every ingest: the size kept was
+    # where the complete lines end, which a file with a partial last line never has
+    whole = cache_line(9, "hit")
+    path = write_lines(
+        tmp_path / "t.jsonl", [meta_line(), cache_line(1), whole[:20]], newline_at_end=False
+    )
+    mtime = path.stat().st_mtime_ns
+    db, lake = tmp_path / "t.duckdb", tmp_path / "lake"
+    assert ingest([path], db).files[0].status == "partial"
+    assert ingest_lake([path], lake).files[0].status == "partial"
+    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))  # touched: only the size tells
+    assert ingest([path], db).files[0].status == "unchanged"
+    assert ingest_lake([path], lake).files[0].status == "unchanged"
+    with path.open("a") as f:
+        f.write(whole[20:] + "\n")
+    for r in (ingest([path], db).files[0], ingest_lake([path], lake).files[0]):
+        assert (r.status, r.continued, r.records, r.rejected) == ("ok", True, 1, 0)
+    with connect(db, read_only=True) as a, connect_lake(lake) as b:
+        assert differences(a, b) == []
+        assert a.sql("SELECT size_bytes FROM ingested_files")["size_bytes"].to_list() == [
+            path.stat().st_size
+        ]
+
+
+def test_a_database_without_size_bytes_gets_it(tmp_path):
+    path = write_lines(
+        tmp_path / "t.jsonl", [meta_line(), cache_line(1), '{"kind": "ca'], newline_at_end=False
+    )
+    db = tmp_path / "old.duckdb"
+    ingest([path], db)
+    con = duckdb.connect(str(db))  # what an older Ember left: no size_bytes
+    con.execute("ALTER TABLE ingested_files DROP COLUMN size_bytes")
+    con.execute("UPDATE ember_schema SET hash = 'older'")
+    con.close()
+    # the size read is not known: read once more from the partial line, then known
+    assert [ingest([path], db).files[0].status for _ in range(2)] == ["partial", "unchanged"]
+    with connect(db, read_only=True) as c:
+        assert c.sql("SELECT records, rejected FROM ingested_files").rows() == [(2, 1)]
