@@ -15,19 +15,10 @@ import pytest
 from ember.analysis import FileResult, connect, ingest
 from ember.analysis.lake import connect_lake, ingest_lake
 from tests.analysis.lake_parity import COMPARED, bad_corpus, differences
-from tests.analysis.traces import cache_line, meta_line, write_lines
+from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 
 ingest_module = importlib.import_module("ember.analysis.ingest")
 lake_module = importlib.import_module("ember.analysis.lake")
-
-
-def _span(kind: str, span_id: int, ts: int) -> str:
-    rec = {"kind": kind, "ts_ns": ts, "span_id": span_id, "span_kind": "user", "attrs": {}}
-    if kind == "span_start":
-        rec["name"] = "work"
-    else:
-        rec["duration_ns"] = 1
-    return json.dumps(rec)
 
 
 def _memory(ts: int, action: str, size: int, tensor: str) -> str:
@@ -50,10 +41,10 @@ def _corpus(folder: Path) -> list[Path]:
     folder.mkdir()
     files = []
     for i in range(6):  # valid ones, with spans, cache order columns and memory sums
-        lines = [meta_line(f"ok{i}"), _span("span_start", 1, 1), cache_line(2, "miss")]
+        lines = [meta_line(f"ok{i}"), span_line("span_start", 1, 1), cache_line(2, "miss")]
         lines += [cache_line(3, "hit"), cache_line(3, "hit", n=23), _memory(3, "alloc", 64, "x")]
         lines += [_memory(4, "alloc", 32, "y"), _memory(4, "free", 64, "x")]
-        lines.append(_span("span_end", 1, 5))
+        lines.append(span_line("span_end", 1, 5))
         files.append(write_lines(folder / f"a{i}.jsonl", lines))
     # whole, but DuckDB refuses it (garbage in the middle): read alone, on the slow path
     files.append(
@@ -68,10 +59,10 @@ def _corpus(folder: Path) -> list[Path]:
             folder / "c-checks.jsonl",
             [
                 meta_line("checks"),
-                _span("span_start", 7, 1),
+                span_line("span_start", 7, 1),
                 meta_line("again"),
-                _span("span_end", 8, 2),
-                _span("span_start", 7, 3),
+                span_line("span_end", 8, 2),
+                span_line("span_start", 7, 3),
                 json.dumps({"kind": "cache", "ts_ns": 5, "action": "hit", "shapes": []}),
                 "",
                 cache_line(6, "bogus"),
@@ -158,13 +149,13 @@ def test_a_lake_batch_gives_the_results_and_rows_of_one_file_at_a_time(
 def test_a_grown_file_in_a_batch_continues(tmp_path):
     folder = tmp_path / "traces"
     folder.mkdir()
-    grows = write_lines(folder / "grows.jsonl", [meta_line("g"), _span("span_start", 1, 1)])
+    grows = write_lines(folder / "grows.jsonl", [meta_line("g"), span_line("span_start", 1, 1)])
     write_lines(folder / "other.jsonl", [meta_line("o"), cache_line(1)])
     db, lake = tmp_path / "t.duckdb", tmp_path / "lake"
     ingest([folder], db)
     ingest_lake([folder], lake)
     with grows.open("a") as f:
-        f.write(_span("span_end", 1, 2) + "\n" + _span("span_end", 1, 3) + "\n")
+        f.write(span_line("span_end", 1, 2) + "\n" + span_line("span_end", 1, 3) + "\n")
     write_lines(folder / "new.jsonl", [meta_line("n"), cache_line(1)])
     for summary in (ingest([folder], db), ingest_lake([folder], lake)):
         by_name = {Path(r.path).name: r for r in summary.files}
@@ -180,14 +171,15 @@ def test_a_replaced_file_with_the_same_run_keeps_its_spans(tmp_path):
     # the spans of the run it replaces were taken for those of an earlier part of the file:
     # every span was rejected as 'a second span_start of span_id 1'
     path = write_lines(
-        tmp_path / "t.jsonl", [meta_line("r1"), _span("span_start", 1, 1), _span("span_end", 1, 2)]
+        tmp_path / "t.jsonl",
+        [meta_line("r1"), span_line("span_start", 1, 1), span_line("span_end", 1, 2)],
     )
     db = tmp_path / "t.duckdb"
     assert ingest([path], db).files[0].records == 3
     meta = json.loads(meta_line("r1"))
     meta["pid"] = 2  # another first line: the file was replaced
-    lines = [json.dumps(meta), _span("span_start", 1, 1), _span("span_end", 1, 2)]
-    write_lines(path, [*lines, _span("span_start", 2, 3)])
+    lines = [json.dumps(meta), span_line("span_start", 1, 1), span_line("span_end", 1, 2)]
+    write_lines(path, [*lines, span_line("span_start", 2, 3)])
     result = ingest([path], db).files[0]
     assert (result.replaced, result.records, result.rejected) == (True, 4, 0)
     with connect(db, read_only=True) as con:

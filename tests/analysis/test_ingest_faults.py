@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from ember.analysis import connect, ingest
 from ember.analysis.synthetic import write_trace
-from tests.analysis.traces import cache_line, meta_line, write_lines
+from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 
 # the modules: ``_count_lines`` plans, ``_cleaned`` guards the read path's work folders
 plan_module = importlib.import_module("ember.analysis.ingest_plan")
@@ -113,18 +112,13 @@ def test_the_work_folder_of_a_killed_ingest_is_removed_by_the_next_ingest(tmp_pa
 # ---------------------------------------------------------------- duplicate span ids
 
 
-def _span(kind: str, span_id: int, ts: int) -> str:
-    rec = {"kind": kind, "ts_ns": ts, "span_id": span_id, "span_kind": "user", "attrs": {}}
-    if kind == "span_start":
-        rec["name"] = "work"
-    else:
-        rec["duration_ns"] = 1
-    return json.dumps(rec)
-
-
 def test_duplicate_span_ids_from_concatenated_traces_are_rejected(tmp_path):
-    body = [_span("span_start", 1, 10), _span("span_end", 1, 11), _span("span_start", 2, 12)]
-    body += [_span("span_end", 2, 13)]
+    body = [
+        span_line("span_start", 1, 10),
+        span_line("span_end", 1, 11),
+        span_line("span_start", 2, 12),
+    ]
+    body += [span_line("span_end", 2, 13)]
     path = write_lines(tmp_path / "cat.jsonl", [meta_line(), *body, *body])
     db = tmp_path / "t.duckdb"
     r = ingest([path], db).files[0]

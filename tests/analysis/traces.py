@@ -250,6 +250,16 @@ def cache_line(ts: int, action: str = "hit", position: int = 0, n: int = 17, **e
     return json.dumps(rec)
 
 
+def span_line(kind: str, span_id: int, ts: int) -> str:
+    """A ``span_start`` or ``span_end`` of a user span, as a line."""
+    rec = {"kind": kind, "ts_ns": ts, "span_id": span_id, "span_kind": "user", "attrs": {}}
+    if kind == "span_start":
+        rec["name"] = "work"
+    else:
+        rec["duration_ns"] = 1
+    return json.dumps(rec)
+
+
 def run_span(span_id: int = 1) -> tuple[dict, dict]:
     """A ``run`` span's start (ts 1) and end (ts 2) records, as dicts to vary."""
     start = {
