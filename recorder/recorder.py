@@ -241,33 +241,10 @@ class Recorder:
         append = self._writer.append
         dumps = orjson.dumps
 
-        if phase == "start":
-
-            def on_start(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
-                ts = measurements["monotonic_time"] - t0
-                if user:
-                    attrs = _user_attrs(md)
-                elif whole.issuperset(md):
-                    attrs = dict(md)
-                    attrs.pop("span_id", None)
-                    attrs.pop("parent_id", None)
-                else:
-                    attrs = {k: v for k, v in md.items() if k in fields}
-                rec = {
-                    "kind": "span_start",
-                    "ts_ns": ts if ts > 0 else 0,
-                    "span_id": md["span_id"],
-                    "parent_id": md.get("parent_id"),
-                    "name": md.get("name", prefix) if user else prefix,
-                    "span_kind": span_kind,
-                    "attrs": attrs,
-                }
-                append(dumps(rec, default=encode_default, option=ENCODE_OPTIONS))
-
-            return on_start
+        started = phase == "start"
         error = phase == "exception"
 
-        def on_end(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+        def on_span(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
             ts = measurements["monotonic_time"] - t0
             if user:
                 attrs = _user_attrs(md)
@@ -278,28 +255,40 @@ class Recorder:
                     attrs.pop("parent_id", None)
                 else:
                     attrs = {k: v for k, v in md.items() if k in fields}
-                for k, v in measurements.items():
-                    if k in fields and k not in attrs:
-                        attrs[k] = v
-            rec: dict[str, Any] = {
-                "kind": "span_end",
-                "ts_ns": ts if ts > 0 else 0,
-                "span_id": md["span_id"],
-                "duration_ns": measurements.get("duration", 0),
-                "status": "ok",
-                "span_kind": span_kind,
-                "attrs": attrs,
-            }
-            if error:
-                rec["status"] = "error"
-                rec["error"] = {
-                    "kind": str(md.get("kind", "error")),
-                    "reason": str(md.get("reason", "")),
-                    "stack": str(md.get("stacktrace", "")),
+                if not started:  # the end's attributes may be measurements (bytes)
+                    for k, v in measurements.items():
+                        if k in fields and k not in attrs:
+                            attrs[k] = v
+            if started:
+                rec: dict[str, Any] = {
+                    "kind": "span_start",
+                    "ts_ns": ts if ts > 0 else 0,
+                    "span_id": md["span_id"],
+                    "parent_id": md.get("parent_id"),
+                    "name": md.get("name", prefix) if user else prefix,
+                    "span_kind": span_kind,
+                    "attrs": attrs,
                 }
+            else:
+                rec = {
+                    "kind": "span_end",
+                    "ts_ns": ts if ts > 0 else 0,
+                    "span_id": md["span_id"],
+                    "duration_ns": measurements.get("duration", 0),
+                    "status": "ok",
+                    "span_kind": span_kind,
+                    "attrs": attrs,
+                }
+                if error:
+                    rec["status"] = "error"
+                    rec["error"] = {
+                        "kind": str(md.get("kind", "error")),
+                        "reason": str(md.get("reason", "")),
+                        "stack": str(md.get("stacktrace", "")),
+                    }
             append(dumps(rec, default=encode_default, option=ENCODE_OPTIONS))
 
-        return on_end
+        return on_span
 
     # ------------------------------------------------------------ instrumentation API
 
