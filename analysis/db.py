@@ -435,6 +435,27 @@ def busy_message(path: str, message: str, waited: float, read_only: bool) -> str
 
 
 _LOCK_RE = re.compile(r"lock", re.IGNORECASE)
+# DuckDB writes a new file's three 4 KiB headers after creating it; a process opening the
+# file in between is told it "is not a valid DuckDB database file".
+_HEADERS_BYTES = 3 * 4096
+_CREATING_S = 5.0
+
+
+def _being_created(path: str, message: str) -> bool:
+    """Whether ``message`` is DuckDB refusing a file that another process is creating now.
+
+    Such a file is shorter than DuckDB's headers and was changed in the last few seconds;
+    an old or longer file that DuckDB refuses is not a database, and waiting won't help.
+    """
+    if "not a valid DuckDB database file" not in message:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:  # removed meanwhile: the next attempt says what is there
+        return True
+    return st.st_size < _HEADERS_BYTES and time.time() - st.st_mtime < _CREATING_S
+
+
 _PID_RE = re.compile(r"PID (\d+)")
 
 
@@ -457,9 +478,12 @@ def _open(path: str, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
                     return duckdb.connect(path, read_only=read_only)
                 except duckdb.IOException as exc:
                     text = str(exc)
-                    if not _LOCK_RE.search(text):
+                    creating = _being_created(path, text)
+                    if not (_LOCK_RE.search(text) or creating):
                         raise
                     if time.monotonic() >= deadline:
+                        if creating:
+                            raise
                         raise DatabaseBusyError(busy_message(path, text, wait, read_only)) from exc
             if time.monotonic() >= deadline:
                 raise DatabaseBusyError(

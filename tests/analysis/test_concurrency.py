@@ -14,8 +14,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
+import duckdb
 import pytest
 from typer.testing import CliRunner
 
@@ -74,6 +76,36 @@ def test_a_reader_waits_for_the_writer_then_reads(writer_holding):
     db, _ = writer_holding
     with pytest.raises(DatabaseBusyError, match=r"waited 0\.2s"):
         connect(db, read_only=True, wait=0.2)
+
+
+def test_a_reader_waits_for_a_database_that_another_process_is_creating(tmp_path):
+    # DuckDB creates the file, then writes its headers: a reader opening it in between was
+    # told the file "is not a valid DuckDB database file" (a flake of the test below)
+    db = tmp_path / "new.duckdb"
+    db.touch()
+
+    def finish_creating() -> None:
+        time.sleep(0.3)
+        made = tmp_path / "made.duckdb"
+        connect(made).close()
+        os.replace(made, db)
+
+    creator = threading.Thread(target=finish_creating)
+    creator.start()
+    try:
+        with connect(db, read_only=True, wait=10) as con:
+            assert "runs" in con.tables()
+    finally:
+        creator.join()
+
+
+def test_a_file_that_is_not_a_database_is_refused_not_waited_for(tmp_path):
+    notes = tmp_path / "notes.duckdb"
+    notes.write_text("not a database\n")
+    hour_ago = time.time() - 3600
+    os.utime(notes, (hour_ago, hour_ago))
+    with pytest.raises(duckdb.IOException, match="not a valid DuckDB database file"):
+        connect(notes, read_only=True, wait=60)
 
 
 def test_a_reader_during_an_ingest_sees_whole_files_only(tmp_path):
