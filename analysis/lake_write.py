@@ -1,0 +1,169 @@
+"""A staged batch of trace files turned into each file's lake tables (pyarrow), with DuckDB.
+
+``stage`` and ``check`` (``ingest_read``) put a batch's records into ``_stage``; this
+module makes each file's rows of each lake table from it, one query per table for the
+whole batch (``stage_output``): the stored columns (``lake_columns``) and each record's
+``line`` in its file. ``prepare_prior_spans`` gives the checks the span ids already in the
+lake of each continued file's run. Committing the tables is ``lake_manifest.commit_file``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import mmap
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from .db import (
+    RECORD_TABLES,
+    RUNS_COLUMNS,
+    _record_columns,
+)
+from .ingest import _select_for
+from .ingest_plan import (
+    _iter_lines,
+)
+from .ingest_read import _FileIngest
+from .lake_manifest import _LakePlan, _lit, _partition, lake_columns
+
+
+def _line_sql(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> str:
+    """SQL of each staged row's line number in its file.
+
+    The fast path staged every non-blank line in order: without blank lines, row n of a
+    file is line ``base + n + 1``; the lines of the other files (blank lines, the slow
+    path's line map) are listed in ``_lines``."""
+    listed: list[tuple[int, int]] = []
+    for w in works:
+        plan = w.plan
+        if w.first_row < 0:
+            continue
+        if w.line_map is not None:
+            listed += [(w.first_row + i, line) for i, (line, _) in enumerate(w.line_map)]
+        elif _has_blank(w):
+            number = plan.base_line
+            rid = w.first_row
+            for _, raw in _iter_lines(plan.path, plan.start, w.end):
+                number += 1
+                if raw.strip():
+                    listed.append((rid, number))
+                    rid += 1
+    con.execute("CREATE OR REPLACE TEMP TABLE _lines (rid BIGINT, line BIGINT)")
+    if listed:
+        con.executemany("INSERT INTO _lines VALUES (?, ?)", listed)
+    return (
+        "coalesce((SELECT line FROM _lines WHERE rid = _stage.rowid), "
+        "rowid - CAST($firsts AS BIGINT[])[_f + 1] + CAST($bases AS BIGINT[])[_f + 1] + 1)"
+    )
+
+
+_BLANK = re.compile(rb"(?:\A|\n)[ \t\r\f\v]*\n")
+
+
+def _has_blank(work: _FileIngest) -> bool:
+    plan = work.plan
+    if work.end <= plan.start:
+        return False
+    with plan.path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return _BLANK.search(m, max(plan.start - 1, 0), work.end) is not None
+
+
+def _select_sql(kind: str, line_sql: str) -> str:
+    cols = _record_columns(kind)
+    select = _select_for(kind, cols, "NULL")
+    # the stored columns: the record's (not run_id) with JSON as text, then line
+    names = [c for c in cols if c != "run_id"]
+    types = lake_columns(kind)
+    inner = f"SELECT {select}, {line_sql} AS line, _f FROM _stage WHERE kind = '{kind}'"
+    outer = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in names)
+    all_names = ", ".join(f'"{c}"' for c in cols)
+    return f"SELECT {outer}, line, _f FROM ({inner}) AS r({all_names}, line, _f) ORDER BY _f, line"
+
+
+def _runs_sql() -> str:
+    cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
+    select = _select_for("meta", cols)
+    types = lake_columns("runs")
+    names = ", ".join(f'"{c}"' for c in cols)
+    outer = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in cols if c != "run_id")
+    return (
+        f"SELECT {outer}, CAST($files AS VARCHAR[])[_f + 1] AS file, _f FROM (SELECT {select}, "
+        f"_f FROM _stage WHERE kind = 'meta') AS r({names}, _f) ORDER BY _f"
+    )
+
+
+def _by_file(table: Any, n: int) -> list[Any]:
+    """A pyarrow table sorted by ``_f`` as ``n`` tables, one per file (without ``_f``)."""
+    fs = table.column("_f").to_pylist()
+    bounds = [bisect.bisect_left(fs, f) for f in range(n + 1)]
+    rest = table.drop_columns(["_f"])
+    return [rest.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+
+
+def _stage_output(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[dict[str, Any]]:
+    """Each staged file's lake tables (table -> pyarrow.Table), from one query per table."""
+    outputs: list[dict[str, Any]] = [{} for _ in works]
+    params: dict[str, list[Any]] = {
+        "firsts": [w.first_row for w in works],
+        "bases": [w.plan.base_line for w in works],
+    }
+    line_sql = _line_sql(con, works)
+    kinds = [
+        r[0]
+        for r in con.execute("SELECT DISTINCT kind FROM _stage WHERE kind <> 'meta'").fetchall()
+    ]
+    queries: list[tuple[str, str, dict[str, list[Any]]]] = [
+        ("runs", _runs_sql(), {"files": [str(w.plan.path) for w in works]})
+    ]
+    queries += [(k, _select_sql(k, line_sql), params) for k in RECORD_TABLES if k in kinds]
+    for table, sql, args in queries:
+        t = con.sql(sql, params=args).to_arrow_table()
+        if not t.num_rows:
+            continue
+        for out, piece in zip(outputs, _by_file(t, len(works)), strict=True):
+            if piece.num_rows:
+                out[table] = piece
+    for w, out in zip(works, outputs, strict=True):
+        if w.rejected:
+            out["rejected_lines"] = rejected_table(str(w.plan.path), w.rejected)
+    return outputs
+
+
+def rejected_table(file: str, rejected: list[Any]) -> Any:
+    """The rejected lines of one file as a pyarrow table of ``lake_columns('rejected_lines')``."""
+    import pyarrow as pa
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return pa.table(
+        {
+            "file": pa.array([file] * len(rejected), pa.string()),
+            "line": pa.array([r.line for r in rejected], pa.int64()),
+            "byte_offset": pa.array([r.offset for r in rejected], pa.int64()),
+            "reason": pa.array([r.reason for r in rejected], pa.string()),
+            "raw": pa.array([r.raw for r in rejected], pa.string()),
+            "ingested_at": pa.array([now] * len(rejected), pa.timestamp("us")),
+        }
+    )
+
+
+def _prepare_prior_spans(
+    con: duckdb.DuckDBPyConnection, lake: Path, batch: list[_LakePlan]
+) -> None:
+    """``_prior_spans`` for the checks: the span ids already in the lake of each continued
+    file's run, by its place in the batch."""
+    reads = []
+    for f, lp in enumerate(batch):
+        if lp.plan.start == 0:
+            continue
+        d = lake / "span_start" / _partition(lp.plan.run_id, lp.run_date)
+        parts = sorted(str(p) for p in d.glob("*.parquet"))
+        if parts:
+            lit = "[" + ", ".join(_lit(p) for p in parts) + "]"
+            reads.append(f"SELECT {f}::INTEGER AS _f, span_id FROM read_parquet({lit})")
+    reads.append("SELECT NULL::INTEGER AS _f, NULL::BIGINT AS span_id WHERE false")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW _prior_spans AS {' UNION ALL '.join(reads)}")
