@@ -153,6 +153,40 @@ def _directions(direction: str) -> list[bool]:
     return {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
 
 
+def _recurrence(
+    X,
+    R,
+    sequence_lens,
+    initials: list,
+    cell_for: Callable[[int, Any, int, list[Callable]], Callable],
+    *,
+    layout: int,
+    direction: str,
+    activations,
+    alpha,
+    beta,
+    default: list[str],
+):
+    """The loop RNN, GRU and LSTM share: for each direction ``d``, ``cell_for(d, dtype, hidden,
+    that direction's activations)`` builds the step, which runs over the sequence from the states
+    in ``initials`` (``initial_h``, and ``initial_c`` for LSTM; None: zeros); returns every hidden
+    state and each state's last value, in ``layout``."""
+    x = _prepare(X, layout)
+    hidden = jnp.asarray(R).shape[-1]
+    dirs = _directions(direction)
+    acts = _activations(activations, alpha, beta, default, len(dirs))
+    ys: list[Any] = []
+    finals: list[list[Any]] = [[] for _ in initials]
+    for d, reverse in enumerate(dirs):
+        cell = cell_for(d, x.dtype, hidden, acts[d])
+        starts = tuple(_initial(v, d, x.shape[1], hidden, x.dtype, layout) for v in initials)
+        y, last = _run(cell, x, starts, sequence_lens, reverse)
+        ys.append(y)
+        for final, state in zip(finals, last, strict=True):
+            final.append(state)
+    return _finish(ys, finals, layout)
+
+
 @op("RNN", since=1)
 def rnn(
     X,
@@ -172,26 +206,31 @@ def rnn(
     output_sequence=0,
 ):
     """A simple RNN over the sequence (one or both ways): every hidden state, the last; opset 1+."""
-    x = _prepare(X, layout)
     w, r = jnp.asarray(W), jnp.asarray(R)
-    hidden = r.shape[-1]
-    dirs = _directions(direction)
-    acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], len(dirs))
-    ys: list[Any] = []
-    finals: list[list[Any]] = [[]]
-    for d, reverse in enumerate(dirs):
-        bias = 0 if B is None else jnp.asarray(B)[d, :hidden] + jnp.asarray(B)[d, hidden:]
-        wd, rd, f = w[d], r[d], acts[d][0]
 
-        def cell(xt, carry, wd=wd, rd=rd, bias=bias, f=f):
+    def cell_for(d: int, dtype, hidden: int, acts: list[Callable]) -> Callable:
+        bias = 0 if B is None else jnp.asarray(B)[d, :hidden] + jnp.asarray(B)[d, hidden:]
+        wd, rd, f = w[d], r[d], acts[0]
+
+        def cell(xt, carry):
             h = f(_clip(xt @ wd.T + carry[0] @ rd.T + bias, clip))
             return h, (h,)
 
-        h0 = _initial(initial_h, d, x.shape[1], hidden, x.dtype, layout)
-        y, (h,) = _run(cell, x, (h0,), sequence_lens, reverse)
-        ys.append(y)
-        finals[0].append(h)
-    return _finish(ys, finals, layout)
+        return cell
+
+    return _recurrence(
+        X,
+        R,
+        sequence_lens,
+        [initial_h],
+        cell_for,
+        layout=layout,
+        direction=direction,
+        activations=activations,
+        alpha=activation_alpha,
+        beta=activation_beta,
+        default=["Tanh"],
+    )
 
 
 @op("GRU", since=1)
@@ -214,24 +253,17 @@ def gru(
     output_sequence=0,
 ):
     """A GRU over the sequence (one or both ways): every hidden state and the last; opset 1+."""
-    x = _prepare(X, layout)
     w, r = jnp.asarray(W), jnp.asarray(R)
-    hidden = r.shape[-1]
-    dirs = _directions(direction)
-    acts = _activations(
-        activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], len(dirs)
-    )
-    ys: list[Any] = []
-    finals: list[list[Any]] = [[]]
-    for d, reverse in enumerate(dirs):
+
+    def cell_for(d: int, dtype, hidden: int, acts: list[Callable]) -> Callable:
         if B is None:
-            wb = rb = jnp.zeros((3 * hidden,), x.dtype)
+            wb = rb = jnp.zeros((3 * hidden,), dtype)
         else:
             wb, rb = jnp.asarray(B)[d, : 3 * hidden], jnp.asarray(B)[d, 3 * hidden :]
         wd, rd = w[d], r[d]
-        f, g = acts[d]
+        f, g = acts
 
-        def cell(xt, carry, wd=wd, rd=rd, wb=wb, rb=rb, f=f, g=g):
+        def cell(xt, carry):
             h_prev = carry[0]
             xw = xt @ wd.T + wb
             xz, xr, xh = jnp.split(xw, 3, axis=-1)
@@ -246,11 +278,21 @@ def gru(
             h = (1 - z) * cand + z * h_prev
             return h, (h,)
 
-        h0 = _initial(initial_h, d, x.shape[1], hidden, x.dtype, layout)
-        y, (h,) = _run(cell, x, (h0,), sequence_lens, reverse)
-        ys.append(y)
-        finals[0].append(h)
-    return _finish(ys, finals, layout)
+        return cell
+
+    return _recurrence(
+        X,
+        R,
+        sequence_lens,
+        [initial_h],
+        cell_for,
+        layout=layout,
+        direction=direction,
+        activations=activations,
+        alpha=activation_alpha,
+        beta=activation_beta,
+        default=["Sigmoid", "Tanh"],
+    )
 
 
 @op("LSTM", since=1)
@@ -275,27 +317,20 @@ def lstm(
     output_sequence=0,
 ):
     """An LSTM over the sequence (one or both ways): all hidden states, last h and c; opset 1+."""
-    x = _prepare(X, layout)
     w, r = jnp.asarray(W), jnp.asarray(R)
-    hidden = r.shape[-1]
-    dirs = _directions(direction)
-    acts = _activations(
-        activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], len(dirs)
-    )
-    ys: list[Any] = []
-    finals: list[list[Any]] = [[], []]
-    for d, reverse in enumerate(dirs):
+
+    def cell_for(d: int, dtype, hidden: int, acts: list[Callable]) -> Callable:
         bias = (
-            jnp.zeros((4 * hidden,), x.dtype)
+            jnp.zeros((4 * hidden,), dtype)
             if B is None
             else jnp.asarray(B)[d, : 4 * hidden] + jnp.asarray(B)[d, 4 * hidden :]
         )
-        peep = jnp.zeros((3 * hidden,), x.dtype) if P is None else jnp.asarray(P)[d]
+        peep = jnp.zeros((3 * hidden,), dtype) if P is None else jnp.asarray(P)[d]
         pi, po, pf = jnp.split(peep, 3)
         wd, rd = w[d], r[d]
-        f, g, hact = acts[d]
+        f, g, hact = acts
 
-        def cell(xt, carry, wd=wd, rd=rd, bias=bias, pi=pi, po=po, pf=pf, f=f, g=g, hact=hact):
+        def cell(xt, carry):
             h_prev, c_prev = carry
             gates = xt @ wd.T + h_prev @ rd.T + bias
             gi, go, gf, gc = jnp.split(gates, 4, axis=-1)
@@ -306,10 +341,18 @@ def lstm(
             h = o * hact(c)
             return h, (h, c)
 
-        h0 = _initial(initial_h, d, x.shape[1], hidden, x.dtype, layout)
-        c0 = _initial(initial_c, d, x.shape[1], hidden, x.dtype, layout)
-        y, (h, c) = _run(cell, x, (h0, c0), sequence_lens, reverse)
-        ys.append(y)
-        finals[0].append(h)
-        finals[1].append(c)
-    return _finish(ys, finals, layout)
+        return cell
+
+    return _recurrence(
+        X,
+        R,
+        sequence_lens,
+        [initial_h, initial_c],
+        cell_for,
+        layout=layout,
+        direction=direction,
+        activations=activations,
+        alpha=activation_alpha,
+        beta=activation_beta,
+        default=["Sigmoid", "Tanh", "Tanh"],
+    )
