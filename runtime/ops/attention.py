@@ -40,7 +40,8 @@ def _causal_bias(q_len: int, kv_len: int, offset, dtype, left=-1, right=-1, caus
     return bias[:, None] if bias.ndim == 3 else bias
 
 
-def _attention(
+@op("Attention", since=23)
+def attention(
     Q,
     K,
     V,
@@ -59,7 +60,9 @@ def _attention(
     left_window_size=-1,
     right_window_size=-1,
 ):
-    """Y, present key, present value and the requested QK output, in named steps."""
+    """Scaled dot-product attention: GQA, masks, causal windows, softcap, KV cache; opset 23+.
+
+    Y, present key, present value and the requested QK output, in named steps."""
     q, k, v = jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V)
     dtype = q.dtype
     three_d = q.ndim == 3
@@ -177,47 +180,6 @@ def _masked_softmax(scores, bias, softmax_precision):
     probs = e / jnp.where(total == 0, 1, total)
     fully_masked = jnp.isneginf(jnp.max(bias, axis=-1, keepdims=True))
     return jnp.where(fully_masked, 0, probs)
-
-
-@op("Attention", since=23)
-def attention(
-    Q,
-    K,
-    V,
-    attn_mask=None,
-    past_key=None,
-    past_value=None,
-    nonpad_kv_seqlen=None,
-    *,
-    is_causal=0,
-    kv_num_heads=None,
-    q_num_heads=None,
-    qk_matmul_output_mode=0,
-    scale=None,
-    softcap=0.0,
-    softmax_precision=None,
-    left_window_size=-1,
-    right_window_size=-1,
-):
-    """Scaled dot-product attention: GQA, masks, causal windows, softcap, KV cache; opset 23+."""
-    return _attention(
-        Q,
-        K,
-        V,
-        attn_mask,
-        past_key,
-        past_value,
-        nonpad_kv_seqlen,
-        is_causal=is_causal,
-        kv_num_heads=kv_num_heads,
-        q_num_heads=q_num_heads,
-        qk_matmul_output_mode=qk_matmul_output_mode,
-        scale=scale,
-        softcap=softcap,
-        softmax_precision=softmax_precision,
-        left_window_size=left_window_size,
-        right_window_size=right_window_size,
-    )
 
 
 @op("RotaryEmbedding", since=23)
