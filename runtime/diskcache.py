@@ -47,11 +47,11 @@ import os
 import pickle
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -313,29 +313,18 @@ class ProgramStore:
                 if need == start:
                     break
                 start = need
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(np.array([len(header)], "<u8").tobytes())
-                    f.write(header)
-                    for (_, _, _, rel, _), a in zip(table, arrays.values(), strict=True):
-                        f.seek(start + rel)
-                        f.write(np.ascontiguousarray(a).data)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+
+            def write(f: BinaryIO) -> None:
+                f.write(np.array([len(header)], "<u8").tobytes())
+                f.write(header)
+                for (_, _, _, rel, _), a in zip(table, arrays.values(), strict=True):
+                    f.seek(start + rel)
+                    f.write(np.ascontiguousarray(a).data)
+
+            self._write_atomically(path, write)
             return True
         except Exception as exc:  # the model still runs; only the next load pays
-            (log.debug if self._save_failed else log.warning)(
-                "ember: could not store the weights %s (%s: %s)",
-                path,
-                type(exc).__name__,
-                exc,
-            )
-            self._save_failed = True
-            return False
+            return self._could_not_store("weights", path, exc)
 
     def load(self, digest: str) -> StoredProgram | None:
         """The stored program, or None when there is none or it cannot be used."""
@@ -399,23 +388,33 @@ class ProgramStore:
                 },
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            self._write_atomically(path, lambda f: f.write(data))
             return True
         except Exception as exc:  # the program still runs; only the next load pays
-            # once per store: a full disk would otherwise warn at every compile
-            (log.debug if self._save_failed else log.warning)(
-                "ember: could not store the compiled program %s (%s: %s)",
-                path,
-                type(exc).__name__,
-                exc,
-            )
-            self._save_failed = True
-            return False
+            return self._could_not_store("compiled program", path, exc)
+
+    def _write_atomically(self, path: Path, write: Callable[[BinaryIO], object]) -> None:
+        """``write`` fills a temporary file in the store's directory, which then replaces
+        ``path`` in one step: a reader sees the old file or the whole new one, never a part."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def _could_not_store(self, what: str, path: Path, exc: Exception) -> bool:
+        """Say that ``what`` could not be stored at ``path`` (a warning the first time, debug
+        after: a full disk would otherwise warn at every compile); returns False."""
+        (log.debug if self._save_failed else log.warning)(
+            "ember: could not store the %s %s (%s: %s)",
+            what,
+            path,
+            type(exc).__name__,
+            exc,
+        )
+        self._save_failed = True
+        return False
