@@ -38,6 +38,7 @@ __all__ = [
     "maybe_too_deep_sql",
     "row_invalid_sql",
     "row_problem_sql",
+    "span_problems_sql",
     "structure_fits",
 ]
 
@@ -567,3 +568,56 @@ def structure_fits(kind: str | None, span_kind: str | None, column: str, structu
         # missing or null: the SQL checks see a required top-level field
         return True
     return field is not None and _fits(field[0], structure)
+
+
+# ---------------------------------------------------------------- span ids
+
+
+_AGAIN = "' (span ids are unique in a run; were two traces concatenated?)'"
+
+
+def span_problems_sql(stage: str, order: str, prior: str, file: str | None = None) -> str:
+    """SQL of the rows whose span id breaks the rules: ``(<file>, <order>, reason)``.
+
+    Span ids are unique in a run. Rejected: a second span_start of an id (in the file, or
+    after the rows of its run already stored) and a second span_end of an id (in the file,
+    or the end of a span_start rejected as a second one), which is what concatenated traces
+    have; and a span_end before any span_start of its id. One rendering for every engine
+    (DuckDB runs it as it is, Spark through ``spark_sql.to_spark``): ``stage`` is the staged
+    rows (``kind``, ``span_id``, ``order``), ``order`` their order in the file, ``prior``
+    the span ids already stored for the run (``span_id``, and ``file``), ``file`` the
+    column that tells the files of a batch apart (None: one file). Equality joins on the
+    first row of each id: comparing every start of an id with every end of it was
+    quadratic in the copies of a duplicated id.
+    """
+    keys = f"{file}, " if file else ""
+    on = (lambda a, b: f" AND {a}.{file} = {b}.{file}") if file else (lambda a, b: "")
+    return f"""
+SELECT {f"x.{file}, " if file else ""}x.{order},
+    'a second ' || x.kind || ' of span_id ' || x.span_id || {_AGAIN} AS reason
+FROM {stage} AS x
+LEFT JOIN (
+    -- the ids seen more than once (a hash aggregate: a valid file has none to join)
+    SELECT {keys}kind, span_id, min({order}) AS first FROM {stage}
+    WHERE kind IN ('span_start', 'span_end') GROUP BY {keys}kind, span_id HAVING count(*) > 1
+) AS d ON d.kind = x.kind AND d.span_id = x.span_id{on("d", "x")}
+LEFT JOIN (SELECT DISTINCT {keys}span_id FROM {prior}) AS p
+    ON x.kind = 'span_start' AND p.span_id = x.span_id{on("p", "x")}
+WHERE x.{order} <> d.first OR p.span_id IS NOT NULL
+UNION ALL
+SELECT {f"e.{file}, " if file else ""}e.{order},
+    CASE WHEN s.first < e.{order}
+        THEN 'a second span_end of span_id ' || e.span_id || {_AGAIN}
+        ELSE 'span_end without a span_start (span_id ' || e.span_id || ')' END AS reason
+FROM {stage} AS e
+LEFT JOIN (
+    SELECT {keys}span_id, min({order}) AS first FROM {stage}
+    WHERE kind = 'span_start' GROUP BY {keys}span_id
+) AS s ON s.span_id = e.span_id{on("s", "e")}
+LEFT JOIN (SELECT DISTINCT {keys}span_id FROM {prior}) AS p
+    ON p.span_id = e.span_id{on("p", "e")}
+WHERE e.kind = 'span_end' AND CASE
+    -- started before this file: its start here, if any, was rejected as a second one
+    WHEN p.span_id IS NOT NULL THEN s.first < e.{order}
+    ELSE s.first IS NULL OR s.first > e.{order} END
+"""

@@ -50,6 +50,7 @@ from .checks import (
     maybe_too_deep_sql,
     row_invalid_sql,
     row_problem_sql,
+    span_problems_sql,
     structure_fits,
 )
 from .ingest_plan import (
@@ -205,43 +206,13 @@ _NOT_IN_STRUCTURE_SQL = " OR ".join(
 )
 _STRUCTURES = ", ".join(f"CAST(json_structure({_q(c)}) AS VARCHAR)" for c in STRUCT_COLUMNS)
 
-# Span ids are unique in a run. Rejected: a second span_start of an id (in the file, or
-# after the rows of its run already stored: ``_prior_spans``, the span ids stored before
-# a continued file) and a second span_end of an id (in the file, or the end of a
-# span_start rejected as a second one), which is what concatenated traces have; and a
-# span_end before any span_start of its id. Per staged file (``_f``). Equality joins on
-# the first row of each id: the earlier NOT EXISTS (... s.rowid < e.rowid) compared every
-# start of an id with every end of it, quadratic in the copies of a duplicated id.
-_SPAN_PROBLEMS_SQL = """
-SELECT x.rowid, 'a second ' || x.kind || ' of span_id ' || x.span_id
-    || ' (span ids are unique in a run; were two traces concatenated?)', true
-FROM _stage AS x
-LEFT JOIN (
-    -- the ids seen more than once (a hash aggregate: a valid file has none to join)
-    SELECT _f, kind, span_id, min(rowid) AS first FROM _stage
-    WHERE kind IN ('span_start', 'span_end') GROUP BY ALL HAVING count(*) > 1
-) AS d ON d._f = x._f AND d.kind = x.kind AND d.span_id = x.span_id
-LEFT JOIN (SELECT DISTINCT _f, span_id FROM _prior_spans) AS p
-    ON x.kind = 'span_start' AND p._f = x._f AND p.span_id = x.span_id
-WHERE x.rowid <> d.first OR p.span_id IS NOT NULL
-UNION ALL
-SELECT e.rowid, CASE WHEN s.first < e.rowid
-        THEN 'a second span_end of span_id ' || e.span_id
-            || ' (span ids are unique in a run; were two traces concatenated?)'
-        ELSE 'span_end without a span_start (span_id ' || e.span_id || ')' END, true
-FROM _stage AS e
-LEFT JOIN (
-    SELECT _f, span_id, min(rowid) AS first FROM _stage WHERE kind = 'span_start'
-    GROUP BY ALL
-) AS s ON s._f = e._f AND s.span_id = e.span_id
-LEFT JOIN (SELECT DISTINCT _f, span_id FROM _prior_spans) AS p
-    ON p._f = e._f AND p.span_id = e.span_id
-WHERE e.kind = 'span_end' AND CASE
-    WHEN p.span_id IS NOT NULL
-        -- started before this file: its start here, if any, was rejected as a second one
-        THEN s.first < e.rowid
-    ELSE s.first IS NULL OR s.first > e.rowid END
-"""
+# the rows whose span id is a second one or has no start, per staged file (``_f``), after
+# the span ids stored before a continued file (``_prior_spans``): ``checks.span_problems_sql``
+_SPAN_PROBLEMS_SQL = (
+    "SELECT rowid, reason, true FROM ("
+    + span_problems_sql("_stage", "rowid", "_prior_spans", "_f")
+    + ")"
+)
 
 _CHECKS_SQL = f"""
 SELECT rowid, CASE WHEN kind = 'meta' AND NOT (rowid IN (SELECT first_row FROM _files
@@ -665,7 +636,10 @@ def check(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> None:
     by_row: dict[int, str | None] = {}
     invalid: set[int] = set()
     for rowid, problem, is_invalid in problems:
-        if by_row.get(rowid) is None:
+        # a row with two reasons (a second span_end of an id that has no start) says the
+        # first in text order, as the Spark ingest does
+        before = by_row.get(rowid)
+        if before is None or (problem is not None and problem < before):
             by_row[rowid] = problem
         if is_invalid:
             invalid.add(rowid)

@@ -7,8 +7,10 @@ openjdk-17-jre-headless``). Importing this module does not start Spark.
 The ingest reads every planned trace file in parallel, as lines with their line numbers
 (``textFile`` + ``zipWithIndex``), parses them with ``from_json`` and the schema of
 ``spark_schema()`` (the same columns as DuckDB's typed read, from the same models), runs the
-same checks (``checks.row_invalid_sql`` translated by ``spark_sql.to_spark``; a second
-``meta``; a ``span_end`` without its ``span_start``), and writes the valid rows as the
+same checks, rendered once in ``checks`` and translated by ``spark_sql.to_spark``
+(``row_invalid_sql``; ``span_problems_sql``: span ids given twice, a ``span_end`` without
+its ``span_start``; ``maybe_too_deep_sql``: the nesting limit, decided by ``parse_line``;
+and a second ``meta``), and writes the valid rows as the
 same Parquet parts as the DuckDB engine (``lake.lake_columns``). The few rows that fail
 are explained on the driver by the same pydantic code as the DuckDB path
 (``ingest_read._explain_line``), so the rejected lines and reasons are the same. Planning,
@@ -19,7 +21,9 @@ What Spark does not see as DuckDB does: a file of an older schema version, or wi
 over 16 MB, goes to the DuckDB engine (the result says so); a line Spark cannot read but
 pydantic accepts (an integer over 2**63) is rejected as "Spark cannot read a value of this
 record"; ``step`` (a number for gradients, a name for ops) is read as text, so a number
-given as a string is not told apart.
+given as a string is not told apart; and the objects are read as Spark structs, which drop
+a key no field has (the DuckDB engine stages them as JSON text and rejects such a line, as
+``ember validate`` does: ``checks.structure_fits``).
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from ember.schemas import MIGRATIONS, SCHEMA_VERSION, Migrations
-from ember.schemas.records import MAX_LINE_BYTES
+from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 
-from .checks import row_invalid_sql, row_problem_sql
+from .checks import maybe_too_deep_sql, row_invalid_sql, row_problem_sql, span_problems_sql
 from .db import RECORD_TABLES, RUNS_COLUMNS, _record_columns
 from .ingest_plan import (
     FileResult,
@@ -226,13 +230,16 @@ def register_lake(
 # ---------------------------------------------------------------- ingest
 
 
-def _spark_check_sql() -> tuple[str, str]:
-    """``row_invalid_sql`` and ``row_problem_sql`` for Spark (see the module doc: ``step``).
+def _spark_check_sql() -> tuple[str, str, str, str]:
+    """``row_invalid_sql``, ``row_problem_sql``, ``maybe_too_deep_sql`` and
+    ``span_problems_sql`` (over ``_readable``, ``_prior_spans``) for Spark: the DuckDB
+    path's checks, translated (see the module doc: ``step``).
 
     A field two kinds type differently is read as JSON, which Spark keeps as its text: an
     integer is told by its digits; a string given as a number is not told apart."""
     out = []
-    for sql in (row_invalid_sql(), row_problem_sql()):
+    deep = maybe_too_deep_sql(MAX_NESTING).replace("strlen(", "length(")  # brackets: ASCII
+    for sql in (row_invalid_sql(), row_problem_sql(), deep):
         # a JSON-read column (``step``) is its text in Spark: an integer is told by its
         # digits; a string given as a number cannot be told apart (accepted)
         sql = re.sub(
@@ -243,7 +250,8 @@ def _spark_check_sql() -> tuple[str, str]:
         sql = re.sub(r"json_type\(\"(\w+)\"\) NOT IN \('VARCHAR', 'NULL'\)", "false", sql)
         sql = re.sub(r"json_type\(\"(\w+)\"\) = 'UBIGINT'", "false", sql)
         out.append(to_spark(f"SELECT {sql} AS x", pretty=False)[len("SELECT ") : -len(" AS x")])
-    return out[0], out[1]
+    spans = to_spark(span_problems_sql("_readable", "line", "_prior_spans", "_file"), pretty=False)
+    return out[0], out[1], out[2], spans
 
 
 def _select_exprs(kind: str) -> list[str]:
@@ -442,43 +450,31 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
             [T.StructField("_file", T.IntegerType()), T.StructField("from_start", T.BooleanType())]
         ),
     ).createOrReplaceTempView("_files")
-    invalid, problem = _spark_check_sql()
-    again = "' (span ids are unique in a run; were two traces concatenated?)'"
+    invalid, problem, deep, spans = _spark_check_sql()
+    spark.sql(
+        "SELECT * FROM _stage WHERE _corrupt IS NULL AND _replaced = 0"
+    ).createOrReplaceTempView("_readable")
     flagged = spark.sql(
         f"""
-        WITH s0 AS (
+        WITH s AS (
             SELECT _stage.*, f.from_start,
                 min(line) OVER (PARTITION BY _stage._file) AS first_line,
-                _corrupt IS NULL AND _replaced = 0 AS readable,
-                EXISTS (SELECT 1 FROM _prior_spans p
-                    WHERE p._file = _stage._file AND p.span_id = _stage.span_id) AS prior
+                _corrupt IS NULL AND _replaced = 0 AS readable
             FROM _stage JOIN _files f ON f._file = _stage._file
         ),
-        s AS (
-            SELECT *,
-                min(CASE WHEN readable THEN line END)
-                    OVER (PARTITION BY _file, kind, span_id) AS first_same,
-                min(CASE WHEN readable AND kind = 'span_start' THEN line END)
-                    OVER (PARTITION BY _file, span_id) AS first_start
-            FROM s0
-        )
-        SELECT _file, line,
+        -- a row with two reasons says the first in text order, as the DuckDB path does
+        sp AS (SELECT _file, line, min(reason) AS reason FROM ({spans}) GROUP BY _file, line)
+        SELECT s._file, s.line,
             CASE WHEN NOT readable THEN 'unread'
-                WHEN kind = 'meta' AND NOT (from_start AND line = first_line)
+                WHEN kind = 'meta' AND NOT (from_start AND s.line = first_line)
                     THEN 'a second ''meta'' record; one file is one run'
-                WHEN kind = 'span_start' AND (line <> first_same OR prior)
-                    THEN 'a second span_start of span_id ' || span_id || {again}
-                WHEN kind = 'span_end' AND line <> first_same
-                    THEN 'a second span_end of span_id ' || span_id || {again}
-                WHEN kind = 'span_end' AND CASE WHEN prior THEN first_start < line
-                        ELSE first_start IS NULL OR first_start > line END
-                    THEN CASE WHEN first_start < line
-                        THEN 'a second span_end of span_id ' || span_id || {again}
-                        ELSE 'span_end without a span_start (span_id ' || span_id || ')' END
+                WHEN sp.reason IS NOT NULL THEN sp.reason
                 WHEN {invalid} THEN 'check'
+                -- may nest too deeply: parse_line decides, and keeps those that do not
+                WHEN {deep} THEN 'maybe'
             END AS why,
             CASE WHEN _corrupt IS NULL THEN {problem} END AS problem
-        FROM s
+        FROM s LEFT JOIN sp ON sp._file = s._file AND sp.line = s.line
         """
     )
     flagged = flagged.where("why IS NOT NULL").collect()
@@ -498,7 +494,11 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
             if number not in bad:
                 continue
             why, row_problem = bad[number]
-            if why in ("unread", "check"):
+            if why == "maybe":
+                reason = _explain_line(raw, expect_meta=number == first)
+                if reason is None:
+                    continue
+            elif why in ("unread", "check"):
                 reason = _explain_line(raw, expect_meta=number == first)
                 if reason is None:
                     reason = (

@@ -7,12 +7,16 @@
 -- varying_dims      dimensions that vary at this position
 -- varying           those dimensions, 'x dim 1'
 -- mean_compile_ns   the mean compile time at this position
-WITH b AS (
-    SELECT *, count(*) OVER (PARTITION BY run_id, source, position) AS varying_dims,
-        list(arg || ' dim ' || dim) OVER (PARTITION BY run_id, source, position
-            ORDER BY arg, dim ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
-            AS varying
-    FROM shape_buckets
+WITH v AS (
+    -- grouped, not a window: Spark has no list() OVER (...) (ember views --dialect spark)
+    SELECT run_id, source, position, count(*) AS varying_dims,
+        list(arg || ' dim ' || dim ORDER BY arg, dim) AS varying
+    FROM shape_buckets GROUP BY ALL
+),
+b AS (
+    SELECT s.*, v.varying_dims, v.varying
+    FROM shape_buckets AS s JOIN v ON v.run_id = s.run_id
+        AND v.source IS NOT DISTINCT FROM s.source AND v.position IS NOT DISTINCT FROM s.position
 ),
 ns AS (
     SELECT run_id, source, position, avg(compile_ns) AS mean_compile_ns

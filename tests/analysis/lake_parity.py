@@ -39,6 +39,36 @@ def bad_corpus(path: Path, run_id: str = "bad-run") -> Path:
     return write_lines(path, lines, newline_at_end=False)
 
 
+def spans_and_depth_corpus(path: Path, run_id: str = "spans-run") -> Path:
+    """A trace with span ids given twice (two traces concatenated), a span_end without its
+    start, a line nested too deeply, and a line with many brackets that is not too deep."""
+
+    def span(kind: str, span_id: int, ts: int) -> str:
+        rec = {"kind": kind, "ts_ns": ts, "span_id": span_id, "span_kind": "run", "attrs": {}}
+        rec |= {"name": "ember.run"} if kind == "span_start" else {"duration_ns": 1}
+        return json.dumps(rec)
+
+    def static(value: str, ts: int) -> str:
+        head = json.dumps(json.loads(cache_line(ts, "hit")) | {"statics": []})[: -len("[]}")]
+        return head + '[{"name": "x", "value": ' + value + "}]}"
+
+    lines: list[str | bytes] = [
+        meta_line(run_id),
+        span("span_start", 1, 1),
+        cache_line(2, "miss"),
+        span("span_end", 1, 3),
+        span("span_start", 1, 4),  # a second start
+        span("span_end", 1, 5),  # a second end
+        span("span_end", 7, 6),  # no start
+        span("span_end", 8, 7),  # no start, twice
+        span("span_end", 8, 8),
+        static("[" * 80 + "1" + "]" * 80, 9),  # too deep
+        static("[" + ", ".join(["[1]"] * 80) + "]", 10),  # many brackets, 5 deep: kept
+        cache_line(11, "hit"),
+    ]
+    return write_lines(path, lines)
+
+
 def table(con, name: str) -> tuple[dict[str, str], list[str]]:
     """(column -> type, sorted rows as text) of a table or view, without volatile columns."""
     df = con.sql(f"SELECT * FROM {name}")

@@ -17,7 +17,13 @@ import pytest
 from ember.analysis import VIEW_NAMES, connect, ingest
 from ember.analysis.lake import connect_lake, ingest_lake, manifest_entries
 from ember.schemas import records as R
-from tests.analysis.lake_parity import bad_corpus, differences, duck_rows, view_differences
+from tests.analysis.lake_parity import (
+    bad_corpus,
+    differences,
+    duck_rows,
+    spans_and_depth_corpus,
+    view_differences,
+)
 
 pytest.importorskip("pyspark", reason="pip install -e '.[test]' installs PySpark")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -37,6 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # the views the Spark translation was checked against, row for row (see spark_sql.py)
 CHECKED_VIEWS = (
+    "_bucket_advice",
     "spans",
     "cache_lookups",
     "cache_events",
@@ -93,13 +100,21 @@ def test_the_spark_schema_is_the_models(spark):
 def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
     tmp_path, spark, sweep_trace, bus_trace
 ):
-    files = [sweep_trace, bus_trace, bad_corpus(tmp_path / "bad.jsonl")]
+    files = [
+        sweep_trace,
+        bus_trace,
+        bad_corpus(tmp_path / "bad.jsonl"),
+        # the span id and nesting checks, one rendering for both engines (Spark had its own
+        # copy of the first and none of the second)
+        spans_and_depth_corpus(tmp_path / "spans.jsonl"),
+    ]
     db, duck_lake, spark_lake = tmp_path / "t.duckdb", tmp_path / "a", tmp_path / "b"
     want = [(f.status, f.records, f.rejected) for f in ingest(files, db).files]
     ingest_lake(files, duck_lake)
     summary = ingest_spark(files, spark_lake, spark=spark)
     assert [(f.status, f.records, f.rejected) for f in summary.files] == want
     assert want[2] == ("partial", 6, 8)
+    assert want[3] == ("ok", 6, 6)
     assert {e["engine"] for es in manifest_entries(spark_lake).values() for e in es} == {"spark"}
     with (
         connect(db, read_only=True) as file_db,
@@ -121,8 +136,9 @@ def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
         # not vacuous
         assert len(duck_rows(b, "recompiles")[1]) == 10
         assert len(duck_rows(b, "cache_what_if")[1]) > 0
+        assert len(duck_rows(b, "_bucket_advice")[1]) > 0
     again = ingest_spark(files, spark_lake, spark=spark)
-    assert [f.status for f in again.files] == ["unchanged"] * 3
+    assert [f.status for f in again.files] == ["unchanged"] * 4
 
 
 def test_ember_views_dialect_spark_prints_every_view(spark):
