@@ -538,6 +538,13 @@ def tree_ensemble(
     return _post_transform(scores, transform).astype(X.dtype)
 
 
+def _floats(as_tensor: np.ndarray | None, listed: list[float] | None) -> np.ndarray:
+    """An attribute given as ``*_as_tensor`` or as a list (the tensor wins; neither: empty),
+    as float64."""
+    chosen = as_tensor if as_tensor is not None else listed
+    return np.asarray(chosen if chosen is not None else [], np.float64)
+
+
 def _plus_base_values(name: str, scores: Array, base: Any, n: int, what: str, dtype: Any):
     """``scores`` plus ``base_values``, one per target (or class); none: unchanged."""
     if base is None or not len(np.asarray(base).reshape(-1)):
@@ -581,8 +588,6 @@ def tree_ensemble_regressor(
     name = "TreeEnsembleRegressor"
     aggregate = _enum(name, "aggregate_function", aggregate_function, _AGGREGATES)
     transform = _enum(name, "post_transform", post_transform, _TRANSFORMS)
-    values = nodes_values_as_tensor if nodes_values_as_tensor is not None else nodes_values
-    weights = target_weights_as_tensor if target_weights_as_tensor is not None else target_weights
     targets = np.asarray(target_ids or [], np.int64)
     n_targets = int(n_targets) if n_targets else int(targets.max(initial=0)) + 1
     forest = _forest_v1(
@@ -591,20 +596,20 @@ def tree_ensemble_regressor(
         nodes_nodeids,
         nodes_featureids,
         nodes_modes,
-        np.asarray(values if values is not None else [], np.float64),
+        _floats(nodes_values_as_tensor, nodes_values),
         nodes_truenodeids,
         nodes_falsenodeids,
         nodes_missing_value_tracks_true,
         target_treeids,
         target_nodeids,
         target_ids,
-        np.asarray(weights if weights is not None else [], np.float64),
+        _floats(target_weights_as_tensor, target_weights),
         n_targets,
         "target",
     )
     x, dtype = _features(X)
     scores = _aggregate(forest, _leaves(forest, x), aggregate, dtype)
-    base = base_values_as_tensor if base_values_as_tensor is not None else base_values
+    base = _floats(base_values_as_tensor, base_values)
     scores = _plus_base_values(name, scores, base, n_targets, "target", dtype)
     return _post_transform(scores, transform).astype(jnp.float32)
 
@@ -653,29 +658,27 @@ def tree_ensemble_classifier(
             f"{name} with {n_classes} classes is not supported (only 3 or more): convert the "
             "model to TreeEnsemble (ai.onnx.ml 5) followed by ArgMax, or run it with onnxruntime"
         )
-    values = nodes_values_as_tensor if nodes_values_as_tensor is not None else nodes_values
-    weights = class_weights_as_tensor if class_weights_as_tensor is not None else class_weights
     forest = _forest_v1(
         name,
         nodes_treeids,
         nodes_nodeids,
         nodes_featureids,
         nodes_modes,
-        np.asarray(values if values is not None else [], np.float64),
+        _floats(nodes_values_as_tensor, nodes_values),
         nodes_truenodeids,
         nodes_falsenodeids,
         nodes_missing_value_tracks_true,
         class_treeids,
         class_nodeids,
         class_ids,
-        np.asarray(weights if weights is not None else [], np.float64),
+        _floats(class_weights_as_tensor, class_weights),
         n_classes,
         "class",
     )
     x, dtype = _features(X)
     leaves = _leaves(forest, x)
     scores = _aggregate(forest, leaves, 1, dtype)
-    base = base_values_as_tensor if base_values_as_tensor is not None else base_values
+    base = _floats(base_values_as_tensor, base_values)
     scores = _plus_base_values(name, scores, base, n_classes, "class", dtype)
     # the label is the first best class among those some leaf voted for
     best = jnp.argmax(jnp.where(_seen(forest, leaves), scores, -jnp.inf), axis=-1)
