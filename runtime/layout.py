@@ -155,23 +155,9 @@ NHWC = "_ember_nhwc"
   value is transposed back to NCHW, which XLA cancels with the Conv's own transpose.
 """
 
-# Elementwise ops a region computes on NHWC values: broadcasting, no axis attributes.
-_REGION_ELEMENTWISE = frozenset(
-    {
-        "Add",
-        "Sub",
-        "Mul",
-        "Div",
-        "Clip",
-        "Relu",
-        "LeakyRelu",
-        "Sigmoid",
-        "HardSigmoid",
-        "HardSwish",
-        "Tanh",
-        "Identity",
-    }
-)
+# Elementwise ops a region computes on NHWC values: broadcasting, no axis attributes; the ops of
+# _ELEMENTWISE less PRelu and BatchNormalization, which a region does not take.
+_REGION_ELEMENTWISE = _ELEMENTWISE - {"PRelu", "BatchNormalization"}
 
 
 def _to_last(x: Any) -> Any:
