@@ -145,11 +145,12 @@ def _axis_taps(
     return np.clip(idx, 0, in_len - 1), coeffs, extrapolated
 
 
-def _resize(
+@op("Resize", since=11, host_inputs=(1, 2, 3))
+def resize(
     X,
-    roi,
-    scales,
-    sizes,
+    roi=None,
+    scales=None,
+    sizes=None,
     *,
     antialias=0,
     axes=None,
@@ -161,8 +162,10 @@ def _resize(
     mode="nearest",
     nearest_mode="round_prefer_floor",
 ):
-    """Resize of every version, in named steps: the output shape, the tap weights' rule,
-    then one separable pass per resized axis in at least float32."""
+    """X resized by ``scales`` or to ``sizes`` (nearest, linear, cubic), on ``axes``; opset 11+.
+
+    Resize of every version (and Upsample), in named steps: the output shape, the tap weights'
+    rule, then one separable pass per resized axis in at least float32."""
     x = jnp.asarray(X)
     rank = x.ndim
     shape = x.shape
@@ -275,7 +278,7 @@ def _resize_axis(work, a, idx, coeffs, *, nearest):
 @op("Resize", since=10, host_inputs=(1,))
 def resize_10(X, scales, *, mode="nearest"):
     """X resized by ``scales`` (asymmetric coordinates, nearest or linear); opset 10."""
-    return _resize(
+    return resize(
         X,
         None,
         scales,
@@ -283,41 +286,6 @@ def resize_10(X, scales, *, mode="nearest"):
         mode=mode,
         coordinate_transformation_mode="asymmetric",
         nearest_mode="simple",
-    )
-
-
-@op("Resize", since=11, host_inputs=(1, 2, 3))
-def resize(
-    X,
-    roi=None,
-    scales=None,
-    sizes=None,
-    *,
-    antialias=0,
-    axes=None,
-    coordinate_transformation_mode="half_pixel",
-    cubic_coeff_a=-0.75,
-    exclude_outside=0,
-    extrapolation_value=0.0,
-    keep_aspect_ratio_policy="stretch",
-    mode="nearest",
-    nearest_mode="round_prefer_floor",
-):
-    """X resized by ``scales`` or to ``sizes`` (nearest, linear, cubic), on ``axes``; opset 11+."""
-    return _resize(
-        X,
-        roi,
-        scales,
-        sizes,
-        antialias=antialias,
-        axes=axes,
-        coordinate_transformation_mode=coordinate_transformation_mode,
-        cubic_coeff_a=cubic_coeff_a,
-        exclude_outside=exclude_outside,
-        extrapolation_value=extrapolation_value,
-        keep_aspect_ratio_policy=keep_aspect_ratio_policy,
-        mode=mode,
-        nearest_mode=nearest_mode,
     )
 
 
@@ -335,7 +303,7 @@ def upsample(X, scales, *, mode="nearest"):
 
 def _upsample(X, scales, mode):
     # Upsample is Resize with asymmetric coordinates and floor rounding.
-    return _resize(
+    return resize(
         X,
         None,
         np.asarray(scales, np.float64),
