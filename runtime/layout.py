@@ -65,6 +65,23 @@ _ELEMENTWISE = frozenset(
 )
 
 
+def _producers_and_consumers(
+    nodes: list[Node],
+) -> tuple[dict[str, Node], dict[str, list[Node]]]:
+    """Each value's producing node, and the nodes that read it in order (unnamed optional
+    inputs and outputs, ``""``, are skipped)."""
+    producer: dict[str, Node] = {}
+    consumers: dict[str, list[Node]] = {}
+    for node in nodes:
+        for out in node.outputs:
+            if out:
+                producer[out] = node
+        for name in node.inputs:
+            if name:
+                consumers.setdefault(name, []).append(node)
+    return producer, consumers
+
+
 def _conv_fed(
     value: str, producer: Mapping[str, Node], fed: dict[str, bool], depth: int = 0
 ) -> bool:
@@ -92,15 +109,7 @@ def mark_channels_last(nodes: Iterable[Node]) -> None:
     numbers up to float rounding order.
     """
     nodes = list(nodes)
-    producer: dict[str, Node] = {}
-    consumers: dict[str, list[Node]] = {}
-    for node in nodes:
-        for out in node.outputs:
-            if out:
-                producer[out] = node
-        for name in node.inputs:
-            if name:
-                consumers.setdefault(name, []).append(node)
+    producer, consumers = _producers_and_consumers(nodes)
     fed: dict[str, bool] = {}
 
     def conv_fed(value: str) -> bool:
@@ -224,18 +233,11 @@ def mark_nhwc_regions(
     its op function wrapped to match.
     """
     nodes = list(nodes)
-    producer: dict[str, Node] = {}
-    consumers: dict[str, list[Node]] = {}
+    producer, consumers = _producers_and_consumers(nodes)
     outer: set[str] = set()
     values: dict[str, Any] = dict(initializers)
     graph_outputs = set(outputs)
     for node in nodes:
-        for out in node.outputs:
-            if out:
-                producer[out] = node
-        for name in node.inputs:
-            if name:
-                consumers.setdefault(name, []).append(node)
         outer |= node.outer_reads
         value = node.attrs.get("value")
         if node.op_type == "Constant" and isinstance(value, np.ndarray) and node.outputs:
