@@ -1,5 +1,6 @@
-"""Apache Spark on the trace lake: the ingest (``ember ingest --lake DIR --engine spark``),
-the Spark schema derived from the pydantic models, and the views on Spark SQL.
+"""Apache Spark on the trace lake: the ingest (``ember ingest --lake DIR --engine spark``).
+The Spark schema derived from the pydantic models, the session and the views on Spark SQL
+are ``lake_spark_schema``'s (importable from here too).
 
 Needs PySpark and Java 17+ (``pip install pyspark``; ``apt-get install -y
 openjdk-17-jre-headless``). Importing this module does not start Spark.
@@ -55,19 +56,23 @@ from .ingest_plan import (
 )
 from .ingest_read import _explain_line, _find_long_line
 from .lake import (
-    LAKE_TABLES,
     MANIFEST,
     _LakePlan,
     _partition,
     claim_and_plan,
     commit_file,
     file_key,
-    lake_columns,
     manifest_entries,
     rejected_table,
 )
-from .schema_types import KIND_MODELS, READ_COLUMNS, field_defaults, model_columns
-from .spark_sql import spark_tables, spark_views, to_spark
+from .lake_spark_schema import _duck_to_spark_type, lake_schema
+from .lake_spark_schema import read_schema as read_schema
+from .lake_spark_schema import register_lake as register_lake
+from .lake_spark_schema import spark_schema as spark_schema
+from .lake_spark_schema import spark_session as spark_session
+from .lake_spark_schema import spark_type as spark_type
+from .schema_types import READ_COLUMNS, field_defaults
+from .spark_sql import to_spark
 
 __all__ = [
     "ingest_spark",
@@ -77,154 +82,6 @@ __all__ = [
     "spark_session",
     "spark_type",
 ]
-
-
-# ---------------------------------------------------------------- the schema
-
-
-def spark_type(t: Any) -> Any:
-    """The Spark type of a type from ``schema_types`` (a nested description or its SQL)."""
-    from pyspark.sql import types as T
-
-    if isinstance(t, tuple):
-        if t[0] == "list":
-            return T.ArrayType(spark_type(t[1]))
-        return T.StructType([T.StructField(k, spark_type(v)) for k, v in t[1].items()])
-    scalars = {
-        "BIGINT": T.LongType(),
-        "DOUBLE": T.DoubleType(),
-        "BOOLEAN": T.BooleanType(),
-        "VARCHAR": T.StringType(),
-        "JSON": T.StringType(),  # a JSON value is kept as its text
-        "TIMESTAMP": T.TimestampNTZType(),
-        "INTEGER": T.IntegerType(),
-    }
-    if t in scalars:
-        return scalars[t]
-    from pyspark.sql.types import _parse_datatype_string
-
-    return _parse_datatype_string(_duck_to_spark_type(t))
-
-
-def _duck_to_spark_type(t: str) -> str:
-    """A DuckDB type's SQL as a Spark DDL type (for the nested types of table columns)."""
-    import sqlglot
-
-    cast = sqlglot.parse_one(f"CAST(x AS {t})", read="duckdb")
-    assert isinstance(cast, sqlglot.exp.Cast)
-    return cast.to.sql(dialect="spark").replace("JSON", "STRING")
-
-
-def _kind_description(kind: str) -> dict[str, Any]:
-    from .schema_types import _span_columns
-
-    if kind == "span_start":
-        return _span_columns(0)
-    if kind == "span_end":
-        return _span_columns(1)
-    return model_columns(KIND_MODELS[kind])
-
-
-def spark_schema(kind: str) -> Any:
-    """The Spark ``StructType`` of one record kind, derived from its pydantic model(s)
-    through ``schema_types`` (the DuckDB columns come from the same description)."""
-    from pyspark.sql import types as T
-
-    return T.StructType(
-        [T.StructField(k, spark_type(v)) for k, v in _kind_description(kind).items()]
-    )
-
-
-def read_schema() -> Any:
-    """The schema of the one typed read of a trace (``READ_COLUMNS``: every kind's fields),
-    plus ``_corrupt`` (the text of a line that does not fit it)."""
-    from pyspark.sql import types as T
-
-    fields = [T.StructField(k, spark_type(v)) for k, v in READ_COLUMNS.items()]
-    return T.StructType([*fields, T.StructField("_corrupt", T.StringType())])
-
-
-def lake_schema(table: str) -> Any:
-    """The Spark schema of a lake table's Parquet files (``lake.lake_columns``)."""
-    from pyspark.sql import types as T
-
-    return T.StructType([T.StructField(c, spark_type(t)) for c, t in lake_columns(table).items()])
-
-
-# ---------------------------------------------------------------- the session
-
-
-def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
-    """A Spark session for Ember (the active one, configured, or a new one)."""
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise RuntimeError(
-            "Spark needs Java 17 or newer and there is no `java` on PATH (nor JAVA_HOME): "
-            "apt-get install -y openjdk-17-jre-headless"
-        )
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("FATAL")  # errors reach Python as exceptions
-    return session
-
-
-# ---------------------------------------------------------------- reading the lake
-
-
-def register_lake(
-    spark: Any, lake: str | os.PathLike[str], errors: dict[str, str] | None = None
-) -> list[str]:
-    """Create the lake's tables and every view as temporary views of ``spark``; returns
-    the names of the views, in order. With ``errors``, a view Spark refuses (and the views
-    that read it) is left out and its error recorded there instead of raised."""
-    from pyspark.sql import functions as F
-
-    root = Path(lake).resolve()
-    stored = {}
-    for table in LAKE_TABLES:
-        name = f"_lake_{table}"
-        files = sorted(str(p) for p in (root / table).glob("run_date=*/run_id=*/*.parquet"))
-        schema = lake_schema(table)
-        if files:
-            df = (
-                spark.read.schema(schema)
-                .option("basePath", str(root / table))
-                .parquet(*files)
-                .withColumn("run_id", F.col("run_id").cast("string"))
-                .drop("run_date")
-            )
-        else:
-            from pyspark.sql import types as T
-
-            df = spark.createDataFrame(
-                [], T.StructType([*schema.fields, T.StructField("run_id", T.StringType())])
-            )
-        df.createOrReplaceTempView(name)
-        stored[table] = name
-    for table, sql in spark_tables(stored).items():
-        spark.sql(f"CREATE OR REPLACE TEMP VIEW {table} AS {sql}")
-    names = []
-    for name, sql in spark_views().items():
-        try:
-            spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
-        except Exception as exc:  # pyspark's AnalysisException, ParseException
-            if errors is None:
-                raise
-            errors[name] = str(exc).splitlines()[0] if str(exc).strip() else repr(exc)
-            continue
-        names.append(name)
-    return names
 
 
 # ---------------------------------------------------------------- ingest
