@@ -7,6 +7,9 @@ the record's kind (a ``position`` on a ``hub`` record). ``row_problem_sql()`` bu
 SQL expression over the staging table's columns that is NULL for a valid row and the
 text of the first problem otherwise; ingest sends the rows where it is not NULL to
 pydantic for the full explanation.
+
+One job (the checks, rendered for DuckDB and, through sqlglot, for Spark), ~620 lines:
+the row checks, the span-id checks, the nesting limit and the objects' structures.
 """
 
 from __future__ import annotations

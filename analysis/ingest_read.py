@@ -16,6 +16,9 @@ bytes to read, ``ingest`` and ``lake`` write what is staged).
    (through ``ember.schemas.MIGRATIONS``) and with ``strict``: every line is checked by
    pydantic, the valid ones are read by DuckDB as in 1, the others rejected with
    pydantic's explanation.
+
+One job (reading a planned range into ``_stage``), ~700 lines: the three steps share the
+staging table, its line numbers and the rejected-line bookkeeping.
 """
 
 from __future__ import annotations
