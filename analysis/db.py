@@ -437,15 +437,16 @@ def busy_message(path: str, message: str, waited: float, read_only: bool) -> str
 _LOCK_RE = re.compile(r"lock", re.IGNORECASE)
 # DuckDB writes a new file's three 4 KiB headers after creating it; a process opening the
 # file in between is told it "is not a valid DuckDB database file".
-_HEADERS_BYTES = 3 * 4096
 _CREATING_S = 5.0
 
 
 def _being_created(path: str, message: str) -> bool:
     """Whether ``message`` is DuckDB refusing a file that another process is creating now.
 
-    Such a file is shorter than DuckDB's headers and was changed in the last few seconds;
-    an old or longer file that DuckDB refuses is not a database, and waiting won't help.
+    Such a file was changed in the last few seconds: DuckDB creates it, then writes its
+    headers, and a writer may also move a finished database into place (``os.replace``)
+    between our attempt and this look, so its size says nothing. An old file that DuckDB
+    refuses is not a database, and waiting won't help.
     """
     if "not a valid DuckDB database file" not in message:
         return False
@@ -453,7 +454,7 @@ def _being_created(path: str, message: str) -> bool:
         st = os.stat(path)
     except OSError:  # removed meanwhile: the next attempt says what is there
         return True
-    return st.st_size < _HEADERS_BYTES and time.time() - st.st_mtime < _CREATING_S
+    return time.time() - st.st_mtime < _CREATING_S
 
 
 _PID_RE = re.compile(r"PID (\d+)")

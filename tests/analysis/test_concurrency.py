@@ -99,6 +99,29 @@ def test_a_reader_waits_for_a_database_that_another_process_is_creating(tmp_path
         creator.join()
 
 
+def test_a_reader_waits_when_the_database_is_moved_into_place_as_it_looks(tmp_path):
+    # CI flake of the test above: the reader's attempt saw the empty file, then the writer's
+    # os.replace put a whole database there before the reader looked at the size, and a file
+    # longer than DuckDB's headers was taken for "not a database". What was there a moment
+    # ago is what counts: a file changed just now is still being made.
+    db = tmp_path / "new.duckdb"
+    db.write_bytes(b"\0" * 64 * 1024)  # longer than DuckDB's headers, and not a database
+    made = tmp_path / "made.duckdb"
+    connect(made).close()
+
+    def move_into_place() -> None:
+        time.sleep(0.3)
+        os.replace(made, db)
+
+    mover = threading.Thread(target=move_into_place)
+    mover.start()
+    try:
+        with connect(db, read_only=True, wait=10) as con:
+            assert "runs" in con.tables()
+    finally:
+        mover.join()
+
+
 def test_a_file_that_is_not_a_database_is_refused_not_waited_for(tmp_path):
     notes = tmp_path / "notes.duckdb"
     notes.write_text("not a database\n")
