@@ -77,6 +77,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "call_latency",
     "compile_payback",
     "breaks",
+    "_latency_samples",
     "run_summary",
     "call_breakdown",
     "time_by_part",
@@ -97,7 +98,6 @@ VIEW_NAMES: tuple[str, ...] = (
     "_recompile_causes",
     "_eviction_sites",
     "_break_nodes",
-    "_latency_samples",
     # helpers of the dashboard's pages
     "_cache_positions",
     "_call_windows",

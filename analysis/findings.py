@@ -58,6 +58,9 @@ class RunSummary:
     p99_ns: float | None
     latency_kind: str | None = None  # 'to results' | 'dispatch only'
     latency_of: str | None = None  # 'call' | 'step'
+    compiling_calls: int = 0  # calls (else steps) that compiled: not in warm_*
+    warm_p50_ns: float | None = None
+    warm_p99_ns: float | None = None
 
     @property
     def short_id(self) -> str:

@@ -22,6 +22,7 @@ __all__ = [
     "count",
     "duration",
     "duration_ms",
+    "latency",
     "number",
     "percent",
     "plural",
@@ -162,6 +163,28 @@ def short_path(text: str | None, width: int = 40) -> str:
 def plural(n: int, what: str) -> str:
     """'1 compile', '3 compiles'."""
     return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def latency(
+    what: str,
+    samples: int,
+    p50_ns: float | None,
+    p99_ns: float | None,
+    compiling: int = 0,
+    warm_p50_ns: float | None = None,
+    warm_p99_ns: float | None = None,
+) -> str:
+    """'p50 12 ms, p99 13 ms': a run's latency, from the steady state when some of its
+    ``samples`` calls (or steps) compiled: a median over compiling and warm calls alike
+    (two of four calls compiling for 1.8 s made "p50 916 ms" of a 12 ms model) is neither.
+    """
+    if not compiling or warm_p50_ns is None:
+        return f"p50 {duration(p50_ns)}, p99 {duration(p99_ns)}"
+    return (
+        f"p50 {duration(warm_p50_ns)}, p99 {duration(warm_p99_ns)} over the "
+        f"{plural(samples - compiling, 'warm ' + what)}; {compiling} more compiled "
+        f"(all {samples}: p50 {duration(p50_ns)}, p99 {duration(p99_ns)})"
+    )
 
 
 def times(n: int) -> str:

@@ -304,7 +304,11 @@ def _headline(s: RunSummary) -> str:
     if s.p50_ns is not None:
         what = "call" if s.calls else "step"
         kind = " (dispatch only)" if s.latency_kind == "dispatch only" else ""
-        parts.append(f"{what} p50 {fmt.duration(s.p50_ns)} p99 {fmt.duration(s.p99_ns)}{kind}")
+        samples = s.calls if s.calls else s.steps
+        text = fmt.latency(
+            what, samples, s.p50_ns, s.p99_ns, s.compiling_calls, s.warm_p50_ns, s.warm_p99_ns
+        )
+        parts.append(f"{what} {text}{kind}")
     return " · ".join(parts)
 
 

@@ -98,8 +98,16 @@ def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(
             (
                 "latency",
-                f"p50 {fmt.duration(row['p50_ns'])}, p99 {fmt.duration(row['p99_ns'])} "
-                f"({row['latency_kind']})",
+                fmt.latency(
+                    row["latency_of"],
+                    row["calls"] if row["latency_of"] == "call" else row["steps"],
+                    row["p50_ns"],
+                    row["p99_ns"],
+                    row["compiling_calls"],
+                    row["warm_p50_ns"],
+                    row["warm_p99_ns"],
+                )
+                + f" ({row['latency_kind']})",
             )
         )
     else:

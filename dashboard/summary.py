@@ -18,7 +18,8 @@ def run_summary() -> pl.DataFrame:
     return db.query(
         """
         SELECT *, compile_ns / 1e6 AS compile_ms, p50_ns / 1e6 AS p50_ms,
-            p99_ns / 1e6 AS p99_ms
+            p99_ns / 1e6 AS p99_ms, warm_p50_ns / 1e6 AS warm_p50_ms,
+            warm_p99_ns / 1e6 AS warm_p99_ms
         FROM run_summary ORDER BY started_at DESC, run_id
         """
     )
@@ -29,7 +30,7 @@ def run_row(run: str) -> dict:
     frame = db.query(
         """
         SELECT *, compile_ns / 1e6 AS compile_ms, p50_ns / 1e6 AS p50_ms,
-            p90_ns / 1e6 AS p90_ms, p99_ns / 1e6 AS p99_ms
+            p90_ns / 1e6 AS p90_ms, p99_ns / 1e6 AS p99_ms, warm_p50_ns / 1e6 AS warm_p50_ms
         FROM run_summary WHERE run_id = ?
         """,
         run,

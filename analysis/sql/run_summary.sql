@@ -31,6 +31,10 @@
 -- latency_kind  'to results' (spans end when results are ready) | 'dispatch only' (spans
 --               end when JAX dispatched the work: recorded with sync off, or a v1 trace)
 -- p50_ns, p90_ns, p99_ns, mean_ns   percentiles and mean of the call (else step) durations
+-- compiling_calls  calls (else steps) that compiled something on the way (a segment cache
+--               miss, a jit compile); p50_ns and the other percentiles include them
+-- warm_p50_ns, warm_p99_ns   percentiles of the other calls (else steps), which compiled
+--               nothing: the steady state; NULL when every one compiled
 -- total_call_ns time in calls (else steps), summed
 -- wall_ns       from the run's start to its last finished span (ns)
 -- peak_tensor_bytes       tensor accounting: highest live bytes from alloc/free records
@@ -115,6 +119,13 @@ after_eviction AS (
     WHERE m.evictions > m.evictions_at_previous_miss
     GROUP BY m.run_id
 ),
+warm AS (
+    SELECT run_id,
+        count(*) FILTER (WHERE compiled) AS compiling_calls,
+        quantile_cont(duration_ns, 0.5) FILTER (WHERE NOT compiled) AS warm_p50_ns,
+        quantile_cont(duration_ns, 0.99) FILTER (WHERE NOT compiled) AS warm_p99_ns
+    FROM _latency_samples GROUP BY run_id
+),
 peaks AS (
     SELECT run_id,
         max(peak_bytes) FILTER (WHERE series = 'tensors') AS peak_tensor_bytes,
@@ -167,6 +178,9 @@ SELECT
     CASE WHEN e.calls > 0 THEN e.call_p90_ns ELSE e.step_p90_ns END AS p90_ns,
     CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE e.step_p99_ns END AS p99_ns,
     CASE WHEN e.calls > 0 THEN e.call_mean_ns ELSE e.step_mean_ns END AS mean_ns,
+    coalesce(w.compiling_calls, 0) AS compiling_calls,
+    w.warm_p50_ns,
+    w.warm_p99_ns,
     CAST(CASE WHEN e.calls > 0 THEN e.call_total_ns ELSE e.step_total_ns END AS BIGINT)
         AS total_call_ns,
     e.wall_ns,
@@ -189,4 +203,5 @@ LEFT JOIN ends e ON e.run_id = r.run_id
 LEFT JOIN cache_counts c ON c.run_id = r.run_id
 LEFT JOIN comp_counts k ON k.run_id = r.run_id
 LEFT JOIN after_eviction a ON a.run_id = r.run_id
+LEFT JOIN warm w ON w.run_id = r.run_id
 LEFT JOIN peaks p ON p.run_id = r.run_id

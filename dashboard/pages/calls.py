@@ -16,12 +16,17 @@ if not overall.get("calls"):
     st.info(f"Run {run} made no model calls.")
     st.stop()
 
-m = st.columns(5)
+m = st.columns(6)
 m[0].metric("Calls", f"{overall['calls']:,}")
 m[1].metric("Errors", f"{overall['failed_calls']:,}")
 m[2].metric("p50", ui.fmt_ms(overall["p50_ms"]))
 m[3].metric("p90", ui.fmt_ms(overall["p90_ms"]))
 m[4].metric("p99", ui.fmt_ms(overall["p99_ms"]))
+m[5].metric(
+    "Warm p50",
+    ui.fmt_ms(overall["warm_p50_ms"]),
+    help=f"the median of the calls that compiled nothing ({overall['compiling_calls']:,} compiled)",
+)
 if overall["latency_kind"] == "dispatch only":
     st.caption(
         "Latency is **dispatch only**: this run's call spans end when JAX dispatched the work, "

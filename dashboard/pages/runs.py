@@ -69,6 +69,9 @@ ui.table(
         "peak_source",
         "p50_ms",
         "p99_ms",
+        "warm_p50_ms",
+        "warm_p99_ms",
+        "compiling_calls",
         "latency_kind",
         "compile_ms",
         "eager_compiles",
@@ -95,6 +98,11 @@ ui.table(
         "peak_rss_bytes": st.column_config.Column("RSS peak"),
         "p50_ms": st.column_config.Column("p50"),
         "p99_ms": st.column_config.Column("p99"),
+        "warm_p50_ms": st.column_config.Column(
+            "warm p50", help="over the calls (else steps) that compiled nothing"
+        ),
+        "warm_p99_ms": st.column_config.Column("warm p99"),
+        "compiling_calls": st.column_config.Column("calls that compiled"),
         "latency_kind": st.column_config.TextColumn("latency"),
         "compile_ms": st.column_config.Column("compile"),
     },
