@@ -93,7 +93,16 @@ def _tags(values: list[str]) -> dict[str, str]:
     return out
 
 
-@app.command()
+# one line per paragraph: rich keeps a help paragraph's line breaks where they are
+_HELP = (
+    "Compare a candidate run with its baseline; exit 1 when a rule breaks (a CI gate).\n\n"
+    "Every run_summary metric side by side with its change and verdict, latency compared as "
+    "distributions (noise does not fail builds), new recompile causes, evictions and graph "
+    "breaks by name. Exit 0: every rule holds; 1: a rule broke; 2: bad input."
+)
+
+
+@app.command(help=_HELP)
 def compare(
     runs: list[str] = typer.Argument(
         ...,
@@ -133,12 +142,7 @@ def compare(
         None, "--junit", help="Also write JUnit XML here: one test case per rule."
     ),
 ) -> None:
-    """Compare a candidate run with its baseline; exit 1 when a rule breaks (a CI gate).
-
-    Every run_summary metric side by side with its change and verdict, latency compared
-    as distributions (noise does not fail builds), new recompile causes, evictions and
-    graph breaks by name. Exit 0: every rule holds; 1: a rule broke; 2: bad input.
-    """
+    """``ember compare``: what it does is ``_HELP``."""
     if len(runs) > 2:
         raise fail(f"give at most two runs (BASE CANDIDATE), not {len(runs)}", 2)
     base, candidate = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])

@@ -139,7 +139,7 @@ def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
 def run(
     model: str = typer.Argument(
         ...,
-        help="A path, hf://owner/repo[@REVISION]/file.onnx, or onnx:light/NAME "
+        help="A path, hf://owner/repo\\[@REVISION]/file.onnx, or onnx:light/NAME "
         "(e.g. onnx:light/squeezenet).",
     ),
     input: list[str] = typer.Option(
