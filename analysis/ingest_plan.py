@@ -45,7 +45,7 @@ from ember.schemas import (
     parse_schema_id,
 )
 from ember.schemas.records import MAX_LINE_BYTES
-from ember.schemas.validate import BadLine, parse_line
+from ember.schemas.validate import BadLine, compressed, parse_line
 
 __all__ = [
     "FileResult",
@@ -318,6 +318,9 @@ def unchanged_result(file: str, previous: Previous) -> FileResult:
 
 
 def _parse_meta(first: bytes, migrations: Migrations) -> tuple[dict[str, Any], int]:
+    why = compressed(first)
+    if why is not None:
+        raise _Refused(why)
     try:
         data = parse_line(first)
     except BadLine as exc:

@@ -21,6 +21,7 @@ __all__ = [
     "BadLine",
     "FileReport",
     "LineError",
+    "compressed",
     "explain",
     "iter_lines",
     "parse_line",
@@ -44,6 +45,28 @@ _TOO_DEEP = (
     f"nested deeper than {MAX_NESTING} levels of arrays and objects (the limit for one "
     f"record); record deep values as text"
 )
+
+
+# the magic bytes a compressor starts its files with -> its name, and how to decompress
+_MAGIC = {
+    b"\x1f\x8b": ("gzip", "gunzip -k"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"),
+    b"BZh": ("bzip2", "bunzip2 -k"),
+    b"\xfd7zXZ\x00": ("xz", "unxz -k"),
+}
+
+
+def compressed(head: bytes) -> str | None:
+    """What to tell a user whose trace file starts with ``head``, a compressor's magic
+    bytes (a line of JSON starts with ``{``), or ``None``: decoding it as text said "not
+    UTF-8: byte 0x8b", which names neither the problem nor the fix."""
+    for magic, (name, command) in _MAGIC.items():
+        if head.startswith(magic):
+            return (
+                f"the file is {name}-compressed: traces are read as plain JSONL (a growing "
+                f"file is followed by its byte offset); decompress it first: {command} FILE"
+            )
+    return None
 
 
 def _nesting(value: Any) -> int:
@@ -222,6 +245,11 @@ def validate_file(path: str | Path, migrations: Migrations = MIGRATIONS) -> File
         report.errors.append(LineError(str(p), 1, "empty file: no 'meta' record"))
         return report
     with p.open("rb") as f:
+        why = compressed(f.read(8))
+        if why is not None:
+            report.errors.append(LineError(str(p), 1, why))
+            return report
+        f.seek(0)
         for _, result in validate_lines(iter_lines(f), str(p), migrations):
             if isinstance(result, LineError):
                 report.errors.append(result)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import shutil
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import pytest
 from ember.analysis import connect, ingest
 from ember.analysis.ingest import MAX_LINE_BYTES
 from ember.analysis.schema_types import TABLE_COLUMNS, duckdb_type
-from ember.schemas import MIGRATIONS, SCHEMA_ID
+from ember.schemas import MIGRATIONS, SCHEMA_ID, validate_file
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
 
@@ -216,6 +219,29 @@ def test_an_empty_file_is_refused(tmp_path):
     r = ingest([path], tmp_path / "t.duckdb").files[0]
     assert r.status == "refused"
     assert r.message.startswith("empty file: no 'meta' record")
+
+
+@pytest.mark.parametrize(
+    ("compress", "says"),
+    [
+        (gzip.compress, "gzip-compressed"),
+        (bz2.compress, "bzip2-compressed"),
+        (lzma.compress, "xz-compressed"),
+    ],
+)
+def test_a_compressed_trace_is_refused_saying_how_to_read_it(tmp_path, compress, says):
+    # it was refused as "line 1: not UTF-8: ... byte 0x8b", and `ember validate` said
+    # the same of four lines: neither named the compression nor the fix
+    plain = write_lines(tmp_path / "t.jsonl", [meta_line(), *_valid(2)])
+    packed = tmp_path / "t.jsonl.z"
+    packed.write_bytes(compress(plain.read_bytes()))
+    r = ingest([packed], tmp_path / "t.duckdb").files[0]
+    assert r.status == "refused"
+    assert r.message.startswith(f"the file is {says}: traces are read as plain JSONL")
+    assert "decompress it first" in r.message
+    report = validate_file(packed)
+    assert [(e.line, e.message) for e in report.errors] == [(1, r.message)]
+    assert report.records == 0
 
 
 def test_an_unknown_field_of_another_kind_is_rejected(tmp_path):
