@@ -108,6 +108,9 @@ _LOWER_IS_BETTER = {
     "p90_ns",
     "p99_ns",
     "mean_ns",
+    "compiling_calls",
+    "warm_p50_ns",
+    "warm_p99_ns",
     "new_recompile_causes",
     "new_breaks",
     "new_eviction_sites",
@@ -116,6 +119,8 @@ _HIGHER_IS_BETTER = {"hit_rate", "disk_hits"}
 # which context must match for a metric's values to be comparable
 _NEEDS_SAME = {
     **{c: ("latency_of", "latency_kind") for c in LATENCY_METRICS},
+    "warm_p50_ns": ("latency_of", "latency_kind"),
+    "warm_p99_ns": ("latency_of", "latency_kind"),
     "peak_bytes": ("peak_source",),
 }
 

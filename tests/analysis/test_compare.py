@@ -193,6 +193,21 @@ def test_a_rule_on_lower_is_worse_metrics():
     assert c.metric("hit_rate").verdict == "worse"
 
 
+def test_warm_latency_and_compiling_calls_are_lower_is_better():
+    # run_summary's steady-state columns: they read "changed" (no direction) before
+    base = run("base", durations(40, 1e6, 1), compiling_calls=2, warm_p50_ns=1e6)
+    cand = run("cand", durations(40, 1e6, 1), compiling_calls=5, warm_p50_ns=0.5e6)
+    c = compare(base, cand, rules("recompiles>+0"))
+    assert (c.metric("compiling_calls").verdict, c.metric("warm_p50_ns").verdict) == (
+        "worse",
+        "better",
+    )
+    other = run("cand", durations(40, 1e6, 1), warm_p50_ns=0.5e6, latency_kind="dispatch only")
+    assert compare(base, other, rules("recompiles>+0")).metric("warm_p50_ns").verdict == (
+        "not comparable"
+    )
+
+
 def test_latency_rules_fail_only_beyond_the_threshold_with_confidence():
     base = run("base", durations(300, 1e6, 1))
     slower = run("cand", durations(300, 1.6e6, 2))
