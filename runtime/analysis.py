@@ -17,7 +17,7 @@ from host work of an earlier segment) enter the next segments as *static values*
 values are part of the segment cache key. Other values cross segment boundaries as arrays.
 
 **Control flow specialises on its condition.** An ``If`` whose condition is not host-known
-is not run as a break node (which would interpret its branch node by node):
+is not run as a break node (the whole If would wait on the host for its condition):
 
 - when the condition is computed from constants and *small* inputs (scalars such as a
   sample rate or a flag; an input of unknown or static shape of at most ``PRELUDE_MAX_SIZE``
@@ -31,6 +31,11 @@ is not run as a break node (which would interpret its branch node by node):
   taken branch is compiled (and cached) as part of that segment.
 
 ``Plan.labels`` names such conditions for the trace (``"If_0 condition"``).
+
+A break that still runs a subgraph (a ``Loop`` with scan outputs on a trip count computed on
+the device; an ``If`` whose branch needs more on the host than its condition) does not run
+it node by node either: ``break_subgraphs`` compiles each branch or body and caches it at
+the break node's position.
 """
 
 from __future__ import annotations

@@ -33,10 +33,12 @@ comes from small inputs has it computed on the host at the start of the call (th
 *prelude*); the condition is a static value of the segment holding the ``If``, so the key
 holds it and the program has the taken branch inline (statics name it ``If_0 condition``).
 A condition computed on the device is brought to the host by a short *sync* break, and the
-``If`` starts the next segment. A graph without breaks that ``compile()`` could not compile
-ahead of time (unknown input shapes, or such conditions) gets a direct call after its first
-checked call: the prelude's conditions (memoised by the inputs it reads) pick the program,
-called straight through jax's C++ call while nobody listens (``fastpath.SpecializedCalls``).
+``If`` starts the next segment. A break node that runs a subgraph runs it compiled, cached at
+the node's position (``break_subgraphs``). A graph without breaks that ``compile()`` could
+not compile ahead of time (unknown input shapes, or such conditions) gets a direct call after
+its first checked call: the prelude's conditions (memoised by the inputs it reads) pick the
+program, called straight through jax's C++ call while nobody listens
+(``fastpath.SpecializedCalls``).
 
 **Constants and breaks found by tracing.** Values computed from initializers and
 ``Constant`` nodes alone are folded once per model and baked into the programs. A node
@@ -53,7 +55,8 @@ such a model still runs (its segments are re-planned and the cache starts afresh
           [ember.cache.evict]                    (only when the position was full)
         ember.segment.start, ember.segment.stop  (the segment's run)
         then, when the segment stops at a break node:
-        ember.break.start, ember.break.stop
+        ember.break.start, [cache and segment events of the programs that an If or
+        Loop break runs, at its position: see ``break_subgraphs``], ember.break.stop
     ember.call.stop
 
 A call at the compile-time shapes of a graph without breaks emits only the call span and,
@@ -79,7 +82,7 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -89,6 +92,7 @@ from ember.recorder import events as E
 
 from . import xla_cpu
 from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
+from .break_subgraphs import BreakSubgraphs
 from .describe import describe_shapes, shape_key, static_key
 from .diskcache import ProgramStore
 from .fastpath import (
@@ -182,6 +186,7 @@ class CompiledModel:
             store=self._programs,
             cache_dir=self.cache_dir,
         )
+        self._subgraphs = BreakSubgraphs(self._builder)  # the Loops and Ifs breaks run
         self._main: Entry | None = None
         self._hwio: frozenset[str] | None = None
         # The direct calls (see ``fastpath``): of the program compiled ahead (set by
@@ -423,10 +428,8 @@ class CompiledModel:
                     continue
                 needs_host = self.plan.needs_host
                 with bus.span(E.BREAK, meta) as span:
-                    if breaks:
-                        outs = _run_break(node, env, span, needs_host)
-                    else:
-                        outs = run_node(node, env)
+                    run = self._subgraphs.runner(node, self, self.plan, self._lock, segments)
+                    outs = _run_break(node, env, span, needs_host, run) if breaks else run(env)
                     for name, value in zip(node.outputs, outs, strict=False):
                         if name:
                             # values read on the host later come to the host; data stays put
@@ -507,7 +510,11 @@ _BREAK_EXCEPTION = E.exception(E.BREAK)
 
 
 def _run_break(
-    node: Node, env: dict[str, Any], span: bus.SpanHandle, needs_host: frozenset[str]
+    node: Node,
+    env: dict[str, Any],
+    span: bus.SpanHandle,
+    needs_host: frozenset[str],
+    run: Callable[[Mapping[str, Any]], tuple[Any, ...]],
 ) -> tuple[Any, ...]:
     """Run a break node while its span is recorded, timing its parts.
 
@@ -529,7 +536,7 @@ def _run_break(
             if name and name not in overrides:
                 overrides[name] = to_host(env[name])
     t1 = time.monotonic_ns()
-    outs = run_node(node, collections.ChainMap(overrides, env) if overrides else env)
+    outs = run(collections.ChainMap(overrides, env) if overrides else env)
     if sync:
         block(outs)
     t2 = time.monotonic_ns()

@@ -369,8 +369,11 @@ def _bind_attrs(node: Node, env: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_node(node: Node, env: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Run one node on the values in ``env``; returns its outputs as a tuple."""
+def run_node(
+    node: Node, env: Mapping[str, Any], attrs: Mapping[str, Any] | None = None
+) -> tuple[Any, ...]:
+    """Run one node on the values in ``env``; returns its outputs as a tuple. ``attrs``
+    replaces the node's attributes bound to ``env`` (a break's compiled subgraphs)."""
     opdef = node.opdef
     if opdef is None:
         raise UnsupportedOpsError({(node.domain, node.op_type, 0): [node.name]})
@@ -381,7 +384,7 @@ def run_node(node: Node, env: Mapping[str, Any]) -> tuple[Any, ...]:
             if i < len(args) and args[i] is not None:
                 args[i] = to_host(args[i])
     try:
-        result = opdef.fn(*args, **_bind_attrs(node, env))
+        result = opdef.fn(*args, **(_bind_attrs(node, env) if attrs is None else attrs))
     except NodeError:
         raise
     except Exception as exc:

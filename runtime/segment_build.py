@@ -17,6 +17,13 @@ per plan, its cache starting empty).
 The builder holds no reference to its model: what it reads of the model (constants folded
 once, parameters on the device) comes with each call as ``values``, so a dropped model is
 freed at once.
+
+A *subgraph's* builder (``at`` set: an ``If`` branch or ``Loop`` body that a break node runs,
+see ``break_subgraphs``) builds the subgraph as one segment, position 0 to its end, but
+names it in its events and cache by ``at``, the break node's position, and shares the model's
+segment cache (``segments``). A subgraph that cannot be one program (a node in it reads a
+traced value on the host) is kept eager instead of raising ``NeedsHost``: its compile span
+ends with ``compiled: false``, ``stop: "end"`` and the reason.
 """
 
 from __future__ import annotations
@@ -78,13 +85,22 @@ class SegmentBuilder:
         source: str | None,
         store: ProgramStore | None,
         cache_dir: str | None,
+        at: int | None = None,
+        segments: SegmentCache[Entry] | None = None,
+        scope: str = "",
     ) -> None:
         self.graph = graph
         self.plan = plan
         self.source = source
         self.store = store
         self.cache_dir = cache_dir
-        self.segments: SegmentCache[Entry] = SegmentCache(cache_size, source)
+        # a subgraph's builder: the position its events and cache name, and what tells its
+        # programs apart on disk ("Loop_0/body")
+        self.at = at
+        self.scope = scope
+        self.segments: SegmentCache[Entry] = (
+            segments if segments is not None else SegmentCache(cache_size, source)
+        )
         self._prelude_set = frozenset(plan.prelude)
         # per position, the host values its segments have been compiled for so far: a
         # compile's span names those that are new (``host_values``)
@@ -101,19 +117,20 @@ class SegmentBuilder:
     ) -> Entry:
         """The segment cache's entry for ``key``, or a new one compiled (or run eagerly) and
         inserted; ``on_evict(entry)`` is told of the entry a full position evicts."""
-        entry = self.segments.get(seg.position, key)
+        position = seg.position if self.at is None else self.at
+        entry = self.segments.get(position, key)
         if entry is not None:
             return entry
         shapes = [describe_value(n, a) for n, a in zip(seg.args, args, strict=True)]
         statics_meta = describe_statics(statics, self.plan.labels)
         hexed = key_hex(key)
-        self.segments.missed(seg.position, shapes, hexed, statics_meta)
+        self.segments.missed(position, shapes, hexed, statics_meta)
         known = self._known_host_values.setdefault(seg.position, set())
         new_host = sorted(set(seg.statics) - known)
         known.update(seg.statics)
         entry = self._build_in_span(seg, key, hexed, shapes, statics, args, values, new_host)
         entry.statics = statics_meta
-        self.segments.put(seg.position, key, entry, on_evict)
+        self.segments.put(position, key, entry, on_evict)
         return entry
 
     def precompile(self, seg: Segment, specs: Mapping[str, Any], values: ModelValues) -> Entry:
@@ -151,7 +168,8 @@ class SegmentBuilder:
     ) -> Entry:
         """The segment's entry (compiled, or eager when the plan says so) built inside its
         ``ember.segment.compile`` span; ``NeedsHost`` is raised after the span ends."""
-        meta = {"source": self.source, "position": seg.position, "shapes": shapes, "key": hexed}
+        position = seg.position if self.at is None else self.at
+        meta = {"source": self.source, "position": position, "shapes": shapes, "key": hexed}
         found: NeedsHost | None = None
         with bus.span(E.SEGMENT_COMPILE, meta) as span:
             result = CompileResult(Entry(key=(), shapes=[], statics=[]))
@@ -160,17 +178,26 @@ class SegmentBuilder:
                     result = self._build(seg, key, statics, args, values)
                 except NeedsHost as exc:
                     found = exc
-            span.set(
-                **segment_compile_attrs(
-                    result,
-                    found,
-                    shapes=shapes,
-                    stop=_END if seg.stop is None else seg.stop,
-                    compiled=seg.compiled,
-                    reason=seg.reason,
-                    host_values=host_values,
-                )
+                except Exception as exc:
+                    if self.at is None:
+                        raise
+                    # a subgraph that does not trace runs eagerly, where a real error shows
+                    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                    found = NeedsHost(0, f"{type(exc).__name__}: {first}")
+            attrs = segment_compile_attrs(
+                result,
+                found,
+                shapes=shapes,
+                stop=_END if seg.stop is None else seg.stop,
+                compiled=seg.compiled,
+                reason=seg.reason,
+                host_values=host_values,
             )
+            if found is not None and self.at is not None:
+                # a subgraph stays whole, eager: its stop is its end, not a node in it
+                attrs["stop"] = _END
+                found = None
+            span.set(**attrs)
         if found is not None:
             raise found
         entry = result.entry
@@ -195,7 +222,10 @@ class SegmentBuilder:
         store = self.store
         # The segment's bounds, arguments and statics; the model, runtime and device are
         # added by the store.
-        digest = store.digest(repr(seg), key[1], key[2]) if store is not None else ""
+        digest = ""
+        if store is not None:
+            parts = (repr(seg), key[1], key[2])
+            digest = store.digest(*((self.scope, *parts) if self.scope else parts))
         stored = store.load(digest) if store is not None else None
         if stored is not None:
             entry = Entry(

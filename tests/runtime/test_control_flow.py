@@ -7,6 +7,8 @@ input, with recurrent state passed in and out.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 import pytest
@@ -344,3 +346,318 @@ def test_a_loop_with_a_known_trip_count_is_one_scan_not_unrolled():
     hlo = compiled._main.exe.as_text()
     assert "while(" in hlo
     assert hlo.count("multiply(") < 5
+
+
+# --- a break that runs a subgraph compiles it (issue 14): a Loop whose trip count is computed
+# on the device and that has scan outputs, an If whose branch reads a device value on the host
+
+
+def _loop_break(proto: onnx.ModelProto, feeds_list: list[dict[str, np.ndarray]]) -> Any:
+    """Call a model once per feeds, each checked against onnx's reference evaluator."""
+    from onnx.reference import ReferenceEvaluator
+
+    compiled = rt.compile(proto)
+    ref = ReferenceEvaluator(proto)
+    names = [o.name for o in proto.graph.output]
+    for feeds in feeds_list:
+        out = compiled(feeds)
+        for name, want in zip(names, ref.run(None, feeds), strict=True):
+            np.testing.assert_allclose(np.asarray(out[name]), want, rtol=1e-6, atol=1e-6)
+    return compiled
+
+
+def _at(events: list[dict[str, Any]], position: int) -> list[dict[str, Any]]:
+    return [e for e in events if e["position"] == position]
+
+
+@pytest.fixture
+def segment_events(ember_events: Any) -> Any:
+    """``ember_events`` with the segment spans too (one per run of a segment)."""
+    from ember.recorder import bus
+
+    names = ["ember.segment.start", "ember.segment.stop", "ember.segment.exception"]
+    handler = "test-control-flow-segments"
+    bus.attach(handler, names, lambda n, m, md: ember_events.append((n, m, md)))
+    try:
+        yield ember_events
+    finally:
+        bus.detach(handler)
+
+
+def test_a_loop_with_scan_outputs_on_a_computed_trip_count_is_one_compiled_program(
+    segment_events,
+):
+    ember_events = segment_events
+    # the trip count is the sum of x (computed on the device) and the Loop stacks each
+    # step's value: its output length is data, so the Loop is a break. It runs as one
+    # program (a while loop writing the steps into rows) per bucket of trip counts
+    proto = _counting_loop("trips", scans=True)
+    xs = ([1, 0.5, 0.5], [1, 1, 1], [2, 1, 1], [7, 0, 0], [9, 0, 0], [6, 6, 0])
+    compiled = _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
+    assert compiled.breaks == [
+        {"position": 3, "node": "Loop_0", "op_type": "Loop", "reason": "the Loop trip count"}
+    ]
+    loop = _at(ember_events.of("ember.segment.compile.stop"), 3)
+    assert [(s["stop"], s["compiled"], s["reason"]) for s in loop] == [("end", True, None)] * 2
+    misses = _at(ember_events.of("ember.cache.miss"), 3)
+    # 2, 3, 4 and 7 trips share the program of 8 rows; 9 and 12 that of 16
+    assert [m["statics"] for m in misses] == [
+        [{"name": "Loop_0 iterations at most", "value": 8}],
+        [{"name": "Loop_0 iterations at most", "value": 16}],
+    ]
+    # the program takes the trip count, the condition and the carried value
+    assert [(a["name"], a["shape"], a["dtype"]) for a in misses[0]["shapes"]] == [
+        ("trips", [], "int64"),
+        ("true", [], "bool"),
+        ("x", [3], "float32"),
+    ]
+    hits = _at(ember_events.of("ember.cache.hit"), 3)
+    assert [h["statics"][0]["value"] for h in hits] == [8, 8, 8, 16]
+    # one compiled segment run per call at the Loop's position
+    runs = _at(ember_events.of("ember.segment.stop"), 3)
+    assert [(r["stop"], r["compiled"]) for r in runs] == [("end", True)] * 6
+
+
+def _loop_until(stop_after: int) -> onnx.ModelProto:
+    """Like ``_counting_loop`` with scans, but the body ends the loop itself: cond = iter <
+    stop_after (so stop_after + 1 steps unless the trip count, sum(x), is smaller)."""
+    body = helper.make_graph(
+        [
+            const("b_half", np.array(0.5, np.float32)),
+            const("b_one", np.array(1.0, np.float32)),
+            const("b_stop", np.array(stop_after, np.int64)),
+            helper.make_node("Mul", ["v_in", "b_half"], ["v_half"]),
+            helper.make_node("Add", ["v_half", "b_one"], ["v_out"]),
+            helper.make_node("Less", ["iter", "b_stop"], ["cond_out"]),
+            helper.make_node("Identity", ["v_out"], ["scan_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("v_in", shape=[3]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("v_out", shape=[3]),
+            tensor("scan_out", shape=[3]),
+        ],
+    )
+    nodes = [
+        const("true", np.array(True)),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64),
+        helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="Loop_0"),
+    ]
+    return make_model(
+        nodes, [tensor("x", shape=[3])], [tensor("v", shape=[3]), tensor("scans", shape=["n", 3])]
+    )
+
+
+def test_a_loop_too_long_for_one_program_runs_its_body_compiled_per_step(segment_events):
+    # a trip count of 100,000 that the body's condition ends early (the INT64_MAX of a
+    # while loop, say) is too long for rows: the body is the program, called per step
+    ember_events = segment_events
+    proto = _loop_until(3)
+    xs = ([100000, 0, 0], [0, 100000, 0], [100000, 1, 0])
+    _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
+    body = _at(ember_events.of("ember.segment.compile.stop"), 3)
+    assert [(s["stop"], s["compiled"]) for s in body] == [("end", True)]
+    (miss,) = _at(ember_events.of("ember.cache.miss"), 3)
+    # the step number and the carried value are arguments; the condition is static
+    assert [(a["name"], a["shape"], a["dtype"]) for a in miss["shapes"]] == [
+        ("iter", [], "int64"),
+        ("v_in", [3], "float32"),
+    ]
+    assert miss["statics"] == [{"name": "Loop_0 condition", "value": True}]
+    hits = _at(ember_events.of("ember.cache.hit"), 3)
+    assert len(hits) == 3 * 4 - 1  # 4 steps a call
+    assert {h["key"] for h in hits} == {miss["key"]}
+    runs = _at(ember_events.of("ember.segment.stop"), 3)
+    assert [(r["stop"], r["compiled"]) for r in runs] == [("end", True)] * 12
+
+
+def test_a_loop_body_compiled_per_step_runs_without_listeners_too():
+    # nobody listens: steps after the first skip the cache lookup; results stay right
+    proto = _loop_until(5)
+    xs = ([100000, 0, 0], [0, 0, 100000])
+    compiled = _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
+    assert [len(e) for e in compiled.cache_info()[3]] == [2]  # one body program (iter, v_in)
+
+
+def _if_reshape_model() -> onnx.ModelProto:
+    """y = If(sum(x) > 0, then: Reshape(data, [-1, cols]), else: Reshape(-data, [-1, cols]))
+    with cols = max(x) computed on the device outside the If: the branches read it on the
+    host, so the If is a break (not only its condition)."""
+
+    def branch(tag: str, negate: bool) -> onnx.GraphProto:
+        nodes = []
+        src = "data"
+        if negate:
+            nodes.append(helper.make_node("Neg", ["data"], [tag + "_neg"]))
+            src = tag + "_neg"
+        nodes.append(helper.make_node("Reshape", [src, "shape"], [tag + "_y"]))
+        return helper.make_graph(nodes, tag, [], [tensor(tag + "_y", shape=["r", "c"])])
+
+    nodes = [
+        const("zero", np.array(0.0, np.float32)),
+        const("minus_one", np.array([-1], np.int64)),
+        const("axes0", np.array([0], np.int64)),
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["total", "zero"], ["positive"], name="Greater_0"),
+        helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0, name="max"),
+        helper.make_node("Cast", ["mx"], ["cols0"], to=TensorProto.INT64, name="cast"),
+        helper.make_node("Unsqueeze", ["cols0", "axes0"], ["cols"], name="unsqueeze"),
+        helper.make_node("Concat", ["minus_one", "cols"], ["shape"], axis=0, name="concat"),
+        helper.make_node(
+            "If",
+            ["positive"],
+            ["y"],
+            name="If_0",
+            then_branch=branch("then", False),
+            else_branch=branch("else", True),
+        ),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[4]), tensor("data", shape=[12])],
+        [tensor("y", shape=["r", "c"])],
+    )
+
+
+def test_an_if_whose_branch_reads_a_device_value_on_the_host_compiles_the_branch(ember_events):
+    proto = _if_reshape_model()
+    data = np.arange(12, dtype=np.float32)
+    xs = ([2, 0, 0, 1], [3, 1, 0, 0], [3, 0, 0, 1], [-1, -4, 2, 2], [2, 1, 0, 0])
+    compiled = _loop_break(proto, [{"x": np.array(x, np.float32), "data": data} for x in xs])
+    (brk,) = compiled.breaks
+    assert (brk["node"], brk["op_type"]) == ("If_0", "If")
+    at = brk["position"]
+    # a program per branch and shape: then [-1, 2], then [-1, 3], else [-1, 2]
+    misses = _at(ember_events.of("ember.cache.miss"), at)
+    assert [m["statics"] for m in misses] == [
+        [{"name": "If_0 condition", "value": True}, {"name": "shape", "value": [-1, 2]}],
+        [{"name": "If_0 condition", "value": True}, {"name": "shape", "value": [-1, 3]}],
+        [{"name": "If_0 condition", "value": False}, {"name": "shape", "value": [-1, 2]}],
+    ]
+    assert [m["shapes"][0]["name"] for m in misses] == ["data"] * 3
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), at)
+    assert [(c["stop"], c["compiled"]) for c in compiles] == [("end", True)] * 3
+    hits = _at(ember_events.of("ember.cache.hit"), at)
+    assert [h["statics"][1]["value"] for h in hits] == [[-1, 3], [-1, 2]]
+
+
+def test_a_subgraph_that_cannot_be_one_program_is_kept_eager_and_says_why(segment_events):
+    ember_events = segment_events
+    # the branch itself makes a shape from data (NonZero): it runs node by node, as before,
+    # and its compile span says why; the cache keeps that answer
+    then_g = helper.make_graph(
+        [
+            helper.make_node("NonZero", ["x"], ["t_nz"]),
+            helper.make_node("Cast", ["t_nz"], ["t_y"], to=TensorProto.FLOAT),
+        ],
+        "then",
+        [],
+        [tensor("t_y", shape=[1, "n"])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e_y"])], "else", [], [tensor("e_y", shape=[4])]
+    )
+    nodes = [
+        const("zero", np.array(0.0, np.float32)),
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["total", "zero"], ["positive"], name="Greater_0"),
+        helper.make_node(
+            "If", ["positive"], ["y"], name="If_0", then_branch=then_g, else_branch=else_g
+        ),
+    ]
+    proto = make_model(nodes, [tensor("x", shape=[4])], [tensor("y", shape=None)], check=False)
+    xs = ([1, 0, 2, 0], [0, 3, 0, 1])
+    _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), 3)
+    assert [(c["stop"], c["compiled"]) for c in compiles] == [("end", False)]
+    assert "NonZero" in compiles[0]["reason"]
+    runs = _at(ember_events.of("ember.segment.stop"), 3)
+    assert [r["compiled"] for r in runs] == [False, False]
+    assert len(_at(ember_events.of("ember.cache.hit"), 3)) == 1
+
+
+def test_the_trace_nests_the_compiled_body_in_the_break_span(tmp_path):
+    import json
+
+    from ember.recorder import record
+
+    proto = _counting_loop("trips", scans=True)
+    path = tmp_path / "loop.jsonl"
+    with record(path, run_id="loop"):
+        _loop_break(proto, [{"x": np.array([2, 1, 0], np.float32)}] * 2)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    starts = {r["span_id"]: r for r in records if r["kind"] == "span_start"}
+    breaks = [s for s in starts.values() if s["span_kind"] == "break"]
+    assert len(breaks) == 2
+    for brk in breaks:
+        inside = [s for s in starts.values() if s.get("parent_id") == brk["span_id"]]
+        kinds = [(s["span_kind"], s["attrs"]["position"]) for s in inside]
+        want = [("segment", 3)]
+        if brk is breaks[0]:  # the first run compiles the Loop's program before it runs
+            want.insert(0, ("segment_compile", 3))
+        assert kinds == want
+        cache = [r for r in records if r["kind"] == "cache" and r["span_id"] == brk["span_id"]]
+        assert [c["action"] for c in cache] == (["miss"] if brk is breaks[0] else ["hit"])
+    # the break's subgraph time holds its segments: the call's parts still add up
+    from ember.analysis import connect, ingest
+
+    db = tmp_path / "loop.duckdb"
+    ingest([path], db)
+    with connect(db, read_only=True) as con:
+        rows = con.sql(
+            "SELECT call_ns, sum(ns) FROM call_breakdown GROUP BY call_span_id, call_ns"
+        ).rows()
+    assert all(total == call_ns for call_ns, total in rows)
+
+
+def test_a_loop_whose_body_changes_shapes_runs_it_eagerly_and_says_why(segment_events):
+    # v grows by one each step: neither one program nor one body program fits every step.
+    # The whole-Loop compile says why it failed, the body compiles for the first two steps,
+    # and from the step whose shapes differ on it runs node by node (no compile per step)
+    ember_events = segment_events
+    body = helper.make_graph(
+        [
+            const("b_one", np.array([1.0], np.float32)),
+            helper.make_node("Concat", ["v_in", "b_one"], ["v_out"], axis=0),
+            helper.make_node("ReduceSum", ["v_out"], ["scan_out"], keepdims=0),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("v_in", shape=["k"]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("v_out", shape=["k2"]),
+            tensor("scan_out", shape=[]),
+        ],
+    )
+    nodes = [
+        const("true", np.array(True)),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64),
+        helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="Loop_0"),
+    ]
+    proto = make_model(
+        nodes, [tensor("x", shape=[3])], [tensor("v", shape=["m"]), tensor("scans", shape=["n"])]
+    )
+    compiled = rt.compile(proto)
+    for x in ([3, 1, 0], [2, 1, 0]):  # 4 steps, then 3
+        feeds = {"x": np.array(x, np.float32)}
+        out = compiled(feeds)
+        want = reference(proto, feeds)  # onnx's reference evaluator stacks scalars wrongly
+        np.testing.assert_allclose(np.asarray(out["v"]), want["v"])
+        np.testing.assert_allclose(np.asarray(out["scans"]), want["scans"])
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), 3)
+    assert [c["compiled"] for c in compiles] == [False, True, True]
+    assert "carry input and carry output must have equal types" in compiles[0]["reason"]
+    runs = _at(ember_events.of("ember.segment.stop"), 3)
+    assert [r["compiled"] for r in runs] == [True, True, False, False] + [False] * 3

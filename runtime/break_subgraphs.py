@@ -1,0 +1,600 @@
+"""The subgraphs a break node runs, compiled and cached: a whole ``Loop``, its body, an ``If``
+branch.
+
+Most control flow never reaches a break (see ``ember.runtime.analysis``: an ``If`` specialises
+on its condition, a ``Loop`` on a traced trip count without scan outputs is a ``lax`` loop).
+What still does is a ``Loop`` whose trip count is computed on the device and that has scan
+outputs (their length is its data), a node whose subgraph changes shapes, and an ``If``
+whose branch needs more host values than its condition. The break runs the node on the host;
+``BreakSubgraphs.runner(node, ...)`` runs it with compiled programs instead of the
+subgraph's nodes one by one:
+
+- **A Loop with scan outputs is one program** where it can be (``_WholeLoop``): a
+  ``lax.while_loop`` (``ops.control.loop_bounded``) that writes each step's scan outputs into
+  buffers of *rows* (the trip count's next power of two, at least 8; a static value of the
+  key, "Loop_0 iterations at most"), returns how many steps ran, and the break keeps that
+  many rows. One dispatch a call, one program per bucket of trip counts.
+- Otherwise (a trip count over 65,536 that the body's condition ends, a body that changes
+  shapes or reads its step number on the host: the whole-Loop compile then ends with
+  ``compiled: false`` and why) the op runs with **its body or branches compiled**
+  (``bind``): each ``If`` branch and ``Loop`` body is a ``CompiledSubgraph``, whose calls
+  run its program (``Scan`` keeps its ``Subgraph``: it is a ``lax.scan``, compiled by jax as
+  a whole). A body's step number and carried values are arguments, its condition a static
+  value (true whenever the body runs: one key, and a condition the body passes through is
+  known on the host without waiting for the program); a branch's key holds its condition's
+  value (statics ``If_0 condition: True``), so a flip of the condition is a miss that says so.
+- Every such program is looked up in the model's segment cache at the *position of the
+  break node* (no top-level segment starts there: the segment after a break starts after
+  it), keyed like a segment by its arguments' shapes and dtypes and its static values, and
+  built by the model's ``SegmentBuilder`` machinery (a builder per subgraph: the same trace,
+  compile and program store). So a miss is an ``ember.cache.miss`` and an
+  ``ember.segment.compile`` span, a hit an ``ember.cache.hit``, each run an ``ember.segment``
+  span (``stop: "end"``), all inside the break's span.
+- Outer values a program reads are arguments when on the device, static values when read on
+  the host by the subgraph (a ``Reshape``'s shape computed outside) or host values of the
+  model's plan, and constants of the model are baked in (large ones passed as the model's
+  device parameters).
+- A subgraph that cannot be one program (a node in it reads a traced value on the host, a
+  ``NonZero``) is kept eager: its compile span says ``compiled: false`` with the reason, the
+  cache keeps the eager entry, and it runs node by node as before; so does a body whose
+  shapes change from one step to the next (a program per step would compile per step).
+  Called under a trace (``lax.scan`` of a ``Scan`` inside it, say), a ``CompiledSubgraph``
+  runs the subgraph's nodes into that trace.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ember.recorder import bus
+from ember.recorder import events as E
+
+from . import ops
+from .analysis import SHAPE_OPS, Plan, Segment
+from .describe import shape_key, static_key
+from .fastpath import block
+from .graph import Graph, Node, Subgraph, run_node, to_host
+from .ops.control import loop_bounded, loop_scan_outputs
+from .segment_build import ModelValues, SegmentBuilder
+from .segment_trace import Entry
+
+__all__ = ["BreakSubgraphs", "CompiledSubgraph"]
+
+_END = "end"
+# ops whose subgraphs a break runs call by call (Scan's body is one lax.scan)
+_COMPILED_OPS = frozenset({"If", "Loop"})
+# a Loop body's formal inputs: (iteration number, condition, carried values...)
+_LOOP_COND = 1
+
+
+class _SubgraphValues:
+    """What tracing a subgraph reads of its model (``segment_build.ModelValues``): the
+    subgraph's initializers with the model constants it reads, and the model's parameters."""
+
+    __slots__ = ("base", "hwio", "params")
+
+    def __init__(self, base: dict[str, Any], params: dict[str, Any], hwio: frozenset[str]) -> None:
+        self.base = base
+        self.params = params
+        self.hwio = hwio
+
+    def _base_env(self) -> dict[str, Any]:
+        return self.base
+
+    def _device_params(self) -> dict[str, Any]:
+        return self.params
+
+    def _hwio_params(self) -> frozenset[str]:
+        return self.hwio
+
+
+def _is_host(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(_is_host(v) for v in value)
+    return value is None or ops.is_host(value)
+
+
+def _traced(values: Sequence[Any]) -> bool:
+    import jax
+
+    return any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+class _Compiled:
+    """One subgraph of one break node: its builder, and whether its shapes vary from one
+    call to the next inside one run of the node (then it is kept eager: a program per
+    iteration would cost a compile per iteration)."""
+
+    __slots__ = ("builder", "on_host", "varying")
+
+    def __init__(self, builder: SegmentBuilder, body: Graph | None = None) -> None:
+        self.builder = builder
+        self.varying = False
+        self.on_host = _outer_on_host(body if body is not None else builder.graph)
+
+
+def _outer_on_host(graph: Graph) -> frozenset[str]:
+    """The outer values that nodes of ``graph`` read on the host (a ``Reshape``'s shape
+    computed outside): static values of its program. Found backwards from the ops' host
+    inputs, like the graph analysis's ``needs_host``; not the data of a value-shaped op
+    (``NonZero``): as a static it would compile a program per input, so such a subgraph
+    stays eager."""
+    needs: set[str] = set()
+    for node in reversed(graph.nodes):
+        opdef = node.opdef
+        if opdef is None:
+            continue
+        needs.update(node.inputs[i] for i in opdef.host_inputs if i < len(node.inputs))
+        if node.op_type not in SHAPE_OPS and any(o in needs for o in node.outputs if o):
+            needs.update(node.reads())
+    return frozenset(needs & graph.outer_reads)
+
+
+def _split_outer(
+    names: frozenset[str],
+    outer: Mapping[str, Any],
+    fixed: Mapping[str, Any],
+    model: ModelValues,
+    const: frozenset[str],
+    host: frozenset[str],
+    on_host: frozenset[str],
+) -> tuple[dict[str, Any], list[str], list[str], _SubgraphValues]:
+    """How a program gets the outer values ``names`` it reads: constants of the model
+    (baked in), its device parameters, static values (read on the host by the subgraph, or
+    host values of the model's plan) and arguments (device values). Returns the statics
+    (with ``fixed``), the names of the arguments and parameters, and what the trace reads."""
+    model_params = model._device_params()
+    model_base = model._base_env()
+    base: dict[str, Any] = {}
+    params: list[str] = []
+    statics: dict[str, Any] = dict(fixed)
+    outer_args: list[str] = []
+    for name in sorted(names):
+        if name in statics:
+            continue  # given (an If's condition)
+        if name in model_params:
+            params.append(name)
+        elif name in const and name in model_base:
+            base[name] = model_base[name]
+        elif name not in outer:
+            continue  # read by a branch not taken inside it, say: the trace tells
+        elif name in on_host or (name in host and _is_host(outer[name])):
+            statics[name] = to_host(outer[name])
+        else:
+            outer_args.append(name)
+    hwio = model._hwio_params() & frozenset(params) if params else frozenset()
+    values = _SubgraphValues(base, {n: model_params[n] for n in params}, hwio)
+    return statics, outer_args, params, values
+
+
+class CompiledSubgraph:
+    """A subgraph bound to its enclosing scope, like ``graph.Subgraph`` (``body(*inputs) ->
+    outputs``), whose calls run its compiled program (see the module docstring)."""
+
+    __slots__ = (
+        "_arg_idx",
+        "_fixed",
+        "_last",
+        "_lock",
+        "_observe",
+        "_outer_args",
+        "_param_values",
+        "_quiet",
+        "_seg",
+        "_source",
+        "_state",
+        "_static_idx",
+        "_values",
+        "at",
+        "builder",
+        "graph",
+        "outer",
+    )
+
+    def __init__(
+        self,
+        graph: Graph,
+        outer: Mapping[str, Any],
+        state: _Compiled,
+        *,
+        fixed: Mapping[str, Any],
+        static_inputs: frozenset[int],
+        model: ModelValues,
+        const: frozenset[str],
+        host: frozenset[str],
+        lock: threading.RLock,
+        observe: bool,
+    ) -> None:
+        self.graph = graph
+        self.outer = outer
+        self._state = state
+        self._last: Entry | None = None
+        builder = self.builder = state.builder
+        self.at = builder.at if builder.at is not None else 0
+        self._lock = lock
+        self._observe = observe
+        # nobody listens to cache hits: an iteration with the last one's key skips the lookup
+        self._quiet = not bus.listening(E.CACHE_HIT)
+        self._source = builder.source
+        formal = graph.input_names
+        self._static_idx = tuple((i, formal[i]) for i in sorted(static_inputs))
+        self._arg_idx = tuple(i for i in range(len(formal)) if i not in static_inputs)
+        statics, outer_args, params, self._values = _split_outer(
+            graph.outer_reads, outer, fixed, model, const, host, state.on_host
+        )
+        self._fixed = statics
+        self._outer_args = [outer[n] for n in outer_args]
+        self._param_values = tuple(self._values.params[n] for n in params)
+        self._values.base.update(graph.initializers)
+        self._seg = Segment(
+            position=0,
+            stop=None,
+            args=tuple(formal[i] for i in self._arg_idx) + tuple(outer_args),
+            statics=tuple(sorted({*statics, *(n for _, n in self._static_idx)})),
+            params=tuple(params),
+            outputs=tuple(dict.fromkeys(graph.output_names)),
+            compiled=True,
+            reason=None,
+        )
+
+    @property
+    def input_names(self) -> list[str]:
+        return self.graph.input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.graph.output_names
+
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        if len(inputs) != len(self.graph.input_names) or _traced(inputs):
+            # under a trace (or called wrongly: Subgraph says how) the nodes join the trace
+            return Subgraph(self.graph, self.outer)(*inputs)
+        if self._state.varying:
+            return self._eager(inputs)
+        seg = self._seg
+        args = [inputs[i] for i in self._arg_idx]
+        args.extend(self._outer_args)
+        statics = dict(self._fixed)
+        for i, name in self._static_idx:
+            statics[name] = to_host(inputs[i])
+        key = (
+            self.at,
+            tuple((n, shape_key(a)) for n, a in zip(seg.args, args, strict=True)),
+            tuple((n, static_key(statics[n])) for n in seg.statics),
+        )
+        last = self._last
+        if last is not None and self._quiet and key == last.key:
+            entry = last  # the next iteration of a body that keeps its shapes: no lookup
+        else:
+            with self._lock:
+                entry = self.builder.lookup_or_build(seg, key, args, statics, self._values)
+        self._last = entry
+        if last is not None and entry is not last:
+            # another program inside one run of the node: its shapes change per iteration
+            self._state.varying = True
+        if not self._observe:
+            return self._run(entry, inputs, args, statics)
+        meta = {
+            "source": self._source,
+            "position": self.at,
+            "stop": _END,
+            "compiled": entry.exe is not None,
+            "key": entry.key_hex,
+        }
+        with bus.span(E.SEGMENT, meta):
+            outs = self._run(entry, inputs, args, statics)
+            if bus.sync:
+                block(outs)
+        return outs
+
+    def _eager(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        """The nodes one by one (a subgraph whose shapes vary per iteration), in a segment
+        span that says so."""
+        if not self._observe:
+            return Subgraph(self.graph, self.outer)(*inputs)
+        meta = {
+            "source": self._source,
+            "position": self.at,
+            "stop": _END,
+            "compiled": False,
+            "key": None,
+        }
+        with bus.span(E.SEGMENT, meta):
+            outs = Subgraph(self.graph, self.outer)(*inputs)
+            if bus.sync:
+                block(outs)
+        return outs
+
+    def _run(
+        self,
+        entry: Entry,
+        inputs: Sequence[Any],
+        args: Sequence[Any],
+        statics: Mapping[str, Any],
+    ) -> tuple[Any, ...]:
+        if entry.exe is None:  # kept eager: the nodes one by one, as a plain Subgraph
+            return Subgraph(self.graph, {**self.outer, **statics})(*inputs)
+        if self._param_values:
+            outs = entry.exe(self._param_values, *args)
+        else:
+            outs = entry.exe(*args)
+        got = dict(entry.host_outputs)
+        got.update(zip(entry.dynamic_outputs, outs, strict=True))
+        return tuple(got[n] for n in self.graph.output_names)
+
+
+_MAX_ROWS = 1 << 16
+"""A whole-Loop program has buffers of at most this many rows (a larger trip count, such as
+the INT64_MAX of a loop that its condition ends, runs body by body)."""
+
+
+def _rows(trips: int) -> int:
+    """The rows of a whole-Loop program's buffers for ``trips``: the next power of two, at
+    least 8, so that a trip count that varies compiles a program per bucket, not per value."""
+    return max(8, 1 << max(0, trips - 1).bit_length())
+
+
+def _take(buf: Any, count: int) -> Any:
+    """The first ``count`` rows of ``buf``: a numpy view where the array is in host memory
+    (no device op), else a device slice."""
+    import jax
+
+    if isinstance(buf, jax.Array) and all(d.platform == "cpu" for d in buf.devices()):
+        return np.asarray(buf)[:count]
+    return buf[:count]
+
+
+_BOUNDED = ops.OpDef("", "Loop", 1, loop_bounded, subgraphs=True)
+
+
+class _WholeLoop:
+    """A ``Loop`` with scan outputs run as one program (``ops.control.loop_bounded``): a
+    one-node graph whose node takes the trip count, the condition, the rows of the buffers
+    (a static value: the key holds it) and the carried values."""
+
+    def __init__(self, node: Node, body: Graph, make: Callable[[Graph], SegmentBuilder]) -> None:
+        self.node = node
+        self.rows_name = f"{node.name} iterations at most"
+        self.count_name = f"{node.name} iterations"
+        self.out_names = tuple(f"{node.name} output {k}" for k in range(len(node.outputs)))
+        loop = Node(
+            name=node.name,
+            op_type="Loop",
+            domain="",
+            inputs=(node.inputs[0], node.inputs[1], self.rows_name, *node.inputs[2:]),
+            outputs=(*self.out_names, self.count_name),
+            attrs={"body": body},
+            opdef=_BOUNDED,
+            position=0,
+            outer_reads=node.outer_reads,
+        )
+        graph = Graph(
+            name=f"{node.name} whole",
+            nodes=[loop],
+            initializers={},
+            input_names=[n for n in loop.inputs if n],
+            output_names=list(loop.outputs),
+            opsets=body.opsets,
+            outer_reads=node.outer_reads,
+        )
+        self.state = _Compiled(make(graph), body)
+
+    def run(
+        self,
+        env: Mapping[str, Any],
+        model: ModelValues,
+        plan: Plan,
+        lock: threading.RLock,
+        observe: bool,
+    ) -> tuple[Any, ...] | None:
+        """The Loop's outputs, or None where one program cannot run it (the body changes
+        shapes or reads its iteration number on the host, a carried sequence, a trip count
+        too large for buffers): the caller then runs it body by body."""
+        node, state = self.node, self.state
+        if state.varying:
+            return None
+        trips_value = np.asarray(to_host(env[node.inputs[0]])).reshape(-1)
+        carried = [env[n] if n else None for n in node.inputs[2:]]
+        if (
+            trips_value.size != 1
+            or int(trips_value[0]) > _MAX_ROWS
+            or any(v is None or isinstance(v, list) for v in carried)
+        ):
+            return None
+        inputs = [n for n in (node.inputs[0], node.inputs[1], *node.inputs[2:]) if n]
+        statics, outer_args, params, values = _split_outer(
+            node.outer_reads - set(inputs),
+            env,
+            {self.rows_name: np.array(_rows(int(trips_value[0])), np.int64)},
+            model,
+            plan.const,
+            plan.host,
+            state.on_host,
+        )
+        names = tuple(inputs) + tuple(outer_args)
+        args = [env[n] for n in names]
+        seg = Segment(
+            position=0,
+            stop=None,
+            args=names,
+            statics=tuple(sorted(statics)),
+            params=tuple(params),
+            outputs=(*self.out_names, self.count_name),
+            compiled=True,
+            reason=None,
+        )
+        builder = state.builder
+        key = (
+            builder.at,
+            tuple((n, shape_key(a)) for n, a in zip(names, args, strict=True)),
+            tuple((n, static_key(statics[n])) for n in seg.statics),
+        )
+        with lock:
+            entry = builder.lookup_or_build(seg, key, args, statics, values)
+        if entry.exe is None:  # one program cannot run it (its compile span says why)
+            state.varying = True
+            return None
+        param_values = tuple(values.params[n] for n in params)
+        if not observe:
+            return self._outputs(entry, param_values, args)
+        meta = {
+            "source": builder.source,
+            "position": builder.at,
+            "stop": _END,
+            "compiled": True,
+            "key": entry.key_hex,
+        }
+        with bus.span(E.SEGMENT, meta):
+            outs = self._outputs(entry, param_values, args)
+            if bus.sync:
+                block(outs)
+        return outs
+
+    def _outputs(
+        self, entry: Entry, param_values: tuple[Any, ...], args: Sequence[Any]
+    ) -> tuple[Any, ...]:
+        outs = entry.exe(param_values, *args) if param_values else entry.exe(*args)
+        got = dict(entry.host_outputs)
+        got.update(zip(entry.dynamic_outputs, outs, strict=True))
+        count = int(np.asarray(got[self.count_name]))  # waits for the program
+        n_carried = len(self.node.inputs) - 2
+        values = [got[n] for n in self.out_names]
+        return (*values[:n_carried], *(_take(b, count) for b in values[n_carried:]))
+
+
+class BreakSubgraphs:
+    """The compiled subgraphs of one plan's break nodes: a ``SegmentBuilder`` per subgraph
+    (made on first use), all in the model's segment cache ``segments``."""
+
+    def __init__(self, model: SegmentBuilder) -> None:
+        # the model's builder: its cache (shared), source and program store
+        self._segments = model.segments
+        self._cache_size = model.segments.size
+        self._source = model.source
+        self._store = model.store
+        self._cache_dir = model.cache_dir
+        self._subgraphs: dict[tuple[int, str], _Compiled] = {}
+        self._loops: dict[int, _WholeLoop] = {}
+
+    @staticmethod
+    def runs(node: Node) -> bool:
+        """Whether the break node ``node`` runs subgraphs compiled here."""
+        return node.op_type in _COMPILED_OPS and bool(node.opdef and node.opdef.subgraphs)
+
+    def _new_builder(
+        self, node: Node, attr: str, graph: Graph, labels: dict[str, str]
+    ) -> SegmentBuilder:
+        plan = Plan(
+            breaks={},
+            segments=[],
+            host=frozenset(),
+            needs_host=frozenset(),
+            params=frozenset(),
+            labels=labels,
+        )
+        return SegmentBuilder(
+            graph,
+            plan,
+            cache_size=self._cache_size,
+            source=self._source,
+            store=self._store,
+            cache_dir=self._cache_dir,
+            at=node.position,
+            segments=self._segments,
+            scope=f"{node.name}/{attr}",
+        )
+
+    def _state(self, node: Node, attr: str, graph: Graph, label: tuple[str, str]) -> _Compiled:
+        found = self._subgraphs.get((node.position, attr))
+        if found is None or found.builder.graph is not graph:
+            builder = self._new_builder(node, attr, graph, dict([label]))
+            found = self._subgraphs[(node.position, attr)] = _Compiled(builder)
+        return found
+
+    def runner(
+        self,
+        node: Node,
+        model: ModelValues,
+        plan: Plan,
+        lock: threading.RLock,
+        observe: bool,
+    ) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+        """``run(env) -> outputs`` of the break node ``node`` of ``plan``: a ``Loop`` with
+        scan outputs as one program when it can be, else the op with its branches or body
+        compiled (``bind``); any other node as it is (``graph.run_node``)."""
+        if not self.runs(node):
+            return lambda env: run_node(node, env)
+        whole = None
+        body = node.attrs.get("body")
+        if (
+            node.op_type == "Loop"
+            and isinstance(body, Graph)
+            and len(node.inputs) >= 2
+            and node.inputs[0]
+            and loop_scan_outputs(len(node.inputs), len(body.output_names)) > 0
+        ):
+            whole = self._loops.get(node.position)
+            if whole is None or whole.node is not node:
+                whole = self._loops[node.position] = _WholeLoop(
+                    node, body, lambda g: self._new_builder(node, "whole", g, {})
+                )
+
+        def run(env: Mapping[str, Any]) -> tuple[Any, ...]:
+            if whole is not None:
+                outs = whole.run(env, model, plan, lock, observe)
+                if outs is not None:
+                    return outs
+            return run_node(node, env, self.bind(node, env, model, plan, lock, observe))
+
+        return run
+
+    def bind(
+        self,
+        node: Node,
+        env: Mapping[str, Any],
+        model: ModelValues,
+        plan: Plan,
+        lock: threading.RLock,
+        observe: bool,
+    ) -> dict[str, Any]:
+        """The attributes to run the break node ``node`` of ``plan`` with
+        (``graph.run_node``): its branches or body as ``CompiledSubgraph`` over ``env``."""
+        attrs: dict[str, Any] = {}
+        make: Callable[..., CompiledSubgraph] = CompiledSubgraph
+        for name, value in node.attrs.items():
+            if not isinstance(value, Graph):
+                attrs[name] = value
+                continue
+            if node.op_type == "If":
+                cond = node.inputs[0]
+                # the key holds the branch taken (or the condition's value, when the branch
+                # reads it itself)
+                taken = (
+                    to_host(env[cond])
+                    if cond in value.outer_reads
+                    else np.array(name == "then_branch")
+                )
+                fixed: dict[str, Any] = {cond: taken}
+                static_inputs: frozenset[int] = frozenset()
+            else:  # Loop's body: the condition is static, true whenever the body runs
+                cond = value.input_names[_LOOP_COND] if len(value.input_names) > 1 else ""
+                fixed = {}
+                static_inputs = frozenset({_LOOP_COND}) if cond else frozenset()
+            state = self._state(node, name, value, (cond, f"{node.name} condition"))
+            attrs[name] = make(
+                value,
+                env,
+                state,
+                fixed=fixed,
+                static_inputs=static_inputs,
+                model=model,
+                const=plan.const,
+                host=plan.host,
+                lock=lock,
+                observe=observe,
+            )
+        return attrs
