@@ -39,6 +39,7 @@ __all__ = [
     "KIND_COLUMNS",
     "STRUCT_COLUMNS",
     "maybe_too_deep_sql",
+    "object_invalid_sql",
     "row_invalid_sql",
     "row_problem_sql",
     "span_problems_sql",
@@ -114,8 +115,9 @@ def _field_problems(
     """(condition that is TRUE when wrong, message) for each field of ``model`` at ``expr``.
 
     ``expr`` is a SQL expression of the struct (or ``""`` for top-level columns). ``text``:
-    the ``STRUCT_COLUMNS`` are JSON text; only their presence and their fields' allowed
-    values are checked here (``structure_fits`` checks their keys and types).
+    the ``STRUCT_COLUMNS`` are JSON text; only their presence is checked here (their
+    fields' allowed values are ``object_invalid_sql``'s, their keys and types
+    ``structure_fits``'s: both once per distinct value).
     """
     global _depth
     out: list[tuple[str, str]] = []
@@ -128,10 +130,6 @@ def _field_problems(
         if text and not expr and key in STRUCT_COLUMNS:
             if info.is_required():
                 out.append((f"{col} IS NULL", f"{label}: missing required field"))
-            out += [
-                (c, f"{label}: a value is not allowed")
-                for c in text_literal_checks(col, info.annotation)
-            ]
             continue
         if not expr and READ_COLUMNS.get(key) == "JSON" and duckdb_type(info.annotation) != "JSON":
             # a field two kinds type differently (``step``) is read as JSON: check its JSON
@@ -293,8 +291,9 @@ def _span_attr_owners() -> dict[str, dict[str, set[str]]]:
 def row_invalid_sql(text: bool = False) -> str:
     """SQL over the staging columns: TRUE when the row breaks the schema (else FALSE).
 
-    ``text``: the ``STRUCT_COLUMNS`` are JSON text (DuckDB's stage): their keys and types are
-    ``structure_fits``'s, and only their fields' allowed values are checked here.
+    ``text``: the ``STRUCT_COLUMNS`` are JSON text (DuckDB's stage): only their presence is
+    checked here; what they hold is checked once per distinct value, their keys and types
+    by ``structure_fits`` and their fields' allowed values by ``object_invalid_sql``.
 
     The same checks as ``row_problem_sql`` without the messages (pydantic gives those),
     and with the "field of another kind" checks written per column (a field, and the
@@ -310,9 +309,7 @@ def row_invalid_sql(text: bool = False) -> str:
             per_span = []
             for span_kind, pair in R.SPAN_ATTRS.items():
                 conds = [("attrs IS NULL", "")]
-                if text:
-                    conds += [(c, "") for c in text_literal_checks("attrs", pair[which])]
-                else:
+                if not text:
                     conds += _field_problems("attrs", pair[which], "attrs.")
                 per_span.append(f"WHEN '{span_kind}' THEN ({' OR '.join(c for c, _ in conds)})")
             expr = (
@@ -338,6 +335,45 @@ def row_invalid_sql(text: bool = False) -> str:
         )
         foreign.append(f"(attrs.{_q(field)} IS NOT NULL AND NOT ({allowed}))")
     return f"({fields}) OR coalesce({' OR '.join(foreign)}, false)"
+
+
+def object_invalid_sql() -> str:
+    """SQL over ``kind``, ``span_kind`` and the ``STRUCT_COLUMNS`` as JSON text: TRUE when a
+    string field inside an object holds a value its ``Literal`` does not allow (a span's
+    ``attrs.disk_cache`` that is not ``hit`` or ``miss``), else FALSE.
+
+    What ``row_invalid_sql(text=True)`` leaves out: a function of the objects' text, so
+    DuckDB's stage evaluates it once per distinct object (a trace repeats its objects:
+    the same shapes and sources call after call), with ``structure_fits``.
+    """
+    whens = []
+    for kind in R.RECORD_KINDS:
+        if kind in ("span_start", "span_end"):
+            which = 0 if kind == "span_start" else 1
+            base = R._SpanStartBase if which == 0 else R._SpanEndBase
+            common = _object_literal_checks(base)
+            per_span = [
+                f"WHEN '{span_kind}' THEN ({' OR '.join(conds)})"
+                for span_kind, pair in R.SPAN_ATTRS.items()
+                if (conds := text_literal_checks("attrs", pair[which]))
+            ]
+            parts = [*common, f"CASE span_kind {' '.join(per_span)} ELSE false END"]
+            expr = " OR ".join(parts) if per_span else " OR ".join(common) or "false"
+        else:
+            expr = " OR ".join(_object_literal_checks(KIND_MODELS[kind])) or "false"
+        if expr != "false":
+            whens.append(f"WHEN '{kind}' THEN coalesce({expr}, false)")
+    return f"CASE kind {' '.join(whens)} ELSE false END" if whens else "false"
+
+
+def _object_literal_checks(model: type[BaseModel]) -> list[str]:
+    """``text_literal_checks`` of the top-level ``STRUCT_COLUMNS`` fields of ``model``."""
+    return [
+        c
+        for name, info in model.model_fields.items()
+        if (info.alias or name) in STRUCT_COLUMNS
+        for c in text_literal_checks(_q(info.alias or name), info.annotation)
+    ]
 
 
 def _maybe_deep(expr: str, t: DuckType, max_nesting: int, level: int) -> str | None:

@@ -7,10 +7,12 @@ bytes to read, ``ingest`` and ``lake`` write what is staged).
    the columns that hold objects as JSON text). No Python per line.
 2. SQL checks generated from the same models (``checks.row_invalid_sql``) find what the
    typed read does not check (required fields, allowed values, fields of another kind,
-   a second meta, a span_end without its span_start); the objects' keys and JSON types
-   are judged once per distinct ``json_structure`` (``checks.structure_fits``), which sees
-   an unknown key inside an object that a typed read would drop. Only the rows found are
-   mapped back to line numbers and explained by pydantic; they are rejected.
+   a second meta, a span_end without its span_start); what the objects hold is judged
+   once per distinct object (a trace repeats them): their keys and JSON types by their
+   ``json_structure`` (``checks.structure_fits``), which sees an unknown key inside an
+   object that a typed read would drop, and their strings' allowed values
+   (``checks.object_invalid_sql``). Only the rows found are mapped back to line numbers
+   and explained by pydantic; they are rejected.
 3. The slow path, when DuckDB refuses the bytes (a line that is not JSON, not UTF-8, a
    value of the wrong type, a line over 16 MB), for files of an older schema version
    (through ``ember.schemas.MIGRATIONS``) and with ``strict``: every line is checked by
@@ -51,6 +53,7 @@ from ember.schemas.validate import BadLine, parse_line
 from .checks import (
     STRUCT_COLUMNS,
     maybe_too_deep_sql,
+    object_invalid_sql,
     row_invalid_sql,
     row_problem_sql,
     span_problems_sql,
@@ -196,9 +199,11 @@ _TYPED_STAGE = (
     + ") FROM _stage) AS _stage"
 )
 _PROBLEM_SQL = row_problem_sql()
+# the checks of a row's own columns; what its objects hold is checked once per distinct
+# object (``_OBJECTS_SQL``)
 _INVALID_SQL = row_invalid_sql(text=True)
 _MAYBE_DEEP_SQL = maybe_too_deep_sql(
-    MAX_NESTING, {c: "JSON" if c in STRUCT_COLUMNS else t for c, t in READ_TYPES.items()}
+    MAX_NESTING, {c: t for c, t in READ_TYPES.items() if c not in STRUCT_COLUMNS}
 )
 # What json_structure does not show: an integer over 2**63 - 1 (json_transform reads it as
 # NULL; rows with 19 digits in a row in their objects go to parse_line, which has the
@@ -208,6 +213,29 @@ _NOT_IN_STRUCTURE_SQL = " OR ".join(
     f"regexp_matches({_q(c)}, '[0-9]{{19}}|[\\[,]\\s*null')" for c in STRUCT_COLUMNS
 )
 _STRUCTURES = ", ".join(f"CAST(json_structure({_q(c)}) AS VARCHAR)" for c in STRUCT_COLUMNS)
+_OBJECT_COLUMNS = ("kind", "span_kind", *STRUCT_COLUMNS)
+# Each distinct object of a batch (its record's kind and span kind and the JSON text of its
+# STRUCT_COLUMNS; a trace repeats its objects, the same shapes and sources call after
+# call), once: its structures (``structure_fits`` judges them), whether a string in it is
+# not an allowed value (``object_invalid_sql``), and whether it may nest too deeply or
+# hold what its structure does not show (pydantic decides those)
+_DISTINCT_OBJECTS_SQL = (
+    "CREATE OR REPLACE TEMP TABLE _objects AS SELECT row_number() OVER () AS id, * "
+    f"FROM (SELECT DISTINCT {', '.join(_q(c) for c in _OBJECT_COLUMNS)} FROM _stage)"
+)
+_OBJECTS_SQL = f"""
+SELECT id, kind, span_kind, {_STRUCTURES}, coalesce({object_invalid_sql()}, false),
+    coalesce({maybe_too_deep_sql(MAX_NESTING, {c: "JSON" for c in STRUCT_COLUMNS})}
+        OR {_NOT_IN_STRUCTURE_SQL}, false)
+FROM _objects
+"""
+# the staged rows of the objects found wrong (``$ids``)
+_OBJECT_ROWS_SQL = (
+    "SELECT s.rowid, o.invalid FROM (SELECT _objects.*, b.invalid FROM _objects "
+    "JOIN (SELECT unnest($ids) AS id, unnest($invalid) AS invalid) AS b USING (id)) AS o "
+    "JOIN _stage AS s ON "
+    + " AND ".join(f"s.{_q(c)} IS NOT DISTINCT FROM o.{_q(c)}" for c in _OBJECT_COLUMNS)
+)
 
 # the rows whose span id is a second one or has no start, per staged file (``_f``), after
 # the span ids stored before a continued file (``_prior_spans``): ``checks.span_problems_sql``
@@ -226,9 +254,9 @@ WHERE (kind = 'meta' AND NOT (rowid IN (SELECT first_row FROM _files WHERE from_
 UNION ALL
 {_SPAN_PROBLEMS_SQL}
 UNION ALL
--- rows that may nest too deeply, or hold an integer over 64 bits or a null list item in an
--- object: pydantic decides, and keeps those that do not
-SELECT rowid, NULL, false FROM _stage WHERE {_MAYBE_DEEP_SQL} OR {_NOT_IN_STRUCTURE_SQL}
+-- rows whose own JSON values may nest too deeply: pydantic decides, and keeps those that do
+-- not (the objects: ``_OBJECTS_SQL``)
+SELECT rowid, NULL, false FROM _stage WHERE {_MAYBE_DEEP_SQL}
 """
 
 
@@ -609,31 +637,42 @@ def stage(
     return works
 
 
-def _misfit_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[int, None, bool]]:
-    """Rows whose objects hold a key or a JSON type their fields do not take (pydantic
-    decides): each distinct ``json_structure`` of a kind is judged once, by
-    ``checks.structure_fits``; a trace has a few dozen."""
-    groups = con.execute(f"SELECT DISTINCT kind, span_kind, {_STRUCTURES} FROM _stage").fetchall()
-    misfits = [
-        g
-        for g in groups
-        if not all(_fits(g[0], g[1], c, s) for c, s in zip(STRUCT_COLUMNS, g[2:], strict=True))
-    ]
-    if not misfits:
-        return []
-    names = ["kind", "span_kind", *(f"json_structure({_q(c)})" for c in STRUCT_COLUMNS)]
-    one = " AND ".join(f"CAST({n} AS VARCHAR) IS NOT DISTINCT FROM ?" for n in names)
-    where = " OR ".join(f"({one})" for _ in misfits)
-    params = [v for g in misfits for v in g]
-    rows = con.execute(f"SELECT rowid FROM _stage WHERE {where}", params).fetchall()
-    return [(r[0], None, False) for r in rows]
+def _object_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[int, None, bool]]:
+    """Rows whose objects break the schema: ``(rowid, None, invalid)``.
+
+    Each distinct object is judged once (``_OBJECTS_SQL``): a key or a JSON type its fields
+    do not take (``checks.structure_fits``), a value nested too deeply or one its structure
+    does not show (pydantic decides: not ``invalid``), or a string that is not an allowed
+    value (``invalid``: the typed read's checks refuse it). A trace has a few dozen.
+    """
+    con.execute(_DISTINCT_OBJECTS_SQL)
+    try:
+        bad: dict[int, bool] = {}
+        for g in con.execute(_OBJECTS_SQL).fetchall():
+            id_, kind, span_kind = g[:3]
+            structures = g[3 : 3 + len(STRUCT_COLUMNS)]
+            invalid, maybe = g[3 + len(STRUCT_COLUMNS) :]
+            fits = all(
+                _fits(kind, span_kind, c, st)
+                for c, st in zip(STRUCT_COLUMNS, structures, strict=True)
+            )
+            if invalid or maybe or not fits:
+                bad[id_] = bool(invalid)
+        if not bad:
+            return []
+        rows = con.execute(
+            _OBJECT_ROWS_SQL, {"ids": list(bad), "invalid": list(bad.values())}
+        ).fetchall()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _objects")
+    return [(r[0], None, r[1]) for r in rows]
 
 
 def check(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> None:
     """Find the staged rows to reject (one query for the batch), explain them with pydantic,
     add them to each file's ``rejected`` and delete them from ``_stage``."""
     problems = con.execute(_CHECKS_SQL).fetchall()
-    problems += _misfit_rows(con)
+    problems += _object_rows(con)
     if not problems:
         return
     by_row: dict[int, str | None] = {}
