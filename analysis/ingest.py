@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from ember.schemas import MIGRATIONS, Migrations
 from ember.schemas.records import MAX_LINE_BYTES
@@ -157,41 +156,51 @@ def _insert_cache_sql() -> str:
     that here, once per file, spares every query a sort of all cache events. A continued
     file numbers on from the rows of its run already stored (``prior_*``). Rows go in in
     file order, as in every other table. The windows sort narrow rows (the staging row
-    id and the columns they need) and are joined back by row id: sorting the whole
-    record, shapes and all, three times was most of the cost.
+    id, integer ids of the partitions and the columns they need) and are joined back by
+    row id: sorting the whole record, shapes and all, was most of the cost, and so was
+    partitioning by the text columns (a source, a key) rather than by a number for each
+    of their distinct values (a trace has a few hundred at most). Two sorts: by position,
+    then by key, where the previous lookup of a key is the last non-null ``seq`` before.
     """
     cols = _record_columns("cache")
     names = ", ".join(f'"{c}"' for c in cols)
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
     select = f"SELECT {_select_for('cache', cols)}, rowid FROM _stage WHERE kind = 'cache'"
     out = ", ".join(f"r.{c}" for c in [*cols, *DERIVED_COLUMNS["cache"]])
+    same = " AND ".join(
+        f"i.{c} IS NOT DISTINCT FROM r.{c}" for c in ("run_id", "source", "position", "lookup_key")
+    )
     return f"""
 INSERT INTO cache
 WITH record AS (
     SELECT *, {derived} FROM ({select}) AS r({names}, _rid)
 ),
+-- a number for each (run, source, position) and each (run, source, position, lookup_key)
+ids AS (
+    SELECT *, dense_rank() OVER (ORDER BY run_id, source, position) AS pid,
+        row_number() OVER () AS kid
+    FROM (SELECT DISTINCT run_id, source, position, lookup_key FROM record)
+),
+narrow AS (
+    SELECT r._rid, i.pid, i.kid, r.action, r.ts_ns FROM record AS r JOIN ids AS i ON {same}
+),
 w AS (
-    SELECT _rid, run_id, source, position, lookup_key,
-        row_number() OVER p AS ord_here,
-        -- lookups so far, over the same sort as ord_here (one sort, not two)
-        CASE WHEN action IN ('hit', 'miss')
-            THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT)) OVER p END AS seq_here,
+    SELECT _rid, kid, action, ts_ns,
+        row_number() OVER (PARTITION BY pid ORDER BY ts_ns, _rid) AS ord_here,
+        CASE WHEN action IN ('hit', 'miss') THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT))
+            OVER (PARTITION BY pid ORDER BY ts_ns, _rid
+                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS seq_here
+    FROM narrow
+),
+w2 AS (
+    SELECT _rid, kid, ord_here, seq_here,
+        CASE WHEN seq_here IS NOT NULL THEN lag(seq_here IGNORE NULLS) OVER k END AS prev_here,
         sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life_here,
         sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_here,
         sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions_here
-    FROM (SELECT _rid, run_id, source, position, lookup_key, action, ts_ns FROM record)
-    WINDOW p AS (PARTITION BY run_id, source, position ORDER BY ts_ns, _rid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-        k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, _rid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-),
-w2 AS (
-    SELECT *,
-        CASE WHEN seq_here IS NOT NULL THEN lag(seq_here) OVER (
-            PARTITION BY run_id, source, position, lookup_key, seq_here IS NULL
-            ORDER BY seq_here
-        ) END AS prev_here
     FROM w
+    WINDOW k AS (PARTITION BY kid ORDER BY ts_ns, _rid
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
 prior_position AS (
     SELECT run_id, source, position, max(ord) AS ord, max(seq) AS seq
@@ -203,21 +212,29 @@ prior_key AS (
         count(*) FILTER (WHERE action = 'hit') AS hits,
         count(*) FILTER (WHERE action = 'evict') AS evictions
     FROM cache WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
+),
+-- what the rows already stored add, per key (a continued file; else zeros)
+prior AS (
+    SELECT i.kid, coalesce(p.ord, 0) AS ord, coalesce(p.seq, 0) AS seq, k.seq AS key_seq,
+        coalesce(k.misses, 0) AS misses, coalesce(k.hits, 0) AS hits,
+        coalesce(k.evictions, 0) AS evictions
+    FROM ids AS i
+    LEFT JOIN prior_position p ON p.run_id = i.run_id AND p.source IS NOT DISTINCT FROM i.source
+        AND p.position IS NOT DISTINCT FROM i.position
+    LEFT JOIN prior_key k ON k.run_id = i.run_id AND k.source IS NOT DISTINCT FROM i.source
+        AND k.position IS NOT DISTINCT FROM i.position
+        AND k.lookup_key IS NOT DISTINCT FROM i.lookup_key
 )
 SELECT {out},
-    w.ord_here + coalesce(p.ord, 0),
-    w.seq_here + coalesce(p.seq, 0),
-    CASE WHEN w.seq_here IS NOT NULL THEN coalesce(w.prev_here + coalesce(p.seq, 0), k.seq) END,
-    w.life_here + coalesce(k.misses, 0),
-    w.hits_here + coalesce(k.hits, 0),
-    w.evictions_here + coalesce(k.evictions, 0)
+    w.ord_here + p.ord,
+    w.seq_here + p.seq,
+    CASE WHEN w.seq_here IS NOT NULL THEN coalesce(w.prev_here + p.seq, p.key_seq) END,
+    w.life_here + p.misses,
+    w.hits_here + p.hits,
+    w.evictions_here + p.evictions
 FROM record AS r
 JOIN w2 AS w ON w._rid = r._rid
-LEFT JOIN prior_position p ON p.run_id = w.run_id AND p.source IS NOT DISTINCT FROM w.source
-    AND p.position IS NOT DISTINCT FROM w.position
-LEFT JOIN prior_key k ON k.run_id = w.run_id AND k.source IS NOT DISTINCT FROM w.source
-    AND k.position IS NOT DISTINCT FROM w.position
-    AND k.lookup_key IS NOT DISTINCT FROM w.lookup_key
+JOIN prior AS p ON p.kid = w.kid
 ORDER BY r._rid
 """
 
@@ -274,6 +291,21 @@ _INSERT_RUN = (
 )
 
 
+_DONE_TYPES = {
+    "file": "VARCHAR",
+    "run_id": "VARCHAR",
+    "status": "VARCHAR",
+    "message": "VARCHAR",
+    "offset_bytes": "BIGINT",
+    "lines": "BIGINT",
+    "records": "BIGINT",
+    "rejected": "BIGINT",
+    "first_line_hash": "VARCHAR",
+    "schema_version": "INTEGER",
+    "size_bytes": "BIGINT",
+}
+
+
 def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int]:
     """Write a staged and checked batch in one transaction; the records of each file."""
     plans = [w.plan for w in works]
@@ -301,26 +333,23 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int
             con.execute(_INSERTS[kind], {"runs": runs})
         rejected = [(w, r) for w in works for r in w.rejected]
         if rejected:
-            # one Arrow table, not executemany: that inserts row by row (36 k rejected
-            # lines took 90 s)
-            table = pa.table(
+            # lists unnested in one statement, not executemany: that inserts row by row
+            # (36 k rejected lines took 90 s); not an Arrow table either: DuckDB imports
+            # pandas to read one (a few tenths of a second, once per process)
+            con.execute(
+                "INSERT INTO rejected_lines SELECT unnest(CAST($file AS VARCHAR[])), "
+                "unnest(CAST($line AS BIGINT[])), unnest(CAST($offset AS BIGINT[])), "
+                "unnest(CAST($reason AS VARCHAR[])), unnest(CAST($raw AS VARCHAR[])), "
+                "unnest(CAST($run_id AS VARCHAR[])), now()::TIMESTAMP",
                 {
                     "file": [str(w.plan.path) for w, _ in rejected],
                     "line": [r.line for _, r in rejected],
-                    "byte_offset": [r.offset for _, r in rejected],
+                    "offset": [r.offset for _, r in rejected],
                     "reason": [r.reason for _, r in rejected],
                     "raw": [r.raw for _, r in rejected],
                     "run_id": [w.plan.run_id for w, _ in rejected],
-                }
+                },
             )
-            con.register("_rejected", table)
-            try:
-                con.execute(
-                    "INSERT INTO rejected_lines SELECT file, line, byte_offset, reason, raw, "
-                    "run_id, now()::TIMESTAMP FROM _rejected"
-                )
-            finally:
-                con.unregister("_rejected")
         totals = dict(
             con.execute(
                 "SELECT file, count(*) FROM rejected_lines "
@@ -334,38 +363,34 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int
                 {"files": [str(p.path) for p in plans if p.continued]},
             ).fetchall()
         )
-        done = pa.table(
-            {
-                "file": files,
-                "run_id": runs,
-                "status": ["partial" if w.partial else "ok" for w in works],
-                "message": pa.array([w.message for w in works], pa.string()),
-                "offset_bytes": [w.end for w in works],
-                "lines": [w.plan.base_line + w.lines_read for w in works],
-                "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
-                "rejected": [totals.get(f, 0) for f in files],
-                "first_line_hash": [p.first_hash for p in plans],
-                "schema_version": [p.version for p in plans],
-                "size_bytes": [p.size for p in plans],
-            }
+        done = {
+            "file": files,
+            "run_id": runs,
+            "status": ["partial" if w.partial else "ok" for w in works],
+            "message": [w.message for w in works],
+            "offset_bytes": [w.end for w in works],
+            "lines": [w.plan.base_line + w.lines_read for w in works],
+            "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
+            "rejected": [totals.get(f, 0) for f in files],
+            "first_line_hash": [p.first_hash for p in plans],
+            "schema_version": [p.version for p in plans],
+            "size_bytes": [p.size for p in plans],
+        }
+        columns = ", ".join(f"unnest(CAST(${c} AS {_DONE_TYPES[c]}[])) AS {c}" for c in done)
+        con.execute(
+            f"""
+            INSERT INTO ingested_files BY NAME
+            SELECT {columns}, now()::TIMESTAMP AS ingested_at
+            ON CONFLICT (file) DO UPDATE SET
+                run_id = excluded.run_id, status = excluded.status,
+                message = excluded.message, offset_bytes = excluded.offset_bytes,
+                lines = excluded.lines, records = excluded.records,
+                rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
+                schema_version = excluded.schema_version,
+                ingested_at = excluded.ingested_at, size_bytes = excluded.size_bytes
+            """,
+            done,
         )
-        con.register("_done", done)
-        try:
-            con.execute(
-                """
-                INSERT INTO ingested_files BY NAME
-                SELECT *, now()::TIMESTAMP AS ingested_at FROM _done
-                ON CONFLICT (file) DO UPDATE SET
-                    run_id = excluded.run_id, status = excluded.status,
-                    message = excluded.message, offset_bytes = excluded.offset_bytes,
-                    lines = excluded.lines, records = excluded.records,
-                    rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
-                    schema_version = excluded.schema_version,
-                    ingested_at = excluded.ingested_at, size_bytes = excluded.size_bytes
-                """
-            )
-        finally:
-            con.unregister("_done")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
