@@ -243,22 +243,38 @@ def _insert_memory_sql() -> str:
     """The memory rows with their running live bytes (``MEMORY_RUNNING_COLUMNS``).
 
     Running sums per (device, category) and per device, by ts_ns then file order; a
-    continued file adds the sums of the rows of its run already stored.
+    continued file adds the sums of the rows of its run already stored. As for the cache,
+    the windows sort narrow rows partitioned by integer ids, joined back by row id.
     """
     cols = _record_columns("memory")
     names = ", ".join(f'"{c}"' for c in cols)
     select = f"SELECT {_select_for('memory', cols)}, rowid FROM _stage WHERE kind = 'memory'"
-    out = ", ".join(f"w.{c}" for c in cols)
+    out = ", ".join(f"r.{c}" for c in cols)
     delta = "CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END"
+    same = " AND ".join(
+        f"i.{c} IS NOT DISTINCT FROM r.{c}" for c in ("run_id", "device", "category")
+    )
     return f"""
 INSERT INTO memory
-WITH w AS (
-    SELECT *,
-        sum({delta}) OVER (PARTITION BY run_id, device, category ORDER BY ts_ns, _rid
+WITH record AS (
+    SELECT * FROM ({select}) AS r({names}, _rid)
+),
+-- a number for each (run, device, category) and each (run, device)
+ids AS (
+    SELECT *, dense_rank() OVER (ORDER BY run_id, device) AS did, row_number() OVER () AS cid
+    FROM (SELECT DISTINCT run_id, device, category FROM record)
+),
+w AS (
+    SELECT _rid, cid,
+        sum(delta) OVER (PARTITION BY cid ORDER BY ts_ns, _rid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS category_here,
-        sum({delta}) OVER (PARTITION BY run_id, device ORDER BY ts_ns, _rid
+        sum(delta) OVER (PARTITION BY did ORDER BY ts_ns, _rid
             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS device_here
-    FROM ({select}) AS r({names}, _rid)
+    FROM (
+        SELECT r._rid, i.cid, i.did, r.ts_ns,
+            CASE WHEN r.action = 'alloc' THEN r.bytes ELSE -r.bytes END AS delta
+        FROM record AS r JOIN ids AS i ON {same}
+    )
 ),
 prior_category AS (
     SELECT run_id, device, category, sum({delta}) AS live
@@ -267,15 +283,23 @@ prior_category AS (
 prior_device AS (
     SELECT run_id, device, sum({delta}) AS live
     FROM memory WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
+),
+-- what the rows already stored add, per (run, device, category) (a continued file)
+prior AS (
+    SELECT i.cid, coalesce(pc.live, 0) AS category_live, coalesce(pd.live, 0) AS device_live
+    FROM ids AS i
+    LEFT JOIN prior_category pc ON pc.run_id = i.run_id
+        AND pc.device IS NOT DISTINCT FROM i.device
+        AND pc.category IS NOT DISTINCT FROM i.category
+    LEFT JOIN prior_device pd ON pd.run_id = i.run_id AND pd.device IS NOT DISTINCT FROM i.device
 )
 SELECT {out},
-    CAST(w.category_here + coalesce(pc.live, 0) AS BIGINT),
-    CAST(w.device_here + coalesce(pd.live, 0) AS BIGINT)
-FROM w
-LEFT JOIN prior_category pc ON pc.run_id = w.run_id AND pc.device IS NOT DISTINCT FROM w.device
-    AND pc.category IS NOT DISTINCT FROM w.category
-LEFT JOIN prior_device pd ON pd.run_id = w.run_id AND pd.device IS NOT DISTINCT FROM w.device
-ORDER BY w._rid
+    CAST(w.category_here + p.category_live AS BIGINT),
+    CAST(w.device_here + p.device_live AS BIGINT)
+FROM record AS r
+JOIN w ON w._rid = r._rid
+JOIN prior AS p ON p.cid = w.cid
+ORDER BY r._rid
 """
 
 
