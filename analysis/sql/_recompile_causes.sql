@@ -14,17 +14,15 @@
 -- example       the reason of the first of them, in words
 -- lookups       cache lookups at the position (NULL for a jitted function)
 WITH r AS (
-    SELECT r.run_id, r.position, r.fun_name, r.compile_index, r.reason,
-        unnest(CASE WHEN r.after_eviction OR len(r.changes) = 0
-            THEN [{'change': r.change, 'arg': r.arg, 'dim': r.dim}]
-            ELSE list_transform(r.changes, lambda c: {'change': c.change, 'arg': c.arg,
+    -- recompiles.compiled and .outside_jit are compiles' row and _jit_functions' internal
+    -- for the function: the columns read here, without joining those views again
+    SELECT run_id, position, fun_name, compile_index, reason,
+        unnest(CASE WHEN after_eviction OR len(changes) = 0
+            THEN [{'change': change, 'arg': arg, 'dim': dim}]
+            ELSE list_transform(changes, lambda c: {'change': c.change, 'arg': c.arg,
                 'dim': c.dim}) END) AS ch
-    FROM recompiles r
-    LEFT JOIN compiles c ON c.run_id = r.run_id AND c.source IS NOT DISTINCT FROM r.source
-        AND c.position IS NOT DISTINCT FROM r.position
-        AND c.fun_name IS NOT DISTINCT FROM r.fun_name AND c.compile_index = r.compile_index
-    LEFT JOIN _jit_functions j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
-    WHERE c.compiled IS DISTINCT FROM false AND NOT coalesce(j.internal, false)
+    FROM recompiles
+    WHERE compiled IS DISTINCT FROM false AND NOT outside_jit
 ),
 lookups AS (
     SELECT run_id, position, count(*) AS lookups FROM cache_lookups GROUP BY ALL

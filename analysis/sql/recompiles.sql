@@ -23,6 +23,8 @@
 --                     control-flow condition reads 'If_0 condition: True -> False'
 -- outside_jit         true: a compile of a primitive JAX ran outside jit (not the user's
 --                     jit; `compiles.outside_jit`), grouped apart by the report
+-- compiled            as in `compiles`: false for a segment that runs eagerly (fewer than
+--                     20 nodes after a break), which compiles nothing
 WITH c0 AS MATERIALIZED (
     SELECT
         *,
@@ -209,6 +211,7 @@ SELECT
             CASE WHEN re.key = re.previous_key THEN 'same key as the previous compile'
                  ELSE 'key changed: ' || coalesce(re.previous_key, '?') || ' -> ' || re.key END
         ) AS reason,
-    coalesce(re.outside_jit, false) AS outside_jit
+    coalesce(re.outside_jit, false) AS outside_jit,
+    re.compiled
 FROM re
 LEFT JOIN grouped g ON g.rid = re.rid
