@@ -6,7 +6,7 @@ over the stored rows, with the columns the DuckDB file computes at ingest
 (``lake.lake_table_sql``, translated the same way); ``ember views --dialect spark`` prints
 both.
 
-How: sqlglot parses each DuckDB file and writes Spark SQL. Before that, three rewrites
+How: sqlglot parses each DuckDB file and writes Spark SQL. Before that, the rewrites
 that sqlglot does not do, on the parsed tree:
 
 - the macros of ``sql/macros.sql`` are inlined (Spark has no macros): a call
@@ -17,7 +17,10 @@ that sqlglot does not do, on the parsed tree:
   1000)``), ``regexp_extract`` with a list of group names (a ``named_struct`` of one
   ``regexp_extract`` per group), ``list_bool_or`` (``exists``), ``quantile_cont``
   (``percentile``), ``json_extract_string(x, '$')`` and casts to ``JSON`` (Spark keeps a
-  JSON value as its text already).
+  JSON value as its text already);
+- ``SELECT * ... QUALIFY <cond>`` (Spark has none; sqlglot's rewrite would add its window
+  as a column ``_w``) keeps the row as a struct beside ``<cond>`` and selects the struct's
+  fields (``_qualify_star``).
 
 An ``ASOF LEFT JOIN`` (Spark has none) is rewritten for any CTE whose FROM is one
 (``_asof_ctes``): the nearest right row at or after each left key, by a join and ``min_by``.
@@ -188,6 +191,33 @@ def _ordered_pick(node: exp.Expr) -> exp.Expr | None:
     )
 
 
+def _qualify_star(select: exp.Select) -> exp.Expr | None:
+    """``SELECT * FROM t QUALIFY <cond>`` (Spark has no QUALIFY; sqlglot's rewrite selects
+    ``*, <window> AS _w`` in a subquery and keeps ``_w`` among the columns) ->
+    ``SELECT _q.* FROM (SELECT struct(*) AS _q, <cond> AS _keep FROM t) WHERE _keep``:
+    the same columns as ``t``."""
+    qualify = select.args.get("qualify")
+    if qualify is None or not (len(select.expressions) == 1 and select.is_star):
+        return None
+    inner = select.copy()
+    comments, inner.comments = inner.comments, None  # the view's header stays on top
+    inner.set("qualify", None)
+    inner.set(
+        "expressions",
+        [
+            exp.alias_(exp.Anonymous(this="struct", expressions=[exp.Star()]), "_q"),
+            exp.alias_(qualify.this.copy(), "_keep"),
+        ],
+    )
+    outer = (
+        exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("_q")))
+        .from_(exp.alias_(exp.Subquery(this=inner), "_t", table=True))
+        .where(exp.column("_keep"))
+    )
+    outer.comments = comments
+    return outer
+
+
 def _spark_functions(node: exp.Expr) -> exp.Expr:
     """The functions whose Spark twin has another name or meaning (see the module doc)."""
     picked = _ordered_pick(node)
@@ -197,6 +227,9 @@ def _spark_functions(node: exp.Expr) -> exp.Expr:
         node.set("materialized", None)  # a hint DuckDB takes and Spark's grammar does not
         return node
     if isinstance(node, exp.Select):
+        qualified = _qualify_star(node)
+        if qualified is not None:
+            return qualified
         _zip_unnests(node)
         if node.args.get("joins"):
             return _laterals(node)

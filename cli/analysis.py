@@ -456,7 +456,11 @@ def views(
         "-- (macros inlined). Hand-written parts: "
         + "; ".join(f"{v}: {', '.join(c)}" for v, c in HAND_WRITTEN.items())
         + ".\n-- First register the lake's stored rows as _lake_<table> views (Parquet under\n"
-        "-- LAKE/<table>/, with run_id), or use ember.analysis.lake_spark.register_lake.\n\n"
+        "-- LAKE/<table>/, with run_id), or use ember.analysis.lake_spark.register_lake.\n"
+        "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
+        "-- view that reads it: register_lake computes each view once, in this order, and\n"
+        "-- keeps its rows (localCheckpoint). Run as plain views, the ones that read many\n"
+        "-- others (run_summary, time_by_part) need a driver heap well over 1 GiB.\n\n"
     )
     from ember.analysis.lake import LAKE_TABLES
 

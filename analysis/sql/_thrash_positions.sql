@@ -10,7 +10,7 @@
 -- keys_at_position   distinct keys compiled here (a cache this big keeps them all)
 WITH t AS (
     SELECT run_id, source, position, count(*) AS keys,
-        sum(wasted_compiles) AS wasted, CAST(sum(wasted_compile_ns) AS BIGINT) AS wasted_ns,
+        CAST(sum(wasted_compiles) AS BIGINT) AS wasted, CAST(sum(wasted_compile_ns) AS BIGINT) AS wasted_ns,
         max(cache_size) AS cache_size, max(keys_at_position) AS keys_at_position
     FROM cache_thrash GROUP BY ALL
 ),

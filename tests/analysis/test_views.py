@@ -9,6 +9,16 @@ from ember.analysis.db import view_sql
 from tests.analysis.traces import SWEEP, checked_in
 
 
+def test_every_sql_file_is_a_view():
+    # a view added to analysis/sql must be in VIEW_NAMES (which the DuckDB file, the lake
+    # and the Spark parity test read)
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "analysis" / "sql"
+    files = sorted(p.stem for p in folder.glob("*.sql") if p.stem != "macros")
+    assert sorted(VIEW_NAMES) == files
+
+
 def test_every_view_has_a_header_that_says_what_a_row_is():
     for name in VIEW_NAMES:
         head = view_sql(name).lstrip()
