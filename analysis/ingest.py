@@ -118,11 +118,16 @@ RUN_ID_SQL = "CAST($runs AS VARCHAR[])[_f + 1]"
 
 def _select_for(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -> str:
     """The SQL of a kind's table columns from the staged rows (defaults filled in)."""
+    return ", ".join(_column_sql(kind, cols, run_id_sql).values())
+
+
+def _column_sql(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -> dict[str, str]:
+    """The SQL of each of a kind's table columns from the staged rows (defaults filled in)."""
     defaults = field_defaults(kind)
-    parts = []
+    parts = {}
     for c, t in cols.items():
         if c == "run_id" and kind != "meta":
-            parts.append(run_id_sql)
+            parts[c] = run_id_sql
             continue
         if c in STRUCT_COLUMNS:
             # staged as JSON text (ingest_read.STAGE_COLUMNS): the table's STRUCT of its kind
@@ -134,8 +139,8 @@ def _select_for(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -
             expr = f'"{c}"'
         if c in defaults:
             expr = f"coalesce({expr}, {sql_literal(defaults[c], t)})"
-        parts.append(expr)
-    return ", ".join(parts)
+        parts[c] = expr
+    return parts
 
 
 def _insert_sql(kind: str) -> str:
@@ -147,6 +152,10 @@ def _insert_sql(kind: str) -> str:
     names = ", ".join(f'"{c}"' for c in _record_columns(kind))
     exprs = ", ".join(expr for _, expr in derived.values())
     return f"INSERT INTO {kind} SELECT *, {exprs} FROM ({select}) AS record({names})"
+
+
+# the cache record's columns that its derived columns are computed from
+_CACHE_OBJECT = ("key", "shapes", "statics")
 
 
 def _insert_cache_sql() -> str:
@@ -163,17 +172,37 @@ def _insert_cache_sql() -> str:
     then by key, where the previous lookup of a key is the last non-null ``seq`` before.
     """
     cols = _record_columns("cache")
-    names = ", ".join(f'"{c}"' for c in cols)
+    exprs = _column_sql("cache", cols)
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
-    select = f"SELECT {_select_for('cache', cols)}, rowid FROM _stage WHERE kind = 'cache'"
+    # the record's own columns; its objects (the shapes and static values, staged as JSON
+    # text) and the columns derived from them come from ``objects``, by their text
+    own = ", ".join(f'{e} AS "{c}"' for c, e in exprs.items() if c not in _CACHE_OBJECT)
+    by_text = " AND ".join(f"r._{c} IS NOT DISTINCT FROM o._{c}" for c in _CACHE_OBJECT)
     out = ", ".join(f"r.{c}" for c in [*cols, *DERIVED_COLUMNS["cache"]])
     same = " AND ".join(
         f"i.{c} IS NOT DISTINCT FROM r.{c}" for c in ("run_id", "source", "position", "lookup_key")
     )
     return f"""
 INSERT INTO cache
-WITH record AS (
-    SELECT *, {derived} FROM ({select}) AS r({names}, _rid)
+WITH objects AS (
+    -- each distinct (key, shapes, static values) once: a run repeats them call after call
+    -- (they are what the cache is keyed on), and turning them into STRUCTs and text was
+    -- most of the cost of each row
+    SELECT *, {derived} FROM (
+        SELECT {", ".join(f'"{c}" AS _{c}, {exprs[c]} AS "{c}"' for c in _CACHE_OBJECT)}
+        FROM (SELECT DISTINCT {", ".join(f'"{c}"' for c in _CACHE_OBJECT)}
+            FROM _stage WHERE kind = 'cache')
+    )
+),
+record AS (
+    SELECT r.* EXCLUDE ({", ".join(f"_{c}" for c in _CACHE_OBJECT)}),
+        {", ".join(f'o."{c}"' for c in _CACHE_OBJECT)},
+        {", ".join(f"o.{c}" for c in DERIVED_COLUMNS["cache"])}
+    FROM (
+        SELECT {own}, {", ".join(f'"{c}" AS _{c}' for c in _CACHE_OBJECT)}, rowid AS _rid
+        FROM _stage WHERE kind = 'cache'
+    ) AS r
+    JOIN objects AS o ON {by_text}
 ),
 -- a number for each (run, source, position) and each (run, source, position, lookup_key)
 ids AS (
