@@ -9,14 +9,17 @@ whose branch needs more host values than its condition. The break runs the node 
 ``BreakSubgraphs.runner(node, ...)`` runs it with compiled programs instead of the
 subgraph's nodes one by one:
 
-- **A Loop with scan outputs is one program** where it can be (``_WholeLoop``): a
+- **A Loop with scan outputs is one program** where it can be (``WholeLoop``): a
   ``lax.while_loop`` (``ops.control.loop_bounded``) that writes each step's scan outputs into
   buffers of *rows* (the trip count's next power of two, at least 8; a static value of the
   key, "Loop_0 iterations at most"), returns how many steps ran, and the break keeps that
-  many rows. One dispatch a call, one program per bucket of trip counts.
-- Otherwise (a trip count over 65,536 that the body's condition ends, a body that changes
-  shapes or reads its step number on the host: the whole-Loop compile then ends with
-  ``compiled: false`` and why) the op runs with **its body or branches compiled**
+  many rows. One dispatch a call, one program per bucket of trip counts. A trip count that
+  is unknown or over 4,096 (the INT64_MAX of a loop that its condition ends) runs in chunks
+  of 128 steps: the same program called again from where it stopped (the steps left and the
+  first step's number are arguments) while all rows were used and the condition holds.
+- Otherwise (a body that changes shapes, reads its step number on the host, or holds an
+  ``If`` on its condition whose branches differ in shape: the whole-Loop compile then ends
+  with ``compiled: false`` and why) the op runs with **its body or branches compiled**
   (``bind``): each ``If`` branch and ``Loop`` body is a ``CompiledSubgraph``, whose calls
   run its program (``Scan`` keeps its ``Subgraph``: it is a ``lax.scan``, compiled by jax as
   a whole). A body's step number and carried values are arguments, its condition a static
@@ -53,12 +56,12 @@ import numpy as np
 from ember.recorder import bus
 from ember.recorder import events as E
 
-from . import ops
-from .analysis import SHAPE_OPS, Plan, Segment
+from .analysis import Plan, Segment
+from .break_programs import SubgraphState, WholeLoop, split_outer
 from .describe import shape_key, static_key
 from .fastpath import block
 from .graph import Graph, Node, Subgraph, run_node, to_host
-from .ops.control import loop_bounded, loop_scan_outputs
+from .ops.control import loop_scan_outputs
 from .segment_build import ModelValues, SegmentBuilder
 from .segment_trace import Entry
 
@@ -71,104 +74,10 @@ _COMPILED_OPS = frozenset({"If", "Loop"})
 _LOOP_COND = 1
 
 
-class _SubgraphValues:
-    """What tracing a subgraph reads of its model (``segment_build.ModelValues``): the
-    subgraph's initializers with the model constants it reads, and the model's parameters."""
-
-    __slots__ = ("base", "hwio", "params")
-
-    def __init__(self, base: dict[str, Any], params: dict[str, Any], hwio: frozenset[str]) -> None:
-        self.base = base
-        self.params = params
-        self.hwio = hwio
-
-    def _base_env(self) -> dict[str, Any]:
-        return self.base
-
-    def _device_params(self) -> dict[str, Any]:
-        return self.params
-
-    def _hwio_params(self) -> frozenset[str]:
-        return self.hwio
-
-
-def _is_host(value: Any) -> bool:
-    if isinstance(value, list):
-        return all(_is_host(v) for v in value)
-    return value is None or ops.is_host(value)
-
-
 def _traced(values: Sequence[Any]) -> bool:
     import jax
 
     return any(isinstance(v, jax.core.Tracer) for v in values)
-
-
-class _Compiled:
-    """One subgraph of one break node: its builder, and whether its shapes vary from one
-    call to the next inside one run of the node (then it is kept eager: a program per
-    iteration would cost a compile per iteration)."""
-
-    __slots__ = ("builder", "on_host", "varying")
-
-    def __init__(self, builder: SegmentBuilder, body: Graph | None = None) -> None:
-        self.builder = builder
-        self.varying = False
-        self.on_host = _outer_on_host(body if body is not None else builder.graph)
-
-
-def _outer_on_host(graph: Graph) -> frozenset[str]:
-    """The outer values that nodes of ``graph`` read on the host (a ``Reshape``'s shape
-    computed outside): static values of its program. Found backwards from the ops' host
-    inputs, like the graph analysis's ``needs_host``; not the data of a value-shaped op
-    (``NonZero``): as a static it would compile a program per input, so such a subgraph
-    stays eager."""
-    needs: set[str] = set()
-    for node in reversed(graph.nodes):
-        opdef = node.opdef
-        if opdef is None:
-            continue
-        needs.update(node.inputs[i] for i in opdef.host_inputs if i < len(node.inputs))
-        if node.op_type not in SHAPE_OPS and any(o in needs for o in node.outputs if o):
-            needs.update(node.reads())
-    return frozenset(needs & graph.outer_reads)
-
-
-def _split_outer(
-    names: frozenset[str],
-    outer: Mapping[str, Any],
-    fixed: Mapping[str, Any],
-    model: ModelValues,
-    const: frozenset[str],
-    host: frozenset[str],
-    on_host: frozenset[str],
-) -> tuple[dict[str, Any], list[str], list[str], _SubgraphValues]:
-    """How a program gets the outer values ``names`` it reads: constants of the model
-    (baked in), its device parameters, static values (read on the host by the subgraph, or
-    host values of the model's plan) and arguments (device values). Returns the statics
-    (with ``fixed``), the names of the arguments and parameters, and what the trace reads."""
-    model_params = model._device_params()
-    model_base = model._base_env()
-    base: dict[str, Any] = {}
-    params: list[str] = []
-    statics: dict[str, Any] = dict(fixed)
-    outer_args: list[str] = []
-    for name in sorted(names):
-        if name in statics:
-            continue  # given (an If's condition)
-        if name in model_params:
-            params.append(name)
-        elif name in const and name in model_base:
-            base[name] = model_base[name]
-        elif name not in outer:
-            continue  # read by a branch not taken inside it, say: the trace tells
-        elif name in on_host or (name in host and _is_host(outer[name])):
-            statics[name] = to_host(outer[name])
-        else:
-            outer_args.append(name)
-    hwio = model._hwio_params() & frozenset(params) if params else frozenset()
-    values = _SubgraphValues(base, {n: model_params[n] for n in params}, hwio)
-    return statics, outer_args, params, values
 
 
 class CompiledSubgraph:
@@ -199,7 +108,7 @@ class CompiledSubgraph:
         self,
         graph: Graph,
         outer: Mapping[str, Any],
-        state: _Compiled,
+        state: SubgraphState,
         *,
         fixed: Mapping[str, Any],
         static_inputs: frozenset[int],
@@ -223,7 +132,7 @@ class CompiledSubgraph:
         formal = graph.input_names
         self._static_idx = tuple((i, formal[i]) for i in sorted(static_inputs))
         self._arg_idx = tuple(i for i in range(len(formal)) if i not in static_inputs)
-        statics, outer_args, params, self._values = _split_outer(
+        statics, outer_args, params, self._values = split_outer(
             graph.outer_reads, outer, fixed, model, const, host, state.on_host
         )
         self._fixed = statics
@@ -327,145 +236,6 @@ class CompiledSubgraph:
         return tuple(got[n] for n in self.graph.output_names)
 
 
-_MAX_ROWS = 1 << 16
-"""A whole-Loop program has buffers of at most this many rows (a larger trip count, such as
-the INT64_MAX of a loop that its condition ends, runs body by body)."""
-
-
-def _rows(trips: int) -> int:
-    """The rows of a whole-Loop program's buffers for ``trips``: the next power of two, at
-    least 8, so that a trip count that varies compiles a program per bucket, not per value."""
-    return max(8, 1 << max(0, trips - 1).bit_length())
-
-
-def _take(buf: Any, count: int) -> Any:
-    """The first ``count`` rows of ``buf``: a numpy view where the array is in host memory
-    (no device op), else a device slice."""
-    import jax
-
-    if isinstance(buf, jax.Array) and all(d.platform == "cpu" for d in buf.devices()):
-        return np.asarray(buf)[:count]
-    return buf[:count]
-
-
-_BOUNDED = ops.OpDef("", "Loop", 1, loop_bounded, subgraphs=True)
-
-
-class _WholeLoop:
-    """A ``Loop`` with scan outputs run as one program (``ops.control.loop_bounded``): a
-    one-node graph whose node takes the trip count, the condition, the rows of the buffers
-    (a static value: the key holds it) and the carried values."""
-
-    def __init__(self, node: Node, body: Graph, make: Callable[[Graph], SegmentBuilder]) -> None:
-        self.node = node
-        self.rows_name = f"{node.name} iterations at most"
-        self.count_name = f"{node.name} iterations"
-        self.out_names = tuple(f"{node.name} output {k}" for k in range(len(node.outputs)))
-        loop = Node(
-            name=node.name,
-            op_type="Loop",
-            domain="",
-            inputs=(node.inputs[0], node.inputs[1], self.rows_name, *node.inputs[2:]),
-            outputs=(*self.out_names, self.count_name),
-            attrs={"body": body},
-            opdef=_BOUNDED,
-            position=0,
-            outer_reads=node.outer_reads,
-        )
-        graph = Graph(
-            name=f"{node.name} whole",
-            nodes=[loop],
-            initializers={},
-            input_names=[n for n in loop.inputs if n],
-            output_names=list(loop.outputs),
-            opsets=body.opsets,
-            outer_reads=node.outer_reads,
-        )
-        self.state = _Compiled(make(graph), body)
-
-    def run(
-        self,
-        env: Mapping[str, Any],
-        model: ModelValues,
-        plan: Plan,
-        lock: threading.RLock,
-        observe: bool,
-    ) -> tuple[Any, ...] | None:
-        """The Loop's outputs, or None where one program cannot run it (the body changes
-        shapes or reads its iteration number on the host, a carried sequence, a trip count
-        too large for buffers): the caller then runs it body by body."""
-        node, state = self.node, self.state
-        if state.varying:
-            return None
-        trips_value = np.asarray(to_host(env[node.inputs[0]])).reshape(-1)
-        carried = [env[n] if n else None for n in node.inputs[2:]]
-        if (
-            trips_value.size != 1
-            or int(trips_value[0]) > _MAX_ROWS
-            or any(v is None or isinstance(v, list) for v in carried)
-        ):
-            return None
-        inputs = [n for n in (node.inputs[0], node.inputs[1], *node.inputs[2:]) if n]
-        statics, outer_args, params, values = _split_outer(
-            node.outer_reads - set(inputs),
-            env,
-            {self.rows_name: np.array(_rows(int(trips_value[0])), np.int64)},
-            model,
-            plan.const,
-            plan.host,
-            state.on_host,
-        )
-        names = tuple(inputs) + tuple(outer_args)
-        args = [env[n] for n in names]
-        seg = Segment(
-            position=0,
-            stop=None,
-            args=names,
-            statics=tuple(sorted(statics)),
-            params=tuple(params),
-            outputs=(*self.out_names, self.count_name),
-            compiled=True,
-            reason=None,
-        )
-        builder = state.builder
-        key = (
-            builder.at,
-            tuple((n, shape_key(a)) for n, a in zip(names, args, strict=True)),
-            tuple((n, static_key(statics[n])) for n in seg.statics),
-        )
-        with lock:
-            entry = builder.lookup_or_build(seg, key, args, statics, values)
-        if entry.exe is None:  # one program cannot run it (its compile span says why)
-            state.varying = True
-            return None
-        param_values = tuple(values.params[n] for n in params)
-        if not observe:
-            return self._outputs(entry, param_values, args)
-        meta = {
-            "source": builder.source,
-            "position": builder.at,
-            "stop": _END,
-            "compiled": True,
-            "key": entry.key_hex,
-        }
-        with bus.span(E.SEGMENT, meta):
-            outs = self._outputs(entry, param_values, args)
-            if bus.sync:
-                block(outs)
-        return outs
-
-    def _outputs(
-        self, entry: Entry, param_values: tuple[Any, ...], args: Sequence[Any]
-    ) -> tuple[Any, ...]:
-        outs = entry.exe(param_values, *args) if param_values else entry.exe(*args)
-        got = dict(entry.host_outputs)
-        got.update(zip(entry.dynamic_outputs, outs, strict=True))
-        count = int(np.asarray(got[self.count_name]))  # waits for the program
-        n_carried = len(self.node.inputs) - 2
-        values = [got[n] for n in self.out_names]
-        return (*values[:n_carried], *(_take(b, count) for b in values[n_carried:]))
-
-
 class BreakSubgraphs:
     """The compiled subgraphs of one plan's break nodes: a ``SegmentBuilder`` per subgraph
     (made on first use), all in the model's segment cache ``segments``."""
@@ -477,8 +247,8 @@ class BreakSubgraphs:
         self._source = model.source
         self._store = model.store
         self._cache_dir = model.cache_dir
-        self._subgraphs: dict[tuple[int, str], _Compiled] = {}
-        self._loops: dict[int, _WholeLoop] = {}
+        self._subgraphs: dict[tuple[int, str], SubgraphState] = {}
+        self._loops: dict[int, WholeLoop] = {}
 
     @staticmethod
     def runs(node: Node) -> bool:
@@ -508,11 +278,11 @@ class BreakSubgraphs:
             scope=f"{node.name}/{attr}",
         )
 
-    def _state(self, node: Node, attr: str, graph: Graph, label: tuple[str, str]) -> _Compiled:
+    def _state(self, node: Node, attr: str, graph: Graph, label: tuple[str, str]) -> SubgraphState:
         found = self._subgraphs.get((node.position, attr))
         if found is None or found.builder.graph is not graph:
             builder = self._new_builder(node, attr, graph, dict([label]))
-            found = self._subgraphs[(node.position, attr)] = _Compiled(builder)
+            found = self._subgraphs[(node.position, attr)] = SubgraphState(builder)
         return found
 
     def runner(
@@ -534,12 +304,11 @@ class BreakSubgraphs:
             node.op_type == "Loop"
             and isinstance(body, Graph)
             and len(node.inputs) >= 2
-            and node.inputs[0]
             and loop_scan_outputs(len(node.inputs), len(body.output_names)) > 0
         ):
             whole = self._loops.get(node.position)
             if whole is None or whole.node is not node:
-                whole = self._loops[node.position] = _WholeLoop(
+                whole = self._loops[node.position] = WholeLoop(
                     node, body, lambda g: self._new_builder(node, "whole", g, {})
                 )
 

@@ -13,7 +13,8 @@ Their graph attributes arrive as ``Subgraph`` callables from the interpreter
   When the condition becomes a traced value it continues as ``lax.while_loop`` (no scan
   outputs possible then). A traced trip count or condition (a Loop without scan outputs,
   which the graph analysis does not break on) is ``lax.while_loop`` from the start; a body
-  that changes shapes then raises ``LoopNeedsHost``, which makes the node a graph break.
+  that changes shapes then raises ``LoopNeedsHost``, which makes the node a graph break; so
+  does a Loop with scan outputs whose condition turns out traced (their length is data).
 - ``Scan`` is ``lax.scan`` over the scan axis.
 """
 
@@ -132,7 +133,7 @@ def loop(M: Any, cond: Any, *v_initial: Any, body: Any) -> tuple[Any, ...]:
         i += 1
         if not _is_concrete(c_out):
             if n_scan:
-                raise ValueError(
+                raise LoopNeedsHost(
                     "Loop with scan outputs needs a condition known on the host; its body "
                     "computes the condition from traced values"
                 )
@@ -198,7 +199,7 @@ def _while_loop(
     from jax import lax
 
     if n_scan:
-        raise ValueError(
+        raise LoopNeedsHost(
             "Loop with scan outputs needs a trip count and condition known on the host "
             "(the output length would depend on traced values)"
         )
@@ -232,26 +233,32 @@ def _while_loop(
     return tuple(final)
 
 
-def loop_bounded(M: Any, cond: Any, bound: Any, *v_initial: Any, body: Any) -> tuple[Any, ...]:
-    """A ``Loop`` with scan outputs under a trace, its trip count ``M`` traced: at most
-    ``bound`` (a host int) iterations as one ``lax.while_loop`` that writes each step's scan
-    outputs into buffers of ``bound`` rows. Returns the final carried values, the buffers
-    and the number of iterations run (the rows of the buffers that are the scan outputs,
-    read on the host by the caller). Not registered: a break runs a Loop with it (see
-    ``ember.runtime.break_subgraphs``). A body that changes shapes raises ``TypeError``."""
+def loop_bounded(
+    M: Any, cond: Any, rows: Any, start: Any, *v_initial: Any, body: Any
+) -> tuple[Any, ...]:
+    """Up to ``rows`` (a host int) steps of a ``Loop`` with scan outputs under a trace, as one
+    ``lax.while_loop`` that writes each step's scan outputs into buffers of ``rows`` rows: at
+    most ``M`` steps (traced; None: no limit) while the condition holds, numbered from
+    ``start`` (traced). Returns the final carried values, the buffers, the number of steps
+    run (the rows that are scan outputs) and the last condition; a caller on the host runs
+    it again from there while all rows were used and the condition holds. Not registered: a
+    break runs a Loop with it (see ``ember.runtime.break_subgraphs``). A body that changes
+    shapes raises ``TypeError``."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
-    rows = int(np.asarray(bound).reshape(-1)[0])
+    n_rows = int(np.asarray(rows).reshape(-1)[0])
     n_carried = len(v_initial)
     init = tuple(jnp.asarray(v) for v in v_initial)
-    i0 = jnp.asarray(0, jnp.int64)
+    first = jnp.reshape(jnp.asarray(start), ()).astype(jnp.int64)
     c0 = jnp.asarray(True) if cond is None else jnp.reshape(jnp.asarray(cond), ()).astype(bool)
-    limit = jnp.minimum(jnp.reshape(jnp.asarray(M), ()).astype(jnp.int64), rows)
+    limit = jnp.asarray(n_rows, jnp.int64)
+    if M is not None:
+        limit = jnp.minimum(jnp.reshape(jnp.asarray(M), ()).astype(jnp.int64), limit)
     # the scan outputs' shapes: the body traced once for them
-    shapes = jax.eval_shape(lambda i, c, *vs: tuple(body(i, c, *vs)), i0, c0, *init)
-    bufs0 = tuple(jnp.zeros((rows, *a.shape), a.dtype) for a in shapes[1 + n_carried :])
+    shapes = jax.eval_shape(lambda i, c, *vs: tuple(body(i, c, *vs)), first, c0, *init)
+    bufs0 = tuple(jnp.zeros((n_rows, *a.shape), a.dtype) for a in shapes[1 + n_carried :])
 
     def cond_fn(state: Any) -> Any:
         i, c, _, _ = state
@@ -259,7 +266,7 @@ def loop_bounded(M: Any, cond: Any, bound: Any, *v_initial: Any, body: Any) -> t
 
     def body_fn(state: Any) -> Any:
         i, c, vs, bufs = state
-        outs = body(i, c, *vs)
+        outs = body(first + i, c, *vs)
         new_c = jnp.reshape(jnp.asarray(outs[0]), ()).astype(bool)
         new_vs = tuple(
             jnp.asarray(o).astype(v.dtype) for o, v in zip(outs[1 : 1 + n_carried], vs, strict=True)
@@ -270,8 +277,9 @@ def loop_bounded(M: Any, cond: Any, bound: Any, *v_initial: Any, body: Any) -> t
         )
         return (i + 1, new_c, new_vs, new_bufs)
 
-    count, _, final, bufs = lax.while_loop(cond_fn, body_fn, (i0, c0, init, bufs0))
-    return (*final, *bufs, count)
+    i0 = jnp.asarray(0, jnp.int64)
+    count, c, final, bufs = lax.while_loop(cond_fn, body_fn, (i0, c0, init, bufs0))
+    return (*final, *bufs, count, c)
 
 
 @op("Scan", since=9, subgraphs=True)

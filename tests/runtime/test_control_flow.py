@@ -405,10 +405,11 @@ def test_a_loop_with_scan_outputs_on_a_computed_trip_count_is_one_compiled_progr
         [{"name": "Loop_0 iterations at most", "value": 8}],
         [{"name": "Loop_0 iterations at most", "value": 16}],
     ]
-    # the program takes the trip count, the condition and the carried value
+    # the program takes the trip count, the condition, the first step and the carried value
     assert [(a["name"], a["shape"], a["dtype"]) for a in misses[0]["shapes"]] == [
-        ("trips", [], "int64"),
+        ("Loop_0 iterations left", [], "int64"),
         ("true", [], "bool"),
+        ("Loop_0 first iteration", [], "int64"),
         ("x", [3], "float32"),
     ]
     hits = _at(ember_events.of("ember.cache.hit"), 3)
@@ -454,35 +455,88 @@ def _loop_until(stop_after: int) -> onnx.ModelProto:
     )
 
 
-def test_a_loop_too_long_for_one_program_runs_its_body_compiled_per_step(segment_events):
-    # a trip count of 100,000 that the body's condition ends early (the INT64_MAX of a
-    # while loop, say) is too long for rows: the body is the program, called per step
+def test_a_loop_that_its_condition_ends_runs_in_chunks_of_one_program(segment_events):
+    # a trip count of 100,000 (the INT64_MAX of a while loop, say) that the body's condition
+    # ends after 300 steps: the program runs 128 steps a call, called again from where it
+    # stopped while all its rows were used and the condition holds
     ember_events = segment_events
-    proto = _loop_until(3)
+    proto = _loop_until(299)
+    xs = ([100000, 0, 0], [0, 100000, 0])
+    _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), 3)
+    assert [(s["stop"], s["compiled"]) for s in compiles] == [("end", True)]
+    (miss,) = _at(ember_events.of("ember.cache.miss"), 3)
+    assert miss["statics"] == [{"name": "Loop_0 iterations at most", "value": 128}]
+    # the steps left and the first step's number are arguments: one program for the chunks
+    assert [a["name"] for a in miss["shapes"]] == [
+        "Loop_0 iterations left",
+        "true",
+        "Loop_0 first iteration",
+        "x",
+    ]
+    assert len(_at(ember_events.of("ember.cache.hit"), 3)) == 2 * 3 - 1
+    runs = _at(ember_events.of("ember.segment.stop"), 3)
+    assert [(r["stop"], r["compiled"]) for r in runs] == [("end", True)] * 6
+
+
+def _loop_with_if_on_its_condition() -> onnx.ModelProto:
+    """``_loop_until(4)`` whose body passes v through an If on its condition input, whose
+    branches give different shapes (the else branch never runs): as one traced program the
+    If would be a lax.cond, which needs equal shapes, so the Loop runs body by body."""
+    then_g = helper.make_graph(
+        [helper.make_node("Identity", ["v_in"], ["t_w"])], "then", [], [tensor("t_w", shape=[3])]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Concat", ["v_in", "v_in"], ["e_w"], axis=0)],
+        "else",
+        [],
+        [tensor("e_w", shape=[6])],
+    )
+    proto = _loop_until(4)
+    body = proto.graph.node[3].attribute[0].g
+    body.node.insert(
+        0,
+        helper.make_node(
+            "If", ["cond_in"], ["w"], name="If_in_body", then_branch=then_g, else_branch=else_g
+        ),
+    )
+    for n in body.node:
+        if n.op_type == "Mul":
+            n.input[0] = "w"
+    return proto
+
+
+def test_a_loop_that_cannot_be_one_program_runs_its_body_compiled_per_step(segment_events):
+    ember_events = segment_events
+    proto = _loop_with_if_on_its_condition()
     xs = ([100000, 0, 0], [0, 100000, 0], [100000, 1, 0])
     _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
-    body = _at(ember_events.of("ember.segment.compile.stop"), 3)
-    assert [(s["stop"], s["compiled"]) for s in body] == [("end", True)]
-    (miss,) = _at(ember_events.of("ember.cache.miss"), 3)
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), 3)
+    # the whole Loop did not trace (and says why); the body did, once
+    assert [(s["stop"], s["compiled"]) for s in compiles] == [("end", False), ("end", True)]
+    assert "'If_in_body' (If) failed" in compiles[0]["reason"]
+    assert "needs branches with the same output shapes" in compiles[0]["reason"]
+    body_miss = _at(ember_events.of("ember.cache.miss"), 3)[1]
     # the step number and the carried value are arguments; the condition is static
-    assert [(a["name"], a["shape"], a["dtype"]) for a in miss["shapes"]] == [
+    assert [(a["name"], a["shape"], a["dtype"]) for a in body_miss["shapes"]] == [
         ("iter", [], "int64"),
         ("v_in", [3], "float32"),
     ]
-    assert miss["statics"] == [{"name": "Loop_0 condition", "value": True}]
+    assert body_miss["statics"] == [{"name": "Loop_0 condition", "value": True}]
     hits = _at(ember_events.of("ember.cache.hit"), 3)
-    assert len(hits) == 3 * 4 - 1  # 4 steps a call
-    assert {h["key"] for h in hits} == {miss["key"]}
+    assert len(hits) == 3 * 5 - 1  # 5 steps a call
+    assert {h["key"] for h in hits} == {body_miss["key"]}
     runs = _at(ember_events.of("ember.segment.stop"), 3)
-    assert [(r["stop"], r["compiled"]) for r in runs] == [("end", True)] * 12
+    assert [(r["stop"], r["compiled"]) for r in runs] == [("end", True)] * 15
 
 
 def test_a_loop_body_compiled_per_step_runs_without_listeners_too():
     # nobody listens: steps after the first skip the cache lookup; results stay right
-    proto = _loop_until(5)
+    proto = _loop_with_if_on_its_condition()
     xs = ([100000, 0, 0], [0, 0, 100000])
     compiled = _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
-    assert [len(e) for e in compiled.cache_info()[3]] == [2]  # one body program (iter, v_in)
+    # the whole Loop's eager entry (no arguments kept) and the body's program (iter, v_in)
+    assert sorted(len(e) for e in compiled.cache_info()[3]) == [2, 4]
 
 
 def _if_reshape_model() -> onnx.ModelProto:
@@ -661,3 +715,46 @@ def test_a_loop_whose_body_changes_shapes_runs_it_eagerly_and_says_why(segment_e
     assert "carry input and carry output must have equal types" in compiles[0]["reason"]
     runs = _at(ember_events.of("ember.segment.stop"), 3)
     assert [r["compiled"] for r in runs] == [True, True, False, False] + [False] * 3
+
+
+def test_a_loop_with_scan_outputs_that_its_data_ends_is_a_break_not_an_error(segment_events):
+    # no trip count, the condition computed from the carried values: the number of steps is
+    # data. The trace finds it (it was a NodeError: "needs a condition known on the host"),
+    # the Loop becomes a break and runs as one program in chunks
+    ember_events = segment_events
+    body = helper.make_graph(
+        [
+            const("b_half", np.array(0.5, np.float32)),
+            const("b_one", np.array(1.0, np.float32)),
+            const("b_lim", np.array(5.9, np.float32)),
+            helper.make_node("Mul", ["v_in", "b_half"], ["v_half"]),
+            helper.make_node("Add", ["v_half", "b_one"], ["v_out"]),
+            helper.make_node("ReduceSum", ["v_out"], ["total"], keepdims=0),
+            helper.make_node("Less", ["total", "b_lim"], ["cond_out"]),
+            helper.make_node("Identity", ["v_out"], ["scan_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("v_in", shape=[3]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("v_out", shape=[3]),
+            tensor("scan_out", shape=[3]),
+        ],
+    )
+    nodes = [
+        const("true", np.array(True)),
+        helper.make_node("Loop", ["", "true", "x"], ["v", "scans"], body=body, name="Loop_0"),
+    ]
+    proto = make_model(
+        nodes, [tensor("x", shape=[3])], [tensor("v", shape=[3]), tensor("scans", shape=["n", 3])]
+    )
+    xs = ([1, 2, 3], [0, 0, 1], [-40, 0, 1])  # 1, 6 and 9 steps
+    compiled = _loop_break(proto, [{"x": np.array(x, np.float32)} for x in xs])
+    assert [(b["node"], b["position"]) for b in compiled.breaks] == [("Loop_0", 1)]
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), 1)
+    assert [(c["stop"], c["compiled"]) for c in compiles] == [("end", True)]
+    assert len(_at(ember_events.of("ember.segment.stop"), 1)) == 3
