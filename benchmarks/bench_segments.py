@@ -11,7 +11,8 @@
    (target: warm >= 5x faster).
 4. A ``Loop`` at a break (its trip count computed on the device, a scan output): 50
    iterations of a MatMul+Add body, hidden sizes 16 and 256, time to results (outputs as
-   numpy) against onnxruntime (2 threads). ``--only loop`` runs only this part.
+   numpy) against onnxruntime (2 threads); then the same 50 steps with a trip count of
+   100,000 that the body's condition ends. ``--only loop`` runs only this part.
 """
 
 from __future__ import annotations
@@ -245,8 +246,9 @@ def bench_disk_cache(model_path: str) -> float:
     return ratio
 
 
-def loop_model(hidden: int) -> onnx.ModelProto:
-    """h, hs = Loop(sum(n) times: h = h @ W + b, each h stacked): trip count on the device."""
+def loop_model(hidden: int, stop_after: int | None = None) -> onnx.ModelProto:
+    """h, hs = Loop(sum(n) times: h = h @ W + b, each h stacked): trip count on the device.
+    With ``stop_after`` the body's condition ends the loop after that step (iter < it)."""
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
     b = (rng.standard_normal(hidden) * 0.1).astype(np.float32)
@@ -258,7 +260,9 @@ def loop_model(hidden: int) -> onnx.ModelProto:
         [
             helper.make_node("MatMul", ["h_in", "W"], ["m"]),
             helper.make_node("Add", ["m", "b"], ["h_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"])
+            if stop_after is None
+            else helper.make_node("Less", ["iter", "stop"], ["cond_out"]),
             helper.make_node("Identity", ["h_out"], ["scan_out"]),
         ],
         "body",
@@ -287,7 +291,12 @@ def loop_model(hidden: int) -> onnx.ModelProto:
             onnx.numpy_helper.from_array(w, "W"),
             onnx.numpy_helper.from_array(b, "b"),
             onnx.numpy_helper.from_array(np.array(True), "true"),
-        ],
+        ]
+        + (
+            []
+            if stop_after is None
+            else [onnx.numpy_helper.from_array(np.array(stop_after, np.int64), "stop")]
+        ),
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -299,19 +308,21 @@ def bench_loop_break(calls: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     print("4. a Loop at a break: 50 iterations of MatMul+Add, time to results")
-    for hidden in (16, 256):
-        proto = loop_model(hidden)
+    cases = [(16, None, 20, 30), (256, None, 20, 30), (16, 49, 100000, 0), (256, 49, 100000, 0)]
+    for hidden, stop_after, n0, n1 in cases:
+        proto = loop_model(hidden, stop_after)
         compiled = rt.compile(proto)
         assert [b["op_type"] for b in compiled.breaks] == ["Loop"]
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 2
         sess = ort.InferenceSession(proto.SerializeToString(), opts, ["CPUExecutionProvider"])
         feeds = {
-            "n": np.array([20, 30], np.float32),
+            "n": np.array([n0, n1], np.float32),
             "h0": np.ones(hidden, np.float32) / hidden,
         }
         got = compiled(feeds)
         want = sess.run(None, feeds)
+        assert np.asarray(got["hs"]).shape == want[1].shape == (50, hidden)
         np.testing.assert_allclose(np.asarray(got["hs"]), want[1], rtol=1e-4, atol=1e-5)
 
         def ember(compiled=compiled, feeds=feeds) -> None:
@@ -321,12 +332,14 @@ def bench_loop_break(calls: int) -> dict[str, float]:
             sess.run(None, feeds)
 
         t_ember, t_ort = interleaved([ember, ort_run], calls)
+        how = "trip count 50" if stop_after is None else "trip count 1e5, cond ends it"
         print(
-            f"   hidden {hidden:3d}: ember {t_ember * 1e3:7.3f} ms/call, onnxruntime "
-            f"{t_ort * 1e3:7.3f} ms/call, ratio {t_ember / t_ort:6.2f}"
+            f"   hidden {hidden:3d}, {how:28s}: ember {t_ember * 1e3:7.3f} ms/call, "
+            f"onnxruntime {t_ort * 1e3:7.3f} ms/call, ratio {t_ember / t_ort:6.2f}"
         )
-        out[f"loop_break_ms_{hidden}"] = t_ember * 1e3
-        out[f"loop_break_ratio_ort_{hidden}"] = t_ember / t_ort
+        tag = f"{hidden}" if stop_after is None else f"{hidden}_cond"
+        out[f"loop_break_ms_{tag}"] = t_ember * 1e3
+        out[f"loop_break_ratio_ort_{tag}"] = t_ember / t_ort
     return out
 
 
