@@ -758,3 +758,15 @@ def test_a_loop_with_scan_outputs_that_its_data_ends_is_a_break_not_an_error(seg
     compiles = _at(ember_events.of("ember.segment.compile.stop"), 1)
     assert [(c["stop"], c["compiled"]) for c in compiles] == [("end", True)]
     assert len(_at(ember_events.of("ember.segment.stop"), 1)) == 3
+
+
+def test_a_loop_program_at_a_break_is_kept_in_the_disk_cache(tmp_path, ember_events):
+    # the break's program goes to the program store like any segment: a new model object
+    # with the same cache_dir loads it instead of compiling (disk_cache: hit at position 3)
+    proto = _counting_loop("trips", scans=True)
+    feeds = {"x": np.array([2, 1, 0], np.float32)}
+    first = rt.compile(proto, cache_dir=tmp_path)(feeds)
+    second = rt.compile(proto, cache_dir=tmp_path)(feeds)
+    np.testing.assert_array_equal(np.asarray(first["scans"]), np.asarray(second["scans"]))
+    stops = _at(ember_events.of("ember.segment.compile.stop"), 3)
+    assert [(s["compiled"], s["disk_cache"]) for s in stops] == [(True, "miss"), (True, "hit")]
