@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,9 +29,30 @@ from .ops.control import loop_bounded
 from .segment_build import ModelValues, SegmentBuilder
 from .segment_trace import Entry
 
-__all__ = ["SubgraphState", "SubgraphValues", "WholeLoop", "split_outer"]
+__all__ = ["SubgraphState", "SubgraphValues", "WholeLoop", "observed", "split_outer"]
 
 _END = "end"
+
+
+T = TypeVar("T")
+
+
+def observed(source: str | None, position: int, entry: Entry | None, run: Callable[[], T]) -> T:
+    """``run()`` inside the ``ember.segment`` span of one run of a break's program at
+    ``position`` (``entry`` None: the subgraph's nodes one by one), ending at its results
+    while ``bus.sync``."""
+    meta = {
+        "source": source,
+        "position": position,
+        "stop": _END,
+        "compiled": entry is not None and entry.exe is not None,
+        "key": entry.key_hex if entry is not None else None,
+    }
+    with bus.span(E.SEGMENT, meta):
+        out = run()
+        if bus.sync:
+            block(out)
+    return out
 
 
 class SubgraphValues:
@@ -306,15 +327,4 @@ class WholeLoop:
 
         if not observe:
             return call()
-        meta = {
-            "source": self.state.builder.source,
-            "position": self.state.builder.at,
-            "stop": _END,
-            "compiled": True,
-            "key": entry.key_hex,
-        }
-        with bus.span(E.SEGMENT, meta):
-            got = call()
-            if bus.sync:
-                block(list(got.values()))
-        return got
+        return observed(self.state.builder.source, self.state.builder.at or 0, entry, call)

@@ -57,9 +57,8 @@ from ember.recorder import bus
 from ember.recorder import events as E
 
 from .analysis import Plan, Segment
-from .break_programs import SubgraphState, WholeLoop, split_outer
+from .break_programs import SubgraphState, WholeLoop, observed, split_outer
 from .describe import shape_key, static_key
-from .fastpath import block
 from .graph import Graph, Node, Subgraph, run_node, to_host
 from .ops.control import loop_scan_outputs
 from .segment_build import ModelValues, SegmentBuilder
@@ -67,7 +66,6 @@ from .segment_trace import Entry
 
 __all__ = ["BreakSubgraphs", "CompiledSubgraph"]
 
-_END = "end"
 # ops whose subgraphs a break runs call by call (Scan's body is one lax.scan)
 _COMPILED_OPS = frozenset({"If", "Loop"})
 # a Loop body's formal inputs: (iteration number, condition, carried values...)
@@ -187,36 +185,17 @@ class CompiledSubgraph:
             self._state.varying = True
         if not self._observe:
             return self._run(entry, inputs, args, statics)
-        meta = {
-            "source": self._source,
-            "position": self.at,
-            "stop": _END,
-            "compiled": entry.exe is not None,
-            "key": entry.key_hex,
-        }
-        with bus.span(E.SEGMENT, meta):
-            outs = self._run(entry, inputs, args, statics)
-            if bus.sync:
-                block(outs)
-        return outs
+        return observed(
+            self._source, self.at, entry, lambda: self._run(entry, inputs, args, statics)
+        )
 
     def _eager(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
         """The nodes one by one (a subgraph whose shapes vary per iteration), in a segment
         span that says so."""
+        run = Subgraph(self.graph, self.outer)
         if not self._observe:
-            return Subgraph(self.graph, self.outer)(*inputs)
-        meta = {
-            "source": self._source,
-            "position": self.at,
-            "stop": _END,
-            "compiled": False,
-            "key": None,
-        }
-        with bus.span(E.SEGMENT, meta):
-            outs = Subgraph(self.graph, self.outer)(*inputs)
-            if bus.sync:
-                block(outs)
-        return outs
+            return run(*inputs)
+        return observed(self._source, self.at, None, lambda: run(*inputs))
 
     def _run(
         self,
