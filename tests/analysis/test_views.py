@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from ember.analysis import VIEW_NAMES, connect, ingest
 from ember.analysis.db import view_sql
@@ -422,4 +423,53 @@ def test_a_segment_compiled_with_the_model_is_ahead_of_time(tmp_path):
         ]
         assert con.sql("SELECT position, change, arg, dim, reason FROM recompiles").rows() == [
             (0, "shape", "x", 0, "x dim 0: 2 -> 4")
+        ]
+
+
+def test_recompile_causes_leave_out_segments_that_run_eagerly(tmp_path):
+    # position 0 runs eagerly (compiled false), position 5 compiles; both see x's length
+    # change. recompiles has both (with compiles' `compiled`); _recompile_causes, what
+    # compare counts, only the compiled one
+    from tests.analysis.traces import cache_line, meta_line, write_lines
+
+    def compile_span(span_id: int, ts: int, position: int, n: int, compiled: bool) -> list[str]:
+        shapes = [{"name": "input_ids", "shape": [1, n], "dtype": "int64"}]
+        start = {"position": position, "shapes": shapes}
+        return [
+            json.dumps(
+                {
+                    "kind": "span_start",
+                    "ts_ns": ts,
+                    "span_id": span_id,
+                    "name": "c",
+                    "span_kind": "segment_compile",
+                    "attrs": start,
+                }
+            ),
+            json.dumps(
+                {
+                    "kind": "span_end",
+                    "ts_ns": ts + 1,
+                    "span_id": span_id,
+                    "duration_ns": 1,
+                    "span_kind": "segment_compile",
+                    "attrs": {**start, "compiled": compiled},
+                }
+            ),
+        ]
+
+    lines = [meta_line("eager")]
+    for i, n in enumerate((17, 23)):
+        for position, compiled in ((0, False), (5, True)):
+            ts = 100 * i + 10 * position
+            lines.append(cache_line(ts, "miss", position=position, n=n))
+            lines += compile_span(len(lines), ts + 1, position, n, compiled)
+    db = tmp_path / "t.duckdb"
+    ingest([write_lines(tmp_path / "eager.jsonl", lines)], db)
+    with connect(db, read_only=True) as con:
+        assert con.sql(
+            "SELECT position, compiled, change, arg FROM recompiles ORDER BY position"
+        ).rows() == [(0, False, "shape", "input_ids"), (5, True, "shape", "input_ids")]
+        assert con.sql("SELECT position, change, arg, dim, n FROM _recompile_causes").rows() == [
+            (5, "shape", "input_ids", 1, 1)
         ]
