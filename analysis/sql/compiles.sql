@@ -46,26 +46,18 @@ seg AS (
     FROM spans span_row
     WHERE span_row.span_kind = 'segment_compile'
 ),
-segment_compiles AS (
+matched AS (
+    -- each miss, and the segment_compile span that followed it at its position
     SELECT
         m.run_id,
         m.source,
         m.position,
-        CAST(NULL AS VARCHAR) AS fun_name,
         m.ts_ns,
         m.call_span_id,
         m.key,
         m.shapes,
         m.statics,
         m.shapes_text,
-        g.duration_ns AS compile_ns,
-        g.compiled,
-        g.disk_cache,
-        g.stop,
-        CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
-            AS jit_changes,
-        CAST(NULL AS VARCHAR) AS retrace_reason,
-        CAST(NULL AS VARCHAR) AS jax_explanation,
         m.evictions AS evictions_before,
         false AS ahead_of_time,
         g.span_id AS seg_span_id,
@@ -82,13 +74,32 @@ ahead AS (
         g.run_id,
         g.source,
         g.position,
-        CAST(NULL AS VARCHAR) AS fun_name,
         g.start_ns AS ts_ns,
         g.parent_id AS call_span_id,
         g.key,
         g.shapes,
         CAST(NULL AS STRUCT("name" VARCHAR, "value" JSON)[]) AS statics,
         ember_shapes_text(g.shapes) AS shapes_text,
+        CAST(0 AS BIGINT) AS evictions_before,
+        true AS ahead_of_time,
+        g.span_id AS seg_span_id,
+        CAST(0 AS BIGINT) AS seq
+    FROM seg g
+    ANTI JOIN matched m ON m.run_id = g.run_id AND m.seg_span_id = g.span_id
+),
+segment_compiles AS (
+    -- both kinds with what their segment_compile span says, in the columns of a compile
+    SELECT
+        s.run_id,
+        s.source,
+        s.position,
+        CAST(NULL AS VARCHAR) AS fun_name,
+        s.ts_ns,
+        s.call_span_id,
+        s.key,
+        s.shapes,
+        s.statics,
+        s.shapes_text,
         g.duration_ns AS compile_ns,
         g.compiled,
         g.disk_cache,
@@ -97,12 +108,12 @@ ahead AS (
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
         CAST(NULL AS VARCHAR) AS jax_explanation,
-        CAST(0 AS BIGINT) AS evictions_before,
-        true AS ahead_of_time,
-        g.span_id AS seg_span_id,
-        CAST(0 AS BIGINT) AS seq
-    FROM seg g
-    ANTI JOIN segment_compiles m ON m.run_id = g.run_id AND m.seg_span_id = g.span_id
+        s.evictions_before,
+        s.ahead_of_time,
+        s.seg_span_id,
+        s.seq
+    FROM (SELECT * FROM matched UNION ALL SELECT * FROM ahead) s
+    LEFT JOIN seg g ON g.run_id = s.run_id AND g.span_id = s.seg_span_id
 ),
 jit_compiles AS (
     SELECT
@@ -134,8 +145,6 @@ jit_compiles AS (
 ),
 all_compiles AS (
     SELECT * FROM segment_compiles
-    UNION ALL
-    SELECT * FROM ahead
     UNION ALL
     SELECT * FROM jit_compiles
 )
