@@ -214,28 +214,42 @@ _NOT_IN_STRUCTURE_SQL = " OR ".join(
 )
 _STRUCTURES = ", ".join(f"CAST(json_structure({_q(c)}) AS VARCHAR)" for c in STRUCT_COLUMNS)
 _OBJECT_COLUMNS = ("kind", "span_kind", *STRUCT_COLUMNS)
+_STRUCTURE_NAMES = tuple(f"_s_{c}" for c in STRUCT_COLUMNS)
 # Each distinct object of a batch (its record's kind and span kind and the JSON text of its
 # STRUCT_COLUMNS; a trace repeats its objects, the same shapes and sources call after
-# call), once: its structures (``structure_fits`` judges them), whether a string in it is
-# not an allowed value (``object_invalid_sql``), and whether it may nest too deeply or
-# hold what its structure does not show (pydantic decides those)
-_DISTINCT_OBJECTS_SQL = (
-    "CREATE OR REPLACE TEMP TABLE _objects AS SELECT row_number() OVER () AS id, * "
-    f"FROM (SELECT DISTINCT {', '.join(_q(c) for c in _OBJECT_COLUMNS)} FROM _stage)"
+# call), once: its structures (``structure_fits`` judges each distinct one, a few dozen
+# even where every object differs), whether a string in it is not an allowed value
+# (``object_invalid_sql``: ``invalid``), and whether it may nest too deeply or hold what
+# its structure does not show (``maybe``: pydantic decides those)
+_STRUCTURE_COLUMNS = ", ".join(
+    f"CAST(json_structure({_q(c)}) AS VARCHAR) AS {n}"
+    for c, n in zip(STRUCT_COLUMNS, _STRUCTURE_NAMES, strict=True)
 )
-_OBJECTS_SQL = f"""
-SELECT id, kind, span_kind, {_STRUCTURES}, coalesce({object_invalid_sql()}, false),
+_DISTINCT_OBJECTS_SQL = f"""
+CREATE OR REPLACE TEMP TABLE _objects AS
+SELECT *, {_STRUCTURE_COLUMNS},
+    coalesce({object_invalid_sql()}, false) AS invalid,
     coalesce({maybe_too_deep_sql(MAX_NESTING, {c: "JSON" for c in STRUCT_COLUMNS})}
-        OR {_NOT_IN_STRUCTURE_SQL}, false)
-FROM _objects
+        OR {_NOT_IN_STRUCTURE_SQL}, false) AS maybe
+FROM (SELECT DISTINCT {", ".join(_q(c) for c in _OBJECT_COLUMNS)} FROM _stage)
 """
-# the staged rows of the objects found wrong (``$ids``)
-_OBJECT_ROWS_SQL = (
-    "SELECT s.rowid, o.invalid FROM (SELECT _objects.*, b.invalid FROM _objects "
-    "JOIN (SELECT unnest($ids) AS id, unnest($invalid) AS invalid) AS b USING (id)) AS o "
-    "JOIN _stage AS s ON "
-    + " AND ".join(f"s.{_q(c)} IS NOT DISTINCT FROM o.{_q(c)}" for c in _OBJECT_COLUMNS)
+_STRUCTURE_GROUPS_SQL = (
+    f"SELECT kind, span_kind, {', '.join(_STRUCTURE_NAMES)}, bool_or(invalid OR maybe) "
+    "FROM _objects GROUP BY ALL"
 )
+# the staged rows of the objects found wrong: flagged, or of a structure that does not fit
+# (``$kind``, ``$span_kind`` and ``$_s_<column>``: the misfits, in lists)
+_GROUP_NAMES = ("kind", "span_kind", *_STRUCTURE_NAMES)
+_MISFITS = ", ".join(f"unnest(CAST(${n} AS VARCHAR[])) AS {n}" for n in _GROUP_NAMES)
+_SAME_GROUP = " AND ".join(f"m.{n} IS NOT DISTINCT FROM o.{n}" for n in _GROUP_NAMES)
+_SAME_OBJECT = " AND ".join(f"s.{_q(c)} IS NOT DISTINCT FROM o.{_q(c)}" for c in _OBJECT_COLUMNS)
+_OBJECT_ROWS_SQL = f"""
+SELECT s.rowid, o.invalid FROM (
+    SELECT * FROM _objects AS o WHERE invalid OR maybe
+        OR EXISTS (SELECT 1 FROM (SELECT {_MISFITS}) AS m WHERE {_SAME_GROUP})
+) AS o
+JOIN _stage AS s ON {_SAME_OBJECT}
+"""
 
 # the rows whose span id is a second one or has no start, per staged file (``_f``), after
 # the span ids stored before a continued file (``_prior_spans``): ``checks.span_problems_sql``
@@ -640,29 +654,28 @@ def stage(
 def _object_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[int, None, bool]]:
     """Rows whose objects break the schema: ``(rowid, None, invalid)``.
 
-    Each distinct object is judged once (``_OBJECTS_SQL``): a key or a JSON type its fields
-    do not take (``checks.structure_fits``), a value nested too deeply or one its structure
-    does not show (pydantic decides: not ``invalid``), or a string that is not an allowed
-    value (``invalid``: the typed read's checks refuse it). A trace has a few dozen.
+    Each distinct object is judged once (``_DISTINCT_OBJECTS_SQL``): a value nested too
+    deeply or one its structure does not show (pydantic decides: not ``invalid``), a string
+    that is not an allowed value (``invalid``: the typed read's checks refuse it); and each
+    distinct structure once, by ``checks.structure_fits``: a key or a JSON type its fields
+    do not take. A trace has a few dozen structures.
     """
     con.execute(_DISTINCT_OBJECTS_SQL)
     try:
-        bad: dict[int, bool] = {}
-        for g in con.execute(_OBJECTS_SQL).fetchall():
-            id_, kind, span_kind = g[:3]
-            structures = g[3 : 3 + len(STRUCT_COLUMNS)]
-            invalid, maybe = g[3 + len(STRUCT_COLUMNS) :]
-            fits = all(
+        misfits = []
+        flagged = False
+        for g in con.execute(_STRUCTURE_GROUPS_SQL).fetchall():
+            kind, span_kind, *structures, flag = g
+            flagged |= bool(flag)
+            if not all(
                 _fits(kind, span_kind, c, st)
                 for c, st in zip(STRUCT_COLUMNS, structures, strict=True)
-            )
-            if invalid or maybe or not fits:
-                bad[id_] = bool(invalid)
-        if not bad:
+            ):
+                misfits.append(g[:-1])
+        if not misfits and not flagged:
             return []
-        rows = con.execute(
-            _OBJECT_ROWS_SQL, {"ids": list(bad), "invalid": list(bad.values())}
-        ).fetchall()
+        params = {n: [m[i] for m in misfits] for i, n in enumerate(_GROUP_NAMES)}
+        rows = con.execute(_OBJECT_ROWS_SQL, params).fetchall()
     finally:
         con.execute("DROP TABLE IF EXISTS _objects")
     return [(r[0], None, r[1]) for r in rows]
