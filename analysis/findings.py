@@ -521,15 +521,18 @@ def _part_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         data = _pick(
             r,
             "part_kind part position node op_type total_ns p50_share_of_call p50_call_ns "
-            "share_of_wall",
+            "share_of_wall program_ns",
         )
         if kind == "break" and share is not None and share >= _BREAK_SHARE:
             op = r["op_type"]
-            sub = r["subgraph_ns"] or 0
-            if sub >= 0.5 * (r["in_calls_ns"] or 0) and op in _SUBGRAPH:
-                what = f"runs {_SUBGRAPH[op]} from the host"
-            elif sub >= 0.5 * (r["in_calls_ns"] or 0):
-                what = "runs its subgraph from the host"
+            sub, program = r["subgraph_ns"] or 0, r["program_ns"] or 0
+            half = 0.5 * (r["in_calls_ns"] or 0)
+            if program >= half:
+                # Ember compiled what the break runs: what costs is that it runs apart, a
+                # program of its own between two segments, with values read on the host
+                what = f"runs {_SUBGRAPH.get(op, 'its subgraph')} as a compiled program of its own"
+            elif sub >= half:
+                what = f"runs {_SUBGRAPH.get(op, 'its subgraph')} from the host"
             else:
                 what = "runs on the host"
             text = f"break at `{r['node']}` ({r['reason'] or op}) {what}: {each}"

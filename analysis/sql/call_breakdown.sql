@@ -2,23 +2,25 @@
 --
 -- A call's parts are its child spans, one row per kind and place: each compiled segment,
 -- each eager segment (run node by node), each break node (split into its own time, the
--- time moving its inputs to the host, and the subgraph it ran: If branch, Loop or Scan
--- body), each compile (a cache miss compiles inside the call), and the rest of the call's
--- time, which is Ember's own work (cache lookups, keys, argument checks). The parts of a
--- call add up to its duration.
+-- time moving its inputs to the host, the compiled programs it ran for its subgraph, and
+-- the rest of the subgraph: If branch, Loop or Scan body), each compile (a cache miss
+-- compiles inside the call, also a break's program compiled inside the break), and the
+-- rest of the call's time, which is Ember's own work (cache lookups, keys, argument
+-- checks). The parts of a call add up to its duration.
 --
 -- run_id, source
 -- call_span_id  the call
 -- call_index    1, 2, 3... the calls of the run in start order
 -- call_start_ns when the call started (ns since the run started)
 -- call_ns       the call's duration (to results when the run is synced: see latency_kind)
--- part_kind     segment | eager_segment | break | break_host_transfer | break_subgraph |
---               compile | overhead | unattributed (a trace without segment spans: the
---               segments' time and Ember's own, not recorded apart)
+-- part_kind     segment | eager_segment | break | break_host_transfer | break_program |
+--               break_subgraph | compile | overhead | unattributed (a trace without
+--               segment spans: the segments' time and Ember's own, not recorded apart)
 -- position      the graph position of the segment, break node or compile (NULL: overhead)
 -- node, op_type the break node ('If_0', 'If'); NULL for other parts
 -- part          the part for a person: 'segment 0', 'eager segment 31', 'break If_0 (If)',
---               'break If_0 (If): host transfer', 'break If_0 (If): subgraph',
+--               'break If_0 (If): host transfer', 'break Loop_0 (Loop): compiled program',
+--               'break If_0 (If): subgraph',
 --               'compile 27', 'Ember overhead'
 -- spans         spans of this part in the call (a part can run more than once)
 -- start_ns      when the part first started in the call (ns since the run started)
@@ -32,8 +34,8 @@ WITH calls AS (
     WHERE span_kind = 'call' AND status <> 'open'
 ),
 kids AS (
-    SELECT k.run_id, k.parent_id AS call_span_id, k.span_kind, k.position, k.start_ns,
-        k.duration_ns, k.start_attrs.node AS node, k.start_attrs.op_type AS op_type,
+    SELECT k.run_id, k.span_id, k.parent_id AS call_span_id, k.span_kind, k.position,
+        k.start_ns, k.duration_ns, k.start_attrs.node AS node, k.start_attrs.op_type AS op_type,
         coalesce(k.end_attrs.compiled, k.start_attrs.compiled) AS compiled,
         k.end_attrs.host_transfer_ns AS host_transfer_ns,
         k.end_attrs.subgraph_ns AS subgraph_ns
@@ -41,27 +43,53 @@ kids AS (
     WHERE k.span_kind IN ('segment', 'break', 'segment_compile') AND k.status <> 'open'
         AND k.parent_id IS NOT NULL
 ),
+in_breaks AS (
+    -- what a break ran inside itself for its subgraph: compiled programs at the break's
+    -- position (segment spans) and their compiles, all within its subgraph time
+    SELECT b.run_id, b.span_id AS break_span_id,
+        coalesce(sum(n.duration_ns) FILTER (WHERE n.span_kind = 'segment'), 0) AS program_ns,
+        coalesce(sum(n.duration_ns) FILTER (WHERE n.span_kind = 'segment_compile'), 0)
+            AS compile_ns
+    FROM kids b
+    JOIN kids n ON n.run_id = b.run_id AND n.call_span_id = b.span_id
+    WHERE b.span_kind = 'break'
+    GROUP BY b.run_id, b.span_id
+),
+breaks AS (
+    SELECT k.*, coalesce(i.program_ns, 0) AS program_ns, coalesce(i.compile_ns, 0) AS compile_ns
+    FROM kids k
+    LEFT JOIN in_breaks i ON i.run_id = k.run_id AND i.break_span_id = k.span_id
+    WHERE k.span_kind = 'break'
+),
 parts AS (
-    -- segments and compiles
-    SELECT run_id, call_span_id,
-        CASE WHEN span_kind = 'segment_compile' THEN 'compile'
-            WHEN compiled IS NOT DISTINCT FROM false THEN 'eager_segment'
+    -- segments and compiles of the call, and the compiles inside its breaks
+    SELECT k.run_id, coalesce(b.call_span_id, k.call_span_id) AS call_span_id,
+        CASE WHEN k.span_kind = 'segment_compile' THEN 'compile'
+            WHEN k.compiled IS NOT DISTINCT FROM false THEN 'eager_segment'
             ELSE 'segment' END AS part_kind,
-        position, NULL AS node, NULL AS op_type, start_ns, duration_ns AS ns
-    FROM kids WHERE span_kind IN ('segment', 'segment_compile')
+        k.position, NULL AS node, NULL AS op_type, k.start_ns, k.duration_ns AS ns
+    FROM kids k
+    LEFT JOIN breaks b ON b.run_id = k.run_id AND b.span_id = k.call_span_id
+    WHERE k.span_kind = 'segment_compile' OR (k.span_kind = 'segment' AND b.span_id IS NULL)
     UNION ALL
-    -- a break node: its own time, then the host transfer and the subgraph it recorded
+    -- a break node: its own time, then the host transfer, the compiled programs it ran and
+    -- the rest of its subgraph (a subgraph without a recorded time holds them in the own)
     SELECT run_id, call_span_id, 'break', position, node, op_type, start_ns,
-        duration_ns - coalesce(host_transfer_ns, 0) - coalesce(subgraph_ns, 0)
-    FROM kids WHERE span_kind = 'break'
+        duration_ns - coalesce(host_transfer_ns, 0)
+            - coalesce(subgraph_ns, program_ns + compile_ns)
+    FROM breaks
     UNION ALL
     SELECT run_id, call_span_id, 'break_host_transfer', position, node, op_type, start_ns,
         host_transfer_ns
-    FROM kids WHERE span_kind = 'break' AND host_transfer_ns IS NOT NULL
+    FROM breaks WHERE host_transfer_ns IS NOT NULL
+    UNION ALL
+    SELECT run_id, call_span_id, 'break_program', position, node, op_type, start_ns,
+        program_ns
+    FROM breaks WHERE program_ns > 0
     UNION ALL
     SELECT run_id, call_span_id, 'break_subgraph', position, node, op_type, start_ns,
-        subgraph_ns
-    FROM kids WHERE span_kind = 'break' AND subgraph_ns IS NOT NULL
+        subgraph_ns - program_ns - compile_ns
+    FROM breaks WHERE subgraph_ns IS NOT NULL
 ),
 per_call AS (
     SELECT run_id, call_span_id, part_kind, position, node, op_type, count(*) AS spans,
@@ -101,6 +129,7 @@ SELECT
         WHEN 'compile' THEN 'compile ' || e.position
         WHEN 'break' THEN 'break ' || e.node || ' (' || e.op_type || ')'
         WHEN 'break_host_transfer' THEN 'break ' || e.node || ' (' || e.op_type || '): host transfer'
+        WHEN 'break_program' THEN 'break ' || e.node || ' (' || e.op_type || '): compiled program'
         WHEN 'break_subgraph' THEN 'break ' || e.node || ' (' || e.op_type || '): subgraph'
         WHEN 'overhead' THEN 'Ember overhead'
         ELSE 'segments and Ember overhead (not recorded apart)'

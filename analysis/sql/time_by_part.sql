@@ -15,8 +15,10 @@
 --               condition', 'the trip count of a Loop')
 -- part          the part for a person (as in call_breakdown; 'compile 27' counts every
 --               compile at position 27; 'Hub download', 'model load')
--- host_transfer_ns, subgraph_ns   for a break: the parts of total_ns spent moving its
---               inputs to the host and running its subgraph (NULL when not recorded)
+-- host_transfer_ns, program_ns, subgraph_ns   for a break: the parts of total_ns spent
+--               moving its inputs to the host, running compiled programs for its subgraph
+--               (an If branch or Loop that runs compiled at the break), and the rest of
+--               its subgraph (node by node, between programs); NULL when not recorded
 -- spans         spans of this part in the run
 -- calls_with    calls in which this part took time (0 for parts outside calls)
 -- total_ns      the part's time in the run (ns)
@@ -35,10 +37,12 @@ WITH per_call AS (
         CASE WHEN part_kind LIKE 'break%' THEN 'break' ELSE part_kind END AS part_kind,
         position, node, op_type,
         arg_min(part, length(part)) AS part,
-        sum(spans) FILTER (WHERE part_kind NOT IN ('break_host_transfer', 'break_subgraph'))
-            AS spans,
+        sum(spans) FILTER (
+            WHERE part_kind NOT IN ('break_host_transfer', 'break_program', 'break_subgraph')
+        ) AS spans,
         sum(ns) AS ns,
         sum(ns) FILTER (WHERE part_kind = 'break_host_transfer') AS host_transfer_ns,
+        sum(ns) FILTER (WHERE part_kind = 'break_program') AS program_ns,
         sum(ns) FILTER (WHERE part_kind = 'break_subgraph') AS subgraph_ns
     FROM call_breakdown
     WHERE part_kind <> 'compile'
@@ -50,6 +54,7 @@ in_calls AS (
         count(*) FILTER (WHERE ns > 0) AS calls_with,
         CAST(sum(ns) AS BIGINT) AS ns,
         CAST(sum(host_transfer_ns) AS BIGINT) AS host_transfer_ns,
+        CAST(sum(program_ns) AS BIGINT) AS program_ns,
         CAST(sum(subgraph_ns) AS BIGINT) AS subgraph_ns,
         quantile_cont(ns, 0.5) AS p50_call_ns,
         quantile_cont(ns / nullif(call_ns, 0), 0.5) AS p50_share_of_call
@@ -57,18 +62,23 @@ in_calls AS (
     GROUP BY ALL
 ),
 compiles AS (
-    -- every segment compile, in a call or ahead of time
+    -- every segment compile, in a call (also inside one of its breaks) or ahead of time
     SELECT s.run_id, 'compile' AS part_kind, s.position, NULL AS node, NULL AS op_type,
         'compile ' || s.position AS part, count(*) AS spans,
-        count(DISTINCT p.span_id) AS calls_with,
+        count(DISTINCT coalesce(c.span_id, g.span_id)) AS calls_with,
         CAST(sum(s.duration_ns) AS BIGINT) AS total_ns,
-        CAST(coalesce(sum(s.duration_ns) FILTER (WHERE p.span_id IS NOT NULL), 0) AS BIGINT)
+        CAST(coalesce(sum(s.duration_ns) FILTER (
+            WHERE c.span_id IS NOT NULL OR g.span_id IS NOT NULL), 0) AS BIGINT)
             AS in_calls_ns,
-        CAST(NULL AS BIGINT) AS host_transfer_ns, CAST(NULL AS BIGINT) AS subgraph_ns,
+        CAST(NULL AS BIGINT) AS host_transfer_ns, CAST(NULL AS BIGINT) AS program_ns,
+        CAST(NULL AS BIGINT) AS subgraph_ns,
         CAST(NULL AS DOUBLE) AS p50_call_ns, CAST(NULL AS DOUBLE) AS p50_share_of_call
     FROM spans s
     LEFT JOIN spans p ON p.run_id = s.run_id AND p.span_id = s.parent_id
-        AND p.span_kind = 'call'
+    LEFT JOIN spans c ON c.run_id = p.run_id AND c.span_id = p.span_id
+        AND c.span_kind = 'call'
+    LEFT JOIN spans g ON g.run_id = p.run_id AND g.span_id = p.parent_id
+        AND p.span_kind = 'break' AND g.span_kind = 'call'
     WHERE s.span_kind = 'segment_compile' AND s.status <> 'open'
     GROUP BY s.run_id, s.position
 ),
@@ -78,7 +88,8 @@ outside AS (
         CASE span_kind WHEN 'hub_download' THEN 'Hub download' ELSE 'model load' END AS part,
         count(*) AS spans, 0 AS calls_with,
         CAST(sum(duration_ns) AS BIGINT) AS total_ns, CAST(0 AS BIGINT) AS in_calls_ns,
-        CAST(NULL AS BIGINT) AS host_transfer_ns, CAST(NULL AS BIGINT) AS subgraph_ns,
+        CAST(NULL AS BIGINT) AS host_transfer_ns, CAST(NULL AS BIGINT) AS program_ns,
+        CAST(NULL AS BIGINT) AS subgraph_ns,
         CAST(NULL AS DOUBLE) AS p50_call_ns, CAST(NULL AS DOUBLE) AS p50_share_of_call
     FROM spans
     WHERE span_kind IN ('hub_download', 'load') AND status <> 'open'
@@ -99,8 +110,8 @@ run_totals AS (
 ),
 everything AS (
     SELECT run_id, part_kind, position, node, op_type, part, spans, calls_with,
-        ns AS total_ns, ns AS in_calls_ns, host_transfer_ns, subgraph_ns, p50_call_ns,
-        p50_share_of_call
+        ns AS total_ns, ns AS in_calls_ns, host_transfer_ns, program_ns, subgraph_ns,
+        p50_call_ns, p50_share_of_call
     FROM in_calls
     UNION ALL SELECT * FROM compiles
     UNION ALL SELECT * FROM outside
@@ -118,6 +129,7 @@ SELECT
     e.total_ns,
     e.in_calls_ns,
     e.host_transfer_ns,
+    e.program_ns,
     e.subgraph_ns,
     e.total_ns / nullif(s.wall_ns, 0) AS share_of_wall,
     CASE WHEN e.in_calls_ns > 0 THEN e.in_calls_ns / nullif(s.total_call_ns, 0) END

@@ -1,8 +1,9 @@
 """Where each call's time goes: call_breakdown, time_by_part and the report's ranked findings,
 on a model built here whose graph break holds most of every call (a Loop whose trip count
-is computed from the input's values and whose scan output is as long as that count runs its
-body from the host), recorded by the real
-runtime; and the same views on a version-1 trace (dispatch only, no segment spans)."""
+is computed from the input's values and whose scan output is as long as that count: the
+break runs the loop as a compiled program of its own, compiled inside the first call's
+break), recorded by the real runtime; and the same views on a version-1 trace (dispatch
+only, no segment spans)."""
 
 from __future__ import annotations
 
@@ -142,14 +143,37 @@ def test_time_by_part_agrees_with_the_spans_and_the_report_names_the_break(loop_
         (first,) = report(con, "loop")[0].findings[:1]
     assert part["node"] == "Loop_4"
     assert part["spans"] == CALLS
-    assert part["total_ns"] == pytest.approx(sum(s["duration"] for s in breaks), rel=0.05)
-    assert part["p50_share_of_call"] == pytest.approx(share_of_each, rel=0.05)
+    # the loop's program is compiled inside the first break: that time is the compile's,
+    # in the call, not the break's (it was counted twice: in the break and outside calls)
+    break_ids = {i for i, s in spans.items() if s["kind"] == "break"}
+    inside = [s for s in spans.values() if s["parent"] in break_ids]
+    compiled_inside = [s["duration"] for s in inside if s["kind"] == "segment_compile"]
+    programs = [s["duration"] for s in inside if s["kind"] == "segment"]
+    assert (len(compiled_inside), len(programs)) == (1, CALLS)
+    assert part["total_ns"] == sum(s["duration"] for s in breaks) - sum(compiled_inside)
+    compile_in = {s["parent"]: s["duration"] for s in inside if s["kind"] == "segment_compile"}
+    break_share = statistics.median(
+        (s["duration"] - compile_in.get(i, 0)) / spans[s["parent"]]["duration"]
+        for i, s in spans.items()
+        if i in break_ids
+    )
+    assert part["p50_share_of_call"] == pytest.approx(break_share, rel=0.05)
+    assert part["program_ns"] == sum(programs)
+    assert part["program_ns"] >= 0.5 * part["in_calls_ns"]
     calls = [s["duration"] for s in spans.values() if s["kind"] == "call"]
     assert part["share_of_calls"] == pytest.approx(part["total_ns"] / sum(calls), rel=0.05)
+    with connect(loop_db, read_only=True) as con:
+        (compile_part,) = con.sql(
+            "SELECT * FROM time_by_part WHERE part_kind = 'compile' AND position = ?",
+            [part["position"]],
+        ).to_dicts()
+    assert compile_part["in_calls_ns"] == compile_part["total_ns"] == sum(compiled_inside)
     # the first finding: the break, its share of each call and what to do
     assert first.kind == "break"
     assert first.cost_ns == part["in_calls_ns"]
-    assert first.text.startswith("break at `Loop_4` (the Loop trip count) runs ")
+    assert first.text.startswith(
+        "break at `Loop_4` (the Loop trip count) runs its body as a compiled program of its own"
+    )
     assert f": {fmt.percent(part['p50_share_of_call'])} of each call, " in first.text
     assert "trip count from shapes or constants" in first.text
 
