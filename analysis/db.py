@@ -74,6 +74,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "memory_timeline",
     "peak_memory",
     "hub_files",
+    "_compiling_spans",
     "call_latency",
     "compile_payback",
     "breaks",

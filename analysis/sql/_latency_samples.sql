@@ -6,24 +6,18 @@
 -- span_kind     'call' or 'step'
 -- ts_ns         when the span ended (ns since run start): the order of the samples
 -- duration_ns   how long it took (ns)
--- compiled      whether it compiled something on the way: a segment cache miss in the call
---               (as call_latency's compiling_calls), or a jit compile in the step; the
---               others are the warm samples of run_summary's warm_p50_ns
+-- compiled      whether it compiled something on the way (_compiling_spans: a segment
+--               cache miss in the call or one of its breaks, a jit compile in the step);
+--               the others are the warm samples of run_summary's warm_p50_ns
 WITH kinds AS (
     SELECT run_id,
         CASE WHEN count(*) FILTER (WHERE span_kind = 'call') > 0 THEN 'call' ELSE 'step' END
             AS latency_of
     FROM span_end WHERE span_kind IN ('call', 'step') GROUP BY run_id
-),
-compiling AS (
-    SELECT DISTINCT run_id, span_id FROM cache WHERE action = 'miss' AND span_id IS NOT NULL
-    UNION
-    SELECT DISTINCT run_id, parent_id AS span_id FROM spans
-    WHERE span_kind = 'jit' AND parent_id IS NOT NULL
 )
 SELECT s.run_id, s.span_id, s.span_kind, s.ts_ns, s.duration_ns,
     c.span_id IS NOT NULL AS compiled
 FROM span_end s
 JOIN kinds k ON k.run_id = s.run_id AND s.span_kind = k.latency_of
-LEFT JOIN compiling c ON c.run_id = s.run_id AND c.span_id = s.span_id
+LEFT JOIN _compiling_spans c ON c.run_id = s.run_id AND c.span_id = s.span_id
 WHERE s.duration_ns IS NOT NULL

@@ -6,7 +6,8 @@
 -- errors          calls that raised
 -- p50_ns, p90_ns, p99_ns, mean_ns, max_ns, min_ns   call duration percentiles (ns)
 -- first_ns        the duration of the first call with these shapes (it usually compiles)
--- compiling_calls calls that compiled at least one segment (a cache miss inside the call)
+-- compiling_calls calls that compiled at least one segment (a cache miss inside the call,
+--               also inside one of its breaks: _compiling_spans)
 -- p50_warm_ns     median of the calls that did not compile
 -- total_ns        time spent in these calls
 WITH calls AS (
@@ -17,8 +18,7 @@ WITH calls AS (
     WHERE span_row.span_kind = 'call' AND span_row.status <> 'open'
 ),
 compiling AS (
-    SELECT DISTINCT run_id, span_id AS call_span_id
-    FROM cache WHERE action = 'miss' AND span_id IS NOT NULL
+    SELECT run_id, span_id AS call_span_id FROM _compiling_spans
 )
 SELECT
     c.run_id,

@@ -670,6 +670,33 @@ def test_the_trace_nests_the_compiled_body_in_the_break_span(tmp_path):
     assert all(total == call_ns for call_ns, total in rows)
 
 
+def test_a_call_whose_break_compiled_its_program_is_not_a_warm_call(tmp_path):
+    # the misses of the Loop's programs are recorded in the break span, not the call's: the
+    # calls that compiled (3 trips: 8 rows; 9 trips: 16 rows) counted as warm, their
+    # compiles inside run_summary's warm p50 and call_latency's p50_warm_ns
+    from ember.analysis import connect, ingest
+    from ember.recorder import record
+
+    proto = _counting_loop("trips", scans=True)
+    path = tmp_path / "loop.jsonl"
+    trips = ([2, 1, 0], [5, 4, 0], [1, 1, 1], [6, 3, 0])  # 3, 9, 3, 9 steps
+    with record(path, run_id="loop"):
+        _loop_break(proto, [{"x": np.array(x, np.float32)} for x in trips])
+    db = tmp_path / "loop.duckdb"
+    ingest([path], db)
+    with connect(db, read_only=True) as con:
+        summary = con.sql("SELECT * FROM run_summary").to_dicts()[0]
+        per_shape = con.sql("SELECT compiling_calls, p50_warm_ns FROM call_latency").to_dicts()
+        samples = con.sql(
+            "SELECT compiled, duration_ns FROM _latency_samples ORDER BY ts_ns"
+        ).to_dicts()
+    assert [s["compiled"] for s in samples] == [True, True, False, False]
+    warm = [s["duration_ns"] for s in samples[2:]]
+    assert (summary["calls"], summary["compiling_calls"]) == (4, 2)
+    assert summary["warm_p50_ns"] == pytest.approx(sum(warm) / 2)
+    assert per_shape == [{"compiling_calls": 2, "p50_warm_ns": pytest.approx(sum(warm) / 2)}]
+
+
 def test_a_loop_whose_body_changes_shapes_runs_it_eagerly_and_says_why(segment_events):
     # v grows by one each step: neither one program nor one body program fits every step.
     # The whole-Loop compile says why it failed, the body compiles for the first two steps,
