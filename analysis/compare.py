@@ -116,11 +116,15 @@ _LOWER_IS_BETTER = {
     "new_eviction_sites",
 }
 _HIGHER_IS_BETTER = {"hit_rate", "disk_hits"}
+# run_summary's warm percentiles -> the latency statistic they are
+_WARM_LATENCY = {"warm_p50_ns": "p50_ns", "warm_p99_ns": "p99_ns"}
 # which context must match for a metric's values to be comparable
 _NEEDS_SAME = {
     **{c: ("latency_of", "latency_kind") for c in LATENCY_METRICS},
     "warm_p50_ns": ("latency_of", "latency_kind"),
     "warm_p99_ns": ("latency_of", "latency_kind"),
+    "compiling_calls": ("latency_of",),
+    "warm_calls": ("latency_of",),
     "peak_bytes": ("peak_source",),
 }
 
@@ -266,10 +270,16 @@ def _metric_row(
         row.verdict = "not comparable"
         row.note = "; ".join(mismatch)
         return row
-    if column in LATENCY_METRICS:
-        if "tests" not in cache:
-            cache["tests"] = latency_tests(base.durations_ns, cand.durations_ns)
-        test = cache["tests"][column]
+    warm = column in _WARM_LATENCY
+    if column in LATENCY_METRICS or warm:
+        # the warm percentiles are tested like the others, on the warm durations alone
+        key = "warm tests" if warm else "tests"
+        if key not in cache:
+            cache[key] = latency_tests(
+                base.warm_ns if warm else base.durations_ns,
+                cand.warm_ns if warm else cand.durations_ns,
+            )
+        test = cache[key][_WARM_LATENCY.get(column, column)]
         row.latency = test
         if not test.enough:
             row.verdict = _direction_verdict(row.change, better) if row.change == 0 else "–"

@@ -55,6 +55,9 @@ class RunData:
     summary: dict[str, Any]  # its run_summary row
     durations_ns: np.ndarray  # call (else step) durations, in recording order
     causes: dict[str, Cause] = field(default_factory=dict)
+    # the durations of the calls (else steps) that neither compiled nor failed (run_summary's
+    # warm_*); None: the same as durations_ns
+    warm_durations_ns: np.ndarray | None = None
 
     @property
     def name(self) -> str:
@@ -64,6 +67,11 @@ class RunData:
     @property
     def short_id(self) -> str:
         return self.run_id[:8]
+
+    @property
+    def warm_ns(self) -> np.ndarray:
+        """The warm durations (``warm_durations_ns``, else all of them)."""
+        return self.durations_ns if self.warm_durations_ns is None else self.warm_durations_ns
 
 
 def _cause_name(change: str, arg: str | None, dim: int | None) -> str:
@@ -105,10 +113,14 @@ def load_run(sql: SqlRunner, run_id: str, origin: str = "") -> RunData:
     if summary.height == 0:
         raise CompareError(f"no run {run_id!r} in {origin or 'the database'}")
     row = summary.row(0, named=True)
-    durations = sql(
-        "SELECT duration_ns FROM _latency_samples WHERE run_id = $1 ORDER BY ts_ns", [run_id]
-    )["duration_ns"].to_numpy()
-    data = RunData(run_id, origin, row, np.asarray(durations, dtype=np.float64))
+    samples = sql(
+        "SELECT duration_ns, NOT compiled AND status IS DISTINCT FROM 'error' AS warm "
+        "FROM _latency_samples WHERE run_id = $1 ORDER BY ts_ns",
+        [run_id],
+    )
+    durations = np.asarray(samples["duration_ns"].to_numpy(), dtype=np.float64)
+    warm = samples["warm"].to_numpy().astype(bool)
+    data = RunData(run_id, origin, row, durations, warm_durations_ns=durations[warm])
     for r in _of(sql, "_recompile_causes", run_id, "n DESC, change, arg, dim"):
         where = f"position {r['position']}" if r["position"] is not None else r["fun_name"]
         key = f"{where}|{r['change']}|{r['arg']}|{r['dim']}"

@@ -478,7 +478,7 @@ def _being_created(path: str, message: str) -> bool:
         st = os.stat(path)
     except OSError:  # removed meanwhile: the next attempt says what is there
         return True
-    return time.time() - st.st_mtime < _CREATING_S
+    return 0 <= time.time() - st.st_mtime < _CREATING_S
 
 
 _PID_RE = re.compile(r"PID (\d+)")

@@ -61,6 +61,7 @@ class RunSummary:
     compiling_calls: int = 0  # calls (else steps) that compiled: not in warm_*
     warm_p50_ns: float | None = None
     warm_p99_ns: float | None = None
+    warm_calls: int = 0  # calls (else steps) that neither compiled nor failed
 
     @property
     def short_id(self) -> str:

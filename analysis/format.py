@@ -173,17 +173,23 @@ def latency(
     compiling: int = 0,
     warm_p50_ns: float | None = None,
     warm_p99_ns: float | None = None,
+    warm: int = 0,
 ) -> str:
-    """'p50 12 ms, p99 13 ms': a run's latency, from the steady state when some of its
+    """'p50 12 ms, p99 13 ms': a run's latency, from its steady state when some of its
     ``samples`` calls (or steps) compiled: a median over compiling and warm calls alike
     (two of four calls compiling for 1.8 s made "p50 916 ms" of a 12 ms model) is neither.
+    ``warm``: the calls that neither compiled nor failed, whose percentiles ``warm_*`` are.
     """
-    if not compiling or warm_p50_ns is None:
-        return f"p50 {duration(p50_ns)}, p99 {duration(p99_ns)}"
+    overall = f"p50 {duration(p50_ns)}, p99 {duration(p99_ns)}"
+    if not compiling:
+        return overall
+    if warm_p50_ns is None or not warm:
+        others = ", the others failed" if compiling < samples else ""
+        return f"{overall} ({compiling} of {samples} compiled{others}: no warm {what}s)"
     return (
         f"p50 {duration(warm_p50_ns)}, p99 {duration(warm_p99_ns)} over the "
-        f"{plural(samples - compiling, 'warm ' + what)}; {compiling} more compiled "
-        f"(all {samples}: p50 {duration(p50_ns)}, p99 {duration(p99_ns)})"
+        f"{plural(warm, 'warm ' + what)} (all {samples}, {compiling} of which compiled: "
+        f"{overall})"
     )
 
 

@@ -45,6 +45,13 @@ def _open(db: Path, read_only: bool, wait: float | None = None):
         raise fail(str(exc)) from None
     except FileNotFoundError as exc:
         raise fail(str(exc)) from None
+    except duckdb.IOException as exc:
+        if "not a valid DuckDB database file" not in str(exc):
+            raise
+        raise fail(
+            f"{db} is not an Ember database (DuckDB cannot read it); give the file "
+            "`ember ingest --db` wrote, or a lake folder"
+        ) from None
 
 
 @app.command("ingest")
@@ -306,7 +313,14 @@ def _headline(s: RunSummary) -> str:
         kind = " (dispatch only)" if s.latency_kind == "dispatch only" else ""
         samples = s.calls if s.calls else s.steps
         text = fmt.latency(
-            what, samples, s.p50_ns, s.p99_ns, s.compiling_calls, s.warm_p50_ns, s.warm_p99_ns
+            what,
+            samples,
+            s.p50_ns,
+            s.p99_ns,
+            s.compiling_calls,
+            s.warm_p50_ns,
+            s.warm_p99_ns,
+            s.warm_calls,
         )
         parts.append(f"{what} {text}{kind}")
     return " · ".join(parts)

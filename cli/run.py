@@ -106,6 +106,7 @@ def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
                     row["compiling_calls"],
                     row["warm_p50_ns"],
                     row["warm_p99_ns"],
+                    row["warm_calls"],
                 )
                 + f" ({row['latency_kind']})",
             )

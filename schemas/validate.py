@@ -49,10 +49,10 @@ _TOO_DEEP = (
 
 # the magic bytes a compressor starts its files with -> its name, and how to decompress
 _MAGIC = {
-    b"\x1f\x8b": ("gzip", "gunzip -k"),
-    b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"),
-    b"BZh": ("bzip2", "bunzip2 -k"),
-    b"\xfd7zXZ\x00": ("xz", "unxz -k"),
+    b"\x1f\x8b": ("gzip", "gzip -dc"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstd -dc"),
+    b"BZh": ("bzip2", "bzip2 -dc"),
+    b"\xfd7zXZ\x00": ("xz", "xz -dc"),
 }
 
 
@@ -64,7 +64,8 @@ def compressed(head: bytes) -> str | None:
         if head.startswith(magic):
             return (
                 f"the file is {name}-compressed: traces are read as plain JSONL (a growing "
-                f"file is followed by its byte offset); decompress it first: {command} FILE"
+                f"file is followed by its byte offset); decompress it first: "
+                f"{command} FILE > FILE.jsonl"
             )
     return None
 

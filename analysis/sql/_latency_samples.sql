@@ -6,16 +6,17 @@
 -- span_kind     'call' or 'step'
 -- ts_ns         when the span ended (ns since run start): the order of the samples
 -- duration_ns   how long it took (ns)
+-- status        ok | error (a call that raised)
 -- compiled      whether it compiled something on the way (_compiling_spans: a segment
 --               cache miss in the call or one of its breaks, a jit compile in the step);
---               the others are the warm samples of run_summary's warm_p50_ns
+--               the others that did not fail are the warm samples (run_summary's warm_*)
 WITH kinds AS (
     SELECT run_id,
         CASE WHEN count(*) FILTER (WHERE span_kind = 'call') > 0 THEN 'call' ELSE 'step' END
             AS latency_of
     FROM span_end WHERE span_kind IN ('call', 'step') GROUP BY run_id
 )
-SELECT s.run_id, s.span_id, s.span_kind, s.ts_ns, s.duration_ns,
+SELECT s.run_id, s.span_id, s.span_kind, s.ts_ns, s.duration_ns, s.status,
     c.span_id IS NOT NULL AS compiled
 FROM span_end s
 JOIN kinds k ON k.run_id = s.run_id AND s.span_kind = k.latency_of

@@ -45,9 +45,12 @@ kids AS (
 ),
 in_breaks AS (
     -- what a break ran inside itself for its subgraph: compiled programs at the break's
-    -- position (segment spans) and their compiles, all within its subgraph time
+    -- position (segment spans; one run node by node stays in the subgraph's time) and
+    -- their compiles, all within its subgraph time
     SELECT b.run_id, b.span_id AS break_span_id,
-        coalesce(sum(n.duration_ns) FILTER (WHERE n.span_kind = 'segment'), 0) AS program_ns,
+        coalesce(sum(n.duration_ns) FILTER (
+            WHERE n.span_kind = 'segment' AND n.compiled IS NOT DISTINCT FROM true), 0)
+            AS program_ns,
         coalesce(sum(n.duration_ns) FILTER (WHERE n.span_kind = 'segment_compile'), 0)
             AS compile_ns
     FROM kids b

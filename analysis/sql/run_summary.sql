@@ -33,8 +33,8 @@
 -- p50_ns, p90_ns, p99_ns, mean_ns   percentiles and mean of the call (else step) durations
 -- compiling_calls  calls (else steps) that compiled something on the way (a segment cache
 --               miss, a jit compile); p50_ns and the other percentiles include them
--- warm_p50_ns, warm_p99_ns   percentiles of the other calls (else steps), which compiled
---               nothing: the steady state; NULL when every one compiled
+-- warm_calls    calls (else steps) that compiled nothing and did not fail: the steady state
+-- warm_p50_ns, warm_p99_ns   their percentiles; NULL when there are none
 -- total_call_ns time in calls (else steps), summed
 -- wall_ns       from the run's start to its last finished span (ns)
 -- peak_tensor_bytes       tensor accounting: highest live bytes from alloc/free records
@@ -122,9 +122,13 @@ after_eviction AS (
 warm AS (
     SELECT run_id,
         count(*) FILTER (WHERE compiled) AS compiling_calls,
-        quantile_cont(duration_ns, 0.5) FILTER (WHERE NOT compiled) AS warm_p50_ns,
-        quantile_cont(duration_ns, 0.99) FILTER (WHERE NOT compiled) AS warm_p99_ns
-    FROM _latency_samples GROUP BY run_id
+        count(*) FILTER (WHERE warm) AS warm_calls,
+        quantile_cont(duration_ns, 0.5) FILTER (WHERE warm) AS warm_p50_ns,
+        quantile_cont(duration_ns, 0.99) FILTER (WHERE warm) AS warm_p99_ns
+    FROM (
+        SELECT *, NOT compiled AND status IS DISTINCT FROM 'error' AS warm
+        FROM _latency_samples
+    ) samples GROUP BY run_id
 ),
 peaks AS (
     SELECT run_id,
@@ -179,6 +183,7 @@ SELECT
     CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE e.step_p99_ns END AS p99_ns,
     CASE WHEN e.calls > 0 THEN e.call_mean_ns ELSE e.step_mean_ns END AS mean_ns,
     coalesce(w.compiling_calls, 0) AS compiling_calls,
+    coalesce(w.warm_calls, 0) AS warm_calls,
     w.warm_p50_ns,
     w.warm_p99_ns,
     CAST(CASE WHEN e.calls > 0 THEN e.call_total_ns ELSE e.step_total_ns END AS BIGINT)

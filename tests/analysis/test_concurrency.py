@@ -131,6 +131,31 @@ def test_a_file_that_is_not_a_database_is_refused_not_waited_for(tmp_path):
         connect(notes, read_only=True, wait=60)
 
 
+def test_a_file_from_the_future_is_not_taken_for_one_being_created(tmp_path):
+    # a negative age counted as "changed in the last 5 s": the reader waited its whole --wait
+    from ember.analysis.db import _being_created
+
+    notes = tmp_path / "notes.duckdb"
+    notes.write_text("not a database\n")
+    message = "IO Error: ... is not a valid DuckDB database file!"
+    assert _being_created(str(notes), message)  # written just now: maybe being made
+    hour_ahead = time.time() + 3600
+    os.utime(notes, (hour_ahead, hour_ahead))
+    assert not _being_created(str(notes), message)
+
+
+def test_ember_query_on_a_file_that_is_not_a_database_says_so(tmp_path):
+    # it printed a traceback ending in duckdb's IOException
+    notes = tmp_path / "notes.duckdb"
+    notes.write_bytes(b"not a database\n" * 2000)
+    hour_ago = time.time() - 3600
+    os.utime(notes, (hour_ago, hour_ago))
+    result = CliRunner().invoke(app, ["query", "--db", str(notes), "SELECT 1"])
+    assert result.exit_code == 1
+    assert "is not an Ember database" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
 def test_a_reader_during_an_ingest_sees_whole_files_only(tmp_path):
     files, counts = [], {}
     for i in range(3):

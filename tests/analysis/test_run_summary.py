@@ -80,13 +80,70 @@ def test_a_step_that_compiled_is_not_warm(tmp_path):
     assert row["warm_p50_ns"] < row["p50_ns"]
 
 
+def test_failed_calls_and_jit_compiles_below_a_span_of_the_user_are_not_warm(tmp_path):
+    # failed calls (an unknown input, refused in microseconds) were counted among the warm
+    # calls; a jit compile inside a span of the user's inside a step (not the step's own
+    # child) left its step warm
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from onnx import helper
+
+    import ember.runtime as rt
+    from ember.recorder import record
+    from ember.recorder.jax import ProfileSession
+    from tests.runtime.models import make_model, tensor
+
+    proto = make_model(
+        [helper.make_node("Tanh", ["x"], ["y"])],
+        [tensor("x", shape=["n"])],
+        [tensor("y", shape=["n"])],
+    )
+    calls = tmp_path / "calls.jsonl"
+    with record(calls, run_id="calls"):
+        model = rt.compile(proto, {"x": (4,)})
+        for _ in range(3):
+            with pytest.raises(Exception, match="z"):
+                model({"z": np.ones(4, np.float32)})
+        for n in (4, 4, 8, 8):  # 4 was compiled with the model; 8 compiles in its first call
+            model({"x": np.ones(n, np.float32)})
+    steps = tmp_path / "steps.jsonl"
+    f = jax.jit(lambda x: jnp.tanh(x @ x).sum())
+    with ProfileSession(steps, run_id="steps") as session:
+        for i, n in enumerate([16, 16, 16, 32, 32, 16]):
+            with session.step("forward", i), session.recorder.span("inner"):
+                f(jnp.ones((n, n))).block_until_ready()
+    db = tmp_path / "t.duckdb"
+    ingest([calls, steps], db)
+    with connect(db, read_only=True) as con:
+        rows = {r["run_id"]: r for r in con.sql("SELECT * FROM run_summary").to_dicts()}
+        ok = con.sql(
+            "SELECT duration_ns FROM _latency_samples WHERE run_id = 'calls' AND status = 'ok' "
+            "AND NOT compiled ORDER BY ts_ns"
+        )["duration_ns"].to_list()
+    c, s = rows["calls"], rows["steps"]
+    assert (c["calls"], c["failed_calls"], c["compiling_calls"], c["warm_calls"]) == (7, 3, 1, 3)
+    assert c["warm_p50_ns"] == sorted(ok)[1]
+    assert (s["latency_of"], s["steps"], s["compiling_calls"], s["warm_calls"]) == ("step", 6, 2, 4)
+
+
+def test_the_latency_text_says_when_no_call_was_warm():
+    assert fmt.latency("call", 3, 1e9, 2e9, 3) == (
+        "p50 1.0 s, p99 2.0 s (3 of 3 compiled: no warm calls)"
+    )
+    assert fmt.latency("call", 4, 1e9, 2e9, 3) == (
+        "p50 1.0 s, p99 2.0 s (3 of 4 compiled, the others failed: no warm calls)"
+    )
+    assert fmt.latency("step", 4, 1e9, 2e9, 0) == "p50 1.0 s, p99 2.0 s"
+
+
 def test_ember_run_report_and_dashboard_show_the_same_numbers(recorded, monkeypatch):
     row = recorded["row"]
     p50, p99, kind = fmt.duration(row["p50_ns"]), fmt.duration(row["p99_ns"]), row["latency_kind"]
     warm_p50, warm_p99 = fmt.duration(row["warm_p50_ns"]), fmt.duration(row["warm_p99_ns"])
     # half the calls compiled: the headline latency is the other half's, and says so
-    latency = f"p50 {warm_p50}, p99 {warm_p99} over the 5 warm calls; 5 more compiled"
-    latency += f" (all 10: p50 {p50}, p99 {p99})"
+    latency = f"p50 {warm_p50}, p99 {warm_p99} over the 5 warm calls (all 10, 5 of which"
+    latency += f" compiled: p50 {p50}, p99 {p99})"
     peak = fmt.size(row["peak_bytes"])
 
     # ember run's printed summary

@@ -697,11 +697,8 @@ def test_a_call_whose_break_compiled_its_program_is_not_a_warm_call(tmp_path):
     assert per_shape == [{"compiling_calls": 2, "p50_warm_ns": pytest.approx(sum(warm) / 2)}]
 
 
-def test_a_loop_whose_body_changes_shapes_runs_it_eagerly_and_says_why(segment_events):
-    # v grows by one each step: neither one program nor one body program fits every step.
-    # The whole-Loop compile says why it failed, the body compiles for the first two steps,
-    # and from the step whose shapes differ on it runs node by node (no compile per step)
-    ember_events = segment_events
+def _growing_loop() -> onnx.ModelProto:
+    """A Loop on a device trip count whose body grows v by one each step."""
     body = helper.make_graph(
         [
             const("b_one", np.array([1.0], np.float32)),
@@ -727,9 +724,17 @@ def test_a_loop_whose_body_changes_shapes_runs_it_eagerly_and_says_why(segment_e
         helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64),
         helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="Loop_0"),
     ]
-    proto = make_model(
+    return make_model(
         nodes, [tensor("x", shape=[3])], [tensor("v", shape=["m"]), tensor("scans", shape=["n"])]
     )
+
+
+def test_a_loop_whose_body_changes_shapes_runs_it_eagerly_and_says_why(segment_events):
+    # v grows by one each step: neither one program nor one body program fits every step.
+    # The whole-Loop compile says why it failed, the body compiles for the first two steps,
+    # and from the step whose shapes differ on it runs node by node (no compile per step)
+    ember_events = segment_events
+    proto = _growing_loop()
     compiled = rt.compile(proto)
     for x in ([3, 1, 0], [2, 1, 0]):  # 4 steps, then 3
         feeds = {"x": np.array(x, np.float32)}
@@ -797,3 +802,36 @@ def test_a_loop_program_at_a_break_is_kept_in_the_disk_cache(tmp_path, ember_eve
     np.testing.assert_array_equal(np.asarray(first["scans"]), np.asarray(second["scans"]))
     stops = _at(ember_events.of("ember.segment.compile.stop"), 3)
     assert [(s["compiled"], s["disk_cache"]) for s in stops] == [(True, "miss"), (True, "hit")]
+
+
+def test_a_body_run_node_by_node_at_a_break_is_not_a_compiled_program(tmp_path):
+    # call_breakdown counted every segment span inside a break as its compiled program, and
+    # the report said the growing body "runs as a compiled program of its own"
+    from ember.analysis import connect, ingest
+    from ember.analysis.report import report
+    from ember.recorder import record
+
+    path = tmp_path / "grow.jsonl"
+    with record(path, run_id="grow"):
+        compiled = rt.compile(_growing_loop())
+        for _ in range(3):
+            compiled({"x": np.array([12, 0, 0], np.float32)})
+    db = tmp_path / "grow.duckdb"
+    ingest([path], db)
+    with connect(db, read_only=True) as con:
+        eager = con.sql(
+            "SELECT sum(duration_ns) FROM spans WHERE span_kind = 'segment' "
+            "AND end_attrs.compiled = false"
+        ).item()
+        compiled_ns = con.sql(
+            "SELECT coalesce(sum(duration_ns), 0) FROM spans s WHERE span_kind = 'segment' "
+            "AND end_attrs.compiled AND parent_id IN "
+            "(SELECT span_id FROM spans WHERE span_kind = 'break')"
+        ).item()
+        part = con.sql("SELECT * FROM time_by_part WHERE part_kind = 'break'").to_dicts()[0]
+        (r,) = report(con)
+    assert eager > 0
+    assert (part["program_ns"] or 0) == compiled_ns
+    assert part["subgraph_ns"] >= eager
+    (finding,) = [f for f in r.findings if f.kind == "break"]
+    assert "runs its body from the host" in finding.text
