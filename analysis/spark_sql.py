@@ -26,9 +26,8 @@ An ``ASOF LEFT JOIN`` (Spark has none) is rewritten for any CTE whose FROM is on
 (``_asof_ctes``): the nearest right row at or after each left key, by a join and ``min_by``.
 Hand-written (``_HAND``), because the DuckDB form has no translation: the LRU stack
 distances of ``cache_what_if`` (a window whose frame size comes from the row, which Spark
-does not allow: a self-join that counts the distinct keys between two lookups of a key),
-and ``recompiles``' ``row_number() OVER ()`` (Spark wants an order: the compile's own key).
-Each replaces one named CTE of the DuckDB view; the rest is translated from its file.
+does not allow: a self-join that counts the distinct keys between two lookups of a key).
+It replaces one named CTE of the DuckDB view; the rest is translated from its file.
 """
 
 from __future__ import annotations
@@ -375,13 +374,6 @@ def _view_of(sql: str) -> str | None:
 
 
 _HAND: dict[str, dict[str, str]] = {
-    "recompiles": {
-        # DuckDB: row_number() OVER () (any order; Spark wants one): the compile's own key
-        "re": """
-SELECT row_number() OVER (ORDER BY run_id, source, position, fun_name, compile_index) AS rid, *
-FROM c WHERE compile_index > 1
-""",
-    },
     "cache_what_if": {
         # DuckDB: a window whose frame is the lookups since the key's previous lookup
         "dist": """

@@ -50,107 +50,116 @@ c AS MATERIALIZED (
             AS after_eviction
     FROM c0
 ),
-re AS MATERIALIZED (
-    SELECT row_number() OVER () AS rid, * FROM c WHERE compile_index > 1
-),
-named AS (
-    SELECT rid, shapes, previous_shapes,
+re AS (
+    SELECT
+        *,
         list_transform(shapes, lambda a: a.name)
             = list_transform(previous_shapes, lambda a: a.name) AS same_names
-    FROM re WHERE position IS NOT NULL
+    FROM c
+    WHERE compile_index > 1
 ),
-cur_args AS (
-    SELECT rid, unnest(shapes) AS arg FROM named WHERE NOT coalesce(same_names, false)
-),
-prev_args AS (
-    SELECT rid, unnest(previous_shapes) AS arg FROM named WHERE NOT coalesce(same_names, false)
-),
-arg_pairs AS MATERIALIZED (
-    -- the same arguments as the previous compile, in the same order (the usual case):
-    -- paired by position; otherwise by name
-    SELECT rid, unnest(shapes) AS arg, unnest(previous_shapes) AS prev
-    FROM named WHERE same_names
-    UNION ALL
-    SELECT coalesce(cu.rid, pr.rid) AS rid, cu.arg AS arg, pr.arg AS prev
-    FROM cur_args cu
-    FULL JOIN prev_args pr ON pr.rid = cu.rid AND pr.arg.name = cu.arg.name
-),
-dims AS (
-    SELECT rid, arg.name AS arg, unnest(range(len(arg.shape))) AS dim,
-        unnest(arg.shape) AS new_size, unnest(prev.shape) AS old_size
-    FROM arg_pairs
-    WHERE arg IS NOT NULL AND prev IS NOT NULL AND len(prev.shape) = len(arg.shape)
-        AND prev.shape <> arg.shape
-),
-shape_changes AS (
-    -- new and removed arguments, dtype, rank, then per-dimension size changes
-    SELECT rid, 0 AS ord, 'new_arg' AS change, arg.name AS arg, NULL::BIGINT AS dim,
-        NULL AS old_value,
-        coalesce('[' || array_to_string(arg.shape, ',') || ']', '') || coalesce(':' || arg.dtype, '')
-            AS new_value
-    FROM arg_pairs WHERE prev IS NULL
-    UNION ALL
-    SELECT rid, 4, 'removed_arg', prev.name, NULL,
-        coalesce('[' || array_to_string(prev.shape, ',') || ']', ''), NULL
-    FROM arg_pairs WHERE arg IS NULL
-    UNION ALL
-    SELECT rid, 1, 'dtype', arg.name, NULL, prev.dtype, arg.dtype
-    FROM arg_pairs
-    WHERE arg IS NOT NULL AND prev IS NOT NULL AND prev.dtype IS DISTINCT FROM arg.dtype
-    UNION ALL
-    SELECT rid, 2, 'rank', arg.name, NULL,
-        CAST(len(prev.shape) AS VARCHAR), CAST(len(arg.shape) AS VARCHAR)
-    FROM arg_pairs
-    WHERE arg IS NOT NULL AND prev IS NOT NULL AND len(prev.shape) IS DISTINCT FROM len(arg.shape)
-    UNION ALL
-    SELECT rid, 3, 'shape', arg, dim, CAST(old_size AS VARCHAR), CAST(new_size AS VARCHAR)
-    FROM dims WHERE old_size IS DISTINCT FROM new_size
-),
-cur_statics AS (
-    SELECT rid, unnest(statics) AS sv FROM re WHERE position IS NOT NULL
-),
-prev_statics AS (
-    SELECT rid, unnest(previous_statics) AS sv FROM re WHERE position IS NOT NULL
-),
-static_changes AS (
-    SELECT cu.rid, 5 AS ord, 'static' AS change, cu.sv.name AS arg, NULL::BIGINT AS dim,
-        CAST(pr.sv.value AS VARCHAR) AS old_value, CAST(cu.sv.value AS VARCHAR) AS new_value
-    FROM cur_statics cu
-    LEFT JOIN prev_statics pr ON pr.rid = cu.rid AND pr.sv.name = cu.sv.name
-    WHERE CAST(pr.sv.value AS VARCHAR) IS DISTINCT FROM CAST(cu.sv.value AS VARCHAR)
-),
-jit_changes AS (
-    SELECT rid, 6 AS ord, 'jit:' || ch.what AS change, ch.arg AS arg, NULL::BIGINT AS dim,
-        ch.old AS old_value, ch.new AS new_value
-    FROM (SELECT rid, unnest(jit_changes) AS ch FROM re WHERE fun_name IS NOT NULL)
-),
-all_changes AS (
-    SELECT * FROM shape_changes
-    UNION ALL SELECT * FROM static_changes
-    UNION ALL SELECT * FROM jit_changes
-),
-changes_per AS (
-    -- list_sort of (ord, arg, dim, ...) structs orders the changes; an aggregate with
-    -- ORDER BY would sort each group on its own, which is many times slower
+paired AS (
+    -- each argument beside the previous compile's: the same arguments in the same order
+    -- (the usual case) pair by position; otherwise by name, an argument with no twin
+    -- being new (prev NULL) or gone (arg NULL). Lists, not unnest and joins: each CTE is
+    -- read once, so Spark (which inlines a CTE at each use) plans `compiles` once
     SELECT
-        rid,
-        list_transform(
-            list_sort(list({
-                'ord': ord, 'arg': arg, 'dim': dim, 'change': change,
-                'old_value': old_value, 'new_value': new_value
-            })),
-            lambda ch: {
-                'change': ch.change, 'arg': ch.arg, 'dim': ch.dim,
-                'old_value': ch.old_value, 'new_value': ch.new_value
-            }
-        ) AS changes
-    FROM all_changes
-    GROUP BY rid
+        *,
+        CASE
+            WHEN position IS NULL THEN NULL
+            WHEN same_names THEN list_transform(range(len(shapes)),
+                lambda i: {'arg': shapes[i + 1], 'prev': previous_shapes[i + 1]})
+            ELSE list_concat(
+                coalesce(flatten(list_transform(shapes, lambda a:
+                    CASE
+                        WHEN len(coalesce(list_filter(previous_shapes,
+                            lambda p: p.name = a.name), [])) = 0
+                            -- a typed NULL: an argument of the same type
+                            THEN [{'arg': a, 'prev': CASE WHEN false THEN a END}]
+                        ELSE list_transform(list_filter(previous_shapes,
+                            lambda p: p.name = a.name), lambda p: {'arg': a, 'prev': p})
+                    END)), []),
+                coalesce(list_transform(list_filter(previous_shapes, lambda p:
+                    len(coalesce(list_filter(shapes, lambda a: a.name = p.name), [])) = 0),
+                    lambda p: {'arg': CASE WHEN false THEN p END, 'prev': p}), [])
+            )
+        END AS pairs
+    FROM re
+),
+changed AS (
+    -- every change as {ord, arg, dim, change, old_value, new_value}: new and removed
+    -- arguments, dtype, rank, then per-dimension size changes, statics, what JAX said.
+    -- A candidate whose change is NULL did not happen and is dropped
+    SELECT
+        *,
+        list_concat(
+            coalesce(flatten(list_transform(pairs, lambda pr: list_filter(list_concat(
+                [
+                    {'ord': 0, 'arg': pr.arg.name, 'dim': NULL::BIGINT,
+                        'change': CASE WHEN pr.prev IS NULL THEN 'new_arg' END,
+                        'old_value': NULL::VARCHAR,
+                        'new_value': coalesce('[' || array_to_string(pr.arg.shape, ',') || ']', '')
+                            || coalesce(':' || pr.arg.dtype, '')},
+                    {'ord': 4, 'arg': pr.prev.name, 'dim': NULL::BIGINT,
+                        'change': CASE WHEN pr.arg IS NULL THEN 'removed_arg' END,
+                        'old_value': coalesce('[' || array_to_string(pr.prev.shape, ',') || ']', ''),
+                        'new_value': NULL::VARCHAR},
+                    {'ord': 1, 'arg': pr.arg.name, 'dim': NULL::BIGINT,
+                        'change': CASE WHEN pr.arg IS NOT NULL AND pr.prev IS NOT NULL
+                            AND pr.prev.dtype IS DISTINCT FROM pr.arg.dtype THEN 'dtype' END,
+                        'old_value': pr.prev.dtype, 'new_value': pr.arg.dtype},
+                    {'ord': 2, 'arg': pr.arg.name, 'dim': NULL::BIGINT,
+                        'change': CASE WHEN pr.arg IS NOT NULL AND pr.prev IS NOT NULL
+                            AND len(pr.prev.shape) IS DISTINCT FROM len(pr.arg.shape)
+                            THEN 'rank' END,
+                        'old_value': CAST(len(pr.prev.shape) AS VARCHAR),
+                        'new_value': CAST(len(pr.arg.shape) AS VARCHAR)}
+                ],
+                list_transform(range(CASE
+                    WHEN pr.arg IS NOT NULL AND pr.prev IS NOT NULL
+                        AND len(pr.prev.shape) = len(pr.arg.shape)
+                        AND pr.prev.shape <> pr.arg.shape
+                        THEN len(pr.arg.shape)
+                    ELSE 0
+                END), lambda i: {'ord': 3, 'arg': pr.arg.name, 'dim': i,
+                    'change': CASE WHEN pr.prev.shape[i + 1] IS DISTINCT FROM pr.arg.shape[i + 1]
+                        THEN 'shape' END,
+                    'old_value': CAST(pr.prev.shape[i + 1] AS VARCHAR),
+                    'new_value': CAST(pr.arg.shape[i + 1] AS VARCHAR)})
+            ), lambda ch: ch.change IS NOT NULL))), []),
+            -- a static value that differs from the previous compile's of the same name
+            -- (or that it did not have)
+            coalesce(CASE WHEN position IS NOT NULL THEN flatten(list_transform(statics,
+                lambda cu: list_transform(list_filter(
+                    CASE
+                        WHEN len(coalesce(list_filter(previous_statics,
+                            lambda p: p.name = cu.name), [])) = 0 THEN [NULL::VARCHAR]
+                        ELSE list_transform(list_filter(previous_statics,
+                            lambda p: p.name = cu.name), lambda p: CAST(p.value AS VARCHAR))
+                    END,
+                    lambda o: o IS DISTINCT FROM CAST(cu.value AS VARCHAR)),
+                    lambda o: {'ord': 5, 'arg': cu.name, 'dim': NULL::BIGINT,
+                        'change': 'static', 'old_value': o,
+                        'new_value': CAST(cu.value AS VARCHAR)}))) END, []),
+            coalesce(CASE WHEN fun_name IS NOT NULL THEN list_transform(jit_changes,
+                lambda ch: {'ord': 6, 'arg': ch.arg, 'dim': NULL::BIGINT,
+                    'change': 'jit:' || ch.what, 'old_value': ch.old, 'new_value': ch.new}) END, [])
+        ) AS all_changes
+    FROM paired
+),
+sorted_changes AS (
+    -- list_sort of (ord, arg, dim, ...) structs orders the changes; NULL when none
+    SELECT
+        *,
+        CASE WHEN len(all_changes) > 0 THEN list_transform(list_sort(all_changes), lambda ch: {
+            'change': ch.change, 'arg': ch.arg, 'dim': ch.dim,
+            'old_value': ch.old_value, 'new_value': ch.new_value
+        }) END AS changes
+    FROM changed
 ),
 grouped AS (
     SELECT
-        rid,
-        changes,
+        *,
         array_to_string(list_transform(changes, lambda ch:
             CASE
                 WHEN ch.change = 'shape'
@@ -168,7 +177,7 @@ grouped AS (
                 ELSE ch.arg || ' ' || replace(ch.change, 'jit:', '') || ': '
                     || coalesce(ch.old_value, '?') || ' -> ' || coalesce(ch.new_value, '?')
             END), '; ') AS reason_text
-    FROM changes_per
+    FROM sorted_changes
 )
 SELECT
     re.run_id,
@@ -188,14 +197,14 @@ SELECT
     CASE
         WHEN re.after_eviction THEN 'after_eviction'
         WHEN re.key_seen_before THEN 'same_key'
-        WHEN re.outside_jit AND g.changes IS NULL THEN 'outside_jit'
-        ELSE coalesce(g.changes[1].change, 'other')
+        WHEN re.outside_jit AND re.changes IS NULL THEN 'outside_jit'
+        ELSE coalesce(re.changes[1].change, 'other')
     END AS change,
-    g.changes[1].arg AS arg,
-    g.changes[1].dim AS dim,
-    g.changes[1].old_value AS old_value,
-    g.changes[1].new_value AS new_value,
-    coalesce(g.changes, []) AS changes,
+    re.changes[1].arg AS arg,
+    re.changes[1].dim AS dim,
+    re.changes[1].old_value AS old_value,
+    re.changes[1].new_value AS new_value,
+    coalesce(re.changes, []) AS changes,
     CASE
         WHEN re.after_eviction THEN 're-compile after eviction: '
         WHEN re.key_seen_before THEN 'compiled before and never evicted (another compiled '
@@ -203,7 +212,7 @@ SELECT
         ELSE ''
     END
         || coalesce(
-            g.reason_text,
+            re.reason_text,
             re.retrace_reason,
             CASE WHEN re.outside_jit THEN 'JAX compiled ' || re.fun_name
                 || ' (run outside jit) again' || coalesce(': ' || re.jax_explanation, '') END,
@@ -213,5 +222,4 @@ SELECT
         ) AS reason,
     coalesce(re.outside_jit, false) AS outside_jit,
     re.compiled
-FROM re
-LEFT JOIN grouped g ON g.rid = re.rid
+FROM grouped re
