@@ -125,7 +125,11 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
 
 
 def register_lake(
-    spark: Any, lake: str | os.PathLike[str], errors: dict[str, str] | None = None
+    spark: Any,
+    lake: str | os.PathLike[str],
+    errors: dict[str, str] | None = None,
+    *,
+    computed: bool = True,
 ) -> list[str]:
     """Create the lake's tables and every view as temporary views of ``spark``; returns
     the names of the views, in order. With ``errors``, a view Spark refuses (and the views
@@ -137,7 +141,11 @@ def register_lake(
     reference) that reads it: ``run_summary`` over ``compiles`` over ``cache_lookups``...
     planned for 6 minutes and ran out of a 1 GiB driver heap on the two demo traces; with
     each view kept, all of them take about 1.5 minutes there (loaded machine). The rows are
-    those of the lake's files when this is called, as the tables are."""
+    those of the lake's files when this is called, as the tables are.
+
+    ``computed=False`` registers the views as plain temporary views instead (the SQL of
+    ``ember views --dialect spark``): nothing is computed here, and each query plans every
+    view it reads again."""
     from pyspark.sql import functions as F
 
     root = Path(lake).resolve()
@@ -167,7 +175,10 @@ def register_lake(
     names = []
     for name, sql in spark_views().items():
         try:
-            spark.sql(sql).localCheckpoint().createOrReplaceTempView(name)
+            if computed:
+                spark.sql(sql).localCheckpoint().createOrReplaceTempView(name)
+            else:
+                spark.sql(f"CREATE OR REPLACE TEMP VIEW {name} AS {sql}")
         except Exception as exc:  # pyspark's AnalysisException, ParseException
             if errors is None:
                 raise

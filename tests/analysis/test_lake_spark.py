@@ -126,6 +126,26 @@ def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
     assert [f.status for f in again.files] == ["unchanged"] * 4
 
 
+def test_the_heaviest_views_run_as_plain_views_in_the_shared_1_gib_session(
+    tmp_path, spark, sweep_trace, bus_trace
+):
+    # the views as `ember views --dialect spark` prints them, as plain temporary views (not
+    # computed once each, as register_lake does by default): Spark plans every view again
+    # inside each one that reads it. _recompile_causes (over recompiles over compiles) and
+    # run_summary ran out of a 1-3 GiB driver heap this way while recompiles read its CTEs
+    # ~19 times; they must run in this session's 1 GiB, with DuckDB's rows
+    lake = tmp_path / "lake"
+    ingest_lake([sweep_trace, bus_trace], lake)
+    plain = spark.newSession()  # its own temporary views, the same driver
+    names = register_lake(plain, lake, computed=False)
+    assert names == list(VIEW_NAMES)
+    plan = plain.sql("SELECT * FROM _recompile_causes")._jdf.queryExecution().analyzed()
+    assert "LocalRelation" not in plan.toString() and "LogicalRDD" not in plan.toString()
+    with connect_lake(lake) as con:
+        assert view_differences(con, plain, ["_recompile_causes", "run_summary"]) == []
+        assert len(duck_rows(con, "_recompile_causes")[1]) > 0
+
+
 def test_ember_views_dialect_spark_prints_every_view(spark):
     out = subprocess.run(
         [sys.executable, "-m", "ember.cli.main", "views", "--dialect", "spark"],
