@@ -68,38 +68,23 @@ matched AS (
         AND g.position = m.position
         AND g.start_ns >= m.ts_ns
 ),
-ahead AS (
-    -- segment_compile spans no miss led to: compiled with the model, ahead of any call
-    SELECT
-        g.run_id,
-        g.source,
-        g.position,
-        g.start_ns AS ts_ns,
-        g.parent_id AS call_span_id,
-        g.key,
-        g.shapes,
-        CAST(NULL AS STRUCT("name" VARCHAR, "value" JSON)[]) AS statics,
-        ember_shapes_text(g.shapes) AS shapes_text,
-        CAST(0 AS BIGINT) AS evictions_before,
-        true AS ahead_of_time,
-        g.span_id AS seg_span_id,
-        CAST(0 AS BIGINT) AS seq
-    FROM seg g
-    ANTI JOIN matched m ON m.run_id = g.run_id AND m.seg_span_id = g.span_id
-),
 segment_compiles AS (
-    -- both kinds with what their segment_compile span says, in the columns of a compile
+    -- each miss with the segment_compile span it led to, and each span no miss led to
+    -- (compiled with the model, ahead of any call: ahead_of_time), in the columns of a
+    -- compile; one join that reads `matched` and `seg` once each (Spark plans a CTE again
+    -- at each use)
     SELECT
-        s.run_id,
-        s.source,
-        s.position,
+        coalesce(m.run_id, g.run_id) AS run_id,
+        CASE WHEN m.run_id IS NULL THEN g.source ELSE m.source END AS source,
+        CASE WHEN m.run_id IS NULL THEN g.position ELSE m.position END AS position,
         CAST(NULL AS VARCHAR) AS fun_name,
-        s.ts_ns,
-        s.call_span_id,
-        s.key,
-        s.shapes,
-        s.statics,
-        s.shapes_text,
+        CASE WHEN m.run_id IS NULL THEN g.start_ns ELSE m.ts_ns END AS ts_ns,
+        CASE WHEN m.run_id IS NULL THEN g.parent_id ELSE m.call_span_id END AS call_span_id,
+        CASE WHEN m.run_id IS NULL THEN g.key ELSE m.key END AS key,
+        CASE WHEN m.run_id IS NULL THEN g.shapes ELSE m.shapes END AS shapes,
+        m.statics,
+        CASE WHEN m.run_id IS NULL THEN ember_shapes_text(g.shapes) ELSE m.shapes_text END
+            AS shapes_text,
         g.duration_ns AS compile_ns,
         g.compiled,
         g.disk_cache,
@@ -108,12 +93,13 @@ segment_compiles AS (
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
         CAST(NULL AS VARCHAR) AS jax_explanation,
-        s.evictions_before,
-        s.ahead_of_time,
-        s.seg_span_id,
-        s.seq
-    FROM (SELECT * FROM matched UNION ALL SELECT * FROM ahead) s
-    LEFT JOIN seg g ON g.run_id = s.run_id AND g.span_id = s.seg_span_id
+        CASE WHEN m.run_id IS NULL THEN CAST(0 AS BIGINT) ELSE m.evictions_before END
+            AS evictions_before,
+        m.run_id IS NULL AS ahead_of_time,
+        CASE WHEN m.run_id IS NULL THEN g.span_id ELSE m.seg_span_id END AS seg_span_id,
+        CASE WHEN m.run_id IS NULL THEN CAST(0 AS BIGINT) ELSE m.seq END AS seq
+    FROM matched m
+    FULL JOIN seg g ON g.run_id = m.run_id AND g.span_id = m.seg_span_id
 ),
 jit_compiles AS (
     SELECT

@@ -80,12 +80,13 @@ cache_counts AS (
     FROM cache GROUP BY run_id
 ),
 comp AS (
+    -- compiles.outside_jit is _jit_functions.internal for the function (read here rather
+    -- than joining _jit_functions again)
     SELECT c.run_id,
-        coalesce(j.internal, false) AS internal,
+        coalesce(c.outside_jit, false) AS internal,
         c.position IS NOT NULL AND c.compiled IS NOT DISTINCT FROM false AS eager,
         c.compile_index, c.compile_ns, c.disk_cache, c.position, c.fun_name, c.key
     FROM compiles c
-    LEFT JOIN _jit_functions j ON j.run_id = c.run_id AND j.fun_name = c.fun_name
 ),
 comp_counts AS (
     SELECT run_id,
