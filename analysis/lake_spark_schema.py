@@ -139,9 +139,10 @@ def register_lake(
     executors (``localCheckpoint``): a view that reads another then reads those rows.
     Spark otherwise inlines a view's whole plan into every view (and every CTE
     reference) that reads it: ``run_summary`` over ``compiles`` over ``cache_lookups``...
-    planned for 6 minutes and ran out of a 1 GiB driver heap on the two demo traces; with
-    each view kept, all of them take about 1.5 minutes there (loaded machine). The rows are
-    those of the lake's files when this is called, as the tables are.
+    once planned for 6 minutes and ran out of a 1 GiB driver heap on the two demo traces
+    (``recompiles`` then read its CTEs ~19 times); with each view kept, all of them take
+    about 1.5 minutes there (loaded machine). The rows are those of the lake's files when
+    this is called, as the tables are.
 
     ``computed=False`` registers the views as plain temporary views instead (the SQL of
     ``ember views --dialect spark``): nothing is computed here, and each query plans every

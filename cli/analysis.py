@@ -472,11 +472,11 @@ def views(
         + ".\n-- First register the lake's stored rows as _lake_<table> views (Parquet under\n"
         "-- LAKE/<table>/, with run_id), or use ember.analysis.lake_spark.register_lake.\n"
         "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
-        "-- view that reads it: register_lake computes each view once, in this order, and\n"
-        "-- keeps its rows (localCheckpoint); all of them fit a 1 GiB driver that way. Run as\n"
-        "-- plain views, the heaviest do not: on two small demo traces run_summary ran out of\n"
-        "-- a 2 GiB driver heap, and _recompile_causes out of a 3 GiB one (broadcast joins\n"
-        "-- off) after 3 minutes of planning.\n\n"
+        "-- view (and a CTE at every use) that reads it. Run as plain temp views (as\n"
+        "-- register_lake(spark, lake, computed=False) creates them), _recompile_causes and\n"
+        "-- run_summary, once the heaviest, took about 11 s each in a 1 GiB driver on the\n"
+        "-- demo traces. The default register_lake computes each view once, in this order,\n"
+        "-- and keeps its rows (localCheckpoint), so that no query plans them again.\n\n"
     )
     from ember.analysis.lake import LAKE_TABLES
 
