@@ -45,6 +45,25 @@ def const(name: str, value: Any) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(arr, name))
 
 
+def scan_body(nodes: list[onnx.NodeProto]) -> onnx.GraphProto:
+    """A Loop body of three floats: (iter, cond_in, v_in[3]) -> (cond_out, v_out[3],
+    scan_out[3]); ``nodes`` compute the three outputs."""
+    return helper.make_graph(
+        nodes,
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("v_in", shape=[3]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("v_out", shape=[3]),
+            tensor("scan_out", shape=[3]),
+        ],
+    )
+
+
 def nonzero_reshape_model(extra_adds: int = 0) -> onnx.ModelProto:
     """y = Reshape(data (+ data x extra_adds), [-1, max(NonZero(x > 0)) + 1]): a NonZero break
     between two segments. ``extra_adds`` grow the segment after it (with none it is small

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
-from tests.runtime.models import const, make_model, reference, tensor
+from tests.runtime.models import const, make_model, reference, scan_body, tensor
 
 HIDDEN = 16
 CHUNK = 64
@@ -422,7 +422,7 @@ def test_a_loop_with_scan_outputs_on_a_computed_trip_count_is_one_compiled_progr
 def _loop_until(stop_after: int) -> onnx.ModelProto:
     """Like ``_counting_loop`` with scans, but the body ends the loop itself: cond = iter <
     stop_after (so stop_after + 1 steps unless the trip count, sum(x), is smaller)."""
-    body = helper.make_graph(
+    body = scan_body(
         [
             const("b_half", np.array(0.5, np.float32)),
             const("b_one", np.array(1.0, np.float32)),
@@ -431,18 +431,7 @@ def _loop_until(stop_after: int) -> onnx.ModelProto:
             helper.make_node("Add", ["v_half", "b_one"], ["v_out"]),
             helper.make_node("Less", ["iter", "b_stop"], ["cond_out"]),
             helper.make_node("Identity", ["v_out"], ["scan_out"]),
-        ],
-        "body",
-        [
-            tensor("iter", TensorProto.INT64, []),
-            tensor("cond_in", TensorProto.BOOL, []),
-            tensor("v_in", shape=[3]),
-        ],
-        [
-            tensor("cond_out", TensorProto.BOOL, []),
-            tensor("v_out", shape=[3]),
-            tensor("scan_out", shape=[3]),
-        ],
+        ]
     )
     nodes = [
         const("true", np.array(True)),
@@ -754,7 +743,7 @@ def test_a_loop_with_scan_outputs_that_its_data_ends_is_a_break_not_an_error(seg
     # data. The trace finds it (it was a NodeError: "needs a condition known on the host"),
     # the Loop becomes a break and runs as one program in chunks
     ember_events = segment_events
-    body = helper.make_graph(
+    body = scan_body(
         [
             const("b_half", np.array(0.5, np.float32)),
             const("b_one", np.array(1.0, np.float32)),
@@ -764,18 +753,7 @@ def test_a_loop_with_scan_outputs_that_its_data_ends_is_a_break_not_an_error(seg
             helper.make_node("ReduceSum", ["v_out"], ["total"], keepdims=0),
             helper.make_node("Less", ["total", "b_lim"], ["cond_out"]),
             helper.make_node("Identity", ["v_out"], ["scan_out"]),
-        ],
-        "body",
-        [
-            tensor("iter", TensorProto.INT64, []),
-            tensor("cond_in", TensorProto.BOOL, []),
-            tensor("v_in", shape=[3]),
-        ],
-        [
-            tensor("cond_out", TensorProto.BOOL, []),
-            tensor("v_out", shape=[3]),
-            tensor("scan_out", shape=[3]),
-        ],
+        ]
     )
     nodes = [
         const("true", np.array(True)),

@@ -21,6 +21,7 @@ from tests.runtime.models import (
     make_model,
     nonzero_reshape_model,
     reference,
+    scan_body,
     tensor,
 )
 
@@ -50,24 +51,13 @@ def if_model() -> onnx.ModelProto:
 
 
 def loop_model() -> onnx.ModelProto:
-    body = helper.make_graph(
+    body = scan_body(
         [
             const("b_one", np.array(1.0, np.float32)),
             helper.make_node("Add", ["v_in", "b_one"], ["v_out"]),
             helper.make_node("Identity", ["v_out"], ["scan_out"]),
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-        ],
-        "body",
-        [
-            tensor("iter", TensorProto.INT64, []),
-            tensor("cond_in", TensorProto.BOOL, []),
-            tensor("v_in", shape=[3]),
-        ],
-        [
-            tensor("cond_out", TensorProto.BOOL, []),
-            tensor("v_out", shape=[3]),
-            tensor("scan_out", shape=[3]),
-        ],
+        ]
     )
     nodes = [
         const("true", np.array(True)),
