@@ -78,9 +78,10 @@ def _traced(values: Sequence[Any]) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in values)
 
 
-class CompiledSubgraph:
-    """A subgraph bound to its enclosing scope, like ``graph.Subgraph`` (``body(*inputs) ->
-    outputs``), whose calls run its compiled program (see the module docstring)."""
+class CompiledSubgraph(Subgraph):
+    """A subgraph bound to its enclosing scope, a ``graph.Subgraph`` (``body(*inputs) ->
+    outputs``) whose calls run its compiled program (see the module docstring); run node by
+    node (``Subgraph.__call__``) under a trace and while its shapes vary."""
 
     __slots__ = (
         "_arg_idx",
@@ -98,8 +99,6 @@ class CompiledSubgraph:
         "_values",
         "at",
         "builder",
-        "graph",
-        "outer",
     )
 
     def __init__(
@@ -116,8 +115,7 @@ class CompiledSubgraph:
         lock: threading.RLock,
         observe: bool,
     ) -> None:
-        self.graph = graph
-        self.outer = outer
+        super().__init__(graph, outer)
         self._state = state
         self._last: Entry | None = None
         builder = self.builder = state.builder
@@ -148,18 +146,10 @@ class CompiledSubgraph:
             reason=None,
         )
 
-    @property
-    def input_names(self) -> list[str]:
-        return self.graph.input_names
-
-    @property
-    def output_names(self) -> list[str]:
-        return self.graph.output_names
-
     def __call__(self, *inputs: Any) -> tuple[Any, ...]:
         if len(inputs) != len(self.graph.input_names) or _traced(inputs):
             # under a trace (or called wrongly: Subgraph says how) the nodes join the trace
-            return Subgraph(self.graph, self.outer)(*inputs)
+            return super().__call__(*inputs)
         if self._state.varying:
             return self._eager(inputs)
         seg = self._seg
@@ -192,7 +182,7 @@ class CompiledSubgraph:
     def _eager(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
         """The nodes one by one (a subgraph whose shapes vary per iteration), in a segment
         span that says so."""
-        run = Subgraph(self.graph, self.outer)
+        run = super().__call__
         if not self._observe:
             return run(*inputs)
         return observed(self._source, self.at, None, lambda: run(*inputs))

@@ -419,6 +419,17 @@ def test_a_loop_with_scan_outputs_on_a_computed_trip_count_is_one_compiled_progr
     assert [(r["stop"], r["compiled"]) for r in runs] == [("end", True)] * 6
 
 
+def _loop_on_sum(body: onnx.GraphProto, outputs: list[Any]) -> onnx.ModelProto:
+    """x[3] -> Loop_0(trip count sum(x), computed on the device; carries x) -> v, scans."""
+    nodes = [
+        const("true", np.array(True)),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64),
+        helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="Loop_0"),
+    ]
+    return make_model(nodes, [tensor("x", shape=[3])], outputs)
+
+
 def _loop_until(stop_after: int) -> onnx.ModelProto:
     """Like ``_counting_loop`` with scans, but the body ends the loop itself: cond = iter <
     stop_after (so stop_after + 1 steps unless the trip count, sum(x), is smaller)."""
@@ -433,15 +444,7 @@ def _loop_until(stop_after: int) -> onnx.ModelProto:
             helper.make_node("Identity", ["v_out"], ["scan_out"]),
         ]
     )
-    nodes = [
-        const("true", np.array(True)),
-        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
-        helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64),
-        helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="Loop_0"),
-    ]
-    return make_model(
-        nodes, [tensor("x", shape=[3])], [tensor("v", shape=[3]), tensor("scans", shape=["n", 3])]
-    )
+    return _loop_on_sum(body, [tensor("v", shape=[3]), tensor("scans", shape=["n", 3])])
 
 
 def test_a_loop_that_its_condition_ends_runs_in_chunks_of_one_program(segment_events):
@@ -707,15 +710,7 @@ def _growing_loop() -> onnx.ModelProto:
             tensor("scan_out", shape=[]),
         ],
     )
-    nodes = [
-        const("true", np.array(True)),
-        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
-        helper.make_node("Cast", ["s"], ["trips"], to=TensorProto.INT64),
-        helper.make_node("Loop", ["trips", "true", "x"], ["v", "scans"], body=body, name="Loop_0"),
-    ]
-    return make_model(
-        nodes, [tensor("x", shape=[3])], [tensor("v", shape=["m"]), tensor("scans", shape=["n"])]
-    )
+    return _loop_on_sum(body, [tensor("v", shape=["m"]), tensor("scans", shape=["n"])])
 
 
 def test_a_loop_whose_body_changes_shapes_runs_it_eagerly_and_says_why(segment_events):
