@@ -76,13 +76,15 @@ def _wait(*procs: subprocess.Popen) -> None:
 # call noise, and no test on two runs can tell it from a regression.)
 SAME_WORKLOAD = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
+    model, trace, ready, other, cores = sys.argv[1:6]
+    if cores:  # before JAX starts its threads: they inherit the process's cores
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
     import numpy as np
     from ember.recorder import record
     from ember.runtime import compile, load
 
-    model, trace, ready, other = sys.argv[1:5]
     x = np.random.default_rng(0).standard_normal((4, 64, WIDTH)).astype(np.float32)
     with record(trace, model="stack", branch="main"):
         compiled = compile(load(model))
@@ -102,15 +104,22 @@ def _same_workload(model: Path, folder: Path, *traces: Path) -> None:
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     script = SAME_WORKLOAD.replace("WIDTH", str(WIDTH)).replace("CALLS", str(CALLS))
     ready = [folder / f"{t.stem}.ready" for t in traces]
+    # each recording on cores of its own: two processes whose XLA threads share the same two
+    # cores got unequal shares (one run's p50 48 % over the other's in a CI run: a "regression")
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // len(traces)
+    own = [",".join(map(str, cores[i * share : (i + 1) * share])) for i in range(len(traces))]
+    if not share:
+        own = [""] * len(traces)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", script, str(model), str(t), str(r), str(o)],
+            [sys.executable, "-c", script, str(model), str(t), str(r), str(o), c],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        for t, r, o in zip(traces, ready, reversed(ready), strict=True)
+        for t, r, o, c in zip(traces, ready, reversed(ready), own, strict=True)
     ]
     _wait(*procs)
 
