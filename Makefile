@@ -1,22 +1,52 @@
-# The two commands of the README: `make demo` and `make test`. Both create .venv from
-# pyproject.toml when it is missing or older than pyproject.toml.
+# The two commands of the README: `make demo` and `make test`. Both install the locked set of
+# uv.lock into .venv (exactly: what the lock does not name is removed), with uv, itself pinned
+# with hashes in requirements-uv.txt and installed by pip into .uv/. `make demo` installs the
+# base set (the demo and the dashboard), `make test` adds the `test` extra (PySpark, pytest,
+# onnxruntime, the linters). `make lock` refreshes uv.lock from pyproject.toml;
+# `make test-latest` runs the suite on the newest releases pyproject.toml allows.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.ember-installed
+UV_VERSION := 0.13.8
+UV := .uv/bin/uv
+DEMO_STAMP := $(VENV)/.ember-demo
+TEST_STAMP := $(VENV)/.ember-test
+# uv uses the machine's Python (never one it downloads) and the venv named here.
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: demo test lint typecheck conformance dashboard bench browser clean
+.PHONY: demo test test-latest lock lint typecheck conformance dashboard bench browser clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $(STAMP)
+$(UV): requirements-uv.txt
+	rm -rf .uv
+	$(PYTHON) -m pip install -q --disable-pip-version-check --require-hashes --no-deps --target .uv -r requirements-uv.txt
+	touch $(UV)
 
-demo: $(STAMP)
+# --locked: fail if pyproject.toml changed since uv.lock was made (run `make lock`).
+$(DEMO_STAMP): uv.lock pyproject.toml | $(UV)
+	$(UV) sync --locked --python $(PYTHON)
+	rm -f $(TEST_STAMP)
+	touch $@
+
+# The test set holds the demo's, so it stamps both.
+$(TEST_STAMP): uv.lock pyproject.toml | $(UV)
+	$(UV) sync --locked --python $(PYTHON) --extra test
+	touch $@ $(DEMO_STAMP)
+
+lock: | $(UV)
+	$(UV) lock --upgrade --python $(PYTHON)
+	echo 'uv==$(UV_VERSION)' | $(UV) pip compile - --universal --python-version 3.11 \
+	    --generate-hashes --no-header -q -o requirements-uv.txt
+	sed -i '1i # uv itself, pinned with hashes: the Makefile installs it into .uv/ with pip, then uv installs\n# the locked set of uv.lock. Refreshed by `make lock` (uv pip compile of uv==VERSION).' requirements-uv.txt
+
+# The newest releases pyproject.toml allows, in .venv-latest: which moved, and what broke.
+test-latest: | $(UV)
+	UV=$(UV) PYTHON=$(PYTHON) bash .ci/test-latest
+
+demo: $(DEMO_STAMP)
 	$(BIN)/ember demo
 
-lint: $(STAMP) typecheck
+lint: $(TEST_STAMP) typecheck
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
@@ -26,7 +56,7 @@ TYPED := ember.schemas ember.recorder ember.runtime ember.analysis ember.cli emb
 # ember.schemas to schemas/ and so on), so it reads .mypy-tree/: links laid out like the
 # installed package, ember/schemas -> schemas/ ... Errors name .mypy-tree/ember/X/f.py
 # for X/f.py.
-typecheck: $(STAMP)
+typecheck: $(TEST_STAMP)
 	rm -rf .mypy-tree && mkdir -p .mypy-tree/ember
 	ln -s ../../ember_root/__init__.py .mypy-tree/ember/__init__.py
 	for d in schemas recorder runtime analysis dashboard cli; do ln -s ../../$$d .mypy-tree/ember/$$d; done
@@ -36,18 +66,18 @@ browser:
 	bash tests/dashboard/install_browser.sh
 
 # The conformance count runs before pytest so that pytest's summary is the last line.
-test: $(STAMP) lint browser
+test: $(TEST_STAMP) lint browser
 	$(BIN)/python -m ember.runtime.conformance
 	$(BIN)/pytest
 
-conformance: $(STAMP)
+conformance: $(TEST_STAMP)
 	$(BIN)/python -m ember.runtime.conformance
 
-dashboard: $(STAMP)
+dashboard: $(DEMO_STAMP)
 	$(BIN)/ember dashboard --db ember-demo/ember.duckdb
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) ember-demo .pytest_cache .ruff_cache .mypy_cache .mypy-tree
+	rm -rf $(VENV) .venv-latest .uv ember-demo .pytest_cache .ruff_cache .mypy_cache .mypy-tree
