@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import format as fmt
+from .escape import md_text, xml_text
 
 if TYPE_CHECKING:
     from .compare import Comparison, MetricRow
@@ -85,42 +86,48 @@ def _run_line(label: str, r: RunData) -> str:
     return f"{label}: {r.name} · {r.short_id} · {r.origin}"
 
 
+def _md_run_line(label: str, r: RunData) -> str:
+    return f"{label}: {md_text(r.name)} · {md_text(r.short_id)} · {md_text(r.origin)}"
+
+
 def to_markdown(c: Comparison) -> str:
-    """For a CI job summary or a pull-request comment (GitHub-flavoured tables)."""
+    """For a CI job summary or a pull-request comment (GitHub-flavoured tables). Every
+    string that comes from the runs or the rules (names, tags, paths, messages that quote
+    them) is escaped (``escape.md_text``): a tag cannot forge a heading or hide the table."""
     out = [f"### Ember compare — {headline(c)}", ""]
-    out += [f"- {_run_line('base', c.base)}", f"- {_run_line('candidate', c.candidate)}"]
-    out.append(f"- rules from {c.rules_origin}")
+    out += [f"- {_md_run_line('base', c.base)}", f"- {_md_run_line('candidate', c.candidate)}"]
+    out.append(f"- rules from {md_text(c.rules_origin)}")
     out.append("")
     if c.rules:
         out += ["| rule | result | details |", "|---|---|---|"]
-        out += [f"| `{r.rule}` | {_status_mark(r.status)} | {_md(r.message)} |" for r in c.rules]
+        out += [
+            f"| {md_text(r.rule)} | {_status_mark(r.status)} | {md_text(r.message)} |"
+            for r in c.rules
+        ]
         out.append("")
     if c.new_causes:
         out.append("**New in the candidate**")
         out.append("")
-        out += [f"- new: {_md(x.text)}" for x in c.new_causes]
+        out += [f"- new: {md_text(x.text)}" for x in c.new_causes]
         out.append("")
     if c.gone_causes:
         out.append("**Gone since the base**")
         out.append("")
-        out += [f"- gone: {_md(x.text)}" for x in c.gone_causes]
+        out += [f"- gone: {md_text(x.text)}" for x in c.gone_causes]
         out.append("")
     out += ["| metric | base | candidate | change | verdict |", "|---|---:|---:|---:|---|"]
     for m in c.metrics:
-        verdict = m.verdict + (f" ({_md(m.note)})" if m.note else "")
+        verdict = m.verdict + (f" ({md_text(m.note)})" if m.note else "")
         out.append(
-            f"| {m.metric} | {show(m.base, m.unit)} | {show(m.candidate, m.unit)} | "
+            f"| {md_text(m.metric)} | {show(m.base, m.unit)} | {show(m.candidate, m.unit)} | "
             f"{show_change(m)} | {verdict} |"
         )
     return "\n".join(out) + "\n"
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def to_junit(c: Comparison) -> str:
-    """JUnit XML: one test case per rule (failures and skips as CI systems list them)."""
+    """JUnit XML: one test case per rule (failures and skips as CI systems list them).
+    ElementTree escapes markup; ``xml_text`` the control characters XML cannot hold."""
     suite = ET.Element(
         "testsuite",
         name="ember compare",
@@ -135,9 +142,9 @@ def to_junit(c: Comparison) -> str:
         ("candidate", c.candidate.run_id),
         ("rules_from", c.rules_origin),
     ):
-        ET.SubElement(props, "property", name=k, value=str(v))
+        ET.SubElement(props, "property", name=k, value=xml_text(v))
     for r in c.rules:
-        case = ET.SubElement(suite, "testcase", classname="ember.compare", name=r.rule)
+        case = ET.SubElement(suite, "testcase", classname="ember.compare", name=xml_text(r.rule))
         if r.status == "fail":
             detail = r.message
             if r.metric in (
@@ -150,12 +157,13 @@ def to_junit(c: Comparison) -> str:
                 new = [x.text for x in c.new_causes]
                 if new:
                     detail += "\nnew in the candidate:\n" + "\n".join(f"- {t}" for t in new)
-            fail = ET.SubElement(case, "failure", message=r.message, type="regression")
-            fail.text = detail
+            message = xml_text(r.message)
+            fail = ET.SubElement(case, "failure", message=message, type="regression")
+            fail.text = xml_text(detail)
         elif r.status == "skip":
-            ET.SubElement(case, "skipped", message=r.message)
+            ET.SubElement(case, "skipped", message=xml_text(r.message))
         else:
-            ET.SubElement(case, "system-out").text = r.message
+            ET.SubElement(case, "system-out").text = xml_text(r.message)
     root = ET.Element(
         "testsuites",
         name="ember compare",

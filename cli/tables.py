@@ -13,6 +13,8 @@ import polars as pl
 from rich.table import Table
 from rich.text import Text
 
+from ember.analysis.escape import md_text
+
 __all__ = ["NULL", "FittedTable", "cell", "fit_table", "line_text", "markdown_text"]
 
 NULL = "NULL"
@@ -117,13 +119,17 @@ def line_text(df: pl.DataFrame) -> str:
 
 
 def markdown_text(df: pl.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table: numbers right-aligned, ``|`` escaped."""
+    """A GitHub-flavoured Markdown table: numbers right-aligned, text escaped
+    (``escape.md_text``: a value reads as its characters, never as markup or a new cell)."""
 
     def md(value: object) -> str:
         if isinstance(value, pl.Series):
             value = value.to_list()
-        text = NULL if value is None else str(value)
-        return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+        if value is None:
+            return NULL
+        if isinstance(value, int | float):
+            return str(value)  # digits, '.', '-', 'e', 'inf': nothing Markdown reads
+        return md_text(value)
 
     head = "| " + " | ".join(md(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---:" if t.is_numeric() else "---" for t in df.schema.values()) + "|"

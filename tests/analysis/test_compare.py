@@ -272,6 +272,38 @@ def test_a_run_against_itself_passes_every_default_rule():
 
 # ---------------------------------------------------------------- outputs
 
+FORGED = "\n\n## PASS: every rule holds\n<!--"
+"""A tag a pull request controls: as raw Markdown it makes a heading and hides the rest."""
+
+
+def markdown_tokens(md: str) -> list:
+    """``md`` parsed by a CommonMark parser with GitHub's tables (what a job summary is)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").parse(md)
+
+
+def table_cells(tokens: list) -> list[list[str]]:
+    """The text of each table row's cells, as a reader sees them (escapes resolved)."""
+    rows: list[list[str]] = []
+    in_row = False
+    for t in tokens:
+        if t.type in ("tr_open", "tr_close"):
+            in_row = t.type == "tr_open"
+            rows += [[]] if in_row else []
+        elif t.type == "inline" and in_row:
+            rows[-1].append(rendered(t))
+    return rows
+
+
+def rendered(inline) -> str:
+    """The text of an inline token as a reader sees it (escapes resolved)."""
+    return "".join(c.content for c in inline.children)
+
+
+def inline_kinds(tokens: list) -> set[str]:
+    return {t.type for tok in tokens for t in tok.children or ()}
+
 
 @pytest.fixture
 def failing():
@@ -288,17 +320,19 @@ def failing():
 
 def test_markdown_has_the_verdict_the_rules_and_the_new_cause(failing):
     md = to_markdown(failing)
-    lines = md.splitlines()
-    assert lines[0] == "### Ember compare — FAIL: 1 of 3 rules broken"
-    assert "| `recompiles>+0` | ❌ fail | recompiles 0 -> 19 (+19): beyond +0 |" in lines
-    assert any(line.startswith("| `evictions>+0` | ✅ pass |") for line in lines)
-    assert any(line.startswith("| `latency_p50>+10%` | ⚪ skip |") for line in lines)
-    assert "- new: `input_ids` dim 1 changed on every call at position 0" in md
-    assert "| recompiles | 0 | 19 | +19 | worse |" in lines
+    assert md.splitlines()[0] == "### Ember compare — FAIL: 1 of 3 rules broken"
+    tokens = markdown_tokens(md)
+    rows = table_cells(tokens)
+    assert ["recompiles>+0", "❌ fail", "recompiles 0 -> 19 (+19): beyond +0"] in rows
+    assert next(r[:2] for r in rows if r[0] == "evictions>+0") == ["evictions>+0", "✅ pass"]
+    assert next(r for r in rows if r[0] == "latency_p50>+10%")[1] == "⚪ skip"
+    texts = [rendered(t) for t in tokens if t.type == "inline"]
+    assert any(
+        t.startswith("new: `input_ids` dim 1 changed on every call at position 0") for t in texts
+    )
+    assert ["recompiles", "0", "19", "+19", "worse"] in rows
     # every table row has as many cells as its header
-    for line in lines:
-        if line.startswith("| metric"):
-            assert line.count("|") == 6
+    assert table_rows(tokens) == [3] * 4 + [5] * (1 + len(failing.metrics))
 
 
 def test_junit_has_one_test_case_per_rule(failing):
@@ -385,3 +419,50 @@ def test_a_database_without_the_views_is_an_error_that_says_what_to_do(tmp_path)
     with pytest.raises(CompareError, match=r"no run_summary view: .* run `ember ingest` on it"):
         with open_sides("r1", "r1", db=old) as (b, _):
             load_run(b.sql, b.run_id, b.origin)
+
+
+def table_rows(tokens: list) -> list[int]:
+    """The number of cells in each row of each table."""
+    rows, cells = [], 0
+    for t in tokens:
+        if t.type == "tr_open":
+            cells = 0
+        elif t.type in ("td_open", "th_open"):
+            cells += 1
+        elif t.type == "tr_close":
+            rows.append(cells)
+    return rows
+
+
+LINKS = " [click](https://evil.example) ![i](https://evil.example/i.png) `code` | cell"
+
+
+@pytest.fixture
+def forged():
+    base = run("base-run-0001", durations(40, 1e6, 1), name=FORGED)
+    cause = Cause("recompile", "k", "position 0", "`a|b` dim 1", 3, "x <!--" + LINKS + FORGED)
+    cand = run("cand-run-0002", durations(40, 1e6, 2), [cause], recompiles=3, name=FORGED)
+    return compare(base, cand, rules("recompiles>+0, evictions>+0"))
+
+
+def test_markdown_shows_a_forged_tag_as_text(forged):
+    tokens = markdown_tokens(to_markdown(forged))
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == ["Ember compare — FAIL: 1 of 2 rules broken"]
+    assert [t.type for t in tokens].count("table_open") == 2
+    assert not {"html_block", "code_block", "fence", "hr"} & {t.type for t in tokens}
+    assert not {"html_inline", "link_open", "image", "code_inline"} & inline_kinds(tokens)
+    # every row has as many cells as its header: no '|' in a name opened a cell
+    assert table_rows(tokens) == [3] * 3 + [5] * (1 + len(forged.metrics))
+    # the texts read as their characters (a line break as \n)
+    texts = ["".join(c.content for c in t.children) for t in tokens if t.type == "inline"]
+    assert "base: \\n\\n## PASS: every rule holds\\n<!-- · base-run · test" in texts
+    assert "new: x <!--" + LINKS + "\\n\\n## PASS: every rule holds\\n<!--" in texts
+
+
+def test_junit_holds_control_characters_and_markup(forged):
+    forged.rules[0].message += " \x1b[31m\x00 <b>&"
+    root = ET.fromstring(to_junit(forged))  # well-formed despite \x00 and \x1b
+    failure = root.find("testsuite/testcase/failure")
+    assert failure.get("message").endswith("\\x1b[31m\\x00 <b>&")
+    assert "<!--" in failure.text

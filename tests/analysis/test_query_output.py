@@ -90,6 +90,13 @@ def test_format_markdown_is_a_table_to_paste(views_db, tmp_path):
         "| a\\|b | 2 | NULL |",
         "| c | 10 | x |",
     ]
+    forged = "SELECT '<!--' AS \"# h\", e'x\n## PASS [a](http://e.x)' AS t"
+    out = _query(views_db, forged, "--format", "markdown")
+    assert out.splitlines() == [
+        "| \\# h | t |",
+        "|---|---|",
+        "| \\<\\!\\-\\- | x\\\\n\\#\\# PASS \\[a\\]\\(http\\:\\/\\/e\\.x\\) |",
+    ]
     target = tmp_path / "q.md"
     _query(views_db, sql, "-f", "markdown", "-o", str(target))
     assert target.read_text().startswith("| text | n | missing |\n")

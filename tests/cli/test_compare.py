@@ -180,8 +180,11 @@ def test_markdown_and_junit_from_the_command(runs, here):
     code, out = gate(runs["base"], runs["candidate"], "--format", "markdown", "--junit", junit)
     assert code == 1
     assert out.startswith("### Ember compare — FAIL: ")
-    assert "| `recompiles>+0` | ❌ fail | recompiles 0 -> 19 (+19): beyond +0 |" in out
-    assert "- new: `x` dim 1 changed on every call at position 0" in out
+    # names and messages are escaped for Markdown (see tests/analysis/test_compare.py)
+    assert (
+        "| recompiles\\>\\+0 | ❌ fail | recompiles 0 \\-\\> 19 \\(\\+19\\)\\: beyond \\+0 |" in out
+    )
+    assert "- new: \\`x\\` dim 1 changed on every call at position 0" in out
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert "recompiles>+0" in cases

@@ -1,0 +1,55 @@
+"""Strings a user or a pull request controls (run names, tags, model and node names, paths)
+made safe to put into Markdown and XML: shown as the text they are, never as markup.
+
+A tag of ``"\\n\\n## PASS: every rule holds\\n<!--"`` written into a CI job summary as it
+is makes a heading and hides the rest of the page in an HTML comment; the same text in
+an XML attribute with a control character in it makes the file unreadable. Each output
+format has one function here, and every surface that writes user text goes through it
+(``ember compare --format markdown/--junit``, ``ember query --format markdown``, the
+dashboard's captions and warnings, which Streamlit renders as Markdown).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+__all__ = ["md_text", "visible", "xml_text"]
+
+# C0 and C1 control characters and DEL: invisible, and some (ESC) drive a terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Characters XML 1.0 does not allow at all, even escaped (tab, LF and CR are allowed).
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# CommonMark: "Any ASCII punctuation character may be backslash-escaped" and then stands
+# for itself. Escaping every one (not a chosen few) also covers GFM's tables (|),
+# strikethrough (~) and autolinks, and Streamlit's :color[...] and $math$.
+_MD_ESCAPES = str.maketrans({c: "\\" + c for c in string.punctuation})
+
+
+def visible(text: object) -> str:
+    """``text`` with each control character written as its escape (``\\n``, ``\\x1b``), so
+    it can neither break a line nor hide in one."""
+
+    def show(m: re.Match[str]) -> str:
+        return repr(m.group(0))[1:-1]
+
+    return _CONTROL.sub(show, str(text))
+
+
+def md_text(text: object) -> str:
+    """``text`` for a Markdown line (a paragraph, a list item or a table cell): every ASCII
+    punctuation character backslash-escaped, line breaks and other control characters shown
+    as escapes, so it renders as exactly these characters and cannot end the line, open a
+    heading, a link, an image, a code span, an HTML comment or a new table cell."""
+    return visible(text).translate(_MD_ESCAPES)
+
+
+def xml_text(text: object) -> str:
+    """``text`` for an XML attribute or element (ElementTree escapes ``<&>"`` itself): the
+    characters XML 1.0 forbids (most control characters) written as escapes instead of
+    making the document unreadable."""
+
+    def show(m: re.Match[str]) -> str:
+        return repr(m.group(0))[1:-1]
+
+    return _NOT_XML.sub(show, str(text))
