@@ -45,6 +45,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 from .graph import Graph, Node
 
@@ -223,6 +224,7 @@ def analyse(
     """
     nodes = graph.nodes
     forced = forced or {}
+    strings = _string_inputs(graph)
     host: set[str] = set(graph.initializers)
     const: set[str] = set(graph.initializers)
     breaks: dict[int, BreakInfo] = {}
@@ -232,7 +234,7 @@ def analyse(
     prelude: set[int] = set()
     labels: dict[str, str] = {}
     for node in nodes:
-        reason = forced.get(node.position)
+        reason = forced.get(node.position) or _reads_strings(node, strings)
         sync = False
         if reason is None:
             reason = _needs(node, host)
@@ -310,6 +312,26 @@ def analyse(
         tuple(sorted(prelude)),
         labels,
     )
+
+
+def _string_inputs(graph: Graph) -> frozenset[str]:
+    """The graph inputs declared as string tensors: XLA has no strings, so they stay on
+    the host (numpy object arrays) and only break nodes, which run eagerly, read them."""
+    strings = set()
+    for name in graph.input_names:
+        tp = graph.value_info.get(name)
+        if tp is not None and tp.HasField("tensor_type"):
+            if tp.tensor_type.elem_type == onnx.TensorProto.STRING:
+                strings.add(name)
+    return frozenset(strings)
+
+
+def _reads_strings(node: Node, strings: frozenset[str]) -> str | None:
+    """The break reason of a node that reads a string input, or None. Its outputs are
+    host values, so the nodes after it read strings on the host too."""
+    for name in sorted(node.reads() & strings):
+        return f"input {name!r} is a string tensor: strings stay on the host"
+    return None
 
 
 def _small_inputs(graph: Graph) -> set[str]:

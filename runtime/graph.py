@@ -38,7 +38,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import fold, layout, ops
-from .errors import NodeError, UnsupportedOpsError
+from .errors import LoadError, NodeError, UnsupportedOpsError
 
 __all__ = [
     "Graph",
@@ -108,7 +108,12 @@ class Graph:
     ) -> Graph:
         """Sort and resolve ``graph``; raise one ``UnsupportedOpsError`` for all missing ops."""
         missing: dict[tuple[str, str, int], list[str]] = {}
-        g = _build(graph, dict(opsets), missing, (), base_dir)
+        try:
+            g = _build(graph, dict(opsets), missing, (), base_dir)
+        except LoadError as exc:
+            if source is None:
+                raise
+            raise LoadError(f"{source}: {exc}") from None
         if check_ops and missing:
             raise UnsupportedOpsError(missing, source)
         return g
@@ -227,8 +232,9 @@ def _build(
                 outer_reads=frozenset(outer),
             )
         )
-    nodes = fold.fold_batch_norms(nodes, initializers, [o.name for o in graph.output])
     known = set(initializers) | {i.name for i in graph.input}
+    _check_single_writer(nodes, set(initializers), known, graph.name)
+    nodes = fold.fold_batch_norms(nodes, initializers, [o.name for o in graph.output])
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
     layout.mark_nhwc_regions(nodes, initializers, [o.name for o in graph.output])
@@ -269,6 +275,48 @@ def _takes_num_outputs(opdef: ops.OpDef) -> bool:
     return _NUM_OUTPUTS[key]
 
 
+def _check_single_writer(
+    nodes: list[Node], initializers: set[str], known: set[str], graph_name: str
+) -> None:
+    """Each tensor has one producer (ONNX graphs are in SSA form, as onnx.checker and
+    onnxruntime require): a second writer would silently replace the first one's value."""
+    writer: dict[str, Node] = {}
+    for n in nodes:
+        for o in n.outputs:
+            if not o:
+                continue
+            if o in known:
+                what = "an initializer" if o in initializers else "a graph input"
+                raise LoadError(
+                    f"graph {graph_name!r}: tensor {o!r} is {what} and written by node "
+                    f"{n.name!r} ({n.op_type}); give the node's output another name"
+                )
+            if o in writer:
+                w = writer[o]
+                raise LoadError(
+                    f"graph {graph_name!r}: tensor {o!r} is written by two nodes, {w.name!r} "
+                    f"({w.op_type}) and {n.name!r} ({n.op_type}); each tensor must have one "
+                    "producer: rename one of the outputs"
+                )
+            writer[o] = n
+
+
+def _cycle(nodes: list[Node], deps: list[set[int]], stuck: set[int]) -> list[str]:
+    """The names of the nodes on one cycle among the ``stuck`` nodes (those Kahn's sort
+    could not place): following dependencies inside ``stuck`` must come back to a node."""
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    i = min(stuck)
+    while i not in seen:
+        seen[i] = len(path)
+        path.append(i)
+        i = min(d for d in deps[i] if d in stuck)  # a stuck node waits on a stuck one
+    loop = path[seen[i] :][::-1]  # in the direction values flow
+    first = loop.index(min(loop))  # from the node that comes first in the file
+    loop = loop[first:] + loop[:first]
+    return [nodes[j].name for j in (*loop, loop[0])]
+
+
 def _toposort(nodes: list[Node], known: set[str], graph_name: str) -> list[Node]:
     """Kahn's sort keeping the file's order among ready nodes (most graphs are sorted)."""
     producer: dict[str, int] = {}
@@ -296,8 +344,11 @@ def _toposort(nodes: list[Node], known: set[str], graph_name: str) -> list[Node]
             if remaining[u] == 0:
                 heapq.heappush(ready, u)
     if len(order) != len(nodes):
-        stuck = [nodes[i].name for i in range(len(nodes)) if remaining[i] > 0][:5]
-        raise ValueError(f"graph {graph_name!r} has a cycle through nodes {stuck}")
+        loop = _cycle(nodes, deps, {i for i in range(len(nodes)) if remaining[i] > 0})
+        raise LoadError(
+            f"graph {graph_name!r} has a cycle: {' -> '.join(repr(n) for n in loop)} (each "
+            "feeds the next); an ONNX graph must be acyclic"
+        )
     return [nodes[i] for i in order]
 
 

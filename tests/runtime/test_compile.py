@@ -390,3 +390,36 @@ def test_program_for_names_the_program_compiled_ahead_for_its_shapes():
     assert compiled.program_for({"a": np.ones((4, 3), np.float32), "b": b}) is None
     assert compiled.program_for({"a": a, "b": b.astype(np.float64)}) is None
     assert compiled.program_for({"a": a}) is None
+
+
+def test_string_inputs_stay_on_the_host_as_breaks_named_by_the_input():
+    """XLA has no strings: a node that reads a string input is a break (it runs eagerly),
+    where the compiled call used to fail with JAX's 'No dtype_to_ir_type handler'."""
+    from onnx import TensorProto, helper
+
+    string = helper.make_tensor_value_info("s", TensorProto.STRING, [2])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Concat", ["s", "s"], ["ss"], axis=0, name="cat"),
+            helper.make_node("Identity", ["ss"], ["words"], name="copy"),
+            helper.make_node("Relu", ["x"], ["y"], name="relu"),
+        ],
+        "g",
+        [string, helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [
+            helper.make_tensor_value_info("words", TensorProto.STRING, [4]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+        ],
+    )
+    model = rt.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    inputs = {"s": np.array(["a", "b"], object), "x": np.array([-1, 0, 2], np.float32)}
+    compiled = rt.compile(model)
+    for _ in range(2):
+        out = compiled(inputs)
+        assert out["words"].tolist() == ["a", "b", "a", "b"]
+        np.testing.assert_array_equal(np.asarray(out["y"]), [0, 0, 2])
+    (only,) = compiled.plan.breaks.values()
+    assert (only.node, only.reason) == (
+        "cat",
+        "input 's' is a string tensor: strings stay on the host",
+    )

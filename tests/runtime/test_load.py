@@ -365,3 +365,53 @@ def test_an_opset_newer_than_the_op_library_warns_and_still_runs(tmp_path):
         loaded = rt.load(tmp_path / "m.onnx")
     x = np.arange(3, dtype=np.float32)
     np.testing.assert_array_equal(np.asarray(rt.compile(loaded)(x=x)["y"]), 2 * x)
+
+
+def test_two_nodes_writing_one_tensor_is_a_load_error_naming_both(tmp_path):
+    model = make_model(
+        [
+            helper.make_node("Relu", ["x"], ["y"], name="first"),
+            helper.make_node("Neg", ["x"], ["y"], name="second"),
+        ],
+        [tensor("x", shape=[3])],
+        [tensor("y", shape=[3])],
+        check=False,
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(
+        LoadError,
+        match=r"m.onnx: graph 'g': tensor 'y' is written by two nodes, 'first' \(Relu\) and "
+        r"'second' \(Neg\)",
+    ):
+        rt.load(tmp_path / "m.onnx")
+
+
+def test_a_node_writing_a_graph_input_is_a_load_error():
+    model = make_model(
+        [helper.make_node("Neg", ["x"], ["x"], name="overwrite")],
+        [tensor("x", shape=[3])],
+        [tensor("x", shape=[3])],
+        check=False,
+    )
+    with pytest.raises(LoadError, match=r"tensor 'x' is a graph input and written by node "):
+        rt.load(model)
+
+
+def test_a_cycle_is_a_load_error_naming_a_node_on_it():
+    # a -> b -> c -> a, and d after the cycle (stuck too, but not on it)
+    model = make_model(
+        [
+            helper.make_node("Add", ["x", "c"], ["a"], name="node_a"),
+            helper.make_node("Relu", ["a"], ["b"], name="node_b"),
+            helper.make_node("Neg", ["b"], ["c"], name="node_c"),
+            helper.make_node("Relu", ["c"], ["y"], name="after"),
+        ],
+        [tensor("x", shape=[3])],
+        [tensor("y", shape=[3])],
+        check=False,
+    )
+    with pytest.raises(LoadError, match="has a cycle") as info:
+        rt.load(model)
+    message = str(info.value)
+    assert "node_a -> node_b -> node_c -> node_a" in " ".join(message.split()).replace("'", "")
+    assert "after" not in message
