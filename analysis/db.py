@@ -49,6 +49,8 @@ __all__ = [
     "VIEW_NAMES",
     "Connection",
     "DatabaseBusyError",
+    "DatabasePathError",
+    "check_database_path",
     "connect",
     "table_ddl",
     "view_sql",
@@ -113,6 +115,30 @@ VIEW_NAMES: tuple[str, ...] = (
 
 class DatabaseBusyError(RuntimeError):
     """Another process holds the database (DuckDB allows one writer process at a time)."""
+
+
+class DatabasePathError(ValueError):
+    """The database path is not a file DuckDB can open: a folder, a FIFO, a device, or a
+    place where no file can be made."""
+
+
+def check_database_path(path: str | os.PathLike[str]) -> None:
+    """Refuse a database path that is not a regular file before DuckDB opens it (DuckDB
+    waits forever on a FIFO and reports a folder as an IO error in the middle of a write)."""
+    p = Path(path)
+    if p.is_dir():
+        raise DatabasePathError(
+            f"{p} is a folder, not a database file: give the DuckDB file to write or read "
+            "(a folder is a lake: `ember ingest --lake DIR`, `--db DIR` to read it)"
+        )
+    if p.exists() and not p.is_file():
+        kind = "a FIFO" if p.is_fifo() else "not a regular file"
+        raise DatabasePathError(f"{p} is {kind}: give a DuckDB database file")
+    if not p.exists() and not p.parent.is_dir():
+        raise DatabasePathError(
+            f"{p}: cannot make a database there ({p.parent} is not a folder); give a path in "
+            "an existing folder"
+        )
 
 
 DERIVED_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
@@ -580,6 +606,7 @@ def connect(
             raise FileNotFoundError(
                 f"{path}: no such database; create it with `ember ingest TRACE... --db {path}`"
             )
+        check_database_path(p)
         path = str(p)
     duck = _open(path, read_only, wait)
     duck.execute("SET enable_progress_bar = false")

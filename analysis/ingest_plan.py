@@ -129,6 +129,8 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
             found = sorted(Path(x) for x in glob.glob(text, recursive=True) if Path(x).is_file())
             if not found:
                 raise FileNotFoundError(f"{text}: the pattern matches no file")
+        elif p.exists():
+            raise FileNotFoundError(f"{text}: not a regular file (a FIFO or a device)")
         else:
             raise FileNotFoundError(f"{text}: no such file or folder")
         for f in found:

@@ -15,7 +15,7 @@ from rich.text import Text
 from ember.analysis import DatabaseBusyError, connect, expand_paths
 from ember.analysis import format as fmt
 from ember.analysis.candle import CandleImportError, import_candle
-from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S
+from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S, DatabasePathError
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.format import plural, short_path, wrap
 from ember.analysis.ingest import FileResult, IngestSummary, ingest, ingest_file
@@ -43,7 +43,7 @@ def _open(db: Path, read_only: bool, wait: float | None = None):
         return connect(db, read_only=read_only, wait=wait)
     except DatabaseBusyError as exc:
         raise fail(str(exc)) from None
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, DatabasePathError) as exc:
         raise fail(str(exc)) from None
     except duckdb.IOException as exc:
         if "not a valid DuckDB database file" not in str(exc):
@@ -86,6 +86,8 @@ def ingest_command(
         files = expand_paths(paths)
     except FileNotFoundError as exc:
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
+    if not files:
+        raise fail(f"no trace files (*.jsonl) in {', '.join(paths)}; give trace files or folders")
     if engine is Engine.spark and lake is None:
         raise fail("--engine spark writes a lake: give --lake DIR")
     if lake is not None:

@@ -15,11 +15,53 @@ import atexit
 import os
 import sys
 
+import click
+import duckdb
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
+
+from ember.analysis.db import DatabasePathError
+
+
+class _Commands(TyperGroup):
+    """Every command runs through ``invoke``: the one place where what goes wrong with a
+    path or the machine (a folder given for a file, /proc, a database DuckDB cannot open,
+    an input too big for memory) becomes an ``error:`` line and exit 2, not a traceback.
+    Commands raise ``fail(...)`` themselves for what they can say better."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (OSError, duckdb.Error, DatabasePathError, MemoryError) as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
+            raise fail(explain(exc), 2) from None
+
+
+def explain(exc: BaseException) -> str:
+    """A line for a person about ``exc``: the path and what is wrong with it."""
+    if isinstance(exc, MemoryError):
+        return (
+            f"out of memory ({exc or 'MemoryError'}): the command needed more memory than "
+            "this machine gave it; make the input smaller"
+        )
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else "a file"
+        text = f"{where}: {exc.strerror.lower()}"
+        if isinstance(exc, IsADirectoryError):
+            text += "; give a file path, not a folder"
+        elif isinstance(exc, FileExistsError):
+            text += " (a file, where a folder was to be made); give another path"
+        return text
+    if isinstance(exc, duckdb.Error):
+        return str(exc).removeprefix("IO Error: ")
+    return str(exc)
+
 
 app = typer.Typer(
+    cls=_Commands,
     name="ember",
     help="See why models recompile, what compile caches evict, and where memory goes.",
     no_args_is_help=True,

@@ -110,6 +110,8 @@ def db_version(path: Path | None = None) -> DbVersion:
         return DbVersion(
             str(path), sum(f.st_size for f in files), max(f.st_mtime_ns for f in files)
         )
+    if path.exists() and not path.is_file():  # a FIFO: DuckDB would wait on it forever
+        raise DatabaseError(f"{path} is not a regular file: give a database file or folder")
     try:
         st_ = path.stat()
     except FileNotFoundError:

@@ -17,6 +17,8 @@ reads them from the ``run_summary`` view (one definition for every surface).
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -242,6 +244,7 @@ def make_inputs(
     rng = rng or np.random.default_rng(0)
     out = {}
     for name, (shape, dtype) in shapes.items():
+        _check_fits(name, shape, np.dtype(dtype))
         lname = name.lower()
         if dtype == np.bool_:
             out[name] = np.ones(shape, dtype=bool)
@@ -260,6 +263,22 @@ def make_inputs(
         else:
             raise WorkloadError(f"input {name}: cannot make values of dtype {dtype}")
     return out
+
+
+def _check_fits(name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """A ``WorkloadError`` for an input larger than this machine's memory (numpy's
+    ``MemoryError`` says neither which input nor how big)."""
+    need = math.prod(shape) * max(dtype.itemsize, 8)  # random values are made as 8-byte
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > have:
+        dims = "x".join(map(str, shape))
+        raise WorkloadError(
+            f"input {name}: {dims} {dtype} needs {need / 2**30:,.0f} GiB, more than this "
+            f"machine's {have / 2**30:,.0f} GiB of memory; give smaller dims with --input"
+        )
 
 
 @dataclass
