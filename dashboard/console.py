@@ -6,13 +6,24 @@ runs on a connection opened ``read_only`` with ``enable_external_access=false`` 
 ``lock_configuration=true`` (see ``db.open_readonly``), so whatever slips past the first
 layer (a table function reading a file, for instance) is stopped by DuckDB itself; its
 permission errors are translated into the same kind of message.
+
+The server is shared, so each query runs in a child process (forked from a small fork
+server, ~0.1 s) whose memory is capped (``MEMORY_BYTES``: ``RLIMIT_DATA`` for the process
+and DuckDB's ``memory_limit``) and which uses at most ``THREADS`` threads. DuckDB's
+``memory_limit`` alone does not bound a query: ``SELECT repeat('x', 1500000000)`` is not
+held by its buffer manager and took the server from 249 MiB to 5.2 GB. Over the cap the
+query fails with a message saying so; the server's own memory is not touched.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import resource
 import threading
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -23,6 +34,8 @@ from .db import DbVersion, open_readonly
 __all__ = [
     "MAX_BYTES",
     "MAX_ROWS",
+    "MEMORY_BYTES",
+    "THREADS",
     "ConsoleRefused",
     "ConsoleResult",
     "check_statement",
@@ -36,9 +49,15 @@ MAX_BYTES = 32 * 2**20
 """Bytes (in Arrow, as the page sends them) a console result keeps; the rows after are cut
 off. Rows alone do not bound it: 2,000 rows of 1 MB text made a 1.9 GB frame, past
 Streamlit's 200 MB message limit, and the server kept it (and its CSV) in memory."""
-_BATCH_ROWS = 256
+_BATCH_ROWS = 64
+"""Rows DuckDB hands over at a time: small, so that a batch of wide rows (1 MB each) stays
+well inside the query's memory cap."""
 TIMEOUT_S = 30.0
 """A console query is interrupted after this many seconds."""
+MEMORY_BYTES = 1 << 30
+"""Memory one console query may use (beyond what its process starts with)."""
+THREADS = 2
+"""DuckDB threads of one console query (the server's other users keep the rest)."""
 
 _ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
@@ -135,8 +154,17 @@ def check_statement(sql: str) -> None:
         raise ConsoleRefused(f"{why} {_HINT}")
 
 
-def _explain(e: duckdb.Error, version: DbVersion) -> str:
+def _over_memory(memory_bytes: int) -> str:
+    return (
+        f"the query needed more than the console's {memory_bytes / 2**20:,.0f} MiB of memory "
+        "and was stopped; add a LIMIT, select fewer or shorter columns, or aggregate."
+    )
+
+
+def _explain(e: duckdb.Error, version: DbVersion, memory_bytes: int = MEMORY_BYTES) -> str:
     text = str(e)
+    if isinstance(e, duckdb.OutOfMemoryException) or "out of memory" in text.lower():
+        return _over_memory(memory_bytes)
     if isinstance(e, duckdb.PermissionException) or "disabled by configuration" in text:
         return (
             "reading or writing files is disabled in the SQL console: it only sees the "
@@ -181,35 +209,127 @@ def run_console_query(
     max_rows: int = MAX_ROWS,
     max_bytes: int = MAX_BYTES,
     timeout_s: float = TIMEOUT_S,
+    memory_bytes: int = MEMORY_BYTES,
+    threads: int = THREADS,
 ) -> ConsoleResult:
-    """Check and run one console statement on a locked read-only connection.
+    """Check and run one console statement on a locked read-only connection, in a child
+    process with at most ``memory_bytes`` of memory and ``threads`` threads.
 
     The result keeps at most ``max_rows`` rows and ``max_bytes`` bytes; the rows after are
     never fetched. Raises ``ConsoleRefused`` with a message for the user when the statement
-    is refused or DuckDB rejects it (including its own permission errors).
+    is refused, DuckDB rejects it (including its own permission errors), or it runs out of
+    memory or time.
     """
     check_statement(sql)
-    with open_readonly(version) as con:
-        timer = threading.Timer(timeout_s, con.interrupt)
-        timer.start()
-        try:
-            relation = con.sql(sql)
-            if relation is None:  # not a query after all; nothing to show
-                raise ConsoleRefused(f"the statement returned no rows. {_HINT}")
-            # one row past the limit tells a result of exactly max_rows from a longer one
-            reader = relation.limit(max_rows + 1).to_arrow_reader(_BATCH_ROWS)
-            table, cut = _read_capped(reader, max_bytes)
-            del reader
-        except duckdb.Error as e:
-            raise ConsoleRefused(_explain(e, version)) from None
-        finally:
-            timer.cancel()
+    limits = _Limits(max_rows, max_bytes, timeout_s, memory_bytes, threads)
+    table, cut = _in_child(version, sql, limits)
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     cut_by = "bytes" if cut else None
     if frame.height > max_rows:
         frame, cut_by = frame.head(max_rows), "rows"
     return ConsoleResult(frame, cut_by is not None, cut_by)
+
+
+@dataclass(frozen=True)
+class _Limits:
+    max_rows: int
+    max_bytes: int
+    timeout_s: float
+    memory_bytes: int
+    threads: int
+
+
+_context: Any = None
+
+
+def _processes() -> Any:
+    """The fork server the queries' processes start from (started on first use: a clean
+    process, not a fork of the server's threads)."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(["ember.dashboard.console"])
+    return _context
+
+
+def _in_child(version: DbVersion, sql: str, limits: _Limits) -> tuple[pa.Table, bool]:
+    """Run ``sql`` in a child process under ``limits``; its Arrow result and whether it
+    was cut off."""
+    receive, send = _processes().Pipe(duplex=False)
+    child = _processes().Process(
+        target=_query_child, args=(send, version, sql, limits), daemon=True
+    )
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(limits.timeout_s + 10):  # the interrupt did not stop it
+            raise ConsoleRefused(_explain(duckdb.InterruptException(), version))
+        status, payload, cut = receive.recv()
+    except EOFError:  # the child died (killed for memory, or crashed) before answering
+        raise ConsoleRefused(_over_memory(limits.memory_bytes)) from None
+    finally:
+        receive.close()
+        if child.is_alive():
+            child.kill()
+        child.join()
+    if status == "error":
+        raise payload
+    if status != "ok":
+        raise ConsoleRefused(payload)
+    with pa.ipc.open_stream(payload) as reader:
+        return reader.read_all(), cut
+
+
+def _query_child(send: Connection, version: DbVersion, sql: str, limits: _Limits) -> None:
+    """In the child: cap the memory, run the query, send back ("ok", Arrow IPC bytes,
+    cut), ("refused", message, False) or ("error", the exception, False)."""
+    try:
+        _cap_memory(limits.memory_bytes)
+        table, cut = _run_query(version, sql, limits)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        send.send(("ok", sink.getvalue().to_pybytes(), cut))
+    except ConsoleRefused as e:
+        send.send(("refused", str(e), False))
+    except MemoryError:
+        send.send(("refused", _over_memory(limits.memory_bytes), False))
+    except OSError as e:  # Arrow's "Out of Memory Error: ArrowBuffer: failed to allocate"
+        over = "out of memory" in str(e).lower()
+        message = _over_memory(limits.memory_bytes) if over else str(e)
+        send.send(("refused", message, False))
+    except Exception as e:  # the database busy or gone: raised again in the server
+        send.send(("error", e, False))
+    finally:
+        send.close()
+
+
+def _cap_memory(memory_bytes: int) -> None:
+    """Let this process's data (heap and anonymous mappings) grow by ``memory_bytes``."""
+    with open("/proc/self/status") as f:
+        kib = next((int(line.split()[1]) for line in f if line.startswith("VmData:")), 0)
+    cap = kib * 1024 + memory_bytes
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+
+
+def _run_query(version: DbVersion, sql: str, limits: _Limits) -> tuple[pa.Table, bool]:
+    settings = {"memory_limit": f"{limits.memory_bytes * 3 // 4}B", "threads": limits.threads}
+    try:
+        with open_readonly(version, limits=settings) as con:
+            timer = threading.Timer(limits.timeout_s, con.interrupt)
+            timer.start()
+            try:
+                relation = con.sql(sql)
+                if relation is None:  # not a query after all; nothing to show
+                    raise ConsoleRefused(f"the statement returned no rows. {_HINT}")
+                # one row past the limit tells a result of exactly max_rows from a longer one
+                reader = relation.limit(limits.max_rows + 1).to_arrow_reader(_BATCH_ROWS)
+                return _read_capped(reader, limits.max_bytes)
+            finally:
+                timer.cancel()
+    except duckdb.Error as e:
+        raise ConsoleRefused(_explain(e, version, limits.memory_bytes)) from None
 
 
 def to_csv(frame: pl.DataFrame) -> str:

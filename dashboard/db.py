@@ -129,7 +129,7 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _open_export(folder: Path) -> duckdb.DuckDBPyConnection:
+def _open_export(folder: Path, limits: dict[str, Any]) -> duckdb.DuckDBPyConnection:
     """An in-memory database over a Parquet export, allowed to read that folder only."""
     from ember.analysis.db import VIEW_NAMES, table_ddl, view_sql
     from ember.analysis.lake import attach_lake, is_lake
@@ -138,6 +138,8 @@ def _open_export(folder: Path) -> duckdb.DuckDBPyConnection:
     try:
         con.execute(f"SET allowed_directories = [{_sql_text(str(folder) + os.sep)}]")
         con.execute("SET enable_external_access = false")
+        for name, value in limits.items():  # before the configuration is locked
+            con.execute(f"SET {name} = {_sql_text(str(value))}")
         if is_lake(folder):  # a lake written by `ember ingest --lake`
             attach_lake(con, folder)
             con.execute("SET lock_configuration = true")
@@ -169,10 +171,12 @@ def _open_export(folder: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _connect(version: DbVersion, wait_s: float) -> duckdb.DuckDBPyConnection:
+def _connect(
+    version: DbVersion, wait_s: float, limits: dict[str, Any]
+) -> duckdb.DuckDBPyConnection:
     path = Path(version.path)
     if path.is_dir():
-        return _open_export(path)
+        return _open_export(path, limits)
     deadline = time.monotonic() + wait_s
     waited = False
     try:
@@ -181,7 +185,7 @@ def _connect(version: DbVersion, wait_s: float) -> duckdb.DuckDBPyConnection:
             if not other_side_waiting(version.path, read_only=True):
                 try:
                     return duckdb.connect(
-                        version.path, read_only=True, config=dict(READONLY_CONFIG)
+                        version.path, read_only=True, config={**READONLY_CONFIG, **limits}
                     )
                 except duckdb.IOException as e:
                     # an ingest holds the file (one writer, no readers meanwhile): wait a
@@ -203,15 +207,19 @@ def _connect(version: DbVersion, wait_s: float) -> duckdb.DuckDBPyConnection:
 _BUSY = "The database is being updated (an `ember ingest` is writing it); retrying…"
 
 
-def connect_readonly(version: DbVersion, *, wait_s: float = 2.0) -> duckdb.DuckDBPyConnection:
+def connect_readonly(
+    version: DbVersion, *, wait_s: float = 2.0, limits: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
     """A read-only, locked-down connection to the database (the caller closes it).
+    ``limits``: more DuckDB settings, fixed before the configuration is locked (the SQL
+    console's ``memory_limit`` and ``threads``).
 
     While an ingest writes the file (or waits to), this waits ``wait_s`` seconds, then
     raises ``DatabaseBusy``: the app shows that the database is being updated and runs the
     page again (``app.py``), so an ingest never waits long for the dashboard.
     """
     try:
-        return _connect(version, wait_s)
+        return _connect(version, wait_s, limits or {})
     except DatabaseBusy:
         raise
     except duckdb.IOException as e:
@@ -230,10 +238,10 @@ def connect_readonly(version: DbVersion, *, wait_s: float = 2.0) -> duckdb.DuckD
 
 @contextmanager
 def open_readonly(
-    version: DbVersion, *, wait_s: float = 2.0
+    version: DbVersion, *, wait_s: float = 2.0, limits: dict[str, Any] | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only, locked-down connection to the database, closed on exit."""
-    con = connect_readonly(version, wait_s=wait_s)
+    con = connect_readonly(version, wait_s=wait_s, limits=limits)
     try:
         yield con
     finally:

@@ -17,6 +17,7 @@ from ember.analysis.compare import (
     show,
     show_change,
 )
+from ember.analysis.escape import md_text
 from ember.analysis.gate import GateConfig, RuleError, load_config, parse_rules
 
 from . import db, state, ui
@@ -34,7 +35,7 @@ def default_rules() -> tuple[str, str]:
     try:
         config = load_config(None)
     except RuleError as exc:
-        st.warning(f"{exc}; using the built-in defaults")
+        st.warning(f"{md_text(exc)}; using the built-in defaults")
         config = _defaults()
     return ", ".join(r.text for r in config.rules), config.origin
 
@@ -78,13 +79,13 @@ def render(base: str, candidate: str) -> None:
     try:
         c = comparison(base, candidate, rules, shown_origin)
     except RuleError as exc:
-        st.error(str(exc))
+        st.error(md_text(exc))
         return
     st.caption(
-        f"Run A is the base, run B the candidate; rules from {c.rules_origin}. "
-        "The same as `ember compare A B --db DB"
-        + ("" if rules == default else f' --fail-on "{rules}"')
-        + "`: exit 0 when every rule holds, 1 when one breaks."
+        f"Run A is the base, run B the candidate; rules from {md_text(c.rules_origin)}. "
+        "The same as `ember compare A B --db DB`"
+        + ("" if rules == default else f" with the rules {md_text(repr(rules))}")
+        + ": exit 0 when every rule holds, 1 when one breaks."
     )
     (st.success if c.passed else st.error)(headline(c))
     if c.rules:
@@ -98,8 +99,8 @@ def render(base: str, candidate: str) -> None:
             ),
             key="ember_gate_rules_table",
         )
-    lines = [f"- new: {x.text}" for x in c.new_causes]
-    lines += [f"- gone: {x.text}" for x in c.gone_causes]
+    lines = [f"- new: {md_text(x.text)}" for x in c.new_causes]
+    lines += [f"- gone: {md_text(x.text)}" for x in c.gone_causes]
     if lines:
         st.markdown("\n".join(lines))
     ui.table(

@@ -14,6 +14,7 @@ from typing import overload
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from ember.analysis.escape import md_text
 from ember.analysis.runs import matching
 
 __all__ = ["get_param", "is_default", "multiselect_param", "select_param", "set_param"]
@@ -70,7 +71,10 @@ def select_param(
     """
     if not options:
         return None
-    shown = (lambda v: labels.get(v, v)) if labels else str
+
+    def shown(value: str) -> str:  # for Markdown: ids and labels come from the traces
+        return md_text(labels.get(value, value) if labels else value)
+
     wanted = get_param(name)
     auto = wanted is None or is_default(name)
     unknown = None
@@ -79,7 +83,7 @@ def select_param(
         if len(found) > 1:
             listed = "; ".join(f"{shown(v)}" for v in found)
             st.warning(
-                f"`{name}={wanted}` from the link starts {len(found)} ids: {listed}. "
+                f"{md_text(f'{name}={wanted}')} from the link starts {len(found)} ids: {listed}. "
                 f"Showing {shown(found[0])}; give more characters to pick one."
             )
         elif not found:
@@ -90,7 +94,8 @@ def select_param(
         wanted = default if default in pool else pool[0]
     if unknown is not None:
         st.warning(
-            f"`{name}={unknown}` from the link is not in this database; showing {shown(wanted)}."
+            f"{md_text(f'{name}={unknown}')} from the link is not in this database; "
+            f"showing {shown(wanted)}."
         )
     selectbox = st.selectbox if where is None else where.selectbox
     choice = selectbox(
@@ -99,7 +104,7 @@ def select_param(
         index=options.index(wanted),
         key=f"ember_sel_{name}",
         help=help,
-        format_func=shown,
+        format_func=(lambda v: labels.get(v, v)) if labels else str,  # plain text
         on_change=_picked,
         args=(name,),
     )

@@ -11,6 +11,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from ember.analysis import format as fmt
+from ember.analysis.escape import md_text
 
 from . import db, state, summary
 
@@ -119,9 +120,9 @@ def pick_run(
     )
     assert run is not None  # ids is not empty
     if have and run in have and run != ids[0] and state.is_default(name):
-        newer = [names.get(r, r) for r in ids[: ids.index(run)]]  # none of them in ``have``
+        newer = [md_text(names.get(r, r)) for r in ids[: ids.index(run)]]  # none in ``have``
         st.caption(
-            f":material/info: Showing **{names.get(run, run)}**, the newest run with "
+            f":material/info: Showing **{md_text(names.get(run, run))}**, the newest run with "
             f"{what or data}; {len(newer)} newer run(s) have none ({'; '.join(newer)}). "
             "Pick a run in the sidebar."
         )

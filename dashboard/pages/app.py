@@ -17,6 +17,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from ember.analysis.escape import md_text
 from ember.dashboard import auth, db
 
 _PAGES = Path(__file__).resolve().parent
@@ -40,9 +41,9 @@ page = st.navigation(pages)
 try:
     version = db.db_version()
 except db.DatabaseError as e:
-    st.error(str(e))
+    st.error(md_text(e))
     st.stop()
-st.sidebar.caption(f"Database: `{version.path}`")
+st.sidebar.caption(f"Database: {md_text(version.path)}")
 
 try:
     with db.page_connection():

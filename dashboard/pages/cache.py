@@ -5,6 +5,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
+from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Cache")
@@ -20,7 +21,7 @@ per_position = db.query(
     run,
 )
 if per_position.is_empty():
-    st.info(f"Run {run} looked nothing up in the segment cache.")
+    st.info(f"Run {md_text(run)} looked nothing up in the segment cache.")
     st.stop()
 
 headline = summary.run_row(run)

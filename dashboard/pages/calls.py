@@ -5,6 +5,7 @@ from __future__ import annotations
 import altair as alt
 import streamlit as st
 
+from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, state, summary, ui
 
 st.title("Calls")
@@ -13,7 +14,7 @@ run = ui.pick_run(data="call_latency", what="calls")
 
 overall = summary.run_row(run)
 if not overall.get("calls"):
-    st.info(f"Run {run} made no model calls.")
+    st.info(f"Run {md_text(run)} made no model calls.")
     st.stop()
 
 m = st.columns(6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from ember.analysis.escape import md_text
 from ember.dashboard import db, gate, state, summary, ui
 
 st.title("Compare runs")
@@ -73,7 +74,7 @@ ui.table(table, key="ember_compare_table")
 
 tags_a, tags_b = row_a["tags"], row_b["tags"]
 if tags_a != tags_b:
-    st.caption(f"Tags differ. A: `{tags_a}`  B: `{tags_b}`")
+    st.caption(f"Tags differ. A: {md_text(tags_a)}  B: {md_text(tags_b)}")
 
 st.subheader("Compiles per position")
 if not ui.lacks("_compiles_by_where"):

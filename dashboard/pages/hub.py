@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, ui
 
 st.title("Hub")
@@ -22,7 +23,7 @@ files = db.query(
     run,
 )
 if files.is_empty():
-    st.info(f"Run {run} used nothing from the Hub.")
+    st.info(f"Run {md_text(run)} used nothing from the Hub.")
     st.stop()
 
 only_files = files.filter(pl.col("what") == "file")

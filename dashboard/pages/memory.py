@@ -8,6 +8,7 @@ import polars as pl
 import streamlit as st
 
 from ember.analysis import format as fmt
+from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, ui
 
 st.title("Memory")
@@ -24,7 +25,7 @@ peaks = db.query(
     run,
 )
 if peaks.is_empty():
-    st.info(f"Run {run} recorded no memory (no alloc/free records, no device readings).")
+    st.info(f"Run {md_text(run)} recorded no memory (no alloc/free records, no device readings).")
     st.stop()
 
 devices = sorted(peaks["device"].unique().to_list())

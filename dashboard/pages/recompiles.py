@@ -7,6 +7,7 @@ import altair as alt
 import streamlit as st
 
 from ember.analysis import format as fmt
+from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Recompiles")
@@ -61,7 +62,9 @@ if headline.get("jax_compiles"):
         "ORDER BY compile_ns DESC, fun_name",
         run,
     )
-    names = ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in primitives.iter_rows())
+    names = ", ".join(
+        md_text(name) + (f" ×{n}" if n > 1 else "") for name, n in primitives.iter_rows()
+    )
     st.info(
         f"JAX compiled {headline['jax_primitives']} primitives run outside jit: {names} "
         f"({headline['jax_compiles']} compiles, {fmt.duration(headline['jax_compile_ns'])}); "
@@ -70,7 +73,7 @@ if headline.get("jax_compiles"):
     )
 
 if not any(headline.get(k) for k in ("compiles", "eager_compiles", "jax_compiles")):
-    st.info(f"Run {run} compiled nothing (no segment or jit compiles were recorded).")
+    st.info(f"Run {md_text(run)} compiled nothing (no segment or jit compiles were recorded).")
     st.stop()
 
 # ---- compiles over time, one row of marks per position (or jitted function)
@@ -175,7 +178,8 @@ if not ui.lacks("shape_buckets"):
         best = buckets.row(0, named=True)
         if best["saved_compiles"] > 0:
             st.info(
-                f"Padding **{best['arg']} dim {best['dim']}** (position {best['position']}) "
+                f"Padding **{md_text(best['arg'])} dim {best['dim']}** "
+                f"(position {best['position']}) "
                 f"up to powers of two turns {best['distinct_sizes']} sizes into "
                 f"{best['pow2_buckets']} buckets {best['pow2_sizes']}: "
                 f"**{best['saved_compiles']} fewer compiles**."

@@ -7,6 +7,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
+from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, state, summary, ui
 
 st.title("Runs")
@@ -128,7 +129,8 @@ if shown.height > 1:
 
 run = ui.pick_run()
 st.caption(
-    f"Selected run: **{labels.get(run, run)}** (`{run}`; change it in the sidebar)."
+    f"Selected run: **{md_text(labels.get(run, run))}** ({md_text(run)}; change it in the "
+    "sidebar)."
     + (
         " Until you pick one, each page opens on the newest run that has data for it."
         if state.is_default("run")

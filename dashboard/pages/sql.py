@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ember.analysis.escape import md_text
 from ember.dashboard import db, state
 from ember.dashboard.console import ConsoleRefused, run_console_query, to_csv
 
@@ -28,7 +29,7 @@ if st.button("Run", type="primary", key="ember_sql_run") or state.get_param("sql
     try:
         result = run_console_query(db.db_version(), sql)
     except ConsoleRefused as e:
-        st.error(f"Refused: {e}")
+        st.error(f"Refused: {md_text(e)}")
     else:
         frame = result.frame
         st.caption(f"{frame.height:,} rows{result.note}")

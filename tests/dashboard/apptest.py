@@ -51,3 +51,11 @@ def shown_table(at: AppTest, *columns: str) -> pd.DataFrame:
 
 def texts(elements) -> str:
     return " | ".join(str(e.value) for e in elements)
+
+
+def as_text(md: str) -> str:
+    """Markdown as a reader sees it (escapes resolved, markup dropped), by markdown-it-py."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(md)
+    return "".join(c.content for t in tokens for c in t.children or () if c.type == "text")

@@ -138,3 +138,32 @@ def test_csv_keeps_nested_cells_as_json(small_db: Path) -> None:
     assert header == "dims,arg,s"
     assert row == '"[1, 2]","{""name"": ""x"", ""n"": 3}","a,b"'
     assert to_csv(pl.DataFrame({"a": [1]})) == "a\n1\n"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT length(repeat('x', 1500000000)) AS n",  # not held by DuckDB's memory_limit
+        "SELECT i, repeat('x', 1000000) AS s FROM range(2000) t(i)",  # a 2 GB vector
+    ],
+)
+def test_a_query_over_the_memory_cap_fails_cleanly_and_the_server_keeps_its_memory(
+    small_db: Path, sql: str
+) -> None:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    with pytest.raises(ConsoleRefused, match=r"more than the console's 256 MiB of memory"):
+        run_console_query(db_version(small_db), sql, memory_bytes=256 << 20)
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before
+    assert grown < 200 << 20  # the query ran in a child process (it built 1.5 GB there)
+    # the next query runs as usual
+    assert run_console_query(db_version(small_db), "SELECT 42 AS n").frame["n"].to_list() == [42]
+
+
+def test_a_console_query_runs_with_the_threads_and_memory_limit_it_is_given(
+    small_db: Path,
+) -> None:
+    sql = "SELECT current_setting('threads') AS threads, current_setting('memory_limit') AS memory"
+    frame = run_console_query(db_version(small_db), sql, memory_bytes=512 << 20, threads=1).frame
+    assert frame.row(0) == (1, "384.0 MiB")  # DuckDB's own cap: 3/4 of the process's

@@ -10,7 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ember.analysis import format as fmt
-from tests.dashboard.apptest import APP, metrics, open_page, shown_table, table, texts
+from tests.dashboard.apptest import APP, as_text, metrics, open_page, shown_table, table, texts
 from tests.dashboard.traces import ALLOCS, DISTINCT, SWEEP
 
 PEAK_TENSORS = sum(nbytes for _, nbytes in ALLOCS)  # all live at once, then freed
@@ -134,7 +134,7 @@ def test_selected_run_lives_in_the_url_and_survives_a_page_change(app_env: Path)
 
 def test_unknown_run_in_the_link_falls_back_with_a_warning(app_env: Path) -> None:
     at = open_page(run="deleted-run")
-    assert "`run=deleted-run` from the link is not in this database" in texts(at.warning)
+    assert "run=deleted-run from the link is not in this database" in as_text(texts(at.warning))
     assert at.query_params["run"] == at.selectbox(key="ember_sel_run").value != "deleted-run"
 
 
@@ -160,8 +160,8 @@ def test_an_ambiguous_start_in_the_link_lists_the_runs_it_could_be() -> None:
     at = AppTest.from_function(page)
     at.query_params["run"] = "e57e"
     at.run()
-    assert texts(at.warning) == (
-        "`run=e57e` from the link starts 2 ids: sweep · e57e161d; disk · e57e99aa. "
+    assert as_text(texts(at.warning)) == (
+        "run=e57e from the link starts 2 ids: sweep · e57e161d; disk · e57e99aa. "
         "Showing sweep · e57e161d; give more characters to pick one."
     )
     assert at.selectbox(key="ember_sel_run").value == "e57e161d9a"
@@ -178,7 +178,7 @@ def test_each_page_opens_on_the_newest_run_with_data_for_it(app_env: Path) -> No
         picker = at.selectbox(key="ember_sel_run")
         assert picker.value == "big-cache"  # recorded after small-cache
         assert at.query_params["run"] == "big-cache"
-        note = texts(at.caption)
+        note = as_text(texts(at.caption))
         assert f"the newest run with {what}; 1 newer run(s) have none (tiny-break · " in note
         assert " · hub)" in note
         assert "recorded no memory" not in texts(at.info)
@@ -443,7 +443,7 @@ def test_sql_console_refuses_a_write_typed_in(app_env: Path) -> None:
     at = open_page("sql.py")
     at.text_area(key="ember_sql_text").input("DELETE FROM runs").run()
     at.button(key="ember_sql_run").click().run()
-    assert "Refused: the SQL console is read-only: DELETE" in texts(at.error)
+    assert "Refused: the SQL console is read-only: DELETE" in as_text(texts(at.error))
     at.text_area(key="ember_sql_text").input("SELECT * FROM read_csv('/etc/passwd')").run()
     at.button(key="ember_sql_run").click().run()
     assert "reading or writing files is disabled" in texts(at.error)
@@ -457,8 +457,8 @@ def test_missing_database_says_what_to_do(tmp_path: Path, monkeypatch) -> None:
 
     monkeypatch.setenv(DB_ENV, str(tmp_path / "nope.duckdb"))
     at = AppTest.from_file(str(APP), default_timeout=30).run()
-    assert "no such database" in texts(at.error)
-    assert "ember ingest TRACES --db" in texts(at.error)
+    assert "no such database" in as_text(texts(at.error))
+    assert "ember ingest TRACES --db" in as_text(texts(at.error))
 
 
 AUTH = {
