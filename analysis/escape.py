@@ -18,8 +18,9 @@ __all__ = ["md_text", "visible", "xml_text"]
 
 # C0 and C1 control characters and DEL: invisible, and some (ESC) drive a terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-# Characters XML 1.0 does not allow at all, even escaped (tab, LF and CR are allowed).
-_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# Characters XML 1.0 does not allow at all, even escaped (tab and LF are allowed), and CR,
+# which every XML parser reads back as LF (end-of-line handling).
+_NOT_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ud800-\udfff\ufffe\uffff]")
 # CommonMark: "Any ASCII punctuation character may be backslash-escaped" and then stands
 # for itself. Escaping every one (not a chosen few) also covers GFM's tables (|),
 # strikethrough (~) and autolinks, and Streamlit's :color[...] and $math$.
@@ -46,8 +47,8 @@ def md_text(text: object) -> str:
 
 def xml_text(text: object) -> str:
     """``text`` for an XML attribute or element (ElementTree escapes ``<&>"`` itself): the
-    characters XML 1.0 forbids (most control characters) written as escapes instead of
-    making the document unreadable."""
+    characters XML 1.0 forbids (most control characters) and CR written as escapes (``\\x1b``,
+    ``\\r``) instead of making the document unreadable or changing on the way."""
 
     def show(m: re.Match[str]) -> str:
         return repr(m.group(0))[1:-1]
