@@ -14,8 +14,8 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from typing import Any
 
-import click
 import duckdb
 import typer
 from rich.console import Console
@@ -31,7 +31,7 @@ class _Commands(TyperGroup):
     an input too big for memory) becomes an ``error:`` line and exit 2, not a traceback.
     Commands raise ``fail(...)`` themselves for what they can say better."""
 
-    def invoke(self, ctx: click.Context) -> object:
+    def invoke(self, ctx: Any) -> Any:  # typer.core.Context (typer vendors click)
         try:
             return super().invoke(ctx)
         except (OSError, duckdb.Error, DatabasePathError, MemoryError) as exc:

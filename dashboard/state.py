@@ -72,7 +72,8 @@ def select_param(
     if not options:
         return None
 
-    def shown(value: str) -> str:  # for Markdown: ids and labels come from the traces
+    def shown(value: str | None) -> str:  # for Markdown: ids and labels come from the traces
+        value = str(value)
         return md_text(labels.get(value, value) if labels else value)
 
     wanted = get_param(name)
