@@ -266,8 +266,14 @@ def _in_child(version: DbVersion, sql: str, limits: _Limits) -> tuple[pa.Table, 
         if not receive.poll(limits.timeout_s + 10):  # the interrupt did not stop it
             raise ConsoleRefused(_explain(duckdb.InterruptException(), version))
         status, payload, cut = receive.recv()
-    except EOFError:  # the child died (killed for memory, or crashed) before answering
-        raise ConsoleRefused(_over_memory(limits.memory_bytes)) from None
+    except EOFError:  # the child ended before answering
+        child.join()
+        if child.exitcode == -9:  # SIGKILL: the kernel's OOM killer
+            raise ConsoleRefused(_over_memory(limits.memory_bytes)) from None
+        raise ConsoleRefused(
+            f"the query's process ended unexpectedly (exit code {child.exitcode}); "
+            "the server log says why"
+        ) from None
     finally:
         receive.close()
         if child.is_alive():
