@@ -53,6 +53,7 @@ def test_the_sql_page_says_a_wide_result_was_cut_off(
     at.run()
     at.switch_page("sql.py").run()
     assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
     [caption] = [c.value for c in at.caption if "rows" in c.value and "cut off" in c.value]
     assert "cut off after" in caption
     [frame] = [d.value for d in at.dataframe if "s" in d.value.columns]
