@@ -366,7 +366,7 @@ class _FileIngest:
             plan.start == 0
             and self.end == plan.size
             and not self.strict
-            and plan.version == SCHEMA_VERSION
+            and self.migrations.reads_as_is(plan.version)
             and plan.size <= SMALL_FILE
         )
 
@@ -377,7 +377,7 @@ class _FileIngest:
             return
         if (
             self.strict
-            or plan.version != SCHEMA_VERSION
+            or not self.migrations.reads_as_is(plan.version)
             or _find_long_line(plan.path, plan.start, self.end) is not None
         ):
             self._slow_path(self.end)
