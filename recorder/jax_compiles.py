@@ -241,6 +241,8 @@ class _Bridge:
             "changes": changes,
             "outside_jit": prim is not None,
             "jax_explanation": explanation,
+            "called_at": exp.called_at if exp else None,
+            "defined_at": exp.defined_at if exp else None,
         }
         bus.emit(E.start(E.JIT), {"monotonic_time": t0, "system_time": int(first * 1e9)}, start_md)
         bus.emit(E.stop(E.JIT), {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)

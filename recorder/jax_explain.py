@@ -47,6 +47,10 @@ _TREE_DIFF = re.compile(
     r"^\s*\* at input path (?P<arg>.*?), now (?P<new>.+) and before (?P<old>.+?)"
     r"(?:, so (?P<why>.+))?$"
 )
+# "TRACING CACHE MISS at FILE:LINE:COL (CALLER) [costing 1.2 ms] [because]:" and
+# "f id=... defined at FILE:LINE" / "for f defined at FILE:LINE"
+_CALLED_AT = re.compile(r"^TRACING CACHE MISS at (?P<at>.+?)(?: costing [^:]*?)?(?: because)?:\s*$")
+_DEFINED_AT = re.compile(r"defined at (?P<at>\S+)")
 _CTX_DIFF = re.compile(r"^\s*\* (?P<arg>.+?) differs: now (?P<new>.+) and before (?P<old>.+)$")
 _JAX_TYPE = re.compile(r"^(?P<dtype>[a-z]+[0-9a-z_]*)\[(?P<dims>[^\]]*)\]")
 _SHORT_DTYPE = re.compile(r"^(bf|f|i|u|c)(\d+)$")
@@ -111,15 +115,27 @@ class Explanation:
     reason: str | None = None
     changes: list[dict[str, Any]] = field(default_factory=list)
     text: str = ""
+    called_at: str | None = None
+    """The call that traced it (``file.py:12:8 (test_step)``), when JAX says."""
+    defined_at: str | None = None
+    """Where the function is defined (``file.py:3``), when JAX says."""
+
+
+def _locations(text: str) -> tuple[str | None, str | None]:
+    """Where the traced call is and where the function is defined, as JAX wrote them."""
+    called = _CALLED_AT.match(text.split("\n", 1)[0])
+    defined = _DEFINED_AT.search(text)
+    return (called.group("at") if called else None, defined.group("at") if defined else None)
 
 
 def parse_explanation(text: str) -> Explanation | None:
     """Parse a ``TRACING CACHE MISS`` log message; None for any other message."""
     if not text.startswith(EXPLAIN_PREFIX):
         return None
+    called_at, defined_at = _locations(text)
     m = _NEVER_SEEN.search(text)
     if m:
-        return Explanation(m.group("name").strip(), True, None, [], text)
+        return Explanation(m.group("name").strip(), True, None, [], text, called_at, defined_at)
     m = _FOR_FUN.search(text)
     name = m.group("name").strip() if m else "<unknown>"
     _, sep, diff = text.partition("For the closest previous key:")
@@ -152,7 +168,7 @@ def parse_explanation(text: str) -> Explanation | None:
                 )
                 phrases.append(f"{t.group('arg')}: {t.group('old')} -> {t.group('new')}")
     reason = "; ".join(phrases) if phrases else head.rstrip(":") or diff
-    return Explanation(name, False, reason, changes, text)
+    return Explanation(name, False, reason, changes, text, called_at, defined_at)
 
 
 # ---------------------------------------------------------------- primitives outside jit

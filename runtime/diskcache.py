@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -55,7 +56,15 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["DiskCacheProbe", "ProgramStore", "StoredProgram", "disk_cache", "usable_cache_dir"]
+__all__ = [
+    "KEY_PARTS",
+    "DiskCacheProbe",
+    "ProgramStore",
+    "StoredProgram",
+    "changed_parts",
+    "disk_cache",
+    "usable_cache_dir",
+]
 
 log = logging.getLogger("ember.runtime")
 
@@ -207,12 +216,46 @@ def _runtime_fingerprint() -> str:
 
 
 @functools.cache
-def _platform_fingerprint() -> str:
+def _platform_parts() -> dict[str, str]:
+    """The versions and the device a compiled program depends on."""
     import jax
     import jaxlib
 
+    from ember import __version__ as ember_version
+
     device = jax.devices()[0]
-    return f"jax {jax.__version__} {jaxlib.__version__} {device.platform} {device.device_kind}"
+    return {
+        "ember": ember_version,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": device.platform,
+        "device": device.device_kind,
+    }
+
+
+# the order a miss names the parts that changed in; the names are the schema's DiskKey
+KEY_PARTS = (
+    "model",
+    "ember",
+    "runtime",
+    "jax",
+    "jaxlib",
+    "backend",
+    "device",
+    "xla_flags",
+    "store_format",
+)
+
+
+def changed_parts(before: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """``jaxlib 0.10.1 -> 0.10.2; model 1a2b... -> 3c4d...``: the key parts that differ, in
+    ``KEY_PARTS`` order; None when none does."""
+    changes = [
+        f"{name} {before.get(name) or '(none)'} -> {now.get(name) or '(none)'}"
+        for name in KEY_PARTS
+        if before.get(name) != now.get(name)
+    ]
+    return "; ".join(changes) or None
 
 
 class ProgramStore:
@@ -229,18 +272,54 @@ class ProgramStore:
         self._model_digest = hashlib.sha256(model_bytes).hexdigest()
         self._save_failed = False
 
+    def key_parts(self) -> dict[str, Any]:
+        """What every entry of this store depends on besides its segment, part by part (the
+        schema's ``DiskKey``): the model, Ember, its runtime's sources, JAX, jaxlib, the
+        backend and device, ``XLA_FLAGS`` and the entry layout."""
+        return {
+            "model": self._model_digest[:16],
+            "runtime": _runtime_fingerprint()[:16],
+            **_platform_parts(),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "store_format": _STORE_FORMAT,
+        }
+
     def digest(self, *segment_key: Any) -> str:
         """The entry name for a segment: ``segment_key`` is everything that tells it apart."""
-        text = repr(
-            (
-                _STORE_FORMAT,
-                self._model_digest,
-                _runtime_fingerprint(),
-                _platform_fingerprint(),
-                segment_key,
-            )
-        )
+        parts = self.key_parts()
+        text = repr((self._model_digest, _runtime_fingerprint(), sorted(parts.items()), segment_key))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def site(self, *segment_key: Any) -> str:
+        """A name for the segment alone (its position, arguments, statics), whatever the
+        model's bytes, versions or device: where the key parts of its last entry are kept,
+        so that a miss can say which part changed."""
+        return hashlib.sha256(repr(segment_key).encode()).hexdigest()
+
+    def _site_path(self, site: str) -> Path:
+        return self.directory / f"{site}.key.json"
+
+    def note_key(self, site: str) -> None:
+        """Keep the key parts of the entry just stored for ``site`` (see ``explain_miss``)."""
+        if not usable_cache_dir(self.cache_dir):
+            return
+        data = json.dumps(self.key_parts(), sort_keys=True).encode()
+        try:
+            self._write_atomically(self._site_path(site), lambda f: f.write(data))
+        except Exception as exc:  # only the next miss's explanation is lost
+            self._could_not_store("key parts", self._site_path(site), exc)
+
+    def explain_miss(self, site: str) -> str | None:
+        """Why the store has no entry for a segment it stored before (under another key):
+        the key parts that changed since (``jaxlib 0.10.1 -> 0.10.2``). None when the
+        segment was never stored here, or its parts cannot be read."""
+        try:
+            before = json.loads(self._site_path(site).read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(before, dict):
+            return None
+        return changed_parts(before, self.key_parts())
 
     def path(self, digest: str) -> Path:
         return self.directory / f"{digest}.program"

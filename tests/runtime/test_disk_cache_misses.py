@@ -1,0 +1,74 @@
+"""A disk-cache miss names the part of the key that changed (issue 27)."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from ember import runtime as rt
+from ember.recorder import record
+from ember.runtime import diskcache
+from ember.runtime.examples import token_filter_model
+
+
+def _segment_compiles(path):
+    ends = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    return [
+        r["attrs"]
+        for r in ends
+        if r["kind"] == "span_end" and r["span_kind"] == "segment_compile"
+    ]
+
+
+def _forget_jax_cache(cache_dir):
+    """JAX's own cache keys its entries by the real jaxlib, which a test cannot change:
+    remove them, as another jaxlib would miss them, so that only Ember's store is asked."""
+    for entry in cache_dir.iterdir():
+        if entry.name != "ember-programs":
+            entry.unlink()
+
+
+def _run(model, cache_dir, trace):
+    with record(trace):
+        compiled = rt.compile(model, cache_dir=cache_dir)
+        compiled(input_ids=np.arange(8, dtype=np.int64)[None, :] % 64)
+    return _segment_compiles(trace)
+
+
+def test_a_cache_filled_by_another_jaxlib_names_that_version_change(tmp_path, monkeypatch):
+    model = token_filter_model()
+    real = diskcache._platform_parts()
+    # the first run as another jaxlib would have filled the cache
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jaxlib": "0.10.1"})
+    cold = _run(model, tmp_path / "xla", tmp_path / "cold.jsonl")
+    assert [a["disk_key"]["jaxlib"] for a in cold] == ["0.10.1", "0.10.1"]
+    assert all(a["disk_miss"] is None for a in cold)  # an empty cache: nothing changed
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jaxlib": "0.10.2"})
+    _forget_jax_cache(tmp_path / "xla")
+    warm = _run(model, tmp_path / "xla", tmp_path / "warm.jsonl")
+    assert [a["disk_cache"] for a in warm] == ["miss", "miss"]
+    assert [a["disk_miss"] for a in warm] == ["jaxlib 0.10.1 -> 0.10.2"] * 2
+    # the same versions again: loaded, nothing to explain
+    again = _run(model, tmp_path / "xla", tmp_path / "again.jsonl")
+    assert [(a["disk_cache"], a["disk_miss"]) for a in again] == [("hit", None)] * 2
+
+
+def test_another_ember_version_and_xla_flags_are_named_too(tmp_path, monkeypatch):
+    model = token_filter_model()
+    real = diskcache._platform_parts()
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "ember": "0.0.9"})
+    _run(model, tmp_path / "xla", tmp_path / "cold.jsonl")
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "ember": "0.1.0"})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    _forget_jax_cache(tmp_path / "xla")
+    warm = _run(model, tmp_path / "xla", tmp_path / "warm.jsonl")
+    assert warm[0]["disk_miss"] == (
+        "ember 0.0.9 -> 0.1.0; xla_flags (none) -> --xla_cpu_enable_fast_math=false"
+    )
+
+
+def test_changed_parts_lists_every_part_that_differs_in_key_order():
+    before = {"model": "aa", "jax": "0.10.1", "jaxlib": "0.10.1", "device": "cpu"}
+    now = {"model": "bb", "jax": "0.10.2", "jaxlib": "0.10.1", "device": "cpu"}
+    assert diskcache.changed_parts(before, now) == "model aa -> bb; jax 0.10.1 -> 0.10.2"
+    assert diskcache.changed_parts(now, now) is None
