@@ -287,7 +287,9 @@ class ProgramStore:
     def digest(self, *segment_key: Any) -> str:
         """The entry name for a segment: ``segment_key`` is everything that tells it apart."""
         parts = self.key_parts()
-        text = repr((self._model_digest, _runtime_fingerprint(), sorted(parts.items()), segment_key))
+        text = repr(
+            (self._model_digest, _runtime_fingerprint(), sorted(parts.items()), segment_key)
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
     def site(self, *segment_key: Any) -> str:

@@ -14,9 +14,7 @@ from ember.runtime.examples import token_filter_model
 def _segment_compiles(path):
     ends = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     return [
-        r["attrs"]
-        for r in ends
-        if r["kind"] == "span_end" and r["span_kind"] == "segment_compile"
+        r["attrs"] for r in ends if r["kind"] == "span_end" and r["span_kind"] == "segment_compile"
     ]
 
 
@@ -52,6 +50,24 @@ def test_a_cache_filled_by_another_jaxlib_names_that_version_change(tmp_path, mo
     again = _run(model, tmp_path / "xla", tmp_path / "again.jsonl")
     assert [(a["disk_cache"], a["disk_miss"]) for a in again] == [("hit", None)] * 2
 
+    # the view says it per run: the cold run's misses are new keys, the warm run's a jaxlib
+    from ember.analysis import connect, ingest
+
+    db = tmp_path / "ember.duckdb"
+    ingest([tmp_path / "cold.jsonl", tmp_path / "warm.jsonl", tmp_path / "again.jsonl"], db)
+    rows = connect(db).sql(
+        "SELECT r.file, m.position, m.changed, m.reason, m.jaxlib FROM disk_cache_misses m "
+        "JOIN runs r USING (run_id) ORDER BY r.file, m.position"
+    )
+    got = [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
+    new_key = "new key: not in this cache (a first run fills it; a new shape or static value)"
+    assert got == [
+        ("cold.jsonl", 0, False, new_key, "0.10.1"),
+        ("cold.jsonl", 27, False, new_key, "0.10.1"),
+        ("warm.jsonl", 0, True, "jaxlib 0.10.1 -> 0.10.2", "0.10.2"),
+        ("warm.jsonl", 27, True, "jaxlib 0.10.1 -> 0.10.2", "0.10.2"),
+    ]
+
 
 def test_another_ember_version_and_xla_flags_are_named_too(tmp_path, monkeypatch):
     model = token_filter_model()
@@ -72,3 +88,24 @@ def test_changed_parts_lists_every_part_that_differs_in_key_order():
     now = {"model": "bb", "jax": "0.10.2", "jaxlib": "0.10.1", "device": "cpu"}
     assert diskcache.changed_parts(before, now) == "model aa -> bb; jax 0.10.1 -> 0.10.2"
     assert diskcache.changed_parts(now, now) is None
+
+
+def test_the_report_names_the_version_that_emptied_the_cache(tmp_path, monkeypatch):
+    from ember.analysis import connect, ingest
+    from ember.analysis.report import findings
+
+    model = token_filter_model()
+    real = diskcache._platform_parts()
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jax": "0.10.1"})
+    _run(model, tmp_path / "xla", tmp_path / "cold.jsonl")
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jax": "0.10.2"})
+    _forget_jax_cache(tmp_path / "xla")
+    _run(model, tmp_path / "xla", tmp_path / "warm.jsonl")
+    db = tmp_path / "ember.duckdb"
+    ingest([tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"], db)
+    con = connect(db)
+    texts = {f.run_id: f.text for f in findings(con, limit=50) if f.kind == "disk_miss"}
+    runs = dict(con.sql("SELECT file, run_id FROM runs").iter_rows())
+    warm = texts[runs[str(tmp_path / "warm.jsonl")]]
+    assert warm.endswith("; the cache held them under another key: jax 0.10.1 -> 0.10.2")
+    assert "first run fills the cache" in texts[runs[str(tmp_path / "cold.jsonl")]]
