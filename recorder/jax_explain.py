@@ -101,6 +101,23 @@ def _type_change(arg: str, new: str, old: str) -> tuple[dict[str, Any], str]:
     return change, "; ".join(phrases)
 
 
+_STATIC_VAL = re.compile(r"Static\(val=(?P<val>.*)\)$")
+_POSITIONAL = re.compile(r"^\[0\]\[(?P<i>\d+)\]$")
+_KEYWORD = re.compile(r"^\[1\]\[['\"](?P<k>.+)['\"]\]$")
+
+
+def _static_change(path: str, new: str, old: str) -> tuple[dict[str, Any], str] | None:
+    """A static argument whose value changed (JAX wraps it as ``Static(val=...)``):
+    ``static arg 1: 2 -> 3``; None for any other pytree difference."""
+    n, o = _STATIC_VAL.search(new), _STATIC_VAL.search(old)
+    if n is None or o is None:
+        return None
+    pos, kw = _POSITIONAL.match(path), _KEYWORD.match(path)
+    arg = f"arg {pos.group('i')}" if pos else kw.group("k") if kw else path
+    change = {"arg": arg, "what": "static", "old": o.group("val"), "new": n.group("val")}
+    return change, f"static {arg}: {o.group('val')} -> {n.group('val')}"
+
+
 @dataclass
 class Explanation:
     """JAX's explanation of one tracing-cache miss, parsed.
@@ -153,7 +170,11 @@ def parse_explanation(text: str) -> Explanation | None:
                 phrases.append(phrase)
         elif head.startswith("different input pytree"):
             t = _TREE_DIFF.match(line)
-            if t:
+            static = _static_change(t.group("arg"), t.group("new"), t.group("old")) if t else None
+            if static is not None:
+                changes.append(static[0])
+                phrases.append(static[1])
+            elif t:
                 arg = t.group("arg") or "<args>"
                 changes.append(
                     {"arg": arg, "what": "structure", "old": t.group("old"), "new": t.group("new")}
