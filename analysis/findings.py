@@ -62,6 +62,7 @@ class RunSummary:
     warm_p50_ns: float | None = None
     warm_p99_ns: float | None = None
     warm_calls: int = 0  # calls (else steps) that neither compiled nor failed
+    loaded_calls: int = 0  # calls (else steps) that loaded their programs from a disk cache
 
     @property
     def short_id(self) -> str:

@@ -321,6 +321,7 @@ def _headline(s: RunSummary) -> str:
             s.warm_p50_ns,
             s.warm_p99_ns,
             s.warm_calls,
+            s.loaded_calls,
         )
         parts.append(f"{what} {text}{kind}")
     return " · ".join(parts)
