@@ -7,7 +7,8 @@ each result waited for), timed bare and inside ``ember.expect(recompiles=0, warm
 alternating rounds (bare, expect, bare, ...) so that the machine's load falls on both alike.
 Each round of ``expect`` includes entering and leaving it (attaching to the bus, starting
 the JAX compile watcher, switching on JAX's cache-miss explanations, checking the budget).
-Prints the median microseconds per call of each, their ratio, and the load average
+Prints the median microseconds per call of each, their ratio, the median of the rounds'
+ratios (each expect round against the bare round before it), and the load average
 (``os.getloadavg``): on a shared machine compare the two rows of one run, not runs.
 """
 
@@ -64,6 +65,9 @@ def main() -> None:
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; {args.calls} calls a round")
     print(f"{'bare loop':<16} {b:8.2f} us/call")
     print(f"{'ember.expect':<16} {e:8.2f} us/call   {e / b:.3f}x the bare loop (goal <= 1.2x)")
+    # each expect round against the bare round just before it: the load moves both alike
+    ratios = [x / y for x, y in zip(times["expect"], times["bare"], strict=True)]
+    print(f"median of the rounds' ratios {statistics.median(ratios):.3f}x")
 
 
 if __name__ == "__main__":
