@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import pickle
@@ -55,6 +54,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+
+from ember.recorder.disk_keys import KEY_PARTS, changed_parts, read_parts, write_parts
 
 __all__ = [
     "KEY_PARTS",
@@ -233,31 +234,6 @@ def _platform_parts() -> dict[str, str]:
     }
 
 
-# the order a miss names the parts that changed in; the names are the schema's DiskKey
-KEY_PARTS = (
-    "model",
-    "ember",
-    "runtime",
-    "jax",
-    "jaxlib",
-    "backend",
-    "device",
-    "xla_flags",
-    "store_format",
-)
-
-
-def changed_parts(before: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
-    """``jaxlib 0.10.1 -> 0.10.2; model 1a2b... -> 3c4d...``: the key parts that differ, in
-    ``KEY_PARTS`` order; None when none does."""
-    changes = [
-        f"{name} {before.get(name) or '(none)'} -> {now.get(name) or '(none)'}"
-        for name in KEY_PARTS
-        if before.get(name) != now.get(name)
-    ]
-    return "; ".join(changes) or None
-
-
 class ProgramStore:
     """Compiled segments of one model in ``<cache_dir>/ember-programs``.
 
@@ -305,9 +281,8 @@ class ProgramStore:
         """Keep the key parts of the entry just stored for ``site`` (see ``explain_miss``)."""
         if not usable_cache_dir(self.cache_dir):
             return
-        data = json.dumps(self.key_parts(), sort_keys=True).encode()
         try:
-            self._write_atomically(self._site_path(site), lambda f: f.write(data))
+            write_parts(self._site_path(site), self.key_parts())
         except Exception as exc:  # only the next miss's explanation is lost
             self._could_not_store("key parts", self._site_path(site), exc)
 
@@ -315,13 +290,8 @@ class ProgramStore:
         """Why the store has no entry for a segment it stored before (under another key):
         the key parts that changed since (``jaxlib 0.10.1 -> 0.10.2``). None when the
         segment was never stored here, or its parts cannot be read."""
-        try:
-            before = json.loads(self._site_path(site).read_bytes())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(before, dict):
-            return None
-        return changed_parts(before, self.key_parts())
+        before = read_parts(self._site_path(site))
+        return None if before is None else changed_parts(before, self.key_parts())
 
     def path(self, digest: str) -> Path:
         return self.directory / f"{digest}.program"

@@ -22,7 +22,8 @@ Version 3 (``ember.trace/3``, additive: a version 2 record is a valid version 3 
 ``segment_compile`` end carries the parts of its disk-cache key (``disk_key``) and, when the
 disk cache missed an entry it holds for the same segment under another key, the part that
 changed (``disk_miss``: ``jaxlib 0.10.1 -> 0.10.2``); a ``jit`` end carries where the
-function was defined and called (``defined_at``, ``called_at``).
+function was defined and called (``defined_at``, ``called_at``) and, with JAX's persistent
+cache on, the same two fields for it.
 """
 
 from __future__ import annotations
@@ -365,6 +366,16 @@ class JitEndAttrs(JitAttrs):
     called_at: str | None = Field(
         None,
         description="The call that traced it: file:line:column (function), from JAX.",
+    )
+    disk_key: DiskKey | None = Field(
+        None,
+        description="With JAX's persistent cache on: the parts of its key Ember can name "
+        "(jax, jaxlib, backend, device, xla_flags).",
+    )
+    disk_miss: str | None = Field(
+        None,
+        description="On a persistent-cache miss of a function the cache stored before: the "
+        "key parts that changed (`jaxlib 0.10.1 -> 0.10.2`).",
     )
 
 

@@ -136,7 +136,7 @@ def _v1_spans_ended_at_dispatch(record: RawRecord) -> RawRecord:
 
 @MIGRATIONS.register(from_version=2, additive=True)
 def _v2_fields_added(record: RawRecord) -> RawRecord:
-    """2 -> 3: only optional fields were added (``segment_compile``'s ``disk_key`` and
-    ``disk_miss``, ``jit``'s ``defined_at`` and ``called_at``): records read as they are;
-    ``upgrade`` sets the meta's schema id."""
+    """2 -> 3: only optional fields were added (``disk_key`` and ``disk_miss`` of
+    ``segment_compile`` and ``jit`` ends, ``defined_at`` and ``called_at`` of ``jit`` ends):
+    records read as they are; ``upgrade`` sets the meta's schema id."""
     return record

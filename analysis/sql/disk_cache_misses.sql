@@ -1,6 +1,7 @@
 -- disk_cache_misses: one row per compile that looked in a persistent (disk) cache and did
 -- not find its program there: a segment compiled with a cache_dir, or a jitted function
--- compiled while JAX's persistent compilation cache was on.
+-- compiled while JAX's persistent compilation cache was on (not the jit compiles inside a
+-- segment's compile: those are the segment's own program, its row already).
 --
 -- run_id, source   the run and the model source (NULL for a jitted function)
 -- position      the segment's graph position (NULL for a jitted function)
@@ -15,7 +16,8 @@
 --               else why there was nothing to find: 'new key: not in this cache (a first
 --               run fills it; a new shape or static value)'
 -- model, ember, runtime, jax, jaxlib, backend, device, xla_flags
---               the parts of the key the compile looked for (segments; NULL for jit)
+--               the parts of the key the compile looked for (model, ember and runtime are
+--               NULL for a jitted function: JAX's key has the program itself instead)
 SELECT
     s.run_id,
     s.source,
@@ -40,6 +42,8 @@ SELECT
     s.end_attrs.disk_key.device AS device,
     s.end_attrs.disk_key.xla_flags AS xla_flags
 FROM spans s
+LEFT JOIN span_start p ON p.run_id = s.run_id AND p.span_id = s.parent_id
 WHERE (s.span_kind = 'segment_compile' AND s.end_attrs.disk_cache = 'miss'
         AND s.end_attrs.compiled IS DISTINCT FROM false)
-    OR (s.span_kind = 'jit' AND s.end_attrs.persistent_cache = 'miss')
+    OR (s.span_kind = 'jit' AND s.end_attrs.persistent_cache = 'miss'
+        AND p.span_kind IS DISTINCT FROM 'segment_compile')

@@ -22,7 +22,7 @@ def _forget_jax_cache(cache_dir):
     """JAX's own cache keys its entries by the real jaxlib, which a test cannot change:
     remove them, as another jaxlib would miss them, so that only Ember's store is asked."""
     for entry in cache_dir.iterdir():
-        if entry.name != "ember-programs":
+        if entry.is_file():  # Ember's own folders (ember-programs, ember-jit-keys) stay
             entry.unlink()
 
 
@@ -109,3 +109,47 @@ def test_the_report_names_the_version_that_emptied_the_cache(tmp_path, monkeypat
     warm = texts[runs[str(tmp_path / "warm.jsonl")]]
     assert warm.endswith("; the cache held them under another key: jax 0.10.1 -> 0.10.2")
     assert "first run fills the cache" in texts[runs[str(tmp_path / "cold.jsonl")]]
+
+
+def test_the_view_has_jax_persistent_cache_misses_once_each(tmp_path, monkeypatch):
+    """A jitted function that missed JAX's persistent cache after a jaxlib change is a row
+    with that reason; the jit compiles inside a segment's compile are not rows of their own."""
+    import jax
+
+    from ember.analysis import connect, ingest
+    from ember.recorder import jax_compiles as jc
+    from ember.recorder.jax import watch_compiles
+
+    real = jc._platform_parts()
+    folder = tmp_path / "xla"
+
+    def run(name: str, jaxlib: str) -> None:
+        monkeypatch.setattr(jc, "_platform_parts", lambda: {**real, "jaxlib": jaxlib})
+        if folder.exists():
+            _forget_jax_cache(folder)
+        jax.clear_caches()
+        with record(tmp_path / name), watch_compiles(), diskcache.disk_cache(folder):
+            jax.jit(lambda x: x * 5 - 1)(np.arange(4.0)).block_until_ready()
+        with record(tmp_path / f"model-{name}"), watch_compiles():
+            rt.compile(token_filter_model(), cache_dir=tmp_path / "store")(input_ids=_ids(8))
+
+    run("cold.jsonl", "0.10.1")
+    run("warm.jsonl", "0.10.2")
+    db = tmp_path / "ember.duckdb"
+    ingest(sorted(tmp_path.glob("*.jsonl")), db)
+    rows = connect(db).sql(
+        "SELECT r.file, m.fun_name, m.position, m.changed, m.reason FROM disk_cache_misses m "
+        "JOIN runs r USING (run_id) ORDER BY r.file, m.position NULLS FIRST"
+    )
+    got = [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
+    new_key = "new key: not in this cache (a first run fills it; a new shape or static value)"
+    assert got == [
+        ("cold.jsonl", "<lambda>", None, False, new_key),
+        ("model-cold.jsonl", None, 0, False, new_key),
+        ("model-cold.jsonl", None, 27, False, new_key),
+        ("warm.jsonl", "<lambda>", None, True, "jaxlib 0.10.1 -> 0.10.2"),
+    ]
+
+
+def _ids(n):
+    return np.arange(n, dtype=np.int64)[None, :] % 64
