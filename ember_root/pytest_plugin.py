@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     import polars as pl
 
-    from ember.budget import Seen
+    from ember.budget import Budget, Seen
 
 __all__ = ["EmberTrace"]
 
@@ -59,7 +59,7 @@ class EmberTrace:
     disk cache, evictions); the views read the trace as ``ember ingest`` would.
     """
 
-    def __init__(self, path: Path, nodeid: str, warmup: int = 0) -> None:
+    def __init__(self, path: Path, nodeid: str, warmup: int = 0, peak_memory: bool = False) -> None:
         from ember.budget import Watch
         from ember.recorder import record
 
@@ -70,7 +70,7 @@ class EmberTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.recorder = self._stack.enter_context(record(path, test=nodeid, entrypoint=nodeid))
         try:
-            self._watch = Watch(warmup=warmup).start()
+            self._watch = Watch(warmup=warmup, peak_memory=peak_memory).start()
         except BaseException:
             self._stack.close()
             raise
@@ -136,26 +136,26 @@ def _record_dir(config: pytest.Config) -> Path | None:
     return Path(value) if value else None
 
 
-def _warmup(item: pytest.Item) -> int:
-    marker = item.get_closest_marker(_MARKER)
-    return int(marker.kwargs.get("warmup", 0)) if marker is not None else 0
-
-
 @pytest.fixture
 def ember_trace(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Generator[EmberTrace, None, None]:
     """Record this test: ``ember_trace.run_summary()``, ``.recompiles()``, ``.sql(q)``."""
     folder = _record_dir(request.config) or tmp_path_factory.mktemp("ember")
-    trace = EmberTrace(folder / _file_name(request.node.nodeid), request.node.nodeid)
-    trace.seen.warmup = _warmup(request.node)
+    budget = _budget_of(request.node)
+    trace = EmberTrace(
+        folder / _file_name(request.node.nodeid),
+        request.node.nodeid,
+        warmup=budget.warmup if budget is not None else 0,
+        peak_memory=budget is not None and budget.peak_memory is not None,
+    )
     try:
         yield trace
     finally:
         trace.close()
 
 
-def _budget_of(item: pytest.Item) -> Any:
+def _budget_of(item: pytest.Item) -> Budget | None:
     marker = item.get_closest_marker(_MARKER)
     if marker is None:
         return None
@@ -190,14 +190,19 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         return (yield)
     own = ExitStack()  # what this hook started for the test, stopped after it
     if trace is None and record_dir is not None:
-        trace = EmberTrace(record_dir / _file_name(item.nodeid), item.nodeid)
+        trace = EmberTrace(
+            record_dir / _file_name(item.nodeid),
+            item.nodeid,
+            warmup=budget.warmup if budget is not None else 0,
+            peak_memory=budget is not None and budget.peak_memory is not None,
+        )
         own.callback(trace.close)
     if trace is not None:
         seen = trace.seen
-        seen.warmup = budget.warmup if budget is not None else seen.warmup
     else:
         from ember.budget import Watch
 
+        assert budget is not None  # neither the fixture nor --ember-record: the marker
         watch = Watch(warmup=budget.warmup, peak_memory=budget.peak_memory is not None)
         seen = watch.start().seen
         own.callback(watch.stop)

@@ -109,3 +109,29 @@ def test_it():
     result = _run(pytester)
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*test_bad.py::test_it: compile_budget: recompiles='few'*"])
+
+
+def test_a_peak_memory_budget_holds_with_the_fixture_too(pytester):
+    pytester.makepyfile(
+        test_peak="""
+import jax
+import numpy as np
+import pytest
+
+
+@pytest.mark.compile_budget(peak_memory="1KiB")
+def test_big(ember_trace):
+    keep = jax.jit(lambda x: x * 2)(np.ones((256, 256), np.float32)).block_until_ready()
+    assert ember_trace.seen.compiles
+
+
+@pytest.mark.compile_budget(peak_memory="1GiB")
+def test_small():
+    jax.jit(lambda x: x + 1)(np.ones(4, np.float32)).block_until_ready()
+"""
+    )
+    result = _run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    # at least the 256x256 float32 output (256 KiB), when the sampler caught it; the input
+    # on the device too (512 KiB) when it caught both
+    result.stdout.fnmatch_lines(["E     peak_memory: * KiB, expected <= 1.0 KiB"])
