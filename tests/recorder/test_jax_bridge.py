@@ -609,3 +609,28 @@ def test_a_persistent_cache_miss_names_the_jax_version_that_changed(tmp_path, mo
     assert first["disk_miss"] is None  # nothing stored before
     assert second["persistent_cache"] == "miss"
     assert second["disk_miss"] == "jaxlib 0.10.1 -> 0.10.2"
+
+
+def test_explanations_say_where_the_call_and_the_function_are_and_static_values():
+    first = parse_explanation(
+        "TRACING CACHE MISS at /w/t.py:10:4 (test_it):\n  never seen function:\n"
+        "    f id=140636875916448 defined at /w/t.py:7"
+    )
+    assert (first.first, first.called_at, first.defined_at) == (
+        True,
+        "/w/t.py:10:4 (test_it)",
+        "/w/t.py:7",
+    )
+    static = parse_explanation(
+        "TRACING CACHE MISS at /w/t.py:12:27 (<module>) costing 1.2 ms because:\n"
+        "  for scale defined at /w/t.py:7\n"
+        "  all previously seen cache keys differ. For the closest previous key:\n"
+        "  different input pytree:\n"
+        "  * at input path [0][1], now <class 'jax._src.tree_util.Static'> with pytree "
+        "metadata Static(val=3) and before <class 'jax._src.tree_util.Static'> with pytree "
+        "metadata Static(val=2), so the pytree node metadata does not match"
+    )
+    assert static.called_at == "/w/t.py:12:27 (<module>)"
+    assert static.defined_at == "/w/t.py:7"
+    assert static.reason == "static arg 1: 2 -> 3"
+    assert static.changes == [{"arg": "arg 1", "what": "static", "old": "2", "new": "3"}]
