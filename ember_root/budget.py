@@ -13,9 +13,10 @@ reason for a retrace: ``x dim 0: 32 -> 16``, dtype, weak type, static value, pyt
 structure) and of an Ember model's segments (with what changed in the segment's key since
 the previous compile at its position, and whether the key had been evicted), the segment
 cache's evictions, the programs loaded from a disk cache (which are not compiles) and, with
-a ``peak_memory`` budget, the device memory. On exit, a budget that does not hold raises
-``CompileBudgetExceeded`` (an ``AssertionError``: pytest shows it as a failed assertion)
-listing each extra compile with its function, where it was called and why.
+a ``peak_memory`` budget, the device memory (read when the block starts and ends and every
+5 ms in between: a peak shorter than that can be missed). On exit, a budget that does not
+hold raises ``CompileBudgetExceeded`` (an ``AssertionError``: pytest shows it as a failed
+assertion) listing each extra compile with its function, where it was called and why.
 
 A budget is an ``int`` (exactly that many), or a string ``"<=N"``, ``"<N"``, ``">=N"``,
 ``">N"``, ``"==N"``; ``peak_memory`` is a size (``"200MiB"``, ``"1.5GB"``, bytes as an int)
