@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -513,13 +513,3 @@ class expect:
         self._stack.__exit__(exc_type, exc, tb)
         if exc_type is None:
             self.budget.check(seen)
-
-
-def iter_lines(seen: Seen) -> Iterator[str]:
-    """Every compile, load and eviction of ``seen``, one line each (for a summary)."""
-    for c in seen.compiles:
-        yield c.line()
-    for c in seen.loads:
-        yield f"{c.name}: loaded from the disk cache"
-    for e in seen.evictions:
-        yield e.line()
