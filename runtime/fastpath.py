@@ -283,28 +283,19 @@ class WholeGraphCall:
             if bus.listening(*_CALL_SPAN):
                 meta = {"source": source, "shapes": call_shapes(inputs)}
                 with bus.span(E.CALL, meta) as span:
-                    if bus.listening(*_SEGMENT_SPAN):
-                        # the whole graph is one segment: its run, as on the segmented path
-                        seg_meta = {
-                            "source": source,
-                            "position": 0,
-                            "stop": _END,
-                            "compiled": True,
-                            "key": state.entry.key_hex,
-                        }
-                        with bus.span(E.SEGMENT, seg_meta):
-                            result = state.run(args)
-                            dispatched = time.monotonic_ns()
-                            if bus.sync:
-                                state.block(result)  # the segment's results are the call's
-                    else:
-                        result = state.run(args)
-                        dispatched = time.monotonic_ns()
-                        if bus.sync:
-                            state.block(result)
+                    ran = time.monotonic_ns()
+                    result = state.run(args)
+                    ready = time.monotonic_ns()
                     if bus.sync:
+                        state.block(result)
+                        dispatched, ready = ready, time.monotonic_ns()
                         # the span ends at the results; the dispatch time goes with it
                         span.set(dispatch_ns=dispatched - span.start)
+                        span.end = ready
+                    if bus.listening(*_SEGMENT_SPAN):
+                        # the whole graph is one segment: its run, as on the segmented path,
+                        # its events sent once it ended (outside the call's time, too)
+                        bus.emit_span(E.SEGMENT, state.segment_meta(source), ran, ready)
                     return result
             result = state.run(args)
             if state.simple and not state.x64 and not unchecked and generation == bus.generation:
@@ -340,6 +331,16 @@ class WholeGraphCall:
         result = dict(self.entry.host_outputs)
         result.update(zip(self.entry.dynamic_outputs, outs, strict=True))
         return {n: result[n] for n in self.names}
+
+    def segment_meta(self, source: str | None) -> dict[str, Any]:
+        """The metadata of the whole graph's segment span."""
+        return {
+            "source": source,
+            "position": 0,
+            "stop": _END,
+            "compiled": True,
+            "key": self.entry.key_hex,
+        }
 
     def block(self, result: dict[str, Any]) -> None:
         """Wait for a call's outputs: each array's own wait when all come from the program
