@@ -207,7 +207,7 @@ def test_a_span_ended_by_its_body_and_a_child_sent_after_it_ran(seen):
         "ember.segment.stop",
         "ember.call.stop",
     ]
-    (_, _, call_md), (_, seg_m1, seg_md), (_, seg_m2, seg_md2), (_, call_m, _) = events
+    _, (_, seg_m1, seg_md), (_, seg_m2, seg_md2), (_, call_m, _) = events
     assert (
         seg_md
         == seg_md2
