@@ -97,7 +97,7 @@ BATCH_FILES = 256
 """At most this many files are staged, checked and written together (one transaction)."""
 BATCH_BYTES = 64 << 20
 """... and at most this many bytes (a larger file is a batch of its own)."""
-PIECE_BYTES = 256 << 20
+PIECE_BYTES = 512 << 20
 """A file larger than this goes in in pieces of at most this many bytes (whole lines), one
 batch and one transaction each, as a file that grew would: the memory an ingest takes is
 bounded by the piece, not the file (a reader may see a big file's first pieces before the

@@ -203,9 +203,11 @@ class WholeGraphCall:
         "__weakref__",
         "call",
         "checked",
+        "cpp",
         "entry",
         "exe",
         "names",
+        "segment",
         "signature",
         "simple",
         "try_call",
@@ -234,6 +236,8 @@ class WholeGraphCall:
             functools.partial(entry.exe, params) if params else entry.exe
         )
         self.x64 = entry.needs_x64
+        self.cpp = False  # ``call`` is jax's C++ call (``_use_cpp_call``)
+        self.segment: dict[str, Any] | None = None  # ``segment_meta``
         self.entry = entry
         self.names = output_names
         # Outputs straight from the program, in the model's order: build the dict by zip.
@@ -290,7 +294,7 @@ class WholeGraphCall:
                         state.block(result)
                         dispatched, ready = ready, time.monotonic_ns()
                         # the span ends at the results; the dispatch time goes with it
-                        span.set(dispatch_ns=dispatched - span.start)
+                        span.stop_metadata["dispatch_ns"] = dispatched - span.start
                         span.end = ready
                     if bus.listening(*_SEGMENT_SPAN):
                         # the whole graph is one segment: its run, as on the segmented path,
@@ -314,33 +318,41 @@ class WholeGraphCall:
                 outs = self.call(*args)
         else:
             outs = self.call(*args)
-        if self.call is self.exe or (
-            isinstance(self.call, functools.partial) and self.call.func is self.exe
-        ):
-            # jax makes the C++ call of a compiled program on its first call; use it directly
-            cpp = getattr(self.exe, "_call", None)
-            if callable(cpp):
-                call = self.call
-                self.call = (
-                    functools.partial(cpp, *call.args)
-                    if isinstance(call, functools.partial)
-                    else cpp
-                )
+        if not self.cpp:
+            self._use_cpp_call()
         if self.simple:
             return dict(zip(self.names, outs, strict=False))
         result = dict(self.entry.host_outputs)
         result.update(zip(self.entry.dynamic_outputs, outs, strict=True))
         return {n: result[n] for n in self.names}
 
+    def _use_cpp_call(self) -> None:
+        """Call jax's C++ call of the program directly, once jax has made it (on its first
+        call); ``cpp`` says it is done (recorded calls run through ``run`` each time)."""
+        call = self.call
+        if call is self.exe or (isinstance(call, functools.partial) and call.func is self.exe):
+            cpp = getattr(self.exe, "_call", None)
+            if callable(cpp):
+                self.call = (
+                    functools.partial(cpp, *call.args)
+                    if isinstance(call, functools.partial)
+                    else cpp
+                )
+                self.cpp = True
+        else:
+            self.cpp = True
+
     def segment_meta(self, source: str | None) -> dict[str, Any]:
-        """The metadata of the whole graph's segment span."""
-        return {
-            "source": source,
-            "position": 0,
-            "stop": _END,
-            "compiled": True,
-            "key": self.entry.key_hex,
-        }
+        """The metadata of the whole graph's segment span (made once: the bus copies it)."""
+        if self.segment is None:
+            self.segment = {
+                "source": source,
+                "position": 0,
+                "stop": _END,
+                "compiled": True,
+                "key": self.entry.key_hex,
+            }
+        return self.segment
 
     def block(self, result: dict[str, Any]) -> None:
         """Wait for a call's outputs: each array's own wait when all come from the program
