@@ -1,8 +1,8 @@
 """Ingest speed: many small files, one big file against raw DuckDB, Spark against DuckDB.
 
     .venv/bin/python benchmarks/bench_ingest.py [--small 300] [--records 300000]
-        [--repeat 1] [--spark-files 2] [--spark-records 20000] [--threads 2] [--skip-spark]
-        [--views] [--keep DIR]
+        [--shapes repetitive,compile,memory] [--repeat 1] [--spark-files 2]
+        [--spark-records 20000] [--threads 2] [--skip-spark] [--views] [--keep DIR]
 
 Only the big file, three times (raw and Ember in turn; the median ratio):
 ``--small 0 --skip-spark --repeat 3``.
@@ -13,11 +13,18 @@ The three measurements of issue 16's "done when", each on fresh files and databa
    device_memory reading, one per job), ingested into a fresh DuckDB file and into a fresh
    lake (``ingest_lake``), in files/s; then the same files again (unchanged: stat and
    bookkeeping only), in files/s. Targets: >= 100 files/s first, >= 1,000 files/s again.
-2. **One big file** (item 5): a realistic trace of ``--records`` records
-   (``ember.analysis.synthetic``), read by DuckDB alone (``CREATE TABLE AS SELECT * FROM
+2. **One big file** (item 5), of each shape in ``--shapes`` (``ember.analysis.synthetic``,
+   issue 26): ``repetitive`` (a few input lengths, mostly cache hits: ``write_trace``),
+   ``compile`` (a sweep of input lengths through a model with a break and a segment cache
+   of 2, every call compiling and evicting at both segments, the sweep repeated with later
+   timestamps and fresh span ids: ``write_compile_trace``; most objects are distinct) and
+   ``memory`` (a profiled run: memory alloc/free and op records: ``write_memory_trace``),
+   ``--records`` records each, read by DuckDB alone (``CREATE TABLE AS SELECT * FROM
    read_json(file, columns=<types from the schema>)`` into a fresh database file, closed:
    no checks, one wide table) and by ``ember.analysis.ingest`` (validated, per-kind tables,
-   bookkeeping, closed), in MB/s and records/s side by side. Target: Ember >= 0.8x raw.
+   bookkeeping, closed), each in a fresh process (its peak RSS; wall and CPU seconds of the
+   read itself, not the process's start), in MB/s and records/s side by side. Target:
+   Ember >= 0.8x raw on each shape.
 3. **Spark** (items 2 and 6): ``--spark-files`` traces of ``--spark-records`` records into a
    fresh lake with DuckDB (``ingest_lake``, 1 and ``--threads`` threads) and with Spark
    ``local[1]`` and ``local[2]`` (``ingest_spark``); the Spark session's start (the JVM,

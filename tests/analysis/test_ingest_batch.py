@@ -272,3 +272,29 @@ def test_a_big_file_in_pieces_gives_the_result_and_rows_of_one_read(tmp_path, mo
     # ingest_file goes piece by piece too
     with connect(tmp_path / "one.duckdb") as con:
         assert _same(ingest_module.ingest_file(con, trace)) == _same(whole[0])
+
+
+def test_the_synthetic_shapes_are_valid_traces_of_what_they_say(tmp_path):
+    from ember.analysis.synthetic import write_compile_trace, write_memory_trace
+    from ember.schemas import validate_file
+
+    compile_trace, memory_trace = tmp_path / "c.jsonl", tmp_path / "m.jsonl"
+    counts = {}
+    for write, path in ((write_compile_trace, compile_trace), (write_memory_trace, memory_trace)):
+        n = write(path, 3000)
+        report = validate_file(path)  # pydantic on every line
+        assert report.ok, report.errors[:3]
+        assert sum(report.counts.values()) == n == len(path.read_bytes().splitlines())
+        counts[path.name] = report.counts
+    recs = [json.loads(line) for line in compile_trace.read_text().splitlines()]
+    calls = sum(r["kind"] == "span_start" and r["span_kind"] == "call" for r in recs)
+    actions = [r["action"] for r in recs if r["kind"] == "cache"]
+    # every call misses at both positions, and evicts once each cache of 2 is full
+    assert actions.count("miss") == 2 * calls
+    assert actions.count("evict") == 2 * calls - 4
+    assert actions.count("hit") == 0
+    assert counts["m.jsonl"]["memory"] == 2 * counts["m.jsonl"]["op"]
+    memory = [json.loads(line) for line in memory_trace.read_text().splitlines()]
+    alloc = {r["tensor_id"] for r in memory if r["kind"] == "memory" and r["action"] == "alloc"}
+    freed = [r["tensor_id"] for r in memory if r["kind"] == "memory" and r["action"] == "free"]
+    assert sorted(freed) == sorted(alloc)  # each tensor freed once
