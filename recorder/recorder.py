@@ -371,6 +371,8 @@ class Recorder:
                     )
                 except Exception as exc:
                     log.error("ember: a %s record could not be written: %s", md, exc)
+            if self._writer.closed:  # an event that came after the recording closed
+                return
             self._writer.append(b"".join(lines))
 
     # ------------------------------------------------------------ instrumentation API
