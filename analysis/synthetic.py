@@ -202,11 +202,11 @@ def write_history(
     for i in range(runs):
         thrash = recompile_step_at is not None and i >= recompile_step_at
         slow = latency_step_at is not None and i >= latency_step_at
-        path = out / f"{run_prefix}-{i:05d}.jsonl"
+        run_id = f"{i:08d}-{run_prefix}"  # its first 8 characters (a short id) tell runs apart
         write_trace(
-            path,
+            out / f"{run_id}.jsonl",
             records,
-            run_id=f"{run_prefix}-{i:05d}",
+            run_id=run_id,
             seed=seed * 1_000_003 + i,
             cache_size=2 if thrash else 4,
             lengths=12 if thrash else 1,
@@ -215,5 +215,5 @@ def write_history(
             tags=tags,
             call_ns=(100_000, 1_800_000) if slow else (50_000, 900_000),
         )
-        paths.append(path)
+        paths.append(out / f"{run_id}.jsonl")
     return paths

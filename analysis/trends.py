@@ -22,10 +22,11 @@ a person should act on:
   variance-stabilised counts (Anscombe's ``2 * sqrt(x + 3/8)``, so that a level of 20
   that varies by 2 and a level of 0 that never varies share one penalty); a change is
   kept when the two sides' medians differ and a Mann-Whitney U test of the runs before
-  against the runs after gives p < ``ALPHA``.
+  against the runs after gives p < ``ALPHA`` (0.001: see there).
 - noisy metrics (durations, the peak) are fitted on their normal scores (ranks mapped to
   a standard normal's quantiles, so that a run a busy machine made four times slower is
-  one high rank, not a level of its own); a change is kept when the Mann-Whitney U test gives p < ``ALPHA`` *and*
+  one high rank, not a level of its own); a change is kept when the Mann-Whitney U test
+  gives p < ``ALPHA`` *and*
   the seeded bootstrap's 95 % interval of the change of the median lies wholly on one
   side of zero (``latency_tests``, the statistics of ``ember compare``'s latency rules).
 
@@ -45,7 +46,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from .compare_latency import ALPHA, MIN_SAMPLES, latency_tests
+from . import format as fmt
+from .compare_latency import MIN_SAMPLES, latency_tests
+from .compare_render import signed_pct
+from .runs import SHORT_ID
 
 __all__ = [
     "METRICS",
@@ -54,7 +58,10 @@ __all__ = [
     "ChangePoint",
     "TrendMetric",
     "change_points",
+    "changes_since",
+    "describe",
     "find_steps",
+    "show_value",
     "series_points",
     "trend_points",
 ]
@@ -64,6 +71,12 @@ MIN_RUNS = MIN_SAMPLES
 PENALTY = 3.0
 """Multiplier of the Schwarz penalty ``sigma**2 * log(n)`` per change (2 is the criterion
 itself; the margin keeps long noisy histories from splitting on chance)."""
+ALPHA = 0.001
+"""Significance level of a change's test. ``ember compare`` uses 0.05 for one pair of runs
+chosen in advance; here PELT chose the run that splits the two sides most, so a test of
+the sides it made is optimistic, and a history has hundreds of candidate runs: a level
+of 50 times stricter keeps noise (a warm p50 of two calls a run) from reading as a change.
+A side that varies needs about 7 runs to reach it (Mann-Whitney's smallest p)."""
 _EXACT_NOISE_FLOOR = 0.5  # sigma of stabilised counts at least (a Poisson count's is 1)
 _NOISY_NOISE_FLOOR = 0.05  # sigma of normal scores at least (ties: a constant series)
 
@@ -178,7 +191,7 @@ def _test(before: np.ndarray, after: np.ndarray, exact: bool) -> tuple[float, An
         if np.median(before) == np.median(after):
             return 1.0, None, False
         if np.all(before == before[0]) and np.all(after == after[0]):
-            p = 0.0 if len(before) >= MIN_RUNS and len(after) >= MIN_RUNS else 1.0
+            p = 0.0  # every run on each side at its level: the change is certain
         else:
             p = float(mannwhitneyu(after, before, alternative="two-sided").pvalue)
         return p, None, p < ALPHA
@@ -303,3 +316,48 @@ def series_points(
     return points.select("series", "metric", "run_id", "started_at", "value").sort(
         "series", "metric", "started_at", "run_id"
     )
+
+
+def show_value(value: float | None, unit: str, signed: bool = False) -> str:
+    """A metric's value for people, in its unit (``1.5 ms``, ``615 MiB``, ``14``);
+    ``signed``: a change, with its sign (``+3``, ``-120 µs``)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return fmt.MISSING
+    sign = ("+" if value > 0 else "-" if value < 0 else "") if signed else ""
+    v = abs(value) if signed else value
+    text = {"ns": fmt.duration, "bytes": fmt.size}.get(unit, fmt.number)(v)
+    return sign + text
+
+
+def _evidence(c: ChangePoint) -> str:
+    """How sure: the test's p value, and for a noisy metric the interval of the change."""
+    p = "p < 0.001" if c.p_value < 0.001 else f"p = {c.p_value:.3f}"
+    if c.exact or c.change_interval is None:
+        return f"{p} (counts, {c.runs_before} runs before, {c.runs_after} after)"
+    lo, hi = c.change_interval
+    if c.before:
+        interval = f"{signed_pct(lo / c.before)} .. {signed_pct(hi / c.before)}"
+    else:
+        interval = f"{show_value(lo, c.unit, True)} .. {show_value(hi, c.unit, True)}"
+    return f"{p}, 95 % interval of the change {interval}"
+
+
+def describe(c: ChangePoint) -> str:
+    """One change point as a sentence: what changed, from which run, how sure."""
+    label = METRICS[c.metric].label
+    change = show_value(c.change, c.unit, signed=True)
+    if not c.exact and c.relative is not None:
+        change = signed_pct(c.relative)
+    when = c.started_at.strftime("%Y-%m-%d %H:%M") if c.started_at else "?"
+    return (
+        f"{label} {show_value(c.before, c.unit)} -> {show_value(c.after, c.unit)} "
+        f"({change}) from run {c.run_id[:SHORT_ID]} ({when}, run {c.index + 1} of "
+        f"{c.runs}); {_evidence(c)}"
+    )
+
+
+def changes_since(query: Query, since: datetime) -> list[ChangePoint]:
+    """The change points of every model's trends (found over the whole history) whose
+    first run at the new level started at ``since`` or later (``ember report --since``)."""
+    found = change_points(series_points(query))
+    return [c for c in found if c.started_at is not None and c.started_at >= since]
