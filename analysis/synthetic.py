@@ -94,11 +94,13 @@ def write_trace(
     """Write about ``records`` records (meta first) to ``path``; returns the exact count.
 
     ``wall_ns`` is the run's start (ns since the epoch), ``tags`` its tags (default
-    ``model=bert-tiny``), ``call_ns`` the range of a call's duration (uniform), ``rare`` the share of calls
-    with a length other than the two common ones."""
+    ``model=bert-tiny``), ``call_ns`` the range of a call's duration (uniform), ``rare``
+    the share of calls with a length other than the two common ones."""
     rng = random.Random(seed)
     popular = [8 * rng.randrange(1, lengths + 1) for _ in range(2)]
-    tag_text = json.dumps(tags if tags is not None else {"model": "bert-tiny"}, separators=(",", ":"))
+    tag_text = json.dumps(
+        tags if tags is not None else {"model": "bert-tiny"}, separators=(",", ":")
+    )
     out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=wall_ns, tags=tag_text)]
     n_written = 1
     t = 1_000

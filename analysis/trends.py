@@ -61,8 +61,8 @@ __all__ = [
     "changes_since",
     "describe",
     "find_steps",
-    "show_value",
     "series_points",
+    "show_value",
     "trend_points",
 ]
 
@@ -185,20 +185,20 @@ def _fit(values: np.ndarray, exact: bool) -> list[int]:
 
 def _test(before: np.ndarray, after: np.ndarray, exact: bool) -> tuple[float, Any, bool]:
     """(p value, bootstrap interval of the median's change or None, kept?) of one change."""
-    if exact:
-        from scipy.stats import mannwhitneyu
+    from scipy.stats import mannwhitneyu
 
-        if np.median(before) == np.median(after):
-            return 1.0, None, False
-        if np.all(before == before[0]) and np.all(after == after[0]):
-            p = 0.0  # every run on each side at its level: the change is certain
-        else:
-            p = float(mannwhitneyu(after, before, alternative="two-sided").pvalue)
-        return p, None, p < ALPHA
+    if exact and np.median(before) == np.median(after):
+        return 1.0, None, False
+    if np.all(before == before[0]) and np.all(after == after[0]):
+        # every run on each side at its level: certain for counts, nothing to resample
+        p = 0.0 if before[0] != after[0] else 1.0
+        return p, None if exact else (after[0] - before[0],) * 2, p < ALPHA
+    p = float(mannwhitneyu(after, before, alternative="two-sided").pvalue)
+    if exact or p >= ALPHA:
+        return p, None, p < ALPHA  # the bootstrap (the costly part) only where it decides
     t = latency_tests(before, after)["p50_ns"]
-    p = 1.0 if t.p_value is None else t.p_value
     lo, hi = t.change_interval or (0.0, 0.0)
-    return p, t.change_interval, p < ALPHA and (lo > 0 or hi < 0)
+    return p, t.change_interval, lo > 0 or hi < 0
 
 
 def find_steps(values: Sequence[float] | np.ndarray, exact: bool) -> list[tuple[int, float, Any]]:
@@ -207,12 +207,16 @@ def find_steps(values: Sequence[float] | np.ndarray, exact: bool) -> list[tuple[
     and its test kept (see the module doc)."""
     v = np.asarray(values, dtype=np.float64)
     bounds = _fit(v, exact)
+    done: dict[tuple[int, int, int], tuple[float, Any, bool]] = {}  # (lo, at, hi) -> test
+
+    def test(lo: int, at: int, hi: int) -> tuple[float, Any, bool]:
+        if (lo, at, hi) not in done:
+            done[lo, at, hi] = _test(v[lo:at], v[at:hi], exact)
+        return done[lo, at, hi]
+
     while True:
         edges = [0, *bounds, len(v)]
-        tested = [
-            _test(v[edges[i] : edges[i + 1]], v[edges[i + 1] : edges[i + 2]], exact)
-            for i in range(len(bounds))
-        ]
+        tested = [test(*edges[i : i + 3]) for i in range(len(bounds))]
         failed = [i for i, (_, _, kept) in enumerate(tested) if not kept]
         if not failed:
             return [(b, p, ci) for b, (p, ci, _) in zip(bounds, tested, strict=True)]
@@ -268,9 +272,7 @@ def trend_points(query: Query) -> pl.DataFrame:
     """Every run's trend metrics (``_trend_points``), with the run's tags parsed."""
     return query(
         "SELECT run_id, started_at, model, name, tags, metric, value FROM _trend_points"
-    ).with_columns(
-        pl.col("tags").map_elements(_tags, return_dtype=pl.Object).alias("tag_map")
-    )
+    ).with_columns(pl.col("tags").map_elements(_tags, return_dtype=pl.Object).alias("tag_map"))
 
 
 def _tags(text: str | None) -> dict[str, str]:
@@ -307,10 +309,10 @@ def series_points(
     ]
     points = points.filter(pl.Series(keep, dtype=pl.Boolean))
     if by is None:
-        series = pl.coalesce("model", "name")
+        points = points.with_columns(series=pl.coalesce("model", "name"))
     else:
-        series = pl.Series([t.get(by) for t in points["tag_map"].to_list()], dtype=pl.String)
-    points = points.with_columns(series=series)
+        values = [t.get(by) for t in points["tag_map"].to_list()]
+        points = points.with_columns(series=pl.Series(values, dtype=pl.String))
     if metrics:
         points = points.filter(pl.col("metric").is_in(list(metrics)))
     return points.select("series", "metric", "run_id", "started_at", "value").sort(

@@ -16,6 +16,8 @@ from ember.analysis.trends import METRICS, ChangePoint, change_points, describe,
 from .analysis import DB_OPTION, _open, since_time
 from .app import app, console, fail
 
+_METRIC_NAMES = ", ".join(METRICS)
+
 
 def parse_tags(pairs: list[str]) -> dict[str, str]:
     """``["branch=main"]`` -> ``{"branch": "main"}``; a pair without ``=`` is an error."""
@@ -37,8 +39,8 @@ def trend_lines(
     out: list[str] = []
     for (series,), rows in points.group_by(["series"], maintain_order=True):
         runs = rows["run_id"].n_unique()
-        first, last = rows["started_at"].min(), rows["started_at"].max()
-        span = f"{first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}" if first and last else ""
+        starts = [t for t in rows["started_at"].to_list() if isinstance(t, datetime)]
+        span = f"{min(starts):%Y-%m-%d %H:%M} .. {max(starts):%Y-%m-%d %H:%M}" if starts else ""
         head = f"{series} · {fmt.plural(runs, 'run')}, {span}"
         out += fmt.wrap(head, width, "", "  ")
         mine = [c for c in found if c.series == series]
@@ -67,7 +69,7 @@ def trends(
         None, "--by", help="One series per value of this tag (e.g. branch), not per model."
     ),
     metric: list[str] = typer.Option(
-        [], "--metric", help=f"Only these metrics (repeatable): {', '.join(METRICS)}."
+        [], "--metric", help="Only these metrics (repeatable): " + _METRIC_NAMES + "."
     ),
     since: str | None = typer.Option(
         None, "--since", help="Only change points from runs started since this date."

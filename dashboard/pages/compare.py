@@ -60,7 +60,9 @@ def signed(diff: float | None, fmt) -> str:
 # two rows of four tiles: eight in a row cut their labels ("Compile ti…")
 for start in range(0, len(MEASURES), 4):
     cols = st.columns(4)
-    for col, (label, key, fmt, lower_better) in zip(cols, MEASURES[start : start + 4], strict=False):
+    for col, (label, key, fmt, lower_better) in zip(
+        cols, MEASURES[start : start + 4], strict=False
+    ):
         va, vb = row_a[key], row_b[key]
         delta = signed(vb - va, fmt) if va is not None and vb is not None and va != vb else None
         col.metric(
@@ -87,7 +89,9 @@ table = pl.DataFrame(
 # B - A keeps its numbers (sorting sorts by value) and reads in each measure's unit
 shown = table.to_pandas().style
 for i, m in enumerate(MEASURES):
-    shown = shown.format(lambda v, f=m[2]: signed(None if v != v else v, f), subset=([i], ["B - A"]))
+    shown = shown.format(
+        lambda v, f=m[2]: signed(None if v != v else v, f), subset=([i], ["B - A"])
+    )
 st.dataframe(shown, hide_index=True, width="stretch", key="ember_compare_table")
 
 tags_a, tags_b = row_a["tags"], row_b["tags"]

@@ -4,8 +4,10 @@ with a link that opens Compare on the runs before and after it (``analysis/trend
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
+from typing import cast
 
 import altair as alt
 import polars as pl
@@ -25,10 +27,15 @@ def _plain(text: str) -> str:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _trends(version: db.DbVersion, by: str | None) -> tuple[pl.DataFrame, list[ChangePoint]]:
-    """Every series' points and change points, once per database version and series key."""
-    points = series_points(db.query, by=by)
-    return points, change_points(points)
+def _points(version: db.DbVersion, by: str | None) -> pl.DataFrame:
+    """Every series' points, once per database version and series key."""
+    return series_points(db.query, by=by)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _changes(version: db.DbVersion, by: str | None, series: str) -> list[ChangePoint]:
+    """One series' change points (only the series shown is tested)."""
+    return change_points(_points(version, by).filter(pl.col("series") == series))
 
 
 def _in_unit(frame: pl.DataFrame, unit: str) -> tuple[pl.DataFrame, str]:
@@ -51,7 +58,7 @@ def _levels(rows: pl.DataFrame, found: list[ChangePoint]) -> pl.DataFrame:
                 "to": rows["started_at"][hi - 1],
                 "level": rows["value"][lo:hi].median(),
             }
-            for lo, hi in zip(edges, edges[1:], strict=False)
+            for lo, hi in itertools.pairwise(edges)
             if hi > lo
         ],
         schema={"from": pl.Datetime, "to": pl.Datetime, "level": pl.Float64},
@@ -92,9 +99,8 @@ def _chart(rows: pl.DataFrame, found: list[ChangePoint], metric: str) -> alt.Lay
         .mark_rule(color="#d62728", strokeWidth=2)
         .encode(x="started_at:T", tooltip=alt.Tooltip("change:N", title="change point"))
     )
-    return alt.layer(runs, levels, rules, title=title).properties(height=180).interactive(
-        bind_y=False
-    )
+    layered = alt.layer(runs, levels, rules, title=title).properties(height=180)
+    return cast("alt.LayerChart", layered.interactive(bind_y=False))
 
 
 def _links(found: list[ChangePoint]) -> None:
@@ -119,7 +125,8 @@ def main() -> None:
     by = state.select_param(
         "Series by", "by", keys, where=left, help="One series per model, or per value of a tag"
     )
-    points, found = _trends(db.db_version(), None if by in (None, "model") else by)
+    version, key = db.db_version(), None if by in (None, "model") else by
+    points = _points(version, key)
     if points.is_empty():
         st.info("No runs have this tag. Pick another in *Series by*.")
         st.stop()
@@ -127,7 +134,8 @@ def main() -> None:
     names = sizes.sort(["n", "series"], descending=[True, False])["series"].to_list()
     series = state.select_param("Series", "series", names, where=right)
     rows = points.filter(pl.col("series") == series)
-    mine = [c for c in found if c.series == series]
+    assert series is not None  # the page stopped when there are none
+    mine = _changes(version, key, series)
     labels = summary.run_labels()
     rows = rows.with_columns(run=pl.col("run_id").replace_strict(labels, default=pl.col("run_id")))
     st.caption(

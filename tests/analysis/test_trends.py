@@ -43,7 +43,9 @@ def _points(series: str, metric: str, values: np.ndarray) -> pl.DataFrame:
 def test_a_recompile_count_that_jumps_at_run_300_is_one_change_at_that_run():
     rng = np.random.default_rng(7)
     # 2 recompiles a run, now and then 3; from run 300 on 5, now and then 4 or 6
-    values = np.r_[2 + (rng.random(300) < 0.1), 5 + rng.integers(-1, 2, 300) * (rng.random(300) < 0.2)]
+    values = np.r_[
+        2 + (rng.random(300) < 0.1), 5 + rng.integers(-1, 2, 300) * (rng.random(300) < 0.2)
+    ]
     found = change_points(_points("bert", "recompiles", values))
     assert len(found) == 1
     c = found[0]
@@ -51,7 +53,8 @@ def test_a_recompile_count_that_jumps_at_run_300_is_one_change_at_that_run():
     assert (c.before, c.after, c.change) == (2.0, 5.0, 3.0)
     assert (c.runs_before, c.runs_after, c.runs) == (300, 300, 600)
     assert c.started_at == T0 + timedelta(hours=300)
-    assert c.p_value < 1e-6 and c.confidence > 0.999999
+    assert c.p_value < 1e-6
+    assert c.confidence > 0.999999
     assert c.change_interval is None  # counts: no bootstrap
 
 
@@ -79,7 +82,8 @@ def test_a_p50_that_steps_by_a_quarter_is_found_near_its_run_with_an_interval():
     lo, hi = c.change_interval
     assert 0 < lo < c.change < hi  # the bootstrap interval of the median's change
     assert 0.15 < c.relative < 0.35
-    assert "warm p50" in describe(c) and "95 % interval" in describe(c)
+    assert "warm p50" in describe(c)
+    assert "95 % interval" in describe(c)
 
 
 def test_short_histories_have_no_change_points():
@@ -113,7 +117,8 @@ def test_the_trends_view_orders_each_models_runs(history_db: Path):
         assert set(rows["runs"].to_list()) == {75}
         assert rows["started_at"].is_sorted()
         assert rows["previous"].to_list()[1:] == rows["value"].to_list()[:-1]
-        assert rows["exact"].all() and set(rows["unit"]) == {"count"}
+        assert rows["exact"].all()
+        assert set(rows["unit"]) == {"count"}
         summary = con.sql("SELECT run_id, recompiles FROM run_summary")
         assert dict(rows.select("run_id", "value").iter_rows()) == {
             r: float(v) for r, v in summary.iter_rows() if r != "00000000-other"
@@ -135,7 +140,8 @@ def test_change_points_of_an_ingested_history_by_branch(history_db: Path):
         ("main", "00000030-hist", "00000029-hist", 0.0)
     ]
     assert recompiles[0].after >= 8
-    assert set(main["series"]) == {"bert-tiny"} and main.height == 60
+    assert set(main["series"]) == {"bert-tiny"}
+    assert main.height == 60
     with pytest.raises(ValueError, match="unknown metric p50"):
         series_points(con.sql, metrics=["p50"])
 
@@ -149,22 +155,28 @@ def test_ember_trends_fits_80_columns(history_db: Path):
     assert max(len(line) for line in lines) <= 80
     text = " ".join(lines)
     assert "main · 60 runs" in text
-    assert "recompiles 0 ->" in text and "from run 00000030 (2026" not in text
-    assert "from run 00000030" in text and "run 31 of 60" in text
+    assert "recompiles 0 ->" in text
+    assert "from run 00000030 (2026" not in text
+    assert "from run 00000030" in text
+    assert "run 31 of 60" in text
     assert "feat-[x] · 15 runs" in text  # a tag value is text, never markup
     one = runner.invoke(
         app, ["trends", "--db", str(history_db), "--model", "resnet"], env={"COLUMNS": "80"}
     )
-    assert "resnet · 1 run," in one.output and "no change: compiles" in one.output
+    assert "resnet · 1 run," in one.output
+    assert "no change: compiles" in one.output
 
 
 def test_ember_trends_refuses_bad_options(history_db: Path):
     bad_tag = runner.invoke(app, ["trends", "--db", str(history_db), "--tag", "main"])
-    assert bad_tag.exit_code == 2 and "KEY=VALUE" in bad_tag.output
+    assert bad_tag.exit_code == 2
+    assert "KEY=VALUE" in bad_tag.output
     bad_metric = runner.invoke(app, ["trends", "--db", str(history_db), "--metric", "p50"])
-    assert bad_metric.exit_code == 2 and "unknown metric p50" in bad_metric.output
+    assert bad_metric.exit_code == 2
+    assert "unknown metric p50" in bad_metric.output
     bad_since = runner.invoke(app, ["report", "--db", str(history_db), "--since", "May"])
-    assert bad_since.exit_code == 2 and "write a date" in bad_since.output
+    assert bad_since.exit_code == 2
+    assert "write a date" in bad_since.output
 
 
 def test_ember_report_since_mentions_the_change_points_in_range(history_db: Path):

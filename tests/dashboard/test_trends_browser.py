@@ -48,7 +48,8 @@ def test_the_trends_page_marks_the_change_and_links_to_compare(history_db: Path,
         link = page.get_by_role("link", name=f"Compare {before} → {after}").first
         expect(link).to_be_visible()
         href = link.get_attribute("href") or ""
-        assert f"run={before}-hist" in href and f"other={after}-hist" in href
+        assert f"run={before}-hist" in href
+        assert f"other={after}-hist" in href
         page.screenshot(path=str(tmp_path / "trends.png"), full_page=True)
         nav = page.get_by_test_id("stSidebarNav")
         expect(nav.get_by_text("Trends", exact=True)).to_be_visible()
