@@ -43,7 +43,9 @@ def test_the_trends_page_marks_the_change_and_links_to_compare(history_db: Path,
         _wait_until_idle(page)
         assert not page.get_by_test_id("stException").count()
         charts = page.get_by_test_id("stVegaLiteChart")
-        assert charts.count() == 8  # one a metric
+        assert charts.count() == 1  # one chart, a panel a metric
+        panels = charts.first.locator("canvas, svg")
+        expect(panels.first).to_be_visible()
         before, after = f"{STEP - 1:08d}", f"{STEP:08d}"
         link = page.get_by_role("link", name=f"Compare {before} → {after}").first
         expect(link).to_be_visible()
