@@ -194,3 +194,18 @@ def test_ember_report_since_mentions_the_change_points_in_range(history_db: Path
     after = (step + timedelta(hours=1)).isoformat()
     later = runner.invoke(app, ["report", "--db", str(history_db), "--since", after])
     assert "No change points since" in later.output
+
+
+def test_ember_trends_reads_a_lake_as_it_reads_a_database(tmp_path: Path):
+    from ember.analysis.lake import ingest_lake
+
+    paths = write_history(tmp_path / "t", 30, recompile_step_at=15)
+    ingest_lake(paths, tmp_path / "lake")
+    ingest(paths, tmp_path / "h.duckdb")
+    outputs = [
+        runner.invoke(app, ["trends", "--db", str(where), "--metric", "recompiles"])
+        for where in (tmp_path / "lake", tmp_path / "h.duckdb")
+    ]
+    assert outputs[0].exit_code == 0, outputs[0].output
+    assert outputs[0].output == outputs[1].output
+    assert "recompiles 0 -> 14 (+14) from run 00000015" in outputs[0].output
