@@ -5,7 +5,6 @@ with a link that opens Compare on the runs before and after it (``analysis/trend
 from __future__ import annotations
 
 import itertools
-import re
 from pathlib import Path
 from typing import cast
 
@@ -14,16 +13,11 @@ import polars as pl
 import streamlit as st
 
 from ember.analysis import format as fmt
+from ember.analysis.escape import md_text
 from ember.analysis.trends import METRICS, ChangePoint, change_points, describe, series_points
 from ember.dashboard import charts, db, state, summary, ui
 
 _COMPARE = Path(__file__).resolve().parent / "compare.py"
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
-
-
-def _plain(text: str) -> str:
-    """``text`` (a run id, a tag value) as literal text inside Markdown."""
-    return _MARKDOWN.sub(r"\\\1", text)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -108,7 +102,7 @@ def _links(found: list[ChangePoint]) -> None:
     the new level (B)."""
     for c in found:
         label = METRICS[c.metric].label
-        text = f"{label}: Compare {_plain(c.before_run_id[:8])} → {_plain(c.run_id[:8])}"
+        text = f"{label}: Compare {md_text(c.before_run_id[:8])} → {md_text(c.run_id[:8])}"
         st.page_link(
             _COMPARE,
             label=text,

@@ -51,6 +51,7 @@ READERS = [
     ("ingest TRACE --db BAD", ("folder", "fifo", "not-ember", "proc")),
     ("query --db BAD select 1", KINDS),
     ("report --db BAD", KINDS),
+    ("trends --db BAD", KINDS),
     ("export --db BAD --parquet OUT", KINDS),
     ("compare BAD TRACE", KINDS),
     ("compare TRACE TRACE --config BAD", KINDS),
