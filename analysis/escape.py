@@ -42,7 +42,11 @@ def md_text(text: object) -> str:
     punctuation character backslash-escaped, line breaks and other control characters shown
     as escapes, so it renders as exactly these characters and cannot end the line, open a
     heading, a link, an image, a code span, an HTML comment or a new table cell."""
-    return visible(text).translate(_MD_ESCAPES)
+    escaped = visible(text).translate(_MD_ESCAPES)
+    body = escaped.lstrip(" ")
+    # spaces that start a line would indent it into a code block: a character reference
+    # is a space that does not count as indentation
+    return "&#32;" * (len(escaped) - len(body)) + body
 
 
 def xml_text(text: object) -> str:

@@ -17,11 +17,14 @@ query fails with a message saying so; the server's own memory is not touched.
 
 from __future__ import annotations
 
+import io
 import json
 import multiprocessing
+import os
 import resource
 import threading
 from dataclasses import dataclass
+from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -253,13 +256,42 @@ def _processes() -> Any:
     return _context
 
 
+class _PopenWithoutMain(popen_forkserver.Popen):
+    """The fork server's start of a process, without running the parent's ``__main__``
+    again in the child: Streamlit (and AppTest) make the page script ``__main__``, and
+    multiprocessing would run that script in the child. The child needs only this module.
+    (``popen_forkserver.Popen._launch`` of Python 3.11, less ``init_main_*``.)"""
+
+    def _launch(self, process_obj: Any) -> None:
+        prep = spawn.get_preparation_data(process_obj._name)
+        prep = {k: v for k, v in prep.items() if not k.startswith("init_main")}
+        buf = io.BytesIO()
+        context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            context.set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
+        parent_w = os.dup(w)
+        close = util.close_fds  # type: ignore[attr-defined]
+        self.finalizer = util.Finalize(self, close, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _QueryProcess(context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _PopenWithoutMain(process_obj)
+
+
 def _in_child(version: DbVersion, sql: str, limits: _Limits) -> tuple[pa.Table, bool]:
     """Run ``sql`` in a child process under ``limits``; its Arrow result and whether it
     was cut off."""
     receive, send = _processes().Pipe(duplex=False)
-    child = _processes().Process(
-        target=_query_child, args=(send, version, sql, limits), daemon=True
-    )
+    child = _QueryProcess(target=_query_child, args=(send, version, sql, limits), daemon=True)
     child.start()
     send.close()
     try:
