@@ -61,7 +61,7 @@ def test_compare_outputs_stay_well_formed_whatever_the_tags(tag: str, other: str
     assert [t.tag for t in tokens if t.type == "heading_open"] == ["h3"]
     rows = [t for t in tokens if t.type == "tr_open"]
     assert len(rows) == 3 + 1 + len(c.metrics)  # two tables, every row where it belongs
-    texts = [text_of(t) for t in tokens if t.type == "inline"]
+    texts = [text_of(t).rstrip() for t in tokens if t.type == "inline"]
     # the tag, as its characters (a paragraph ends without its trailing spaces)
     assert f"new: {visible(cause.text)}".rstrip() in texts
     assert f"rules from {visible(other)}".rstrip() in texts
@@ -83,7 +83,7 @@ def test_query_markdown_is_one_table_whatever_the_values(values: list[str], name
     tokens, kinds = tokens_of(markdown_text(frame))
     assert not kinds & FORBIDDEN
     assert [t.type for t in tokens].count("table_open") == 1
-    cells = [text_of(t) for t in tokens if t.type == "inline"]
+    cells = [text_of(t).strip() for t in tokens if t.type == "inline"]
     # a cell is trimmed of white space at its ends by the table syntax, nothing else changes
     assert cells == [
         visible(name).strip(),
