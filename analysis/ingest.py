@@ -323,8 +323,9 @@ prior AS (
     LEFT JOIN prior_device pd ON pd.run_id = i.run_id AND pd.device IS NOT DISTINCT FROM i.device
 )
 SELECT {out},
-    CAST(w.category_here + p.category_live AS BIGINT),
-    CAST(w.device_here + p.device_live AS BIGINT)
+    -- NULL past 2**63 - 1 bytes (absurd sizes; one such run must not stop the others)
+    TRY_CAST(w.category_here + p.category_live AS BIGINT),
+    TRY_CAST(w.device_here + p.device_live AS BIGINT)
 FROM record AS r
 JOIN w ON w._rid = r._rid
 JOIN prior AS p ON p.cid = w.cid
@@ -338,7 +339,7 @@ _INSERTS["memory"] = _insert_memory_sql()
 _RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
 _INSERT_RUN = (
     f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "
-    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(wall_time_ns), "
+    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(CAST(wall_time_ns AS BIGINT)), "
     f"CAST($files AS VARCHAR[])[_f + 1] "
     f"FROM _stage WHERE kind = 'meta'"
 )

@@ -253,9 +253,11 @@ JOIN _stage AS s ON {_SAME_OBJECT}
 
 # the rows whose span id is a second one or has no start, per staged file (``_f``), after
 # the span ids stored before a continued file (``_prior_spans``): ``checks.span_problems_sql``
+# (span_id is staged as JSON, to see its JSON type: compared as the integer it is)
+_SPAN_STAGE = "(SELECT rowid, _f, kind, TRY_CAST(span_id AS BIGINT) AS span_id FROM _stage)"
 _SPAN_PROBLEMS_SQL = (
     "SELECT rowid, reason, true FROM ("
-    + span_problems_sql("_stage", "rowid", "_prior_spans", "_f")
+    + span_problems_sql(_SPAN_STAGE, "rowid", "_prior_spans", "_f")
     + ")"
 )
 
