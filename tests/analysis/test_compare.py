@@ -357,7 +357,7 @@ def test_causes_are_named_from_the_views_of_a_recorded_run(con):
     assert "a re-compile after eviction" in names
     c = compare(bus, sweep, rules("new_breaks>0, new_eviction_sites>0"))
     # two runs of different models: said first (not failed), then the rules
-    assert [(r.rule, r.status) for r in c.rules][0] == ("the same model", "skip")
+    assert (c.rules[0].rule, c.rules[0].status) == ("the same model", "skip")
     assert "different models" in c.rules[0].message
     assert [r.status for r in c.rules[1:]] == ["fail", "fail"]
     assert brk in c.new_causes
