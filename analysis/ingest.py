@@ -40,10 +40,14 @@ short: it is rejected as truncated and read again if the file grows.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -85,6 +89,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "FileResult",
     "FileStatus",
+    "IngestInterrupted",
     "IngestSummary",
     "expand_paths",
     "ingest",
@@ -447,7 +452,9 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int
         )
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        # (an interrupt that lands just after the commit leaves no transaction to roll back)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
         raise
     return records
 
@@ -488,7 +495,12 @@ def _ingest_planned(
             con.execute(_PRIOR_SPANS_SQL)
             check(con, works)
             records = _write(con, works)
+    except duckdb.InterruptException:
+        # Ctrl-C (DuckDB stops the query it runs): stop, never try the files one by one
+        raise KeyboardInterrupt from None
     except Exception:
+        if _CTRL_C.is_set():
+            raise KeyboardInterrupt from None
         if len(plans) == 1:
             raise
         return [r for plan in plans for r in _ingest_planned(con, [plan], migrations, strict)]
@@ -594,13 +606,61 @@ def ingest(
     summary = IngestSummary()
     t0 = time.perf_counter()
     i = 0
-    while i < len(files):
-        with connect(db, wait=wait, threads=threads) as con:
-            results = _ingest_batch(con.duck, files[i:], migrations, strict)
-        i += len(results)
-        for result in results:
-            summary.files.append(result)
-            if on_file is not None:
-                on_file(result)
+    try:
+        while i < len(files):
+            with connect(db, wait=wait, threads=threads) as con, _interruptible(con.duck):
+                results = _ingest_batch(con.duck, files[i:], migrations, strict)
+                if _CTRL_C.is_set():  # DuckDB finished the query it was in: not committed
+                    raise KeyboardInterrupt
+            i += len(results)
+            for result in results:
+                summary.files.append(result)
+                if on_file is not None:
+                    on_file(result)
+    except (KeyboardInterrupt, duckdb.InterruptException):
+        summary.seconds = time.perf_counter() - t0
+        raise IngestInterrupted(summary, len(files)) from None
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+_CTRL_C = threading.Event()
+
+
+@contextlib.contextmanager
+def _interruptible(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Ctrl-C while a batch is read and written: the query DuckDB runs is interrupted
+    (``con.interrupt()``) and the batch raises ``KeyboardInterrupt``. Python's own handler
+    alone was not enough: DuckDB checks for signals while it runs a query, and a Ctrl-C it
+    saw there could end up swallowed (the ingest went on to the end and exited 0). Only in
+    the main thread, and not where SIGINT is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield
+        return
+
+    def on_ctrl_c(signum: int, frame: Any) -> None:
+        _CTRL_C.set()
+        con.interrupt()
+        raise KeyboardInterrupt
+
+    _CTRL_C.clear()
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``ingest``: ``summary`` holds the files whose batches were committed
+    (a batch is one transaction: the one being read was rolled back, and the same ingest
+    again continues from there), ``total`` how many files there were."""
+
+    def __init__(self, summary: IngestSummary, total: int) -> None:
+        super().__init__(f"interrupted: {len(summary.files)} of {total} file(s) committed")
+        self.summary = summary
+        self.total = total

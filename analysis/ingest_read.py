@@ -412,6 +412,8 @@ class _FileIngest:
                 if plan.path.stat().st_size == plan.size:
                     return
                 self._unstage()
+            except duckdb.InterruptException:
+                raise  # Ctrl-C: stop, never read again another way
             except duckdb.Error:
                 if plan.path.stat().st_size == plan.size:
                     self._slow_path(end)
@@ -420,6 +422,8 @@ class _FileIngest:
         _copy_range(plan.path, plan.start, end, src)
         try:
             self._stage(_read_json_sql(src))
+        except duckdb.InterruptException:
+            raise
         except duckdb.Error:
             self._slow_path(end)
 
@@ -455,6 +459,8 @@ class _FileIngest:
             return
         try:
             self._stage(_read_json_sql(clean))
+        except duckdb.InterruptException:
+            raise
         except duckdb.Error:
             # pydantic accepted a value DuckDB cannot hold (an int over 2**63?): read what
             # DuckDB can and reject the rest
@@ -589,6 +595,8 @@ def _read_together(con: duckdb.DuckDBPyConnection, works: list[_FileIngest], tmp
         (read,) = con.execute("SELECT count(*) FROM _together").fetchall()[0]
         if read != rows:  # not one row per non-blank line: read them one by one
             raise duckdb.Error(f"{read} rows for {rows} lines")
+    except duckdb.InterruptException:
+        raise
     except duckdb.Error:
         half = len(together) // 2
         _read_together(con, together[:half], tmp)

@@ -18,7 +18,7 @@ from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.format import plural, short_path, wrap
-from ember.analysis.ingest import FileResult, IngestSummary, ingest, ingest_file
+from ember.analysis.ingest import FileResult, IngestInterrupted, IngestSummary, ingest, ingest_file
 from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
@@ -116,6 +116,16 @@ def ingest_command(
             summary = ingest(files, db, wait=wait, strict=strict, on_file=done)
         except DatabaseBusyError as exc:
             raise fail(str(exc)) from None
+        except IngestInterrupted as exc:
+            progress.stop()
+            err_console.print(
+                f"interrupted: {len(exc.summary.files)} of {exc.total} file(s) committed "
+                f"({exc.summary.records:,} records) to {db}; the batch being read was rolled "
+                "back; run the same command again to ingest the rest",
+                highlight=False,
+                markup=False,
+            )
+            raise typer.Exit(130) from None
     _print_totals(len(files), summary, str(db))
 
 
