@@ -434,8 +434,11 @@ def import_candle_command(
     except CandleImportError as exc:
         raise fail(str(exc)) from None
     counts = ", ".join(f"{n} {k}" for k, n in sorted(result.counts.items()))
+    for error in result.errors:
+        err_console.print(error, highlight=False, markup=False, soft_wrap=True)
+    left_out = f", {len(result.errors)} line(s) left out" if result.errors else ""
     console.print(
-        f"{result.path}: {result.records} records ({counts}), run {result.run_id}",
+        f"{result.path}: {result.records} records ({counts}){left_out}, run {result.run_id}",
         highlight=False,
         soft_wrap=True,  # the path whole on one line, to copy
     )
@@ -453,6 +456,8 @@ def import_candle_command(
             highlight=False,
             soft_wrap=True,
         )
+    if result.errors:  # the rest is imported; the exit status says it is not all
+        raise typer.Exit(1)
 
 
 class Dialect(enum.StrEnum):
