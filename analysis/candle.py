@@ -81,7 +81,7 @@ class _Converter:
     def span_id(self, text: Any, key: str = "span_id") -> int | None:
         if text is None:
             return None
-        if not isinstance(text, str) and type(text) is not int:
+        if not isinstance(text, str):  # candle-graph's ids are strings
             raise CandleImportError(f"{key}: expected a string id, got {json.dumps(text)[:40]}")
         if text not in self.span_ids:
             self.span_ids[text] = len(self.span_ids) + 1
