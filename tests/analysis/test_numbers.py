@@ -286,3 +286,27 @@ def test_a_byte_order_mark_is_named_by_validate_and_ingest(tmp_path):
     (result,) = ingest([path], tmp_path / "t.duckdb").files
     assert result.status == "refused"
     assert "byte order mark (BOM" in result.message
+
+
+def test_an_absurd_run_written_before_the_bounds_does_not_break_the_views_of_others(tmp_path):
+    # a database ingested before the schema bounded times can hold a run at wall_time_ns
+    # near 2**63: wall_time_ns + ts_ns overflowed and every view over every run failed
+    files = [
+        write_lines(tmp_path / f"{r}.jsonl", [meta_line(r), cache_line(5, "miss"), cache_line(9)])
+        for r in ("absurd", "good")
+    ]
+    db = tmp_path / "t.duckdb"
+    ingest(files, db)
+    with connect(db) as con:  # as an older ingest stored it
+        con.duck.execute(f"UPDATE runs SET wall_time_ns = {INT64_MAX - 3} WHERE run_id = 'absurd'")
+        con.duck.execute(f"UPDATE cache SET ts_ns = {INT64_MAX - 1} WHERE run_id = 'absurd'")
+    _every_view_reads(db)
+    with connect(db, read_only=True) as con:
+        rows = con.duck.execute(
+            "SELECT run_id, hits, misses FROM run_summary ORDER BY run_id"
+        ).fetchall()
+        times = con.duck.execute(
+            "SELECT run_id, count(ts) FROM cache_lookups GROUP BY run_id ORDER BY run_id"
+        ).fetchall()
+    assert rows == [("absurd", 1, 1), ("good", 1, 1)]
+    assert times == [("absurd", 0), ("good", 2)]  # no time for the absurd run, not an error
