@@ -324,3 +324,12 @@ def test_an_absurd_run_written_before_the_bounds_does_not_break_the_views_of_oth
         ).fetchall()
     assert rows == [("absurd", 1, 1), ("good", 1, 1)]
     assert times == [("absurd", 0), ("good", 2)]  # no time for the absurd run, not an error
+    # ember report and ember compare of the other runs read them too
+    from ember.analysis.compare import compare_refs
+    from ember.analysis.gate import GateConfig, parse_rules
+    from ember.analysis.report import report
+
+    with connect(db, read_only=True) as con:
+        assert {r.run.run_id for r in report(con)} == {"absurd", "good"}
+    config = GateConfig(parse_rules("misses>+0"), "--fail-on")
+    assert compare_refs("good", "good", config, db=db).rules[-1].status == "pass"
