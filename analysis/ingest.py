@@ -20,10 +20,11 @@ time, and a reader sees whole files only):
 
 What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
 run pydantic on every line, do), at the top level of a record only: a field no record
-kind has (DuckDB's typed read skips keys it was not asked for), a JSON number or boolean
-given for a text field (DuckDB casts it to its text), and a fraction given for an integer
-field other than ``ts_ns`` (DuckDB rounds it; ``ts_ns`` is read as JSON and must be a JSON
-integer). Inside objects (``attrs``, ``error``, ``shapes``, ``statics``: staged as JSON text,
+kind has (DuckDB's typed read skips keys it was not asked for), and a JSON number or
+boolean given for a text field (DuckDB casts it to its text). Integer fields are read as
+JSON and must be JSON integers, as pydantic's strict integers must (a typed read rounded
+``1.5`` to 2 and ``-0.4`` to 0); a list of integers (``shape``) is staged as JSON text and
+judged by its structure, like the objects. Inside objects (``attrs``, ``error``, ``shapes``, ``statics``: staged as JSON text,
 see ``ingest_read``) every key and JSON type is checked against the models. Everything
 else pydantic checks is checked: types of numbers, lists and objects, required fields,
 allowed values, non-negative ints, fields of another kind or span kind, and the schema's
