@@ -66,6 +66,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "cache_lookups",
     "cache_events",
     "compiles",
+    "disk_cache_misses",
     "recompiles",
     "evictions",
     "cache_thrash",

@@ -118,10 +118,15 @@ def ingest_command(
             raise fail(str(exc)) from None
         except IngestInterrupted as exc:
             progress.stop()
+            part = (
+                f", and the first {exc.piece.bytes_read:,} bytes of {exc.piece.path}"
+                if exc.piece is not None
+                else ""
+            )
             err_console.print(
                 f"interrupted: {len(exc.summary.files)} of {exc.total} file(s) committed "
-                f"({exc.summary.records:,} records) to {db}; the batch being read was rolled "
-                "back; run the same command again to ingest the rest",
+                f"({exc.summary.records:,} records){part} to {db}; the batch being read was "
+                "rolled back; run the same command again to ingest the rest",
                 highlight=False,
                 markup=False,
             )
@@ -331,6 +336,7 @@ def _headline(s: RunSummary) -> str:
             s.warm_p50_ns,
             s.warm_p99_ns,
             s.warm_calls,
+            s.loaded_calls,
         )
         parts.append(f"{what} {text}{kind}")
     return " · ".join(parts)

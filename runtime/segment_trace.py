@@ -223,6 +223,8 @@ class CompileResult:
     disk_cache: str | None = None  # "hit" | "miss" in a cache_dir, else None
     memory: dict[str, Any] | None = None  # the executable's memory analysis
     cost: dict[str, Any] | None = None  # its cost analysis
+    disk_key: dict[str, Any] | None = None  # the parts of its disk-cache key, with a cache_dir
+    disk_miss: str | None = None  # the key parts that changed since the cache stored it
 
 
 def segment_compile_attrs(
@@ -237,7 +239,7 @@ def segment_compile_attrs(
 ) -> dict[str, Any]:
     """The attributes a ``segment_compile`` span ends with. A value the trace found it needs
     on the host (``found``) ends the segment there instead, uncompiled, with its reason."""
-    return {
+    attrs = {
         "shapes": shapes,
         "stop": stop if found is None else found.position,
         "compiled": compiled and found is None,
@@ -247,3 +249,8 @@ def segment_compile_attrs(
         "memory": result.memory,
         "cost": result.cost,
     }
+    # only with a cache_dir: a run without one keeps its records as they were
+    if result.disk_key is not None:
+        attrs["disk_key"] = result.disk_key
+        attrs["disk_miss"] = result.disk_miss
+    return attrs

@@ -339,3 +339,49 @@ def test_a_recording_between_direct_calls_holds_exactly_its_own_calls(tmp_path):
         assert ends.count("call") == calls, name
         assert ends.count("segment") == calls, name
         assert sum(r["kind"] == "cache" for r in lines) == calls, name
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_recorded_whole_graph_call_holds_its_segment_and_ends_at_its_results(tmp_path, sync):
+    # the segment's records are written after the call ran (``bus.emit_span``), with the
+    # times of the run: inside the call span, and, synced, ending with it at the results
+    import json
+
+    from ember.recorder import record
+
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=[4, 8])],
+        [tensor("y", shape=[4, 8])],
+    )
+    compiled = rt.compile(model)
+    x = np.full((4, 8), -1.0, np.float32)
+    compiled(x=x)
+    with record(tmp_path / "run.jsonl", sync=sync):
+        for _ in range(3):
+            np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), np.zeros((4, 8)))
+    recs = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()[1:]]
+    assert [(r["kind"], r["span_kind"]) for r in recs] == [
+        ("span_start", "call"),
+        ("span_start", "segment"),
+        ("span_end", "segment"),
+        ("span_end", "call"),
+    ] * 3
+    for call_start, seg_start, seg_end, call_end in zip(*[iter(recs)] * 4, strict=True):
+        assert seg_start["parent_id"] == call_start["span_id"] == call_end["span_id"]
+        assert seg_start["span_id"] == seg_end["span_id"] != call_start["span_id"]
+        assert call_start["ts_ns"] <= seg_start["ts_ns"] <= seg_end["ts_ns"] <= call_end["ts_ns"]
+        assert seg_end["duration_ns"] == seg_end["ts_ns"] - seg_start["ts_ns"]
+        assert call_end["duration_ns"] == call_end["ts_ns"] - call_start["ts_ns"]
+        assert seg_end["attrs"] == {
+            "source": None,
+            "position": 0,
+            "stop": "end",
+            "compiled": True,
+            "key": seg_end["attrs"]["key"],
+        }
+        if sync:  # both end when the results were ready; the dispatch came before
+            assert seg_end["ts_ns"] == call_end["ts_ns"]
+            assert 0 < call_end["attrs"]["dispatch_ns"] <= call_end["duration_ns"]
+        else:
+            assert "dispatch_ns" not in call_end["attrs"]
