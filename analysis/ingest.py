@@ -25,8 +25,8 @@ boolean given for a text field (DuckDB casts it to its text). Integer fields are
 JSON and must be JSON integers, as pydantic's strict integers must (a typed read rounded
 ``1.5`` to 2 and ``-0.4`` to 0); a list of integers (``shape``) is staged as JSON text and
 judged by its structure, like the objects. Inside objects (``attrs``, ``error``, ``shapes``,
-``statics``: staged as JSON text, see ``ingest_read``) every key and JSON type is checked against the models. Everything
-else pydantic checks is checked: types of numbers, lists and objects, required fields,
+``statics``: staged as JSON text, see ``ingest_read``) every key and JSON type is checked
+against the models. Everything else pydantic checks is checked: types of numbers, lists and objects, required fields,
 allowed values, non-negative ints, fields of another kind or span kind, and the schema's
 limits (``ember.schemas.records``: line size, nesting, 64-bit integers), which
 ``ember validate`` applies too (``parse_line``). One difference remains inside objects: a
