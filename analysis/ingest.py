@@ -26,8 +26,8 @@ JSON and must be JSON integers, as pydantic's strict integers must (a typed read
 ``1.5`` to 2 and ``-0.4`` to 0); a list of integers (``shape``) is staged as JSON text and
 judged by its structure, like the objects. Inside objects (``attrs``, ``error``, ``shapes``,
 ``statics``: staged as JSON text, see ``ingest_read``) every key and JSON type is checked
-against the models. Everything else pydantic checks is checked: types of numbers, lists and objects, required fields,
-allowed values, non-negative ints, fields of another kind or span kind, and the schema's
+against the models. Everything else pydantic checks is checked: types of numbers, lists
+and objects, required fields, allowed values, non-negative ints, fields of another kind or span kind, and the schema's
 limits (``ember.schemas.records``: line size, nesting, 64-bit integers), which
 ``ember validate`` applies too (``parse_line``). One difference remains inside objects: a
 key given twice keeps its first value (pydantic keeps the last; both accept the line).
