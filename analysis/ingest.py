@@ -27,8 +27,9 @@ JSON and must be JSON integers, as pydantic's strict integers must (a typed read
 judged by its structure, like the objects. Inside objects (``attrs``, ``error``, ``shapes``,
 ``statics``: staged as JSON text, see ``ingest_read``) every key and JSON type is checked
 against the models. Everything else pydantic checks is checked: types of numbers, lists
-and objects, required fields, allowed values, non-negative ints, fields of another kind or span kind, and the schema's
-limits (``ember.schemas.records``: line size, nesting, 64-bit integers), which
+and objects, required fields, allowed values, non-negative ints, fields of another kind or
+span kind, and the schema's limits (``ember.schemas.records``: line size, nesting, 64-bit
+integers, the bounds of times), which
 ``ember validate`` applies too (``parse_line``). One difference remains inside objects: a
 key given twice keeps its first value (pydantic keeps the last; both accept the line).
 
