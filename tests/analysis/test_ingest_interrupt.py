@@ -31,16 +31,21 @@ def _traces(folder: Path) -> list[Path]:
     return paths
 
 
+# As from a terminal: a process started in the background (a CI step, this test's own
+# runner) may inherit SIGINT ignored, and Python then never raises KeyboardInterrupt on it.
+_AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv = ['ember', *sys.argv[1:]]; runpy.run_module('ember.cli.main', run_name='__main__')"
+)
+
+
 def _ingest(folder: Path, db: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "ember.cli.main", "ingest", str(folder), "--db", str(db)],
+        [sys.executable, "-c", _AS_FROM_A_TERMINAL, "ingest", str(folder), "--db", str(db)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
-        # as from a terminal: a process started in the background (a CI step, this test's
-        # own runner) may inherit SIGINT ignored, and Python then never raises on it
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
