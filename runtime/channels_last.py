@@ -73,7 +73,7 @@ def _to_first(x: Any) -> Any:
     return jnp.transpose(x, (0, 3, 1, 2))
 
 
-class ChannelsLastEnv(dict):  # type: ignore[type-arg]
+class ChannelsLastEnv(dict[str, Any]):
     """A segment's values by name; those in ``nhwc`` are kept as their NHWC arrays and
     become NCHW (one transpose, kept) when something reads them by name."""
 
@@ -91,7 +91,7 @@ class ChannelsLastEnv(dict):  # type: ignore[type-arg]
     def __contains__(self, name: object) -> bool:
         return super().__contains__(name) or name in self.nhwc
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         # through __missing__: an NHWC value read with get() is given as NCHW too
         return self[name] if name in self else default  # noqa: SIM401
 
@@ -115,7 +115,7 @@ def _elementwise(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | None:
     nhwc = env.nhwc
     if not any(n in nhwc for n in node.inputs if n):
         return None
-    args = []
+    args: list[Any] = []
     for n in node.inputs:
         if not n:
             args.append(None)
@@ -164,6 +164,8 @@ def _slice(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | None:
     starts, ends, axes, steps = (
         to_host(env[n]) if n else None for n in (list(node.inputs[1:]) + [""] * 4)[:4]
     )
+    if starts is None:
+        return None
     n_axes = int(np.size(starts))
     axes_ = range(n_axes) if axes is None else [int(a) % 4 for a in np.ravel(axes)]
     moved = np.asarray([_TO_NHWC_AXIS[int(a)] for a in axes_], np.int64)
@@ -173,8 +175,11 @@ def _slice(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | None:
 def _wrapped(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | None:
     x = node.inputs[0] if node.inputs else ""
     if node.op_type == "Conv":
-        w = env[node.inputs[1]] if len(node.inputs) > 1 else None
-        if np.ndim(w) != 4 or len([o for o in node.outputs if o]) != 1:
+        if (
+            len(node.inputs) < 2
+            or np.ndim(env[node.inputs[1]]) != 4
+            or len([o for o in node.outputs if o]) != 1
+        ):
             return None
     elif x not in env.nhwc or len([o for o in node.outputs if o]) != 1:
         return None
