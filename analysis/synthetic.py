@@ -10,6 +10,7 @@ Every line is a valid record (a test checks a sample with pydantic).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -17,13 +18,17 @@ from typing import Any
 
 from ember.schemas import SCHEMA_ID
 
-__all__ = ["write_compile_trace", "write_memory_trace", "write_trace"]
+__all__ = ["write_compile_trace", "write_history", "write_memory_trace", "write_trace"]
+
+HOUR_NS = 3_600_000_000_000
+_WALL_NS = 1_764_403_200_000_000_000  # 2025-11-29 08:00 UTC
+_BERT_TAGS = '{"model":"bert-tiny"}'
 
 _META = (
     '{{"kind":"meta","schema":"{schema}","run_id":"{run}","wall_time_ns":{wall},"host":"bench",'
     '"pid":4242,"versions":{{"python":"3.11.9","jax":"0.10.2"}},"backend":"cpu",'
     '"devices":["TFRT_CPU_0"],"entrypoint":"bench_ingest","phase":"infer",'
-    '"tags":{{"model":"bert-tiny"}}}}\n'
+    '"tags":{tags}}}\n'
 )
 _SRC = "hf://acme/bert-tiny/onnx/model.onnx"
 _SHAPES = '[{{"name":"input_ids","shape":[1,{n}],"dtype":"int64"}}]'
@@ -83,11 +88,22 @@ def write_trace(
     seed: int = 0,
     cache_size: int = 4,
     lengths: int = 12,
+    wall_ns: int = _WALL_NS,
+    tags: dict[str, str] | None = None,
+    call_ns: tuple[int, int] = (50_000, 900_000),
+    rare: float = 0.1,
 ) -> int:
-    """Write about ``records`` records (meta first) to ``path``; returns the exact count."""
+    """Write about ``records`` records (meta first) to ``path``; returns the exact count.
+
+    ``wall_ns`` is the run's start (ns since the epoch), ``tags`` its tags (default
+    ``model=bert-tiny``), ``call_ns`` the range of a call's duration (uniform), ``rare``
+    the share of calls with a length other than the two common ones."""
     rng = random.Random(seed)
     popular = [8 * rng.randrange(1, lengths + 1) for _ in range(2)]
-    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000)]
+    tag_text = json.dumps(
+        tags if tags is not None else {"model": "bert-tiny"}, separators=(",", ":")
+    )
+    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=wall_ns, tags=tag_text)]
     n_written = 1
     t = 1_000
     sid = 0
@@ -100,7 +116,7 @@ def write_trace(
             before = len(out)
             # most calls use a few common lengths; some use rarer ones, which thrash a
             # cache of ``cache_size`` now and then (as prompts of a service do)
-            n = rng.choice(popular) if rng.random() < 0.9 else 8 * rng.randrange(1, lengths + 1)
+            n = rng.choice(popular) if rng.random() >= rare else 8 * rng.randrange(1, lengths + 1)
             sid += 1
             call = sid
             t += rng.randrange(2_000, 9_000)
@@ -155,7 +171,7 @@ def write_trace(
                 used += b if action == "alloc" else -b
                 out.append(_MEMORY.format(t=t, sid=call, tid=tid, b=b, a=action, n=n))
             t += rng.randrange(10_000, 90_000)
-            out.append(_CALL_END.format(t=t, sid=call, d=rng.randrange(50_000, 900_000), n=n))
+            out.append(_CALL_END.format(t=t, sid=call, d=rng.randrange(*call_ns), n=n))
             out.append(_DEVICE_MEMORY.format(t=t, u=used + 1_000_000, r=300_000_000 + used))
             n_written += len(out) - before
             if len(out) > 50_000:
@@ -311,7 +327,9 @@ def write_compile_trace(
     a sweep of ``sizes`` sequence lengths, each call compiling and evicting at both of its
     segments, repeated with later timestamps and fresh span ids. Returns the exact count."""
     rng = random.Random(seed)
-    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000)]
+    out: list[str] = [
+        _META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS)
+    ]
     written = 1
     t, sid = 1_000, 0
     keys: dict[Any, str] = {}  # a sweep again compiles the same keys
@@ -350,7 +368,9 @@ def write_memory_trace(
     liveness: freed after the next op), one ``op`` record a tensor and a ``device_memory``
     reading. Returns the exact count."""
     rng = random.Random(seed)
-    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000)]
+    out: list[str] = [
+        _META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS)
+    ]
     written = 1
     t, sid, tid, used = 1_000, 0, 0, 0
     with Path(path).open("w", encoding="utf-8") as f:
@@ -411,3 +431,45 @@ _M_MEMORY = (
     '"device":"cpu:0","bytes":{b},"action":"{a}","shape":[1,{n},128],"dtype":"float32",'
     '"category":"{cat}"}}\n'
 )
+
+
+def write_history(
+    folder: str | os.PathLike[str],
+    runs: int,
+    *,
+    records: int = 120,
+    recompile_step_at: int | None = None,
+    latency_step_at: int | None = None,
+    tags: dict[str, str] | None = None,
+    run_prefix: str = "hist",
+    seed: int = 0,
+) -> list[Path]:
+    """One trace per run in ``folder``, an hour apart: a CI history of one model whose
+    levels shift at known runs (0-based indices), for the trends' tests and benchmark.
+
+    Before ``recompile_step_at`` a run calls one sequence length (two compiles, no
+    recompiles, no evictions); from it on, any of twelve lengths with room for two in the
+    cache (a recompile and an eviction on most calls). From
+    ``latency_step_at`` on, calls take twice as long. Otherwise the runs differ by noise
+    only (each its own seed)."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(runs):
+        thrash = recompile_step_at is not None and i >= recompile_step_at
+        slow = latency_step_at is not None and i >= latency_step_at
+        run_id = f"{i:08d}-{run_prefix}"  # its first 8 characters (a short id) tell runs apart
+        write_trace(
+            out / f"{run_id}.jsonl",
+            records,
+            run_id=run_id,
+            seed=seed * 1_000_003 + i,
+            cache_size=2 if thrash else 4,
+            lengths=12 if thrash else 1,
+            rare=1.0 if thrash else 0.0,
+            wall_ns=_WALL_NS + i * HOUR_NS,
+            tags=tags,
+            call_ns=(100_000, 1_800_000) if slow else (50_000, 900_000),
+        )
+        paths.append(out / f"{run_id}.jsonl")
+    return paths
