@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from .compare_latency import ALPHA, MIN_SAMPLES, LatencyTest, latency_test, latency_tests
@@ -372,6 +372,12 @@ def _work(r: RunData) -> int:
     return int(r.summary.get("calls") or 0) or int(r.summary.get("steps") or 0)
 
 
+def _same_model(a: str, b: str) -> bool:
+    """Whether two model tags name one model: equal, or a name and a file of that name
+    (``record(model="stack")`` and ``ember run path/to/stack.onnx``, which tags the path)."""
+    return a == b or PurePosixPath(a).stem == b or PurePosixPath(b).stem == a
+
+
 def _ground_checks(base: RunData, candidate: RunData) -> list[RuleResult]:
     """What holds before any rule can: the candidate did some work (a run that made no
     call passed every rule, or skipped it, and the gate said PASS), and both runs are of
@@ -390,7 +396,7 @@ def _ground_checks(base: RunData, candidate: RunData) -> list[RuleResult]:
             )
         )
     models = (base.summary.get("model"), candidate.summary.get("model"))
-    if None not in models and models[0] != models[1]:
+    if None not in models and not _same_model(str(models[0]), str(models[1])):
         out.append(
             RuleResult(
                 "the same model",

@@ -445,3 +445,10 @@ def test_a_baseline_tag_key_is_a_plain_string(tmp_path, key):
     with pytest.raises(CompareError, match="no run tagged"):
         with open_sides(None, "cand", db=db, baseline_tags={key: "dev"}):
             pass
+
+
+def test_a_model_name_and_a_file_of_that_name_are_one_model():
+    # record(model="stack") and `ember run path/to/stack.onnx` (which tags the path)
+    base = run("base", durations(50, 1e6, seed=1), model="stack")
+    cand = run("cand", durations(50, 1e6, seed=2), model="/tmp/models/stack.onnx")
+    assert [r.rule for r in compare(base, cand, rules("recompiles>0")).rules] == ["recompiles>0"]
