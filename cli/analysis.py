@@ -19,7 +19,7 @@ from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.format import plural, short_path, wrap
 from ember.analysis.ingest import FileResult, IngestSummary, ingest, ingest_file
-from ember.analysis.lake import connect_lake, ingest_lake
+from ember.analysis.lake import LakeError, connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
 
@@ -41,6 +41,8 @@ def _open(db: Path, read_only: bool, wait: float | None = None):
         if db.is_dir():  # a lake written by `ember ingest --lake`
             return connect_lake(db)
         return connect(db, read_only=read_only, wait=wait)
+    except LakeError as exc:
+        raise fail(str(exc)) from None
     except DatabaseBusyError as exc:
         raise fail(str(exc)) from None
     except FileNotFoundError as exc:
@@ -71,7 +73,7 @@ def ingest_command(
     lake: Path | None = typer.Option(
         None,
         "--lake",
-        help="Write a Parquet trace lake in this folder instead of the DuckDB file "
+        help="Write a Delta Lake trace lake in this folder instead of the DuckDB file "
         "(many ingesters may write one lake at once).",
     ),
     engine: Engine = typer.Option(
@@ -121,17 +123,20 @@ def ingest_command(
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
     t0 = time.perf_counter()
-    if engine is Engine.spark:
-        try:
-            from ember.analysis.lake_spark import ingest_spark
-        except ImportError as exc:
-            raise fail(
-                f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
-                "apt-get install -y openjdk-17-jre-headless)"
-            ) from None
-        summary = ingest_spark(files, lake, master=master, on_file=_print_file)
-    else:
-        summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
+    try:
+        if engine is Engine.spark:
+            try:
+                from ember.analysis.lake_spark import ingest_spark
+            except ImportError as exc:
+                raise fail(
+                    f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
+                    "apt-get install -y openjdk-17-jre-headless)"
+                ) from None
+            summary = ingest_spark(files, lake, master=master, on_file=_print_file)
+        else:
+            summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
+    except LakeError as exc:
+        raise fail(str(exc)) from None
     summary.seconds = time.perf_counter() - t0
     _print_totals(len(files), summary, f"{lake} ({engine.value})")
 
@@ -201,6 +206,8 @@ def query(
     with _open(db, read_only=True, wait=wait) as con:
         try:
             df = con.sql(sql)
+        except LakeError as exc:
+            raise fail(str(exc)) from None
         except duckdb.Error as exc:
             raise fail(f"{exc}\nThe tables and views: " + ", ".join(con.tables())) from None
     more = f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""
