@@ -336,7 +336,16 @@ def append_rows(root: Path, table: str, pieces: list[Any]) -> None:
     # fresh arrays: delta-rs (arrow-rs) panics on some sliced nested arrays (a file's rows
     # are slices of the batch's)
     data = data.take(pa.array(range(data.num_rows), pa.int64()))
-    write_deltalake(str(root / table), data, mode="append")
+    try:
+        write_deltalake(str(root / table), data, mode="append")
+    except Exception as exc:  # delta-rs's errors are not one class
+        from deltalake import DeltaTable
+
+        try:
+            DeltaTable(str(root / table))
+        except Exception:
+            raise LakeError(damaged_log(root, table, exc)) from None
+        raise
 
 
 def commit_ingests(state: LakeState, rows: list[dict[str, Any]]) -> set[str]:

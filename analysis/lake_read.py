@@ -136,7 +136,8 @@ def _stored_view(con: duckdb.DuckDBPyConnection, snap: LakeSnapshot, table: str)
     else:
         if all(os.path.isabs(u) for u in uris):
             files = "[" + ", ".join(_lit(u) for u in uris) + "]"
-            src = f"read_parquet({files}, hive_partitioning = false, union_by_name = true)"
+            # one schema (the Delta table's): DuckDB binds on the first file's footer only
+            src = f"read_parquet({files}, hive_partitioning = false)"
         else:
             src = f"_delta_{table}"
             con.register(src, snap.tables[table].to_pyarrow_dataset())
@@ -270,6 +271,9 @@ def connect_lake(
         duck.execute(f"SET threads = {int(threads)}")
     try:
         attach_lake(duck, lake, storage_options)
+    except duckdb.Error as exc:
+        duck.close()
+        raise damaged_file(str(Path(lake).resolve()), exc) or exc from None
     except BaseException:
         duck.close()
         raise
