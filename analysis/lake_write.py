@@ -172,6 +172,28 @@ def rejected_table(file: str, rejected: list[Any]) -> Any:
     )
 
 
+def _span_files(state: LakeState, keys: set[str]) -> list[str]:
+    """The committed files of ``span_start`` in the partitions of the run keys ``keys``."""
+    from deltalake import DeltaTable
+
+    names = {f"run_key={k}" for k in keys}  # plain: never url-encoded
+    uris = DeltaTable(str(state.root / "span_start")).file_uris()
+    return [u for u in uris if os.path.basename(os.path.dirname(u)) in names]
+
+
+def prior_span_ids(state: LakeState, lp: _LakePlan) -> list[int]:
+    """The span ids already in the lake of a continued file's run (its committed ingests)."""
+    import pyarrow.dataset as ds
+
+    ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
+    files = _span_files(state, {lp.run_key})
+    if not ids or not files:
+        return []
+    data = ds.dataset(files, format="parquet")
+    table = data.to_table(columns=["span_id"], filter=ds.field("_ingest").isin(ids))
+    return table.column("span_id").to_pylist()
+
+
 def _prepare_prior_spans(
     con: duckdb.DuckDBPyConnection, state: LakeState, batch: list[_LakePlan]
 ) -> None:
@@ -179,16 +201,7 @@ def _prepare_prior_spans(
     file's run (the rows of its committed ingests), by its place in the batch."""
     reads = []
     continued = [(f, lp) for f, lp in enumerate(batch) if lp.plan.start > 0]
-    uris: list[str] = []
-    if continued:
-        from deltalake import DeltaTable
-
-        keys = {f"run_key={lp.run_key}" for _, lp in continued}  # plain: not url-encoded
-        uris = [
-            u
-            for u in DeltaTable(str(state.root / "span_start")).file_uris()
-            if os.path.basename(os.path.dirname(u)) in keys
-        ]
+    uris = _span_files(state, {lp.run_key for _, lp in continued}) if continued else []
     for f, lp in continued:
         ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
         if uris and ids:

@@ -476,8 +476,9 @@ def views(
         "-- Ember's views for Spark SQL, translated from analysis/sql/*.sql by sqlglot\n"
         "-- (macros inlined). Hand-written parts: "
         + "; ".join(f"{v}: {', '.join(c)}" for v, c in HAND_WRITTEN.items())
-        + ".\n-- First register the lake's stored rows as _lake_<table> views (Parquet under\n"
-        "-- LAKE/<table>/, with run_id), or use ember.analysis.lake_spark.register_lake.\n"
+        + ".\n-- First register the lake's stored rows as _lake_<table> views (the Delta table\n"
+        "-- LAKE/<table>, rows whose _ingest is committed in LAKE/_ingests), or use\n"
+        "-- ember.analysis.lake_spark.register_lake.\n"
         "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
         "-- view (and a CTE at every use) that reads it. Run as plain temp views (as\n"
         "-- register_lake(spark, lake, computed=False) creates them), _recompile_causes and\n"

@@ -81,7 +81,8 @@ def test_ingesters_killed_at_random_points_then_run_again_give_the_lake_of_no_cr
             results = ingest_lake(files, lake).files
             assert {r.status for r in results} <= {"ok", "unchanged"}, trial
             with connect_lake(lake) as got:
-                assert differences(want, got) == [], trial
+                # the runs and rows of every table (the views are made of them)
+                assert differences(want, got, (*LAKE_TABLES, "ingested_files")) == [], trial
             shutil.rmtree(lake)
     assert midway >= 1  # some kills landed between a batch's commits
 
