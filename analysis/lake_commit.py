@@ -50,7 +50,7 @@ from .ingest_plan import (
     run_taken,
 )
 from .ingest_plan import plan_file as _plan_file
-from .lake_table import INGESTS, LakeError, arrow_schema, run_date, run_key
+from .lake_table import INGESTS, LakeError, arrow_schema, read_delta, run_date, run_key
 
 LIVE = ("ok", "partial")
 COMMIT_TRIES = 8
@@ -108,7 +108,7 @@ class LakeState:
         self.root = root
         try:
             self.table = DeltaTable(str(root / INGESTS))
-            rows = self.table.to_pyarrow_table().to_pylist()
+            rows = read_delta(self.table, INGESTS).to_pylist()
         except Exception as exc:  # delta-rs: a damaged log entry or checkpoint
             raise LakeError(damaged_log(root, INGESTS, exc)) from None
         # a fid's rows before the last ingest that replaced it are hidden (visible_sql)

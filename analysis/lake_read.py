@@ -33,6 +33,7 @@ from .lake_table import (
     _lit,
     lake_columns,
     lake_problem,
+    read_delta,
     table_columns,
 )
 
@@ -102,7 +103,9 @@ class LakeSnapshot:
     def __init__(self, root: Path, storage_options: dict[str, str] | None = None) -> None:
         self.root = root
         self.storage_options = storage_options
-        self.ingests = self.table(INGESTS).to_pyarrow_table()
+        ingests = self.table(INGESTS)
+        local = all(os.path.isabs(u) for u in ingests.file_uris())
+        self.ingests = read_delta(ingests, INGESTS) if local else ingests.to_pyarrow_table()
         self.tables = {t: self.table(t) for t in LAKE_TABLES}
         self.files = {t: dt.file_uris() for t, dt in self.tables.items()}
 

@@ -173,16 +173,15 @@ def register_lake(
     ``computed=False`` registers the views as plain temporary views instead (the SQL of
     ``ember views --dialect spark``): nothing is computed here, and each query plans every
     view it reads again."""
-    from pyspark.sql import types as T
+    from pyspark.sql import functions as F
 
     from .lake_read import LakeSnapshot
 
     root = Path(lake).resolve()
     snap = LakeSnapshot(root)  # the _ingests rows first, then each table's file list
-    visible = spark.createDataFrame(
-        [(i,) for i in _visible_ingests(snap)],
-        T.StructType([T.StructField("_ingest", T.StringType())]),
-    )
+    # the ids as a literal set (an IN list), not a DataFrame: a plain view then reads no
+    # RDD of the driver's (see ``computed``)
+    visible = _visible_ingests(snap)
     stored = {}
     for table in LAKE_TABLES:
         name = f"_lake_{table}"
@@ -191,7 +190,7 @@ def register_lake(
         if files:
             # the committed files only, their columns only (not the partitions in the paths)
             df = spark.read.schema(schema).parquet(*files).select(*schema.fieldNames())
-            df = df.join(visible, "_ingest", "left_semi").select(*schema.fieldNames())
+            df = df.where(F.col("_ingest").isin(visible))
         else:
             df = spark.createDataFrame([], schema)
         df.createOrReplaceTempView(name)

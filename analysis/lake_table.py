@@ -133,9 +133,15 @@ def lake_columns(table: str) -> dict[str, str]:
     return {c: _stored(t) for c, t in cols.items()}
 
 
-@functools.cache
 def arrow_schema(table: str) -> Any:
     """The Arrow schema of a lake table (``INGESTS`` too), partition columns last."""
+    return empty_table(table).schema
+
+
+@functools.cache
+def empty_table(table: str) -> Any:
+    """A lake table without rows, as pyarrow (made by DuckDB: pyarrow's own empty arrays
+    import pandas, seconds per process where bytecode is not cached)."""
     import duckdb
 
     cols = INGESTS_COLUMNS if table == INGESTS else lake_columns(table)
@@ -144,12 +150,31 @@ def arrow_schema(table: str) -> Any:
     con = duckdb.connect(":memory:")
     try:
         sql = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols.items())
-        return con.sql(f"SELECT {sql} LIMIT 0").to_arrow_table().schema
+        return con.sql(f"SELECT {sql} LIMIT 0").to_arrow_table()
     finally:
         con.close()
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def read_delta(dt: Any, table: str) -> Any:
+    """The rows of a (local) Delta table's snapshot as a pyarrow table, read by DuckDB from
+    its committed file list (not ``to_pyarrow_table``: that imports ``pyarrow.dataset`` and
+    with it pandas, seconds per process where bytecode is not cached)."""
+    import duckdb
+
+    uris = dt.file_uris()
+    if not uris:
+        return empty_table(table)
+    con = duckdb.connect(":memory:")
+    try:
+        cols = ", ".join(f'"{c}"' for c in arrow_schema(table).names if c not in PARTITIONS)
+        return con.execute(
+            f"SELECT {cols} FROM read_parquet($f, hive_partitioning = false)", {"f": uris}
+        ).to_arrow_table()
+    finally:
+        con.close()
 
 
 def run_key(run_id: str) -> str:

@@ -183,15 +183,20 @@ def _span_files(state: LakeState, keys: set[str]) -> list[str]:
 
 def prior_span_ids(state: LakeState, lp: _LakePlan) -> list[int]:
     """The span ids already in the lake of a continued file's run (its committed ingests)."""
-    import pyarrow.dataset as ds
-
     ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
     files = _span_files(state, {lp.run_key})
     if not ids or not files:
         return []
-    data = ds.dataset(files, format="parquet")
-    table = data.to_table(columns=["span_id"], filter=ds.field("_ingest").isin(ids))
-    return table.column("span_id").to_pylist()
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute(
+            "SELECT span_id FROM read_parquet($f, hive_partitioning = false) "
+            "WHERE list_contains($ids, _ingest)",
+            {"f": files, "ids": ids},
+        ).fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]
 
 
 def _prepare_prior_spans(

@@ -6,8 +6,8 @@ from . import (
     analysis,  # noqa: F401
     compare,  # noqa: F401
     dashboard,  # noqa: F401
-    lake,  # noqa: F401
     demo,  # noqa: F401
+    lake,  # noqa: F401
     run,  # noqa: F401
     validate,  # noqa: F401
 )

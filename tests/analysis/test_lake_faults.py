@@ -137,7 +137,8 @@ def test_a_truncated_data_file_is_a_clear_error_and_check_repair_and_reingest_me
         timeout=120,
     )
     err = " ".join(q.stderr.split())
-    assert q.returncode == 1 and "Traceback" not in q.stderr, q.stderr
+    assert q.returncode == 1, q.stderr
+    assert "Traceback" not in q.stderr, q.stderr
     assert str(part) in err.replace(" ", "") or part.name in err
     assert "ember lake check" in err
     # ingest of other files goes on (appends do not read old files)
@@ -146,9 +147,11 @@ def test_a_truncated_data_file_is_a_clear_error_and_check_repair_and_reingest_me
     c = subprocess.run(
         [*EMBER, "lake", "check", str(lake)], capture_output=True, text=True, cwd=REPO, timeout=120
     )
-    assert c.returncode == 1 and part.name in c.stdout.replace("\n", "")
+    assert c.returncode == 1
+    assert part.name in c.stdout.replace("\n", "")
     report = check(lake, repair=True)
-    assert len(report.damaged_files) == 1 and report.repaired
+    assert len(report.damaged_files) == 1
+    assert report.repaired
     assert check(lake).ok
     results = ingest_lake([*files, *more], lake).files
     assert sorted(r.status for r in results).count("ok") == 1  # the damaged run again
@@ -190,7 +193,8 @@ def test_optimize_compacts_and_vacuum_removes_what_no_snapshot_needs_rows_unchan
     assert len(DeltaTable(str(lake / "cache")).file_uris()) == 1
     with connect_lake(lake) as con:
         after = {t: con.sql(f"SELECT * FROM {t}").rows() for t in ("cache", "cache_lookups")}
-    assert after == before and len(before["cache"]) == 20
+    assert after == before
+    assert len(before["cache"]) == 20
     on_disk = len(list((lake / "cache").glob("run_date=*/*/*.parquet")))
     v = subprocess.run(
         [*EMBER, "lake", "vacuum", str(lake), "--retain", "0"],
@@ -259,7 +263,8 @@ def test_upgrade_copies_an_old_lake_without_its_orphans_once(tmp_path):
         cwd=REPO,
         timeout=120,
     )
-    assert r.returncode == 1 and "ember lake upgrade" in " ".join(r.stderr.split())
+    assert r.returncode == 1
+    assert "ember lake upgrade" in " ".join(r.stderr.split())
     up = tmp_path / "up"
     assert upgrade(old, up) == 3
     assert upgrade(old, up) == 0  # again: nothing twice

@@ -104,7 +104,9 @@ def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
     assert [(f.status, f.records, f.rejected) for f in summary.files] == want
     assert want[2] == ("partial", 6, 8)
     assert want[3] == ("ok", 6, 6)
-    assert {r["engine"] for r in ingested_files(spark_lake) if r["status"] != "refused"} == {"spark"}
+    assert {r["engine"] for r in ingested_files(spark_lake) if r["status"] != "refused"} == {
+        "spark"
+    }
     with (
         connect(db, read_only=True) as file_db,
         connect_lake(duck_lake) as a,
