@@ -170,8 +170,8 @@ def read_delta(dt: Any, table: str) -> Any:
     con = duckdb.connect(":memory:")
     try:
         cols = ", ".join(f'"{c}"' for c in arrow_schema(table).names if c not in PARTITIONS)
-        return con.execute(
-            f"SELECT {cols} FROM read_parquet($f, hive_partitioning = false)", {"f": uris}
+        return con.sql(
+            f"SELECT {cols} FROM read_parquet($f, hive_partitioning = false)", params={"f": uris}
         ).to_arrow_table()
     finally:
         con.close()
