@@ -169,7 +169,8 @@ def read_delta(dt: Any, table: str) -> Any:
         return empty_table(table)
     con = duckdb.connect(":memory:")
     try:
-        cols = ", ".join(f'"{c}"' for c in arrow_schema(table).names if c not in PARTITIONS)
+        parts = [] if table == INGESTS else PARTITIONS  # (in the paths, not the files)
+        cols = ", ".join(f'"{c}"' for c in arrow_schema(table).names if c not in parts)
         return con.sql(
             f"SELECT {cols} FROM read_parquet($f, hive_partitioning = false)", params={"f": uris}
         ).to_arrow_table()

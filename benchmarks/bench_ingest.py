@@ -97,6 +97,11 @@ def bench_small(work: Path, n: int, threads: int) -> None:
     write_small(folder, n)
     db = work / "small.duckdb"
     lake = work / "small-lake"
+    # pyarrow imports pandas on its first array from Python values (the lake's commit makes
+    # some): seconds where bytecode is not cached (PYTHONDONTWRITEBYTECODE), once a process
+    import pyarrow as pa
+
+    pa.array([0])
     for name, run in (
         ("DuckDB file", lambda: ingest([folder], db, threads=threads)),
         ("lake (DuckDB)", lambda: ingest_lake([folder], lake, threads=threads)),
