@@ -125,6 +125,7 @@ _NEEDS_SAME = {
     "warm_p99_ns": ("latency_of", "latency_kind"),
     "compiling_calls": ("latency_of",),
     "warm_calls": ("latency_of",),
+    "loaded_calls": ("latency_of",),
     "peak_bytes": ("peak_source",),
 }
 

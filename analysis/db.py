@@ -66,6 +66,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "cache_lookups",
     "cache_events",
     "compiles",
+    "disk_cache_misses",
     "recompiles",
     "evictions",
     "cache_thrash",
@@ -82,6 +83,9 @@ VIEW_NAMES: tuple[str, ...] = (
     "run_summary",
     "call_breakdown",
     "time_by_part",
+    # each model's history of run_summary's numbers (the trends of `ember trends`)
+    "_trend_points",
+    "trends",
     # helpers of the report (what its findings read)
     "_memory_peaks",
     "_recompile_positions",

@@ -62,6 +62,7 @@ class RunSummary:
     warm_p50_ns: float | None = None
     warm_p99_ns: float | None = None
     warm_calls: int = 0  # calls (else steps) that neither compiled nor failed
+    loaded_calls: int = 0  # calls (else steps) that loaded their programs from a disk cache
 
     @property
     def short_id(self) -> str:
@@ -572,6 +573,7 @@ def _disk_miss_findings(con: Connection, summaries: dict[str, RunSummary]) -> li
     if not missed:
         return []
     out = []
+    reasons = _changed_disk_keys(con, missed)
     for view_row in _rows(_of(con, "_disk_cache_runs", missed)):
         r = {
             "run_id": view_row["run_id"],
@@ -589,13 +591,31 @@ def _disk_miss_findings(con: Connection, summaries: dict[str, RunSummary]) -> li
                 "; the others loaded: the missed ones have new keys (new shapes or static "
                 "values), and a later run with the same cache_dir loads them"
             )
-        else:
+        changed = reasons.get(r["run_id"])
+        if changed:
+            # the cache held these segments under another key: name the part
+            text += f"; the cache held them under another key: {'; '.join(changed)}"
+            r["changed"] = changed
+        elif not s.disk_hits:
             text += (
-                "; a first run fills the cache. If an earlier run used the same cache_dir, "
-                "the key changed: the model's bytes, Ember's version, JAX's version or the "
-                "device"
+                "; a first run fills the cache (none of its segments was in it under another key)"
             )
         out.append(Finding(r["run_id"], "disk_miss", text, r["miss_ns"], dict(r)))
+    return out
+
+
+def _changed_disk_keys(con: Connection, run_ids: list[str]) -> dict[str, list[str]]:
+    """run id -> the different key changes its disk-cache misses name (disk_cache_misses),
+    most frequent first."""
+    rows = con.sql(
+        "SELECT run_id, reason, count(*) AS n FROM disk_cache_misses "
+        "WHERE changed AND run_id IN (SELECT unnest($1::VARCHAR[])) GROUP BY ALL "
+        "ORDER BY n DESC, reason",
+        [run_ids],
+    )
+    out: dict[str, list[str]] = {}
+    for row in _rows(rows):
+        out.setdefault(row["run_id"], []).append(row["reason"])
     return out
 
 

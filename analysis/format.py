@@ -174,22 +174,34 @@ def latency(
     warm_p50_ns: float | None = None,
     warm_p99_ns: float | None = None,
     warm: int = 0,
+    loaded: int = 0,
 ) -> str:
     """'p50 12 ms, p99 13 ms': a run's latency, from its steady state when some of its
     ``samples`` calls (or steps) compiled: a median over compiling and warm calls alike
     (two of four calls compiling for 1.8 s made "p50 916 ms" of a 12 ms model) is neither.
     ``warm``: the calls that neither compiled nor failed, whose percentiles ``warm_*`` are.
+    ``loaded``: the calls that loaded their programs from a disk cache (compiled nothing,
+    but were not warm either).
     """
     overall = f"p50 {duration(p50_ns)}, p99 {duration(p99_ns)}"
-    if not compiling:
+    if not compiling and not loaded:
         return overall
+    # "3 compiled, 9 loaded from the disk cache": what the calls that were not warm did
+    did = [
+        f"{n} {verb}"
+        for n, verb in ((compiling, "compiled"), (loaded, "loaded from the disk cache"))
+        if n
+    ]
     if warm_p50_ns is None or not warm:
-        others = ", the others failed" if compiling < samples else ""
-        return f"{overall} ({compiling} of {samples} compiled{others}: no warm {what}s)"
+        others = ", the others failed" if compiling + loaded < samples else ""
+        count, verb = did[0].split(" ", 1)
+        done = ", ".join([f"{count} of {samples} {verb}", *did[1:]])
+        return f"{overall} ({done}{others}: no warm {what}s)"
+    count, verb = did[0].split(" ", 1)
+    which = ", ".join([f"{count} of which {verb}", *did[1:]])
     return (
         f"p50 {duration(warm_p50_ns)}, p99 {duration(warm_p99_ns)} over the "
-        f"{plural(warm, 'warm ' + what)} (all {samples}, {compiling} of which compiled: "
-        f"{overall})"
+        f"{plural(warm, 'warm ' + what)} (all {samples}, {which}: {overall})"
     )
 
 

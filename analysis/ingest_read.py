@@ -366,7 +366,7 @@ class _FileIngest:
             plan.start == 0
             and self.end == plan.size
             and not self.strict
-            and plan.version == SCHEMA_VERSION
+            and self.migrations.reads_as_is(plan.version)
             and plan.size <= SMALL_FILE
         )
 
@@ -377,7 +377,7 @@ class _FileIngest:
             return
         if (
             self.strict
-            or plan.version != SCHEMA_VERSION
+            or not self.migrations.reads_as_is(plan.version)
             or _find_long_line(plan.path, plan.start, self.end) is not None
         ):
             self._slow_path(self.end)
@@ -398,13 +398,14 @@ class _FileIngest:
     def _fast_path(self, end: int) -> None:
         """DuckDB reads exactly the bytes ``[start, end)``; the slow path if it refuses them.
 
-        A whole file is read in place, and only kept if the file has not grown meanwhile:
+        A whole file (not a piece of one, ``first_piece``) is read in place, and only kept
+        if the file has not grown meanwhile:
         a recorder still appending may have added lines after ``end`` that DuckDB read too,
         while ``offset_bytes`` says ``end`` (the next ingest would read them again). Then,
         and for a file continued from an offset, DuckDB reads a copy of the range.
         """
         plan = self.plan
-        if plan.start == 0 and end == plan.size:
+        if plan.start == 0 and end == plan.size and not plan.more:
             try:
                 self._stage(_read_json_sql(plan.path))
                 if plan.path.stat().st_size == plan.size:

@@ -46,7 +46,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ember.schemas import MIGRATIONS, SCHEMA_VERSION, Migrations
+from ember.schemas import MIGRATIONS, Migrations
 from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 
 from .checks import maybe_too_deep_sql, row_invalid_sql, row_problem_sql, span_problems_sql
@@ -188,7 +188,7 @@ class _Planned:
 
 def _needs_duckdb(lp: _LakePlan, end: int) -> str | None:
     plan = lp.plan
-    if plan.version != SCHEMA_VERSION:
+    if not MIGRATIONS.reads_as_is(plan.version):
         return f"schema version {plan.version} (migrated by the DuckDB engine)"
     if _find_long_line(plan.path, plan.start, end) is not None:
         return f"a line over {MAX_LINE_BYTES // 2**20} MB (read by the DuckDB engine)"

@@ -75,6 +75,18 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from ember import __version__
+
+        console.print(f"ember {__version__}", highlight=False)
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
     """See why models recompile, what compile caches evict, and where memory goes."""

@@ -107,6 +107,7 @@ def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
                     row["warm_p50_ns"],
                     row["warm_p99_ns"],
                     row["warm_calls"],
+                    row["loaded_calls"],
                 )
                 + f" ({row['latency_kind']})",
             )

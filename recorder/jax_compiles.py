@@ -22,19 +22,23 @@ function that JAX explained in words Ember cannot type carries JAX's text
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
+import os
 import re
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import jax
 from jax import monitoring
 
-from . import bus, jax_explain
+from . import bus, disk_keys, jax_explain
 from . import events as E
 
 __all__ = [
@@ -58,6 +62,7 @@ CACHE_MISS_EVENT = "/jax/compilation_cache/cache_misses"
 # Where JAX logs its cache-miss explanations (partial_eval since 0.5, pjit before).
 _EXPLAIN_LOGGERS = ("jax._src.interpreters.partial_eval", "jax._src.pjit")
 _log = logging.getLogger("ember.recorder")
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _MODULE_NAME = re.compile(r"^(?:jit|pjit|pmap|xla_pmap|shard_map)\((?P<name>.*)\)$")
 
 
@@ -231,7 +236,8 @@ class _Bridge:
             self.primitives[name] = prim
             if before is not None:
                 reason, changes = jax_explain.primitive_changes(before, prim)
-        stop_md = {
+        disk_key, disk_miss = _persistent_key(name, cache)
+        stop_md: dict[str, Any] = {
             **start_md,
             "tracing_ns": _ns(trace),
             "lowering_ns": _ns(lowering[1:] if lowering else None),
@@ -241,7 +247,11 @@ class _Bridge:
             "changes": changes,
             "outside_jit": prim is not None,
             "jax_explanation": explanation,
+            "called_at": exp.called_at if exp else None,
+            "defined_at": exp.defined_at if exp else None,
         }
+        if disk_key is not None:
+            stop_md["disk_key"], stop_md["disk_miss"] = disk_key, disk_miss
         bus.emit(E.start(E.JIT), {"monotonic_time": t0, "system_time": int(first * 1e9)}, start_md)
         bus.emit(E.stop(E.JIT), {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)
         for w in list(self.watchers):
@@ -284,6 +294,40 @@ class CompileWatcher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@functools.cache
+def _platform_parts() -> dict[str, str]:
+    """The versions and the device a program in JAX's persistent cache depends on."""
+    import jaxlib
+
+    device = jax.devices()[0]
+    return {
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": device.platform,
+        "device": device.device_kind,
+    }
+
+
+def _persistent_key(name: str, cache: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The parts of the key JAX's persistent cache looked up for ``name`` (JAX keeps them
+    to itself: the versions, device and XLA flags it hashes in) and, on a miss, which of
+    them changed since the cache stored ``name`` (kept in ``<dir>/ember-jit-keys/``)."""
+    folder = _jax_flag("jax_compilation_cache_dir")
+    if cache is None or not folder:
+        return None, None
+    parts = {**_platform_parts(), "xla_flags": os.environ.get("XLA_FLAGS", "")}
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    site = Path(folder) / "ember-jit-keys" / f"{_SAFE.sub('_', name)[:60]}-{digest}.json"
+    if cache == "hit":
+        return parts, None
+    before = disk_keys.read_parts(site)
+    try:
+        disk_keys.write_parts(site, parts)
+    except OSError:  # only the next miss's explanation is lost
+        pass
+    return parts, None if before is None else disk_keys.changed_parts(before, parts)
 
 
 def _ns(span: tuple[float, float] | None) -> int | None:

@@ -47,6 +47,10 @@ _TREE_DIFF = re.compile(
     r"^\s*\* at input path (?P<arg>.*?), now (?P<new>.+) and before (?P<old>.+?)"
     r"(?:, so (?P<why>.+))?$"
 )
+# "TRACING CACHE MISS at FILE:LINE:COL (CALLER) [costing 1.2 ms] [because]:" and
+# "f id=... defined at FILE:LINE" / "for f defined at FILE:LINE"
+_CALLED_AT = re.compile(r"^TRACING CACHE MISS at (?P<at>.+?)(?: costing [^:]*?)?(?: because)?:\s*$")
+_DEFINED_AT = re.compile(r"defined at (?P<at>\S+)")
 _CTX_DIFF = re.compile(r"^\s*\* (?P<arg>.+?) differs: now (?P<new>.+) and before (?P<old>.+)$")
 _JAX_TYPE = re.compile(r"^(?P<dtype>[a-z]+[0-9a-z_]*)\[(?P<dims>[^\]]*)\]")
 _SHORT_DTYPE = re.compile(r"^(bf|f|i|u|c)(\d+)$")
@@ -97,6 +101,23 @@ def _type_change(arg: str, new: str, old: str) -> tuple[dict[str, Any], str]:
     return change, "; ".join(phrases)
 
 
+_STATIC_VAL = re.compile(r"Static\(val=(?P<val>.*)\)$")
+_POSITIONAL = re.compile(r"^\[0\]\[(?P<i>\d+)\]$")
+_KEYWORD = re.compile(r"^\[1\]\[['\"](?P<k>.+)['\"]\]$")
+
+
+def _static_change(path: str, new: str, old: str) -> tuple[dict[str, Any], str] | None:
+    """A static argument whose value changed (JAX wraps it as ``Static(val=...)``):
+    ``static arg 1: 2 -> 3``; None for any other pytree difference."""
+    n, o = _STATIC_VAL.search(new), _STATIC_VAL.search(old)
+    if n is None or o is None:
+        return None
+    pos, kw = _POSITIONAL.match(path), _KEYWORD.match(path)
+    arg = f"arg {pos.group('i')}" if pos else kw.group("k") if kw else path
+    change = {"arg": arg, "what": "static", "old": o.group("val"), "new": n.group("val")}
+    return change, f"static {arg}: {o.group('val')} -> {n.group('val')}"
+
+
 @dataclass
 class Explanation:
     """JAX's explanation of one tracing-cache miss, parsed.
@@ -111,15 +132,27 @@ class Explanation:
     reason: str | None = None
     changes: list[dict[str, Any]] = field(default_factory=list)
     text: str = ""
+    called_at: str | None = None
+    """The call that traced it (``file.py:12:8 (test_step)``), when JAX says."""
+    defined_at: str | None = None
+    """Where the function is defined (``file.py:3``), when JAX says."""
+
+
+def _locations(text: str) -> tuple[str | None, str | None]:
+    """Where the traced call is and where the function is defined, as JAX wrote them."""
+    called = _CALLED_AT.match(text.split("\n", 1)[0])
+    defined = _DEFINED_AT.search(text)
+    return (called.group("at") if called else None, defined.group("at") if defined else None)
 
 
 def parse_explanation(text: str) -> Explanation | None:
     """Parse a ``TRACING CACHE MISS`` log message; None for any other message."""
     if not text.startswith(EXPLAIN_PREFIX):
         return None
+    called_at, defined_at = _locations(text)
     m = _NEVER_SEEN.search(text)
     if m:
-        return Explanation(m.group("name").strip(), True, None, [], text)
+        return Explanation(m.group("name").strip(), True, None, [], text, called_at, defined_at)
     m = _FOR_FUN.search(text)
     name = m.group("name").strip() if m else "<unknown>"
     _, sep, diff = text.partition("For the closest previous key:")
@@ -137,7 +170,11 @@ def parse_explanation(text: str) -> Explanation | None:
                 phrases.append(phrase)
         elif head.startswith("different input pytree"):
             t = _TREE_DIFF.match(line)
-            if t:
+            static = _static_change(t.group("arg"), t.group("new"), t.group("old")) if t else None
+            if static is not None:
+                changes.append(static[0])
+                phrases.append(static[1])
+            elif t:
                 arg = t.group("arg") or "<args>"
                 changes.append(
                     {"arg": arg, "what": "structure", "old": t.group("old"), "new": t.group("new")}
@@ -152,7 +189,7 @@ def parse_explanation(text: str) -> Explanation | None:
                 )
                 phrases.append(f"{t.group('arg')}: {t.group('old')} -> {t.group('new')}")
     reason = "; ".join(phrases) if phrases else head.rstrip(":") or diff
-    return Explanation(name, False, reason, changes, text)
+    return Explanation(name, False, reason, changes, text, called_at, defined_at)
 
 
 # ---------------------------------------------------------------- primitives outside jit

@@ -55,7 +55,17 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["DiskCacheProbe", "ProgramStore", "StoredProgram", "disk_cache", "usable_cache_dir"]
+from ember.recorder.disk_keys import KEY_PARTS, changed_parts, read_parts, write_parts
+
+__all__ = [
+    "KEY_PARTS",
+    "DiskCacheProbe",
+    "ProgramStore",
+    "StoredProgram",
+    "changed_parts",
+    "disk_cache",
+    "usable_cache_dir",
+]
 
 log = logging.getLogger("ember.runtime")
 
@@ -207,12 +217,21 @@ def _runtime_fingerprint() -> str:
 
 
 @functools.cache
-def _platform_fingerprint() -> str:
+def _platform_parts() -> dict[str, str]:
+    """The versions and the device a compiled program depends on."""
     import jax
     import jaxlib
 
+    from ember import __version__ as ember_version
+
     device = jax.devices()[0]
-    return f"jax {jax.__version__} {jaxlib.__version__} {device.platform} {device.device_kind}"
+    return {
+        "ember": ember_version,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": device.platform,
+        "device": device.device_kind,
+    }
 
 
 class ProgramStore:
@@ -229,18 +248,50 @@ class ProgramStore:
         self._model_digest = hashlib.sha256(model_bytes).hexdigest()
         self._save_failed = False
 
+    def key_parts(self) -> dict[str, Any]:
+        """What every entry of this store depends on besides its segment, part by part (the
+        schema's ``DiskKey``): the model, Ember, its runtime's sources, JAX, jaxlib, the
+        backend and device, ``XLA_FLAGS`` and the entry layout."""
+        return {
+            "model": self._model_digest[:16],
+            "runtime": _runtime_fingerprint()[:16],
+            **_platform_parts(),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "store_format": _STORE_FORMAT,
+        }
+
     def digest(self, *segment_key: Any) -> str:
         """The entry name for a segment: ``segment_key`` is everything that tells it apart."""
+        parts = self.key_parts()
         text = repr(
-            (
-                _STORE_FORMAT,
-                self._model_digest,
-                _runtime_fingerprint(),
-                _platform_fingerprint(),
-                segment_key,
-            )
+            (self._model_digest, _runtime_fingerprint(), sorted(parts.items()), segment_key)
         )
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def site(self, *segment_key: Any) -> str:
+        """A name for the segment alone (its position, arguments, statics), whatever the
+        model's bytes, versions or device: where the key parts of its last entry are kept,
+        so that a miss can say which part changed."""
+        return hashlib.sha256(repr(segment_key).encode()).hexdigest()
+
+    def _site_path(self, site: str) -> Path:
+        return self.directory / f"{site}.key.json"
+
+    def note_key(self, site: str) -> None:
+        """Keep the key parts of the entry just stored for ``site`` (see ``explain_miss``)."""
+        if not usable_cache_dir(self.cache_dir):
+            return
+        try:
+            write_parts(self._site_path(site), self.key_parts())
+        except Exception as exc:  # only the next miss's explanation is lost
+            self._could_not_store("key parts", self._site_path(site), exc)
+
+    def explain_miss(self, site: str) -> str | None:
+        """Why the store has no entry for a segment it stored before (under another key):
+        the key parts that changed since (``jaxlib 0.10.1 -> 0.10.2``). None when the
+        segment was never stored here, or its parts cannot be read."""
+        before = read_parts(self._site_path(site))
+        return None if before is None else changed_parts(before, self.key_parts())
 
     def path(self, digest: str) -> Path:
         return self.directory / f"{digest}.program"

@@ -222,10 +222,12 @@ class SegmentBuilder:
         store = self.store
         # The segment's bounds, arguments and statics; the model, runtime and device are
         # added by the store.
-        digest = ""
+        digest = site = ""
         if store is not None:
             parts = (repr(seg), key[1], key[2])
-            digest = store.digest(*((self.scope, *parts) if self.scope else parts))
+            segment_key = (self.scope, *parts) if self.scope else parts
+            digest = store.digest(*segment_key)
+            site = store.site(*segment_key)
         stored = store.load(digest) if store is not None else None
         if stored is not None:
             entry = Entry(
@@ -237,7 +239,13 @@ class SegmentBuilder:
                 host_outputs=stored.host_outputs,
                 needs_x64=stored.needs_x64,
             )
-            return CompileResult(entry, "hit", memory_of(stored.exe), cost_of(stored.exe))
+            return CompileResult(
+                entry,
+                "hit",
+                memory_of(stored.exe),
+                cost_of(stored.exe),
+                disk_key=store.key_parts() if store is not None else None,
+            )
         result = trace_segment(
             self.graph,
             values._base_env(),
@@ -252,12 +260,18 @@ class SegmentBuilder:
         # A program that JAX's persistent cache gave back is not stored: serialized again it
         # does not run (XLA:CPU: "Function ... not found"); the next process reads it from
         # JAX's cache again.
+        if store is not None:
+            result.disk_key = store.key_parts()
         if store is not None and result.disk_cache != "hit":
+            # the cache held this segment under another key: say which part changed
+            result.disk_miss = store.explain_miss(site)
             entry = result.entry
-            store.save(
+            saved = store.save(
                 digest,
                 StoredProgram(
                     entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64
                 ),
             )
+            if saved:
+                store.note_key(site)
         return result

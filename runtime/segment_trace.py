@@ -17,6 +17,8 @@ import numpy as np
 
 from . import ops, xla_cpu
 from .analysis import Segment
+from .channels_last import ChannelsLastEnv
+from .channels_last import run_node as run_channels_last
 from .describe import key_hex
 from .diskcache import disk_cache
 from .graph import Graph, run_node
@@ -155,8 +157,11 @@ def trace_segment(
 
     box: dict[str, Any] = {}
 
+    # XLA:CPU: convolution outputs stay channels-last through the ops that can take them
+    channels_last = jax.default_backend() == "cpu"
+
     def segment_fn(param_values: tuple[Any, ...], *arg_values: Any) -> tuple[Any, ...]:
-        env: dict[str, Any] = dict(base_env)
+        env: dict[str, Any] = ChannelsLastEnv(base_env) if channels_last else dict(base_env)
         env.update(statics)
         for name, value in zip(seg.params, param_values, strict=True):
             env[name] = xla_cpu.read_hwio(value) if name in hwio else value
@@ -167,6 +172,9 @@ def trace_segment(
             ):
                 continue  # folded once per model (constants), or computed by the prelude
             try:
+                if isinstance(env, ChannelsLastEnv):
+                    run_channels_last(node, env)
+                    continue
                 outs = run_node(node, env)
             except Exception as exc:
                 if _needs_concrete(exc):
@@ -223,6 +231,8 @@ class CompileResult:
     disk_cache: str | None = None  # "hit" | "miss" in a cache_dir, else None
     memory: dict[str, Any] | None = None  # the executable's memory analysis
     cost: dict[str, Any] | None = None  # its cost analysis
+    disk_key: dict[str, Any] | None = None  # the parts of its disk-cache key, with a cache_dir
+    disk_miss: str | None = None  # the key parts that changed since the cache stored it
 
 
 def segment_compile_attrs(
@@ -237,7 +247,7 @@ def segment_compile_attrs(
 ) -> dict[str, Any]:
     """The attributes a ``segment_compile`` span ends with. A value the trace found it needs
     on the host (``found``) ends the segment there instead, uncompiled, with its reason."""
-    return {
+    attrs = {
         "shapes": shapes,
         "stop": stop if found is None else found.position,
         "compiled": compiled and found is None,
@@ -247,3 +257,8 @@ def segment_compile_attrs(
         "memory": result.memory,
         "cost": result.cost,
     }
+    # only with a cache_dir: a run without one keeps its records as they were
+    if result.disk_key is not None:
+        attrs["disk_key"] = result.disk_key
+        attrs["disk_miss"] = result.disk_miss
+    return attrs

@@ -17,6 +17,13 @@ break, step) end at their results (``True``) or at dispatch; call and step ends 
 ``dispatch_ns``; a ``segment`` span is one execution of one segment inside a call; break
 ends carry ``host_transfer_ns`` and ``subgraph_ns``. Version 1 traces are upgraded by
 ``versions.MIGRATIONS`` (their meta gets ``sync: false``: v1 call spans ended at dispatch).
+
+Version 3 (``ember.trace/3``, additive: a version 2 record is a valid version 3 record): a
+``segment_compile`` end carries the parts of its disk-cache key (``disk_key``) and, when the
+disk cache missed an entry it holds for the same segment under another key, the part that
+changed (``disk_miss``: ``jaxlib 0.10.1 -> 0.10.2``); a ``jit`` end carries where the
+function was defined and called (``defined_at``, ``called_at``) and, with JAX's persistent
+cache on, the same two fields for it.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "ember.trace"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_ID = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 
 # ---------------------------------------------------------------- limits
@@ -122,6 +129,26 @@ class Cost(RecordModel):
 
     flops: float | None = None
     bytes_accessed: float | None = None
+
+
+class DiskKey(RecordModel):
+    """The parts of a disk-cache key (what a compiled program on disk depends on).
+
+    Two entries for the same segment (position, argument shapes, static values) differ in
+    one of these when a run misses a cache another run filled.
+    """
+
+    model: str | None = Field(None, description="Digest of the model's bytes (first 16 hex).")
+    ember: str | None = Field(None, description="Ember's version.")
+    runtime: str | None = Field(
+        None, description="Digest of ember.runtime's sources (first 16 hex)."
+    )
+    jax: str | None = None
+    jaxlib: str | None = None
+    backend: str | None = Field(None, description="JAX's platform: cpu, gpu, tpu.")
+    device: str | None = Field(None, description="The device kind (jax's device_kind).")
+    xla_flags: str | None = Field(None, description="The XLA_FLAGS environment variable.")
+    store_format: Int64 | None = Field(None, description="The layout of a stored entry.")
 
 
 class SpanError(RecordModel):
@@ -239,6 +266,14 @@ class SegmentCompileEndAttrs(SegmentCompileAttrs):
     host_values: list[str] = Field(default_factory=list)
     memory: StaticMemory | None = None
     cost: Cost | None = None
+    disk_key: DiskKey | None = Field(
+        None, description="The parts of the segment's disk-cache key (with a cache_dir)."
+    )
+    disk_miss: str | None = Field(
+        None,
+        description="On a disk-cache miss where the cache holds the same segment under "
+        "another key: the parts that changed (`jaxlib 0.10.1 -> 0.10.2`).",
+    )
 
 
 class BreakAttrs(SourceAttrs):
@@ -324,6 +359,23 @@ class JitEndAttrs(JitAttrs):
         None,
         description="JAX's own cache-miss explanation, when Ember could not reduce it to "
         "typed changes (a recompile whose key looks unchanged).",
+    )
+    defined_at: str | None = Field(
+        None, description="Where the jitted function is defined (file:line), from JAX."
+    )
+    called_at: str | None = Field(
+        None,
+        description="The call that traced it: file:line:column (function), from JAX.",
+    )
+    disk_key: DiskKey | None = Field(
+        None,
+        description="With JAX's persistent cache on: the parts of its key Ember can name "
+        "(jax, jaxlib, backend, device, xla_flags).",
+    )
+    disk_miss: str | None = Field(
+        None,
+        description="On a persistent-cache miss of a function the cache stored before: the "
+        "key parts that changed (`jaxlib 0.10.1 -> 0.10.2`).",
     )
 
 

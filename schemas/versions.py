@@ -57,14 +57,25 @@ class Migrations:
     def __init__(self, current: int = SCHEMA_VERSION) -> None:
         self.current = current
         self._steps: dict[int, Migration] = {}
+        # versions whose step only added optional fields: their records read as they are
+        self._additive: set[int] = set()
 
-    def register(self, from_version: int) -> Callable[[Migration], Migration]:
-        """Decorator: ``fn`` upgrades a record of ``from_version`` to ``from_version + 1``."""
+    def register(
+        self, from_version: int, *, additive: bool = False
+    ) -> Callable[[Migration], Migration]:
+        """Decorator: ``fn`` upgrades a record of ``from_version`` to ``from_version + 1``.
+
+        ``additive``: the newer version only added optional fields, so every record of
+        ``from_version`` other than ``meta`` is valid as it is (readers may skip the step
+        for those and take their fast path).
+        """
 
         def add(fn: Migration) -> Migration:
             if from_version in self._steps:
                 raise ValueError(f"a migration from version {from_version} is already registered")
             self._steps[from_version] = fn
+            if additive:
+                self._additive.add(from_version)
             return fn
 
         return add
@@ -73,7 +84,15 @@ class Migrations:
         """A registry with the same steps, to extend (e.g. with a made-up older version)."""
         other = Migrations(self.current)
         other._steps = dict(self._steps)
+        other._additive = set(self._additive)
         return other
+
+    def reads_as_is(self, version: int) -> bool:
+        """Whether records of ``version`` (other than ``meta``) are valid current records:
+        the current version, or one whose every later step only added optional fields."""
+        return version <= self.current and all(
+            v in self._additive for v in range(version, self.current)
+        )
 
     def oldest_readable(self) -> int:
         v = self.current
@@ -112,4 +131,12 @@ def _v1_spans_ended_at_dispatch(record: RawRecord) -> RawRecord:
     if record.get("kind") == "meta":
         record = dict(record)
         record["sync"] = False
+    return record
+
+
+@MIGRATIONS.register(from_version=2, additive=True)
+def _v2_fields_added(record: RawRecord) -> RawRecord:
+    """2 -> 3: only optional fields were added (``disk_key`` and ``disk_miss`` of
+    ``segment_compile`` and ``jit`` ends, ``defined_at`` and ``called_at`` of ``jit`` ends):
+    records read as they are; ``upgrade`` sets the meta's schema id."""
     return record

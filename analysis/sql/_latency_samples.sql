@@ -10,6 +10,8 @@
 -- compiled      whether it compiled something on the way (_compiling_spans: a segment
 --               cache miss in the call or one of its breaks, a jit compile in the step);
 --               the others that did not fail are the warm samples (run_summary's warm_*)
+-- loaded        of those, whether every program it needed came from a disk cache (it
+--               loaded them and compiled nothing: _compiling_spans.loaded)
 WITH kinds AS (
     SELECT run_id,
         CASE WHEN count(*) FILTER (WHERE span_kind = 'call') > 0 THEN 'call' ELSE 'step' END
@@ -17,7 +19,8 @@ WITH kinds AS (
     FROM span_end WHERE span_kind IN ('call', 'step') GROUP BY run_id
 )
 SELECT s.run_id, s.span_id, s.span_kind, s.ts_ns, s.duration_ns, s.status,
-    c.span_id IS NOT NULL AS compiled
+    c.span_id IS NOT NULL AS compiled,
+    coalesce(c.loaded, false) AS loaded
 FROM span_end s
 JOIN kinds k ON k.run_id = s.run_id AND s.span_kind = k.latency_of
 LEFT JOIN _compiling_spans c ON c.run_id = s.run_id AND c.span_id = s.span_id

@@ -32,8 +32,11 @@
 --               end when JAX dispatched the work: recorded with sync off, or a v1 trace)
 -- p50_ns, p90_ns, p99_ns, mean_ns   percentiles and mean of the call (else step) durations
 -- compiling_calls  calls (else steps) that compiled something on the way (a segment cache
---               miss, a jit compile); p50_ns and the other percentiles include them
--- warm_calls    calls (else steps) that compiled nothing and did not fail: the steady state
+--               miss, a jit compile) other than loading it from a disk cache; p50_ns and the
+--               other percentiles include them
+-- loaded_calls  calls (else steps) that missed the in-memory cache but loaded every program
+--               they needed from a disk cache (compiled nothing): not warm, not compiling
+-- warm_calls    calls (else steps) that missed nothing and did not fail: the steady state
 -- warm_p50_ns, warm_p99_ns   their percentiles; NULL when there are none
 -- total_call_ns time in calls (else steps), summed
 -- wall_ns       from the run's start to its last finished span (ns)
@@ -122,7 +125,8 @@ after_eviction AS (
 ),
 warm AS (
     SELECT run_id,
-        count(*) FILTER (WHERE compiled) AS compiling_calls,
+        count(*) FILTER (WHERE compiled AND NOT loaded) AS compiling_calls,
+        count(*) FILTER (WHERE loaded) AS loaded_calls,
         count(*) FILTER (WHERE warm) AS warm_calls,
         quantile_cont(duration_ns, 0.5) FILTER (WHERE warm) AS warm_p50_ns,
         quantile_cont(duration_ns, 0.99) FILTER (WHERE warm) AS warm_p99_ns
@@ -184,6 +188,7 @@ SELECT
     CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE e.step_p99_ns END AS p99_ns,
     CASE WHEN e.calls > 0 THEN e.call_mean_ns ELSE e.step_mean_ns END AS mean_ns,
     coalesce(w.compiling_calls, 0) AS compiling_calls,
+    coalesce(w.loaded_calls, 0) AS loaded_calls,
     coalesce(w.warm_calls, 0) AS warm_calls,
     w.warm_p50_ns,
     w.warm_p99_ns,

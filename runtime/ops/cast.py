@@ -50,20 +50,36 @@ def _cast(
 
         rounded = onnx.numpy_helper.to_float8e8m0(np.asarray(value), bool(saturate), round_mode)
         return rounded.astype(dtype)
+    if dtype.name in _SUB_BYTE_INTS and not _is_int(src) and src != np.bool_:
+        return _float_to_sub_byte_int(m, value, dtype)
     if m is np:
         return np.asarray(value).astype(dtype)
     if dtype.kind == "u" and _is_float(src):
         # XLA saturates negative floats to 0 where C casts (onnxruntime, numpy) wrap
         # around; go through int64 so that both paths agree.
         return m.where(value < 0, value.astype(np.int64).astype(dtype), value.astype(dtype))
-    if dtype.name in _SUB_BYTE_INTS and not _is_int(src):
-        # XLA saturates float -> int4/int2 where ONNX (and ml_dtypes) truncate and wrap.
-        bits, signed = _SUB_BYTE_INTS[dtype.name]
-        wide = value.astype(np.int32) if src.itemsize < 8 else value.astype(np.int64)
-        span = 1 << bits
-        half = span // 2 if signed else 0
-        value = (wide + half) % span - half
     return value.astype(dtype)
+
+
+def _float_to_sub_byte_int(m: Any, value: Array, dtype: np.dtype) -> Array:
+    """Float -> int4/uint4/int2/uint2, the same on the host and under jit.
+
+    ONNX leaves a float outside the target's range undefined, and the libraries disagree
+    (XLA saturates; ml_dtypes 0.6 wrapped, 0.7 gives 0; onnxruntime rounds, then wraps).
+    Ember's choice, the spec's rule for fixed point -> narrower fixed point applied to the
+    truncated value: truncate toward zero (as in range), keep the low bits, read them as
+    two's complement. So an integral value agrees with onnxruntime (100.0 -> int4 4, -9.0 -> 7);
+    NaN and infinities give 0. Never ml_dtypes' own cast, which changes between releases.
+    """
+    bits, signed = _SUB_BYTE_INTS[dtype.name]
+    wide = value.astype(np.float32) if np.dtype(value.dtype).itemsize < 4 else value
+    whole = m.where(m.isfinite(wide), m.trunc(wide), 0)
+    span = 1 << bits
+    half = span // 2 if signed else 0
+    # The wrap is computed in floats: exact, since span is a power of two and a float too
+    # large for its low bits to be exact is a multiple of span (no int64 under jit).
+    low = whole - span * m.floor((whole + half) / span)
+    return low.astype(np.int32).astype(dtype)
 
 
 _SUB_BYTE_INTS = {"int4": (4, True), "uint4": (4, False), "int2": (2, True), "uint2": (2, False)}

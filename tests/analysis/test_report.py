@@ -152,6 +152,18 @@ def test_disk_cache_compares_the_warm_run_with_the_cold_one(reports):
     assert _texts(reports["disk-cold"], "disk_cache") == []  # nothing came from disk
 
 
+def test_a_load_from_the_disk_cache_is_not_a_compile(reports, report_db):
+    """Lengths 8, 12, 16, 8: the cold run compiles three calls, the warm run loads those
+    three from disk; the second call at 8 is warm in both."""
+    cold, warm = reports["disk-cold"].run, reports["disk-warm"].run
+    assert (cold.compiling_calls, cold.loaded_calls, cold.warm_calls) == (3, 0, 1)
+    assert (warm.compiling_calls, warm.loaded_calls, warm.warm_calls) == (0, 3, 1)
+    out = _flat(_report(report_db, "--run", "disk-w").output)
+    assert re.search(
+        r"over the 1 warm call \(all 4, 3 of which loaded from the disk cache: p50 ", out
+    ), out
+
+
 def test_jax_eager_op_compiles_are_counted_and_grouped_apart(reports):
     train = reports["jax-training"]
     s = train.run

@@ -473,3 +473,26 @@ def test_recompile_causes_leave_out_segments_that_run_eagerly(tmp_path):
         assert con.sql("SELECT position, change, arg, dim, n FROM _recompile_causes").rows() == [
             (5, "shape", "input_ids", 1, 1)
         ]
+
+
+def test_disk_cache_misses_names_the_key_part_that_changed(con):
+    rows = con.sql(
+        "SELECT fun_name, position, changed, reason, jax, jaxlib, backend, model "
+        "FROM disk_cache_misses WHERE run_id = 'bus-run'"
+    ).to_dicts()
+    assert rows == [
+        {
+            "fun_name": "loss_fn",
+            "position": None,
+            "changed": True,
+            "reason": "jaxlib 0.10.1 -> 0.10.2",
+            "jax": "0.10.2",
+            "jaxlib": "0.10.2",
+            "backend": "cpu",
+            "model": None,
+        }
+    ]
+    # the sweep recorded no disk cache: nothing missed one
+    assert con.sql("SELECT count(*) AS n FROM disk_cache_misses WHERE run_id = 'sweep'")[
+        "n"
+    ].to_list() == [0]

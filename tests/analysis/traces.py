@@ -212,6 +212,12 @@ def record_bus_trace(path: Path, *, run_id: str = "bus-run") -> Path:
             s.set(
                 retrace_reason="different argument shapes",
                 changes=[{"arg": "x", "what": "shape", "old": "f32[8,3]", "new": "f32[16,3]"}],
+                # JAX's persistent cache missed it: another jaxlib filled the cache
+                persistent_cache="miss",
+                disk_key={"jax": "0.10.2", "jaxlib": "0.10.2", "backend": "cpu", "device": "cpu"},
+                disk_miss="jaxlib 0.10.1 -> 0.10.2",
+                called_at="train.py:12:8 (train)",
+                defined_at="train.py:3",
             )
     return path
 

@@ -55,9 +55,20 @@ def test_demo_records_ingests_and_reports(tmp_path):
         ).iter_rows()
     )
     assert disk == {"disk-cache-warm": 24}
+    # a load from the disk cache is not a compile: the warm run's first call of each length
+    # loaded its programs, its second was warm
+    calls = {
+        name: (compiling, loaded, warm)
+        for name, compiling, loaded, warm in db.sql(
+            "SELECT name, compiling_calls, loaded_calls, warm_calls FROM run_summary "
+            "WHERE name LIKE 'disk-cache-%'"
+        ).iter_rows()
+    }
+    assert calls == {"disk-cache-cold": (12, 0, 12), "disk-cache-warm": (0, 12, 12)}
     report = " ".join(done.stdout.split())
     assert "position 0 compiled 12 times" in report
     assert "disk cache: 24/24 segments loaded from disk" in report
+    assert "over the 12 warm calls (all 24, 12 of which loaded from the disk cache: " in report
     assert "grad_step retraced once" in report
     assert "x dim 0: 32 -> 16" in report
     assert f"ember dashboard --db {out / 'ember.duckdb'}" in report

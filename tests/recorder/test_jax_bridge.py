@@ -568,3 +568,69 @@ def test_a_session_on_a_full_disk_keeps_the_blocks_error_and_fails_at_close():
     with pytest.warns(TraceWriteWarning, match="writing the trace /dev/full failed"):
         with pytest.raises(TraceWriteError, match="the trace /dev/full is incomplete: 1 record"):
             session.close()
+
+
+def test_a_persistent_cache_miss_names_the_jax_version_that_changed(tmp_path, monkeypatch):
+    """JAX's own persistent cache: the bridge keeps the key parts it can name per function
+    (in <cache dir>/ember-jit-keys) and a miss after a version change names it (issue 27)."""
+    import jax.numpy as jnp
+
+    from ember.recorder import bus
+    from ember.recorder import jax_compiles as jc
+
+    ends = []
+    bus.attach("test.persistent", ["ember.jit.stop"], lambda n, m, md: ends.append(dict(md)))
+    real = jc._platform_parts()
+    folder = tmp_path / "jax-cache"
+
+    def compile_once(jaxlib: str) -> dict:
+        monkeypatch.setattr(jc, "_platform_parts", lambda: {**real, "jaxlib": jaxlib})
+        for entry in folder.glob("*") if folder.exists() else []:
+            if entry.is_file():  # JAX's entries: another jaxlib would miss them
+                entry.unlink()
+        jax.clear_caches()
+        with watch_compiles():
+            jax.jit(lambda x: x * 3 + 1)(jnp.arange(5.0)).block_until_ready()
+        (end,) = [e for e in ends if e["fun_name"] == "<lambda>"]
+        ends.clear()
+        return end
+
+    from ember.runtime.diskcache import disk_cache  # JAX's cache on at folder, every entry
+
+    try:
+        with disk_cache(folder):
+            first = compile_once("0.10.1")
+        with disk_cache(folder):
+            second = compile_once("0.10.2")
+    finally:
+        bus.detach("test.persistent")
+    assert first["persistent_cache"] == "miss"
+    assert first["disk_key"]["jaxlib"] == "0.10.1"
+    assert first["disk_miss"] is None  # nothing stored before
+    assert second["persistent_cache"] == "miss"
+    assert second["disk_miss"] == "jaxlib 0.10.1 -> 0.10.2"
+
+
+def test_explanations_say_where_the_call_and_the_function_are_and_static_values():
+    first = parse_explanation(
+        "TRACING CACHE MISS at /w/t.py:10:4 (test_it):\n  never seen function:\n"
+        "    f id=140636875916448 defined at /w/t.py:7"
+    )
+    assert (first.first, first.called_at, first.defined_at) == (
+        True,
+        "/w/t.py:10:4 (test_it)",
+        "/w/t.py:7",
+    )
+    static = parse_explanation(
+        "TRACING CACHE MISS at /w/t.py:12:27 (<module>) costing 1.2 ms because:\n"
+        "  for scale defined at /w/t.py:7\n"
+        "  all previously seen cache keys differ. For the closest previous key:\n"
+        "  different input pytree:\n"
+        "  * at input path [0][1], now <class 'jax._src.tree_util.Static'> with pytree "
+        "metadata Static(val=3) and before <class 'jax._src.tree_util.Static'> with pytree "
+        "metadata Static(val=2), so the pytree node metadata does not match"
+    )
+    assert static.called_at == "/w/t.py:12:27 (<module>)"
+    assert static.defined_at == "/w/t.py:7"
+    assert static.reason == "static arg 1: 2 -> 3"
+    assert static.changes == [{"arg": "arg 1", "what": "static", "old": "2", "new": "3"}]

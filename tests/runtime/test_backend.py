@@ -107,6 +107,36 @@ def test_conformance_runs_cases_prints_counts_and_checks_the_floor(capsys, tmp_p
     assert conformance.read_floor(tmp_path / "missing.txt") is None
 
 
+class _CastCase:
+    """A node case like onnx's: one Cast from float to int4, its expected output given."""
+
+    name = "test_cast_FLOAT_to_INT4_like"
+    rtol, atol = 1e-3, 1e-7
+
+    def __init__(self, expected: list[int]) -> None:
+        import ml_dtypes
+
+        node = helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.INT4)
+        self.model = make_model(
+            [node], [tensor("x", shape=[3])], [tensor("y", onnx.TensorProto.INT4, [3])], opset=21
+        )
+        x = np.array([1.5, -9.0, 20.0], np.float32)
+        self.data_sets = [([x], [np.array(expected, np.int8).astype(ml_dtypes.int4)])]
+
+
+def test_conformance_leaves_out_what_the_spec_leaves_undefined(capsys):
+    # -9.0 and 20.0 are out of int4's range: any expected value there passes (ml_dtypes 0.6
+    # wrapped them, 0.7 gives 0), counted apart; a wrong in-range value (1.5 -> 1) fails.
+    for expected_out_of_range in ([7, 4], [0, 0]):
+        result = conformance.run_case("node", _CastCase([1, *expected_out_of_range]), "compile", 60)
+        assert result.ok, result.message
+        assert result.undefined == 2
+    wrong = conformance.run_case("node", _CastCase([2, 7, 4]), "compile", 60)
+    assert not wrong.ok
+    conformance.report([result])
+    assert "(1 cases, 2 elements left out: a float cast to fixed point" in capsys.readouterr().out
+
+
 def test_conformance_floor_file_exists_and_is_reasonable():
     floor = conformance.read_floor()
     assert floor is not None

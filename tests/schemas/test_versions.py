@@ -157,7 +157,7 @@ def v1_call_trace() -> list[dict]:
 def test_version_1_is_upgraded_and_says_its_spans_ended_at_dispatch(tmp_path):
     from ember.schemas import MIGRATIONS, RECORD
 
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     assert MIGRATIONS.oldest_readable() == 1
     path = write(tmp_path / "v1.jsonl", v1_call_trace())
     report = validate_file(path)
@@ -172,3 +172,14 @@ def test_version_1_is_upgraded_and_says_its_spans_ended_at_dispatch(tmp_path):
     assert end.duration_ns == 200
     # a version 2 meta without the field is synced (the default)
     assert RECORD.validate_python(meta()).sync is True
+
+
+def test_version_2_reads_as_it_is_and_its_meta_is_upgraded():
+    """2 -> 3 only added optional fields: a v2 trace's records are valid v3 records (ingest
+    keeps its fast path for them), and the meta says version 3 once upgraded."""
+    from ember.schemas import MIGRATIONS, RECORD
+
+    assert [MIGRATIONS.reads_as_is(v) for v in (1, 2, 3, 4)] == [False, True, True, False]
+    v2_meta = {**meta(), "schema": "ember.trace/2"}
+    upgraded = MIGRATIONS.upgrade(dict(v2_meta), 2)
+    assert RECORD.validate_python(upgraded).schema_id == SCHEMA_ID == "ember.trace/3"
