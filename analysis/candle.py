@@ -18,8 +18,12 @@ memory, device_memory  ``timestamp_ns``                       ``ts_ns``; device_
 tensor, gradient, edge no timestamp                           ``ts_ns`` of the latest record
 =====================  ====================================  ===============================
 
-Every record written is validated by the Ember schema; a line that cannot be converted
-stops the import with its line number (``CandleImportError``).
+Every line goes through the same line checks as ``ember ingest`` and ``ember validate``:
+``parse_line`` (the size and nesting limits), then the converted record through
+``validate_lines`` (the schema, strict integers, span ids). A line that cannot be converted
+or fails them is left out and named (``file:line: why``, in ``ImportResult.errors``); the
+rest is kept. Only a bad ``meta`` line (no run to import into) stops the import
+(``CandleImportError``). Numbers are never truncated: ``1.5`` for an integer is an error.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
-from ember.schemas import RECORD, SCHEMA_ID, explain
+from ember.schemas import SCHEMA_ID
+from ember.schemas.validate import BadLine, LineError, iter_lines, parse_line, validate_lines
 
 __all__ = ["CANDLE_SCHEMA", "CandleImportError", "ImportResult", "import_candle"]
 
@@ -53,6 +57,18 @@ class ImportResult:
     run_id: str
     records: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # 'file:line: why' of each line left out
+
+
+def _int(rec: dict[str, Any], key: str, default: int | None = None) -> int:
+    """``rec[key]`` as the JSON integer it must be; ``default`` when absent (an error when
+    there is none). A fraction, a string, a boolean or null is an error, never truncated."""
+    if key not in rec and default is not None:
+        return default
+    value = rec.get(key)
+    if type(value) is not int:
+        raise CandleImportError(f"{key}: expected an integer, got {json.dumps(value)[:40]}")
+    return value
 
 
 class _Converter:
@@ -62,18 +78,24 @@ class _Converter:
         self.span_start: dict[str, tuple[int, dict[str, Any]]] = {}
         self.last_ts = 0
 
-    def span_id(self, text: str | None) -> int | None:
+    def span_id(self, text: Any, key: str = "span_id") -> int | None:
         if text is None:
             return None
+        if not isinstance(text, str):  # candle-graph's ids are strings
+            raise CandleImportError(f"{key}: expected a string id, got {json.dumps(text)[:40]}")
         if text not in self.span_ids:
             self.span_ids[text] = len(self.span_ids) + 1
         return self.span_ids[text]
 
-    def ts(self, value: Any) -> int:
-        if isinstance(value, int) and value >= 0:
-            self.last_ts = max(self.last_ts, value)
-            return value
-        return self.last_ts
+    def ts(self, rec: dict[str, Any], key: str) -> int:
+        """A record's time: its ``key`` (a non-negative integer), else the latest one."""
+        if rec.get(key) is None:
+            return self.last_ts
+        value = _int(rec, key)
+        if value < 0:
+            raise CandleImportError(f"{key}: must be >= 0, got {value}")
+        self.last_ts = max(self.last_ts, value)
+        return value
 
     def meta(self, rec: dict[str, Any]) -> dict[str, Any]:
         schema = rec.get("schema")
@@ -101,9 +123,9 @@ class _Converter:
             "kind": "meta",
             "schema": SCHEMA_ID,
             "run_id": str(run_id),
-            "wall_time_ns": int(rec.get("wall_time_ns") or stat.st_mtime_ns),
+            "wall_time_ns": _int(rec, "wall_time_ns", stat.st_mtime_ns),
             "host": str(rec.get("host") or "unknown"),
-            "pid": int(rec.get("pid") or 0),
+            "pid": _int(rec, "pid", 0),
             "entrypoint": rec.get("entrypoint"),
             "phase": phase,
             "tags": tags,
@@ -113,24 +135,29 @@ class _Converter:
         kind = rec.get("kind")
         if kind == "span_start":
             attrs = {"op_kind": rec.get("span_kind", "op"), "measured": rec.get("measured", False)}
-            start = self.ts(rec.get("start_ns"))
+            start = self.ts(rec, "start_ns")
+            span_id = self.span_id(rec["id"], "id")
             self.span_start[rec["id"]] = (start, attrs)
             return {
                 "kind": "span_start",
                 "ts_ns": start,
-                "span_id": self.span_id(rec["id"]),
-                "parent_id": self.span_id(rec.get("parent_id")),
+                "span_id": span_id,
+                "parent_id": self.span_id(rec.get("parent_id"), "parent_id"),
                 "name": rec["name"],
                 "span_kind": "op",
                 "attrs": attrs,
             }
         if kind == "span_end":
+            span_id = self.span_id(rec["id"], "id")
             start, attrs = self.span_start.get(rec["id"], (self.last_ts, {"op_kind": "op"}))
-            duration = int(rec.get("duration_ns", 0))
+            duration = _int(rec, "duration_ns", 0)
+            if duration < 0:
+                raise CandleImportError(f"duration_ns: must be >= 0, got {duration}")
+            end = self.ts({"end": start + duration}, "end")
             return {
                 "kind": "span_end",
-                "ts_ns": self.ts(start + duration),
-                "span_id": self.span_id(rec["id"]),
+                "ts_ns": end,
+                "span_id": span_id,
                 "duration_ns": duration,
                 "status": "ok",
                 "span_kind": "op",
@@ -138,17 +165,17 @@ class _Converter:
             }
         if kind == "op":
             out = {k: v for k, v in rec.items() if k not in ("timestamp_ns", "span_id")}
-            out["ts_ns"] = self.ts(rec.get("timestamp_ns", 0))
+            out["ts_ns"] = self.ts({"timestamp_ns": 0, **rec}, "timestamp_ns")
             out["span_id"] = self.span_id(rec.get("span_id"))
             return out
         if kind == "memory":
             out = {k: v for k, v in rec.items() if k not in ("timestamp_ns", "span_id")}
-            out["ts_ns"] = self.ts(rec.get("timestamp_ns"))
+            out["ts_ns"] = self.ts(rec, "timestamp_ns")
             out["span_id"] = self.span_id(rec.get("span_id"))
             return out
         if kind == "device_memory":
             out = {k: v for k, v in rec.items() if k != "timestamp_ns"}
-            out["ts_ns"] = self.ts(rec.get("timestamp_ns"))
+            out["ts_ns"] = self.ts(rec, "timestamp_ns")
             out["source"] = "memory_stats"
             return out
         if kind == "tensor":
@@ -167,47 +194,64 @@ class _Converter:
 def import_candle(
     path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
 ) -> ImportResult:
-    """Convert a candle-graph ``trace/6`` file to an Ember trace (``<name>.ember.jsonl``)."""
+    """Convert a candle-graph ``trace/6`` file to an Ember trace (``<name>.ember.jsonl``).
+
+    Lines that cannot be converted or fail the line checks are left out and listed in
+    ``errors``; a bad first (``meta``) line raises ``CandleImportError``."""
     src = Path(path)
     dst = Path(out) if out is not None else src.with_suffix(".ember.jsonl")
     conv = _Converter(src)
     result: ImportResult | None = None
-    lines: list[bytes] = []
+    converted: list[tuple[int, bytes]] = []  # (line in the source, the Ember line)
+    errors: dict[int, str] = {}
     with src.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
+        for number, raw in enumerate(iter_lines(f), start=1):
             if not raw.strip():
                 continue
-            where = f"{src}:{number}"
             try:
-                rec = json.loads(raw)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise CandleImportError(f"{where}: not valid JSON: {exc}") from exc
-            if not isinstance(rec, dict):
-                raise CandleImportError(f"{where}: a record must be a JSON object")
-            try:
+                ember = _convert_line(conv, raw, first=result is None)
+            except (BadLine, CandleImportError) as exc:
                 if result is None:
-                    if rec.get("kind") != "meta":
-                        raise CandleImportError(
-                            "the first record must be 'meta' with schema "
-                            f"{CANDLE_SCHEMA!r}; is this a candle-graph trace?"
-                        )
-                    ember = conv.meta(rec)
-                    result = ImportResult(str(dst), ember["run_id"])
-                elif rec.get("kind") == "meta":
-                    raise CandleImportError("a second 'meta' record; one file is one run")
-                else:
-                    ember = conv.convert(rec)
-                RECORD.validate_python(ember)
-            except CandleImportError as exc:
-                raise CandleImportError(f"{where}: {exc}") from None
-            except KeyError as exc:
-                raise CandleImportError(f"{where}: missing field {exc}") from None
-            except ValidationError as exc:
-                raise CandleImportError(f"{where}: {explain(exc)}") from None
-            lines.append(orjson.dumps(ember, option=orjson.OPT_APPEND_NEWLINE))
-            result.counts[ember["kind"]] = result.counts.get(ember["kind"], 0) + 1
-            result.records += 1
+                    raise CandleImportError(f"{src}:{number}: {exc}") from None
+                errors[number] = str(exc)
+                continue
+            if result is None:
+                result = ImportResult(str(dst), ember["run_id"])
+            converted.append((number, orjson.dumps(ember)))
     if result is None:
         raise CandleImportError(f"{src}: empty file: no 'meta' record")
-    dst.write_bytes(b"".join(lines))
+    # the line checks of ingest and validate, on the Ember lines
+    kept = []
+    for n, checked in validate_lines(line for _, line in converted):
+        number, line = converted[n - 1]
+        if isinstance(checked, LineError):
+            if n == 1:
+                raise CandleImportError(f"{src}:{number}: {checked.message}")
+            errors[number] = checked.message
+            continue
+        kept.append(line + b"\n")
+        result.counts[checked.kind] = result.counts.get(checked.kind, 0) + 1
+        result.records += 1
+    result.errors = [f"{src}:{n}: {why}" for n, why in sorted(errors.items())]
+    dst.write_bytes(b"".join(kept))
     return result
+
+
+def _convert_line(conv: _Converter, raw: bytes, *, first: bool) -> dict[str, Any]:
+    """One candle-graph line as an Ember record (not yet checked by the schema)."""
+    rec = parse_line(raw)
+    if not isinstance(rec, dict):
+        raise CandleImportError("a record must be a JSON object")
+    if first:
+        if rec.get("kind") != "meta":
+            raise CandleImportError(
+                f"the first record must be 'meta' with schema {CANDLE_SCHEMA!r}; is this a "
+                "candle-graph trace?"
+            )
+        return conv.meta(rec)
+    if rec.get("kind") == "meta":
+        raise CandleImportError("a second 'meta' record; one file is one run")
+    try:
+        return conv.convert(rec)
+    except KeyError as exc:
+        raise CandleImportError(f"missing field {exc}") from None

@@ -92,8 +92,12 @@ def _holds_object(t: DuckType) -> bool:
     return t[0] == "struct" or _holds_object(t[1])
 
 
-STRUCT_COLUMNS: tuple[str, ...] = tuple(c for c, t in READ_TYPES.items() if _holds_object(t))
-"""The read columns that hold objects (``attrs``, ``error``, ``shapes``, ``statics``).
+STRUCT_COLUMNS: tuple[str, ...] = tuple(
+    c for c, t in READ_TYPES.items() if _holds_object(t) or t == ("list", "BIGINT")
+)
+"""The read columns that hold objects (``attrs``, ``error``, ``shapes``, ``statics``), and the
+lists of integers (``shape``: a typed read rounds ``[1.5]`` to ``[2]``, its JSON structure
+says ``DOUBLE``).
 
 A typed read skips the keys it was not asked for inside an object, so ingest reads these
 columns as JSON text, checks their keys and JSON types with ``structure_fits`` (once per
@@ -163,6 +167,7 @@ def _field_problems(
             )
         if _non_negative(info):
             out.append((f"{col} < 0", f"{label}: must be >= 0"))
+        out += _bound_problems(col, label, info)
         item = _list_item(info.annotation)
         if item is not None:
             inner_model = _model_of(item)
@@ -194,6 +199,21 @@ def _field_problems(
             for c, m in inner:
                 out.append((f"({col} IS NOT NULL AND {c})", m))
     return out
+
+
+def _bound_problems(col: str, label: str, info: FieldInfo) -> list[tuple[str, str]]:
+    """The upper bounds of an integer field other than the 64-bit limit (which the column's
+    type checks): ``ts_ns``, ``duration_ns`` and ``wall_time_ns`` (``records.MAX_RUN_NS``)."""
+    metas = _constraints(info.annotation, list(info.metadata))
+    ann = _strip_optional(_unwrap_annotated(info.annotation))
+    metas += _constraints(ann, [])
+    out = []
+    for m in metas:
+        if isinstance(m, annotated_types.Le) and m.le != R.INT64_MAX:
+            out.append((f"{col} > {m.le}", f"{label}: must be <= {m.le}"))
+        elif isinstance(m, annotated_types.Lt):
+            out.append((f"{col} >= {m.lt}", f"{label}: must be < {m.lt}"))
+    return list(dict.fromkeys(out))
 
 
 def _non_negative_item(item: object) -> bool:

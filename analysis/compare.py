@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from .compare_latency import ALPHA, MIN_SAMPLES, LatencyTest, latency_test, latency_tests
@@ -367,6 +367,49 @@ def _apply(rule: Rule, rows: dict[str, MetricRow]) -> RuleResult:
     return RuleResult(rule.text, "fail" if broke else "pass", msg, column, value)
 
 
+def _work(r: RunData) -> int:
+    """Calls, else steps, the run finished: what its latency is measured on."""
+    return int(r.summary.get("calls") or 0) or int(r.summary.get("steps") or 0)
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Whether two model tags name one model: equal, or a name and a file of that name
+    (``record(model="stack")`` and ``ember run path/to/stack.onnx``, which tags the path)."""
+    return a == b or PurePosixPath(a).stem == b or PurePosixPath(b).stem == a
+
+
+def _ground_checks(base: RunData, candidate: RunData) -> list[RuleResult]:
+    """What holds before any rule can: the candidate did some work (a run that made no
+    call passed every rule, or skipped it, and the gate said PASS), and both runs are of
+    the same model (said, not failed: a new model version may carry a new tag)."""
+    out = []
+    if _work(candidate) == 0:
+        out.append(
+            RuleResult(
+                "the candidate made calls",
+                "fail",
+                f"the candidate made no calls or steps (the base made {_work(base)}): there is "
+                "nothing to compare; did it fail before its first call, or record the wrong "
+                "program?",
+                "calls",
+                0,
+            )
+        )
+    models = (base.summary.get("model"), candidate.summary.get("model"))
+    if None not in models and not _same_model(str(models[0]), str(models[1])):
+        out.append(
+            RuleResult(
+                "the same model",
+                "skip",
+                f"different models: the base ran {models[0]!r}, the candidate {models[1]!r}; "
+                "their numbers are of different programs",
+                "model",
+                None,
+            )
+        )
+    return out
+
+
 def compare(base: RunData, candidate: RunData, config: GateConfig) -> Comparison:
     """Every metric of the two runs, the causes the candidate adds, and the rules applied.
 
@@ -386,7 +429,7 @@ def compare(base: RunData, candidate: RunData, config: GateConfig) -> Comparison
     assert set(derived) == set(DERIVED_METRICS)
     rows = _metric_rows(base, candidate, derived)
     by_column = {r.metric: r for r in rows}
-    results = [_apply(rule, by_column) for rule in config.rules]
+    results = [*_ground_checks(base, candidate), *(_apply(r, by_column) for r in config.rules)]
     context: dict[str, tuple[Any, Any]] = {
         k: (base.summary.get(k), candidate.summary.get(k))
         for k in ("latency_of", "latency_kind", "peak_source", "backend", "host")

@@ -164,9 +164,9 @@ def _is_trace_ref(ref: str) -> bool:
 
 
 def _latest_with_tags(con: Any, tags: dict[str, str], exclude: str | None, origin: str) -> str:
-    where = " AND ".join(
-        f"json_extract_string(tags, '$.' || ${i * 2 + 1}) = ${i * 2 + 2}" for i in range(len(tags))
-    )
+    # a tag key is a plain string ('git.branch', '*'), never a JSON path: the tags as a map
+    tag_map = """from_json(CAST(tags AS JSON), '"MAP(VARCHAR, VARCHAR)"')"""
+    where = " AND ".join(f"{tag_map}[${i * 2 + 1}] = ${i * 2 + 2}" for i in range(len(tags)))
     params: list[Any] = [x for kv in tags.items() for x in kv]
     params.append(exclude or "")
     n = len(params)

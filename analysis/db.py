@@ -305,6 +305,8 @@ def _can_defer_binding(con: duckdb.DuckDBPyConnection) -> bool:
             con.execute("CREATE OR REPLACE TEMP VIEW _ember_probe WITH (DEFER_BINDING) AS SELECT 1")
             con.execute("DROP VIEW _ember_probe")
             _DEFER_BINDING[version] = True
+        except duckdb.InterruptException:
+            raise  # Ctrl-C, not an answer
         except duckdb.Error:
             _DEFER_BINDING[version] = False
     return _DEFER_BINDING[version]
@@ -412,7 +414,8 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("INSERT INTO ember_schema VALUES (?)", [current])
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):  # (none left after an interrupted COMMIT)
+            con.execute("ROLLBACK")
         raise
 
 

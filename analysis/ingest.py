@@ -20,14 +20,16 @@ time, and a reader sees whole files only):
 
 What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
 run pydantic on every line, do), at the top level of a record only: a field no record
-kind has (DuckDB's typed read skips keys it was not asked for), a JSON number or boolean
-given for a text field (DuckDB casts it to its text), and a fraction given for an integer
-field other than ``ts_ns`` (DuckDB rounds it; ``ts_ns`` is read as JSON and must be a JSON
-integer). Inside objects (``attrs``, ``error``, ``shapes``, ``statics``: staged as JSON text,
-see ``ingest_read``) every key and JSON type is checked against the models. Everything
-else pydantic checks is checked: types of numbers, lists and objects, required fields,
-allowed values, non-negative ints, fields of another kind or span kind, and the schema's
-limits (``ember.schemas.records``: line size, nesting, 64-bit integers), which
+kind has (DuckDB's typed read skips keys it was not asked for), and a JSON number or
+boolean given for a text field (DuckDB casts it to its text). Integer fields are read as
+JSON and must be JSON integers, as pydantic's strict integers must (a typed read rounded
+``1.5`` to 2 and ``-0.4`` to 0); a list of integers (``shape``) is staged as JSON text and
+judged by its structure, like the objects. Inside objects (``attrs``, ``error``, ``shapes``,
+``statics``: staged as JSON text, see ``ingest_read``) every key and JSON type is checked
+against the models. Everything else pydantic checks is checked: types of numbers, lists
+and objects, required fields, allowed values, non-negative ints, fields of another kind or
+span kind, and the schema's limits (``ember.schemas.records``: line size, nesting, 64-bit
+integers, the bounds of times), which
 ``ember validate`` applies too (``parse_line``). One difference remains inside objects: a
 key given twice keeps its first value (pydantic keeps the last; both accept the line).
 
@@ -40,10 +42,14 @@ short: it is rejected as truncated and read again if the file grows.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -86,6 +92,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "FileResult",
     "FileStatus",
+    "IngestInterrupted",
     "IngestSummary",
     "expand_paths",
     "ingest",
@@ -329,8 +336,9 @@ prior AS (
     LEFT JOIN prior_device pd ON pd.run_id = i.run_id AND pd.device IS NOT DISTINCT FROM i.device
 )
 SELECT {out},
-    CAST(w.category_here + p.category_live AS BIGINT),
-    CAST(w.device_here + p.device_live AS BIGINT)
+    -- NULL past 2**63 - 1 bytes (absurd sizes; one such run must not stop the others)
+    TRY_CAST(w.category_here + p.category_live AS BIGINT),
+    TRY_CAST(w.device_here + p.device_live AS BIGINT)
 FROM record AS r
 JOIN w ON w._rid = r._rid
 JOIN prior AS p ON p.cid = w.cid
@@ -344,7 +352,7 @@ _INSERTS["memory"] = _insert_memory_sql()
 _RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
 _INSERT_RUN = (
     f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "
-    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(wall_time_ns), "
+    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(CAST(wall_time_ns AS BIGINT)), "
     f"CAST($files AS VARCHAR[])[_f + 1] "
     f"FROM _stage WHERE kind = 'meta'"
 )
@@ -457,7 +465,9 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int
         )
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        # (an interrupt that lands just after the commit leaves no transaction to roll back)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
         raise
     return records
 
@@ -498,7 +508,12 @@ def _ingest_planned(
             con.execute(_PRIOR_SPANS_SQL)
             check(con, works)
             records = _write(con, works)
+    except duckdb.InterruptException:
+        # Ctrl-C (DuckDB stops the query it runs): stop, never try the files one by one
+        raise KeyboardInterrupt from None
     except Exception:
+        if _CTRL_C.is_set():
+            raise KeyboardInterrupt from None
         if len(plans) == 1:
             raise
         return [r for plan in plans for r in _ingest_planned(con, [plan], migrations, strict)]
@@ -632,18 +647,68 @@ def ingest(
     t0 = time.perf_counter()
     i = 0
     piece: FileResult | None = None  # the pieces so far of a big file (``PIECE_BYTES``)
-    while i < len(files):
-        with connect(db, wait=wait, threads=threads) as con:
-            results, more = _ingest_batch(con.duck, files[i:], migrations, strict)
-        if piece is not None:
-            results[0] = _add_piece(piece, results[0])
-            piece = None
-        if more:  # its last file goes on: its next piece starts the next batch
-            piece = results.pop()
-        i += len(results)
-        for result in results:
-            summary.files.append(result)
-            if on_file is not None:
-                on_file(result)
+    try:
+        while i < len(files):
+            with connect(db, wait=wait, threads=threads) as con, _interruptible(con.duck):
+                results, more = _ingest_batch(con.duck, files[i:], migrations, strict)
+                if _CTRL_C.is_set():  # DuckDB finished the query it was in: not committed
+                    raise KeyboardInterrupt
+            if piece is not None:
+                results[0] = _add_piece(piece, results[0])
+                piece = None
+            if more:  # its last file goes on: its next piece starts the next batch
+                piece = results.pop()
+            i += len(results)
+            for result in results:
+                summary.files.append(result)
+                if on_file is not None:
+                    on_file(result)
+    except (KeyboardInterrupt, duckdb.InterruptException):
+        summary.seconds = time.perf_counter() - t0
+        raise IngestInterrupted(summary, len(files), piece) from None
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+_CTRL_C = threading.Event()
+
+
+@contextlib.contextmanager
+def _interruptible(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Ctrl-C while a batch is read and written: the query DuckDB runs is interrupted
+    (``con.interrupt()``) and the batch raises ``KeyboardInterrupt``. Python's own handler
+    alone was not enough: DuckDB checks for signals while it runs a query, and a Ctrl-C it
+    saw there could end up swallowed (the ingest went on to the end and exited 0). Only in
+    the main thread, and not where SIGINT is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        yield
+        return
+
+    def on_ctrl_c(signum: int, frame: Any) -> None:
+        _CTRL_C.set()
+        con.interrupt()
+        raise KeyboardInterrupt
+
+    _CTRL_C.clear()
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``ingest``: ``summary`` holds the files whose batches were committed
+    (a batch is one transaction: the one being read was rolled back, and the same ingest
+    again continues from there), ``total`` how many files there were, ``piece`` the part
+    committed of a big file read in pieces (``PIECE_BYTES``), if one was under way."""
+
+    def __init__(self, summary: IngestSummary, total: int, piece: FileResult | None = None) -> None:
+        super().__init__(f"interrupted: {len(summary.files)} of {total} file(s) committed")
+        self.summary = summary
+        self.total = total
+        self.piece = piece

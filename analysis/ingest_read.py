@@ -253,9 +253,11 @@ JOIN _stage AS s ON {_SAME_OBJECT}
 
 # the rows whose span id is a second one or has no start, per staged file (``_f``), after
 # the span ids stored before a continued file (``_prior_spans``): ``checks.span_problems_sql``
+# (span_id is staged as JSON, to see its JSON type: compared as the integer it is)
+_SPAN_STAGE = "(SELECT rowid, _f, kind, TRY_CAST(span_id AS BIGINT) AS span_id FROM _stage)"
 _SPAN_PROBLEMS_SQL = (
     "SELECT rowid, reason, true FROM ("
-    + span_problems_sql("_stage", "rowid", "_prior_spans", "_f")
+    + span_problems_sql(_SPAN_STAGE, "rowid", "_prior_spans", "_f")
     + ")"
 )
 
@@ -411,6 +413,8 @@ class _FileIngest:
                 if plan.path.stat().st_size == plan.size:
                     return
                 self._unstage()
+            except duckdb.InterruptException:
+                raise  # Ctrl-C: stop, never read again another way
             except duckdb.Error:
                 if plan.path.stat().st_size == plan.size:
                     self._slow_path(end)
@@ -419,6 +423,8 @@ class _FileIngest:
         _copy_range(plan.path, plan.start, end, src)
         try:
             self._stage(_read_json_sql(src))
+        except duckdb.InterruptException:
+            raise
         except duckdb.Error:
             self._slow_path(end)
 
@@ -454,6 +460,8 @@ class _FileIngest:
             return
         try:
             self._stage(_read_json_sql(clean))
+        except duckdb.InterruptException:
+            raise
         except duckdb.Error:
             # pydantic accepted a value DuckDB cannot hold (an int over 2**63?): read what
             # DuckDB can and reject the rest
@@ -588,6 +596,8 @@ def _read_together(con: duckdb.DuckDBPyConnection, works: list[_FileIngest], tmp
         (read,) = con.execute("SELECT count(*) FROM _together").fetchall()[0]
         if read != rows:  # not one row per non-blank line: read them one by one
             raise duckdb.Error(f"{read} rows for {rows} lines")
+    except duckdb.InterruptException:
+        raise
     except duckdb.Error:
         half = len(together) // 2
         _read_together(con, together[:half], tmp)

@@ -1,62 +1,36 @@
-"""The trace lake: validated records as hive-partitioned Parquet that many ingesters write.
+"""The trace lake: validated records as Delta tables (``deltalake``) that many ingesters write.
 
-Layout (one dataset per table, the same tables as the DuckDB file)::
-
-    LAKE/_manifest/<filekey>-<start>-<id>.json      one entry per ingest of a trace file
-    LAKE/_claims/<filekey>.claim                    exists while one ingester writes a file
-    LAKE/<table>/run_date=YYYY-MM-DD/run_id=<id>/<filekey>-<start>-<id>.parquet
-
-``<table>`` is ``runs``, each record kind (``span_start``, ``cache``, ...) and
-``rejected_lines``. One ingest of one trace file writes one Parquet file per table that
-has rows, each under a temporary name (``.<name>.tmp``, which no reader's glob matches)
-renamed into place, and then its manifest entry (the same way): an entry names the trace
-file, the bytes read (``start``, ``offset_bytes``), their digest, the lines, records and
-rejected lines, and the parts it wrote. Why this layout: each record kind has its own
-columns (a dataset per kind, not a ``kind=`` partition of one wide table); the date and the
-run are the partitions every view filters or groups by; a part per ingested file means no
-ingester ever writes a file that another one writes, so there is no lock on the lake.
-The one exclusion is per trace file: ``_claims/<filekey>.claim`` is created with O_EXCL
-while a file is ingested, so that two ingesters given the same trace file do not both
-ingest it (the second skips it, ``status = 'busy'``); a claim older than ``stale_s`` or of
-a dead process on this host is taken over (``ingest_plan.claim``). Which bytes of a
-file to read is decided as for the DuckDB file (``ingest_plan.plan_file``), from the
-manifest's entries instead of ``ingested_files``.
+``ember ingest TRACES --lake DIR`` writes one Delta table per record table (``runs``, each
+record kind, ``rejected_lines``; see ``lake_table`` for the layout and the partitions) and
+one row per ingest of a trace file's bytes in the ``_ingests`` table; ``lake_commit`` says
+how a file's rows become visible in one commit, exactly once per file content, also when
+ingesters race or are killed. ``connect_lake(DIR)`` (``lake_read``) opens the lake in an
+in-memory DuckDB with the same tables and views as the DuckDB file (``ember
+query/report/dashboard --db DIR``); ``lake_admin`` has ``ember lake optimize/vacuum/check/
+upgrade``; ``lake_spark`` the Spark ingest and reader.
 
 What is stored: the record's fields typed as the DuckDB tables are (``table_columns``; a
-JSON value is stored as its text) plus ``line``, the record's line in its trace file.
-The columns that the DuckDB file computes at ingest (``cache.lookup_key``, the cache order
-columns, the memory running sums, ``runs.started_at``) are computed when the lake is
-read (``lake_table_sql``), ordered by ``ts_ns`` then ``line`` exactly as the DuckDB file
-orders by ``ts_ns`` then file order: so every engine computes them the same way.
+JSON value is stored as its text), ``line`` (the record's line in its trace file),
+``run_id`` and ``_ingest``. The columns that the DuckDB file computes at ingest
+(``cache.lookup_key``, the cache order columns, the memory running sums,
+``runs.started_at``) are computed when the lake is read (``lake_table_sql``), ordered by
+``ts_ns`` then ``line`` exactly as the DuckDB file orders by ``ts_ns`` then file order: so
+every engine computes them the same way.
 
-Validation is ingest's own (``ingest_read.stage`` and ``check``: the typed read, the SQL
-checks, pydantic for the explanations), so the lake gets the same rows and the same
-rejected-line reasons as the DuckDB file. Files are ingested in batches (``BATCH_FILES``):
-a batch is read, checked and turned into Parquet with one query per step, then each file's
-parts and entry are committed on their own, so each file is still one set of parts.
-Re-ingest is idempotent: an unchanged file (same size and mtime as its last entry) costs
-a ``stat``; a file that grew is continued from its last complete line (a new entry and new
-parts); a replaced file (first line changed, or shrank) is ingested again and its old
-parts and entries are removed.
-
-``connect_lake(DIR)`` opens the lake in an in-memory DuckDB with the same tables and views
-as the DuckDB file (``ember query/report/dashboard --db DIR``).
-
-This module is the DuckDB ingest's driver (batches, claims, commits on threads) and the
-lake's front: its names are importable from here. The jobs live in ``lake_manifest``
-(layout, columns, manifest entries, claims and plans, ``commit_file``), ``lake_write``
-(a staged batch to each file's tables) and ``lake_read`` (``connect_lake``, the views).
+Validation is ingest's own (``ingest_read.stage`` and ``check``), so the lake gets the same
+rows and the same rejected-line reasons as the DuckDB file. Files are ingested in batches
+(``BATCH_FILES``, ``BATCH_BYTES``): a batch is planned from one snapshot of ``_ingests``,
+read, checked and turned into Arrow with one query per step, appended with one commit per
+table, and made visible with one commit of its ``_ingests`` rows.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,60 +38,62 @@ import duckdb
 
 from ember.schemas import MIGRATIONS, Migrations
 
-from .ingest_plan import (
-    FileResult,
-    IngestSummary,
-    expand_paths,
-    run_taken,
-)
-from .ingest_read import _FileIngest, check, stage
-from .lake_manifest import CLAIMS as CLAIMS
-from .lake_manifest import LAKE_TABLES as LAKE_TABLES
-from .lake_manifest import MANIFEST as MANIFEST
-from .lake_manifest import REJECTED_COLUMNS as REJECTED_COLUMNS
-from .lake_manifest import (
-    _entry_names,
+from .ingest_plan import FileResult, IngestSummary, expand_paths
+from .ingest_read import check, stage
+from .lake_commit import (
+    LakeState,
     _LakePlan,
-    _read_entries,
-    claim_file,
-    plan_claimed,
-    refuse_file,
+    append_rows,
+    commit_ingests,
+    file_digest,
+    ingest_row,
+    plan_or_refuse,
+    refusal_row,
+    refuse_in_batch,
 )
-from .lake_manifest import _partition as _partition
-from .lake_manifest import claim_and_plan as claim_and_plan
-from .lake_manifest import commit_file as commit_file
-from .lake_manifest import file_key as file_key
-from .lake_manifest import is_lake as is_lake
-from .lake_manifest import lake_columns as lake_columns
-from .lake_manifest import manifest_entries as manifest_entries
-from .lake_manifest import plan_file as plan_file
-from .lake_manifest import read_columns_sql as read_columns_sql
-from .lake_manifest import run_date as run_date
-from .lake_manifest import table_columns as table_columns
 from .lake_read import attach_lake as attach_lake
 from .lake_read import connect_lake as connect_lake
+from .lake_read import ingested_files as ingested_files
 from .lake_read import lake_table_sql as lake_table_sql
+from .lake_table import INGESTS as INGESTS
+from .lake_table import LAKE_TABLES as LAKE_TABLES
+from .lake_table import REJECTED_COLUMNS as REJECTED_COLUMNS
+from .lake_table import LakeError as LakeError
+from .lake_table import create_lake, lake_problem
+from .lake_table import is_lake as is_lake
+from .lake_table import lake_columns as lake_columns
+from .lake_table import read_columns_sql as read_columns_sql
+from .lake_table import run_date as run_date
+from .lake_table import run_key as run_key
+from .lake_table import table_columns as table_columns
 from .lake_write import _prepare_prior_spans, _stage_output
 from .lake_write import rejected_table as rejected_table
 
 __all__ = [
     "LAKE_TABLES",
-    "MANIFEST",
+    "LakeError",
     "connect_lake",
     "ingest_lake",
+    "ingested_files",
     "is_lake",
     "lake_columns",
-    "manifest_entries",
+    "open_lake_for_writing",
 ]
 
-# ---------------------------------------------------------------- ingest
-
-
-_COMMIT_THREADS = 4
 BATCH_FILES = 256
 """At most this many trace files are read, checked and written in one batch."""
 BATCH_BYTES = 64 << 20
 """... and at most this many bytes (a larger file is a batch of its own)."""
+
+
+def open_lake_for_writing(lake: str | os.PathLike[str]) -> Path:
+    """The lake's folder, made a lake if it is new; ``LakeError`` if it cannot be one."""
+    root = Path(lake).resolve()
+    problem = lake_problem(root, writing=True)
+    if problem is not None:
+        raise LakeError(problem)
+    create_lake(root)
+    return root
 
 
 def ingest_lake(
@@ -127,23 +103,16 @@ def ingest_lake(
     on_file: Callable[[FileResult], None] | None = None,
     migrations: Migrations = MIGRATIONS,
     strict: bool = False,
-    stale_s: float = 600.0,
     threads: int | None = None,
 ) -> IngestSummary:
     """Ingest trace files, folders or globs into the lake folder ``lake`` (with DuckDB).
 
-    One in-memory DuckDB does the whole ingest, in batches (``BATCH_FILES``,
-    ``BATCH_BYTES``): a batch's files are read, checked and turned into Parquet together
-    (one query per step, not per file), and each file's parts are renamed into the lake
-    when its batch is done (see the module doc); a file that fails does not fail its
-    batch-mates. Safe to run on many processes and machines at once against one lake.
-    """
-    root = Path(lake)
-    (root / MANIFEST).mkdir(parents=True, exist_ok=True)
+    Safe to run on many processes and machines at once against one lake (see
+    ``lake_commit``); a file that fails does not fail its batch-mates."""
+    root = open_lake_for_writing(lake)
     files = expand_paths(paths)
     summary = IngestSummary()
     t0 = time.perf_counter()
-    known = manifest_entries(root)
     con = duckdb.connect(":memory:")
     try:
         con.execute("SET enable_progress_bar = false")
@@ -151,7 +120,7 @@ def ingest_lake(
             con.execute(f"SET threads = {int(threads)}")
         i = 0
         while i < len(files):
-            results = _ingest_batch(con, root, files[i:], known, migrations, strict, stale_s)
+            results = _ingest_batch(con, root, files[i:], migrations, strict)
             i += len(results)
             for result in results:
                 summary.files.append(result)
@@ -163,106 +132,119 @@ def ingest_lake(
     return summary
 
 
+def plan_batch(
+    state: LakeState, paths: list[Path], migrations: Migrations, max_files: int, max_bytes: int
+) -> list[FileResult | _LakePlan]:
+    """Plan the first files of ``paths`` (at least one) from one snapshot: a copy of a
+    batch-mate is ``unchanged``, a second file of a batch-mate's run refused."""
+    planned: list[FileResult | _LakePlan] = []
+    fids: dict[str, str] = {}
+    runs: dict[str, str] = {}
+    size = n = 0
+    for path in paths:
+        if n >= max_files or (n and size >= max_bytes):
+            break
+        lp = plan_or_refuse(state, path, migrations)
+        if isinstance(lp, _LakePlan):
+            file = str(path)
+            if lp.fid in fids:
+                other = fids[lp.fid]
+                if file_digest(path, lp.plan.start) != file_digest(Path(other), lp.plan.start):
+                    lp = refuse_in_batch(lp, other)  # the same first line, other bytes
+                else:
+                    lp = FileResult(
+                        file,
+                        "unchanged",
+                        run_id=lp.plan.run_id,
+                        message=f"already in the lake: the same content as {other}",
+                    )
+            elif lp.plan.start == 0 and runs.setdefault(lp.plan.run_id, file) != file:
+                lp = refuse_in_batch(lp, runs[lp.plan.run_id])
+            else:
+                fids[lp.fid] = file
+                n += 1
+                size += lp.plan.size - lp.plan.start
+        planned.append(lp)
+    return planned
+
+
 def _ingest_batch(
     con: duckdb.DuckDBPyConnection,
-    lake: Path,
+    root: Path,
     paths: list[Path],
-    known: dict[str, list[dict[str, Any]]],
     migrations: Migrations,
     strict: bool,
-    stale_s: float,
 ) -> list[FileResult]:
-    """Claim and plan the first files of ``paths`` and ingest them as one batch; their
-    results, in order (at least one file). The manifest folder is listed once for the batch
-    after its files are claimed (not once per file: a lake holds many entries)."""
-    results: list[FileResult | Path] = []
-    claimed = 0
-    size = 0
-    with contextlib.ExitStack() as claims:
-        for path in paths:
-            if claimed >= BATCH_FILES or (claimed and size >= BATCH_BYTES):
-                break
-            t0 = time.perf_counter()
-            why = claim_file(lake, path, known.get(file_key(str(path)), []), stale_s, claims)
-            if why is None:
-                claimed += 1
-                with contextlib.suppress(OSError):
-                    size += path.stat().st_size
-                results.append(path)
-            else:
-                why.seconds = time.perf_counter() - t0
-                results.append(why)
-        names = _entry_names(lake) if claimed else {}
-        planned: list[FileResult | _LakePlan] = []
-        runs: dict[str, str] = {}  # run id -> the file of this batch that brings it
-        for item in results:
-            if isinstance(item, FileResult):
-                planned.append(item)
-                continue
-            file = str(item)
-            key = file_key(file)
-            entries = _read_entries(lake / MANIFEST, names.get(key, []))
-            lp = plan_claimed(lake, item, entries, migrations)
-            if isinstance(lp, _LakePlan) and lp.plan.start == 0:
-                # one run is one file, within a batch too
-                other = runs.setdefault(lp.plan.run_id, file)
-                if other != file:
-                    exc = run_taken(lp.plan.run_id, other, "lake")
-                    refuse_file(lake, item, str(exc), entries)
-                    lp = FileResult(file, "refused", message=str(exc))
-            planned.append(lp)
-        batch = [r for r in planned if isinstance(r, _LakePlan)]
-        done = iter(_ingest_planned(con, lake, batch, migrations, strict) if batch else [])
-        return [r if isinstance(r, FileResult) else next(done) for r in planned]
+    """Plan, read, write and commit the first files of ``paths``; their results in order."""
+    state = LakeState(root)
+    planned = plan_batch(state, paths, migrations, BATCH_FILES, BATCH_BYTES)
+    batch = [p for p in planned if isinstance(p, _LakePlan)]
+    done = _ingest_planned(con, state, batch, migrations, strict) if batch else []
+    results = iter(done)
+    out = [p if isinstance(p, FileResult) else next(results) for p in planned]
+    refusals = [r for r in (refusal_row(state, f) for f in out if f.status == "refused") if r]
+    if refusals:
+        commit_ingests(state, refusals)
+    return out
 
 
 def _ingest_planned(
     con: duckdb.DuckDBPyConnection,
-    lake: Path,
+    state: LakeState,
     batch: list[_LakePlan],
     migrations: Migrations,
     strict: bool,
 ) -> list[FileResult]:
-    """Read, check and write planned (and claimed) files together; if that fails before
-    anything is committed, each file alone, so that one file's failure is not its
-    batch-mates'."""
+    """Read, check and write planned files together; if that fails, each file alone, so
+    that one file's failure is not its batch-mates'."""
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="ember-lake-"))
     try:
         works = stage(con, [lp.plan for lp in batch], migrations, tmp, strict)
-        _prepare_prior_spans(con, lake, batch)
+        _prepare_prior_spans(con, state, batch)
         check(con, works)
-        outputs = _stage_output(con, works)
+        outputs = _stage_output(con, works, batch)
     except Exception:
         if len(batch) == 1:
             raise
-        return [r for lp in batch for r in _ingest_planned(con, lake, [lp], migrations, strict)]
+        return [r for lp in batch for r in _ingest_planned(con, state, [lp], migrations, strict)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         con.execute("DROP TABLE IF EXISTS _stage")
-
-    def commit(lp: _LakePlan, w: _FileIngest, out: dict[str, Any]) -> FileResult:
-        records = sum(t.num_rows for name, t in out.items() if name != "rejected_lines")
-        result = w.result(records, 0.0)
-        commit_file(
-            lake,
-            lp,
-            out,
-            records=records,
-            rejected=len(w.rejected),
-            status=result.status,
-            message=result.message,
-            end=w.end,
-            lines=w.lines_read,
-            engine="duckdb",
-        )
-        return result
-
-    # each file's parts and entry are its own: written on a few threads (Parquet and the
-    # file system let go of the GIL), the small files' cost
-    with ThreadPoolExecutor(_COMMIT_THREADS) as pool:
-        results = list(pool.map(commit, batch, works, outputs))
+    results = commit_batch(state, batch, works, outputs, "duckdb")
     seconds = (time.perf_counter() - t0) / len(batch)
     for r in results:
         r.seconds = seconds
+    return results
+
+
+def commit_batch(
+    state: LakeState,
+    batch: list[_LakePlan],
+    works: list[Any],
+    outputs: list[dict[str, Any]],
+    engine: str,
+) -> list[FileResult]:
+    """Append a batch's rows (one commit per table), then commit its ``_ingests`` rows;
+    a file another ingester committed first is ``unchanged``. ``works`` give each file's
+    result, end and lines read (``_FileIngest`` or the Spark ingest's own)."""
+    by_table: dict[str, list[Any]] = {}
+    for out in outputs:
+        for table, piece in out.items():
+            by_table.setdefault(table, []).append(piece)
+    for table, pieces in by_table.items():
+        append_rows(state.root, table, pieces)
+    results: list[FileResult] = []
+    rows = []
+    for lp, w, out in zip(batch, works, outputs, strict=True):
+        records = sum(t.num_rows for name, t in out.items() if name != "rejected_lines")
+        result = w.result(records, 0.0)
+        results.append(result)
+        rows.append(ingest_row(lp, result, w.end, w.lines_read, engine))
+    lost = commit_ingests(state, rows)
+    for lp, result in zip(batch, results, strict=True):
+        if lp.ingest in lost:
+            result.status = "unchanged"
+            result.records = result.rejected = 0
+            result.message = "another ingester committed this file's content first"
     return results

@@ -5,13 +5,17 @@
 computes at ingest (cache order, memory running sums, ``runs.started_at``) are computed
 here (``lake_table_sql``, also what the Spark views are translated from); a lake written
 by an older Ember that lacks a column reads it as NULL; ``ingested_files`` is made from
-the manifest entries.
+the ``_ingests`` rows. A reader reads one snapshot: the ``_ingests`` rows first, then each
+table's committed file list, and a row counts only when its ingest is committed and not of
+a replaced file (``lake_commit.visible_sql``): an uncommitted or orphaned file is never read.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -21,7 +25,17 @@ from .db import (
     Connection,
     view_sql,
 )
-from .lake_manifest import LAKE_TABLES, MANIFEST, _lit, is_lake, lake_columns, table_columns
+from .lake_commit import damaged_log, visible_sql
+from .lake_table import (
+    INGESTS,
+    LAKE_TABLES,
+    LakeError,
+    _lit,
+    lake_columns,
+    lake_problem,
+    read_delta,
+    table_columns,
+)
 
 
 def _cache_sql(src: str) -> str:
@@ -81,91 +95,127 @@ def lake_table_sql(table: str, src: str) -> str:
     return f"SELECT {casts} FROM ({body}) AS t"
 
 
-def _stored_view(con: duckdb.DuckDBPyConnection, lake: Path, table: str) -> str:
-    """A view of the stored rows of one lake table (with run_id), or an empty one."""
+class LakeSnapshot:
+    """What a reader reads of a lake: the ``_ingests`` rows first, then each table's
+    committed file list (a row whose ingest was committed after the first read is in a
+    file the later lists have; never the other way round)."""
+
+    def __init__(self, root: Path, storage_options: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.storage_options = storage_options
+        ingests = self.table(INGESTS)
+        local = all(os.path.isabs(u) for u in ingests.file_uris())
+        self.ingests = read_delta(ingests, INGESTS) if local else ingests.to_pyarrow_table()
+        self.tables = {t: self.table(t) for t in LAKE_TABLES}
+        self.files = {t: dt.file_uris() for t, dt in self.tables.items()}
+
+    def table(self, name: str) -> Any:
+        from deltalake import DeltaTable
+
+        try:
+            dt = DeltaTable(str(self.root / name), storage_options=self.storage_options)
+        except Exception as exc:  # delta-rs: a missing or damaged log
+            raise LakeError(damaged_log(self.root, name, exc)) from None
+        unread = {"deletionVectors", "columnMapping"} & set(dt.protocol().reader_features or [])
+        if unread:
+            raise LakeError(
+                f"{self.root / name}: the table uses {', '.join(sorted(unread))}, which Ember's "
+                "readers do not apply; rewrite it without them (Spark: REORG TABLE ... APPLY "
+                "(PURGE)), or read it with Spark and the Delta connector"
+            )
+        return dt
+
+
+def _stored_view(con: duckdb.DuckDBPyConnection, snap: LakeSnapshot, table: str) -> str:
+    """A view of the visible stored rows of one lake table: the snapshot's files (DuckDB's
+    own Parquet reader for local ones, the Delta table's Arrow dataset otherwise), rows of
+    committed ingests only."""
     name = f"_lake_{table}"
-    folder = lake / table
-    has = folder.is_dir() and any(folder.glob("run_date=*/run_id=*/*.parquet"))
-    if has:
-        glob = _lit(str(folder / "run_date=*" / "run_id=*" / "*.parquet"))
-        read = (
-            f"read_parquet({glob}, hive_partitioning = true, "
-            "hive_types = {'run_date': DATE, 'run_id': VARCHAR}, union_by_name = true)"
-        )
-        # a lake written by an older Ember may lack a column: NULL, typed
-        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {read}").fetchall()}
-        cols = {**lake_columns(table), "run_id": "VARCHAR"}
-        select = ", ".join(
-            f'"{c}"' if c in have else f'NULL::{t} AS "{c}"' for c, t in cols.items()
-        )
-        sql = f"SELECT {select} FROM {read}"
-    else:
-        cols = {**lake_columns(table), "run_id": "VARCHAR"}
+    cols = lake_columns(table)
+    select = ", ".join(f'"{c}"' for c in cols)
+    uris = snap.files[table]
+    if not uris:
         sql = "SELECT " + ", ".join(f'NULL::{t} AS "{c}"' for c, t in cols.items()) + " WHERE false"
+    else:
+        if all(os.path.isabs(u) for u in uris):
+            files = "[" + ", ".join(_lit(u) for u in uris) + "]"
+            # one schema (the Delta table's): DuckDB binds on the first file's footer only
+            src = f"read_parquet({files}, hive_partitioning = false)"
+        else:
+            src = f"_delta_{table}"
+            con.register(src, snap.tables[table].to_pyarrow_dataset())
+        sql = f"SELECT {select} FROM {src} WHERE _ingest IN (SELECT ingest FROM _lake_visible)"
     con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
     return name
 
 
 _INGESTED_FILES_SQL = """
-SELECT file, first(run_id ORDER BY ingested_at DESC) AS run_id,
-    first(status ORDER BY offset_bytes DESC, ingested_at DESC) AS status,
-    first(message ORDER BY offset_bytes DESC, ingested_at DESC) AS message,
-    max(offset_bytes) AS offset_bytes, max(lines) AS lines,
-    CAST(sum(records) AS BIGINT) AS records,
-    CAST(NULL AS BIGINT) AS rejected,
-    first(first_line_hash ORDER BY ingested_at DESC) AS first_line_hash,
-    CAST(first(schema_version ORDER BY ingested_at DESC) AS INTEGER) AS schema_version,
-    CAST(to_timestamp(max(ingested_at)) AS TIMESTAMP) AS ingested_at,
-    CAST(first(size ORDER BY offset_bytes DESC, ingested_at DESC)
-        FILTER (WHERE status <> 'refused') AS BIGINT) AS size_bytes
-FROM {src} GROUP BY file
+WITH v AS (SELECT * FROM _lake_ingests WHERE ingest IN (SELECT ingest FROM _lake_visible)),
+seg AS (
+    SELECT file, first(run_id ORDER BY seq DESC) AS run_id,
+        first(status ORDER BY seq DESC) AS status, first(message ORDER BY seq DESC) AS message,
+        max(offset_bytes) AS offset_bytes, max(lines) AS lines,
+        CAST(sum(records) AS BIGINT) AS records,
+        first(fid ORDER BY seq DESC) AS first_line_hash,
+        CAST(first(schema_version ORDER BY seq DESC) AS INTEGER) AS schema_version,
+        max(ingested_at) AS ingested_at, first(size ORDER BY seq DESC) AS size_bytes
+    FROM v GROUP BY file
+),
+refused AS (
+    SELECT file, NULL::VARCHAR AS run_id, 'refused' AS status,
+        first(message ORDER BY ingested_at DESC) AS message, 0::BIGINT AS offset_bytes,
+        0::BIGINT AS lines, 0::BIGINT AS records, NULL::VARCHAR AS first_line_hash,
+        NULL::INTEGER AS schema_version, max(ingested_at) AS ingested_at,
+        first(size ORDER BY ingested_at DESC) AS size_bytes
+    FROM _lake_ingests WHERE status = 'refused' AND file NOT IN (SELECT file FROM seg)
+    GROUP BY file
+)
+SELECT * FROM seg UNION ALL SELECT * FROM refused
 """
 
 
-def attach_lake(con: duckdb.DuckDBPyConnection, lake: str | os.PathLike[str]) -> None:
-    """Create the lake's tables (as views over its Parquet) and the analysis views on ``con``."""
-    root = Path(lake).resolve()
+def _register_ingests(con: duckdb.DuckDBPyConnection, snap: LakeSnapshot) -> None:
+    con.register("_ingests_arrow", snap.ingests)
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE _lake_ingests AS SELECT * FROM _ingests_arrow")
+    finally:
+        con.unregister("_ingests_arrow")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _lake_visible AS {visible_sql('_lake_ingests')}")
+
+
+def attach_lake(
+    con: duckdb.DuckDBPyConnection,
+    lake: str | os.PathLike[str],
+    storage_options: dict[str, str] | None = None,
+) -> None:
+    """Create the lake's tables (views over its committed Parquet) and the analysis views
+    on ``con``. ``LakeError`` when a table's log cannot be read."""
+    snap = LakeSnapshot(Path(lake).resolve(), storage_options)
     con.execute(view_sql("macros"))
+    _register_ingests(con, snap)
     for table in LAKE_TABLES:
-        src = _stored_view(con, root, table)
+        src = _stored_view(con, snap, table)
         if table == "rejected_lines":
             continue
         con.execute(f"CREATE OR REPLACE VIEW {table} AS {lake_table_sql(table, src)}")
-    # ingested_files from the manifest entries
-    manifest = root / MANIFEST
-    if any(n.endswith(".json") and not n.startswith(".") for n in os.listdir(manifest)):
-        glob = _lit(str(manifest / "*.json"))
-        entries = (
-            f"(SELECT * FROM read_json({glob}, format = 'auto', union_by_name = true, "
-            "columns = {'file': 'VARCHAR', 'run_id': 'VARCHAR', 'status': 'VARCHAR', "
-            "'message': 'VARCHAR', 'offset_bytes': 'BIGINT', 'lines': 'BIGINT', "
-            "'records': 'BIGINT', 'rejected': 'BIGINT', 'first_line_hash': 'VARCHAR', "
-            "'schema_version': 'BIGINT', 'ingested_at': 'DOUBLE', 'size': 'BIGINT'}))"
-        )
-    else:
-        entries = (
-            "(SELECT NULL::VARCHAR AS file, NULL::VARCHAR AS run_id, NULL::VARCHAR AS status, "
-            "NULL::VARCHAR AS message, NULL::BIGINT AS offset_bytes, NULL::BIGINT AS lines, "
-            "NULL::BIGINT AS records, NULL::BIGINT AS rejected, NULL::VARCHAR AS "
-            "first_line_hash, NULL::BIGINT AS schema_version, NULL::DOUBLE AS ingested_at, "
-            "NULL::BIGINT AS size WHERE false)"
-        )
-    con.execute(f"CREATE OR REPLACE VIEW _lake_manifest AS SELECT * FROM {entries}")
     # a truncated last line rejected before is superseded once the file grew past it
     con.execute(
         f"""CREATE OR REPLACE VIEW rejected_lines AS
         SELECT {", ".join(f'r."{c}"' for c in table_columns("rejected_lines"))}
         FROM _lake_rejected_lines r
-        LEFT JOIN (SELECT file, max(offset_bytes) AS offset_bytes FROM _lake_manifest
-            GROUP BY file) m ON m.file = r.file
+        LEFT JOIN (SELECT file, max(offset_bytes) AS offset_bytes FROM _lake_ingests
+            WHERE ingest IN (SELECT ingest FROM _lake_visible) GROUP BY file) m
+            ON m.file = r.file
         WHERE NOT (r.reason LIKE 'truncated last line%'
             AND r.byte_offset < coalesce(m.offset_bytes, 0))"""
     )
-    files = _INGESTED_FILES_SQL.format(src="_lake_manifest")
     con.execute(
         f"""CREATE OR REPLACE VIEW ingested_files AS
-        SELECT f.* REPLACE (CAST(coalesce(r.n, 0) AS BIGINT) AS rejected)
-        FROM ({files}) f
+        SELECT f.file, f.run_id, f.status, f.message, f.offset_bytes, f.lines, f.records,
+            CAST(coalesce(r.n, 0) AS BIGINT) AS rejected, f.first_line_hash,
+            f.schema_version, CAST(f.ingested_at AS TIMESTAMP) AS ingested_at,
+            CAST(f.size_bytes AS BIGINT) AS size_bytes
+        FROM ({_INGESTED_FILES_SQL}) f
         LEFT JOIN (SELECT file, count(*) AS n FROM rejected_lines GROUP BY file) r
             ON r.file = f.file"""
     )
@@ -173,17 +223,68 @@ def attach_lake(con: duckdb.DuckDBPyConnection, lake: str | os.PathLike[str]) ->
         con.execute(f"CREATE OR REPLACE VIEW {name} AS\n{view_sql(name).strip().rstrip(';')}")
 
 
-def connect_lake(lake: str | os.PathLike[str], *, threads: int | None = None) -> Connection:
+def damaged_file(root: str, exc: Exception) -> LakeError | None:
+    """The error for a query that failed on a damaged data file of the lake, or None."""
+    text = str(exc)
+    found = re.search(r"""['"]?(/[^'"\s]+\.parquet)['"]?""", text)
+    if found is None or not found.group(1).startswith(str(Path(root).resolve())):
+        return None
+    first = text.strip().splitlines()[0]
+    return LakeError(
+        f"{found.group(1)}: a data file of the lake cannot be read ({first}); run "
+        f"`ember lake check {root}` to list the damaged files and `ember lake check --repair "
+        f"{root}` to drop them and their ingests, then ingest those traces again"
+    )
+
+
+class LakeConnection(Connection):
+    """A lake opened for reading; a query that meets a damaged data file raises
+    ``LakeError`` naming the file and what to do."""
+
+    def sql(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
+        try:
+            return super().sql(query, params)
+        except duckdb.Error as exc:
+            raise damaged_file(self.path, exc) or exc from None
+
+    def execute(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
+        try:
+            return super().execute(query, params)
+        except duckdb.Error as exc:
+            raise damaged_file(self.path, exc) or exc from None
+
+
+def connect_lake(
+    lake: str | os.PathLike[str],
+    *,
+    threads: int | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> Connection:
     """Open a lake for reading: an in-memory DuckDB with the tables and views of an Ember
-    database over the lake's Parquet (``FileNotFoundError`` if ``lake`` is not one)."""
-    if not is_lake(lake):
-        raise FileNotFoundError(
-            f"{lake}: not a trace lake (no {MANIFEST}/ folder); write one with "
-            f"`ember ingest TRACES --lake {lake}`"
-        )
+    database over the lake's committed rows (``FileNotFoundError`` if ``lake`` is not one,
+    ``LakeError`` if it is damaged or of the old format)."""
+    problem = lake_problem(lake, writing=False)
+    if problem is not None:
+        if Path(lake).exists():
+            raise LakeError(problem)
+        raise FileNotFoundError(problem)
     duck = duckdb.connect(":memory:")
     duck.execute("SET enable_progress_bar = false")
     if threads:
         duck.execute(f"SET threads = {int(threads)}")
-    attach_lake(duck, lake)
-    return Connection(duck, str(lake), True)
+    try:
+        attach_lake(duck, lake, storage_options)
+    except duckdb.Error as exc:
+        duck.close()
+        raise damaged_file(str(Path(lake).resolve()), exc) or exc from None
+    except BaseException:
+        duck.close()
+        raise
+    return LakeConnection(duck, str(Path(lake).resolve()), True)
+
+
+def ingested_files(lake: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every row of a lake's ``_ingests`` table (committed ingests and refusals), oldest
+    first."""
+    snap_rows = LakeSnapshot(Path(lake).resolve()).ingests.to_pylist()
+    return sorted(snap_rows, key=lambda r: (r["ingested_at"], r["seq"] or 0))

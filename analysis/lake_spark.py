@@ -12,10 +12,15 @@ same checks, rendered once in ``checks`` and translated by ``spark_sql.to_spark`
 (``row_invalid_sql``; ``span_problems_sql``: span ids given twice, a ``span_end`` without
 its ``span_start``; ``maybe_too_deep_sql``: the nesting limit, decided by ``parse_line``;
 and a second ``meta``), and writes the valid rows as the
-same Parquet parts as the DuckDB engine (``lake.lake_columns``). The few rows that fail
-are explained on the driver by the same pydantic code as the DuckDB path
-(``ingest_read._explain_line``), so the rejected lines and reasons are the same. Planning,
-claims and the manifest are ``lake``'s own (``lake.claim_and_plan``): the two engines write
+same columns as the DuckDB engine (``lake.lake_columns``): the executors write each table's
+rows as Parquet (partitioned by file) in a staging folder, and the driver appends each
+file's rows to the lake's Delta tables and commits them through delta-rs
+(``lake.commit_batch``, the DuckDB engine's commit: one append per table, then the
+``_ingests`` commit with each file's app transaction), re-reading the staged Parquet with
+pyarrow on the way (the Delta connector for Spark is not needed, nor used). The few rows
+that fail are explained on the driver by the same pydantic code as the DuckDB path
+(``ingest_read._explain_line``), so the rejected lines and reasons are the same. Planning is
+``lake``'s own (``lake.plan_batch``, from one ``_ingests`` snapshot): the two engines write
 one lake together.
 
 What Spark does not see as DuckDB does: a file of an older schema version, or with a line
@@ -39,6 +44,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from ember.schemas import MIGRATIONS, Migrations
 from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 
@@ -55,22 +62,15 @@ from .ingest_plan import (
     expand_paths,
 )
 from .ingest_read import _explain_line, _find_long_line
-from .lake import (
-    MANIFEST,
-    _LakePlan,
-    _partition,
-    claim_and_plan,
-    commit_file,
-    file_key,
-    manifest_entries,
-    rejected_table,
-)
+from .lake import commit_batch, open_lake_for_writing, plan_batch, rejected_table
+from .lake_commit import LakeState, _LakePlan, commit_ingests, refusal_row
 from .lake_spark_schema import _duck_to_spark_type, lake_schema
 from .lake_spark_schema import read_schema as read_schema
 from .lake_spark_schema import register_lake as register_lake
 from .lake_spark_schema import spark_schema as spark_schema
 from .lake_spark_schema import spark_session as spark_session
 from .lake_spark_schema import spark_type as spark_type
+from .lake_write import prior_span_ids, tag
 from .schema_types import READ_COLUMNS, field_defaults
 from .spark_sql import to_spark
 
@@ -149,7 +149,8 @@ def _runs_exprs(file_col: str = "_file") -> list[str]:
 
 
 class _Planned:
-    """One file the Spark job reads: its lake plan and where its complete lines end."""
+    """One file the Spark job reads: its lake plan, where its complete lines end, and its
+    result (as the DuckDB engine's ``_FileIngest`` gives it to ``lake.commit_batch``)."""
 
     def __init__(self, idx: int, lp: _LakePlan):
         self.idx = idx
@@ -160,6 +161,29 @@ class _Planned:
         self.partial: str | None = truncated.reason if truncated is not None else None
         self.end = end
         self.lines = lines
+
+    @property
+    def lines_read(self) -> int:
+        return self.lines
+
+    def result(self, records: int, seconds: float) -> FileResult:
+        plan = self.lp.plan
+        message = self.partial
+        if self.rejected and not message:
+            message = f"{len(self.rejected)} line(s) rejected; see rejected_lines"
+        status: FileStatus = "partial" if self.partial else "ok"
+        return FileResult(
+            str(plan.path),
+            status,
+            records=records,
+            rejected=len(self.rejected),
+            message=message,
+            run_id=plan.run_id,
+            bytes_read=self.end - plan.start,
+            seconds=seconds,
+            continued=plan.continued,
+            replaced=plan.replaced_run is not None,
+        )
 
 
 def _needs_duckdb(lp: _LakePlan, end: int) -> str | None:
@@ -179,74 +203,45 @@ def ingest_spark(
     spark: Any = None,
     on_file: Callable[[FileResult], None] | None = None,
     migrations: Migrations = MIGRATIONS,
-    stale_s: float = 600.0,
 ) -> IngestSummary:
     """Ingest trace files into the lake with Spark (see the module doc)."""
     from .lake import ingest_lake
 
-    root = Path(lake).resolve()
-    (root / MANIFEST).mkdir(parents=True, exist_ok=True)
+    root = open_lake_for_writing(lake)
     files = expand_paths(paths)
     summary = IngestSummary()
     t0 = time.perf_counter()
-    known = manifest_entries(root)
+    state = LakeState(root)
     planned: list[_Planned] = []
     to_duckdb: list[Path] = []
-    with contextlib.ExitStack() as claims:
-        for path in files:
-            r = _plan_one(
-                root,
-                path,
-                known.get(file_key(str(path)), []),
-                migrations,
-                stale_s,
-                claims,
-                len(planned),
-            )
-            if isinstance(r, FileResult):
-                summary.files.append(r)
-                if on_file is not None:
-                    on_file(r)
-            elif isinstance(r, Path):
-                to_duckdb.append(r)
-            else:
-                planned.append(r)
-        if planned:
-            session = spark or spark_session(master)
-            for result in _run_job(session, root, planned):
-                summary.files.append(result)
-                if on_file is not None:
-                    on_file(result)
+    done: list[FileResult] = []
+    for r in plan_batch(state, files, migrations, max(len(files), 1), 1 << 62):
+        if isinstance(r, FileResult):
+            done.append(r)
+            continue
+        p = _Planned(len(planned), r)
+        if _needs_duckdb(r, p.end) is not None:
+            to_duckdb.append(r.plan.path)
+        else:
+            planned.append(p)
+    if planned:
+        session = spark or spark_session(master)
+        done += _run_job(session, state, planned)
+    refusals = [x for x in (refusal_row(state, f) for f in done if f.status == "refused") if x]
+    if refusals:
+        commit_ingests(state, refusals)
+    for result in done:
+        summary.files.append(result)
+        if on_file is not None:
+            on_file(result)
     if to_duckdb:
-        rest = ingest_lake(to_duckdb, root, on_file=on_file, migrations=migrations, stale_s=stale_s)
+        rest = ingest_lake(to_duckdb, root, on_file=on_file, migrations=migrations)
         summary.files.extend(rest.files)
     summary.seconds = time.perf_counter() - t0
     return summary
 
 
-def _plan_one(
-    root: Path,
-    path: Path,
-    entries: list[dict[str, Any]],
-    migrations: Migrations,
-    stale_s: float,
-    claims: contextlib.ExitStack,
-    idx: int,
-) -> _Planned | FileResult | Path:
-    """A file for the Spark job (its claim held in ``claims``), a result, or the path of a
-    file that goes to the DuckDB engine (its claim let go: that engine claims it again)."""
-    claim = claims.enter_context(contextlib.ExitStack())
-    lp = claim_and_plan(root, path, entries, migrations, stale_s, claim)
-    if isinstance(lp, FileResult):
-        return lp
-    p = _Planned(idx, lp)
-    if _needs_duckdb(lp, p.end) is not None:
-        claim.close()
-        return path
-    return p
-
-
-def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult]:
+def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[FileResult]:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -284,17 +279,9 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
     # the first record of a file read from its start may be its meta; the span_starts of
     # a continued run already in the lake count for its span_ends
     firsts = {p.idx: (p.lp.plan.start == 0) for p in planned}
-    prior = []
-    for p in planned:
-        if p.lp.plan.start > 0:
-            d = root / "span_start" / _partition(p.lp.plan.run_id, p.lp.run_date)
-            for f in d.glob("*.parquet"):
-                import pyarrow.parquet as pq
-
-                prior += [
-                    (p.idx, s)
-                    for s in pq.read_table(f, columns=["span_id"]).column("span_id").to_pylist()
-                ]
+    prior = [
+        (p.idx, s) for p in planned if p.lp.plan.start > 0 for s in prior_span_ids(state, p.lp)
+    ]
     spark.createDataFrame(
         prior,
         T.StructType(
@@ -380,6 +367,7 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
     )
     valid.createOrReplaceTempView("_valid")
     # write every table, partitioned by the file; then rename each file's parts into place
+    root = state.root
     staging = root / "_staging" / uuid.uuid4().hex
     try:
         files_by_idx = {p.idx: p for p in planned}
@@ -408,6 +396,7 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
                 *[
                     f"{_conform(f'`{f.name}`', have[f.name], f.dataType)} AS `{f.name}`"
                     for f in schema.fields
+                    if f.name not in ("run_id", "_ingest")  # added on the driver (tag)
                 ],
             )
             for r in df.groupBy("_file").count().collect():
@@ -417,50 +406,19 @@ def _run_job(spark: Any, root: Path, planned: list[_Planned]) -> list[FileResult
             df.repartition("_file").write.partitionBy("_file").parquet(
                 str(staging / table), compression="zstd"
             )
-        results = []
+        outputs = []
         for p in planned:
             tables: dict[str, Any] = {}
-            records = 0
             for table in ("runs", *RECORD_TABLES):
-                n = counts.get((p.idx, table), 0)
-                if not n:
-                    continue
-                records += n
-                parts = sorted((staging / table / f"_file={p.idx}").glob("*.parquet"))
-                tables[table] = parts
+                if counts.get((p.idx, table), 0):
+                    parts = sorted((staging / table / f"_file={p.idx}").glob("*.parquet"))
+                    tables[table] = tag(pq.read_table(parts), p.lp)
             if p.rejected:
-                tables["rejected_lines"] = rejected_table(str(p.lp.plan.path), p.rejected)
-            message = p.partial
-            if p.rejected and not message:
-                message = f"{len(p.rejected)} line(s) rejected; see rejected_lines"
-            status: FileStatus = "partial" if p.partial else "ok"
-            commit_file(
-                root,
-                p.lp,
-                tables,
-                records=records,
-                rejected=len(p.rejected),
-                status=status,
-                message=message,
-                end=p.end,
-                lines=p.lines,
-                engine="spark",
-            )
-            plan = p.lp.plan
-            results.append(
-                FileResult(
-                    str(plan.path),
-                    status,
-                    records=records,
-                    rejected=len(p.rejected),
-                    message=message,
-                    run_id=plan.run_id,
-                    bytes_read=p.end - plan.start,
-                    seconds=0.0,
-                    continued=plan.continued,
-                    replaced=plan.replaced_run is not None,
+                tables["rejected_lines"] = tag(
+                    rejected_table(str(p.lp.plan.path), p.rejected), p.lp
                 )
-            )
+            outputs.append(tables)
+        results = commit_batch(state, [p.lp for p in planned], planned, outputs, "spark")
         del files_by_idx
     finally:
         parsed.unpersist()

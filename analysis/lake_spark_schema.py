@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,13 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
         )
     from pyspark.sql import SparkSession
 
+    python = (
+        sys.executable
+        if master.startswith("local")
+        else os.environ.get("PYSPARK_PYTHON", "python3")
+    )
+    if master.startswith("local"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     session = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -115,6 +123,10 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.driver.memory", "1g")
+        # the Python workers run this interpreter (on a local master; a cluster's workers
+        # need Ember importable by their own: set PYSPARK_PYTHON there)
+        .config("spark.pyspark.python", python)
+        .config("spark.pyspark.driver.python", sys.executable)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("FATAL")  # errors reach Python as exceptions
@@ -122,6 +134,20 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
 
 
 # ---------------------------------------------------------------- reading the lake
+
+
+def _visible_ingests(snap: Any) -> list[str]:
+    """The ids of the ingests a reader of the snapshot sees (``lake_commit.visible_sql``)."""
+    import duckdb
+
+    from .lake_commit import visible_sql
+
+    con = duckdb.connect(":memory:")
+    try:
+        con.register("_ingests", snap.ingests)
+        return [r[0] for r in con.execute(visible_sql("_ingests")).fetchall()]
+    finally:
+        con.close()
 
 
 def register_lake(
@@ -149,26 +175,24 @@ def register_lake(
     view it reads again."""
     from pyspark.sql import functions as F
 
+    from .lake_read import LakeSnapshot
+
     root = Path(lake).resolve()
+    snap = LakeSnapshot(root)  # the _ingests rows first, then each table's file list
+    # the ids as a literal set (an IN list), not a DataFrame: a plain view then reads no
+    # RDD of the driver's (see ``computed``)
+    visible = _visible_ingests(snap)
     stored = {}
     for table in LAKE_TABLES:
         name = f"_lake_{table}"
-        files = sorted(str(p) for p in (root / table).glob("run_date=*/run_id=*/*.parquet"))
+        files = snap.files[table]
         schema = lake_schema(table)
         if files:
-            df = (
-                spark.read.schema(schema)
-                .option("basePath", str(root / table))
-                .parquet(*files)
-                .withColumn("run_id", F.col("run_id").cast("string"))
-                .drop("run_date")
-            )
+            # the committed files only, their columns only (not the partitions in the paths)
+            df = spark.read.schema(schema).parquet(*files).select(*schema.fieldNames())
+            df = df.where(F.col("_ingest").isin(visible))
         else:
-            from pyspark.sql import types as T
-
-            df = spark.createDataFrame(
-                [], T.StructType([*schema.fields, T.StructField("run_id", T.StringType())])
-            )
+            df = spark.createDataFrame([], schema)
         df.createOrReplaceTempView(name)
         stored[table] = name
     for table, sql in spark_tables(stored).items():

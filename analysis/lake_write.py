@@ -2,9 +2,10 @@
 
 ``stage`` and ``check`` (``ingest_read``) put a batch's records into ``_stage``; this
 module makes each file's rows of each lake table from it, one query per table for the
-whole batch (``stage_output``): the stored columns (``lake_columns``) and each record's
-``line`` in its file. ``prepare_prior_spans`` gives the checks the span ids already in the
-lake of each continued file's run. Committing the tables is ``lake_manifest.commit_file``.
+whole batch (``stage_output``): the stored columns (``lake_columns``), each record's
+``line`` in its file, and the run, ingest and partition columns (``tag``).
+``prepare_prior_spans`` gives the checks the span ids already in the lake of each continued
+file's run. Committing the tables is ``lake_commit``'s.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 import bisect
 import itertools
 import mmap
+import os
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -29,7 +30,8 @@ from .ingest_plan import (
     _iter_lines,
 )
 from .ingest_read import _FileIngest
-from .lake_manifest import _LakePlan, _lit, _partition, lake_columns
+from .lake_commit import LakeState, _LakePlan
+from .lake_table import _lit, lake_columns
 
 
 def _line_sql(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> str:
@@ -105,7 +107,26 @@ def _by_file(table: Any, n: int) -> list[Any]:
     return [rest.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
 
 
-def _stage_output(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[dict[str, Any]]:
+def tag(piece: Any, lp: _LakePlan) -> Any:
+    """A file's rows of one table with its run, its ingest and its partition values."""
+    import pyarrow as pa
+
+    n = piece.num_rows
+    for name, value in (
+        ("run_id", lp.plan.run_id),
+        ("_ingest", lp.ingest),
+        ("run_date", lp.run_date),
+        ("run_key", lp.run_key),
+    ):
+        if name in piece.column_names:
+            piece = piece.drop_columns([name])
+        piece = piece.append_column(name, pa.array([value] * n, pa.string()))
+    return piece
+
+
+def _stage_output(
+    con: duckdb.DuckDBPyConnection, works: list[_FileIngest], batch: list[_LakePlan]
+) -> list[dict[str, Any]]:
     """Each staged file's lake tables (table -> pyarrow.Table), from one query per table."""
     outputs: list[dict[str, Any]] = [{} for _ in works]
     params: dict[str, list[Any]] = {
@@ -125,12 +146,12 @@ def _stage_output(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> l
         t = con.sql(sql, params=args).to_arrow_table()
         if not t.num_rows:
             continue
-        for out, piece in zip(outputs, _by_file(t, len(works)), strict=True):
+        for out, piece, lp in zip(outputs, _by_file(t, len(works)), batch, strict=True):
             if piece.num_rows:
-                out[table] = piece
-    for w, out in zip(works, outputs, strict=True):
+                out[table] = tag(piece, lp)
+    for w, out, lp in zip(works, outputs, batch, strict=True):
         if w.rejected:
-            out["rejected_lines"] = rejected_table(str(w.plan.path), w.rejected)
+            out["rejected_lines"] = tag(rejected_table(str(w.plan.path), w.rejected), lp)
     return outputs
 
 
@@ -151,19 +172,49 @@ def rejected_table(file: str, rejected: list[Any]) -> Any:
     )
 
 
+def _span_files(state: LakeState, keys: set[str]) -> list[str]:
+    """The committed files of ``span_start`` in the partitions of the run keys ``keys``."""
+    from deltalake import DeltaTable
+
+    names = {f"run_key={k}" for k in keys}  # plain: never url-encoded
+    uris = DeltaTable(str(state.root / "span_start")).file_uris()
+    return [u for u in uris if os.path.basename(os.path.dirname(u)) in names]
+
+
+def prior_span_ids(state: LakeState, lp: _LakePlan) -> list[int]:
+    """The span ids already in the lake of a continued file's run (its committed ingests)."""
+    ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
+    files = _span_files(state, {lp.run_key})
+    if not ids or not files:
+        return []
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute(
+            "SELECT span_id FROM read_parquet($f, hive_partitioning = false) "
+            "WHERE list_contains($ids, _ingest)",
+            {"f": files, "ids": ids},
+        ).fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]
+
+
 def _prepare_prior_spans(
-    con: duckdb.DuckDBPyConnection, lake: Path, batch: list[_LakePlan]
+    con: duckdb.DuckDBPyConnection, state: LakeState, batch: list[_LakePlan]
 ) -> None:
     """``_prior_spans`` for the checks: the span ids already in the lake of each continued
-    file's run, by its place in the batch."""
+    file's run (the rows of its committed ingests), by its place in the batch."""
     reads = []
-    for f, lp in enumerate(batch):
-        if lp.plan.start == 0:
-            continue
-        d = lake / "span_start" / _partition(lp.plan.run_id, lp.run_date)
-        parts = sorted(str(p) for p in d.glob("*.parquet"))
-        if parts:
-            lit = "[" + ", ".join(_lit(p) for p in parts) + "]"
-            reads.append(f"SELECT {f}::INTEGER AS _f, span_id FROM read_parquet({lit})")
+    continued = [(f, lp) for f, lp in enumerate(batch) if lp.plan.start > 0]
+    uris = _span_files(state, {lp.run_key for _, lp in continued}) if continued else []
+    for f, lp in continued:
+        ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
+        if uris and ids:
+            files = "[" + ", ".join(_lit(u) for u in uris) + "]"
+            inside = ", ".join(_lit(i) for i in ids)
+            reads.append(
+                f"SELECT {f}::INTEGER AS _f, span_id FROM read_parquet({files}, "
+                f"hive_partitioning = false, union_by_name = true) WHERE _ingest IN ({inside})"
+            )
     reads.append("SELECT NULL::INTEGER AS _f, NULL::BIGINT AS span_id WHERE false")
     con.execute(f"CREATE OR REPLACE TEMP VIEW _prior_spans AS {' UNION ALL '.join(reads)}")

@@ -189,15 +189,35 @@ def transform_structure(t: DuckType) -> str:
     return json.dumps(walk(t), separators=(",", ":"))
 
 
+def _is_strict(annotation: Any, metadata: list[Any]) -> bool:
+    """Whether a field (through ``X | None`` and ``Annotated``) is a strict scalar."""
+    if any(isinstance(m, Strict) and m.strict for m in metadata):
+        return True
+    ann = annotation
+    while True:
+        if typing.get_origin(ann) is typing.Annotated:
+            args = typing.get_args(ann)
+            if any(isinstance(m, Strict) and m.strict for m in args[1:]):
+                return True
+            ann = args[0]
+            continue
+        stripped = _strip_optional(ann)
+        if stripped is ann:
+            return False
+        ann = stripped
+
+
 def _strict_fields() -> set[str]:
-    """Top-level fields pydantic checks strictly (``ts_ns``: a JSON integer, not ``true``)."""
+    """Top-level fields pydantic checks strictly (the integers: a JSON integer, not ``true``
+    or ``1.5``). A list of integers (``shape``) is staged as JSON text by DuckDB's ingest
+    (``checks.STRUCT_COLUMNS``), whose structure tells an integer from a fraction."""
     models: list[type[BaseModel]] = [R._SpanStartBase, R._SpanEndBase, *KIND_MODELS.values()]
-    return {
-        _field_name(name, info)
-        for model in models
-        for name, info in model.model_fields.items()
-        if any(isinstance(m, Strict) and m.strict for m in info.metadata)
-    }
+    out = set()
+    for model in models:
+        for name, info in model.model_fields.items():
+            if _is_strict(info.annotation, list(info.metadata)):
+                out.add(_field_name(name, info))
+    return out
 
 
 def _read_types() -> dict[str, DuckType]:
@@ -221,8 +241,9 @@ def _read_types() -> dict[str, DuckType]:
                     _merge_struct(old[1], t[1], name)
                 else:
                     merged[name] = "JSON"
-    # a strict field is read as JSON too: a typed read would take ``true`` as 1 and
-    # round 1.5 to 2, and the checks (``checks.py``) must see the JSON type to refuse them
+    # a strict field (an integer) is read as JSON too: a typed read
+    # would take ``true`` as 1 and round 1.5 to 2 (and -0.4 to 0, past the check of >= 0),
+    # and the checks (``checks.py``) must see the JSON type to refuse them
     for name in _strict_fields():
         merged[name] = "JSON"
     return merged

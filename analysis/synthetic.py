@@ -22,6 +22,7 @@ __all__ = ["write_compile_trace", "write_history", "write_memory_trace", "write_
 
 HOUR_NS = 3_600_000_000_000
 _WALL_NS = 1_764_403_200_000_000_000  # 2025-11-29 08:00 UTC
+_BERT_TAGS = '{"model":"bert-tiny"}'
 
 _META = (
     '{{"kind":"meta","schema":"{schema}","run_id":"{run}","wall_time_ns":{wall},"host":"bench",'
@@ -326,7 +327,9 @@ def write_compile_trace(
     a sweep of ``sizes`` sequence lengths, each call compiling and evicting at both of its
     segments, repeated with later timestamps and fresh span ids. Returns the exact count."""
     rng = random.Random(seed)
-    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000)]
+    out: list[str] = [
+        _META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS)
+    ]
     written = 1
     t, sid = 1_000, 0
     keys: dict[Any, str] = {}  # a sweep again compiles the same keys
@@ -365,7 +368,9 @@ def write_memory_trace(
     liveness: freed after the next op), one ``op`` record a tensor and a ``device_memory``
     reading. Returns the exact count."""
     rng = random.Random(seed)
-    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000)]
+    out: list[str] = [
+        _META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS)
+    ]
     written = 1
     t, sid, tid, used = 1_000, 0, 0, 0
     with Path(path).open("w", encoding="utf-8") as f:
@@ -426,6 +431,8 @@ _M_MEMORY = (
     '"device":"cpu:0","bytes":{b},"action":"{a}","shape":[1,{n},128],"dtype":"float32",'
     '"category":"{cat}"}}\n'
 )
+
+
 def write_history(
     folder: str | os.PathLike[str],
     runs: int,

@@ -11,8 +11,10 @@ The three measurements of issue 16's "done when", each on fresh files and databa
 
 1. **Small files** (item 4): ``--small`` traces of 2 records each (a meta and a
    device_memory reading, one per job), ingested into a fresh DuckDB file and into a fresh
-   lake (``ingest_lake``), in files/s; then the same files again (unchanged: stat and
+   Delta lake (``ingest_lake``), in files/s; then the same files again (unchanged: stat and
    bookkeeping only), in files/s. Targets: >= 100 files/s first, >= 1,000 files/s again.
+   Then the lake's read latency (open, and three queries; medians of three) before and
+   after ``ember lake optimize`` (``lake_admin.optimize``: compaction and a checkpoint).
 2. **One big file** (item 5), of each shape in ``--shapes`` (``ember.analysis.synthetic``,
    issue 26): ``repetitive`` (a few input lengths, mostly cache hits: ``write_trace``),
    ``compile`` (a sweep of input lengths through a model with a break and a segment cache
@@ -33,7 +35,7 @@ The three measurements of issue 16's "done when", each on fresh files and databa
 
 ``--views`` also ingests a second big run and times every view (``bench_views.time_views``).
 Wall seconds measure to the end of each call (everything is synchronous: the databases
-are closed, the lake's parts renamed); CPU seconds of this process are printed for the big
+are closed, the lake's commits made); CPU seconds of this process are printed for the big
 file, which say more than wall time when other processes share the cores. The machine's
 load average (``os.getloadavg``) is printed before each part: numbers measured at a load
 above the core count are noisy.
@@ -54,7 +56,8 @@ from pathlib import Path
 import duckdb
 
 from ember.analysis import connect, ingest
-from ember.analysis.lake import ingest_lake
+from ember.analysis.lake import connect_lake, ingest_lake
+from ember.analysis.lake_admin import optimize
 from ember.analysis.schema_types import READ_COLUMNS
 from ember.analysis.synthetic import write_compile_trace, write_memory_trace, write_trace
 from ember.schemas import SCHEMA_ID
@@ -102,6 +105,11 @@ def bench_small(work: Path, n: int, threads: int) -> None:
     write_small(folder, n)
     db = work / "small.duckdb"
     lake = work / "small-lake"
+    # pyarrow imports pandas on its first array from Python values (the lake's commit makes
+    # some): seconds where bytecode is not cached (PYTHONDONTWRITEBYTECODE), once a process
+    import pyarrow as pa
+
+    pa.array([0])
     for name, run in (
         ("DuckDB file", lambda: ingest([folder], db, threads=threads)),
         ("lake (DuckDB)", lambda: ingest_lake([folder], lake, threads=threads)),
@@ -117,9 +125,52 @@ def bench_small(work: Path, n: int, threads: int) -> None:
         assert all(f.status == "unchanged" for f in again.files), name
         print(f"{name:14}: first {_rate(n, first_s)}   again (unchanged) {_rate(n, again_s)}")
     print("targets       : first >= 100 files/s, again >= 1,000 files/s")
+    bench_lake_views(lake)
     shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(lake, ignore_errors=True)
     db.unlink(missing_ok=True)
+
+
+LAKE_QUERIES = {
+    "open (connect_lake)": None,
+    "runs": "SELECT count(*) FROM runs",
+    "cache_lookups": "SELECT count(*) FROM cache_lookups",
+    "run_summary": "SELECT count(*) FROM run_summary",
+}
+
+
+def _time_lake(lake: Path, repeat: int = 3) -> dict[str, float]:
+    """Median seconds to open the lake and to run each query (a fresh connection each)."""
+    out: dict[str, list[float]] = {k: [] for k in LAKE_QUERIES}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        with connect_lake(lake) as con:
+            out["open (connect_lake)"].append(time.perf_counter() - t0)
+            for name, sql in LAKE_QUERIES.items():
+                if sql is None:
+                    continue
+                t0 = time.perf_counter()
+                con.sql(sql)
+                out[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def bench_lake_views(lake: Path) -> None:
+    """View latency over the small-file lake before and after ``ember lake optimize``."""
+    from deltalake import DeltaTable
+
+    def files() -> int:
+        return sum(len(DeltaTable(str(lake / t)).file_uris()) for t in ("runs", "cache"))
+
+    before_files = files()
+    before = _time_lake(lake)
+    t0 = time.perf_counter()
+    optimize(lake)
+    took = time.perf_counter() - t0
+    after = _time_lake(lake)
+    print(f"lake optimize : {took:.2f} s; runs + cache files {before_files:,} -> {files():,}")
+    for name in LAKE_QUERIES:
+        print(f"  {name:20}: before {before[name]:6.2f} s   after optimize {after[name]:6.2f} s")
 
 
 def _read_json_sql(path: Path) -> str:

@@ -19,8 +19,8 @@ from ember.analysis.candle import CandleImportError, import_candle
 from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S, DatabasePathError
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.format import plural, short_path, wrap
-from ember.analysis.ingest import FileResult, IngestSummary, ingest, ingest_file
-from ember.analysis.lake import connect_lake, ingest_lake
+from ember.analysis.ingest import FileResult, IngestInterrupted, IngestSummary, ingest, ingest_file
+from ember.analysis.lake import LakeError, connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
 from ember.analysis.trends import ChangePoint, describe
@@ -44,6 +44,8 @@ def _open(db: Path, read_only: bool, wait: float | None = None):
         if db.is_dir():  # a lake written by `ember ingest --lake`
             return connect_lake(db)
         return connect(db, read_only=read_only, wait=wait)
+    except LakeError as exc:
+        raise fail(str(exc)) from None
     except DatabaseBusyError as exc:
         raise fail(str(exc)) from None
     except (FileNotFoundError, DatabasePathError) as exc:
@@ -74,7 +76,7 @@ def ingest_command(
     lake: Path | None = typer.Option(
         None,
         "--lake",
-        help="Write a Parquet trace lake in this folder instead of the DuckDB file "
+        help="Write a Delta Lake trace lake in this folder instead of the DuckDB file "
         "(many ingesters may write one lake at once).",
     ),
     engine: Engine = typer.Option(
@@ -121,22 +123,40 @@ def ingest_command(
             summary = ingest(files, db, wait=wait, strict=strict, on_file=done)
         except DatabaseBusyError as exc:
             raise fail(str(exc)) from None
+        except IngestInterrupted as exc:
+            progress.stop()
+            part = (
+                f", and the first {exc.piece.bytes_read:,} bytes of {exc.piece.path}"
+                if exc.piece is not None
+                else ""
+            )
+            err_console.print(
+                f"interrupted: {len(exc.summary.files)} of {exc.total} file(s) committed "
+                f"({exc.summary.records:,} records){part} to {db}; the batch being read was "
+                "rolled back; run the same command again to ingest the rest",
+                highlight=False,
+                markup=False,
+            )
+            raise typer.Exit(130) from None
     _print_totals(len(files), summary, str(db))
 
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
     t0 = time.perf_counter()
-    if engine is Engine.spark:
-        try:
-            from ember.analysis.lake_spark import ingest_spark
-        except ImportError as exc:
-            raise fail(
-                f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
-                "apt-get install -y openjdk-17-jre-headless)"
-            ) from None
-        summary = ingest_spark(files, lake, master=master, on_file=_print_file)
-    else:
-        summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
+    try:
+        if engine is Engine.spark:
+            try:
+                from ember.analysis.lake_spark import ingest_spark
+            except ImportError as exc:
+                raise fail(
+                    f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
+                    "apt-get install -y openjdk-17-jre-headless)"
+                ) from None
+            summary = ingest_spark(files, lake, master=master, on_file=_print_file)
+        else:
+            summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
+    except LakeError as exc:
+        raise fail(str(exc)) from None
     summary.seconds = time.perf_counter() - t0
     _print_totals(len(files), summary, f"{lake} ({engine.value})")
 
@@ -206,6 +226,8 @@ def query(
     with _open(db, read_only=True, wait=wait) as con:
         try:
             df = con.sql(sql)
+        except LakeError as exc:
+            raise fail(str(exc)) from None
         except duckdb.Error as exc:
             raise fail(f"{exc}\nThe tables and views: " + ", ".join(con.tables())) from None
     more = f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""
@@ -465,8 +487,11 @@ def import_candle_command(
     except CandleImportError as exc:
         raise fail(str(exc)) from None
     counts = ", ".join(f"{n} {k}" for k, n in sorted(result.counts.items()))
+    for error in result.errors:
+        err_console.print(error, highlight=False, markup=False, soft_wrap=True)
+    left_out = f", {len(result.errors)} line(s) left out" if result.errors else ""
     console.print(
-        f"{result.path}: {result.records} records ({counts}), run {result.run_id}",
+        f"{result.path}: {result.records} records ({counts}){left_out}, run {result.run_id}",
         highlight=False,
         soft_wrap=True,  # the path whole on one line, to copy
     )
@@ -484,6 +509,8 @@ def import_candle_command(
             highlight=False,
             soft_wrap=True,
         )
+    if result.errors:  # the rest is imported; the exit status says it is not all
+        raise typer.Exit(1)
 
 
 class Dialect(enum.StrEnum):
@@ -510,8 +537,9 @@ def views(
         "-- Ember's views for Spark SQL, translated from analysis/sql/*.sql by sqlglot\n"
         "-- (macros inlined). Hand-written parts: "
         + "; ".join(f"{v}: {', '.join(c)}" for v, c in HAND_WRITTEN.items())
-        + ".\n-- First register the lake's stored rows as _lake_<table> views (Parquet under\n"
-        "-- LAKE/<table>/, with run_id), or use ember.analysis.lake_spark.register_lake.\n"
+        + ".\n-- First register the lake's stored rows as _lake_<table> views (the Delta table\n"
+        "-- LAKE/<table>, rows whose _ingest is committed in LAKE/_ingests), or use\n"
+        "-- ember.analysis.lake_spark.register_lake.\n"
         "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
         "-- view (and a CTE at every use) that reads it. Run as plain temp views (as\n"
         "-- register_lake(spark, lake, computed=False) creates them), _recompile_causes and\n"

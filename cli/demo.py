@@ -103,7 +103,7 @@ def demo(
         engine=Engine.duckdb,
         master="local[2]",
     )
-    report(db=db, run=None, limit=5)
+    report(db=db, run=None, limit=5, since=None)
     console.print(
         f"\nOpen the dashboard: [bold]ember dashboard --db {db}[/]  (or [bold]make dashboard[/])"
     )

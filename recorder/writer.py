@@ -18,7 +18,8 @@ writes nothing more, so the file keeps whole lines (at most one partial last lin
 record after that is counted as lost. The program keeps running, and ``close()`` raises
 ``TraceWriteError`` naming the file and how many records were not written. A path that
 cannot be opened at all (a parent that is a file, ``/proc/...``) is a ``TraceWriteError``
-when the writer is made, saying why.
+when the writer is made, saying why; so is a path another live writer holds (``_lock``:
+an exclusive ``flock`` on the trace, taken before it is truncated).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import stat
 import threading
 import warnings
 from collections.abc import Callable
@@ -125,8 +127,9 @@ def _open_trace(path: Path) -> int:
             why = f"cannot create the folder {path.parent} ({exc.strerror or exc})"
         raise _open_error(path, why, exc) from exc
     try:
-        # Truncate, then append: O_APPEND makes each flush land at the end of the file.
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+        # Open without truncating, lock, then truncate: O_APPEND makes each flush land at the
+        # end of the file. Truncating at open cut another live recording of the same path.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
     except OSError as exc:
         if path.is_dir():
             why = "it is a folder"
@@ -135,6 +138,42 @@ def _open_trace(path: Path) -> int:
         else:
             why = exc.strerror or str(exc)
         raise _open_error(path, why, exc) from exc
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # (a device, /dev/full, is neither)
+            _lock(fd, path)
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lock(fd: int, path: Path) -> None:
+    """Hold an exclusive ``flock`` on the trace while it is recorded (the kernel lets go when
+    the file is closed or the process dies); a ``TraceWriteError`` naming the run that holds
+    it. Two recorders on one path lost data silently: the second truncated the first's
+    lines, or the first's meta line. Where there is no ``flock`` (not POSIX) nothing is
+    locked."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        raise _open_error(
+            path, f"another recorder is writing it ({_holder(path)}); it is not overwritten", exc
+        ) from None
+
+
+def _holder(path: Path) -> str:
+    """Who holds a trace, from its meta line: 'run R, pid P on host H'."""
+    try:
+        with path.open("rb") as f:
+            meta = orjson.loads(f.readline(1 << 16))
+        return f"run {meta['run_id']}, pid {meta['pid']} on {meta['host']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its meta line is not written yet"
 
 
 def _open_error(path: Path, why: str, exc: OSError) -> TraceWriteError:

@@ -37,12 +37,15 @@ __all__ = [
     "INT64_MIN",
     "MAX_LINE_BYTES",
     "MAX_NESTING",
+    "MAX_RUN_NS",
+    "MAX_WALL_TIME_NS",
     "RECORD_KINDS",
     "SCHEMA_ID",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "SPAN_ATTRS",
     "SPAN_KINDS",
+    "Duration",
     "Int64",
     "NonNegInt64",
     "Record",
@@ -50,6 +53,7 @@ __all__ = [
     "SpanEnd",
     "SpanStart",
     "Timestamp",
+    "WallTime",
 ]
 
 SCHEMA_NAME = "ember.trace"
@@ -71,15 +75,33 @@ parsers recurse, and a line nested thousands deep crashed the readers before thi
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
-"""An integer field: stored as a 64-bit integer (DuckDB's BIGINT), so it must fit one."""
+MAX_RUN_NS = 10 * 366 * 86_400 * 10**9
+"""The longest a run may last, and so the largest ``ts_ns`` or ``duration_ns``: ten years
+(3.2e17 ns). Times are bounded so that ``wall_time_ns + ts_ns`` always fits a 64-bit
+integer (and a timestamp): one record with ``ts_ns`` near 2**63 overflowed that sum and
+broke every view over every run of a shared database."""
 
-NonNegInt64 = Annotated[NonNegativeInt, Field(le=INT64_MAX)]
-"""A count or a size: 0 to ``INT64_MAX``."""
+MAX_WALL_TIME_NS = 7_258_118_400 * 10**9
+"""``wall_time_ns`` is an epoch time before this one: 2200-01-01T00:00:00Z."""
 
-Timestamp = Annotated[NonNegativeInt, Strict(), Field(le=INT64_MAX)]
-"""``ts_ns``: a JSON integer from 0 to ``INT64_MAX``. Strict: ``true``, ``1.5`` or ``"7"`` is
-an error, not a timestamp (lax pydantic takes ``true`` as 1; ingest checks the JSON type)."""
+# Integers are strict: a JSON integer, never ``1.5`` (lax pydantic refuses it, DuckDB's typed
+# read rounded it to 2), ``2.0``, ``"7"`` or ``true``. One definition for every reader: ingest
+# reads integer fields as JSON and checks the JSON type (``ember.analysis.checks``).
+Int64 = Annotated[int, Strict(), Field(ge=INT64_MIN, le=INT64_MAX)]
+"""An integer field: a JSON integer, stored as a 64-bit integer (DuckDB's BIGINT), so it must
+fit one."""
+
+NonNegInt64 = Annotated[NonNegativeInt, Strict(), Field(le=INT64_MAX)]
+"""A count or a size: a JSON integer from 0 to ``INT64_MAX``."""
+
+Timestamp = Annotated[NonNegativeInt, Strict(), Field(le=MAX_RUN_NS)]
+"""``ts_ns``: a JSON integer from 0 to ``MAX_RUN_NS`` (ns since the run started)."""
+
+Duration = Annotated[NonNegativeInt, Strict(), Field(le=MAX_RUN_NS)]
+"""``duration_ns``: a JSON integer from 0 to ``MAX_RUN_NS`` (a span lasts no longer than a run)."""
+
+WallTime = Annotated[NonNegativeInt, Strict(), Field(lt=MAX_WALL_TIME_NS)]
+"""``wall_time_ns``: epoch ns from 1970 to before 2200 (``MAX_WALL_TIME_NS``)."""
 
 
 class RecordModel(BaseModel):
@@ -191,7 +213,7 @@ class Meta(RecordModel):
     kind: Literal["meta"] = "meta"
     schema_id: str = Field(SCHEMA_ID, alias="schema")
     run_id: str
-    wall_time_ns: Int64 = Field(description="Epoch ns at ts_ns == 0.")
+    wall_time_ns: WallTime = Field(description="Epoch ns at ts_ns == 0.")
     host: str
     pid: Int64
     versions: dict[str, str] = Field(default_factory=dict)
@@ -247,7 +269,7 @@ class SegmentAttrs(SourceAttrs):
     """One execution of one segment inside a call (a child of the call span)."""
 
     position: Int64
-    stop: int | Literal["end"] | None = None
+    stop: Int64 | Literal["end"] | None = None
     compiled: bool = Field(description="False: an eager segment, run node by node.")
     key: str | None = Field(None, description="The segment's cache key (hex).")
 
@@ -259,7 +281,7 @@ class SegmentCompileAttrs(SourceAttrs):
 
 
 class SegmentCompileEndAttrs(SegmentCompileAttrs):
-    stop: int | Literal["end"] | None = None
+    stop: Int64 | Literal["end"] | None = None
     compiled: bool | None = None
     disk_cache: Literal["hit", "miss"] | None = None
     reason: str | None = None
@@ -413,7 +435,7 @@ class _SpanEndBase(RecordModel):
     kind: Literal["span_end"] = "span_end"
     ts_ns: Timestamp
     span_id: Int64
-    duration_ns: NonNegInt64
+    duration_ns: Duration
     status: Literal["ok", "error"] = "ok"
     error: SpanError | None = None
 
@@ -502,7 +524,7 @@ class Op(RecordModel):
     shape: list[NonNegInt64] = Field(default_factory=list)
     dtype: str
     device: str
-    duration_ns: NonNegInt64
+    duration_ns: Duration
     storage_bytes: NonNegInt64 | None = None
     input_storage_bytes: NonNegInt64 = 0
     step: ExecutionStep | None = None
@@ -580,7 +602,7 @@ class Edge(RecordModel):
     ts_ns: Timestamp
     from_span: str
     to_span: str
-    duration_ns: NonNegInt64
+    duration_ns: Duration
 
 
 Record = Annotated[

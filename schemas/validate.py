@@ -47,6 +47,12 @@ _TOO_DEEP = (
 )
 
 
+_BOM = (
+    "the line starts with a UTF-8 byte order mark (BOM, bytes EF BB BF): a trace is UTF-8 "
+    "without one; save the file as UTF-8 without a BOM (remove its first 3 bytes)"
+)
+
+
 # the magic bytes a compressor starts its files with -> its name, and how to decompress
 _MAGIC = {
     b"\x1f\x8b": ("gzip", "gzip -dc"),
@@ -102,6 +108,8 @@ def parse_line(raw: bytes | str) -> Any:
             raise BadLine(f"not UTF-8: {exc}") from None
     else:
         text = raw
+    if text.startswith("\ufeff"):
+        raise BadLine(_BOM)
     try:
         data = from_json(text)
     except ValueError as exc:
@@ -194,9 +202,12 @@ def validate_lines(
     """Yield ``(line number, record or LineError)`` for each non-empty line.
 
     The first line must be ``meta``; its schema version decides whether later lines
-    are upgraded (older) or the file is refused (newer: one error, then stop).
+    are upgraded (older) or the file is refused (newer: one error, then stop). Span ids
+    follow ingest's rules across lines (``_SpanIds``): a span_end before its span_start is
+    an error here as there.
     """
     version: int | None = None
+    spans = _SpanIds()
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -233,9 +244,43 @@ def validate_lines(
                 yield number, LineError(path, number, f"cannot upgrade: {exc}")
                 continue
         try:
-            yield number, RECORD.validate_python(data)
+            record = RECORD.validate_python(data)
         except ValidationError as exc:
+            spans.see(data)
             yield number, LineError(path, number, explain(exc))
+            continue
+        why = spans.see(data)
+        yield number, (record if why is None else LineError(path, number, why))
+
+
+_AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
+
+
+class _SpanIds:
+    """The rules across lines of span ids, as ingest applies them (``span_problems_sql``):
+    a second span_start of an id, a second span_end of an id, a span_end before any
+    span_start of its id. Every span record counts, valid or not (ingest sees them all)."""
+
+    def __init__(self) -> None:
+        self.started: set[int] = set()
+        self.ended: set[int] = set()
+
+    def see(self, data: dict[str, Any]) -> str | None:
+        kind, span_id = data.get("kind"), data.get("span_id")
+        if kind not in ("span_start", "span_end") or type(span_id) is not int:
+            return None
+        if kind == "span_start":
+            if span_id in self.started:
+                return f"a second span_start of span_id {span_id}{_AGAIN}"
+            self.started.add(span_id)
+            return None
+        again = span_id in self.ended
+        self.ended.add(span_id)
+        if again:
+            return f"a second span_end of span_id {span_id}{_AGAIN}"
+        if span_id not in self.started:
+            return f"span_end without a span_start (span_id {span_id})"
+        return None
 
 
 def validate_file(path: str | Path, migrations: Migrations = MIGRATIONS) -> FileReport:

@@ -5,5 +5,5 @@
 -- check         etag | hash | none | offline (the hub record's check)
 -- hits          cache hits checked this way
 -- bytes         their bytes
-SELECT run_id, "check", count(*) AS hits, CAST(sum(bytes) AS BIGINT) AS bytes
+SELECT run_id, "check", count(*) AS hits, TRY_CAST(sum(bytes) AS BIGINT) AS bytes
 FROM hub GROUP BY ALL

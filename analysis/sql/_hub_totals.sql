@@ -10,11 +10,11 @@
 -- failures     downloads or metadata requests that ended in an error
 SELECT run_id,
     count(*) FILTER (WHERE what = 'file') AS files,
-    CAST(coalesce(sum(bytes) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS bytes,
-    CAST(coalesce(sum(hits) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS hits,
-    CAST(coalesce(sum(downloads) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS downloads,
-    CAST(coalesce(sum(info_saved) FILTER (WHERE what = 'repo_info'), 0) AS BIGINT)
+    TRY_CAST(coalesce(sum(bytes) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS bytes,
+    TRY_CAST(coalesce(sum(hits) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS hits,
+    TRY_CAST(coalesce(sum(downloads) FILTER (WHERE what = 'file'), 0) AS BIGINT) AS downloads,
+    TRY_CAST(coalesce(sum(info_saved) FILTER (WHERE what = 'repo_info'), 0) AS BIGINT)
         AS info_saved,
-    CAST(coalesce(sum(failures), 0) AS BIGINT) AS failures
+    TRY_CAST(coalesce(sum(failures), 0) AS BIGINT) AS failures
 FROM hub_files
 GROUP BY run_id

@@ -5,7 +5,9 @@
 -- ember_statics_text(statics): the static values, 'perm=[0,2,1], axis=1'.
 -- ember_key(key, shapes, statics): the cache key as recorded, or one built from the shapes
 --   and static values when the runtime did not record one.
--- ember_at(run_id, ts_ns): the absolute time (TIMESTAMP_NS, UTC) of a run's ts_ns.
+-- ember_at(wall_time_ns, ts_ns): the absolute time (TIMESTAMP_NS, UTC) of a run's ts_ns; NULL
+--   when the sum does not fit a timestamp (the schema bounds both, so that only a database
+--   written before it can hold such a run: it must not break the views over every run).
 -- ember_hub_parts(source): {repo, path} of a Hub source as the runtime writes it
 --   (runtime/hub.py hub_source): 'hf://owner/name/path/in/repo', or with a revision
 --   'hf://<id>@<revision>/path/in/repo', which a one-part id ('hf://gpt2@main/onnx/model.onnx')
@@ -29,7 +31,7 @@ CREATE OR REPLACE MACRO ember_key(key, shapes, statics) AS
     coalesce(key, ember_shapes_text(shapes)
         || CASE WHEN len(coalesce(statics, [])) > 0 THEN ' | ' || ember_statics_text(statics) ELSE '' END);
 CREATE OR REPLACE MACRO ember_at(wall_time_ns, ts_ns) AS
-    make_timestamp_ns(wall_time_ns + ts_ns);
+    make_timestamp_ns(TRY_CAST(CAST(wall_time_ns AS DECIMAL(38, 0)) + ts_ns AS BIGINT));
 CREATE OR REPLACE MACRO ember_hub_parts(source) AS
     CASE WHEN regexp_matches(source, '^hf://[^/@]+(/[^/@]+)?@')
         THEN regexp_extract(source,

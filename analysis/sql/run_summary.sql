@@ -68,10 +68,12 @@ WITH ends AS (
         avg(duration_ns) FILTER (WHERE span_kind = 'step') AS step_mean_ns,
         sum(duration_ns) FILTER (WHERE span_kind = 'step') AS step_total_ns,
         max(ts_ns) AS wall_ns,
-        max(
-            coalesce(attrs.memory.argument_bytes, 0) + coalesce(attrs.memory.output_bytes, 0)
+        -- summed as DECIMAL: four 64-bit sizes can overflow a BIGINT (NULL then)
+        TRY_CAST(max(
+            CAST(coalesce(attrs.memory.argument_bytes, 0) AS DECIMAL(38, 0))
+            + coalesce(attrs.memory.output_bytes, 0)
             + coalesce(attrs.memory.temp_bytes, 0) - coalesce(attrs.memory.alias_bytes, 0)
-        ) FILTER (WHERE span_kind = 'segment_compile' AND attrs.memory IS NOT NULL)
+        ) FILTER (WHERE span_kind = 'segment_compile' AND attrs.memory IS NOT NULL) AS BIGINT)
             AS planned_peak_bytes
     FROM span_end GROUP BY run_id
 ),

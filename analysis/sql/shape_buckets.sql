@@ -30,8 +30,8 @@ per_dim AS (
         max(size) AS max_size,
         list(DISTINCT size ORDER BY size) AS sizes,
         list(DISTINCT CASE WHEN size <= 1 THEN size
-            ELSE CAST(pow(2, ceil(log2(size))) AS BIGINT) END) AS pow2_list,
-        count(DISTINCT (size + 63) // 64) AS multiple_of_64_buckets
+            ELSE TRY_CAST(pow(2, ceil(log2(size))) AS BIGINT) END) AS pow2_list,
+        count(DISTINCT size // 64 + CAST(size % 64 > 0 AS BIGINT)) AS multiple_of_64_buckets
     FROM dims GROUP BY ALL
 ),
 n AS (

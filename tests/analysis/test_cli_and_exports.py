@@ -8,11 +8,13 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from ember.analysis import connect
 from ember.analysis.candle import CANDLE_SCHEMA
 from ember.cli.main import app
+from ember.schemas import validate_file
 from tests.analysis.traces import cache_line, meta_line, write_lines
 
 runner = CliRunner()
@@ -318,3 +320,59 @@ def test_ingest_lines_never_leave_a_number_apart_from_its_word(tmp_path):
         assert not re.search(apart, "\n".join(lines)), (columns, lines)
         assert all(len(line) <= columns for line in lines if " " in line.strip()), lines
         assert "2 records, 0 rejected" in _flat(result.output)
+
+
+def _nested_op(depth: int) -> str:
+    op = json.dumps(CANDLE[2])
+    return op[:-1] + ', "extra": ' + "[" * depth + "]" * depth + "}"
+
+
+CANDLE_BAD = {
+    "a string for pid": ("meta", {"pid": "12ab"}),
+    "a float for wall_time_ns": ("meta", {"wall_time_ns": 1.5e18}),
+    "a string for duration_ns": ("end", {"duration_ns": "80"}),
+    "a null duration": ("end", {"duration_ns": None}),
+    "a fraction for duration_ns": ("end", {"duration_ns": 80.7}),
+    "a list as id": ("start", {"id": ["s", 1]}),
+    "a fraction for storage_bytes": ("op", {"storage_bytes": 24.9}),
+    "a fraction for a timestamp": ("op", {"timestamp_ns": 120.5}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CANDLE_BAD))
+def test_candle_import_bad_values_are_errors_naming_the_line_never_tracebacks(tmp_path, case):
+    # before: non-numeric wall_time_ns/pid/duration_ns, a null duration and a list as id
+    # gave tracebacks; 80.7 went in as 80 (truncated silently)
+    where, change = CANDLE_BAD[case]
+    records = [dict(r) for r in CANDLE]
+    index = {"meta": 0, "start": 1, "op": 2, "end": len(CANDLE) - 1}[where]
+    records[index] |= change
+    src = write_lines(tmp_path / "c.jsonl", [json.dumps(r) for r in records])
+    r = runner.invoke(app, ["import", "candle", str(src)])
+    out = _flat(r.output)
+    assert r.exit_code == 1, out
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert "Traceback" not in out
+    assert f"{src}:{index + 1}: {next(iter(change))}" in out, out
+    if where != "meta":  # the rest is kept (a span_end whose start went goes too)
+        ember = tmp_path / "c.ember.jsonl"
+        kept = [json.loads(x) for x in ember.read_text().splitlines()]
+        assert kept[0]["kind"] == "meta"
+        assert 6 <= len(kept) < len(CANDLE)
+        assert validate_file(ember).ok
+
+
+def test_candle_import_a_line_nested_5000_deep_is_left_out_and_the_rest_kept(tmp_path):
+    # before: RecursionError (the depth limit of ingest did not reach the importer)
+    lines = [json.dumps(r) for r in CANDLE]
+    lines.insert(3, _nested_op(5000))
+    src = write_lines(tmp_path / "deep.jsonl", lines)
+    db = tmp_path / "d.duckdb"
+    r = runner.invoke(app, ["import", "candle", str(src), "--db", str(db)])
+    out = _flat(r.output)
+    assert r.exit_code == 1, out
+    assert f"{src}:4: nested deeper than" in out
+    assert "9 records" in out
+    assert "1 line(s) left out" in out
+    with connect(db, read_only=True) as con:
+        assert con.sql("SELECT count(*) FROM op").rows() == [(1,)]

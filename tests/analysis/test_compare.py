@@ -390,7 +390,10 @@ def test_causes_are_named_from_the_views_of_a_recorded_run(con):
     assert "`input_ids` dim 1" in names
     assert "a re-compile after eviction" in names
     c = compare(bus, sweep, rules("new_breaks>0, new_eviction_sites>0"))
-    assert [r.status for r in c.rules] == ["fail", "fail"]
+    # two runs of different models: said first (not failed), then the rules
+    assert (c.rules[0].rule, c.rules[0].status) == ("the same model", "skip")
+    assert "different models" in c.rules[0].message
+    assert [r.status for r in c.rules[1:]] == ["fail", "fail"]
     assert brk in c.new_causes
     itself = compare(sweep, sweep, rules("new_breaks>0, new_recompile_causes>0"))
     assert itself.passed
@@ -466,3 +469,68 @@ def test_junit_holds_control_characters_and_markup(forged):
     failure = root.find("testsuite/testcase/failure")
     assert failure.get("message").endswith("\\x1b[31m\\x00 <b>&")
     assert "<!--" in failure.text
+
+
+def test_a_candidate_that_made_no_calls_fails_the_gate_with_the_reason():
+    # every rule passed or was skipped and the gate said PASS, exit 0
+    base = run("base", durations(200, 1e6, seed=1))
+    empty = run("empty", np.array([]), calls=0, hit_rate=None)
+    c = compare(base, empty, rules("p50_ns>+10%, recompiles>0, evictions>0"))
+    assert not c.passed
+    assert c.exit_code == 1
+    (failed,) = c.failed
+    assert failed.rule == "the candidate made calls"
+    assert "made no calls or steps (the base made 200)" in failed.message
+    assert "FAIL" in to_markdown(c)
+    assert compare(base, base, rules("p50_ns>+10%")).passed
+
+
+def test_runs_of_different_models_are_said_in_every_output():
+    base = run("base", durations(200, 1e6, seed=1), model="bert")
+    other = run("other", durations(200, 1e6, seed=2), model="gpt2")
+    c = compare(base, other, rules("recompiles>0"))
+    assert c.passed  # said, not failed
+    note = "different models: the base ran 'bert', the candidate 'gpt2'"
+    assert note in c.rules[0].message
+    shown = [rendered(t) for t in markdown_tokens(to_markdown(c)) if t.type == "inline"]
+    assert any(note in text for text in shown)  # escaped, read as its characters
+    assert note in to_junit(c)
+    assert note in to_json(c)
+    same = compare(
+        base, run("b2", durations(200, 1e6, seed=2), model="bert"), rules("recompiles>0")
+    )
+    assert [r.rule for r in same.rules] == ["recompiles>0"]
+
+
+def _tagged_trace(folder, run_id: str, tags: dict[str, str], ts: int):
+    from tests.analysis.traces import cache_line, meta_line, write_lines
+
+    meta = json.loads(meta_line(run_id)) | {"tags": tags}
+    meta["wall_time_ns"] += ts
+    return write_lines(folder / f"{run_id}.jsonl", [json.dumps(meta), cache_line(1, "miss")])
+
+
+@pytest.mark.parametrize("key", ["git.branch", "*", "a'b", "$.x", 'say "hi"'])
+def test_a_baseline_tag_key_is_a_plain_string(tmp_path, key):
+    # git.branch=main found nothing (the key was read as a JSON path); '*' was a traceback
+    from ember.analysis import ingest
+
+    files = [
+        _tagged_trace(tmp_path, "nested", {"git": "x"}, 0),
+        _tagged_trace(tmp_path, "base", {key: "main"}, 1),
+        _tagged_trace(tmp_path, "cand", {key: "main"}, 2),
+    ]
+    db = tmp_path / "t.duckdb"
+    ingest(files, db)
+    with open_sides(None, "cand", db=db, baseline_tags={key: "main"}) as (b, c):
+        assert (b.run_id, c.run_id) == ("base", "cand")
+    with pytest.raises(CompareError, match="no run tagged"):
+        with open_sides(None, "cand", db=db, baseline_tags={key: "dev"}):
+            pass
+
+
+def test_a_model_name_and_a_file_of_that_name_are_one_model():
+    # record(model="stack") and `ember run path/to/stack.onnx` (which tags the path)
+    base = run("base", durations(50, 1e6, seed=1), model="stack")
+    cand = run("cand", durations(50, 1e6, seed=2), model="/tmp/models/stack.onnx")
+    assert [r.rule for r in compare(base, cand, rules("recompiles>0")).rules] == ["recompiles>0"]

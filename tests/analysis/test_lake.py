@@ -1,34 +1,44 @@
-"""The trace lake (``ember ingest --lake``) on DuckDB: parity with the DuckDB file, re-ingest,
-growth, replacement, rejected lines, claims, the CLI and the dashboard's reader."""
+"""The trace lake (``ember ingest --lake``, Delta tables) on DuckDB: parity with the DuckDB file,
+the layout, re-ingest, growth, replacement, copies, long run ids, the CLI, the dashboard, and
+what is not a lake."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
+from deltalake import DeltaTable
 
 from ember.analysis import connect, ingest
 from ember.analysis.lake import (
-    CLAIMS,
-    MANIFEST,
+    INGESTS,
+    LAKE_TABLES,
+    LakeError,
     connect_lake,
-    file_key,
     ingest_lake,
+    ingested_files,
     lake_columns,
-    manifest_entries,
+    run_key,
 )
-from tests.analysis.lake_parity import bad_corpus, differences, table
+from tests.analysis.lake_parity import _norm, bad_corpus, differences, table
 from tests.analysis.traces import cache_line, meta_line, write_lines
 
 REPO = Path(__file__).resolve().parents[2]
+EMBER = [sys.executable, "-m", "ember.cli.main"]
 
 
-def _parts(lake: Path) -> list[str]:
-    return sorted(str(p.relative_to(lake)) for p in lake.rglob("*.parquet"))
+def _versions(lake: Path) -> dict[str, int]:
+    return {t: DeltaTable(str(lake / t)).version() for t in (INGESTS, *LAKE_TABLES)}
+
+
+def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*EMBER, *args], capture_output=True, text=True, cwd=REPO, timeout=180, **kw
+    )
 
 
 def test_the_lake_gives_every_table_and_view_of_the_duckdb_file(tmp_path, sweep_trace, bus_trace):
@@ -48,53 +58,69 @@ def test_the_lake_gives_every_table_and_view_of_the_duckdb_file(tmp_path, sweep_
     assert reasons[-1][1].startswith("truncated last line 15")
 
 
-def test_layout_one_set_of_parts_per_file_and_a_manifest_entry(tmp_path, bus_trace):
+def test_polars_scan_delta_reads_every_table_with_the_rows_duckdb_reads(
+    tmp_path, sweep_trace, bus_trace
+):
+    lake = tmp_path / "lake"
+    ingest_lake([sweep_trace, bus_trace, bad_corpus(tmp_path / "bad.jsonl")], lake)
+    with connect_lake(lake) as con:
+        for name in LAKE_TABLES:
+            cols = list(lake_columns(name))
+            quoted = ", ".join(f'"{c}"' for c in cols)
+            want = con.sql(f"SELECT {quoted} FROM _lake_{name}")
+            got = pl.scan_delta(str(lake / name)).select(cols).collect()
+            assert got.height == want.height > 0 or name in EMPTY, name
+            assert _rows(got) == _rows(want), name
+        assert con.sql("SELECT count(*) AS n FROM cache")["n"][0] > 0
+
+
+EMPTY = {"op", "tensor", "gradient", "edge"}  # kinds none of these traces records
+
+
+def _rows(df: pl.DataFrame) -> list[str]:
+    return sorted(repr(tuple(_norm(v) for v in r.values())) for r in df.to_dicts())
+
+
+def test_layout_delta_tables_partitioned_by_date_and_run_key(tmp_path, bus_trace):
     lake = tmp_path / "lake"
     ingest_lake([bus_trace], lake)
-    key = file_key(str(bus_trace))
-    parts = _parts(lake)
-    assert parts
-    assert all(p.split("/")[1].startswith("run_date=") for p in parts)
-    assert all(
-        p.split("/")[2] == "run_id=bus-run" and p.split("/")[3].startswith(key) for p in parts
-    )
-    assert {p.split("/")[0] for p in parts} == {
-        "runs",
-        "span_start",
-        "span_end",
-        "hub",
-        "memory",
-        "device_memory",
-    }
-    [entry] = manifest_entries(lake)[key]
+    for name in (INGESTS, *LAKE_TABLES):
+        assert DeltaTable.is_deltatable(str(lake / name)), name
+    spans = DeltaTable(str(lake / "span_start"))
+    assert spans.metadata().partition_columns == ["run_date", "run_key"]
+    files = [Path(u).relative_to(lake / "span_start") for u in spans.file_uris()]
+    assert [f.parts[1] for f in files] == ["run_key=bus-run"]
+    assert files[0].parts[0].startswith("run_date=")
+    # the Parquet holds the record's fields, line, run_id and the ingest id
+    import pyarrow.parquet as pq
+
+    hub = DeltaTable(str(lake / "hub")).file_uris()
+    assert pq.read_schema(hub[0]).names == list(lake_columns("hub"))
+    [row] = ingested_files(lake)
     size = bus_trace.stat().st_size
-    assert (entry["file"], entry["status"], entry["size"], entry["offset_bytes"]) == (
+    assert (row["file"], row["status"], row["size"], row["offset_bytes"], row["seq"]) == (
         str(bus_trace),
         "ok",
         size,
         size,
+        1,
     )
-    assert entry["records"] == 30
-    assert entry["rejected"] == 0
-    assert entry["digest"].startswith("sha1:")
-    assert sorted(entry["parts"]) == parts
-    assert not list(lake.rglob("*.tmp"))  # every part was renamed into place
-    # the stored columns: the record's fields with JSON as text, and the line
-    import pyarrow.parquet as pq
-
-    cache = next(p for p in parts if p.startswith("hub/"))
-    names = pq.read_schema(lake / cache).names
-    assert names == list(lake_columns("hub"))
-    assert names[-1] == "line"
+    assert (row["records"], row["rejected"]) == (30, 0)
+    assert row["digest"].startswith("sha1:")
+    # the file's identity is an application transaction of the _ingests commit
+    assert DeltaTable(str(lake / INGESTS)).transaction_version(f"ember:{row['fid']}") == 1
 
 
-def test_reingest_of_unchanged_files_writes_nothing(tmp_path, sweep_trace, bus_trace):
+def test_reingest_of_unchanged_files_and_copies_commits_nothing(tmp_path, sweep_trace, bus_trace):
     lake = tmp_path / "lake"
     ingest_lake([sweep_trace, bus_trace], lake)
-    before = _parts(lake), sorted(os.listdir(lake / MANIFEST))
-    again = ingest_lake([sweep_trace, bus_trace], lake)
-    assert [f.status for f in again.files] == ["unchanged", "unchanged"]
-    assert (_parts(lake), sorted(os.listdir(lake / MANIFEST))) == before
+    before = _versions(lake)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(bus_trace.read_bytes())
+    again = ingest_lake([sweep_trace, bus_trace, copy], lake)
+    assert [f.status for f in again.files] == ["unchanged"] * 3
+    assert again.files[2].message == f"already in the lake: the same content as {bus_trace}"
+    assert _versions(lake) == before
 
 
 def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep_trace):
@@ -111,6 +137,10 @@ def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep
     second = ingest_lake([growing], lake).files[0]
     assert (second.status, second.continued, second.rejected) == ("ok", True, 0)
     assert first.records + second.records == len(lines)  # every line is a record
+    assert [(r["seq"], r["start"]) for r in ingested_files(lake)][1] == (
+        2,
+        len(b"".join(lines[:cut])),
+    )
     whole = tmp_path / "whole.duckdb"
     ingest([growing], whole)
     with connect(whole, read_only=True) as a, connect_lake(lake) as b:
@@ -123,107 +153,126 @@ def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep
         ]
 
 
-def test_a_replaced_file_replaces_its_rows(tmp_path):
+def test_a_re_recorded_file_replaces_its_old_run_in_one_commit(tmp_path):
     path = write_lines(tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss")])
     lake = tmp_path / "lake"
     ingest_lake([path], lake)
-    old = _parts(lake)
     write_lines(path, [meta_line("r2"), cache_line(1, "miss"), cache_line(2, "hit")])
     r = ingest_lake([path], lake).files[0]
     assert (r.status, r.replaced, r.records) == ("ok", True, 3)
-    assert not set(old) & set(_parts(lake))
     with connect_lake(lake) as b:
         assert b.sql("SELECT run_id FROM runs").rows() == [("r2",)]
         assert b.sql("SELECT count(*) AS n FROM cache")["n"][0] == 2
-    assert len(os.listdir(lake / MANIFEST)) == 1
+        assert b.sql("SELECT file, run_id FROM ingested_files").rows() == [(str(path), "r2")]
+    rows = ingested_files(lake)
+    assert rows[1]["replaces"] == rows[0]["fid"]  # the old rows stay on disk, hidden
+    # the old content again is another replacement, not a duplicate
+    write_lines(path, [meta_line("r1"), cache_line(1, "miss")])
+    assert ingest_lake([path], lake).files[0].status == "ok"
+    with connect_lake(lake) as b:
+        assert b.sql("SELECT run_id FROM runs").rows() == [("r1",)]
+
+
+def test_a_rewritten_shorter_file_with_the_same_first_line_is_refused(tmp_path):
+    path = write_lines(
+        tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss"), cache_line(2, "hit")]
+    )
+    lake = tmp_path / "lake"
+    ingest_lake([path], lake)
+    write_lines(path, [meta_line("r1"), cache_line(1, "miss")])
+    r = ingest_lake([path], lake).files[0]
+    assert r.status == "refused"
+    assert "rewritten, not appended" in r.message
+    with connect_lake(lake) as b:
+        assert b.sql("SELECT count(*) AS n FROM cache")["n"][0] == 2  # the rows stay
 
 
 def test_a_run_in_the_lake_from_another_file_is_refused(tmp_path):
     a = write_lines(tmp_path / "a.jsonl", [meta_line("same"), cache_line(1, "miss")])
-    b = write_lines(tmp_path / "b.jsonl", [meta_line("same"), cache_line(1, "miss")])
+    b = write_lines(tmp_path / "b.jsonl", [meta_line("same"), cache_line(2, "miss")])
     lake = tmp_path / "lake"
     results = ingest_lake([a, b], lake).files
     assert [r.status for r in results] == ["ok", "refused"]
     assert results[1].message.startswith(f"run same is already in the lake from {a}")
+    # and in a later ingest (from the snapshot, not the batch)
+    later = ingest_lake([b], lake).files[0]
+    assert later.status == "refused"
     with connect_lake(lake) as con:
         assert sorted(con.sql("SELECT file, status FROM ingested_files").rows()) == [
             (str(a), "ok"),
             (str(b), "refused"),
         ]
+    # the same refusal again is not written again
+    assert len(ingested_files(lake)) == 2
 
 
-def test_a_file_claimed_by_a_live_ingester_is_skipped_and_a_dead_ones_claim_taken(tmp_path):
-    path = write_lines(tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss")])
+def test_a_run_id_over_255_bytes_is_a_column_not_a_path(tmp_path):
+    long_id = "ü/" * 100 + "x" * 60  # 260 bytes, with a slash
+    path = write_lines(tmp_path / "t.jsonl", [meta_line(long_id), cache_line(1, "miss")])
     lake = tmp_path / "lake"
-    (lake / CLAIMS).mkdir(parents=True)
-    claim = lake / CLAIMS / f"{file_key(str(path))}.claim"
-    import socket
-    import time
-
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        claim.write_text(
-            json.dumps({"host": socket.gethostname(), "pid": live.pid, "at": time.time()})
-        )
-        r = ingest_lake([path], lake).files[0]
-        assert (r.status, r.message) == ("busy", "another ingester is writing this file now")
-        assert _parts(lake) == []
-    finally:
-        live.kill()
-        live.wait()
-    # the holder died without removing its claim: the next ingester takes it over
-    r = ingest_lake([path], lake).files[0]
-    assert (r.status, r.records) == ("ok", 2)
-    assert not claim.exists()
+    assert ingest_lake([path], lake).files[0].status == "ok"
+    key = run_key(long_id)
+    assert len(key.encode()) <= 64
+    assert "/" not in key
+    uris = DeltaTable(str(lake / "cache")).file_uris()
+    assert [Path(u).parent.name for u in uris] == [f"run_key={key}"]
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT run_id FROM runs").rows() == [(long_id,)]
+        assert con.sql("SELECT run_id FROM cache").rows() == [(long_id,)]
+    assert ingest_lake([path], lake).files[0].status == "unchanged"
+    assert run_key("plain-id_1.2") == "plain-id_1.2"
+    assert run_key("a b") != run_key("a_b")
+    assert run_key("a b").startswith("a_b-h")
 
 
 def test_cli_ingest_lake_then_query_and_report_on_it(tmp_path, sweep_trace, con, views_db):
     lake = tmp_path / "lake"
-    ember = [sys.executable, "-m", "ember.cli.main"]
-    run = subprocess.run(
-        [*ember, "ingest", str(sweep_trace), "--lake", str(lake)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    run = _cli("ingest", str(sweep_trace), "--lake", str(lake))
     assert run.returncode == 0, run.stderr
     n = len(sweep_trace.read_bytes().splitlines())
     assert f"1 file(s), {n} records, 0 rejected, 0 refused" in run.stdout
-    q = subprocess.run(
-        [
-            *ember,
-            "query",
-            "--db",
-            str(lake),
-            "--format",
-            "csv",
-            "SELECT count(*) AS n FROM recompiles WHERE run_id = 'sweep'",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
+    q = _cli(
+        "query",
+        "--db",
+        str(lake),
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM recompiles WHERE run_id = 'sweep'",
     )
     assert q.returncode == 0, q.stderr
     want = con.sql("SELECT count(*) AS n FROM recompiles WHERE run_id = 'sweep'")["n"][0]
     assert want > 0
     assert q.stdout.split() == ["n", str(want)]
     # the report over the lake is the report over the DuckDB file, word for word
+    env = {**os.environ, "COLUMNS": "100"}
     reports = [
-        subprocess.run(
-            [*ember, "report", "--db", str(db), "--run", "sweep"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=120,
-            env={**os.environ, "COLUMNS": "100"},
-        )
-        for db in (lake, views_db)
+        _cli("report", "--db", str(db), "--run", "sweep", env=env) for db in (lake, views_db)
     ]
     assert [r.returncode for r in reports] == [0, 0], reports[0].stderr
     assert "6 calls" in reports[0].stdout
     assert reports[0].stdout == reports[1].stdout
+
+
+def test_what_is_not_a_lake_is_a_clear_error(tmp_path, bus_trace):
+    a_file = tmp_path / "lake.txt"
+    a_file.write_text("x")
+    r = _cli("ingest", str(bus_trace), "--lake", str(a_file))
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert f"{a_file} is a file, not a lake folder" in " ".join(r.stderr.split())
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "_manifest").write_text("not a folder")
+    for args in (
+        ["ingest", str(bus_trace), "--lake", str(odd)],
+        ["query", "--db", str(odd), "SELECT 1"],
+    ):
+        r = _cli(*args)
+        assert r.returncode == 1, args
+        assert "Traceback" not in r.stderr
+        assert "_manifest is a file" in " ".join(r.stderr.split()), r.stderr
+    with pytest.raises(LakeError, match="is a file"):
+        ingest_lake([bus_trace], a_file)
 
 
 def test_the_dashboard_reads_a_lake_and_only_the_lake(tmp_path, bus_trace):

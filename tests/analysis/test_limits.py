@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from ember.analysis import connect, ingest
 from ember.cli.main import app
 from ember.schemas import validate_file
-from ember.schemas.records import INT64_MAX, MAX_LINE_BYTES, MAX_NESTING
+from ember.schemas.records import INT64_MAX, MAX_LINE_BYTES, MAX_NESTING, MAX_RUN_NS
 from tests.analysis.traces import cache_line, meta_line, write_lines
 
 
@@ -118,13 +118,25 @@ def test_the_nesting_limit_is_the_same_for_validate_and_the_fast_path(tmp_path, 
         assert r.records == 3
 
 
-BAD_TS = ["true", "false", "1.5", "7.0", '"7"', str(2**70), str(INT64_MAX + 1), "-1", "null"]
+BAD_TS = [
+    "true",
+    "false",
+    "1.5",
+    "7.0",
+    '"7"',
+    str(2**70),
+    str(INT64_MAX + 1),
+    "-1",
+    "null",
+    str(INT64_MAX),
+    str(MAX_RUN_NS + 1),
+]
 
 
 def test_ts_ns_must_be_a_json_integer_in_range_for_validate_and_ingest(tmp_path):
     # before: true, 7.0 and "7" went in as 1 and 7 both ways, 1.5 went into the database
     # as 2, and 2**70 passed validate but not ingest
-    good = cache_line(INT64_MAX, "hit")
+    good = cache_line(MAX_RUN_NS, "hit")
     bad = [cache_line(12345, "hit").replace('"ts_ns": 12345', f'"ts_ns": {v}') for v in BAD_TS]
     errors, rejected, r = _both(
         tmp_path, "ts.jsonl", [meta_line(), cache_line(1, "miss"), *bad, good]
@@ -138,7 +150,7 @@ def test_ts_ns_must_be_a_json_integer_in_range_for_validate_and_ingest(tmp_path)
     with connect(tmp_path / "ts.jsonl.duckdb", read_only=True) as con:
         assert con.duck.execute("SELECT ts_ns FROM cache ORDER BY ts_ns").fetchall() == [
             (1,),
-            (INT64_MAX,),
+            (MAX_RUN_NS,),
         ]
 
 

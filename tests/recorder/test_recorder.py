@@ -398,3 +398,57 @@ def test_paths_that_cannot_be_written_fail_at_record_saying_why(tmp_path):
         ):
             pass  # pragma: no cover
     assert not [h for h in bus.list_handlers() if h.startswith("ember.recorder.")]
+
+
+HOLD_SCRIPT = """
+import sys, time
+from ember.recorder import record
+path, run_id, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
+try:
+    with record(path, run_id=run_id) as rec:
+        print("recording", flush=True)
+        for i in range(400):
+            with rec.span("step", i=i):
+                pass
+        time.sleep(hold)
+except Exception as exc:
+    print(type(exc).__name__, exc, flush=True)
+    sys.exit(3)
+"""
+
+
+def _recorder_process(path, run_id: str, hold: float):
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLD_SCRIPT, str(path), run_id, str(hold)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_second_recorder_on_a_path_another_process_records_is_refused(tmp_path):
+    # before: the second process truncated the file; the first run's meta line (or the
+    # second run's 401 lines) was lost and the whole file refused by ingest
+    from ember.schemas import validate_file
+
+    path = tmp_path / "shared.jsonl"
+    first = _recorder_process(path, "first", 6.0)
+    assert first.stdout.readline().strip() == "recording"
+    second = _recorder_process(path, "second", 0.0)
+    out, _ = second.communicate(timeout=120)
+    assert second.returncode == 3, out
+    assert "TraceWriteError" in out
+    assert "another recorder is writing it (" in out
+    assert first.wait(timeout=120) == 0
+    report = validate_file(path)
+    assert report.ok, report.errors
+    assert report.counts["meta"] == 1
+    assert report.counts["span_start"] == report.counts["span_end"] == 400
+    # the lock goes with the process: a later recording of the path starts it afresh
+    third = _recorder_process(path, "third", 0.0)
+    third.communicate(timeout=120)
+    assert third.returncode == 0
+    assert b'"run_id":"third"' in path.read_bytes().splitlines()[0]

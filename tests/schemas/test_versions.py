@@ -144,6 +144,14 @@ def v1_call_trace() -> list[dict]:
             "attrs": call,
         },
         {
+            "kind": "span_start",
+            "ts_ns": 250,
+            "span_id": 2,
+            "name": "ember.break",
+            "span_kind": "break",
+            "attrs": {"source": "m.onnx", "position": 5, "node": "nz", "op_type": "NonZero"},
+        },
+        {
             "kind": "span_end",
             "ts_ns": 300,
             "span_id": 2,
@@ -162,7 +170,7 @@ def test_version_1_is_upgraded_and_says_its_spans_ended_at_dispatch(tmp_path):
     path = write(tmp_path / "v1.jsonl", v1_call_trace())
     report = validate_file(path)
     assert report.ok, report.errors
-    assert report.counts == {"meta": 1, "span_start": 1, "span_end": 2}
+    assert report.counts == {"meta": 1, "span_start": 2, "span_end": 2}
     records = [MIGRATIONS.upgrade(r, 1) for r in v1_call_trace()]
     meta_v2 = RECORD.validate_python(records[0])
     assert meta_v2.schema_id == SCHEMA_ID

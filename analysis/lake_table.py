@@ -1,0 +1,273 @@
+"""The Delta lake's tables: what a lake *is* on disk, its columns and partitions.
+
+A lake is a folder of Delta tables written with ``deltalake`` (delta-rs)::
+
+    LAKE/_ember_lake.json               the marker: format and version (written last)
+    LAKE/_ingests/                      one row per committed ingest of a trace file's bytes
+    LAKE/<table>/_delta_log/            runs, each record kind, rejected_lines
+    LAKE/<table>/run_date=YYYY-MM-DD/run_key=<key>/part-....parquet
+
+Every record table is partitioned as before by the run's date and the run, but the run's
+partition value is ``run_key(run_id)``: the run id itself when it is short and plain, else a
+cleaned prefix and a hash of it, so that no user string becomes a path name (a run id of
+300 bytes once crashed the old lake with ENAMETOOLONG). The full ``run_id`` is a column.
+Each row carries ``_ingest``, the id of the ingest that wrote it; a row is part of the lake
+once its ingest is a row of ``_ingests`` (see ``lake_commit``). This module owns the names,
+the columns (``lake_columns``: the Parquet columns; ``table_columns``: what the views see),
+the Arrow schemas, creating a lake (``create_lake``) and telling a lake from what is not
+one (``lake_problem``). The old format (Parquet + ``_manifest/``) is ``lake_legacy``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .db import (
+    CACHE_ORDER_COLUMNS,
+    DERIVED_COLUMNS,
+    MEMORY_RUNNING_COLUMNS,
+    RECORD_TABLES,
+    RUNS_COLUMNS,
+    _record_columns,
+)
+from .schema_types import READ_COLUMNS
+
+MARKER = "_ember_lake.json"
+INGESTS = "_ingests"
+OLD_MANIFEST = "_manifest"
+LAKE_FORMAT = {"format": "ember-delta-lake", "version": 1}
+LAKE_TABLES: tuple[str, ...] = ("runs", *RECORD_TABLES, "rejected_lines")
+"""The record tables of a lake, one Delta table each (``INGESTS`` is the lake's own)."""
+PARTITIONS = ["run_date", "run_key"]
+
+REJECTED_COLUMNS: dict[str, str] = {
+    "file": "VARCHAR",
+    "line": "BIGINT",
+    "byte_offset": "BIGINT",
+    "reason": "VARCHAR",
+    "raw": "VARCHAR",
+    "ingested_at": "TIMESTAMP",
+}
+
+INGESTS_COLUMNS: dict[str, str] = {
+    "ingest": "VARCHAR",  # the id its rows carry in _ingest (hex ns time + random)
+    "file": "VARCHAR",  # the trace file's absolute path
+    "fid": "VARCHAR",  # sha1 of its first line: the file's identity (NULL: refused)
+    "seq": "BIGINT",  # 1 for the ingest from its start, +1 for each continuation
+    "status": "VARCHAR",  # ok | partial | refused
+    "message": "VARCHAR",
+    "run_id": "VARCHAR",
+    "run_date": "VARCHAR",
+    "replaces": "VARCHAR",  # the fid of the file it replaced at this path (re-recorded)
+    "start": "BIGINT",  # the bytes [start, offset_bytes) of the file
+    "offset_bytes": "BIGINT",
+    "base_line": "BIGINT",  # lines before start
+    "lines": "BIGINT",  # lines before offset_bytes
+    "records": "BIGINT",
+    "rejected": "BIGINT",
+    "digest": "VARCHAR",  # sha1 of the bytes read
+    "schema_version": "BIGINT",
+    "size": "BIGINT",  # the file's size and mtime when read
+    "mtime_ns": "BIGINT",
+    "engine": "VARCHAR",
+    "host": "VARCHAR",
+    "ingested_at": "TIMESTAMP",
+}
+
+
+class LakeError(ValueError):
+    """A lake (or what was given as one) that cannot be used; the message says what to do."""
+
+
+def _stored(t: str) -> str:
+    """The type a column has in the Parquet files: JSON is stored as its text."""
+    return re.sub(r"\bJSON\b", "VARCHAR", t)
+
+
+def table_columns(table: str) -> dict[str, str]:
+    """``{column: DuckDB type}`` of a lake table as the views see it (run_id first).
+
+    The same columns and types as the DuckDB file's table, derived columns included.
+    """
+    if table == "runs":
+        return dict(RUNS_COLUMNS)
+    if table == "rejected_lines":
+        return {
+            **{k: v for k, v in REJECTED_COLUMNS.items() if k != "ingested_at"},
+            "run_id": "VARCHAR",
+            "ingested_at": "TIMESTAMP",
+        }
+    cols = dict(_record_columns(table))
+    cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(table, {}).items()})
+    if table == "cache":
+        cols.update(CACHE_ORDER_COLUMNS)
+    if table == "memory":
+        cols.update(MEMORY_RUNNING_COLUMNS)
+    return cols
+
+
+def lake_columns(table: str) -> dict[str, str]:
+    """``{column: DuckDB type}`` of the Parquet files of a lake table.
+
+    The record's own fields (JSON as text), ``line`` (records), ``run_id`` and ``_ingest``;
+    not the partition columns (``PARTITIONS``, in the Delta log and the paths), nor the
+    columns computed when the lake is read.
+    """
+    if table == "runs":
+        cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("run_id", "started_at")}
+    elif table == "rejected_lines":
+        cols = dict(REJECTED_COLUMNS)
+    else:
+        cols = {c: t for c, t in _record_columns(table).items() if c != "run_id"}
+        cols["line"] = "BIGINT"
+    cols["run_id"] = "VARCHAR"
+    cols["_ingest"] = "VARCHAR"
+    return {c: _stored(t) for c, t in cols.items()}
+
+
+def arrow_schema(table: str) -> Any:
+    """The Arrow schema of a lake table (``INGESTS`` too), partition columns last."""
+    return empty_table(table).schema
+
+
+@functools.cache
+def empty_table(table: str) -> Any:
+    """A lake table without rows, as pyarrow (made by DuckDB: pyarrow's own empty arrays
+    import pandas, seconds per process where bytecode is not cached)."""
+    import duckdb
+
+    cols = INGESTS_COLUMNS if table == INGESTS else lake_columns(table)
+    if table != INGESTS:
+        cols = {**cols, **dict.fromkeys(PARTITIONS, "VARCHAR")}
+    con = duckdb.connect(":memory:")
+    try:
+        sql = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols.items())
+        return con.sql(f"SELECT {sql} LIMIT 0").to_arrow_table()
+    finally:
+        con.close()
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def read_delta(dt: Any, table: str) -> Any:
+    """The rows of a (local) Delta table's snapshot as a pyarrow table, read by DuckDB from
+    its committed file list (not ``to_pyarrow_table``: that imports ``pyarrow.dataset`` and
+    with it pandas, seconds per process where bytecode is not cached)."""
+    import duckdb
+
+    uris = dt.file_uris()
+    if not uris:
+        return empty_table(table)
+    con = duckdb.connect(":memory:")
+    try:
+        parts = [] if table == INGESTS else PARTITIONS  # (in the paths, not the files)
+        cols = ", ".join(f'"{c}"' for c in arrow_schema(table).names if c not in parts)
+        return con.sql(
+            f"SELECT {cols} FROM read_parquet($f, hive_partitioning = false)", params={"f": uris}
+        ).to_arrow_table()
+    finally:
+        con.close()
+
+
+def run_key(run_id: str) -> str:
+    """The ``run_key`` partition value of a run: its id when short and plain (letters,
+    digits, ``_.-``, at most 64), else a cleaned prefix and a hash of the whole id."""
+    if _PLAIN.fullmatch(run_id):
+        return run_id
+    head = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id[:24]).lstrip("._-")
+    digest = hashlib.sha1(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{head}-h{digest}" if head else f"h{digest}"
+
+
+def run_date(wall_time_ns: int | None) -> str:
+    """The ``run_date`` partition of a run: the UTC date of its wall-clock anchor."""
+    return datetime.fromtimestamp((wall_time_ns or 0) / 1e9, UTC).strftime("%Y-%m-%d")
+
+
+def read_columns_sql() -> str:
+    """The ``read_json`` columns (kept here so the Spark reader and the tests see one list)."""
+    return ", ".join(f"{k} {v}" for k, v in READ_COLUMNS.items())
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+# ---------------------------------------------------------------- what a lake is
+
+
+def is_lake(path: str | os.PathLike[str]) -> bool:
+    """A folder written by ``ember ingest --lake`` (it has the lake's marker file)."""
+    return (Path(path) / MARKER).is_file()
+
+
+def is_old_lake(path: str | os.PathLike[str]) -> bool:
+    """A lake of the old format (Parquet parts and a ``_manifest/`` folder)."""
+    return (Path(path) / OLD_MANIFEST).is_dir() and not is_lake(path)
+
+
+def lake_problem(path: str | os.PathLike[str], *, writing: bool) -> str | None:
+    """Why ``path`` cannot be used as a lake (to write one when ``writing``), or None."""
+    p = Path(path)
+    upgrade = f"`ember lake upgrade {p} NEW` copies it into a Delta lake"
+    if p.exists() and not p.is_dir():
+        return f"{p} is a file, not a lake folder; give a folder (it is made if missing)"
+    if (p / OLD_MANIFEST).exists() and not (p / OLD_MANIFEST).is_dir():
+        return f"{p / OLD_MANIFEST} is a file: {p} is not an Ember lake (nor an old one)"
+    if is_old_lake(p):
+        return (
+            f"{p} is a lake of the old format (Parquet + {OLD_MANIFEST}/), read only now: {upgrade}"
+        )
+    if (p / MARKER).exists() and not is_lake(p):
+        return f"{p / MARKER} is not a file: {p} is not an Ember lake"
+    if writing:
+        known = {MARKER, INGESTS, *LAKE_TABLES}
+        if p.is_dir() and not is_lake(p) and any(n not in known for n in os.listdir(p)):
+            return f"{p} is a folder with other files in it, not an Ember lake; give a new folder"
+        return None
+    if not is_lake(p):
+        return (
+            f"{p}: not a trace lake (no {MARKER}); write one with `ember ingest TRACES --lake {p}`"
+        )
+    return None
+
+
+def create_lake(root: Path) -> None:
+    """Make ``root`` a lake: each table created once (safe when two ingesters race to make
+    it: delta-rs refuses a second version 0, and then the table is there), then the marker.
+
+    Writers that start together must not create a table while another appends to it (the
+    append then fails, "protocol changed"): every table exists before the marker does, and
+    an ingester that finds the marker creates nothing."""
+    from deltalake import DeltaTable
+
+    if is_lake(root):
+        return
+    problem = lake_problem(root, writing=True)
+    if problem is not None:
+        raise LakeError(problem)
+    root.mkdir(parents=True, exist_ok=True)
+    for table in (INGESTS, *LAKE_TABLES):
+        path = root / table
+        if DeltaTable.is_deltatable(str(path)):
+            continue
+        partitions = None if table == INGESTS else PARTITIONS
+        try:
+            DeltaTable.create(
+                str(path), arrow_schema(table), mode="ignore", partition_by=partitions
+            )
+        except Exception:
+            if not DeltaTable.is_deltatable(str(path)):
+                raise
+    tmp = root / f".{MARKER}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp.write_text(json.dumps(LAKE_FORMAT) + "\n")
+    os.replace(tmp, root / MARKER)

@@ -1,0 +1,274 @@
+"""The Delta lake under faults: ingesters killed (SIGKILL) at random points, ingesters racing on
+overlapping and byte-identical files, damaged data files and log entries; and the lake commands
+(optimize, vacuum, check, upgrade). Ingesters run as their own processes (spawned, never forked:
+delta-rs refuses a forked runtime)."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from ember.analysis.lake import INGESTS, LAKE_TABLES, connect_lake, ingest_lake, lake_columns
+from ember.analysis.lake_admin import check, optimize, upgrade
+from tests.analysis.lake_parity import differences
+from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
+
+REPO = Path(__file__).resolve().parents[2]
+EMBER = [sys.executable, "-m", "ember.cli.main"]
+
+# an ingester that commits in batches of 2 files: many commits to be killed between
+_INGESTER = """
+import sys
+from ember.analysis import lake
+lake.BATCH_FILES = 2
+lake.ingest_lake(sys.argv[2:], sys.argv[1])
+"""
+
+
+def _traces(folder: Path, n: int, prefix: str = "run") -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    start, end = run_span()
+    out = []
+    for i in range(n):
+        lines = [meta_line(f"{prefix}-{i:02d}"), json.dumps(start)]
+        lines += [cache_line(10 + j, "miss" if j % 5 == 0 else "hit") for j in range(20)]
+        lines.append(json.dumps({**end, "ts_ns": 40}))
+        out.append(write_lines(folder / f"t{i:02d}.jsonl", lines))
+    return out
+
+
+def _ingester(lake: Path, files: list[Path]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", _INGESTER, str(lake), *map(str, files)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _committed(lake: Path) -> int:
+    if not DeltaTable.is_deltatable(str(lake / INGESTS)):
+        return 0
+    return DeltaTable(str(lake / INGESTS)).to_pyarrow_table().num_rows
+
+
+def test_ingesters_killed_at_random_points_then_run_again_give_the_lake_of_no_crash(tmp_path):
+    files = _traces(tmp_path / "traces", 10)
+    ref = tmp_path / "ref"
+    t0 = time.perf_counter()
+    p = _ingester(ref, files)
+    assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
+    full = time.perf_counter() - t0
+    rng = random.Random(24)
+    midway = 0
+    with connect_lake(ref) as want:
+        assert want.sql("SELECT count(*) AS n FROM runs")["n"][0] == 10
+        for trial in range(10):
+            lake = tmp_path / f"crash{trial}"
+            p = _ingester(lake, files)
+            time.sleep(rng.uniform(0.2, full))
+            p.kill()
+            p.wait(timeout=60)
+            midway += 0 < _committed(lake) < len(files)
+            results = ingest_lake(files, lake).files
+            assert {r.status for r in results} <= {"ok", "unchanged"}, trial
+            with connect_lake(lake) as got:
+                # the runs and rows of every table (the views are made of them)
+                assert differences(want, got, (*LAKE_TABLES, "ingested_files")) == [], trial
+            shutil.rmtree(lake)
+    assert midway >= 1  # some kills landed between a batch's commits
+
+
+def _racers(lake: Path, parts: list[list[Path]]) -> list[subprocess.CompletedProcess]:
+    procs = [
+        subprocess.Popen(
+            [*EMBER, "ingest", *map(str, part), "--lake", str(lake)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for part in parts
+    ]
+    return [
+        subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate()) for p in procs
+    ]
+
+
+def test_two_and_three_ingesters_of_overlapping_and_identical_files_store_every_run_once(tmp_path):
+    a = _traces(tmp_path / "a", 12)
+    b = tmp_path / "b"  # byte-identical copies at other paths
+    shutil.copytree(tmp_path / "a", b)
+    c = _traces(tmp_path / "c", 18)[6:]  # other runs, and copies of a's last six
+    for n, parts in ((2, [a, sorted(b.glob("*.jsonl"))]), (3, [a, sorted(b.glob("*.jsonl")), c])):
+        lake = tmp_path / f"lake{n}"
+        ingest_lake(a[:1], lake)  # the tables exist before the racers start
+        done = _racers(lake, parts)
+        assert [r.returncode for r in done] == [0] * n, [r.stderr for r in done]
+        with connect_lake(lake) as con:
+            runs = con.sql("SELECT run_id, count(*) AS n FROM runs GROUP BY run_id").rows()
+            want = 12 if n == 2 else 18
+            assert sorted(runs) == [(f"run-{i:02d}", 1) for i in range(want)], n
+            assert con.sql("SELECT count(*) AS n FROM cache")["n"][0] == want * 20
+            assert con.sql("SELECT count(*) AS n FROM spans")["n"][0] == want
+        out = " ".join(r.stdout for r in done)
+        assert "refused" not in out.replace("0 refused", "")
+
+
+def test_a_truncated_data_file_is_a_clear_error_and_check_repair_and_reingest_mend_it(tmp_path):
+    files = _traces(tmp_path / "traces", 3)
+    lake = tmp_path / "lake"
+    ingest_lake(files, lake)
+    part = Path(DeltaTable(str(lake / "cache")).file_uris()[0])
+    part.write_bytes(part.read_bytes()[:100])
+    q = subprocess.run(
+        [*EMBER, "query", "--db", str(lake), "SELECT count(*) FROM cache_lookups"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    err = " ".join(q.stderr.split())
+    assert q.returncode == 1, q.stderr
+    assert "Traceback" not in q.stderr, q.stderr
+    assert str(part) in err.replace(" ", "") or part.name in err
+    assert "ember lake check" in err
+    # ingest of other files goes on (appends do not read old files)
+    more = _traces(tmp_path / "more", 1, prefix="more")
+    assert ingest_lake(more, lake).files[0].status == "ok"
+    c = subprocess.run(
+        [*EMBER, "lake", "check", str(lake)], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert c.returncode == 1
+    assert part.name in c.stdout.replace("\n", "")
+    report = check(lake, repair=True)
+    assert len(report.damaged_files) == 1
+    assert report.repaired
+    assert check(lake).ok
+    results = ingest_lake([*files, *more], lake).files
+    assert sorted(r.status for r in results).count("ok") == 1  # the damaged run again
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT count(*) AS n FROM cache")["n"][0] == 4 * 20
+        assert con.sql("SELECT count(*) AS n FROM runs")["n"][0] == 4
+
+
+def test_a_damaged_log_entry_is_a_clear_error_for_readers_and_ingesters(tmp_path):
+    files = _traces(tmp_path / "traces", 2)
+    lake = tmp_path / "lake"
+    ingest_lake(files, lake)
+    last = sorted((lake / "cache" / "_delta_log").glob("*.json"))[-1]
+    last.write_text('{"add": {"path": ')
+    for args in (
+        ["query", "--db", str(lake), "SELECT 1"],
+        ["ingest", *map(str, _traces(tmp_path / "more", 1, "more")), "--lake", str(lake)],
+        ["lake", "check", str(lake)],
+    ):
+        r = subprocess.run([*EMBER, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+        text = " ".join((r.stdout + r.stderr).split())
+        assert r.returncode == 1, args
+        assert "Traceback" not in r.stderr, r.stderr
+        assert "cache/_delta_log" in text.replace(" ", ""), text
+
+
+def test_optimize_compacts_and_vacuum_removes_what_no_snapshot_needs_rows_unchanged(tmp_path):
+    lake = tmp_path / "lake"
+    data = _traces(tmp_path / "traces", 1)[0].read_bytes().splitlines(keepends=True)
+    grow = tmp_path / "grow.jsonl"
+    for cut in (5, 10, 15, len(data)):  # one run in four ingests: four files per table
+        grow.write_bytes(b"".join(data[:cut]))
+        ingest_lake([grow], lake)
+    with connect_lake(lake) as con:
+        before = {t: con.sql(f"SELECT * FROM {t}").rows() for t in ("cache", "cache_lookups")}
+    assert len(DeltaTable(str(lake / "cache")).file_uris()) == 4
+    done = optimize(lake)
+    assert done["cache"] == {"removed": 4, "added": 1}
+    assert len(DeltaTable(str(lake / "cache")).file_uris()) == 1
+    with connect_lake(lake) as con:
+        after = {t: con.sql(f"SELECT * FROM {t}").rows() for t in ("cache", "cache_lookups")}
+    assert after == before
+    assert len(before["cache"]) == 20
+    on_disk = len(list((lake / "cache").glob("run_date=*/*/*.parquet")))
+    v = subprocess.run(
+        [*EMBER, "lake", "vacuum", str(lake), "--retain", "0"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert v.returncode == 0, v.stderr
+    assert len(list((lake / "cache").glob("run_date=*/*/*.parquet"))) == 1 < on_disk
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT * FROM cache").rows() == before["cache"]
+
+
+def _old_lake(new: Path, old: Path) -> None:
+    """The lake ``new`` written in the old format (Parquet parts + _manifest entries), with an
+    orphaned part (a killed ingester's) that the old readers read and upgrade must not."""
+    import pyarrow.parquet as pq
+
+    (old / "_manifest").mkdir(parents=True)
+    for i, row in enumerate(
+        r for r in DeltaTable(str(new / INGESTS)).to_pyarrow_table().to_pylist()
+    ):
+        parts = []
+        for table in LAKE_TABLES:
+            t = DeltaTable(str(new / table)).to_pyarrow_table()
+            import pyarrow as pa
+
+            mask = pa.array(
+                [x == row["ingest"] for x in t.column("_ingest").to_pylist()], pa.bool_()
+            )
+            t = t.filter(mask)
+            if not t.num_rows:
+                continue
+            keep = [c for c in lake_columns(table) if c not in ("run_id", "_ingest")]
+            rel = f"{table}/run_date={row['run_date']}/run_id={row['run_id']}/k{i}-0-x.parquet"
+            (old / rel).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(t.select(keep), old / rel)
+            parts.append(rel)
+        entry = {
+            **{k: row[k] for k in ("file", "run_id", "run_date", "status", "message", "start")},
+            **{k: row[k] for k in ("offset_bytes", "base_line", "lines", "records", "rejected")},
+            **{k: row[k] for k in ("digest", "schema_version", "size", "mtime_ns", "engine")},
+            "key": f"k{i}",
+            "generation": "g1",
+            "host": "h",
+            "first_line_hash": row["fid"],
+            "ingested_at": row["ingested_at"].timestamp(),
+            "parts": parts,
+        }
+        (old / "_manifest" / f"k{i}-0-x.json").write_text(json.dumps(entry))
+    orphan = old / "runs" / "run_date=2025-11-29" / "run_id=run-00" / "k0-9-y.parquet"
+    shutil.copy(next((old / "runs").rglob("k0-0-x.parquet")), orphan)
+
+
+def test_upgrade_copies_an_old_lake_without_its_orphans_once(tmp_path):
+    files = _traces(tmp_path / "traces", 3)
+    new = tmp_path / "new"
+    ingest_lake(files, new)
+    old = tmp_path / "old"
+    _old_lake(new, old)
+    r = subprocess.run(
+        [*EMBER, "ingest", str(files[0]), "--lake", str(old)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert r.returncode == 1
+    assert "ember lake upgrade" in " ".join(r.stderr.split())
+    up = tmp_path / "up"
+    assert upgrade(old, up) == 3
+    assert upgrade(old, up) == 0  # again: nothing twice
+    with connect_lake(new) as a, connect_lake(up) as b:
+        assert differences(a, b) == []
+        assert b.sql("SELECT count(*) AS n FROM runs")["n"][0] == 3
+    assert [r.status for r in ingest_lake(files, up).files] == ["unchanged"] * 3
