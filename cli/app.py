@@ -23,6 +23,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from ember.analysis.db import DatabasePathError
+from ember.analysis.lake_table import LakeError
 
 
 class _Commands(TyperGroup):
@@ -34,7 +35,7 @@ class _Commands(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer.core.Context (typer vendors click)
         try:
             return super().invoke(ctx)
-        except (OSError, duckdb.Error, DatabasePathError, MemoryError) as exc:
+        except (OSError, duckdb.Error, DatabasePathError, LakeError, MemoryError) as exc:
             if isinstance(exc, BrokenPipeError):
                 raise
             raise fail(explain(exc), 2) from None
