@@ -249,11 +249,16 @@ RECORDER = textwrap.dedent(
     """
     import sys, time
     from ember.recorder import record
-    path, seconds = sys.argv[1], float(sys.argv[2])
+    from pathlib import Path
+    path, seconds, ingested = sys.argv[1], float(sys.argv[2]), Path(sys.argv[3])
     with record(path, run_id="live", flush_interval=0.05) as rec:
-        end = time.monotonic() + seconds
+        # at least `seconds`, and on until an ingest has run while recording (importing the
+        # CLI alone can take seconds on a loaded machine), at most a minute
+        start = time.monotonic()
         i = 0
-        while time.monotonic() < end:
+        while time.monotonic() < start + seconds or (
+            not ingested.exists() and time.monotonic() < start + 60
+        ):
             with rec.step("forward", index=i):
                 rec.memory("alloc", f"a{i}", 1000, dtype="float32", device="cpu:0")
                 rec.memory("free", f"a{i}", 1000, dtype="float32", device="cpu:0")
@@ -276,6 +281,7 @@ INGEST_LOOP = textwrap.dedent(
         last = stop.exists()
         command(["ingest", path, "--db", db], standalone_mode=False)  # raises on failure
         runs += 1
+        Path(stop.with_suffix(".ingested")).touch()
         if last:
             break
     print(runs, flush=True)
@@ -289,7 +295,8 @@ def test_recording_ingesting_and_reading_at_once_lose_and_repeat_nothing(tmp_pat
     # reader queries, all at once: no reader error, no ingest error, no span twice, and at
     # the end every line of the trace is in the database once.
     trace, db, stop = tmp_path / "live.jsonl", tmp_path / "live.duckdb", tmp_path / "stop"
-    recorder = subprocess.Popen([sys.executable, "-c", RECORDER, str(trace), "4"])
+    ingested = stop.with_suffix(".ingested")  # the ingest loop's sign that one ingest ran
+    recorder = subprocess.Popen([sys.executable, "-c", RECORDER, str(trace), "4", str(ingested)])
     while not trace.exists():
         time.sleep(0.01)
     ingester = subprocess.Popen(
