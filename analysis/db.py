@@ -81,6 +81,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "breaks",
     "_latency_samples",
     "run_summary",
+    "steps",
     "call_breakdown",
     "time_by_part",
     # helpers of the report (what its findings read)
