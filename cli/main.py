@@ -7,6 +7,7 @@ from . import (
     compare,  # noqa: F401
     dashboard,  # noqa: F401
     demo,  # noqa: F401
+    record,  # noqa: F401
     run,  # noqa: F401
     validate,  # noqa: F401
 )
