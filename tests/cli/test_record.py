@@ -36,6 +36,12 @@ TRAIN = textwrap.dedent(
     for n in [8, 8, 16, 16]:
         w = train_step(w, jnp.ones((n, 4)))
     w.block_until_ready()
+
+    @jax.jit
+    def evaluate(w):  # compiled once, outside any step: still the user's jit
+        return (w ** 2).sum()
+
+    evaluate(w).block_until_ready()
     print("args", sys.argv[1:])
     if "--fail" in sys.argv:
         raise RuntimeError("the data loader broke")
@@ -103,8 +109,13 @@ def test_an_unmodified_program_records_its_retrace_with_the_reason(tmp_path):
             "WHERE fun_name = 'train_step' AND NOT outside_jit"
         ).rows()
         readings = con.sql("SELECT count(*) FROM memory_timeline").item()
+        internal = dict(con.sql("SELECT fun_name, internal FROM _jit_functions").rows())
     assert rows == [("x", "f32[8,4]", "f32[16,4]", "x shape: f32[8,4] -> f32[16,4]")]
     assert readings >= 2  # a reading at the start and at the end at least
+    # the program's functions are its own jit, not "primitives run outside jit"
+    assert internal["train_step"] is False
+    assert internal["evaluate"] is False
+    assert internal["broadcast_in_dim"] is True
 
 
 def test_a_program_that_raises_leaves_a_valid_trace_and_its_traceback(tmp_path):
