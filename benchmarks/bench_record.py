@@ -87,10 +87,13 @@ def main(repeats: int = 5) -> None:
         pw = statistics.median(w for _, w in plain)
         rw = statistics.median(w for _, w in recorded)
         traces = list((cwd / "out").glob("*.jsonl"))
+        pairs = sorted(a[0] / b[0] for a, b in zip(plain, recorded, strict=True))
     print(f"unmodified loop, {repeats} runs each, medians")
     print(f"  plain     {p:8.1f} steps/s   process {pw:5.1f} s")
     print(f"  recorded  {r:8.1f} steps/s   process {rw:5.1f} s   ({len(traces)} traces)")
     print(f"  overhead  {p / r:.3f}x steps/s (target <= 1.05x), {rw / pw:.2f}x process wall")
+    shown = ", ".join(f"{x:.2f}" for x in pairs)
+    print(f"  per pair  {shown} (median {statistics.median(pairs):.3f}x)")
 
 
 if __name__ == "__main__":
