@@ -9,6 +9,7 @@ from . import (
     demo,  # noqa: F401
     record,  # noqa: F401
     run,  # noqa: F401
+    trends,  # noqa: F401
     validate,  # noqa: F401
 )
 from .app import app
