@@ -18,7 +18,7 @@ SELECT
     count(*) FILTER (WHERE status = 'open') AS open_steps,
     min(start_attrs.index) AS first_index,
     max(start_attrs.index) AS last_index,
-    coalesce(sum(duration_ns), 0) AS total_ns,
+    CAST(coalesce(sum(duration_ns), 0) AS BIGINT) AS total_ns,
     min(start_ns) AS first_start_ns
 FROM spans
 WHERE span_kind = 'step'
