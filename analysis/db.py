@@ -83,6 +83,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "breaks",
     "_latency_samples",
     "run_summary",
+    "steps",
     "call_breakdown",
     "time_by_part",
     # each model's history of run_summary's numbers (the trends of `ember trends`)

@@ -63,6 +63,8 @@ class RunSummary:
     warm_p99_ns: float | None = None
     warm_calls: int = 0  # calls (else steps) that neither compiled nor failed
     loaded_calls: int = 0  # calls (else steps) that loaded their programs from a disk cache
+    # (label, count) of the run's steps, first started first (the ``steps`` view)
+    step_labels: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def short_id(self) -> str:
@@ -127,11 +129,17 @@ def summaries(con: Connection, run_ids: list[str]) -> dict[str, RunSummary]:
     """Each run's ``run_summary`` row as a ``RunSummary``, in start order."""
     out: dict[str, RunSummary] = {}
     for row in _rows(_of(con, "run_summary", run_ids, "started_at")):
-        values = {f: row[_SUMMARY_COLUMN.get(f, f)] for f in RunSummary.__dataclass_fields__}
+        values = {
+            f: row[_SUMMARY_COLUMN.get(f, f)]
+            for f in RunSummary.__dataclass_fields__
+            if f != "step_labels"
+        }
         values["name"] = short_path(row["name"])
         values["compile_ns"] = int(row["compile_ns"])
         values["jax_compile_ns"] = int(row["jax_compile_ns"])
         out[row["run_id"]] = RunSummary(**values)
+    for row in _rows(_of(con, "steps", run_ids, "first_start_ns")):
+        out[row["run_id"]].step_labels.append((row["step"], int(row["steps"])))
     return out
 
 

@@ -355,7 +355,9 @@ def _headline(s: RunSummary) -> str:
     if s.calls:
         parts.append(plural(s.calls, "call") + (f" ({s.errors} failed)" if s.errors else ""))
     if s.steps:
-        parts.append(plural(s.steps, "step"))
+        labels = ", ".join(f"{name} {n}" for name, n in s.step_labels[:4])
+        more = " ..." if len(s.step_labels) > 4 else ""
+        parts.append(plural(s.steps, "step") + (f" ({labels}{more})" if labels else ""))
     detail = [fmt.duration(s.compile_ns)] if s.compiles else []
     if s.recompiles:
         detail.append(plural(s.recompiles, "recompile"))

@@ -45,7 +45,7 @@ from .jax_explain import (
     primitive_call,
     primitive_changes,
 )
-from .recorder import Recorder, record
+from .recorder import Recorder, check_step_label, record
 
 __all__ = [
     "PRIMITIVE_REASON",
@@ -197,12 +197,13 @@ class ProfileSession:
 
     def step(
         self,
-        step: Literal["forward", "backward", "optimizer"],
+        step: str,
         index: int | None = None,
         *,
         sync: bool | None = None,
     ) -> AbstractContextManager[StepHandle]:
-        """A ``step`` span (forward, backward or optimizer) around the block.
+        """A ``step`` span named ``step`` around the block: any label (``train``, ``eval``,
+        or the seed's ``forward``, ``backward``, ``optimizer``), ``index`` its number.
 
         With ``sync`` (default: the session's) the span ends when the step's results are
         ready: the values given to ``handle.wait_for(...)``, or, when none were given,
@@ -210,11 +211,7 @@ class ProfileSession:
         the time until the block's work was dispatched. Without it the span ends when the
         block returns, which for JAX's asynchronous dispatch is dispatch time.
         """
-        if step not in ("forward", "backward", "optimizer"):
-            raise ValueError(
-                f"ProfileSession.step: step must be 'forward', 'backward' or 'optimizer', "
-                f"got {step!r}"
-            )
+        check_step_label(step, "ProfileSession.step")
         return self._step(step, index, self.sync if sync is None else sync)
 
     @contextmanager

@@ -55,7 +55,15 @@ from .writer import (
     encode_default,
 )
 
-__all__ = ["EVENT_NAMES", "POINTS", "SPANS", "Recorder", "active_recorders", "record"]
+__all__ = [
+    "EVENT_NAMES",
+    "POINTS",
+    "SPANS",
+    "Recorder",
+    "active_recorders",
+    "check_step_label",
+    "record",
+]
 
 log = logging.getLogger("ember.recorder")
 
@@ -384,8 +392,9 @@ class Recorder:
             yield handle
 
     @contextmanager
-    def step(self, step: Literal["forward", "backward", "optimizer"], index: int | None = None):
-        """A training step span (forward, backward or optimizer)."""
+    def step(self, step: str, index: int | None = None) -> Iterator[bus.SpanHandle]:
+        """A step span named ``step``: any label (``train``, ``eval``, ``forward``...)."""
+        check_step_label(step, "Recorder.step")
         with bus.span(E.STEP, {"step": step, "index": index}) as handle:
             yield handle
 
@@ -497,6 +506,14 @@ _active: list[Recorder] = []
 def active_recorders() -> list[Recorder]:
     """The recordings open in this process, oldest first."""
     return list(_active)
+
+
+def check_step_label(step: Any, where: str) -> None:
+    """A step label is a non-empty string (``train``, ``forward``); else a ``ValueError``."""
+    if not isinstance(step, str) or not step.strip():
+        raise ValueError(
+            f"{where}: step must be a non-empty label such as 'train' or 'forward', got {step!r}"
+        )
 
 
 @contextmanager

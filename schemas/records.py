@@ -23,7 +23,9 @@ Version 3 (``ember.trace/3``, additive: a version 2 record is a valid version 3 
 disk cache missed an entry it holds for the same segment under another key, the part that
 changed (``disk_miss``: ``jaxlib 0.10.1 -> 0.10.2``); a ``jit`` end carries where the
 function was defined and called (``defined_at``, ``called_at``) and, with JAX's persistent
-cache on, the same two fields for it.
+cache on, the same two fields for it. A ``step`` span's ``step`` is any label the program
+gives it (``train``, ``eval``), no longer only the seed's forward | backward | optimizer
+(which stay valid values).
 """
 
 from __future__ import annotations
@@ -202,6 +204,17 @@ MemoryCategory = Literal[
 ]
 Phase = Literal["infer", "train"]
 ExecutionStep = Literal["forward", "backward", "optimizer"]
+KNOWN_STEPS: tuple[str, ...] = ("forward", "backward", "optimizer")
+"""The seed's step names (candle-graph ``ExecutionStep``); a step span takes any label."""
+StepLabel = Annotated[
+    str,
+    Field(
+        description=(
+            "The step as the program names it: 'train', 'eval', a jitted function's name, or "
+            "one of the seed's forward | backward | optimizer."
+        ),
+    ),
+]
 
 
 # ---------------------------------------------------------------- meta
@@ -340,9 +353,9 @@ class OpSpanAttrs(RecordModel):
 
 
 class StepAttrs(RecordModel):
-    """A training or inference step (forward, backward, optimizer) with its index."""
+    """A training or inference step (any label: train, eval, forward...) with its index."""
 
-    step: ExecutionStep
+    step: StepLabel
     index: Int64 | None = None
 
 

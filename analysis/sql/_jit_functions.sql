@@ -4,8 +4,11 @@
 -- JAX compiles the primitives a program runs eagerly (`_normal`, `_reduce_sum`,
 -- `convert_element_type`, ...) through `jit` too. A function counts as JAX's own when the
 -- JAX bridge marked a compile of it `outside_jit` (a primitive run op by op), or when none
--- of its compiles has a retrace reason or changes and none ran inside a call or step span
--- (JAX's own jitted helpers such as `_normal`, and traces without the mark).
+-- of its compiles has a retrace reason, changes or a `defined_at` and none ran inside a call
+-- or step span (JAX's own jitted helpers such as `_normal`, pmap's `_multi_slice`, and traces
+-- without the mark). JAX explains the cache misses of the user's functions only, so a
+-- `defined_at` (from its explanation) marks the user's jit even when it compiled once outside
+-- any step, as every function of a program recorded by `ember record` does.
 --
 -- run_id     the run
 -- fun_name   the jitted function's name
@@ -16,6 +19,7 @@ SELECT jit_span.run_id, jit_span.start_attrs.fun_name AS fun_name,
     coalesce(bool_or(jit_span.end_attrs.outside_jit), false)
         OR bool_and(jit_span.end_attrs.retrace_reason IS NULL
             AND coalesce(len(jit_span.end_attrs.changes), 0) = 0
+            AND jit_span.end_attrs.defined_at IS NULL
             AND parent_span.span_id IS NULL) AS internal,
     count(*) AS compiles,
     CAST(coalesce(sum(jit_span.duration_ns), 0) AS BIGINT) AS compile_ns

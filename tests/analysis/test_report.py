@@ -244,7 +244,8 @@ def test_cli_prints_a_headline_and_sentences(report_db):
 def test_cli_training_headline_counts_jax_compiles(report_db):
     out = _flat(_report(report_db).output)
     assert re.search(
-        r"jax-training \w{8} train cpu 12 steps · 3 compiles \([^)]+\) · "
+        r"jax-training \w{8} train cpu 12 steps \(forward 6, optimizer 6\) · "
+        r"3 compiles \([^)]+\) · "
         r"\d+ jax compiles \(",
         out,
     ), out

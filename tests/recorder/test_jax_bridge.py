@@ -385,8 +385,10 @@ def test_profile_session_rejects_bad_phase_and_step(tmp_path):
     with pytest.raises(ValueError, match="phase must be 'train' or 'infer'"):
         ProfileSession(tmp_path / "x.jsonl", phase="training")
     with ProfileSession(tmp_path / "y.jsonl", phase="infer") as session:
-        with pytest.raises(ValueError, match="step must be 'forward'"):
-            session.step("fwd")
+        with pytest.raises(ValueError, match="step must be a non-empty label"):
+            session.step("")
+        with pytest.raises(ValueError, match="got 3"):
+            session.step(3)  # type: ignore[arg-type]
     assert _read(tmp_path / "y.jsonl")[0]["phase"] == "infer"
 
 

@@ -1,0 +1,25 @@
+-- steps: one row per (run, step label): the step spans a program opened under that name
+-- (`session.step("train", i)`, the seed's forward | backward | optimizer, or, recorded by
+-- `ember record` without explicit steps, a top-level jitted function's name).
+--
+-- run_id        the run
+-- step          the label as the program gave it
+-- steps         step spans with that label (open ones included)
+-- failed        of them, those that ended with status 'error'
+-- open_steps    of them, those without an end (the process stopped inside)
+-- first_index, last_index   the smallest and largest index given (NULL: none given)
+-- total_ns      the finished ones' summed duration
+-- first_start_ns   when the first one started (ns since the run started): orders labels
+SELECT
+    run_id,
+    start_attrs.step AS step,
+    count(*) AS steps,
+    count(*) FILTER (WHERE status = 'error') AS failed,
+    count(*) FILTER (WHERE status = 'open') AS open_steps,
+    min(start_attrs.index) AS first_index,
+    max(start_attrs.index) AS last_index,
+    CAST(coalesce(sum(duration_ns), 0) AS BIGINT) AS total_ns,
+    min(start_ns) AS first_start_ns
+FROM spans
+WHERE span_kind = 'step'
+GROUP BY run_id, start_attrs.step

@@ -1,0 +1,100 @@
+"""Overhead of ``ember record`` on an unmodified training loop (issue 31: target <= 1.05x).
+
+The same small training script (an MLP, optax Adam, one jitted fused step, the batch size
+changing once so that there is a retrace to record) runs as ``python loop.py`` and as
+``python -m ember.record loop.py`` (what ``ember record -- python loop.py`` runs), alternated,
+``REPEATS`` times each. The script times its own steady state: the steps after the warm-up,
+ended by ``block_until_ready`` on the parameters, so interpreter start and imports are not in
+the steps/s. Printed: the median steps/s of each and their ratio (plain / recorded), and the
+median wall time of the whole process.
+
+Run: ``.venv/bin/python benchmarks/bench_record.py [REPEATS]``; quote it with ``uptime``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+LOOP = textwrap.dedent(
+    """
+    import time
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    STEPS = 400
+    key = jax.random.PRNGKey(0)
+    k1, k2 = jax.random.split(key)
+    params = {"w1": jax.random.normal(k1, (64, 256)) * 0.05, "b1": jnp.zeros(256),
+              "w2": jax.random.normal(k2, (256, 10)) * 0.05, "b2": jnp.zeros(10)}
+    opt = optax.adam(1e-3)
+    opt_state = opt.init(params)
+
+    def loss_fn(p, x, y):
+        h = jax.nn.relu(x @ p["w1"] + p["b1"])
+        logits = h @ p["w2"] + p["b2"]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    @jax.jit
+    def train_step(p, s, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        updates, s = opt.update(g, s, p)
+        return optax.apply_updates(p, updates), s, loss
+
+    def batch(i, n):
+        kx, ky = jax.random.split(jax.random.PRNGKey(i))
+        return jax.random.normal(kx, (n, 64)), jax.random.randint(ky, (n,), 0, 10)
+
+    for n in (128, 64):  # warm-up: compile both batch sizes (one retrace)
+        params, opt_state, loss = train_step(params, opt_state, *batch(0, n))
+    data = [batch(i, 128) for i in range(8)]
+    jax.block_until_ready((params, data))
+    t0 = time.perf_counter()
+    for i in range(STEPS):
+        params, opt_state, loss = train_step(params, opt_state, *data[i % 8])
+    jax.block_until_ready(params)
+    print(f"STEPS_PER_S {STEPS / (time.perf_counter() - t0):.1f}")
+    """
+)
+
+
+def run_once(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=True).stdout
+    wall = time.perf_counter() - t0
+    (line,) = [x for x in out.splitlines() if x.startswith("STEPS_PER_S")]
+    return float(line.split()[1]), wall
+
+
+def main(repeats: int = 5) -> None:
+    with tempfile.TemporaryDirectory(prefix="ember-bench-record-") as tmp:
+        cwd = Path(tmp)
+        (cwd / "loop.py").write_text(LOOP)
+        plain_cmd = [sys.executable, "loop.py"]
+        rec_cmd = [sys.executable, "-m", "ember.record", "--out", str(cwd / "out"), "loop.py"]
+        plain, recorded = [], []
+        for _ in range(repeats):  # alternated, so load drifts hit both alike
+            plain.append(run_once(plain_cmd, cwd))
+            recorded.append(run_once(rec_cmd, cwd))
+        p = statistics.median(s for s, _ in plain)
+        r = statistics.median(s for s, _ in recorded)
+        pw = statistics.median(w for _, w in plain)
+        rw = statistics.median(w for _, w in recorded)
+        traces = list((cwd / "out").glob("*.jsonl"))
+        pairs = sorted(a[0] / b[0] for a, b in zip(plain, recorded, strict=True))
+    print(f"unmodified loop, {repeats} runs each, medians")
+    print(f"  plain     {p:8.1f} steps/s   process {pw:5.1f} s")
+    print(f"  recorded  {r:8.1f} steps/s   process {rw:5.1f} s   ({len(traces)} traces)")
+    print(f"  overhead  {p / r:.3f}x steps/s (target <= 1.05x), {rw / pw:.2f}x process wall")
+    shown = ", ".join(f"{x:.2f}" for x in pairs)
+    print(f"  per pair  {shown} (median {statistics.median(pairs):.3f}x)")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)

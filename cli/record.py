@@ -1,0 +1,98 @@
+"""``ember record -- python train.py ARGS``: record an unmodified Python/JAX program.
+
+The command runs ``python -m ember.record`` (``ember_root/record.py``, where the recording
+is) in a child process with the interpreter Ember is installed in, passes SIGTERM on to it,
+and exits with its status.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+import typer
+
+from ember.record import TRACE_ENV
+
+from .app import app, err_console, fail
+
+# python's own options that take a value (``-X dev``, ``-W error``)
+_PYTHON_VALUE_OPTIONS = {"-X", "-W"}
+
+
+def child_command(command: list[str], out: Path, phase: str, tags: list[str]) -> list[str]:
+    """``python [its options] -m ember.record --out OUT ... PROGRAM ARGS`` for ``command``
+    (``python train.py ARGS`` or ``python -m module ARGS``)."""
+    if not command or not re.fullmatch(r"python[0-9.]*", Path(command[0]).name):
+        shown = command[0] if command else "nothing"
+        raise ValueError(
+            f"ember record runs a Python program: `ember record -- python train.py ARGS` "
+            f"(got {shown!r})"
+        )
+    own: list[str] = []
+    i = 1
+    while i < len(command) and command[i].startswith("-") and command[i] != "-m":
+        takes_value = command[i] in _PYTHON_VALUE_OPTIONS
+        own += command[i : i + 1 + takes_value]
+        i += 1 + takes_value
+    if i >= len(command):
+        raise ValueError("ember record: no script or -m MODULE after `python`")
+    options = ["--out", str(out), "--phase", phase]
+    for tag in tags:
+        options += ["--tag", tag]
+    return [sys.executable, *own, "-m", "ember.record", *options, *command[i:]]
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def record(
+    ctx: typer.Context,
+    out: Path | None = typer.Option(
+        None, "--out", help=f"Folder of the traces (default ${TRACE_ENV}, else ./traces)."
+    ),
+    phase: str = typer.Option("train", "--phase", help="train or infer (the run's phase)."),
+    tag: list[str] = typer.Option([], "--tag", help="NAME=VALUE tags of the run (repeat)."),
+) -> None:
+    """Record an unmodified program: `ember record -- python train.py ARGS`.
+
+    Every JAX compile, retrace reason, persistent-cache hit/miss, primitive run outside jit
+    and memory reading goes to one trace per process under --out (the pid in the name).
+    """
+    folder = out or Path(os.environ.get(TRACE_ENV) or "traces")
+    if phase not in ("train", "infer"):
+        raise fail(f"--phase must be 'train' or 'infer', got {phase!r}")
+    try:
+        cmd = child_command(list(ctx.args), folder, phase, tag)
+    except ValueError as e:
+        raise fail(str(e), code=2) from None
+    env = {**os.environ, TRACE_ENV: str(folder)}
+    raise typer.Exit(_run_child(cmd, env))
+
+
+def _run_child(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the child to its end; SIGTERM is passed on, Ctrl-C reaches it by the terminal."""
+    child = subprocess.Popen(cmd, env=env)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        child.send_signal(signum)
+
+    old = signal.signal(signal.SIGTERM, forward)
+    try:
+        while True:
+            try:
+                code = child.wait()
+                break
+            except KeyboardInterrupt:
+                continue  # the child got the same SIGINT: wait for it to close its trace
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if code < 0:
+        err_console.print(f"the program was killed by signal {-code}", highlight=False)
+        return 128 - code
+    return code

@@ -1,0 +1,217 @@
+"""Record an unmodified Python/JAX program: ``python -m ember.record [--out DIR] train.py ARGS``.
+
+The program runs in this process as ``__main__`` (``runpy``, as ``python train.py`` would run
+it, ``-m package.module`` too) inside a ``ProfileSession``: every JAX compile with its retrace
+reason, persistent-cache hits and misses, primitives compiled outside jit, and device/host
+memory readings (``MemorySampler``) go into one trace per process under ``DIR`` (``--out``,
+else ``$EMBER_TRACE``, else ``traces``), named ``<program>-<pid>-<time>.jsonl`` so that the
+processes of a multi-process job never share a file. ``meta`` carries the command line
+(``entrypoint`` and the ``command`` tag) and the git commit of the working directory
+(``git_commit`` tag, when it is a git checkout).
+
+The trace stays valid however the program ends: a normal end, ``sys.exit``, an exception
+(the traceback is printed as Python would and the exit status is 1), Ctrl-C (SIGINT) or
+SIGTERM (turned into ``SystemExit(143)`` so that the recording closes its spans and flushes).
+``ember record -- python train.py ARGS`` runs this module in a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Literal
+
+__all__ = ["Program", "git_commit", "main", "parse_args", "record_program", "trace_path"]
+
+TRACE_ENV = "EMBER_TRACE"
+"""The environment variable naming the folder of the traces (``--out`` wins)."""
+
+USAGE = (
+    "usage: python -m ember.record [--out DIR] [--phase train|infer] [--tag NAME=VALUE]... "
+    "(SCRIPT | -m MODULE) [ARGS...]"
+)
+
+
+class UsageError(ValueError):
+    """The command line of ``ember.record`` is wrong; the message says how."""
+
+
+@dataclass
+class Program:
+    """What to run and where to record it."""
+
+    target: str  # a script's path, or a module's name when ``module``
+    args: list[str] = field(default_factory=list)
+    module: bool = False
+    out: Path = Path("traces")
+    phase: Literal["train", "infer"] = "train"
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def argv(self) -> list[str]:
+        """``sys.argv`` as the program would see it run by ``python``."""
+        return [self.target, *self.args]
+
+    @property
+    def command(self) -> str:
+        run = ["python", "-m", self.target] if self.module else ["python", self.target]
+        return shlex.join([*run, *self.args])
+
+
+def _option_value(argv: list[str], i: int, name: str) -> str:
+    if i + 1 >= len(argv):
+        raise UsageError(f"{name} needs a value\n{USAGE}")
+    return argv[i + 1]
+
+
+def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> Program:
+    """Ember's options, then the program: everything from the script (or ``-m MODULE``) on
+    belongs to the program, untouched (its own ``--out`` included)."""
+    env = os.environ if environ is None else environ
+    argv = list(argv)
+    out, phase, tags = Path(env.get(TRACE_ENV) or "traces"), "train", {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--out":
+            out, i = Path(_option_value(argv, i, arg)), i + 2
+        elif arg == "--phase":
+            phase, i = _option_value(argv, i, arg), i + 2
+            if phase not in ("train", "infer"):
+                raise UsageError(f"--phase must be 'train' or 'infer', got {phase!r}")
+        elif arg == "--tag":
+            name, eq, value = _option_value(argv, i, arg).partition("=")
+            if not eq or not name:
+                raise UsageError(f"--tag takes NAME=VALUE, got {argv[i + 1]!r}")
+            tags[name], i = value, i + 2
+        elif arg == "-m":
+            module = _option_value(argv, i, "-m")
+            return Program(module, argv[i + 2 :], True, out, phase, tags)  # type: ignore[arg-type]
+        elif arg == "--":
+            i += 1
+        elif arg.startswith("-"):
+            raise UsageError(f"unknown option {arg!r}\n{USAGE}")
+        else:
+            return Program(arg, argv[i + 1 :], False, out, phase, tags)  # type: ignore[arg-type]
+    raise UsageError(f"no program to run\n{USAGE}")
+
+
+def trace_path(out: Path, program: Program, pid: int | None = None) -> Path:
+    """``OUT/<program>-<pid>-<time>.jsonl``: one file per process (the pid in the name)."""
+    stem = Path(program.target).stem if not program.module else program.target
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._") or "program"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return out / f"{stem}-{os.getpid() if pid is None else pid}-{stamp}.jsonl"
+
+
+def git_commit(cwd: Path | None = None) -> str | None:
+    """The commit checked out in ``cwd`` (with ``+dirty`` when files changed), else None."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+@contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises ``SystemExit(143)`` in the main thread, so the recording closes (the
+    default action would kill the process with the buffered lines unwritten)."""
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        old = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        # the program may have put its own handler: only ours is taken back
+        if signal.getsignal(signal.SIGTERM) is on_term:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _run(program: Program) -> None:
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    try:
+        if program.module:
+            sys.argv = program.argv
+            runpy.run_module(program.target, run_name="__main__", alter_sys=True)
+        else:
+            script = Path(program.target)
+            sys.argv = program.argv
+            if sys.path:
+                sys.path[0] = str(script.resolve().parent)
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+
+
+def record_program(program: Program, path: Path, *, memory_interval_s: float = 0.1) -> None:
+    """Run ``program`` in this process, recording it into the trace at ``path``.
+
+    What the program raises (``SystemExit`` included) propagates after the trace is closed.
+    """
+    from ember.recorder.jax import ProfileSession
+    from ember.runtime.memory import MemorySampler
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tags = {"command": program.command, **program.tags}
+    if (commit := git_commit()) is not None:
+        tags.setdefault("git_commit", commit)
+    with _sigterm_as_exit():
+        with ProfileSession(path, phase=program.phase, entrypoint=program.command, tags=tags):
+            with MemorySampler(memory_interval_s):
+                _run(program)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``python -m ember.record`` command; returns the exit status."""
+    try:
+        program = parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError as e:
+        print(f"ember.record: {e}", file=sys.stderr)
+        return 2
+    if not program.module and not Path(program.target).is_file():
+        print(
+            f"ember.record: {program.target}: no such file (the program to record)", file=sys.stderr
+        )
+        return 2
+    path = trace_path(program.out, program)
+    try:
+        record_program(program, path)
+    finally:
+        if path.exists():
+            print(f"ember.record: trace {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
