@@ -22,6 +22,7 @@ from ember.analysis.ingest import FileResult, IngestSummary, ingest, ingest_file
 from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
+from ember.analysis.torch_trace import TorchImportError, find_logs, import_torch_trace
 
 from . import tables
 from .app import app, console, err_console, fail, write_out
@@ -444,6 +445,63 @@ def import_candle_command(
             highlight=False,
             soft_wrap=True,
         )
+
+
+@import_app.command("torch-trace")
+def import_torch_trace_command(
+    paths: list[Path] = typer.Argument(
+        ..., help="TORCH_TRACE logs, or folders of them (TORCH_TRACE=DIR: one log a rank)."
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="The Ember trace to write, for one log (default: LOG's name + .ember.jsonl).",
+    ),
+    db: Path | None = typer.Option(
+        None, "--db", help="Also ingest the Ember traces into this database (one step)."
+    ),
+) -> None:
+    """Convert torch.compile TORCH_TRACE logs into Ember traces; with --db, ingest them too.
+
+    A bad line or a payload whose md5 differs is rejected (file:line: why) and the rest
+    kept; the command exits 1 when any line was rejected.
+    """
+    logs = [log for p in paths for log in find_logs(p)]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing or not logs:
+        raise fail(f"{', '.join(missing) or paths[0]}: no such file, or no *.log in the folder")
+    if out is not None and len(logs) > 1:
+        raise fail(f"--out names one file, and {len(logs)} logs were given; leave it out")
+    rejected = 0
+    for log in logs:
+        try:
+            result = import_torch_trace(log, out)
+        except (TorchImportError, OSError) as exc:
+            raise fail(str(exc)) from None
+        for line in result.rejected:
+            err_console.print(f"rejected: {line}", highlight=False, soft_wrap=True, markup=False)
+        rejected += len(result.rejected)
+        console.print(
+            f"{result.path}: {result.compiles} compiles, {result.records} records, "
+            f"{len(result.rejected)} rejected, run {result.run_id}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if db is not None:
+            _ingest_one(db, Path(result.path))
+    if rejected:
+        raise typer.Exit(1)
+
+
+def _ingest_one(db: Path, trace: Path) -> None:
+    try:
+        with connect(db, wait=10.0) as con:
+            ingested = ingest_file(con, trace)
+    except DatabaseBusyError as exc:
+        raise fail(str(exc)) from None
+    _print_file(ingested)
+    if ingested.status == "refused":
+        raise typer.Exit(1)
 
 
 class Dialect(enum.StrEnum):
