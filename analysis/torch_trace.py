@@ -39,7 +39,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,7 @@ def _epoch_ns(month_day: str, clock: str, year: int) -> int:
     month, day = int(month_day[:2]), int(month_day[2:])
     hms, _, frac = clock.partition(".")
     h, m, s = (int(x) for x in hms.split(":"))
-    moment = datetime(year, month, day, h, m, s, tzinfo=timezone.utc)
+    moment = datetime(year, month, day, h, m, s, tzinfo=UTC)
     return int(moment.timestamp()) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
 
@@ -317,15 +317,16 @@ class _Run:
         self.records.append(_span_start(ts, sid, "torch.graph_break", "break", attrs))
         self.records.append(_span_end(ts, sid, 0, "break", attrs))
 
-    def compile_span(
-        self, entry: Entry, comp: _Compile, m: dict[str, Any], backward: bool
-    ) -> None:
+    def compile_span(self, entry: Entry, comp: _Compile, m: dict[str, Any], backward: bool) -> None:
         fun = self.unique_name(
             m.get("co_name") or comp.fun_name or self.frame_name(comp.frame_id), comp.frame_id
         )
         start = _epoch_from_s(m.get("start_time")) or comp.start_ns
         if backward:
-            fun, start = f"{fun} (backward)", entry.ts_ns - _us(m, "backward_cumulative_compile_time_us")
+            fun, start = (
+                f"{fun} (backward)",
+                entry.ts_ns - _us(m, "backward_cumulative_compile_time_us"),
+            )
         duration = _phase_ns(m, "entire_frame_compile_time_s") or _us(
             m, "backward_cumulative_compile_time_us"
         )
@@ -466,7 +467,7 @@ def import_torch_trace(
     run_id = _run_id(src)
     result = TorchImportResult(str(dst), run_id)
     run = _Run(src)
-    year = datetime.fromtimestamp(src.stat().st_mtime, tz=timezone.utc).year
+    year = datetime.fromtimestamp(src.stat().st_mtime, tz=UTC).year
     for entry in read_entries(src, result.rejected, year):
         try:
             run.add(entry)

@@ -84,7 +84,13 @@ SCENARIOS = {
 }
 
 
-KEEP = ("compilation_metrics", "recompile_reasons", "dynamo_graph_break_reason", "torch_version")
+KEEP = (
+    "compilation_metrics",
+    "recompile_reasons",
+    "dynamo_graph_break_reason",
+    "torch_version",
+    "fx_graph_cache_",
+)
 
 
 def trim(src: str, dst: str, limit: int = 2000) -> None:
