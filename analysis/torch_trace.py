@@ -74,6 +74,7 @@ _DTYPE_MISMATCH = re.compile(
 _LIMIT = re.compile(r"recompile_limit cache size limit \(currently set to (\d+)\)")
 _BREAK_AT = re.compile(r"Graph break in user code at (?P<at>\S+)")
 _BREAK_WHY = re.compile(r"Graph Break Reason: (?P<why>.+)")
+_BREAK_EXPLAINED = re.compile(r"^\s*Explanation: (?P<text>.+)$", re.M)
 
 
 class TorchImportError(ValueError):
@@ -310,7 +311,7 @@ class _Run:
             "position": comp.frame_id,
             "node": at["at"] if at else (comp.defined_at or "?"),
             "op_type": why["why"].strip() if why else "graph break",
-            "reason": text.strip(),
+            "reason": _break_reason(text),
             "source": comp.fun_name,
         }
         sid, ts = self.span_id(), self.rel(entry.ts_ns)
@@ -342,6 +343,13 @@ class _Run:
         if error is not None:
             record.update(status=status, error=error)
         self.records.append(record)
+
+
+def _break_reason(text: str) -> str:
+    # torch's explanation line (the whole message, with hints and the user's code, is a
+    # screenful); the message's first lines when it has none
+    m = _BREAK_EXPLAINED.search(text)
+    return m["text"].strip() if m else "\n".join(text.strip().split("\n")[:3])
 
 
 def _compile_id(env: dict[str, Any]) -> str:

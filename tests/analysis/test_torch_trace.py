@@ -131,6 +131,17 @@ def test_a_graph_break_is_a_break_with_torch_reason(torch_db):
     assert _rows(db, "SELECT count(*) FROM recompiles WHERE run_id = ?", runs["break"]) == [(0,)]
 
 
+def test_compare_fails_a_run_with_a_new_graph_break(torch_db):
+    db, runs = torch_db
+    r = runner.invoke(app, ["compare", "--db", str(db), runs["recompile"], runs["break"]])
+    assert r.exit_code == 1, r.output
+    out = _flat(r.output)
+    assert "new_breaks>0 │ fail" in out
+    assert "(Data-dependent branching): Detected data-dependent branching" in out
+    back = runner.invoke(app, ["compare", "--db", str(db), runs["break"], runs["break"]])
+    assert back.exit_code == 0, back.output
+
+
 def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_db):
     db, runs = torch_db
     rows = _rows(

@@ -10,6 +10,7 @@ Scenarios:
   limit      a Python int argument changing each call: the recompile limit, then eager
   train      a linear model, loss.backward() and an SGD step under torch.compile
   cached     ``recompile`` again in a second process: the FX graph cache on disk hits
+  ranks      two ranks (torch.distributed, gloo on 127.0.0.1), one log each, an all_reduce
 """
 
 from __future__ import annotations
@@ -75,12 +76,39 @@ def train() -> None:
         opt.step()
 
 
+def _rank(rank: int, port: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+
+    @torch.compile
+    def step(x):
+        return torch.relu(x) + rank
+
+    x = step(torch.ones(4 + rank))
+    dist.all_reduce(x[:4])
+    dist.destroy_process_group()
+
+
+def ranks() -> None:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank, args=(port,), nprocs=2)
+
+
 SCENARIOS = {
     "recompile": recompile,
     "break": graph_break,
     "limit": limit,
     "train": train,
     "cached": recompile,
+    "ranks": ranks,
 }
 
 
