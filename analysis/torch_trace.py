@@ -256,6 +256,8 @@ class _Run:
         env = entry.envelope
         if self.t0 is None:
             self.t0, self.pid, self.rank = entry.ts_ns, entry.pid, entry.rank
+        if isinstance(env.get("rank"), int):  # torch.distributed puts it in each entry
+            self.rank = env["rank"]
         if "str" in env:
             text, index = env["str"]
             self.strings[int(index)] = str(text)
@@ -443,7 +445,8 @@ def _run_id(path: Path) -> str:
 
 
 def _meta(run: _Run, path: Path, run_id: str) -> dict[str, Any]:
-    tags = {"imported_from": IMPORTED_FROM, "log": path.name}
+    # TORCH_TRACE=DIR is one job: its ranks' logs share the folder, whose name is the job
+    tags = {"imported_from": IMPORTED_FROM, "log": path.name, "job": path.parent.name}
     if run.rank is not None:
         tags["rank"] = str(run.rank)
     return {

@@ -117,7 +117,7 @@ KEEP = (
     "recompile_reasons",
     "dynamo_graph_break_reason",
     "torch_version",
-    "fx_graph_cache_",
+    "fx_graph_cache_hit",
 )
 
 
