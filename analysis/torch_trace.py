@@ -507,3 +507,39 @@ def find_logs(path: Path) -> list[Path]:
     if path.is_dir():
         return sorted(p for p in path.rglob("*.log") if p.is_file())
     return [path]
+
+
+def is_torch_log(path: Path) -> bool:
+    """Whether a file starts like a TORCH_TRACE log (a glog prefix, then a JSON object)."""
+    try:
+        with path.open("rb") as f:
+            first = f.readline(65536).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return _PREFIX.match(first.rstrip("\n")) is not None
+
+
+def convert_for_ingest(paths: list[str]) -> tuple[list[str], list[TorchImportResult]]:
+    """``ember ingest``'s paths with each TORCH_TRACE log converted first.
+
+    A log (given, or a ``*.log`` in a given folder) becomes ``<log>.ember.jsonl`` beside it,
+    unless that is already newer than the log; a log given by name is replaced by its
+    trace, a folder stays (ingest finds the traces in it). Returns the paths and what each
+    conversion did.
+    """
+    out, results = [], []
+    for raw in paths:
+        p = Path(raw)
+        logs = [x for x in find_logs(p) if x.suffix == ".log" and is_torch_log(x)]
+        if p.is_file() and not logs:
+            out.append(raw)
+            continue
+        for log in logs:
+            trace = log.with_name(log.name + ".ember.jsonl")
+            if not trace.exists() or trace.stat().st_mtime_ns < log.stat().st_mtime_ns:
+                results.append(import_torch_trace(log, trace))
+            if p.is_file():
+                out.append(str(trace))
+        if not p.is_file():
+            out.append(raw)
+    return out, results

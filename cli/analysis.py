@@ -22,7 +22,12 @@ from ember.analysis.ingest import FileResult, IngestSummary, ingest, ingest_file
 from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
-from ember.analysis.torch_trace import TorchImportError, find_logs, import_torch_trace
+from ember.analysis.torch_trace import (
+    TorchImportError,
+    convert_for_ingest,
+    find_logs,
+    import_torch_trace,
+)
 
 from . import tables
 from .app import app, console, err_console, fail, write_out
@@ -82,8 +87,13 @@ def ingest_command(
         "local[2]", "--master", help="The Spark master (with --engine spark): local[N], spark://..."
     ),
 ) -> None:
-    """Read traces into the database: validated, each file once (a grown file continues)."""
+    """Read traces into the database: validated, each file once (a grown file continues).
+
+    A torch.compile TORCH_TRACE log (or a folder of them) is converted first, to
+    LOG.ember.jsonl beside it (`ember import torch-trace`).
+    """
     try:
+        paths = _convert_torch_logs(paths)
         files = expand_paths(paths)
     except FileNotFoundError as exc:
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
@@ -118,6 +128,21 @@ def ingest_command(
         except DatabaseBusyError as exc:
             raise fail(str(exc)) from None
     _print_totals(len(files), summary, str(db))
+
+
+def _convert_torch_logs(paths: list[str]) -> list[str]:
+    try:
+        paths, results = convert_for_ingest(paths)
+    except (TorchImportError, OSError) as exc:
+        raise fail(str(exc)) from None
+    for result in results:
+        for line in result.rejected:
+            err_console.print(f"rejected: {line}", highlight=False, soft_wrap=True, markup=False)
+        _say(
+            f"{result.path}: converted from TORCH_TRACE ({result.compiles} compiles, "
+            f"{len(result.rejected)} rejected lines)"
+        )
+    return paths
 
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:

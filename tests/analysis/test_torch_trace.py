@@ -234,6 +234,31 @@ def test_cli_imports_a_folder_and_exits_1_on_rejected_lines(tmp_path):
     assert f"{path}:{entry_line}: payload md5" in _flat(bad.output)
 
 
+def test_ingest_takes_a_torch_trace_folder_and_converts_each_log_once(tmp_path):
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    for rank in (0, 1):
+        shutil.copy(DATA / f"rank_{rank}.log", folder / f"rank_{rank}.log")
+    (folder / "notes.log").write_text("not a torch log\n")
+    db = tmp_path / "i.duckdb"
+    r = runner.invoke(app, ["ingest", str(folder), "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    out = _flat(r.output)
+    assert out.count("converted from TORCH_TRACE (1 compiles, 0 rejected lines)") == 2
+    assert "2 file(s), 6 records, 0 rejected" in out
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "notes.log",
+        "rank_0.log",
+        "rank_0.log.ember.jsonl",
+        "rank_1.log",
+        "rank_1.log.ember.jsonl",
+    ]
+    again = runner.invoke(app, ["ingest", str(folder / "rank_0.log"), "--db", str(db)])
+    assert again.exit_code == 0, again.output
+    assert "converted" not in again.output  # the trace beside it is newer than the log
+    assert "unchanged (already ingested)" in _flat(again.output)
+
+
 # ---------------------------------------------------------------- parity with tlparse
 
 
