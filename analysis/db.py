@@ -83,6 +83,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "run_summary",
     "call_breakdown",
     "time_by_part",
+    "torch_compiles",
     # helpers of the report (what its findings read)
     "_memory_peaks",
     "_recompile_positions",

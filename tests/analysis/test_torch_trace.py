@@ -94,6 +94,39 @@ def test_report_names_the_shape_that_recompiled(torch_db):
     assert "2 compiles" in r.output
 
 
+def test_report_says_a_graph_break_and_the_recompile_limit(torch_db):
+    db, runs = torch_db
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["break"]])
+    out = _flat(r.output)
+    assert "graph break in f at " in out
+    assert "make_logs.py:38 (Data-dependent branching): Detected data-dependent" in out
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["limit"]])
+    out = _flat(r.output)
+    assert "g hit torch's recompile limit (2) and runs eagerly from then on" in out
+    assert "the last guard that failed: 0/1: k == 1." in out
+
+
+def test_torch_compiles_view(torch_db):
+    db, runs = torch_db
+    by_run: dict[str, list[tuple]] = {}
+    for run_id, *row in _rows(
+        db,
+        "SELECT run_id, rank, compile_id, fun_name, guard_count, cache_size, fx_graph_cache, "
+        "failed, recompile_limit_hit FROM torch_compiles ORDER BY run_id, ts_ns",
+    ):
+        by_run.setdefault(run_id, []).append(tuple(row))
+    assert by_run[runs["limit"]] == [
+        (None, "0/0", "g", 9, 0, None, False, False),
+        (None, "0/1", "g", 9, 1, None, False, False),
+        (None, "0/2", "g", None, None, None, True, True),
+    ]
+    assert by_run[runs["rank_1"]] == [(1, "0/0", "step", 11, 0, None, False, False)]
+    assert by_run[runs["cached"]] == [
+        (None, "0/0", "scale", 10, 0, "hit", False, False),
+        (None, "0/1", "scale", 10, 1, "hit", False, False),
+    ]
+
+
 def test_compiles_have_phases_and_the_second_process_hits_the_fx_graph_cache(torch_db):
     db, runs = torch_db
     rows = _rows(
