@@ -420,7 +420,7 @@ _START_FIELDS = {
 }
 
 
-def _span_end(ts: int, sid: int, duration: int, kind: str, attrs: dict[str, Any]) -> dict:
+def _span_end(ts: int, sid: int, duration: int, kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": "span_end",
         "ts_ns": ts,
