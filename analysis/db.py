@@ -84,6 +84,9 @@ VIEW_NAMES: tuple[str, ...] = (
     "call_breakdown",
     "time_by_part",
     "torch_compiles",
+    # each model's history of run_summary's numbers (the trends of `ember trends`)
+    "_trend_points",
+    "trends",
     # helpers of the report (what its findings read)
     "_memory_peaks",
     "_recompile_positions",

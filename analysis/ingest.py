@@ -69,6 +69,7 @@ from .ingest_plan import (
     _Refused,
     cannot_read,
     expand_paths,
+    first_piece,
     plan_file,
     run_taken,
 )
@@ -96,6 +97,11 @@ BATCH_FILES = 256
 """At most this many files are staged, checked and written together (one transaction)."""
 BATCH_BYTES = 64 << 20
 """... and at most this many bytes (a larger file is a batch of its own)."""
+PIECE_BYTES = 512 << 20
+"""A file larger than this goes in in pieces of at most this many bytes (whole lines), one
+batch and one transaction each, as a file that grew would: the memory an ingest takes is
+bounded by the piece, not the file (a reader may see a big file's first pieces before the
+rest; an ingest stopped between pieces continues from the last one written)."""
 _WINDOW = 4096  # files whose ``ingested_files`` rows are read in one query
 
 
@@ -420,7 +426,12 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int
             "file": files,
             "run_id": runs,
             "status": ["partial" if w.partial else "ok" for w in works],
-            "message": [w.message for w in works],
+            # the file's rejected lines so far (all of them, for a file read in pieces)
+            "message": [
+                w.partial
+                or (f"{totals[f]} line(s) rejected; see rejected_lines" if totals.get(f) else None)
+                for w, f in zip(works, files, strict=True)
+            ],
             "offset_bytes": [w.end for w in works],
             "lines": [w.plan.base_line + w.lines_read for w in works],
             "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
@@ -499,9 +510,10 @@ def _ingest_planned(
 
 def _ingest_batch(
     con: duckdb.DuckDBPyConnection, paths: list[Path], migrations: Migrations, strict: bool
-) -> list[FileResult]:
+) -> tuple[list[FileResult], bool]:
     """Ingest the first files of ``paths`` as one batch; their results, in order (at least
-    one file; as many as fit ``BATCH_FILES`` and ``BATCH_BYTES``)."""
+    one file; as many as fit ``BATCH_FILES`` and ``BATCH_BYTES``), and whether the last of
+    them goes on (a big file's piece, ``PIECE_BYTES``: its result is of that piece)."""
     window = paths[:_WINDOW]
     previous = _previous(con, [str(p) for p in window])
     results: list[FileResult | _Plan] = []
@@ -510,9 +522,13 @@ def _ingest_batch(
     for path in window:
         if planned >= BATCH_FILES or (planned and size >= BATCH_BYTES):
             break
+        if any(isinstance(r, _Plan) and r.more for r in results[-1:]):
+            break  # a piece of a big file ends its batch: its next piece is planned after it
         t0 = time.perf_counter()
         try:
             plan = plan_file(path, previous.get(str(path)), migrations, lambda _: None)
+            if isinstance(plan, _Plan):
+                plan = first_piece(plan, PIECE_BYTES)
         except _Refused as exc:
             _refuse(con, path, str(exc))
             plan = FileResult(str(path), "refused", message=str(exc))
@@ -528,7 +544,24 @@ def _ingest_batch(
     _refuse_taken_runs(con, results)
     plans = [r for r in results if isinstance(r, _Plan)]
     done = iter(_ingest_planned(con, plans, migrations, strict) if plans else [])
-    return [r if isinstance(r, FileResult) else next(done) for r in results]
+    more = isinstance(results[-1], _Plan) and results[-1].more
+    return [r if isinstance(r, FileResult) else next(done) for r in results], more
+
+
+def _add_piece(whole: FileResult | None, piece: FileResult) -> FileResult:
+    """One file's result from those of its pieces (``PIECE_BYTES``) so far."""
+    if whole is None:
+        return piece
+    whole.status = piece.status
+    whole.records += piece.records
+    whole.rejected += piece.rejected
+    whole.bytes_read += piece.bytes_read
+    whole.seconds += piece.seconds
+    whole.slow_path = whole.slow_path or piece.slow_path
+    whole.message = piece.message
+    if piece.status != "partial" and whole.rejected:  # as ``_FileIngest.message`` says it
+        whole.message = f"{whole.rejected} line(s) rejected; see rejected_lines"
+    return whole
 
 
 def _refuse_taken_runs(con: duckdb.DuckDBPyConnection, results: list[FileResult | _Plan]) -> None:
@@ -566,7 +599,12 @@ def ingest_file(
     ``strict`` sends every line through pydantic (the slow path): it also rejects what the
     typed read does not see (a field no kind has, a number given for a text field).
     """
-    return _ingest_batch(con.duck, [path], migrations, strict)[0]
+    result = None
+    while True:
+        results, more = _ingest_batch(con.duck, [path], migrations, strict)
+        result = _add_piece(result, results[0])
+        if not more or result.status == "refused":
+            return result
 
 
 def ingest(
@@ -593,9 +631,15 @@ def ingest(
     summary = IngestSummary()
     t0 = time.perf_counter()
     i = 0
+    piece: FileResult | None = None  # the pieces so far of a big file (``PIECE_BYTES``)
     while i < len(files):
         with connect(db, wait=wait, threads=threads) as con:
-            results = _ingest_batch(con.duck, files[i:], migrations, strict)
+            results, more = _ingest_batch(con.duck, files[i:], migrations, strict)
+        if piece is not None:
+            results[0] = _add_piece(piece, results[0])
+            piece = None
+        if more:  # its last file goes on: its next piece starts the next batch
+            piece = results.pop()
         i += len(results)
         for result in results:
             summary.files.append(result)

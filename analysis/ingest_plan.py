@@ -21,6 +21,7 @@ lake's one exclusion: a claim file per trace file while one ingester writes it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import hashlib
 import json
@@ -292,6 +293,28 @@ class _Plan:
     replaced_run: str | None = None  # rows to delete first (a replaced file)
     continued: bool = False
     mtime_ns: int = 0  # the file's mtime when planned
+    # the file goes on after ``size`` (a piece of a big file, ``first_piece``): the next
+    # piece is planned as a file that grew, once this one is written
+    more: bool = False
+
+
+def first_piece(plan: _Plan, max_bytes: int) -> _Plan:
+    """``plan`` cut after its last complete line within ``max_bytes`` of its start (or as it
+    is when it is shorter): a big file goes in piece by piece, so that what is staged at
+    once, and the memory it takes, does not grow with the file."""
+    if plan.size - plan.start <= max_bytes:
+        return plan
+    limit = plan.start + max_bytes
+    with plan.path.open("rb") as f:
+        pos = limit
+        while pos > plan.start:  # the last newline before ``limit``, a MiB at a time
+            step = min(1 << 20, pos - plan.start)
+            pos -= step
+            f.seek(pos)
+            i = f.read(step).rfind(b"\n")
+            if i >= 0:
+                return dataclasses.replace(plan, size=pos + i + 1, more=True)
+    return plan  # no newline in the piece: a line longer than it, read as one
 
 
 @dataclass(frozen=True)

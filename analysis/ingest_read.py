@@ -398,13 +398,14 @@ class _FileIngest:
     def _fast_path(self, end: int) -> None:
         """DuckDB reads exactly the bytes ``[start, end)``; the slow path if it refuses them.
 
-        A whole file is read in place, and only kept if the file has not grown meanwhile:
+        A whole file (not a piece of one, ``first_piece``) is read in place, and only kept
+        if the file has not grown meanwhile:
         a recorder still appending may have added lines after ``end`` that DuckDB read too,
         while ``offset_bytes`` says ``end`` (the next ingest would read them again). Then,
         and for a file continued from an offset, DuckDB reads a copy of the range.
         """
         plan = self.plan
-        if plan.start == 0 and end == plan.size:
+        if plan.start == 0 and end == plan.size and not plan.more:
             try:
                 self._stage(_read_json_sql(plan.path))
                 if plan.path.stat().st_size == plan.size:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +108,17 @@ def _advise_buckets(found: list[Finding]) -> list[Finding]:
     return found
 
 
-def report(con: Connection, run_id: str | None = None, limit: int = 10) -> list[RunReport]:
-    """Per run (one, or all in start order): the headline and up to ``limit`` findings."""
+def report(
+    con: Connection, run_id: str | None = None, limit: int = 10, since: datetime | None = None
+) -> list[RunReport]:
+    """Per run (one, or all in start order; ``since``: those started since then): the
+    headline and up to ``limit`` findings."""
     if run_id is None:
-        run_ids = con.sql("SELECT run_id FROM runs ORDER BY started_at")["run_id"].to_list()
+        run_ids = con.sql(
+            "SELECT run_id FROM runs WHERE started_at >= coalesce(?, started_at) "
+            "ORDER BY started_at",
+            [since],
+        )["run_id"].to_list()
     else:
         run_ids = [resolve_run(con, run_id)]
     if not run_ids:

@@ -1,8 +1,8 @@
 """Ingest speed: many small files, one big file against raw DuckDB, Spark against DuckDB.
 
     .venv/bin/python benchmarks/bench_ingest.py [--small 300] [--records 300000]
-        [--repeat 1] [--spark-files 2] [--spark-records 20000] [--threads 2] [--skip-spark]
-        [--views] [--keep DIR]
+        [--shapes repetitive,compile,memory] [--repeat 1] [--spark-files 2]
+        [--spark-records 20000] [--threads 2] [--skip-spark] [--views] [--keep DIR]
 
 Only the big file, three times (raw and Ember in turn; the median ratio):
 ``--small 0 --skip-spark --repeat 3``.
@@ -13,11 +13,18 @@ The three measurements of issue 16's "done when", each on fresh files and databa
    device_memory reading, one per job), ingested into a fresh DuckDB file and into a fresh
    lake (``ingest_lake``), in files/s; then the same files again (unchanged: stat and
    bookkeeping only), in files/s. Targets: >= 100 files/s first, >= 1,000 files/s again.
-2. **One big file** (item 5): a realistic trace of ``--records`` records
-   (``ember.analysis.synthetic``), read by DuckDB alone (``CREATE TABLE AS SELECT * FROM
+2. **One big file** (item 5), of each shape in ``--shapes`` (``ember.analysis.synthetic``,
+   issue 26): ``repetitive`` (a few input lengths, mostly cache hits: ``write_trace``),
+   ``compile`` (a sweep of input lengths through a model with a break and a segment cache
+   of 2, every call compiling and evicting at both segments, the sweep repeated with later
+   timestamps and fresh span ids: ``write_compile_trace``; most objects are distinct) and
+   ``memory`` (a profiled run: memory alloc/free and op records: ``write_memory_trace``),
+   ``--records`` records each, read by DuckDB alone (``CREATE TABLE AS SELECT * FROM
    read_json(file, columns=<types from the schema>)`` into a fresh database file, closed:
    no checks, one wide table) and by ``ember.analysis.ingest`` (validated, per-kind tables,
-   bookkeeping, closed), in MB/s and records/s side by side. Target: Ember >= 0.8x raw.
+   bookkeeping, closed), each in a fresh process (its peak RSS; wall and CPU seconds of the
+   read itself, not the process's start), in MB/s and records/s side by side. Target:
+   Ember >= 0.8x raw on each shape.
 3. **Spark** (items 2 and 6): ``--spark-files`` traces of ``--spark-records`` records into a
    fresh lake with DuckDB (``ingest_lake``, 1 and ``--threads`` threads) and with Spark
    ``local[1]`` and ``local[2]`` (``ingest_spark``); the Spark session's start (the JVM,
@@ -38,6 +45,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +56,7 @@ import duckdb
 from ember.analysis import connect, ingest
 from ember.analysis.lake import ingest_lake
 from ember.analysis.schema_types import READ_COLUMNS
-from ember.analysis.synthetic import write_trace
+from ember.analysis.synthetic import write_compile_trace, write_memory_trace, write_trace
 from ember.schemas import SCHEMA_ID
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -144,56 +152,82 @@ def _parse_only(path: Path, threads: int) -> float:
     return time.perf_counter() - t0
 
 
-def bench_big(work: Path, records: int, threads: int, repeat: int = 1) -> tuple[Path, int]:
-    trace = work / "big.jsonl"
+# the shapes of a big trace (``ember.analysis.synthetic``): how much of it repeats decides how
+# much ingest's checks of distinct objects cost
+SHAPES = {
+    "repetitive": write_trace,  # a few input lengths, mostly cache hits
+    "compile": write_compile_trace,  # a sweep of lengths, a compile and eviction every call
+    "memory": write_memory_trace,  # a profiled run: memory alloc/free and op records
+}
+
+
+def _one(which: str, trace: Path, db: Path, threads: int) -> None:
+    """In a child process (``--one``): one read of ``trace`` into ``db``, closed; prints its
+    wall and CPU seconds (the process's, DuckDB's threads included; not its start)."""
     t0 = time.perf_counter()
-    n = write_trace(trace, records, run_id="bench-1", seed=1)
+    cpu0 = time.process_time()
+    if which == "raw":
+        _raw(trace, db, threads)
+    else:
+        summary = ingest([trace], db, threads=threads)
+        assert summary.rejected == 0, summary
+    print(time.perf_counter() - t0, time.process_time() - cpu0)
+
+
+def _measured(which: str, trace: Path, db: Path, threads: int) -> tuple[float, float, float]:
+    """``(wall s, CPU s, peak RSS GB)`` of one read in a fresh process (its own peak RSS,
+    which holds the ~0.1 GB of the imports too)."""
+    cmd = [sys.executable, __file__, "--one", which, str(trace), str(db), str(threads)]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    out = child.stdout.read() if child.stdout else ""
+    _, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{which} read of {trace} failed ({status})")
+    db.unlink(missing_ok=True)
+    wall, cpu = (float(x) for x in out.split()[-2:])
+    return wall, cpu, usage.ru_maxrss / 2**20
+
+
+def bench_big(
+    work: Path, records: int, threads: int, repeat: int = 1, shape: str = "repetitive"
+) -> tuple[Path, int]:
+    trace = work / f"{shape}.jsonl"
+    t0 = time.perf_counter()
+    n = SHAPES[shape](trace, records, run_id=f"bench-{shape}", seed=1)
     mb = trace.stat().st_size / 1e6
     _section(
-        f"one big file: {n:,} records, {mb:,.0f} MB (generated in {time.perf_counter() - t0:.1f} s)"
+        f"one big file, {shape}: {n:,} records, {mb:,.0f} MB "
+        f"(generated in {time.perf_counter() - t0:.1f} s)"
     )
 
-    def line(name: str, s: float, cpu: float | None = None, note: str = "") -> None:
+    def line(name: str, s: float, cpu: float | None = None, rss: float | None = None) -> None:
         extra = f"  cpu {cpu:5.1f} s" if cpu is not None else ""
+        extra += f"  peak RSS {rss:4.2f} GB" if rss is not None else ""
         rate = f"{mb / s:6.1f} MB/s  {n / s / 1e6:5.2f} M records/s"
-        print(f"{name:22}: {s:6.2f} s  {rate}{extra}{note}")
+        print(f"{name:22}: {s:6.2f} s  {rate}{extra}", flush=True)
 
-    # first: it loads DuckDB's JSON reader, which the first measured read would pay alone
-    line("parse only", _parse_only(trace, threads), None, "  (every column read, nothing stored)")
+    # first: it loads DuckDB's JSON reader and the file into the page cache
+    line("parse only", _parse_only(trace, threads))
     walls: list[float] = []
     cpus: list[float] = []
     for i in range(repeat):
-        # raw and Ember in turn, on fresh database files: a load that comes and goes
-        # weighs on both
+        # raw and Ember in turn, each in a fresh process (its peak RSS) on a fresh database
+        # file: a load that comes and goes weighs on both
         if repeat > 1:
             print(f"-- run {i + 1} of {repeat}  [{_load()}]")
-        raw_db = work / "raw.duckdb"
-        cpu0 = time.process_time()
-        raw_s = _raw(trace, raw_db, threads)
-        raw_cpu = time.process_time() - cpu0
-        raw_db.unlink()
-        line(
-            "raw DuckDB read_json", raw_s, raw_cpu, "  (CREATE TABLE AS, one wide table, no checks)"
-        )
-        ember_db = work / "big.duckdb"
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        summary = ingest([trace], ember_db, threads=threads)
-        ember_s = time.perf_counter() - t0
-        ember_cpu = time.process_time() - cpu0
-        assert summary.records == n, summary
-        assert summary.rejected == 0, summary
-        line("ember ingest (DuckDB)", ember_s, ember_cpu)
+        raw_s, raw_cpu, raw_rss = _measured("raw", trace, work / "raw.duckdb", threads)
+        line("raw DuckDB read_json", raw_s, raw_cpu, raw_rss)
+        ember_s, ember_cpu, ember_rss = _measured("ember", trace, work / "big.duckdb", threads)
+        line("ember ingest (DuckDB)", ember_s, ember_cpu, ember_rss)
         print(
             f"ember / raw           : {raw_s / ember_s:.2f}x wall, {raw_cpu / ember_cpu:.2f}x CPU "
             f"(target >= 0.8x)"
         )
         walls.append(raw_s / ember_s)
         cpus.append(raw_cpu / ember_cpu)
-        ember_db.unlink()
     if repeat > 1:
         print(
-            f"ember / raw, median of {repeat}: {statistics.median(walls):.2f}x wall "
+            f"ember / raw, {shape}, median of {repeat}: {statistics.median(walls):.2f}x wall "
             f"({min(walls):.2f}-{max(walls):.2f}), {statistics.median(cpus):.2f}x CPU "
             f"({min(cpus):.2f}-{max(cpus):.2f})"
         )
@@ -282,7 +316,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--views", action="store_true", help="time every view on 2 big runs")
     ap.add_argument("--keep", type=Path, default=None, help="work here and keep the files")
+    ap.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help=f"big-file shapes, comma-separated, of {', '.join(SHAPES)}",
+    )
+    ap.add_argument("--one", nargs=4, help=argparse.SUPPRESS)  # the child of ``_measured``
     args = ap.parse_args()
+    if args.one:
+        which, trace, db, threads = args.one
+        _one(which, Path(trace), Path(db), int(threads))
+        return
     work = args.keep or Path(tempfile.mkdtemp(prefix="ember-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -290,8 +334,11 @@ def main() -> None:
     try:
         if args.small:
             bench_small(work, args.small, args.threads)
-        if args.records:
-            trace, _ = bench_big(work, args.records, args.threads, args.repeat)
+        for shape in args.shapes.split(",") if args.records else []:
+            trace, _ = bench_big(work, args.records, args.threads, args.repeat, shape)
+            if shape != "repetitive":
+                trace.unlink()
+                continue
             if args.views:
                 _section("views on 2 runs")
                 trace2 = work / "run2.jsonl"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import time
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -28,6 +29,8 @@ from ember.analysis.torch_trace import (
     find_logs,
     import_torch_trace,
 )
+from ember.analysis.trends import ChangePoint, describe
+from ember.analysis.trends import changes_since as trend_changes
 
 from . import tables
 from .app import app, console, err_console, fail, write_out
@@ -289,18 +292,28 @@ def report(
         None, "--run", help="Only this run: its id or a unique start of it (8 characters)."
     ),
     limit: int = typer.Option(10, "--limit", min=1, help="Findings per run."),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        help="Only runs started since this date (2026-11-01), and the change points of the "
+        "trends (`ember trends`) in that range.",
+    ),
 ) -> None:
     """Per run: a headline of numbers, then the findings as sentences, most costly first."""
+    start = since_time(since)
     with _open(db, read_only=True) as con:
         try:
-            runs = run_report(con, run, limit=limit)
+            runs = run_report(con, run, limit=limit, since=start)
         except (LookupError, ValueError) as exc:
             raise fail(f"{db}: {exc}") from None
         rejected = rejected_summary(con, runs[0].run.run_id if run is not None else None)
+        changes = trend_changes(con.sql, since=start) if start is not None else None
     if not runs:
         console.print(f"no runs in {db}: ingest traces with `ember ingest`", highlight=False)
     for r in runs:
         _print_run(r)
+    if changes is not None and start is not None:
+        _print_changes(changes, start)
     for f in rejected:
         text = (
             f"ingest rejected {f['lines']} line(s) of {short_path(f['file'], 40)}: "
@@ -311,6 +324,31 @@ def report(
             if i == 0:
                 styled.stylize("yellow", 0, len("ingest rejected"))
             console.print(styled, soft_wrap=True)
+
+
+def since_time(text: str | None) -> datetime | None:
+    """``--since``'s value as a time (``2026-11-01``, ``2026-11-01T12:00``); bad text is an
+    error that says what to write."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise fail(
+            f"--since {text!r}: write a date (2026-11-01) or a time (2026-11-01T12:00)", 2
+        ) from None
+
+
+def _print_changes(changes: list[ChangePoint], since: datetime) -> None:
+    """The change points of the trends since ``since``, one bullet each (``ember report``)."""
+    head = f"Change points since {since:%Y-%m-%d %H:%M} (`ember trends` shows each history):"
+    if not changes:
+        head = f"No change points since {since:%Y-%m-%d %H:%M} (`ember trends`)."
+    for line in _wrap(head, "", ""):
+        console.print(Text(line, style="bold"), soft_wrap=True)
+    for c in changes:
+        for line in _wrap(f"{c.series}: {describe(c)}", "  • ", "    "):
+            console.print(Text(line), soft_wrap=True)
 
 
 def _headline(s: RunSummary) -> str:

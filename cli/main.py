@@ -8,6 +8,7 @@ from . import (
     dashboard,  # noqa: F401
     demo,  # noqa: F401
     run,  # noqa: F401
+    trends,  # noqa: F401
     validate,  # noqa: F401
 )
 from .app import app

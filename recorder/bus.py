@@ -35,6 +35,7 @@ __all__ = [
     "current_span_id",
     "detach",
     "emit",
+    "emit_span",
     "generation",
     "list_handlers",
     "listening",
@@ -223,6 +224,7 @@ class SpanHandle:
     __slots__ = (
         "_prefix",
         "_token",
+        "end",
         "metadata",
         "span_id",
         "start",
@@ -239,6 +241,8 @@ class SpanHandle:
         self.stop_measurements: dict[str, Any] = {}
         # time.monotonic_ns() at the span's start (0 when nobody listens to the span)
         self.start = 0
+        # its end when the body knows it (its results were ready then); 0: when it exits
+        self.end = 0
 
     def set(self, **metadata: Any) -> None:
         """Metadata for the stop (or exception) event, on top of the start metadata."""
@@ -285,7 +289,7 @@ class SpanHandle:
             name = _span_names[self._prefix][1]
             route = _routes.get(name)
             if route:
-                now = time.monotonic_ns()
+                now = self.end or time.monotonic_ns()
                 m = {"duration": now - self.start, "monotonic_time": now}
                 if self.stop_measurements:
                     m.update(self.stop_measurements)
@@ -309,6 +313,29 @@ class SpanHandle:
                 "stacktrace": "".join(traceback.format_exception(exc)),
             }
             _dispatch(route, name, m, md)
+
+
+def emit_span(event_prefix: str, metadata: Mapping[str, Any], start: int, end: int) -> None:
+    """Emit ``<prefix>.start`` and ``<prefix>.stop`` of a span that ran from ``start`` to
+    ``end`` (``time.monotonic_ns()``), a child of the current span, once it has ended.
+
+    For a span whose body emits nothing (a whole-graph call's one segment): its events then
+    cost nothing inside it, nor inside its parent when the parent's ``end`` is set. The
+    events are those of ``span`` (the same measurements and metadata, the start's
+    ``system_time`` taken now).
+    """
+    routes = _routes
+    names = _span_names.get(event_prefix) or _name_span(event_prefix)
+    start_route, stop_route = routes.get(names[0]), routes.get(names[1])
+    if not start_route and not stop_route:
+        return
+    meta = {**metadata, "span_id": next(_span_ids), "parent_id": _current_span.get()}
+    if start_route:
+        _dispatch(
+            start_route, names[0], {"system_time": time.time_ns(), "monotonic_time": start}, meta
+        )
+    if stop_route:
+        _dispatch(stop_route, names[1], {"duration": end - start, "monotonic_time": end}, meta)
 
 
 def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> SpanHandle:

@@ -25,14 +25,16 @@ Point events carry the record's fields as metadata; ``monotonic_time`` gives ``t
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import socket
 import sys
+import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from importlib import metadata as _pkg_metadata
 from pathlib import Path
@@ -55,8 +57,17 @@ from .writer import (
 
 __all__ = ["EVENT_NAMES", "POINTS", "SPANS", "Recorder", "active_recorders", "record"]
 
+log = logging.getLogger("ember.recorder")
+
 # event prefix -> span kind
 SPANS: dict[str, str] = E.SPANS
+# The span kinds of a model call's own spans, whose records the call's end writes (see
+# ``Recorder._span_handler``): their metadata is made by the runtime and never changed
+# after the event, so keeping it until then is safe (a user's attributes may change).
+DEFERRED = frozenset({"call", "segment"})
+# Deferred events are written in batches of about this many, at the end of a call (outside
+# its span), and at least at each flush (every ``flush_interval``), as the file's buffer is.
+DRAIN_AT = 256
 
 # point event -> (record model, fixed fields)
 POINTS: dict[str, tuple[type[R.RecordModel], dict[str, Any]]] = {
@@ -168,7 +179,12 @@ class Recorder:
             "tags": {str(k): str(v) for k, v in (tags or {}).items()},
             "sync": sync,
         }
-        self._writer = TraceWriter(self.path, flush_interval=flush_interval)
+        # the deferred events of the open call (see ``_span_handler``), and who drains them
+        self._pending: list[tuple[Any, dict[str, Any], Mapping[str, Any]]] = []
+        self._drain_lock = threading.Lock()
+        self._writer = TraceWriter(
+            self.path, flush_interval=flush_interval, before_flush=self._drain
+        )
         self._writer.write(self.meta)
         self._handler_id = f"ember.recorder.{self.run_id}"
         # Each event gets a handler made for it (its record kind, span kind and fields),
@@ -203,6 +219,8 @@ class Recorder:
         dumps = orjson.dumps
         current_span = bus.current_span_id
         with_span = "span_id" in fields
+        pending = self._pending
+        drain = self._drain
 
         def on_point(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
             ts = measurements["monotonic_time"] - t0
@@ -217,6 +235,8 @@ class Recorder:
                     rec[k] = measurements[k]
             if with_span and "span_id" not in rec:
                 rec["span_id"] = current_span()
+            if pending:  # the deferred records of a call come first, in order
+                drain()
             append(dumps(rec, default=encode_default, option=ENCODE_OPTIONS))
 
         return on_point
@@ -225,10 +245,51 @@ class Recorder:
         """The handler of one span event (``ember.call.stop``): a ``span_start`` or
         ``span_end`` record; an ``.exception`` event ends the span with ``status: error``.
 
+        The records of a call's own spans (call, segment: ``DEFERRED``) are not built where
+        the event happens: the handler keeps the event (a tuple on ``_pending``) and the
+        call's end writes them all (``_drain``), after the call span's end time was taken,
+        so neither span's duration holds the cost of writing records. Any other record
+        writes the pending ones first, so the file keeps the order of the events.
+        """
+        prefix, _, phase = name.rpartition(".")
+        build = self._span_builder(prefix, phase)
+        append = self._writer.append
+        dumps = orjson.dumps
+        pending = self._pending
+        drain = self._drain
+        if SPANS[prefix] not in DEFERRED:
+
+            def on_span(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+                if pending:
+                    drain()
+                append(
+                    dumps(build(measurements, md), default=encode_default, option=ENCODE_OPTIONS)
+                )
+
+            return on_span
+        keep = pending.append
+        if prefix != E.CALL or phase == "start":
+
+            def on_deferred(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+                keep((build, measurements, md))
+
+            return on_deferred
+
+        def on_call_end(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+            keep((build, measurements, md))
+            if len(pending) >= DRAIN_AT:
+                drain()
+
+        return on_call_end
+
+    def _span_builder(
+        self, prefix: str, phase: str
+    ) -> Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]:
+        """``build(measurements, metadata) -> record`` of one span event.
+
         ``attrs`` are the metadata (and, at the end, the measurements) that are fields of
         the span kind's attributes; a user span keeps all its metadata under ``attrs``.
         """
-        prefix, _, phase = name.rpartition(".")
         span_kind = SPANS[prefix]
         user = span_kind == "user"
         start_fields, end_fields = _SPAN_FIELDS[span_kind]
@@ -237,14 +298,10 @@ class Recorder:
         # whole, less the ids, as point events do: no loop in Python
         whole = fields | {"span_id", "parent_id"}
         t0 = self._t0
-        # orjson and the file's write called straight from here, as for point events
-        append = self._writer.append
-        dumps = orjson.dumps
-
         started = phase == "start"
         error = phase == "exception"
 
-        def on_span(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+        def build(measurements: dict[str, Any], md: Mapping[str, Any]) -> dict[str, Any]:
             ts = measurements["monotonic_time"] - t0
             if user:
                 attrs = _user_attrs(md)
@@ -260,7 +317,7 @@ class Recorder:
                         if k in fields and k not in attrs:
                             attrs[k] = v
             if started:
-                rec: dict[str, Any] = {
+                return {
                     "kind": "span_start",
                     "ts_ns": ts if ts > 0 else 0,
                     "span_id": md["span_id"],
@@ -269,26 +326,54 @@ class Recorder:
                     "span_kind": span_kind,
                     "attrs": attrs,
                 }
-            else:
-                rec = {
-                    "kind": "span_end",
-                    "ts_ns": ts if ts > 0 else 0,
-                    "span_id": md["span_id"],
-                    "duration_ns": measurements.get("duration", 0),
-                    "status": "ok",
-                    "span_kind": span_kind,
-                    "attrs": attrs,
+            rec = {
+                "kind": "span_end",
+                "ts_ns": ts if ts > 0 else 0,
+                "span_id": md["span_id"],
+                "duration_ns": measurements.get("duration", 0),
+                "status": "ok",
+                "span_kind": span_kind,
+                "attrs": attrs,
+            }
+            if error:
+                rec["status"] = "error"
+                rec["error"] = {
+                    "kind": str(md.get("kind", "error")),
+                    "reason": str(md.get("reason", "")),
+                    "stack": str(md.get("stacktrace", "")),
                 }
-                if error:
-                    rec["status"] = "error"
-                    rec["error"] = {
-                        "kind": str(md.get("kind", "error")),
-                        "reason": str(md.get("reason", "")),
-                        "stack": str(md.get("stacktrace", "")),
-                    }
-            append(dumps(rec, default=encode_default, option=ENCODE_OPTIONS))
+            return rec
 
-        return on_span
+        return build
+
+    def _drain(self) -> None:
+        """Write the deferred records (see ``_span_handler``), oldest first, as one write.
+
+        Thread-safe: events that other threads add meanwhile stay for the next drain. A
+        record that cannot be encoded is logged and skipped (a handler's error must never
+        reach the caller, and the others must not be lost with it).
+        """
+        pending = self._pending
+        with self._drain_lock:
+            n = len(pending)
+            if not n:
+                return
+            batch = pending[:n]
+            del pending[:n]
+            dumps = orjson.dumps
+            lines = []
+            for build, measurements, md in batch:
+                try:
+                    lines.append(
+                        dumps(
+                            build(measurements, md), default=encode_default, option=ENCODE_OPTIONS
+                        )
+                    )
+                except Exception as exc:
+                    log.error("ember: a %s record could not be written: %s", md, exc)
+            if self._writer.closed:  # an event that came after the recording closed
+                return
+            self._writer.append(b"".join(lines))
 
     # ------------------------------------------------------------ instrumentation API
 
@@ -376,6 +461,8 @@ class Recorder:
 
         The caller is responsible for its validity; ``ember validate`` checks it.
         """
+        if self._pending:
+            self._drain()
         self._writer.write(record)
 
     # ------------------------------------------------------------ lifecycle
@@ -385,7 +472,7 @@ class Recorder:
         return self._writer.lines
 
     def flush(self) -> None:
-        self._writer.flush()
+        self._writer.flush()  # drains the deferred records first
 
     def close(self) -> None:
         """Stop recording and close the file; ``TraceWriteError`` if records were lost."""
@@ -394,6 +481,7 @@ class Recorder:
             bus.release_sync()
         for name in EVENT_NAMES:
             bus.detach(f"{self._handler_id}:{name}")
+        self._drain()
         self._writer.close()
 
     def __enter__(self) -> Recorder:

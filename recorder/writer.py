@@ -28,6 +28,7 @@ import io
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +152,11 @@ class TraceWriter:
         *,
         flush_interval: float = 1.0,
         buffer_bytes: int = 1 << 16,
+        before_flush: Callable[[], None] | None = None,
     ) -> None:
         self.path = Path(path)
+        # the recorder's deferred records: written before each flush (periodic or asked)
+        self._before_flush = before_flush
         self._raw = _TraceFile(self.path, _open_trace(self.path))
         self._file = io.BufferedWriter(self._raw, buffer_size=buffer_bytes)
         self._closed = threading.Event()
@@ -185,6 +189,8 @@ class TraceWriter:
 
     def flush(self) -> None:
         try:
+            if self._before_flush is not None and not self._file.closed:
+                self._before_flush()
             self._file.flush()
         except ValueError:  # closed meanwhile: close() flushed it
             pass

@@ -113,6 +113,12 @@ def _no_call(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+# Python scalars: ``check_inputs`` reads them with ``np.asarray`` (an int as int64), and so do
+# the direct calls; jax's C++ call would narrow an int to int32 and refuse it, so a sample
+# rate given as ``16000`` took the checked path on every call (silero VAD: 2x a call).
+_PY_SCALARS = (int, float, bool)
+
+
 def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = None) -> DirectCall:
     """The call straight into ``program``'s C++ call.
 
@@ -140,6 +146,8 @@ def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = No
                 return fallback(inputs)
             try:
                 x = inputs[single]
+                if type(x) in _PY_SCALARS:
+                    x = np.asarray(x)
                 if type(x) is not array and x.dtype != dtype0:
                     return None
                 outs = call(x)
@@ -163,6 +171,9 @@ def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = No
             return fallback(inputs)
         try:
             args = [inputs[n] for n in arg_names]
+            for i, a in enumerate(args):
+                if type(a) in _PY_SCALARS:
+                    args[i] = np.asarray(a)
             for a, dtype in zip(args, dtypes, strict=True):
                 if type(a) is not array and a.dtype != dtype:
                     return None
@@ -203,9 +214,11 @@ class WholeGraphCall:
         "__weakref__",
         "call",
         "checked",
+        "cpp",
         "entry",
         "exe",
         "names",
+        "segment",
         "signature",
         "simple",
         "try_call",
@@ -234,6 +247,8 @@ class WholeGraphCall:
             functools.partial(entry.exe, params) if params else entry.exe
         )
         self.x64 = entry.needs_x64
+        self.cpp = False  # ``call`` is jax's C++ call (``_use_cpp_call``)
+        self.segment: dict[str, Any] | None = None  # ``segment_meta``
         self.entry = entry
         self.names = output_names
         # Outputs straight from the program, in the model's order: build the dict by zip.
@@ -249,6 +264,21 @@ class WholeGraphCall:
         dtypes = tuple(dtype for _, _, dtype in signature)
         single = arg_names[0] if len(arg_names) == 1 else None
         unchecked = self.unchecked
+        # The call span's ``shapes`` by the inputs' names in the caller's order: inputs that
+        # passed ``_fits`` have the signature's shapes and dtypes, so a recorded call
+        # describes them once (a model with unchecked inputs, whose shapes may vary, always).
+        described: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+
+        def call_shapes(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
+            if unchecked:
+                return describe_shapes(inputs)
+            names = tuple(inputs)
+            shapes = described.get(names)
+            if shapes is None:
+                if len(described) >= 8:
+                    described.clear()
+                shapes = described[names] = describe_shapes(inputs)
+            return shapes
 
         def checked(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
             if len(inputs) != n_inputs:
@@ -266,30 +296,21 @@ class WholeGraphCall:
             # direct call installed below is not taken while that handler listens
             generation = bus.generation
             if bus.listening(*_CALL_SPAN):
-                meta = {"source": source, "shapes": describe_shapes(inputs)}
+                meta = {"source": source, "shapes": call_shapes(inputs)}
                 with bus.span(E.CALL, meta) as span:
-                    if bus.listening(*_SEGMENT_SPAN):
-                        # the whole graph is one segment: its run, as on the segmented path
-                        seg_meta = {
-                            "source": source,
-                            "position": 0,
-                            "stop": _END,
-                            "compiled": True,
-                            "key": state.entry.key_hex,
-                        }
-                        with bus.span(E.SEGMENT, seg_meta):
-                            result = state.run(args)
-                            dispatched = time.monotonic_ns()
-                            if bus.sync:
-                                block(result)  # the segment's results are the call's
-                    else:
-                        result = state.run(args)
-                        dispatched = time.monotonic_ns()
-                        if bus.sync:
-                            block(result)
+                    ran = time.monotonic_ns()
+                    result = state.run(args)
+                    ready = time.monotonic_ns()
                     if bus.sync:
+                        state.block(result)
+                        dispatched, ready = ready, time.monotonic_ns()
                         # the span ends at the results; the dispatch time goes with it
-                        span.set(dispatch_ns=dispatched - span.start)
+                        span.stop_metadata["dispatch_ns"] = dispatched - span.start
+                        span.end = ready
+                    if bus.listening(*_SEGMENT_SPAN):
+                        # the whole graph is one segment: its run, as on the segmented path,
+                        # its events sent once it ended (outside the call's time, too)
+                        bus.emit_span(E.SEGMENT, state.segment_meta(source), ran, ready)
                     return result
             result = state.run(args)
             if state.simple and not state.x64 and not unchecked and generation == bus.generation:
@@ -308,23 +329,50 @@ class WholeGraphCall:
                 outs = self.call(*args)
         else:
             outs = self.call(*args)
-        if self.call is self.exe or (
-            isinstance(self.call, functools.partial) and self.call.func is self.exe
-        ):
-            # jax makes the C++ call of a compiled program on its first call; use it directly
-            cpp = getattr(self.exe, "_call", None)
-            if callable(cpp):
-                call = self.call
-                self.call = (
-                    functools.partial(cpp, *call.args)
-                    if isinstance(call, functools.partial)
-                    else cpp
-                )
+        if not self.cpp:
+            self._use_cpp_call()
         if self.simple:
             return dict(zip(self.names, outs, strict=False))
         result = dict(self.entry.host_outputs)
         result.update(zip(self.entry.dynamic_outputs, outs, strict=True))
         return {n: result[n] for n in self.names}
+
+    def _use_cpp_call(self) -> None:
+        """Call jax's C++ call of the program directly, once jax has made it (on its first
+        call); ``cpp`` says it is done (recorded calls run through ``run`` each time)."""
+        call = self.call
+        if call is self.exe or (isinstance(call, functools.partial) and call.func is self.exe):
+            cpp = getattr(self.exe, "_call", None)
+            if callable(cpp):
+                self.call = (
+                    functools.partial(cpp, *call.args)
+                    if isinstance(call, functools.partial)
+                    else cpp
+                )
+                self.cpp = True
+        else:
+            self.cpp = True
+
+    def segment_meta(self, source: str | None) -> dict[str, Any]:
+        """The metadata of the whole graph's segment span (made once: the bus copies it)."""
+        if self.segment is None:
+            self.segment = {
+                "source": source,
+                "position": 0,
+                "stop": _END,
+                "compiled": True,
+                "key": self.entry.key_hex,
+            }
+        return self.segment
+
+    def block(self, result: dict[str, Any]) -> None:
+        """Wait for a call's outputs: each array's own wait when all come from the program
+        (a third of ``jax.block_until_ready``'s cost on a dict, on a tiny call)."""
+        if self.simple:
+            for value in result.values():
+                value.block_until_ready()
+        else:
+            block(result)
 
     def program_for(self, inputs: Mapping[str, Any]) -> Program | None:
         """The program a call with ``inputs`` runs; None when they do not fit it."""
@@ -351,6 +399,9 @@ def _memo_key(value: Any) -> Any:
     """A value the prelude reads, as a key of its memo: ``static_key``, but a numpy array
     keeps its dtype object (``dtype.str`` costs 0.3 us, most of a sample rate's key)."""
     if type(value) is np.ndarray and not value.dtype.hasobject:
+        return (value.shape, value.dtype, value.tobytes())
+    if type(value) in _PY_SCALARS:  # as check_inputs reads it (an int: int64)
+        value = np.asarray(value)
         return (value.shape, value.dtype, value.tobytes())
     return static_key(value)
 
@@ -432,7 +483,7 @@ class SpecializedCalls:
             if key is None:
                 if not all(fits(s, inputs[s.name]) for s in self.checks):
                     return None
-                env = dict(inputs)
+                env = {n: np.asarray(v) if type(v) in _PY_SCALARS else v for n, v in inputs.items()}
                 if self.prelude:
                     run_prelude(self.prelude, env, self.base)
                 key = tuple(static_key(env[n]) for n in self.statics)

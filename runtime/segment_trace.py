@@ -17,6 +17,8 @@ import numpy as np
 
 from . import ops, xla_cpu
 from .analysis import Segment
+from .channels_last import ChannelsLastEnv
+from .channels_last import run_node as run_channels_last
 from .describe import key_hex
 from .diskcache import disk_cache
 from .graph import Graph, run_node
@@ -155,8 +157,11 @@ def trace_segment(
 
     box: dict[str, Any] = {}
 
+    # XLA:CPU: convolution outputs stay channels-last through the ops that can take them
+    channels_last = jax.default_backend() == "cpu"
+
     def segment_fn(param_values: tuple[Any, ...], *arg_values: Any) -> tuple[Any, ...]:
-        env: dict[str, Any] = dict(base_env)
+        env: dict[str, Any] = ChannelsLastEnv(base_env) if channels_last else dict(base_env)
         env.update(statics)
         for name, value in zip(seg.params, param_values, strict=True):
             env[name] = xla_cpu.read_hwio(value) if name in hwio else value
@@ -167,6 +172,9 @@ def trace_segment(
             ):
                 continue  # folded once per model (constants), or computed by the prelude
             try:
+                if isinstance(env, ChannelsLastEnv):
+                    run_channels_last(node, env)
+                    continue
                 outs = run_node(node, env)
             except Exception as exc:
                 if _needs_concrete(exc):

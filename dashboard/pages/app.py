@@ -33,6 +33,7 @@ pages = [
     st.Page(_PAGES / "hub.py", title="Hub", icon=":material/cloud_download:"),
     st.Page(_PAGES / "calls.py", title="Calls", icon=":material/speed:"),
     st.Page(_PAGES / "compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page(_PAGES / "trends.py", title="Trends", icon=":material/trending_up:"),
     st.Page(_PAGES / "sql.py", title="SQL", icon=":material/terminal:"),
 ]
 page = st.navigation(pages)

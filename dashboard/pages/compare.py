@@ -43,20 +43,37 @@ MEASURES = [
     ("Peak memory", "peak_bytes", ui.fmt_bytes, True),
 ]
 
-cols = st.columns(len(MEASURES))
-for col, (label, key, fmt, lower_better) in zip(cols, MEASURES, strict=True):
-    va, vb = row_a[key], row_b[key]
-    delta = None
-    if va is not None and vb is not None and va != vb:
-        diff = vb - va
-        delta = ("+" if diff > 0 else "-") + fmt(abs(diff))
-    col.metric(
-        f"{label} (B)",
-        fmt(vb) if vb is not None else "–",
-        delta,
-        delta_color="off" if lower_better is None else ("inverse" if lower_better else "normal"),
-        help=f"Run A: {fmt(va) if va is not None else '–'}",
-    )
+
+def signed(diff: float | None, fmt) -> str:
+    """B - A in the measure's unit, with its sign, as the tiles write it: ``+3``,
+    ``-19 µs``, ``+1.5 MiB``; a hit rate's change in percentage points (``+25 pp``)."""
+    if diff is None:
+        return "–"
+    if diff == 0:
+        return "0"
+    sign = "+" if diff > 0 else "-"
+    if fmt is ui.fmt_percent:
+        return f"{sign}{abs(diff) * 100:.1f} pp"
+    return sign + fmt(abs(diff))
+
+
+# two rows of four tiles: eight in a row cut their labels ("Compile ti…")
+for start in range(0, len(MEASURES), 4):
+    cols = st.columns(4)
+    for col, (label, key, fmt, lower_better) in zip(
+        cols, MEASURES[start : start + 4], strict=False
+    ):
+        va, vb = row_a[key], row_b[key]
+        delta = signed(vb - va, fmt) if va is not None and vb is not None and va != vb else None
+        col.metric(
+            f"{label} (B)",
+            fmt(vb) if vb is not None else "–",
+            delta,
+            delta_color="off"
+            if lower_better is None
+            else ("inverse" if lower_better else "normal"),
+            help=f"{label} of run B; run A: {fmt(va) if va is not None else '–'}",
+        )
 
 table = pl.DataFrame(
     {
@@ -69,7 +86,13 @@ table = pl.DataFrame(
         ],
     }
 )
-ui.table(table, key="ember_compare_table")
+# B - A keeps its numbers (sorting sorts by value) and reads in each measure's unit
+shown = table.to_pandas().style
+for i, m in enumerate(MEASURES):
+    shown = shown.format(
+        lambda v, f=m[2]: signed(None if v != v else v, f), subset=([i], ["B - A"])
+    )
+st.dataframe(shown, hide_index=True, width="stretch", key="ember_compare_table")
 
 tags_a, tags_b = row_a["tags"], row_b["tags"]
 if tags_a != tags_b:

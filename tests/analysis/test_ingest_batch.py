@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 from pathlib import Path
 
 import duckdb
@@ -226,3 +227,74 @@ def test_a_database_without_size_bytes_gets_it(tmp_path):
     assert [ingest([path], db).files[0].status for _ in range(2)] == ["partial", "unchanged"]
     with connect(db, read_only=True) as c:
         assert c.sql("SELECT records, rejected FROM ingested_files").rows() == [(2, 1)]
+
+
+def _big_trace(path: Path) -> Path:
+    """A compile-heavy run, then a profiled run's memory and op records, with a line DuckDB
+    refuses and a span_end without its start in the middle (``synthetic``'s shapes)."""
+    from ember.analysis.synthetic import write_compile_trace, write_memory_trace
+
+    write_compile_trace(path, 3000, run_id="big")
+    write_memory_trace(path.with_suffix(".m"), 3000)
+    # its span ids after the first run's (one file is one run: span ids are unique in it)
+    memory = [
+        re.sub(rb'"span_id":(\d+)', lambda m: b'"span_id":%d' % (int(m[1]) + 10**6), line)
+        for line in path.with_suffix(".m").read_bytes().splitlines(keepends=True)[1:]
+    ]
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad = [b"\x00 not json\n", span_line("span_end", 10**9, 5).encode() + b"\n"]
+    path.write_bytes(b"".join(lines[:1500] + bad + lines[1500:] + memory))
+    path.with_suffix(".m").unlink()
+    return path
+
+
+def test_a_big_file_in_pieces_gives_the_result_and_rows_of_one_read(tmp_path, monkeypatch):
+    # PIECE_BYTES bounds what is staged at once; the pieces are read as a grown file is
+    trace = _big_trace(tmp_path / "big.jsonl")
+    whole = ingest([trace], tmp_path / "whole.duckdb").files
+    monkeypatch.setattr(ingest_module, "PIECE_BYTES", 64 << 10)
+    seen = []
+    pieces = ingest([trace], tmp_path / "pieces.duckdb", on_file=seen.append).files
+    assert trace.stat().st_size > 10 * (64 << 10)  # not vacuous: many pieces
+    assert len(pieces) == len(seen) == 1
+    assert [_same(r) for r in pieces] == [_same(r) for r in whole]
+    assert (whole[0].rejected, whole[0].slow_path) == (2, True)
+    with (
+        connect(tmp_path / "whole.duckdb", read_only=True) as a,
+        connect(tmp_path / "pieces.duckdb", read_only=True) as b,
+    ):
+        assert differences(a, b) == []
+        assert a.sql("SELECT count(*) AS n FROM cache WHERE action = 'evict'")["n"][0] > 100
+        lines = a.sql("SELECT line FROM rejected_lines ORDER BY line")["line"].to_list()
+        assert lines == [1501, 1502]
+    again = ingest([trace], tmp_path / "pieces.duckdb").files
+    assert [r.status for r in again] == ["unchanged"]
+    # ingest_file goes piece by piece too
+    with connect(tmp_path / "one.duckdb") as con:
+        assert _same(ingest_module.ingest_file(con, trace)) == _same(whole[0])
+
+
+def test_the_synthetic_shapes_are_valid_traces_of_what_they_say(tmp_path):
+    from ember.analysis.synthetic import write_compile_trace, write_memory_trace
+    from ember.schemas import validate_file
+
+    compile_trace, memory_trace = tmp_path / "c.jsonl", tmp_path / "m.jsonl"
+    counts = {}
+    for write, path in ((write_compile_trace, compile_trace), (write_memory_trace, memory_trace)):
+        n = write(path, 3000)
+        report = validate_file(path)  # pydantic on every line
+        assert report.ok, report.errors[:3]
+        assert sum(report.counts.values()) == n == len(path.read_bytes().splitlines())
+        counts[path.name] = report.counts
+    recs = [json.loads(line) for line in compile_trace.read_text().splitlines()]
+    calls = sum(r["kind"] == "span_start" and r["span_kind"] == "call" for r in recs)
+    actions = [r["action"] for r in recs if r["kind"] == "cache"]
+    # every call misses at both positions, and evicts once each cache of 2 is full
+    assert actions.count("miss") == 2 * calls
+    assert actions.count("evict") == 2 * calls - 4
+    assert actions.count("hit") == 0
+    assert counts["m.jsonl"]["memory"] == 2 * counts["m.jsonl"]["op"]
+    memory = [json.loads(line) for line in memory_trace.read_text().splitlines()]
+    alloc = {r["tensor_id"] for r in memory if r["kind"] == "memory" and r["action"] == "alloc"}
+    freed = [r["tensor_id"] for r in memory if r["kind"] == "memory" and r["action"] == "free"]
+    assert sorted(freed) == sorted(alloc)  # each tensor freed once

@@ -4,6 +4,7 @@ by ember.analysis (conftest.py): the values the pages show, the URL state, the l
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -419,11 +420,34 @@ def test_compare_page_shows_the_differences(app_env: Path) -> None:
     assert diff.loc["Compiles", "B - A"] == -4
     assert diff.loc["Evictions", "B - A"] == -8
     assert diff.loc["Cache hit rate", "B - A"] == pytest.approx(0.25)
+    # B - A reads in each measure's unit, as the tiles do (it printed 0.25 and 0.01937)
+    text = shown_table(at, "measure", "B - A").set_index("measure")["B - A"]
+    assert (text["Compiles"], text["Evictions"]) == ("-4", "-8")
+    assert text["Cache hit rate"] == "+25.0 pp"
+    assert re.fullmatch(r"[+-]\d[\d.]* (ns|µs|ms|s)|0", text["Call p50"]), text["Call p50"]
+    assert re.fullmatch(r"[+-]\d[\d.]* (ns|µs|ms|s)|0", text["Compile time"])
+    assert re.fullmatch(r"[+-]\d[\d.]* (B|KiB|MiB|GiB)|0|–", text["Peak memory"])
+    assert at.metric[3].label == "Cache hit rate (B)"
+    assert "run A: 25%" in at.metric[3].help
     per_position = table(at, "compiles_a", "difference")
     assert per_position["difference"].tolist() == [-2, -2]
     latency = table(at, "p50_ms_a", "p50_ms_b")
     assert len(latency) == len(DISTINCT)
     assert at.query_params["other"] == "big-cache"
+
+
+# ---------------------------------------------------------------- Trends
+
+
+def test_trends_page_charts_each_metric_of_a_series(app_env: Path) -> None:
+    at = open_page("trends.py")
+    assert at.title[0].value == "Trends"
+    assert [b.label for b in at.selectbox][-2:] == ["Series by", "Series"]
+    assert at.selectbox[-2].value == "model"
+    captions = texts(at.caption)
+    assert "runs, 0 change points" in captions  # a few runs: too short to tell a change
+    by_tag = open_page("trends.py", by="no-such-tag")
+    assert "no-such-tag" not in by_tag.query_params.get("by", "")
 
 
 # ---------------------------------------------------------------- SQL console
@@ -554,7 +578,7 @@ def test_the_app_never_imports_jax(dashboard_db: Path) -> None:
 import sys
 from streamlit.testing.v1 import AppTest
 at = AppTest.from_file({str(APP)!r}, default_timeout=60).run()
-for page in ["recompiles", "cache", "memory", "hub", "calls", "compare", "sql"]:
+for page in ["recompiles", "cache", "memory", "hub", "calls", "compare", "trends", "sql"]:
     at.switch_page(page + ".py").run()
     assert not at.exception, [e.message for e in at.exception]
 print("jax" in sys.modules)

@@ -188,3 +188,39 @@ def test_listening_and_generation_follow_attach_and_detach():
     assert bus.generation == before + 2
     assert not bus.detach("test-gen")  # nothing changed: the generation stays
     assert bus.generation == before + 2
+
+
+def test_a_span_ended_by_its_body_and_a_child_sent_after_it_ran(seen):
+    # a whole-graph call: the body says when its results were ready (``end``) and sends its
+    # one segment's events once it ran (``emit_span``), a child of the call with its times
+    events, listen = seen
+    listen(
+        "t", ["ember.call.start", "ember.call.stop", "ember.segment.start", "ember.segment.stop"]
+    )
+    with bus.span("ember.call", {"source": "m"}) as call:
+        bus.emit_span("ember.segment", {"position": 0}, call.start + 10, call.start + 30)
+        call.end = call.start + 40
+    names = [n for n, _, _ in events]
+    assert names == [
+        "ember.call.start",
+        "ember.segment.start",
+        "ember.segment.stop",
+        "ember.call.stop",
+    ]
+    _, (_, seg_m1, seg_md), (_, seg_m2, seg_md2), (_, call_m, _) = events
+    assert (
+        seg_md
+        == seg_md2
+        == {"position": 0, "span_id": seg_md["span_id"], "parent_id": call.span_id}
+    )
+    assert seg_md["span_id"] != call.span_id
+    assert seg_m1["monotonic_time"] == call.start + 10
+    assert (seg_m2["monotonic_time"], seg_m2["duration"]) == (call.start + 30, 20)
+    assert (call_m["monotonic_time"], call_m["duration"]) == (call.start + 40, 40)
+
+
+def test_emit_span_with_nobody_listening_sends_nothing(seen):
+    events, listen = seen
+    listen("t", ["ember.call.start"])
+    bus.emit_span("ember.segment", {"position": 0}, 1, 2)
+    assert events == []

@@ -163,6 +163,93 @@ def test_threads_never_interleave_lines(tmp_path):
     assert report.counts["op"] == 4000
 
 
+def _call(i):
+    with bus.span("ember.call", {"source": "m.onnx", "shapes": []}) as call:
+        with bus.span(
+            "ember.segment",
+            {"source": "m.onnx", "position": 0, "stop": "end", "compiled": True, "key": "k"},
+        ):
+            pass
+        call.set(dispatch_ns=i)
+
+
+def test_call_records_written_later_keep_the_order_of_the_events(tmp_path):
+    # a call's own records wait for a batch (``DRAIN_AT``); any other record, the end of
+    # the recording and a flush write them first, so the file keeps the events' order
+    path = tmp_path / "run.jsonl"
+    with record(path) as rec:
+        for i in range(300):  # over one batch
+            _call(i)
+            if i % 100 == 7:
+                bus.emit("ember.cache.hit", None, {"source": "m.onnx", "position": 0, "shapes": []})
+            if i == 150:
+                with rec.span("between", n=i):
+                    _call(-1)
+    recs = lines(path)[1:]
+    assert len(recs) == 301 * 4 + 3 + 2
+    ts = [r["ts_ns"] for r in recs]
+    assert ts == sorted(ts)
+    one_call = [
+        ("span_start", "call"),
+        ("span_start", "segment"),
+        ("span_end", "segment"),
+        ("span_end", "call"),
+    ]
+    kinds = [(r["kind"], r.get("span_kind") or r.get("action")) for r in recs[:34]]
+    assert kinds == one_call * 8 + [("cache", "hit")] + one_call[:1]  # after the call i = 7
+    ends = [
+        r["attrs"]["dispatch_ns"]
+        for r in recs
+        if r.get("span_kind") == "call" and r["kind"] == "span_end"
+    ]
+    assert ends[:152] == [*range(151), -1]
+    user = [r for r in recs if r.get("span_kind") == "user"]
+    assert [u["attrs"] for u in user] == [{"attrs": {"n": 150}}] * 2
+    assert validate_file(path).ok
+
+
+def test_an_open_call_is_in_the_file_after_a_flush(tmp_path):
+    # a call that hangs is visible as its span_start, as any record is, at the next flush
+    path = tmp_path / "run.jsonl"
+    with record(path) as rec:
+        with bus.span("ember.call", {"source": "m.onnx", "shapes": []}) as call:
+            rec.flush()
+            started = lines(path)[1:]
+        assert started == [
+            {
+                "kind": "span_start",
+                "ts_ns": started[0]["ts_ns"],
+                "span_id": call.span_id,
+                "parent_id": None,
+                "name": "ember.call",
+                "span_kind": "call",
+                "attrs": {"source": "m.onnx", "shapes": []},
+            }
+        ]
+    assert [r["kind"] for r in lines(path)[1:]] == ["span_start", "span_end"]
+
+
+def test_calls_from_threads_write_each_record_once(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with record(path, flush_interval=0.001):  # the flusher drains while calls run
+
+        def work():
+            for i in range(400):
+                _call(i)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    recs = lines(path)[1:]
+    starts = [r["span_id"] for r in recs if r["kind"] == "span_start"]
+    ends = [r["span_id"] for r in recs if r["kind"] == "span_end"]
+    assert len(starts) == len(set(starts)) == 4 * 400 * 2
+    assert sorted(starts) == sorted(ends)
+    assert validate_file(path).ok
+
+
 CHILD = textwrap.dedent(
     """
     import sys

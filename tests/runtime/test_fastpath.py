@@ -92,6 +92,46 @@ def test_the_sample_rate_read_only_by_the_prelude_is_checked_after_the_direct_ca
             np.testing.assert_allclose(np.asarray(out["output"]), want["output"], atol=1e-5)
 
 
+def test_a_sample_rate_given_as_a_python_int_takes_the_direct_call():
+    # silero's VAD called with sr=16000: the memo's key and the prelude read the int as
+    # check_inputs does (int64); before, each such call took the checked path (2x a call)
+    proto = vad_like_model()
+    compiled = rt.compile(proto)
+    feeds = _vad_feeds(16000)
+    want = reference(proto, {**feeds, "sr": np.array(16000, np.int64)})
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(compiled(feeds)["output"]), want["output"], atol=1e-5)
+    assert compiled.program_for(feeds) is not None
+    assert compiled._fast.try_call(feeds) is not None
+
+
+def _scaled_by_input(dtype: int) -> object:
+    """y = x * Cast(k) with k a scalar input the program reads (an argument, not a condition)."""
+    return make_model(
+        [
+            helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["x", "kf"], ["y"]),
+        ],
+        [tensor("x", shape=["n"]), tensor("k", dtype, [])],
+        [tensor("y", shape=["n"])],
+    )
+
+
+def test_a_python_scalar_argument_is_read_as_numpy_reads_it_on_the_direct_call():
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    compiled = rt.compile(_scaled_by_input(TensorProto.INT64))
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(compiled(x=x, k=3)["y"]), x * 3)
+    assert compiled._fast.try_call({"x": x, "k": 3}) is not None
+    # an int for a float32 argument: the direct call declines, the checked path refuses it
+    compiled = rt.compile(_scaled_by_input(TensorProto.FLOAT))
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(compiled(x=x, k=np.float32(2))["y"]), x * 2)
+    assert compiled._fast.try_call({"x": x, "k": 2}) is None
+    with pytest.raises(rt.InputError, match="input 'k' has dtype int64, expected float32"):
+        compiled(x=x, k=2)
+
+
 CALLS = ("ember.call.start", "ember.call.stop")
 
 
@@ -339,3 +379,49 @@ def test_a_recording_between_direct_calls_holds_exactly_its_own_calls(tmp_path):
         assert ends.count("call") == calls, name
         assert ends.count("segment") == calls, name
         assert sum(r["kind"] == "cache" for r in lines) == calls, name
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_recorded_whole_graph_call_holds_its_segment_and_ends_at_its_results(tmp_path, sync):
+    # the segment's records are written after the call ran (``bus.emit_span``), with the
+    # times of the run: inside the call span, and, synced, ending with it at the results
+    import json
+
+    from ember.recorder import record
+
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=[4, 8])],
+        [tensor("y", shape=[4, 8])],
+    )
+    compiled = rt.compile(model)
+    x = np.full((4, 8), -1.0, np.float32)
+    compiled(x=x)
+    with record(tmp_path / "run.jsonl", sync=sync):
+        for _ in range(3):
+            np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), np.zeros((4, 8)))
+    recs = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()[1:]]
+    assert [(r["kind"], r["span_kind"]) for r in recs] == [
+        ("span_start", "call"),
+        ("span_start", "segment"),
+        ("span_end", "segment"),
+        ("span_end", "call"),
+    ] * 3
+    for call_start, seg_start, seg_end, call_end in zip(*[iter(recs)] * 4, strict=True):
+        assert seg_start["parent_id"] == call_start["span_id"] == call_end["span_id"]
+        assert seg_start["span_id"] == seg_end["span_id"] != call_start["span_id"]
+        assert call_start["ts_ns"] <= seg_start["ts_ns"] <= seg_end["ts_ns"] <= call_end["ts_ns"]
+        assert seg_end["duration_ns"] == seg_end["ts_ns"] - seg_start["ts_ns"]
+        assert call_end["duration_ns"] == call_end["ts_ns"] - call_start["ts_ns"]
+        assert seg_end["attrs"] == {
+            "source": None,
+            "position": 0,
+            "stop": "end",
+            "compiled": True,
+            "key": seg_end["attrs"]["key"],
+        }
+        if sync:  # both end when the results were ready; the dispatch came before
+            assert seg_end["ts_ns"] == call_end["ts_ns"]
+            assert 0 < call_end["attrs"]["dispatch_ns"] <= call_end["duration_ns"]
+        else:
+            assert "dispatch_ns" not in call_end["attrs"]
