@@ -26,8 +26,12 @@ recompile limit              the compile that failed on it: ``recompile_limit`` 
 bwd_compilation_metrics      a second ``jit`` span, ``fun_name`` + `` (backward)``
 fx_graph_cache_hit/miss      ``persistent_cache`` hit/miss of the compile
 dynamo_graph_break_reason    a ``break`` span (duration 0): ``position`` = frame id,
-                             ``node`` = the user's file:line, ``op_type`` = torch's short
-                             reason, ``reason`` = the whole explanation
+                             ``source`` = the function, ``node`` = the user's file:line,
+                             ``op_type`` = torch's short reason, ``reason`` = its
+                             explanation line
+a log / a TORCH_TRACE dir    a run (meta): ``pid`` and ``versions.torch`` from the log,
+                             ``backend: torch.compile``, tags ``rank`` and ``job`` (the
+                             folder's name); ``phase: train`` when a backward compiled
 ===========================  ===============================================================
 """
 
