@@ -523,8 +523,12 @@ def import_torch_trace_command(
     db: Path | None = typer.Option(
         None, "--db", help="Also ingest the Ember traces into this database (one step)."
     ),
+    lake: Path | None = typer.Option(
+        None, "--lake", help="Also ingest the Ember traces into this trace lake (a folder)."
+    ),
 ) -> None:
-    """Convert torch.compile TORCH_TRACE logs into Ember traces; with --db, ingest them too.
+    """Convert torch.compile TORCH_TRACE logs into Ember traces; with --db or --lake, ingest
+    them too.
 
     A bad line or a payload whose md5 differs is rejected (file:line: why) and the rest
     kept; the command exits 1 when any line was rejected.
@@ -536,6 +540,7 @@ def import_torch_trace_command(
     if out is not None and len(logs) > 1:
         raise fail(f"--out names one file, and {len(logs)} logs were given; leave it out")
     rejected = 0
+    traces: list[Path] = []
     for log in logs:
         try:
             result = import_torch_trace(log, out)
@@ -552,6 +557,11 @@ def import_torch_trace_command(
         )
         if db is not None:
             _ingest_one(db, Path(result.path))
+        traces.append(Path(result.path))
+    if lake is not None:
+        summary = ingest_lake(traces, lake, on_file=_print_file)
+        if summary.refused:
+            raise typer.Exit(1)
     if rejected:
         raise typer.Exit(1)
 

@@ -267,6 +267,26 @@ def test_cli_imports_a_folder_and_exits_1_on_rejected_lines(tmp_path):
     assert f"{path}:{entry_line}: payload md5" in _flat(bad.output)
 
 
+def test_cli_imports_into_a_lake(tmp_path):
+    lake = tmp_path / "lake"
+    r = runner.invoke(
+        app,
+        [
+            "import",
+            "torch-trace",
+            str(DATA / "break.log"),
+            "--out",
+            str(tmp_path / "b.jsonl"),
+            "--lake",
+            str(lake),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["report", "--db", str(lake)])
+    assert r.exit_code == 0, r.output
+    assert "graph break in f at " in _flat(r.output)
+
+
 def test_ingest_takes_a_torch_trace_folder_and_converts_each_log_once(tmp_path):
     folder = tmp_path / "trace"
     folder.mkdir()
