@@ -86,6 +86,7 @@ VIEW_NAMES: tuple[str, ...] = (
     "steps",
     "call_breakdown",
     "time_by_part",
+    "torch_compiles",
     # each model's history of run_summary's numbers (the trends of `ember trends`)
     "_trend_points",
     "trends",

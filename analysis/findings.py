@@ -73,6 +73,8 @@ class RunSummary:
 
 FindingKind = Literal[
     "break",
+    "graph_break",
+    "recompile_limit",
     "recompile",
     "jit_retrace",
     "outside_jit",
@@ -494,6 +496,33 @@ def _error_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     return out
 
 
+def _guard(reason: str | None) -> str:
+    return (reason or "?").removeprefix("guard failed: ")
+
+
+def _torch_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    """torch.compile runs: a frame that hit the recompile limit, and each graph break."""
+    out = []
+    limits = _of(con, "torch_compiles", run_ids, "ts_ns").filter(pl.col("recompile_limit_hit"))
+    for r in _rows(limits):
+        text = (
+            f"{r['fun_name']} hit torch's recompile limit ({r['recompile_limit']}) and runs "
+            f"eagerly from then on (torch's eviction: each new input runs uncompiled); the "
+            f"last guard that failed: {_guard(r['retrace_reason'])}. Keep that value from "
+            "changing (mark it dynamic), or raise torch._dynamo.config.recompile_limit"
+        )
+        out.append(Finding(r["run_id"], "recompile_limit", text, 0, dict(r)))
+    torch_runs = set(_of(con, "torch_compiles", run_ids)["run_id"].to_list())
+    for r in _rows(_of(con, "breaks", sorted(torch_runs), "first_ts_ns")):
+        text = (
+            f"graph break in {r['source']} at {r['node']} ({r['op_type']}): "
+            f"{(r['reason'] or '?').rstrip('.')}; "
+            "the code after it compiles as resume frames, one graph more per break"
+        )
+        out.append(Finding(r["run_id"], "graph_break", text, 0, dict(r)))
+    return out
+
+
 # ---------------------------------------------------------------- where the time goes
 
 # what to do about a break that holds much of each call, by its op
@@ -633,6 +662,7 @@ def build_all(
     """Every builder's findings for these runs, unranked."""
     return [
         *_error_findings(con, run_ids),
+        *_torch_findings(con, run_ids),
         *_thrash_findings(con, run_ids),
         *_recompile_findings(con, run_ids),
         *_jit_findings(con, run_ids),

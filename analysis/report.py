@@ -73,6 +73,8 @@ def trace_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
 # the order findings of equal cost come in: what to fix before what to know
 _KIND_ORDER = [
     "errors",
+    "recompile_limit",
+    "graph_break",
     "break",
     "thrash",
     "recompile",

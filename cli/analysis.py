@@ -23,6 +23,12 @@ from ember.analysis.ingest import FileResult, IngestInterrupted, IngestSummary, 
 from ember.analysis.lake import LakeError, connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
+from ember.analysis.torch_trace import (
+    TorchImportError,
+    convert_for_ingest,
+    find_logs,
+    import_torch_trace,
+)
 from ember.analysis.trends import ChangePoint, describe
 from ember.analysis.trends import changes_since as trend_changes
 
@@ -86,8 +92,13 @@ def ingest_command(
         "local[2]", "--master", help="The Spark master (with --engine spark): local[N], spark://..."
     ),
 ) -> None:
-    """Read traces into the database: validated, each file once (a grown file continues)."""
+    """Read traces into the database: validated, each file once (a grown file continues).
+
+    A torch.compile TORCH_TRACE log (or a folder of them) is converted first, to
+    LOG.ember.jsonl beside it (`ember import torch-trace`).
+    """
     try:
+        paths = _convert_torch_logs(paths)
         files = expand_paths(paths)
     except FileNotFoundError as exc:
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
@@ -139,6 +150,21 @@ def ingest_command(
             )
             raise typer.Exit(130) from None
     _print_totals(len(files), summary, str(db))
+
+
+def _convert_torch_logs(paths: list[str]) -> list[str]:
+    try:
+        paths, results = convert_for_ingest(paths)
+    except (TorchImportError, OSError) as exc:
+        raise fail(str(exc)) from None
+    for result in results:
+        for line in result.rejected:
+            err_console.print(f"rejected: {line}", highlight=False, soft_wrap=True, markup=False)
+        _say(
+            f"{result.path}: converted from TORCH_TRACE ({result.compiles} compiles, "
+            f"{len(result.rejected)} rejected lines)"
+        )
+    return paths
 
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
@@ -512,6 +538,73 @@ def import_candle_command(
             soft_wrap=True,
         )
     if result.errors:  # the rest is imported; the exit status says it is not all
+        raise typer.Exit(1)
+
+
+@import_app.command("torch-trace")
+def import_torch_trace_command(
+    paths: list[Path] = typer.Argument(
+        ..., help="TORCH_TRACE logs, or folders of them (TORCH_TRACE=DIR: one log a rank)."
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="The Ember trace to write, for one log (default: LOG's name + .ember.jsonl).",
+    ),
+    db: Path | None = typer.Option(
+        None, "--db", help="Also ingest the Ember traces into this database (one step)."
+    ),
+    lake: Path | None = typer.Option(
+        None, "--lake", help="Also ingest the Ember traces into this trace lake (a folder)."
+    ),
+) -> None:
+    """Convert torch.compile TORCH_TRACE logs into Ember traces; with --db or --lake, ingest
+    them too.
+
+    A bad line or a payload whose md5 differs is rejected (file:line: why) and the rest
+    kept; the command exits 1 when any line was rejected.
+    """
+    logs = [log for p in paths for log in find_logs(p)]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing or not logs:
+        raise fail(f"{', '.join(missing) or paths[0]}: no such file, or no *.log in the folder")
+    if out is not None and len(logs) > 1:
+        raise fail(f"--out names one file, and {len(logs)} logs were given; leave it out")
+    rejected = 0
+    traces: list[Path] = []
+    for log in logs:
+        try:
+            result = import_torch_trace(log, out)
+        except (TorchImportError, OSError) as exc:
+            raise fail(str(exc)) from None
+        for line in result.rejected:
+            err_console.print(f"rejected: {line}", highlight=False, soft_wrap=True, markup=False)
+        rejected += len(result.rejected)
+        console.print(
+            f"{result.path}: {result.compiles} compiles, {result.records} records, "
+            f"{len(result.rejected)} rejected, run {result.run_id}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if db is not None:
+            _ingest_one(db, Path(result.path))
+        traces.append(Path(result.path))
+    if lake is not None:
+        summary = ingest_lake(traces, lake, on_file=_print_file)
+        if summary.refused:
+            raise typer.Exit(1)
+    if rejected:
+        raise typer.Exit(1)
+
+
+def _ingest_one(db: Path, trace: Path) -> None:
+    try:
+        with connect(db, wait=10.0) as con:
+            ingested = ingest_file(con, trace)
+    except DatabaseBusyError as exc:
+        raise fail(str(exc)) from None
+    _print_file(ingested)
+    if ingested.status == "refused":
         raise typer.Exit(1)
 
 

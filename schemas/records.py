@@ -26,6 +26,9 @@ function was defined and called (``defined_at``, ``called_at``) and, with JAX's 
 cache on, the same two fields for it. A ``step`` span's ``step`` is any label the program
 gives it (``train``, ``eval``), no longer only the seed's forward | backward | optimizer
 (which stay valid values).
+Also in version 3: a ``jit`` end may carry a torch.compile frame compile's ``compile_id``,
+``guard_count``, ``cache_size`` and ``recompile_limit``/``recompile_limit_hit``, and a
+``break`` span a ``reason`` (imported TORCH_TRACE logs).
 """
 
 from __future__ import annotations
@@ -315,6 +318,9 @@ class BreakAttrs(SourceAttrs):
     position: Int64
     node: str
     op_type: str
+    reason: str | None = Field(
+        None, description="Why the graph broke, as the compiler said it (torch.compile)."
+    )
 
 
 class BreakEndAttrs(BreakAttrs):
@@ -411,6 +417,22 @@ class JitEndAttrs(JitAttrs):
         None,
         description="On a persistent-cache miss of a function the cache stored before: the "
         "key parts that changed (`jaxlib 0.10.1 -> 0.10.2`).",
+    )
+    # torch.compile frame compiles (imported TORCH_TRACE logs, analysis/torch_trace.py)
+    compile_id: str | None = Field(
+        None, description="torch.compile's compile id: frame/compile (`0/1`), `_N` attempt N."
+    )
+    guard_count: Int64 | None = Field(None, description="Guards torch installed on the frame.")
+    cache_size: Int64 | None = Field(
+        None, description="Compiled entries the frame had before this compile (torch)."
+    )
+    recompile_limit: Int64 | None = Field(
+        None, description="torch's recompile_limit, when this compile failed on it."
+    )
+    recompile_limit_hit: bool | None = Field(
+        None,
+        description="True: torch refused to compile the frame again (cache_size reached "
+        "recompile_limit); the frame runs eagerly from then on.",
     )
 
 

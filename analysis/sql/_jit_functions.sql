@@ -8,7 +8,8 @@
 -- or step span (JAX's own jitted helpers such as `_normal`, pmap's `_multi_slice`, and traces
 -- without the mark). JAX explains the cache misses of the user's functions only, so a
 -- `defined_at` (from its explanation) marks the user's jit even when it compiled once outside
--- any step, as every function of a program recorded by `ember record` does.
+-- any step, as every function of a program recorded by `ember record` does. A torch.compile
+-- frame (imported from TORCH_TRACE: it has a compile_id) is always the user's.
 --
 -- run_id     the run
 -- fun_name   the jitted function's name
@@ -20,7 +21,8 @@ SELECT jit_span.run_id, jit_span.start_attrs.fun_name AS fun_name,
         OR bool_and(jit_span.end_attrs.retrace_reason IS NULL
             AND coalesce(len(jit_span.end_attrs.changes), 0) = 0
             AND jit_span.end_attrs.defined_at IS NULL
-            AND parent_span.span_id IS NULL) AS internal,
+            AND parent_span.span_id IS NULL
+            AND jit_span.end_attrs.compile_id IS NULL) AS internal,
     count(*) AS compiles,
     CAST(coalesce(sum(jit_span.duration_ns), 0) AS BIGINT) AS compile_ns
 FROM spans jit_span

@@ -5,7 +5,10 @@
 -- position       the break node's position in the sorted graph
 -- node, op_type  the break node ('nonzero_0', 'NonZero')
 -- reason         what the break node's value is needed for (from the segment that stops
---                here: 'the shape of a Reshape', 'the If condition', ...)
+--                here: 'the shape of a Reshape', 'the If condition', ...); for a
+--                torch.compile graph break (imported TORCH_TRACE) torch's explanation, with
+--                position the frame id, node the user's file:line, op_type torch's short
+--                reason ('Data-dependent branching')
 -- host_values    names of values that enter the next segment as static values
 -- runs           times the break node ran (break spans)
 -- errors         runs that raised
@@ -13,7 +16,7 @@
 -- first_ts_ns, first_at   its first run
 WITH b AS (
     SELECT run_id, source, position, start_attrs.node AS node, start_attrs.op_type AS op_type,
-        duration_ns, status, start_ns, started_at
+        duration_ns, status, start_ns, started_at, start_attrs.reason AS own_reason
     FROM spans WHERE span_kind = 'break'
 ),
 why AS (
@@ -27,7 +30,7 @@ why AS (
 )
 SELECT
     b.run_id, b.source, b.position, b.node, b.op_type,
-    any_value(w.reason) AS reason,
+    coalesce(any_value(w.reason), any_value(b.own_reason)) AS reason,
     any_value(w.host_values) AS host_values,
     count(*) AS runs,
     count(*) FILTER (WHERE b.status = 'error') AS errors,

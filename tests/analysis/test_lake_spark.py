@@ -15,6 +15,7 @@ import pytest
 
 from ember.analysis import VIEW_NAMES, connect, ingest
 from ember.analysis.lake import connect_lake, ingest_lake, ingested_files
+from ember.analysis.torch_trace import import_torch_trace
 from ember.schemas import records as R
 from tests.analysis.lake_parity import (
     bad_corpus,
@@ -86,6 +87,9 @@ def test_the_spark_schema_is_the_models(spark):
             assert name in attrs.fieldNames(), (kind, name)
 
 
+TORCH_LOG = Path(__file__).parents[1] / "data" / "torch" / "rank_0.log"
+
+
 def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
     tmp_path, spark, sweep_trace, bus_trace
 ):
@@ -96,6 +100,8 @@ def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
         # the span id and nesting checks, one rendering for both engines (Spark had its own
         # copy of the first and none of the second)
         spans_and_depth_corpus(tmp_path / "spans.jsonl"),
+        # a torch.compile run imported from TORCH_TRACE: the rows of torch_compiles
+        Path(import_torch_trace(TORCH_LOG, tmp_path / "torch.jsonl").path),
     ]
     db, duck_lake, spark_lake = tmp_path / "t.duckdb", tmp_path / "a", tmp_path / "b"
     want = [(f.status, f.records, f.rejected) for f in ingest(files, db).files]
@@ -125,7 +131,7 @@ def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
         assert len(duck_rows(b, "recompiles")[1]) == 10
         assert [n for n in CHECKED_VIEWS if not duck_rows(b, n)[1]] == []  # each has rows
     again = ingest_spark(files, spark_lake, spark=spark)
-    assert [f.status for f in again.files] == ["unchanged"] * 4
+    assert [f.status for f in again.files] == ["unchanged"] * len(files)
 
 
 def test_the_heaviest_views_run_as_plain_views_in_the_shared_1_gib_session(

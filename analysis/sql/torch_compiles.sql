@@ -1,0 +1,43 @@
+-- torch_compiles: one row per torch.compile frame compile (runs imported from TORCH_TRACE
+-- logs: `ember import torch-trace`), with the facts only torch has. `compiles` and
+-- `recompiles` hold these compiles too, beside segments and JAX jit compiles.
+--
+-- run_id
+-- rank               the process's rank in a torch.distributed job (NULL: not distributed)
+-- compile_id         torch's id: frame/compile ('0/1'), '_N' for attempt N
+-- fun_name           the compiled function ('f', 'torch_dynamo_resume_in_f_at_38' after a
+--                    graph break, 'loss_fn (backward)' for its backward graph)
+-- defined_at         file:line of the function
+-- ts_ns, compile_ns  when it started (ns since the run began) and how long it took
+-- dynamo_ns, aot_ns, inductor_ns   the phases: Dynamo tracing, AOTAutograd, Inductor
+-- guard_count        guards torch installed on the frame
+-- cache_size         compiled entries the frame had before this compile
+-- fx_graph_cache     hit | miss | NULL: whether Inductor's FX graph cache had the graph
+-- retrace_reason     why it compiled again ('x dim 0: 8 -> 16', 'guard failed: ...')
+-- failed             true: the compile failed (fail_type, fail_reason say why)
+-- recompile_limit_hit  true: torch refused to compile the frame again (cache_size reached
+--                    recompile_limit, given): the frame runs eagerly from then on, torch's
+--                    analogue of a cache that evicts (every new input runs uncompiled)
+SELECT
+    s.run_id,
+    TRY_CAST(json_extract_string(r.tags, '$.rank') AS BIGINT) AS rank,
+    s.end_attrs.compile_id AS compile_id,
+    s.start_attrs.fun_name AS fun_name,
+    s.end_attrs.defined_at AS defined_at,
+    s.start_ns AS ts_ns,
+    s.duration_ns AS compile_ns,
+    s.end_attrs.tracing_ns AS dynamo_ns,
+    s.end_attrs.lowering_ns AS aot_ns,
+    s.end_attrs.backend_compile_ns AS inductor_ns,
+    s.end_attrs.guard_count AS guard_count,
+    s.end_attrs.cache_size AS cache_size,
+    s.end_attrs.persistent_cache AS fx_graph_cache,
+    s.end_attrs.retrace_reason AS retrace_reason,
+    s.status = 'error' AS failed,
+    s.error_kind AS fail_type,
+    s.error_reason AS fail_reason,
+    coalesce(s.end_attrs.recompile_limit_hit, false) AS recompile_limit_hit,
+    s.end_attrs.recompile_limit AS recompile_limit
+FROM spans s
+LEFT JOIN runs r ON r.run_id = s.run_id
+WHERE s.span_kind = 'jit' AND s.end_attrs.compile_id IS NOT NULL

@@ -1,0 +1,369 @@
+"""torch.compile TORCH_TRACE logs (tests/data/torch, written by real torch 2.13.0 on CPU)
+imported into Ember: the views, the report, rejected lines, and parity with tlparse."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ember.analysis import connect
+from ember.analysis.torch_trace import import_torch_trace, parse_recompile_reason
+from ember.cli.main import app
+
+DATA = Path(__file__).parents[1] / "data" / "torch"
+LOGS = ["recompile", "break", "limit", "train", "cached", "rank_0", "rank_1"]
+runner = CliRunner()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def torch_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """Every checked-in log imported and ingested; the run id of each scenario."""
+    tmp = tmp_path_factory.mktemp("torch")
+    db = tmp / "t.duckdb"
+    runs = {}
+    for name in LOGS:
+        result = import_torch_trace(DATA / f"{name}.log", tmp / f"{name}.jsonl")
+        assert result.rejected == [], result.rejected
+        runs[name] = result.run_id
+    r = runner.invoke(app, ["ingest", *(str(tmp / f"{n}.jsonl") for n in LOGS), "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    assert "0 rejected, 0 refused" in _flat(r.output)
+    return db, runs
+
+
+def _rows(db: Path, sql: str, *params: object) -> list[tuple]:
+    with connect(db, read_only=True) as con:
+        return con.execute(sql, list(params)).fetchall()
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_each_checked_in_log_imports_with_nothing_rejected(tmp_path, name):
+    result = import_torch_trace(DATA / f"{name}.log", tmp_path / "out.jsonl")
+    assert result.rejected == []
+    assert (
+        result.compiles
+        == {
+            "recompile": 2,
+            "break": 3,
+            "limit": 3,
+            "train": 2,
+            "cached": 2,
+            "rank_0": 1,
+            "rank_1": 1,
+        }[name]
+    )
+
+
+def test_recompile_reason_becomes_a_typed_shape_change(torch_db):
+    db, runs = torch_db
+    rows = _rows(
+        db,
+        "SELECT fun_name, compile_index, change, arg, old_value, new_value, reason "
+        "FROM recompiles WHERE run_id = ?",
+        runs["recompile"],
+    )
+    assert rows == [("scale", 2, "jit:shape", "x", "8", "16", "x shape: 8 -> 16")]
+    (span,) = _rows(
+        db,
+        "SELECT end_attrs.retrace_reason, end_attrs.compile_id, end_attrs.guard_count, "
+        "end_attrs.cache_size, end_attrs.defined_at FROM spans "
+        "WHERE run_id = ? AND span_kind = 'jit' AND end_attrs.compile_id = '0/1'",
+        runs["recompile"],
+    )
+    assert span[:4] == ("x dim 0: 8 -> 16", "0/1", 10, 1)
+    assert span[4].endswith("make_logs.py:24")
+
+
+def test_report_names_the_shape_that_recompiled(torch_db):
+    db, runs = torch_db
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["recompile"]])
+    assert r.exit_code == 0, r.output
+    assert "scale retraced once" in r.output
+    assert "x dim 0: 8 -> 16" in r.output
+    assert "2 compiles" in r.output
+
+
+def test_report_says_a_graph_break_and_the_recompile_limit(torch_db):
+    db, runs = torch_db
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["break"]])
+    out = _flat(r.output)
+    assert "graph break in f at " in out
+    assert "make_logs.py:38 (Data-dependent branching): Detected data-dependent" in out
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["limit"]])
+    out = _flat(r.output)
+    assert "g hit torch's recompile limit (2) and runs eagerly from then on" in out
+    assert "the last guard that failed: 0/1: k == 1." in out
+
+
+def test_torch_compiles_view(torch_db):
+    db, runs = torch_db
+    by_run: dict[str, list[tuple]] = {}
+    for run_id, *row in _rows(
+        db,
+        "SELECT run_id, rank, compile_id, fun_name, guard_count, cache_size, fx_graph_cache, "
+        "failed, recompile_limit_hit FROM torch_compiles ORDER BY run_id, ts_ns",
+    ):
+        by_run.setdefault(run_id, []).append(tuple(row))
+    assert by_run[runs["limit"]] == [
+        (None, "0/0", "g", 9, 0, None, False, False),
+        (None, "0/1", "g", 9, 1, None, False, False),
+        (None, "0/2", "g", None, None, None, True, True),
+    ]
+    assert by_run[runs["rank_1"]] == [(1, "0/0", "step", 11, 0, None, False, False)]
+    assert by_run[runs["cached"]] == [
+        (None, "0/0", "scale", 10, 0, "hit", False, False),
+        (None, "0/1", "scale", 10, 1, "hit", False, False),
+    ]
+
+
+def test_compiles_have_phases_and_the_second_process_hits_the_fx_graph_cache(torch_db):
+    db, runs = torch_db
+    rows = _rows(
+        db,
+        "SELECT run_id, compile_index, disk_cache FROM compiles "
+        "WHERE fun_name = 'scale' ORDER BY run_id, compile_index",
+    )
+    by_run = {(run, i): cache for run, i, cache in rows}
+    assert by_run[(runs["recompile"], 1)] == "miss"
+    assert by_run[(runs["cached"], 1)] == "hit"
+    assert by_run[(runs["cached"], 2)] == "hit"
+    phases = _rows(
+        db,
+        "SELECT end_attrs.tracing_ns, end_attrs.lowering_ns, end_attrs.backend_compile_ns, "
+        "duration_ns FROM spans WHERE run_id = ? AND span_kind = 'jit' ORDER BY start_ns",
+        runs["recompile"],
+    )
+    for dynamo, aot, inductor, whole in phases:
+        assert dynamo > 0
+        assert aot > 0
+        assert inductor > 0
+        assert dynamo + aot + inductor == pytest.approx(whole, abs=1000)
+
+
+def test_a_graph_break_is_a_break_with_torch_reason(torch_db):
+    db, runs = torch_db
+    rows = _rows(
+        db,
+        "SELECT source, position, node, op_type, reason FROM breaks WHERE run_id = ?",
+        runs["break"],
+    )
+    assert len(rows) == 1
+    source, position, node, op_type, reason = rows[0]
+    assert (source, position, op_type) == ("f", 0, "Data-dependent branching")
+    assert node.endswith("make_logs.py:38")
+    assert "if my_tensor.sum() > 0" in reason
+    # the two resume frames (one per branch) are two functions, not a recompile
+    funs = _rows(db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY ts_ns", runs["break"])
+    assert [f for (f,) in funs] == [
+        "f",
+        "torch_dynamo_resume_in_f_at_38",
+        "torch_dynamo_resume_in_f_at_38 [frame 2]",
+    ]
+    assert _rows(db, "SELECT count(*) FROM recompiles WHERE run_id = ?", runs["break"]) == [(0,)]
+
+
+def test_compare_fails_a_run_with_a_new_graph_break(torch_db):
+    db, runs = torch_db
+    r = runner.invoke(app, ["compare", "--db", str(db), runs["recompile"], runs["break"]])
+    assert r.exit_code == 1, r.output
+    out = _flat(r.output)
+    assert "new_breaks>0 │ fail" in out
+    assert "(Data-dependent branching): Detected data-dependent branching" in out
+    back = runner.invoke(app, ["compare", "--db", str(db), runs["break"], runs["break"]])
+    assert back.exit_code == 0, back.output
+
+
+def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_db):
+    db, runs = torch_db
+    rows = _rows(
+        db,
+        "SELECT end_attrs.compile_id, status, end_attrs.recompile_limit, "
+        "end_attrs.recompile_limit_hit, end_attrs.retrace_reason, start_attrs.fun_name "
+        "FROM spans WHERE run_id = ? AND span_kind = 'jit' ORDER BY start_ns",
+        runs["limit"],
+    )
+    assert rows == [
+        ("0/0", "ok", None, None, None, "g"),
+        ("0/1", "ok", None, None, "guard failed: 0/0: k == 0", "g"),
+        ("0/2", "error", 2, True, "guard failed: 0/1: k == 1", "g"),
+    ]
+
+
+def test_backward_is_its_own_compile_and_makes_the_run_a_training_run(torch_db):
+    db, runs = torch_db
+    funs = _rows(db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY 1", runs["train"])
+    assert funs == [("loss_fn",), ("loss_fn (backward)",)]
+    assert _rows(db, "SELECT phase FROM runs WHERE run_id = ?", runs["train"]) == [("train",)]
+
+
+def test_each_rank_is_a_run_tagged_with_its_rank_and_job(torch_db):
+    db, runs = torch_db
+    rows = _rows(
+        db,
+        "SELECT json_extract_string(tags, '$.rank'), json_extract_string(tags, '$.job') "
+        "FROM runs WHERE run_id IN (?, ?) ORDER BY 1",
+        runs["rank_0"],
+        runs["rank_1"],
+    )
+    assert rows == [("0", "torch"), ("1", "torch")]
+
+
+def test_parse_recompile_reason():
+    assert parse_recompile_reason(
+        "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 16"
+    ) == ("x dim 1: 8 -> 16", [{"arg": "x", "what": "shape", "old": "8", "new": "16"}])
+    assert parse_recompile_reason(
+        "0/0: tensor 'w' dtype mismatch. expected Float, actual Half"
+    ) == ("w dtype: Float -> Half", [{"arg": "w", "what": "dtype", "old": "Float", "new": "Half"}])
+    text = "0/0: k == 0    # return x * k  # make_logs.py:53 in g\nUser stack trace:\n  ..."
+    assert parse_recompile_reason(text) == ("guard failed: 0/0: k == 0", [])
+
+
+def _corrupt(tmp_path: Path) -> tuple[Path, int, int]:
+    """recompile.log with one payload line edited and one line of garbage; their numbers."""
+    lines = (DATA / "recompile.log").read_text(encoding="utf-8").split("\n")
+    at = next(i for i, line in enumerate(lines) if "recompile_reasons" in line)
+    lines[at + 1] = lines[at + 1].replace("actual 16", "actual 17")
+    second = next(i for i, line in enumerate(lines) if i > 0 and not line.startswith("\t"))
+    lines.insert(second, "this is not a log line")  # between two entries
+    path = tmp_path / "recompile.log"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path, at + 2, second + 1  # the entry moved down one line; numbers from 1
+
+
+def test_a_corrupted_payload_and_a_bad_line_are_rejected_and_the_rest_kept(tmp_path):
+    path, entry_line, bad_line = _corrupt(tmp_path)
+    result = import_torch_trace(path, tmp_path / "out.jsonl")
+    assert len(result.rejected) == 2
+    assert result.rejected[0].startswith(f"{path}:{bad_line}: not a TORCH_TRACE entry")
+    assert result.rejected[1].startswith(f"{path}:{entry_line}: payload md5 ")
+    assert result.compiles == 2  # the compiles are kept; the reason comes from the metrics
+
+
+def test_cli_imports_a_folder_and_exits_1_on_rejected_lines(tmp_path):
+    db = tmp_path / "c.duckdb"
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    shutil.copy(DATA / "limit.log", folder / "limit.log")
+    r = runner.invoke(app, ["import", "torch-trace", str(folder), "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    assert "3 compiles" in _flat(r.output)
+    assert "0 rejected" in _flat(r.output)
+    assert _rows(db, "SELECT count(*) FROM compiles") == [(3,)]
+    path, entry_line, _ = _corrupt(tmp_path)
+    bad = runner.invoke(app, ["import", "torch-trace", str(path), "--out", str(tmp_path / "o")])
+    assert bad.exit_code == 1
+    assert f"{path}:{entry_line}: payload md5" in _flat(bad.output)
+
+
+def test_cli_imports_into_a_lake(tmp_path):
+    lake = tmp_path / "lake"
+    r = runner.invoke(
+        app,
+        [
+            "import",
+            "torch-trace",
+            str(DATA / "break.log"),
+            "--out",
+            str(tmp_path / "b.jsonl"),
+            "--lake",
+            str(lake),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["report", "--db", str(lake)])
+    assert r.exit_code == 0, r.output
+    assert "graph break in f at " in _flat(r.output)
+
+
+def test_ingest_takes_a_torch_trace_folder_and_converts_each_log_once(tmp_path):
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    for rank in (0, 1):
+        shutil.copy(DATA / f"rank_{rank}.log", folder / f"rank_{rank}.log")
+    (folder / "notes.log").write_text("not a torch log\n")
+    db = tmp_path / "i.duckdb"
+    r = runner.invoke(app, ["ingest", str(folder), "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    out = _flat(r.output)
+    assert out.count("converted from TORCH_TRACE (1 compiles, 0 rejected lines)") == 2
+    assert "2 file(s), 6 records, 0 rejected" in out
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "notes.log",
+        "rank_0.log",
+        "rank_0.log.ember.jsonl",
+        "rank_1.log",
+        "rank_1.log.ember.jsonl",
+    ]
+    again = runner.invoke(app, ["ingest", str(folder / "rank_0.log"), "--db", str(db)])
+    assert again.exit_code == 0, again.output
+    assert "converted" not in again.output  # the trace beside it is newer than the log
+    assert "unchanged (already ingested)" in _flat(again.output)
+
+
+# ---------------------------------------------------------------- parity with tlparse
+
+
+def _tlparse(log: Path, out: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """tlparse's compile directory (compile id -> artifact names) and failed compile ids."""
+    tlparse = Path(sys.executable).parent / "tlparse"
+    if not tlparse.exists():
+        pytest.fail(f"{tlparse} missing: run `make .venv/.ember-test` (tlparse is in [test])")
+    # --strict: every line known to tlparse too; not for a rank's log, where tlparse counts
+    # the entry torch writes before the rank is known (torch_version) as another rank's
+    strict = [] if log.name.startswith("rank_") else ["--strict"]
+    subprocess.run(
+        [str(tlparse), str(log), "-o", str(out), "--no-browser", "--overwrite", *strict],
+        check=True,
+        capture_output=True,
+    )
+    directory = json.loads((out / "compile_directory.json").read_text())
+    artifacts = {
+        cid.strip("[]"): [a["name"] for a in v["artifacts"]]
+        for cid, v in directory.items()
+        if cid != "[-/-]"
+    }
+    failures = (out / "failures_and_restarts.html").read_text()
+    failed = re.findall(r"<td>\s*(?:<a[^>]*>)?\[(\d+/\d+)\]", failures)
+    return artifacts, failed
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_compile_ids_recompiles_breaks_and_failures_equal_tlparse(tmp_path, name):
+    artifacts, failed = _tlparse(DATA / f"{name}.log", tmp_path / "tl")
+    result = import_torch_trace(DATA / f"{name}.log", tmp_path / "e.jsonl")
+    ends = [
+        json.loads(line)
+        for line in (tmp_path / "e.jsonl").read_text().splitlines()
+        if '"span_end"' in line
+    ]
+    forward = [
+        e for e in ends if e["span_kind"] == "jit" and "(backward)" not in e["attrs"]["fun_name"]
+    ]
+    assert sorted(e["attrs"]["compile_id"] for e in forward) == sorted(artifacts)
+    recompiled = sorted(
+        c for c, names in artifacts.items() if any("recompile_reasons" in n for n in names)
+    )
+    assert (
+        sorted(e["attrs"]["compile_id"] for e in forward if "retrace_reason" in e["attrs"])
+        == recompiled
+    )
+    tl_breaks = sum(
+        n.startswith("dynamo_graph_break_reason") for ns in artifacts.values() for n in ns
+    )
+    assert sum(e["span_kind"] == "break" for e in ends) == tl_breaks
+    assert sorted(e["attrs"]["compile_id"] for e in forward if e["status"] == "error") == sorted(
+        failed
+    )
+    assert result.rejected == []
