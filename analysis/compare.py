@@ -383,12 +383,15 @@ def _ground_checks(base: RunData, candidate: RunData) -> list[RuleResult]:
     call passed every rule, or skipped it, and the gate said PASS), and both runs are of
     the same model (said, not failed: a new model version may carry a new tag)."""
     out = []
-    if _work(candidate) == 0:
+    # a run imported from a compile log (torch.compile's TORCH_TRACE) has compiles and no
+    # calls: its compiles are the work to compare
+    if _work(candidate) == 0 and not int(candidate.summary.get("compiles") or 0):
         out.append(
             RuleResult(
                 "the candidate made calls",
                 "fail",
-                f"the candidate made no calls or steps (the base made {_work(base)}): there is "
+                f"the candidate made no calls or steps (the base made {_work(base)}) and "
+                "compiled nothing: there is "
                 "nothing to compare; did it fail before its first call, or record the wrong "
                 "program?",
                 "calls",

@@ -81,6 +81,10 @@ class DatabaseBusy(DatabaseError):
         self.pid = pid
         self.holder = holder  # "writer" or "reader" (from DuckDB's lock error)
 
+    def __reduce__(self) -> tuple[type[DatabaseBusy], tuple[str, str | None, str]]:
+        # the SQL console's child process sends it back pickled: rebuilt with all three
+        return (type(self), (str(self), self.pid, self.holder))
+
 
 @dataclass(frozen=True)
 class DbVersion:

@@ -311,6 +311,12 @@ class Watch:
 
     # -------------------------------------------------------- memory
 
+    def sample_memory(self) -> None:
+        """Read the devices' memory now (with ``peak_memory``): a check made while the
+        watch still runs (the pytest fixture stops it after the test) sees the end too."""
+        if self._peak:
+            self._sample()
+
     def _sample(self) -> None:
         from ember.runtime.memory import read_device_memory
 

@@ -81,6 +81,10 @@ class EmberTrace:
     def seen(self) -> Seen:
         return self._watch.seen
 
+    def sample_memory(self) -> None:
+        """Read the devices' memory now, into ``seen.peak_memory`` (with a budget on it)."""
+        self._watch.sample_memory()
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -209,6 +213,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     try:
         result = yield
     finally:
+        if trace is not None:
+            # the fixture's watch runs on until its teardown: read the memory at the test's
+            # end here, before the budget is checked (else only the sampler's reads count)
+            trace.sample_memory()
         own.close()
         _remember(item, seen)
     if budget is not None:

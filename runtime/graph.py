@@ -235,6 +235,7 @@ def _build(
     known = set(initializers) | {i.name for i in graph.input}
     _check_single_writer(nodes, set(initializers), known, graph.name)
     nodes = fold.fold_batch_norms(nodes, initializers, [o.name for o in graph.output])
+    known |= set(initializers)  # the folded weights are initializers now
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
     layout.mark_nhwc_regions(nodes, initializers, [o.name for o in graph.output])
