@@ -171,10 +171,9 @@ def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = No
             return fallback(inputs)
         try:
             args = [inputs[n] for n in arg_names]
-            for i, a in enumerate(args):
+            for i, (a, dtype) in enumerate(zip(args, dtypes, strict=True)):
                 if type(a) in _PY_SCALARS:
-                    args[i] = np.asarray(a)
-            for a, dtype in zip(args, dtypes, strict=True):
+                    a = args[i] = np.asarray(a)
                 if type(a) is not array and a.dtype != dtype:
                     return None
             if x64:  # 64-bit arguments: called as they were traced
