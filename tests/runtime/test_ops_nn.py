@@ -490,6 +490,28 @@ def test_recurrent_against_onnxruntime_with_sequence_lens(
     np.testing.assert_allclose(got[1], want["Y_h"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize(("op_type", "gates"), [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_recurrent_step_has_only_the_recurrent_matmul(op_type: str, gates: int) -> None:
+    """The input terms X W^T + b are one matmul over the whole sequence, before the loop: the
+    step keeps only h's matmuls (GRU: one per gate) and no transposed copy of a weight
+    (ddddocr's CRNN LSTM was 4.6x onnxruntime with W's matmul and W.T inside the step)."""
+    import jax
+
+    fn = lookup(op_type, 14).fn
+    w, r = randn(2, gates * 3, 4), randn(2, gates * 3, 3)
+    jaxpr = jax.make_jaxpr(lambda x: fn(x, w, r, hidden_size=3, direction="bidirectional"))(
+        randn(5, 2, 4)
+    )
+    scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    assert len(scans) == 2  # one per direction
+    outside = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert outside.count("dot_general") >= 2  # each direction's input projection
+    for scan in scans:
+        body = [e.primitive.name for e in scan.params["jaxpr"].jaxpr.eqns]
+        assert body.count("dot_general") == (3 if op_type == "GRU" else 1), body
+        assert "transpose" not in body, body
+
+
 def test_gru_batch_first_layout_matches_reference() -> None:
     x, w, r = randn(2, 5, 4), randn(1, 9, 4), randn(1, 9, 3)
     assert_matches("GRU", [x, w, r], {"hidden_size": 3, "layout": 1}, n_outputs=2, opset=14)
