@@ -38,7 +38,7 @@ from typing import Any, Literal
 import jax
 from jax import monitoring
 
-from . import bus, disk_keys, jax_explain
+from . import bus, disk_keys, jax_explain, jax_names
 from . import events as E
 
 __all__ = [
@@ -173,8 +173,13 @@ class _Bridge:
         except Exception:
             _log.exception("ember: could not parse a JAX cache-miss explanation")
             return
-        if exp is not None:
-            self.state().explanations[exp.fun_name] = exp
+        if exp is None:
+            return
+        try:  # the names as the program wrote them; JAX's own if that fails
+            exp = jax_names.rename(exp, jax_names.call_context())
+        except Exception:
+            _log.exception("ember: could not name the arguments of a JAX cache miss")
+        self.state().explanations[exp.fun_name] = exp
 
     def on_event(self, event: str, **kwargs: Any) -> None:
         if event == CACHE_REQUEST_EVENT:

@@ -136,6 +136,8 @@ class Explanation:
     """The call that traced it (``file.py:12:8 (test_step)``), when JAX says."""
     defined_at: str | None = None
     """Where the function is defined (``file.py:3``), when JAX says."""
+    phrases: list[str] = field(default_factory=list)
+    """``reason``'s parts, one per change (``reason`` is them joined by ``; ``)."""
 
 
 def _locations(text: str) -> tuple[str | None, str | None]:
@@ -189,7 +191,7 @@ def parse_explanation(text: str) -> Explanation | None:
                 )
                 phrases.append(f"{t.group('arg')}: {t.group('old')} -> {t.group('new')}")
     reason = "; ".join(phrases) if phrases else head.rstrip(":") or diff
-    return Explanation(name, False, reason, changes, text, called_at, defined_at)
+    return Explanation(name, False, reason, changes, text, called_at, defined_at, phrases)
 
 
 # ---------------------------------------------------------------- primitives outside jit
