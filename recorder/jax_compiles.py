@@ -132,6 +132,8 @@ class _Bridge:
         self.mono_offset = 0
         # primitive name -> what it was last compiled for outside jit
         self.primitives: dict[str, jax_explain.PrimitiveCall] = {}
+        # a pmapped function's name -> what it was last compiled for
+        self.pmaps: dict[str, jax_names.PmapCall] = {}
 
     def add(self, watcher: CompileWatcher) -> None:
         with self.lock:
@@ -235,6 +237,9 @@ class _Bridge:
             if exp and not exp.first and not changes
             else None
         )
+        if exp is None and name == "_fun":  # pmap's own function: the program's instead
+            name, reason, changes = self.pmapped(name, reason, changes)
+            start_md["fun_name"] = name
         prim = jax_explain.primitive_call(name) if exp is None else None
         if prim is not None:
             before = self.primitives.get(name)
@@ -261,6 +266,20 @@ class _Bridge:
         bus.emit(E.stop(E.JIT), {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)
         for w in list(self.watchers):
             w.compiles += 1
+
+    def pmapped(
+        self, name: str, reason: str | None, changes: list[dict[str, Any]]
+    ) -> tuple[str, str | None, list[dict[str, Any]]]:
+        """The ``jax.pmap``-ped function compiled now, and what changed since its previous
+        compile (JAX explains none of pmap's cache misses: see ``jax_names.PmapCall``)."""
+        call = jax_names.pmap_call()
+        if call is None:
+            return name, reason, changes
+        before = self.pmaps.get(call.name)
+        self.pmaps[call.name] = call
+        if before is None:
+            return call.name, reason, changes
+        return (call.name, *jax_names.pmap_changes(before, call))
 
 
 _BRIDGE = _Bridge()

@@ -35,7 +35,7 @@ import jax
 
 from . import jax_explain
 
-__all__ = ["CallContext", "call_context", "rename"]
+__all__ = ["CallContext", "PmapCall", "call_context", "pmap_call", "pmap_changes", "rename"]
 
 _STATIC_POSITIONAL = re.compile(r"^arg (?P<i>\d+)$")
 _EQX_DYNAMIC = re.compile(
@@ -271,3 +271,73 @@ def rename(exp: jax_explain.Explanation, ctx: CallContext) -> jax_explain.Explan
             )
     exp.reason = "; ".join(exp.phrases)
     return exp
+
+
+# ---------------------------------------------------------------- pmap
+
+
+@dataclass
+class PmapCall:
+    """A ``jax.pmap`` call being compiled: the user's function and its arguments' types.
+
+    JAX 0.10 runs ``pmap`` as a ``jit`` of its own function ``_fun`` (in ``pmap.py``) and,
+    that function not being the program's, explains none of its cache misses: the bridge
+    reads the call from pmap's ``wrapped`` frame and compares it with the previous one.
+    """
+
+    name: str
+    args: dict[str, str]
+
+
+def pmap_call(frame: FrameType | None = None) -> PmapCall | None:
+    """The ``jax.pmap`` call on this thread's stack, else None."""
+    frame = frame or sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "wrapped" and code.co_filename.endswith("pmap.py"):
+            return _read_pmap_frame(frame)
+        frame = frame.f_back
+    return None
+
+
+def _read_pmap_frame(frame: FrameType) -> PmapCall | None:
+    local = frame.f_locals
+    infer = local.get("infer_params")
+    closure = getattr(infer, "__closure__", None)
+    if closure is None:
+        return None
+    cells = dict(zip(infer.__code__.co_freevars, (c.cell_contents for c in closure), strict=True))  # type: ignore[union-attr]
+    fun = getattr(cells.get("wrapped_fun"), "f", None)
+    if fun is None:
+        return None
+    try:
+        sig: inspect.Signature | None = inspect.signature(fun)
+    except (TypeError, ValueError):
+        sig = None
+    args, kwargs = tuple(local.get("args", ())), dict(local.get("kwargs", {}))
+    types = {name: _type_text(leaf) for _, name, leaf in _leaves_with_names(args, kwargs, sig)}
+    return PmapCall(str(getattr(fun, "__name__", "pmap")), types)
+
+
+def _type_text(leaf: Any) -> str:
+    try:
+        return jax.typeof(leaf).str_short(short_dtypes=True)
+    except Exception:  # not an array: its value
+        return _short(leaf)
+
+
+def pmap_changes(old: PmapCall, new: PmapCall) -> tuple[str, list[dict[str, Any]]]:
+    """Why ``pmap`` compiled ``new``'s function again: a reason and ``ArgChange`` dicts."""
+    changes, phrases = [], []
+    for name in [*new.args, *(n for n in old.args if n not in new.args)]:
+        before, after = old.args.get(name), new.args.get(name)
+        if before == after:
+            continue
+        if before is None or after is None:
+            changes.append({"arg": name, "what": "structure", "old": before, "new": after})
+            phrases.append(f"{name}: {before or '(none)'} -> {after or '(none)'}")
+            continue
+        change, phrase = jax_explain.type_change(name, after, before)
+        changes.append(change)
+        phrases.append(phrase)
+    return "; ".join(phrases) or "the same argument types (JAX's caches were cleared?)", changes
