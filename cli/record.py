@@ -17,9 +17,10 @@ from types import FrameType
 
 import typer
 
+from ember import autorecord
 from ember.record import TRACE_ENV
 
-from .app import app, err_console, fail
+from .app import app, console, err_console, fail
 
 # python's own options that take a value (``-X dev``, ``-W error``)
 _PYTHON_VALUE_OPTIONS = {"-X", "-W"}
@@ -84,6 +85,15 @@ def record(
         "--sync-steps",
         help="A step ends when its outputs are ready (serialises dispatch), not at dispatch.",
     ),
+    install_hook: bool = typer.Option(
+        False,
+        "--install-hook",
+        help=f"Install a .pth hook in this environment: every Python process started with "
+        f"{TRACE_ENV}=DIR that imports JAX records itself into DIR (children too).",
+    ),
+    uninstall_hook: bool = typer.Option(
+        False, "--uninstall-hook", help="Remove the .pth hook --install-hook wrote."
+    ),
 ) -> None:
     """Record an unmodified program: `ember record -- python train.py ARGS`.
 
@@ -91,6 +101,8 @@ def record(
     and memory reading goes to one trace per process under --out (the pid in the name).
     Each top-level call of a jitted function is a step named after the function.
     """
+    if install_hook or uninstall_hook:
+        raise typer.Exit(_hook(install_hook))
     folder = out or Path(os.environ.get(TRACE_ENV) or "traces")
     if phase not in ("train", "infer"):
         raise fail(f"--phase must be 'train' or 'infer', got {phase!r}")
@@ -102,6 +114,20 @@ def record(
         raise fail(str(e), code=2) from None
     env = {**os.environ, TRACE_ENV: str(folder)}
     raise typer.Exit(_run_child(cmd, env))
+
+
+def _hook(install: bool) -> int:
+    try:
+        path = autorecord.install_hook() if install else autorecord.uninstall_hook()
+    except OSError as e:
+        raise fail(f"cannot write {autorecord.hook_path()}: {e.strerror}") from None
+    if install:
+        console.print(f"installed {path}: run with {TRACE_ENV}=DIR to record", highlight=False)
+    elif path is None:
+        console.print(f"no hook at {autorecord.hook_path()}", highlight=False)
+    else:
+        console.print(f"removed {path}", highlight=False)
+    return 0
 
 
 def _run_child(cmd: list[str], env: dict[str, str]) -> int:

@@ -195,6 +195,9 @@ def record_program(program: Program, path: Path, *, memory_interval_s: float = 0
 
     What the program raises (``SystemExit`` included) propagates after the trace is closed.
     """
+    from ember import autorecord
+
+    autorecord.claim()  # the EMBER_TRACE hook (if installed) leaves this process to us
     from ember.recorder.jax import ProfileSession
     from ember.recorder.jax_steps import jit_steps
     from ember.runtime.memory import MemorySampler
