@@ -73,7 +73,7 @@ class _JaxFinder(importlib.abc.MetaPathFinder):
             run_module(module)
             _start()
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 

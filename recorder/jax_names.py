@@ -240,6 +240,12 @@ def _eqx_static_changes(ctx: CallContext) -> list[dict[str, Any]] | None:
     return min(diffs, key=len) if diffs else None
 
 
+def _renamed(phrase: str, old: str, new: str) -> str:
+    """``phrase`` with the argument ``old`` called ``new`` where a name stands (before a
+    space or a colon)."""
+    return re.sub(re.escape(old) + r"(?=[ :])", lambda _: new, phrase)
+
+
 def rename(exp: jax_explain.Explanation, ctx: CallContext) -> jax_explain.Explanation:
     """``exp`` with its arguments named as the program wrote them (see the docstring)."""
     if ctx.called_at is not None and _is_library(exp.called_at or "", _library_dirs()):
@@ -265,10 +271,9 @@ def rename(exp: jax_explain.Explanation, ctx: CallContext) -> jax_explain.Explan
             change["arg"] = names[int(m.group("i"))]
         elif ctx.eqx_args is not None and change["what"] != "static":
             change["arg"] = _eqx_dynamic_name(ctx, old)
-        if change["arg"] != old:  # the name where a phrase has it: `x dim 0`, `static k:`
-            exp.phrases[i] = re.sub(
-                re.escape(old) + r"(?=[ :])", lambda _, new=change["arg"]: new, exp.phrases[i]
-            )
+        new = str(change["arg"])
+        if new != old:  # the name where a phrase has it: `x dim 0`, `static k:`
+            exp.phrases[i] = _renamed(exp.phrases[i], old, new)
     exp.reason = "; ".join(exp.phrases)
     return exp
 
@@ -306,7 +311,8 @@ def _read_pmap_frame(frame: FrameType) -> PmapCall | None:
     closure = getattr(infer, "__closure__", None)
     if closure is None:
         return None
-    cells = dict(zip(infer.__code__.co_freevars, (c.cell_contents for c in closure), strict=True))  # type: ignore[union-attr]
+    names = infer.__code__.co_freevars  # type: ignore[union-attr]
+    cells = dict(zip(names, (c.cell_contents for c in closure), strict=True))
     fun = getattr(cells.get("wrapped_fun"), "f", None)
     if fun is None:
         return None

@@ -20,6 +20,7 @@ attributes, use as a method) is the jitted function's own.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -48,24 +49,20 @@ _state = threading.local()  # .depth: how many steps are open in this thread
 class JitStep:
     """A jitted function whose top-level calls are ``step`` spans (see the module)."""
 
-    __slots__ = ("__wrapped__", "_calls", "_label", "_lock", "_sync")
+    __slots__ = ("__wrapped__", "_calls", "_label", "_sync")
 
     def __init__(self, jitted: Callable[..., Any], label: str, sync: bool) -> None:
         self.__wrapped__ = jitted
         self._label = label
         self._sync = sync
-        self._calls = 0
-        self._lock = threading.Lock()
+        self._calls = itertools.count()  # next() is atomic: no lock on the call path
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if getattr(_state, "depth", 0) or not _top_level():
             return self.__wrapped__(*args, **kwargs)
-        with self._lock:
-            index = self._calls
-            self._calls += 1
         _state.depth = 1
         try:
-            with bus.span(E.STEP, {"step": self._label, "index": index}):
+            with bus.span(E.STEP, {"step": self._label, "index": next(self._calls)}):
                 out = self.__wrapped__(*args, **kwargs)
                 if self._sync:
                     jax.block_until_ready(out)
