@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,32 @@ def test_a_program_that_raises_leaves_valid_traces(hook, tmp_path):
         assert validate_file(trace).ok
         kinds = [json.loads(line)["kind"] for line in trace.read_text().splitlines()]
         assert kinds.count("span_start") == kinds.count("span_end") >= 2
+
+
+def test_sigterm_closes_a_hooked_trace(hook, tmp_path):
+    ready = tmp_path / "ready"
+    env = {**os.environ, "EMBER_TRACE": str(tmp_path / "out")}
+    child = subprocess.Popen(
+        [sys.executable, str(PROGRAM), "--hang", str(ready)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    (trace,) = (tmp_path / "out").glob("*.jsonl")
+    assert validate_file(trace).ok
+    lines = trace.read_text().splitlines()
+    # the two compiles of parent_step, written before the process ended
+    assert sum('"fun_name":"parent_step"' in line and "span_end" in line for line in lines) == 2
 
 
 def test_a_process_ember_record_runs_is_recorded_once(hook, tmp_path):

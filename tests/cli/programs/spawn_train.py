@@ -5,6 +5,8 @@ and a plain ``subprocess`` that never imports JAX; nothing of Ember in it.
 import multiprocessing
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +29,9 @@ def child_work(n: int) -> None:
 def main() -> None:
     for size in (4, 8):
         parent_step(jnp.ones(size)).block_until_ready()
+    if "--hang" in sys.argv:  # wait for SIGTERM, having said so in the file named last
+        Path(sys.argv[-1]).write_text("ready")
+        time.sleep(120)
     child = multiprocessing.get_context("spawn").Process(target=child_work, args=(3,))
     child.start()
     child.join()
