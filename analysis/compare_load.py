@@ -5,8 +5,8 @@
   run with some tags) into ``Side`` objects: how to query the run's database and its id.
 - ``load_run(sql, run_id)`` reads what one run says from the views: its ``run_summary``
   row (every headline metric, defined once there), the durations its latency is made of
-  (``_latency_samples``), and its causes: why it recompiled (``_recompile_causes``), where
-  its cache evicted (``_eviction_sites``) and where its graph broke (``_break_nodes``),
+  (``latency_samples``), and its causes: why it recompiled (``recompile_causes``), where
+  its cache evicted (``eviction_sites``) and where its graph broke (``break_nodes``),
   each named for a person. ``sql`` is any ``(query, params) -> polars.DataFrame``.
 """
 
@@ -115,13 +115,13 @@ def load_run(sql: SqlRunner, run_id: str, origin: str = "") -> RunData:
     row = summary.row(0, named=True)
     samples = sql(
         "SELECT duration_ns, NOT compiled AND status IS DISTINCT FROM 'error' AS warm "
-        "FROM _latency_samples WHERE run_id = $1 ORDER BY ts_ns",
+        "FROM latency_samples WHERE run_id = $1 ORDER BY ts_ns",
         [run_id],
     )
     durations = np.asarray(samples["duration_ns"].to_numpy(), dtype=np.float64)
     warm = samples["warm"].to_numpy().astype(bool)
     data = RunData(run_id, origin, row, durations, warm_durations_ns=durations[warm])
-    for r in _of(sql, "_recompile_causes", run_id, "n DESC, change, arg, dim"):
+    for r in _of(sql, "recompile_causes", run_id, "n DESC, change, arg, dim"):
         where = f"position {r['position']}" if r["position"] is not None else r["fun_name"]
         key = f"{where}|{r['change']}|{r['arg']}|{r['dim']}"
         name = _cause_name(r["change"], r["arg"], r["dim"])
@@ -132,14 +132,14 @@ def load_run(sql: SqlRunner, run_id: str, origin: str = "") -> RunData:
             when = "on every call" if every else times(r["n"])
             text = f"{name} changed {when} at {where} (e.g. {r['example']})"
         data.causes[f"recompile|{key}"] = Cause("recompile", key, where, name, r["n"], text)
-    for r in _of(sql, "_eviction_sites", run_id, "position"):
+    for r in _of(sql, "eviction_sites", run_id, "position"):
         where = f"position {r['position']}"
         again = f", {r['recompiled']} compiled again" if r["recompiled"] else ""
         text = f"the cache at {where} evicted {times(r['n'])} (cache_size {r['cache_size']}{again})"
         data.causes[f"eviction|{where}"] = Cause(
             "eviction", where, where, f"evictions at {where}", r["n"], text
         )
-    for r in _of(sql, "_break_nodes", run_id, "position"):
+    for r in _of(sql, "break_nodes", run_id, "position"):
         name = f"break at `{r['node']}` ({r['op_type']})"
         why = f": {r['reason']}" if r["reason"] else ""
         where = f"position {r['position']}"

@@ -1,7 +1,7 @@
 """The findings of ``ember report``: one builder per kind, each reading its view.
 
 A builder takes the runs' ids (and their headline numbers, ``RunSummary``, where it needs
-them), reads one view of ``analysis/sql`` (``_memory_peaks``, ``_recompile_positions``,
+them), reads one view of ``analysis/sql`` (``memory_peaks``, ``recompile_positions``,
 ``time_by_part``...) for those runs, and returns ``Finding`` objects: the sentence a
 person reads, the numbers it is made of (``data``) and what it costs (``cost_ns``, the time
 it names: compile time, the time a part of the calls took, Hub downloads; 0 for memory and
@@ -155,9 +155,9 @@ _SERIES_RANK = {"tensors": 0, "peak": 1, "used": 2, "reserved": 3, "rss": 4}
 def _peaks(
     con: Connection, run_ids: list[str], summaries: dict[str, RunSummary]
 ) -> list[dict[str, Any]]:
-    """Per run, every memory series' peak (``_memory_peaks``): the run's headline peak first
+    """Per run, every memory series' peak (``memory_peaks``): the run's headline peak first
     (``run_summary.peak_bytes``/``peak_source``), then the others, most telling first."""
-    rows = _rows(_of(con, "_memory_peaks", run_ids))
+    rows = _rows(_of(con, "memory_peaks", run_ids))
     rows.sort(key=lambda r: (r["run_id"], _SERIES_RANK.get(r["series"], 9), -r["peak_bytes"]))
     best: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -223,10 +223,10 @@ def _memory_findings(
 
 def _recompile_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     """One finding per segment position compiled more than once."""
-    positions = _of(con, "_recompile_positions", run_ids, "run_id, position")
-    changes = _of(con, "_recompile_changes", run_ids, "n DESC, change, arg, dim")
+    positions = _of(con, "recompile_positions", run_ids, "run_id, position")
+    changes = _of(con, "recompile_changes", run_ids, "n DESC, change, arg, dim")
     # the size of every (arg, dim) at every compile, in compile order: the sequence
-    sizes = _of(con, "_compile_sizes", run_ids)
+    sizes = _of(con, "compile_sizes", run_ids)
     size_of = {
         (r["run_id"], r["source"], r["position"], r["arg"], r["dim"]): r["sizes"]
         for r in _rows(sizes)
@@ -285,7 +285,7 @@ def _change_words(c: dict[str, Any], sizes: list[int] | None) -> str:
 
 
 def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    df = _of(con, "_jit_retraces", run_ids, "run_id, fun_name")
+    df = _of(con, "jit_retraces", run_ids, "run_id, fun_name")
     out = []
     for r in _rows(df):
         reasons = list(dict.fromkeys(r["reasons"]))
@@ -306,7 +306,7 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 def _outside_jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     """JAX's compiles of primitives run outside jit, grouped apart: one line per run."""
-    df = _of(con, "_jit_functions", run_ids, "run_id, compile_ns DESC, fun_name")
+    df = _of(con, "jit_functions", run_ids, "run_id, compile_ns DESC, fun_name")
     by_run: dict[str, list[dict[str, Any]]] = {}
     for r in _rows(df):
         if r["internal"]:
@@ -332,7 +332,7 @@ def _outside_jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 
 def _thrash_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    df = _of(con, "_thrash_positions", run_ids, "run_id, position")
+    df = _of(con, "thrash_positions", run_ids, "run_id, position")
     out = []
     for r in _rows(df):
         segs = "1 segment was" if r["keys"] == 1 else f"{r['keys']} segments were"
@@ -362,7 +362,7 @@ def _thrash_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 def _eviction_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     """Evictions that cost nothing: say so, since a bigger cache would not help."""
-    df = _of(con, "_eviction_totals", run_ids)
+    df = _of(con, "eviction_totals", run_ids)
     out = []
     for r in _rows(df):
         if r["recompiled"]:
@@ -377,7 +377,7 @@ def _eviction_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
 
 
 def _bucket_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    df = _of(con, "_bucket_advice", run_ids, "saved_compiles DESC, position, arg, dim")
+    df = _of(con, "bucket_advice", run_ids, "saved_compiles DESC, position, arg, dim")
     out = []
     for r in _rows(df):
         buckets = "/".join(str(s) for s in r["pow2_sizes"])
@@ -414,7 +414,7 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
     if not loaded:
         return out
     # the runs to compare with may be outside the selection (--run): read them all
-    everyone = con.sql("SELECT * FROM _disk_cache_runs")
+    everyone = con.sql("SELECT * FROM disk_cache_runs")
     rows = {r["run_id"]: r for r in _rows(everyone)}
     for s in loaded:
         me = rows[s.run_id]
@@ -457,7 +457,7 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
 def _latency_findings(
     con: Connection, run_ids: list[str], summaries: dict[str, RunSummary]
 ) -> list[Finding]:
-    df = _of(con, "_slowest_shapes", run_ids)
+    df = _of(con, "slowest_shapes", run_ids)
     out = []
     for r in _rows(df):
         text = f"slowest shape: {short_path(r['shapes_text'], 48)} p99 {fmt.duration(r['p99_ns'])}"
@@ -484,7 +484,7 @@ def _latency_findings(
 
 
 def _error_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
-    df = _of(con, "_call_errors", run_ids)
+    df = _of(con, "call_errors", run_ids)
     out = []
     for r in _rows(df):
         if r["span_kind"] == "call":
@@ -611,7 +611,7 @@ def _disk_miss_findings(con: Connection, summaries: dict[str, RunSummary]) -> li
         return []
     out = []
     reasons = _changed_disk_keys(con, missed)
-    for view_row in _rows(_of(con, "_disk_cache_runs", missed)):
+    for view_row in _rows(_of(con, "disk_cache_runs", missed)):
         r = {
             "run_id": view_row["run_id"],
             "misses": view_row["disk_misses"],

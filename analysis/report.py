@@ -148,6 +148,6 @@ def rejected_summary(con: Connection, run_id: str | None = None) -> list[dict[st
     """Per trace file: lines ingest rejected, with the first one's line number and reason."""
     where = "" if run_id is None else " WHERE run_id = ?"
     return con.sql(
-        f"SELECT file, lines, first_line, first_reason FROM _rejected_files{where} ORDER BY file",
+        f"SELECT file, lines, first_line, first_reason FROM rejected_files{where} ORDER BY file",
         [] if run_id is None else [run_id],
     ).to_dicts()

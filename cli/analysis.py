@@ -637,7 +637,7 @@ def views(
         "-- ember.analysis.lake_spark.register_lake.\n"
         "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
         "-- view (and a CTE at every use) that reads it. Run as plain temp views (as\n"
-        "-- register_lake(spark, lake, computed=False) creates them), _recompile_causes and\n"
+        "-- register_lake(spark, lake, computed=False) creates them), recompile_causes and\n"
         "-- run_summary, once the heaviest, took about 11 s each in a 1 GiB driver on the\n"
         "-- demo traces. The default register_lake computes each view once, in this order,\n"
         "-- and keeps its rows (localCheckpoint), so that no query plans them again.\n\n"

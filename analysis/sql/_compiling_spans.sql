@@ -2,7 +2,7 @@
 -- a segment cache miss in it or in a span inside it (a break compiles the program it runs
 -- for its Loop or If there), or a jit compile in the step, also below a span of the user's
 -- inside it. The one definition of "a call that compiled" that call_latency and
--- _latency_samples (and so run_summary's warm latency) read. The call or step is found
+-- latency_samples (and so run_summary's warm latency) read. The call or step is found
 -- among the four spans above the miss (or jit span): Spark SQL has no recursive CTE.
 --
 -- run_id

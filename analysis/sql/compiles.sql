@@ -19,7 +19,7 @@
 -- retrace_reason  for jit compiles, JAX's explanation
 -- jax_explanation for jit compiles, JAX's own words when Ember could not type them
 -- outside_jit   for jit compiles: JAX's own compile of a primitive (or helper) run outside
---               jit (see _jit_functions); NULL for segments
+--               jit (see jit_functions); NULL for segments
 -- evictions_before  how many times the cache evicted this key at this position before
 --               this compile (NULL for a jit compile)
 WITH misses AS (
@@ -161,4 +161,4 @@ SELECT
     a.ahead_of_time
 FROM all_compiles a
 LEFT JOIN runs r ON r.run_id = a.run_id
-LEFT JOIN _jit_functions j ON j.run_id = a.run_id AND j.fun_name = a.fun_name
+LEFT JOIN jit_functions j ON j.run_id = a.run_id AND j.fun_name = a.fun_name

@@ -17,7 +17,7 @@
 -- recompiles    compiles (as above) after the first at the same position / of the same
 --               function
 -- recompiled_after_eviction  recompiles of a key the cache had evicted (see evictions)
--- jax_compiles  compiles of primitives JAX ran outside jit (see _jit_functions)
+-- jax_compiles  compiles of primitives JAX ran outside jit (see jit_functions)
 -- jax_primitives  how many different primitives (or JAX helpers) those compiles were of
 -- jax_compile_ns  their total time (ns)
 -- compiled_keys different keys compiled, over every compile (segment, eager, jitted
@@ -85,8 +85,8 @@ cache_counts AS (
     FROM cache GROUP BY run_id
 ),
 comp AS (
-    -- compiles.outside_jit is _jit_functions.internal for the function (read here rather
-    -- than joining _jit_functions again)
+    -- compiles.outside_jit is jit_functions.internal for the function (read here rather
+    -- than joining jit_functions again)
     SELECT c.run_id,
         coalesce(c.outside_jit, false) AS internal,
         c.position IS NOT NULL AND c.compiled IS NOT DISTINCT FROM false AS eager,
@@ -134,7 +134,7 @@ warm AS (
         quantile_cont(duration_ns, 0.99) FILTER (WHERE warm) AS warm_p99_ns
     FROM (
         SELECT *, NOT compiled AND status IS DISTINCT FROM 'error' AS warm
-        FROM _latency_samples
+        FROM latency_samples
     ) samples GROUP BY run_id
 ),
 peaks AS (

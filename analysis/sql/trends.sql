@@ -2,10 +2,10 @@
 -- each model's history of run_summary's headline numbers (compiles, recompiles,
 -- evictions, graph breaks, warm p50/p99, compile time, peak memory), for charts and for
 -- the change points `ember trends` finds (analysis/trends.py; a series keyed by another
--- tag, such as branch, is read from _trend_points).
+-- tag, such as branch, is read from trend_points).
 --
 -- series     the model tag, else the run's name (scenario tag or entrypoint)
--- metric, unit, exact, context   as in _trend_points
+-- metric, unit, exact, context   as in trend_points
 -- run_index  1 for the series' first run of the metric, 2 for the next, ... (by start,
 --            then run id)
 -- runs       how many runs the series has a value of the metric for
@@ -17,5 +17,5 @@ SELECT coalesce(model, name) AS series, metric, unit, exact, context,
     count(*) OVER (PARTITION BY coalesce(model, name), metric) AS runs,
     run_id, started_at, tags, value,
     lag(value) OVER w AS previous
-FROM _trend_points
+FROM trend_points
 WINDOW w AS (PARTITION BY coalesce(model, name), metric ORDER BY started_at, run_id)

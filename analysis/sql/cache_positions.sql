@@ -1,4 +1,4 @@
--- _cache_positions: one row per (run, source, position) the segment cache was looked up at:
+-- cache_positions: one row per (run, source, position) the segment cache was looked up at:
 -- its hits, misses and evictions.
 --
 -- run_id, source, position

@@ -1,4 +1,4 @@
--- _recompile_reasons: one row per (run, change, arg, dim): the recompiles of a run grouped
+-- recompile_reasons: one row per (run, change, arg, dim): the recompiles of a run grouped
 -- by the part of the key that changed first (the Recompiles page's "why it compiled
 -- again"); compiles of primitives JAX ran outside jit are left out (grouped apart).
 --

@@ -1,4 +1,4 @@
--- _eviction_totals: one row per run that evicted segments from its cache.
+-- eviction_totals: one row per run that evicted segments from its cache.
 --
 -- run_id
 -- evictions     evict events

@@ -1,4 +1,4 @@
--- _segment_memory: one row per compiled segment that reported its static memory (XLA's
+-- segment_memory: one row per compiled segment that reported its static memory (XLA's
 -- memory_analysis of the executable).
 --
 -- run_id, position

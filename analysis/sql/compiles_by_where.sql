@@ -1,4 +1,4 @@
--- _compiles_by_where: one row per (run, where): how many compiles a run made at each
+-- compiles_by_where: one row per (run, where): how many compiles a run made at each
 -- segment position or of each jitted function (every row of `compiles`: segment, eager,
 -- jit, JAX primitive), for the Compare page's "compiles per position".
 --

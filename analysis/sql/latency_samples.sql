@@ -1,4 +1,4 @@
--- _latency_samples: one row per span whose duration run_summary's latency is made of: the
+-- latency_samples: one row per span whose duration run_summary's latency is made of: the
 -- run's calls when it made any, else its steps (the rule of run_summary.latency_of).
 --
 -- run_id

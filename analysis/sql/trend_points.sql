@@ -1,4 +1,4 @@
--- _trend_points: one row per (run, trend metric) with a value: run_summary's headline
+-- trend_points: one row per (run, trend metric) with a value: run_summary's headline
 -- numbers laid out long, so that a trend is one filter on `metric` (what `trends`,
 -- `ember trends` and the dashboard's Trends page read).
 --

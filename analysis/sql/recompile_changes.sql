@@ -1,4 +1,4 @@
--- _recompile_changes: one row per (run, source, position, change, arg, dim): how often each
+-- recompile_changes: one row per (run, source, position, change, arg, dim): how often each
 -- part of a segment's key changed at a recompile there.
 --
 -- run_id, source, position

@@ -1,4 +1,4 @@
--- _slowest_shapes: one row per run with calls: its input shapes with the highest p99
+-- slowest_shapes: one row per run with calls: its input shapes with the highest p99
 -- (a row of call_latency).
 --
 -- run_id, source, shapes_text, calls, errors, p50_ns, p90_ns, p99_ns, mean_ns, max_ns,

@@ -1,4 +1,4 @@
--- _jit_functions: one row per (run, jitted function) seen by the JAX bridge, and whether it
+-- jit_functions: one row per (run, jitted function) seen by the JAX bridge, and whether it
 -- is JAX's own compile of a primitive run outside jit.
 --
 -- JAX compiles the primitives a program runs eagerly (`_normal`, `_reduce_sum`,

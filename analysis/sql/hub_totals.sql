@@ -1,4 +1,4 @@
--- _hub_totals: one row per run that used the Hub: its files and metadata requests, summed
+-- hub_totals: one row per run that used the Hub: its files and metadata requests, summed
 -- over hub_files (the Hub page's headline numbers).
 --
 -- run_id       the run

@@ -1,4 +1,4 @@
--- _eviction_sites: one row per (run, position) whose segment cache evicted.
+-- eviction_sites: one row per (run, position) whose segment cache evicted.
 --
 -- run_id, position
 -- n             evict events at the position

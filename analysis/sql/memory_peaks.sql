@@ -1,4 +1,4 @@
--- _memory_peaks: one row per (run, device, series) memory peak (all but 'limit'), with the
+-- memory_peaks: one row per (run, device, series) memory peak (all but 'limit'), with the
 -- name the report gives it and the call or step it happened in.
 --
 -- run_id, device, series, source, peak_bytes, peak_ts_ns, by_category   as in peak_memory

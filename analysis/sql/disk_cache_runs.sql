@@ -1,4 +1,4 @@
--- _disk_cache_runs: one row per run with segment compiles: what its disk cache did.
+-- disk_cache_runs: one row per run with segment compiles: what its disk cache did.
 --
 -- run_id
 -- model, name   the model tag; the scenario tag (else the run id)

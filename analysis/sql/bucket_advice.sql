@@ -1,4 +1,4 @@
--- _bucket_advice: one row per (run, source, position, input, dim) where padding the caller's
+-- bucket_advice: one row per (run, source, position, input, dim) where padding the caller's
 -- input to power-of-two buckets saves compiles (shape_buckets, for inputs a caller can pad:
 -- a segment after a graph break gets tensors the model made).
 --

@@ -1,4 +1,4 @@
--- _recompile_causes: one row per (run, place, change): why a segment position or a jitted
+-- recompile_causes: one row per (run, place, change): why a segment position or a jitted
 -- function compiled again, for the recompiles run_summary counts (compiled segments and
 -- the user's jitted functions; not eager segments, not JAX's own primitives). A recompile
 -- after an eviction counts once, as that cause; any other counts once for each change it
@@ -14,7 +14,7 @@
 -- example       the reason of the first of them, in words
 -- lookups       cache lookups at the position (NULL for a jitted function)
 WITH r AS (
-    -- recompiles.compiled and .outside_jit are compiles' row and _jit_functions' internal
+    -- recompiles.compiled and .outside_jit are compiles' row and jit_functions' internal
     -- for the function: the columns read here, without joining those views again
     SELECT run_id, position, fun_name, compile_index, reason,
         unnest(CASE WHEN after_eviction OR len(changes) = 0

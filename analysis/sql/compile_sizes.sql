@@ -1,4 +1,4 @@
--- _compile_sizes: one row per (run, source, position, argument, dimension): its size at each
+-- compile_sizes: one row per (run, source, position, argument, dimension): its size at each
 -- compile there, in compile order (the sequence a recompile finding quotes).
 --
 -- run_id, source, position

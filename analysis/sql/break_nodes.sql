@@ -1,4 +1,4 @@
--- _break_nodes: one row per (run, break node): a node where the graph stopped being one
+-- break_nodes: one row per (run, break node): a node where the graph stopped being one
 -- compiled program, over every source and position it broke at.
 --
 -- run_id

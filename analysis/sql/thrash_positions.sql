@@ -1,4 +1,4 @@
--- _thrash_positions: one row per (run, source, position) that compiled keys again after
+-- thrash_positions: one row per (run, source, position) that compiled keys again after
 -- evicting them, with the cache size that would not have.
 --
 -- run_id, source, position

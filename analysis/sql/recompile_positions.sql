@@ -1,4 +1,4 @@
--- _recompile_positions: one row per segment position compiled more than once in a run.
+-- recompile_positions: one row per segment position compiled more than once in a run.
 --
 -- run_id, source, position
 -- compiles      compiles at this position (compiles rows)

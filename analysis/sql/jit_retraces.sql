@@ -1,4 +1,4 @@
--- _jit_retraces: one row per (run, jitted function of the user's) that JAX traced again.
+-- jit_retraces: one row per (run, jitted function of the user's) that JAX traced again.
 --
 -- run_id, fun_name
 -- retraces      compiles after the first
@@ -8,7 +8,7 @@ SELECT r.run_id, r.fun_name, count(*) AS retraces,
     CAST(coalesce(sum(r.compile_ns), 0) AS BIGINT) AS compile_ns,
     list(coalesce(c.retrace_reason, r.reason) ORDER BY r.compile_index) AS reasons
 FROM recompiles r
-JOIN _jit_functions j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
+JOIN jit_functions j ON j.run_id = r.run_id AND j.fun_name = r.fun_name
 LEFT JOIN compiles c ON c.run_id = r.run_id AND c.fun_name = r.fun_name
     AND c.compile_index = r.compile_index
 WHERE r.fun_name IS NOT NULL AND NOT j.internal

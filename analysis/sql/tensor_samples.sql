@@ -1,4 +1,4 @@
--- _tensor_samples: one row per (run, device, category, sample time): the live tensor bytes
+-- tensor_samples: one row per (run, device, category, sample time): the live tensor bytes
 -- of each category sampled on a time grid common to all categories of a run's device, so
 -- the Memory page's stacked areas line up. The grid is every time a tensor row was recorded
 -- when the device has at most 1500 of them (the dashboard's charts.MAX_POINTS), else 1501

@@ -1,4 +1,4 @@
--- _call_windows: one row per (run, window count, window): a run's model calls cut into a
+-- call_windows: one row per (run, window count, window): a run's model calls cut into a
 -- fixed number of equal time windows (10, 25, 50, 100 or 200 per run, for the Calls page's
 -- "latency over time" and its slider), with the latency percentiles of the calls that
 -- started in each window. Windows without calls have no row.

@@ -1,4 +1,4 @@
--- _rejected_files: one row per (trace file, run): the lines ingest rejected.
+-- rejected_files: one row per (trace file, run): the lines ingest rejected.
 --
 -- file, run_id
 -- lines         rejected lines

@@ -1,4 +1,4 @@
--- _hub_checks: one row per (run, check kind) of the Hub cache hits: how each hit was found
+-- hub_checks: one row per (run, check kind) of the Hub cache hits: how each hit was found
 -- current.
 --
 -- run_id

@@ -1,4 +1,4 @@
--- _call_errors: one row per run and kind of span that raised: its calls, or the model's
+-- call_errors: one row per run and kind of span that raised: its calls, or the model's
 -- load or compile (a run whose model failed to load or compile has no calls to fail).
 --
 -- run_id
