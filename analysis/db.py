@@ -41,6 +41,7 @@ import polars as pl
 from ember.schemas import RECORD_KINDS
 
 from .schema_types import TABLE_COLUMNS
+from .views import RETIRED_VIEWS, VIEW_NAMES
 
 __all__ = [
     "INGEST_WAIT_S",
@@ -60,63 +61,6 @@ DEFAULT_DB = "ember.duckdb"
 
 RECORD_TABLES: tuple[str, ...] = tuple(k for k in RECORD_KINDS if k != "meta")
 """The table of each record kind except ``meta`` (which becomes ``runs``)."""
-
-# views in dependency order (a view may read the ones before it)
-VIEW_NAMES: tuple[str, ...] = (
-    "spans",
-    "jit_functions",
-    "cache_lookups",
-    "cache_events",
-    "compiles",
-    "disk_cache_misses",
-    "recompiles",
-    "evictions",
-    "cache_thrash",
-    "cache_what_if",
-    "shape_buckets",
-    "memory_timeline",
-    "peak_memory",
-    "hub_files",
-    "_compiling_spans",
-    "call_latency",
-    "compile_payback",
-    "breaks",
-    "latency_samples",
-    "run_summary",
-    "steps",
-    "call_breakdown",
-    "time_by_part",
-    "torch_compiles",
-    # each model's history of run_summary's numbers (the trends of `ember trends`)
-    "trend_points",
-    "trends",
-    # helpers of the report (what its findings read)
-    "memory_peaks",
-    "recompile_positions",
-    "recompile_changes",
-    "compile_sizes",
-    "thrash_positions",
-    "eviction_totals",
-    "bucket_advice",
-    "disk_cache_runs",
-    "slowest_shapes",
-    "call_errors",
-    "rejected_files",
-    "jit_retraces",
-    # helpers of compare (a run's causes and latency samples)
-    "recompile_causes",
-    "eviction_sites",
-    "break_nodes",
-    # helpers of the dashboard's pages
-    "cache_positions",
-    "call_windows",
-    "recompile_reasons",
-    "compiles_by_where",
-    "tensor_samples",
-    "hub_totals",
-    "hub_checks",
-    "segment_memory",
-)
 
 
 class DatabaseBusyError(RuntimeError):
@@ -286,6 +230,8 @@ def view_sql(name: str) -> str:
 def _create_views(con: duckdb.DuckDBPyConnection, defer: bool = False) -> None:
     """The macros and the views; ``defer``: without binding them (``_can_defer_binding``)."""
     con.execute(view_sql("macros"))
+    for name in RETIRED_VIEWS:
+        con.execute(f"DROP VIEW IF EXISTS {name}")
     option = " WITH (DEFER_BINDING)" if defer else ""
     for name in VIEW_NAMES:
         body = view_sql(name).strip().rstrip(";")

@@ -23,46 +23,16 @@ from .db import Connection
 from .format import plural as _n
 from .format import sequence, short_path, times
 from .runs import SHORT_ID
+from .view_rows import RunSummaryRow
 
 __all__ = ["Finding", "FindingKind", "RunSummary", "build_all", "summaries"]
 
 
 @dataclass
-class RunSummary:
-    """The headline numbers of one run: a row of the ``run_summary`` view."""
+class RunSummary(RunSummaryRow):
+    """The headline numbers of one run: a row of the ``run_summary`` view (its fields are the
+    view's columns, generated from its header), with the run's step labels."""
 
-    run_id: str
-    name: str
-    phase: str | None
-    backend: str | None
-    model: str | None
-    calls: int
-    errors: int
-    steps: int
-    compiles: int
-    compile_ns: int
-    eager_compiles: int
-    recompiles: int
-    recompiled_after_eviction: int
-    jax_compiles: int
-    jax_primitives: int
-    jax_compile_ns: int
-    hits: int
-    misses: int
-    evictions: int
-    disk_hits: int
-    disk_misses: int
-    peak_bytes: int | None
-    peak_series: str | None  # 'tensors' | 'device peak' | 'device used' | 'live arrays' | 'RSS'
-    p50_ns: float | None
-    p99_ns: float | None
-    latency_kind: str | None = None  # 'to results' | 'dispatch only'
-    latency_of: str | None = None  # 'call' | 'step'
-    compiling_calls: int = 0  # calls (else steps) that compiled: not in warm_*
-    warm_p50_ns: float | None = None
-    warm_p99_ns: float | None = None
-    warm_calls: int = 0  # calls (else steps) that neither compiled nor failed
-    loaded_calls: int = 0  # calls (else steps) that loaded their programs from a disk cache
     # (label, count) of the run's steps, first started first (the ``steps`` view)
     step_labels: list[tuple[str, int]] = field(default_factory=list)
 
@@ -123,23 +93,11 @@ def _of(con: Connection, view: str, run_ids: list[str], order: str = "") -> pl.D
     )
 
 
-# the RunSummary fields whose run_summary column has another name
-_SUMMARY_COLUMN = {"errors": "failed_calls", "peak_series": "peak_source"}
-
-
 def summaries(con: Connection, run_ids: list[str]) -> dict[str, RunSummary]:
     """Each run's ``run_summary`` row as a ``RunSummary``, in start order."""
     out: dict[str, RunSummary] = {}
     for row in _rows(_of(con, "run_summary", run_ids, "started_at")):
-        values = {
-            f: row[_SUMMARY_COLUMN.get(f, f)]
-            for f in RunSummary.__dataclass_fields__
-            if f != "step_labels"
-        }
-        values["name"] = short_path(row["name"])
-        values["compile_ns"] = int(row["compile_ns"])
-        values["jax_compile_ns"] = int(row["jax_compile_ns"])
-        out[row["run_id"]] = RunSummary(**values)
+        out[row["run_id"]] = RunSummary(**{**row, "name": short_path(row["name"])})
     for row in _rows(_of(con, "steps", run_ids, "first_start_ns")):
         out[row["run_id"]].step_labels.append((row["step"], int(row["steps"])))
     return out
@@ -162,7 +120,7 @@ def _peaks(
     best: dict[str, dict[str, Any]] = {}
     for r in rows:
         s = summaries.get(r["run_id"])
-        if s is not None and r["label"] == s.peak_series and r["peak_bytes"] == s.peak_bytes:
+        if s is not None and r["label"] == s.peak_source and r["peak_bytes"] == s.peak_bytes:
             best.setdefault(r["run_id"], r)
     for r in rows:  # a run whose headline series is not among its peaks (none expected)
         best.setdefault(r["run_id"], r)

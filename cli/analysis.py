@@ -379,7 +379,9 @@ def _headline(s: RunSummary) -> str:
     """The run's numbers in one line (rich wraps it at the console's width)."""
     parts = []
     if s.calls:
-        parts.append(plural(s.calls, "call") + (f" ({s.errors} failed)" if s.errors else ""))
+        parts.append(
+            plural(s.calls, "call") + (f" ({s.failed_calls} failed)" if s.failed_calls else "")
+        )
     if s.steps:
         labels = ", ".join(f"{name} {n}" for name, n in s.step_labels[:4])
         more = " ..." if len(s.step_labels) > 4 else ""
@@ -397,7 +399,7 @@ def _headline(s: RunSummary) -> str:
     if s.disk_hits or s.disk_misses:
         parts.append(f"disk cache {s.disk_hits} hits/{s.disk_misses} misses")
     if s.peak_bytes is not None:
-        parts.append(f"peak {fmt.size(s.peak_bytes)} {s.peak_series}")
+        parts.append(f"peak {fmt.size(s.peak_bytes)} {s.peak_source}")
     if s.p50_ns is not None:
         what = "call" if s.calls else "step"
         kind = " (dispatch only)" if s.latency_kind == "dispatch only" else ""

@@ -2,11 +2,25 @@
 -- input to power-of-two buckets saves compiles (shape_buckets, for inputs a caller can pad:
 -- a segment after a graph break gets tensors the model made).
 --
--- run_id, source, position, arg, dim, distinct_sizes, min_size, max_size, sizes, compiles,
--- pow2_buckets, pow2_sizes, saved_compiles, multiple_of_64_buckets   as in shape_buckets
--- varying_dims      dimensions that vary at this position
--- varying           those dimensions, 'x dim 1'
--- mean_compile_ns   the mean compile time at this position
+-- reads: compiles, shape_buckets
+--
+-- run_id                  VARCHAR    as in shape_buckets
+-- source                  VARCHAR    as in shape_buckets
+-- position                BIGINT     as in shape_buckets
+-- arg                     VARCHAR    as in shape_buckets
+-- dim                     BIGINT     as in shape_buckets
+-- distinct_sizes          BIGINT     as in shape_buckets
+-- min_size                BIGINT     as in shape_buckets
+-- max_size                BIGINT     as in shape_buckets
+-- sizes                   BIGINT[]   as in shape_buckets
+-- compiles                BIGINT     as in shape_buckets
+-- pow2_buckets            BIGINT     as in shape_buckets
+-- pow2_sizes              BIGINT[]   as in shape_buckets
+-- saved_compiles          BIGINT     as in shape_buckets
+-- multiple_of_64_buckets  BIGINT     as in shape_buckets
+-- varying_dims            BIGINT     dimensions that vary at this position
+-- varying                 VARCHAR[]  those dimensions, 'x dim 1'
+-- mean_compile_ns         DOUBLE     the mean compile time at this position
 WITH v AS (
     -- grouped, not a window: Spark has no list() OVER (...) (ember views --dialect spark)
     SELECT run_id, source, position, count(*) AS varying_dims,

@@ -1,13 +1,18 @@
 -- cache_positions: one row per (run, source, position) the segment cache was looked up at:
 -- its hits, misses and evictions.
 --
--- run_id, source, position
--- hits, misses  lookups that found / did not find a compiled segment
--- hit_rate      hits / (hits + misses)
--- evictions     segments the cache threw away here
--- evicted_then_recompiled   of them, compiled again later
--- distinct_keys different keys looked up here
--- cache_size    the cache size (from the evictions; NULL without any)
+-- reads: cache_lookups, evictions
+--
+-- run_id                   VARCHAR  the run
+-- source                   VARCHAR  the model source (its path or Hub address)
+-- position                 BIGINT   the segment position (index in the sorted graph)
+-- hits                     BIGINT   lookups that found / did not find a compiled segment
+-- misses                   BIGINT   lookups that found / did not find a compiled segment
+-- hit_rate                 DOUBLE   hits / (hits + misses)
+-- evictions                BIGINT   segments the cache threw away here
+-- evicted_then_recompiled  BIGINT   of them, compiled again later
+-- distinct_keys            BIGINT   different keys looked up here
+-- cache_size               BIGINT   the cache size (from the evictions; NULL without any)
 WITH l AS (
     SELECT run_id, source, position, count(*) FILTER (WHERE action = 'hit') AS hits,
         count(*) FILTER (WHERE action = 'miss') AS misses,

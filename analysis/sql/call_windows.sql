@@ -3,12 +3,16 @@
 -- "latency over time" and its slider), with the latency percentiles of the calls that
 -- started in each window. Windows without calls have no row.
 --
--- run_id       the run
--- windows      how many windows the run is cut into (10, 25, 50, 100 or 200)
--- win          the window, 0 .. windows - 1 (by call start)
--- t_s          the middle of the window, seconds since the run started
--- calls        finished calls that started in the window
--- p50_ns, p90_ns, p99_ns   their duration percentiles (ns, interpolated)
+-- reads: spans
+--
+-- run_id   VARCHAR  the run
+-- windows  INTEGER  how many windows the run is cut into (10, 25, 50, 100 or 200)
+-- win      INTEGER  the window, 0 .. windows - 1 (by call start)
+-- t_s      DOUBLE   the middle of the window, seconds since the run started
+-- calls    BIGINT   finished calls that started in the window
+-- p50_ns   DOUBLE   their duration percentiles (ns, interpolated)
+-- p90_ns   DOUBLE   their duration percentiles (ns, interpolated)
+-- p99_ns   DOUBLE   their duration percentiles (ns, interpolated)
 WITH n AS (
     SELECT 10 AS windows UNION ALL SELECT 25 UNION ALL SELECT 50
     UNION ALL SELECT 100 UNION ALL SELECT 200

@@ -1,13 +1,17 @@
 -- disk_cache_runs: one row per run with segment compiles: what its disk cache did.
 --
--- run_id
--- model, name   the model tag; the scenario tag (else the run id)
--- started_at    when the run started
--- segments      segment compiles
--- disk_hits, disk_misses   compiled segments loaded from / not found in the disk cache
--- disk_segments compiled segments that looked in a disk cache (hits + misses)
--- compile_ns    the segment compiles' time
--- miss_ns       the time of those that missed the disk cache
+-- reads: compiles
+--
+-- run_id         VARCHAR       the run
+-- model          VARCHAR       the model tag; the scenario tag (else the run id)
+-- name           VARCHAR       the model tag; the scenario tag (else the run id)
+-- started_at     TIMESTAMP_NS  when the run started
+-- segments       BIGINT        segment compiles
+-- disk_hits      BIGINT        compiled segments loaded from / not found in the disk cache
+-- disk_misses    BIGINT        compiled segments loaded from / not found in the disk cache
+-- disk_segments  BIGINT        compiled segments that looked in a disk cache (hits + misses)
+-- compile_ns     BIGINT        the segment compiles' time
+-- miss_ns        BIGINT        the time of those that missed the disk cache
 SELECT r.run_id, json_extract_string(r.tags, '$.model') AS model,
     coalesce(json_extract_string(r.tags, '$.scenario'), r.run_id) AS name,
     r.started_at,

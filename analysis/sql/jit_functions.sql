@@ -11,11 +11,13 @@
 -- any step, as every function of a program recorded by `ember record` does. A torch.compile
 -- frame (imported from TORCH_TRACE: it has a compile_id) is always the user's.
 --
--- run_id     the run
--- fun_name   the jitted function's name
--- internal   true: a primitive JAX compiled for a run outside jit (not the user's jit)
--- compiles   its jit spans (compiles)
--- compile_ns their total time (ns)
+-- reads: spans
+--
+-- run_id      VARCHAR  the run
+-- fun_name    VARCHAR  the jitted function's name
+-- internal    BOOLEAN  true: a primitive JAX compiled for a run outside jit (not the user's jit)
+-- compiles    BIGINT   its jit spans (compiles)
+-- compile_ns  BIGINT   their total time (ns)
 SELECT jit_span.run_id, jit_span.start_attrs.fun_name AS fun_name,
     coalesce(bool_or(jit_span.end_attrs.outside_jit), false)
         OR bool_and(jit_span.end_attrs.retrace_reason IS NULL

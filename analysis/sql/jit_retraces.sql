@@ -1,9 +1,13 @@
 -- jit_retraces: one row per (run, jitted function of the user's) that JAX traced again.
 --
--- run_id, fun_name
--- retraces      compiles after the first
--- compile_ns    their time
--- reasons       why each one happened, in order (JAX's retrace reason, else recompiles.reason)
+-- reads: compiles, jit_functions, recompiles
+--
+-- run_id      VARCHAR    the run
+-- fun_name    VARCHAR    the jitted function's name
+-- retraces    BIGINT     compiles after the first
+-- compile_ns  BIGINT     their time
+-- reasons     VARCHAR[]  why each one happened, in order (JAX's retrace reason, else
+--                        recompiles.reason)
 SELECT r.run_id, r.fun_name, count(*) AS retraces,
     CAST(coalesce(sum(r.compile_ns), 0) AS BIGINT) AS compile_ns,
     list(coalesce(c.retrace_reason, r.reason) ORDER BY r.compile_index) AS reasons

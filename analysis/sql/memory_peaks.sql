@@ -1,11 +1,20 @@
 -- memory_peaks: one row per (run, device, series) memory peak (all but 'limit'), with the
 -- name the report gives it and the call or step it happened in.
 --
--- run_id, device, series, source, peak_bytes, peak_ts_ns, by_category   as in peak_memory
--- label         'tensors' | 'RSS' | 'live arrays' | 'device <series>' (the names of
---               run_summary.peak_source)
--- during        'call #3' / 'step #1': the call or step the reading was tied to, else the
---               shortest one open at the peak; NULL outside calls and steps
+-- reads: peak_memory, spans
+--
+-- run_id       VARCHAR              as in peak_memory
+-- device       VARCHAR              as in peak_memory
+-- series       VARCHAR              as in peak_memory
+-- source       VARCHAR              as in peak_memory
+-- peak_bytes   BIGINT               as in peak_memory
+-- peak_ts_ns   BIGINT               as in peak_memory
+-- by_category  MAP(VARCHAR,BIGINT)  as in peak_memory
+-- label        VARCHAR              'tensors' | 'RSS' | 'live arrays' | 'device <series>' (the
+--                                   names of run_summary.peak_source)
+-- during       VARCHAR              'call #3' / 'step #1': the call or step the reading was tied
+--                                   to, else the shortest one open at the peak; NULL outside calls
+--                                   and steps
 WITH call_n AS (
     SELECT run_id, span_id, span_kind, start_ns, end_ns,
         row_number() OVER (PARTITION BY run_id, span_kind ORDER BY start_ns) AS n

@@ -4,15 +4,18 @@
 -- after an eviction counts once, as that cause; any other counts once for each change it
 -- names (a recompile where two inputs changed is in two rows).
 --
--- run_id
--- position      the segment position (NULL for a jitted function)
--- fun_name      the jitted function (NULL for a segment)
--- change        what changed: shape, dtype, rank, static, new_arg, removed_arg,
---               after_eviction, same_key, other, or 'jit:...' (what JAX said)
--- arg, dim      the argument and dimension that changed (NULL where the change has none)
--- n             recompiles with this cause
--- example       the reason of the first of them, in words
--- lookups       cache lookups at the position (NULL for a jitted function)
+-- reads: cache_lookups, recompiles
+--
+-- run_id    VARCHAR  the run
+-- position  BIGINT   the segment position (NULL for a jitted function)
+-- fun_name  VARCHAR  the jitted function (NULL for a segment)
+-- change    VARCHAR  what changed: shape, dtype, rank, static, new_arg, removed_arg,
+--                    after_eviction, same_key, other, or 'jit:...' (what JAX said)
+-- arg       VARCHAR  the argument and dimension that changed (NULL where the change has none)
+-- dim       BIGINT   the argument and dimension that changed (NULL where the change has none)
+-- n         BIGINT   recompiles with this cause
+-- example   VARCHAR  the reason of the first of them, in words
+-- lookups   BIGINT   cache lookups at the position (NULL for a jitted function)
 WITH r AS (
     -- recompiles.compiled and .outside_jit are compiles' row and jit_functions' internal
     -- for the function: the columns read here, without joining those views again

@@ -1,11 +1,17 @@
 -- recompile_changes: one row per (run, source, position, change, arg, dim): how often each
 -- part of a segment's key changed at a recompile there.
 --
--- run_id, source, position
--- change, arg, dim   as in recompiles (one recompile counts once per change it names)
--- n                  recompiles that name this change
--- after_eviction     of them, recompiles after an eviction
--- example            the reason of the first of them
+-- reads: recompiles
+--
+-- run_id          VARCHAR  the run
+-- source          VARCHAR  the model source (its path or Hub address)
+-- position        BIGINT   the segment position (index in the sorted graph)
+-- change          VARCHAR  as in recompiles (one recompile counts once per change it names)
+-- arg             VARCHAR  as in recompiles (one recompile counts once per change it names)
+-- dim             BIGINT   as in recompiles (one recompile counts once per change it names)
+-- n               BIGINT   recompiles that name this change
+-- after_eviction  BIGINT   of them, recompiles after an eviction
+-- example         VARCHAR  the reason of the first of them
 SELECT run_id, source, position, ch.change AS change, ch.arg AS arg, ch.dim AS dim,
     count(*) AS n,
     count(*) FILTER (WHERE after_eviction) AS after_eviction,

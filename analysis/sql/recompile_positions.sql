@@ -1,10 +1,14 @@
 -- recompile_positions: one row per segment position compiled more than once in a run.
 --
--- run_id, source, position
--- compiles      compiles at this position (compiles rows)
--- compile_ns    their total time
--- recompile_ns  the time of all but the first
--- lookups       cache lookups at this position (NULL: none, all compiled ahead of time)
+-- reads: cache_lookups, compiles
+--
+-- run_id        VARCHAR  the run
+-- source        VARCHAR  the model source (its path or Hub address)
+-- position      BIGINT   the segment position (index in the sorted graph)
+-- compiles      BIGINT   compiles at this position (compiles rows)
+-- compile_ns    BIGINT   their total time
+-- recompile_ns  BIGINT   the time of all but the first
+-- lookups       BIGINT   cache lookups at this position (NULL: none, all compiled ahead of time)
 WITH lk AS (
     SELECT run_id, source, position, count(*) AS lookups
     FROM cache_lookups GROUP BY ALL

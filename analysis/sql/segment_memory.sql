@@ -1,12 +1,17 @@
 -- segment_memory: one row per compiled segment that reported its static memory (XLA's
 -- memory_analysis of the executable).
 --
--- run_id, position
--- key           the segment's cache key
--- start_ns      when it was compiled (ns since the run started)
--- argument_bytes, output_bytes, temp_bytes   what one run of it needs
--- code_bytes    the generated code
--- compile_ns    the compile's time
+-- reads: spans
+--
+-- run_id          VARCHAR  the run
+-- position        BIGINT   the segment position (index in the sorted graph)
+-- key             VARCHAR  the segment's cache key
+-- start_ns        BIGINT   when it was compiled (ns since the run started)
+-- argument_bytes  BIGINT   what one run of it needs
+-- output_bytes    BIGINT   what one run of it needs
+-- temp_bytes      BIGINT   what one run of it needs
+-- code_bytes      BIGINT   the generated code
+-- compile_ns      BIGINT   the compile's time
 SELECT run_id, position, start_attrs.key AS key, start_ns,
     end_attrs.memory.argument_bytes AS argument_bytes,
     end_attrs.memory.output_bytes AS output_bytes,

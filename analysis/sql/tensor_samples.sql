@@ -5,11 +5,14 @@
 -- evenly spaced times from the first to the last; each sample carries the category's last
 -- value at or before it (0 before its first row).
 --
--- run_id, device   the run and the device
--- category         the tensor category (as in memory_timeline)
--- ts_ns            the sample time (ns since the run started)
--- t_s              the same in seconds
--- bytes            the category's live bytes then
+-- reads: memory_timeline
+--
+-- run_id    VARCHAR  the run
+-- device    VARCHAR  the device
+-- category  VARCHAR  the tensor category (as in memory_timeline)
+-- ts_ns     BIGINT   the sample time (ns since the run started)
+-- t_s       DOUBLE   the same in seconds
+-- bytes     BIGINT   the category's live bytes then
 WITH t AS (
     SELECT run_id, device, category, ts_ns, CAST(bytes AS BIGINT) AS bytes
     FROM memory_timeline WHERE series = 'tensors'

@@ -2,17 +2,24 @@
 -- numbers laid out long, so that a trend is one filter on `metric` (what `trends`,
 -- `ember trends` and the dashboard's Trends page read).
 --
--- run_id, started_at, model, name, tags   the run (from run_summary; tags as JSON text)
--- metric     compiles | recompiles | evictions | breaks (graph break nodes run) |
---            warm_p50_ns | warm_p99_ns (latency of the calls that compiled nothing) |
---            compile_ns (time in compiles) | peak_bytes (the run's headline peak)
--- unit       count | ns | bytes
--- exact      true for counts, which the same workload repeats exactly (a change is a
---            change); false for times and the peak, which vary from run to run (noisy)
--- value      the run's value (DOUBLE); runs without one (no warm calls, no memory
---            readings) have no row for that metric
--- context    what the value must share with another run's to be compared with it:
---            latency_kind for latencies, peak_source for the peak, else NULL
+-- reads: run_summary
+--
+-- run_id      VARCHAR       the run (from run_summary; tags as JSON text)
+-- started_at  TIMESTAMP_NS  the run (from run_summary; tags as JSON text)
+-- model       VARCHAR       the run (from run_summary; tags as JSON text)
+-- name        VARCHAR       the run (from run_summary; tags as JSON text)
+-- tags        VARCHAR       the run (from run_summary; tags as JSON text)
+-- metric      VARCHAR       compiles | recompiles | evictions | breaks (graph break nodes run) |
+--                           warm_p50_ns | warm_p99_ns (latency of the calls that compiled nothing)
+--                           | compile_ns (time in compiles) | peak_bytes (the run's headline peak)
+-- unit        VARCHAR       count | ns | bytes
+-- exact       BOOLEAN       true for counts, which the same workload repeats exactly (a change is a
+--                           change); false for times and the peak, which vary from run to run
+--                           (noisy)
+-- value       DOUBLE        the run's value (DOUBLE); runs without one (no warm calls, no memory
+--                           readings) have no row for that metric
+-- context     VARCHAR       what the value must share with another run's to be compared with it:
+--                           latency_kind for latencies, peak_source for the peak, else NULL
 SELECT s.run_id, s.started_at, s.model, s.name, s.tags, m.metric, m.unit, m.exact,
     CAST(CASE m.metric
         WHEN 'compiles' THEN s.compiles
