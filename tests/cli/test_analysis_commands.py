@@ -1,4 +1,5 @@
-"""`ember ingest|query|report|export|import` and the Python API, on recorded traces."""
+"""`ember ingest|query|report|export|import` (and the Python API beside them), on recorded
+traces."""
 
 from __future__ import annotations
 
