@@ -15,7 +15,7 @@ least-squares cost of a change in mean, solved by PELT in C). The penalty per ch
 noise of the series, estimated robustly from the differences of neighbouring runs (their
 median absolute deviation, which a few steps do not move), and a level must hold for at
 least ``MIN_RUNS`` runs. Each side of a change is then tested as ``ember compare`` tests
-two runs (``compare_latency``), because what fits one series best is not yet a change
+two runs (``compare.latency``), because what fits one series best is not yet a change
 a person should act on:
 
 - exact metrics (counts: the same workload repeats them exactly) are fitted on the
@@ -47,8 +47,7 @@ import numpy as np
 import polars as pl
 
 from . import format as fmt
-from .compare_latency import MIN_SAMPLES, latency_tests
-from .compare_render import signed_pct
+from .compare import MIN_SAMPLES, latency_tests, signed_pct
 from .runs import SHORT_ID
 
 __all__ = [

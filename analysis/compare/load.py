@@ -14,64 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import polars as pl
 
-from . import format as fmt
-from .format import times
+from ember.analysis.format import times
 
-__all__ = ["Cause", "CompareError", "RunData", "Side", "SqlRunner", "load_run", "open_sides"]
+from .model import Cause, CompareError, RunData, SqlRunner
 
-SqlRunner = Callable[[str, list[Any]], pl.DataFrame]
-
-
-class CompareError(ValueError):
-    """What the user named cannot be compared (no such run, a refused trace file...)."""
-
-
-@dataclass
-class Cause:
-    """One reason a run recompiled, evicted or broke its graph, named for a person."""
-
-    kind: Literal["recompile", "eviction", "break"]
-    key: str  # identity across runs: 'position 0|shape|input_ids|1'
-    where: str  # 'position 0', a jitted function's name
-    name: str  # '`input_ids` dim 1', 'break at `kept_positions` (NonZero)'
-    count: int  # recompiles with this cause, evictions at this position, break runs
-    text: str  # the sentence: '`input_ids` dim 1 changed on every call at position 0 ...'
-
-
-@dataclass
-class RunData:
-    """What ``compare`` needs of one run."""
-
-    run_id: str
-    origin: str  # where it came from: 'ember.duckdb', 'trace file base.jsonl'
-    summary: dict[str, Any]  # its run_summary row
-    durations_ns: np.ndarray  # call (else step) durations, in recording order
-    causes: dict[str, Cause] = field(default_factory=dict)
-    # the durations of the calls (else steps) that neither compiled nor failed (run_summary's
-    # warm_*); None: the same as durations_ns
-    warm_durations_ns: np.ndarray | None = None
-
-    @property
-    def name(self) -> str:
-        """The run's name (scenario, model or entrypoint), long paths cut from the left."""
-        return fmt.short_path(str(self.summary.get("name") or self.run_id[:8]), 40)
-
-    @property
-    def short_id(self) -> str:
-        return self.run_id[:8]
-
-    @property
-    def warm_ns(self) -> np.ndarray:
-        """The warm durations (``warm_durations_ns``, else all of them)."""
-        return self.durations_ns if self.warm_durations_ns is None else self.warm_durations_ns
+__all__ = ["Side", "load_run", "open_sides"]
 
 
 def _cause_name(change: str, arg: str | None, dim: int | None) -> str:
@@ -202,10 +156,10 @@ def open_sides(
     ``baseline_db`` (default ``db``). A database is a DuckDB file or a lake folder
     (``ember ingest --lake``). Raises ``CompareError`` with what to do.
     """
-    from .db import connect
-    from .ingest import ingest
-    from .lake import connect_lake
-    from .runs import resolve_run
+    from ember.analysis.db import connect
+    from ember.analysis.ingest import ingest
+    from ember.analysis.lake import connect_lake
+    from ember.analysis.runs import resolve_run
 
     if base is None and not baseline_tags:
         raise CompareError("no baseline: give BASE CANDIDATE, or CANDIDATE --baseline-tag K=V")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gate import LATENCY_METRICS
+from ember.analysis.gate import LATENCY_METRICS
 
 __all__ = [
     "ALPHA",

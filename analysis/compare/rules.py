@@ -1,76 +1,21 @@
-"""``ember compare``: a base run against a candidate run, metric by metric, under rules.
-
-The pieces, each usable alone (the CLI and the dashboard's *Compare* page use them all),
-one job a module; this one is the front and re-exports the others' names:
-
-- ``compare_load.py``: ``open_sides(...)`` resolves what a user names (a run id or a
-  unique prefix in a DuckDB file or a lake, a trace file ingested into a temporary
-  database, or the latest run with some tags) into runs to load; ``load_run(sql, run_id)``
-  reads what one run says from the views (its ``run_summary`` row, its latency samples,
-  its recompile causes, eviction sites and graph breaks, named for a person).
-- ``compare.py`` (here): ``compare(base, candidate, rules)`` -> ``Comparison``: one
-  ``MetricRow`` per metric (base, candidate, change, verdict), one ``RuleResult`` per
-  rule, the causes the candidate has that the base has not (and those it lost), and
-  ``passed``.
-- ``compare_latency.py``: the two-sample latency tests below.
-- ``compare_render.py``: ``to_markdown``, ``to_junit``, ``to_json`` render a
-  ``Comparison`` for CI systems; ``show``/``show_change`` write a value for people.
-
-Latency, without failing builds on noise. The durations of two runs of the same workload
-differ from call to call, and more so on a busy machine. A latency metric (p50, p90, p99,
-mean) is therefore compared as two samples: a percentile bootstrap (``RESAMPLES``
-resamples of each side, seeded, so the same runs give the same answer) gives a 95 %
-interval of the change (candidate - base) and of the relative change, and a two-sided
-Mann-Whitney U test (``scipy.stats.mannwhitneyu``) asks whether one side's calls tend to
-be slower at all. A latency rule on a change breaks only when both agree: the test says
-the candidate is slower (p < ``ALPHA``) *and* the whole interval lies beyond the
-threshold. A side with fewer than ``MIN_SAMPLES`` durations cannot fail a latency rule
-(the rule is skipped and says why); a side with more than ``MAX_BOOTSTRAP`` is subsampled
-(seeded) for the bootstrap only. Rules on the candidate's own value (``latency_p50>5ms``)
-read the point value.
-
-Comparable numbers only: when the base measured latency to results and the candidate
-dispatch only (or the peak comes from different sources, RSS against tensors), the rules
-on those metrics are skipped with the reason, never passed or failed on a mismatch.
-"""
+"""``compare(base, candidate, rules)``: two runs metric by metric under rules (the verdicts,
+the rules' results, the causes gained and lost), and ``compare_refs`` from what a user
+names."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
-from .compare_latency import ALPHA, MIN_SAMPLES, LatencyTest, latency_test, latency_tests
-from .compare_load import Cause, CompareError, RunData, Side, SqlRunner, load_run, open_sides
-from .compare_render import headline, show, show_change, signed_pct, to_json, to_junit, to_markdown
-from .gate import DERIVED_METRICS, LATENCY_METRICS, GateConfig, Rule, RuleError, metric_column
+from ember.analysis.gate import DERIVED_METRICS, LATENCY_METRICS, GateConfig, Rule, RuleError
 
-__all__ = [
-    "ALPHA",
-    "MIN_SAMPLES",
-    "Cause",
-    "CompareError",
-    "Comparison",
-    "LatencyTest",
-    "MetricRow",
-    "RuleResult",
-    "RunData",
-    "Side",
-    "SqlRunner",
-    "compare",
-    "compare_refs",
-    "headline",
-    "latency_test",
-    "latency_tests",
-    "load_run",
-    "open_sides",
-    "show",
-    "show_change",
-    "to_json",
-    "to_junit",
-    "to_markdown",
-]
+from .latency import MIN_SAMPLES, latency_tests
+from .load import load_run, open_sides
+from .model import Cause, Comparison, MetricRow, RuleResult, RunData
+from .render import show, show_change, signed_pct
+
+__all__ = ["compare", "compare_refs"]
 
 # run_summary columns that describe a run rather than measure it
 _CONTEXT_COLUMNS = {
@@ -128,64 +73,6 @@ _NEEDS_SAME = {
     "loaded_calls": ("latency_of",),
     "peak_bytes": ("peak_source",),
 }
-
-
-@dataclass
-class MetricRow:
-    """One metric of both runs."""
-
-    metric: str  # the run_summary column (or derived metric)
-    unit: str  # count | ns | bytes | fraction | flag
-    base: Any
-    candidate: Any
-    change: float | None  # candidate - base
-    relative: float | None  # change / base (inf from a base of 0)
-    verdict: str  # same | worse | better | changed | within noise | not comparable | –
-    better: str | None  # lower | higher | None (neither)
-    latency: LatencyTest | None = None
-    note: str = ""  # why not comparable, or the latency interval in words
-
-
-@dataclass
-class RuleResult:
-    """One rule applied to the comparison."""
-
-    rule: str  # as written
-    status: Literal["pass", "fail", "skip"]
-    message: str  # what was compared and why it passed, failed or was skipped
-    metric: str  # the column it read
-    value: float | None  # what the threshold was compared with (absolute, change or %)
-
-
-@dataclass
-class Comparison:
-    base: RunData
-    candidate: RunData
-    metrics: list[MetricRow]
-    rules: list[RuleResult]
-    rules_origin: str
-    new_causes: list[Cause]  # the candidate has them, the base does not
-    gone_causes: list[Cause]  # the base had them, the candidate does not
-    context: dict[str, tuple[Any, Any]]  # latency_kind, peak_source...: (base, candidate)
-
-    @property
-    def failed(self) -> list[RuleResult]:
-        return [r for r in self.rules if r.status == "fail"]
-
-    @property
-    def passed(self) -> bool:
-        return not self.failed
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.passed else 1
-
-    def metric(self, name: str) -> MetricRow:
-        column = metric_column(name)
-        for m in self.metrics:
-            if m.metric == column:
-                return m
-        raise KeyError(name)
 
 
 def _unit(column: str, value: Any) -> str:

@@ -8,16 +8,14 @@ import json
 import math
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from . import format as fmt
-from .escape import md_text, xml_text
+from ember.analysis import format as fmt
+from ember.analysis.escape import md_text, xml_text
 
-if TYPE_CHECKING:
-    from .compare import Comparison, MetricRow
-    from .compare_load import RunData
+from .model import Comparison, MetricRow, RunData
 
 __all__ = ["headline", "show", "show_change", "signed_pct", "to_json", "to_junit", "to_markdown"]
 
