@@ -139,6 +139,36 @@ def _latest_with_tags(con: Any, tags: dict[str, str], exclude: str | None, origi
     return found["run_id"][0]
 
 
+def _connect_db(path: str | Path) -> Any:
+    """A read-only connection to a DuckDB file or a lake folder (``ember ingest --lake``)."""
+    from ember.analysis.db import connect
+    from ember.analysis.lake import connect_lake
+
+    try:
+        return connect_lake(path) if Path(path).is_dir() else connect(path, read_only=True)
+    except FileNotFoundError as exc:
+        raise CompareError(str(exc)) from None
+
+
+def _trace_side(stack: contextlib.ExitStack, ref: str) -> Side:
+    """The run of the trace file ``ref``, ingested into a temporary database that ``stack``
+    removes."""
+    from ember.analysis.db import connect
+    from ember.analysis.ingest import ingest
+
+    if not Path(ref).is_file():
+        raise CompareError(f"{ref}: no such trace file")
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ember-compare-")))
+    (f,) = ingest([ref], tmp / "trace.duckdb").files
+    if f.status == "refused" or f.run_id is None:
+        raise CompareError(f"{ref}: refused: {f.message}")
+    rejected = (
+        f" ({f.rejected} line(s) rejected; `ember validate {ref}` lists them)" if f.rejected else ""
+    )
+    con = stack.enter_context(connect(tmp / "trace.duckdb", read_only=True))
+    return Side(con.sql, f.run_id, f"trace file {ref}{rejected}")
+
+
 @contextlib.contextmanager
 def open_sides(
     base: str | None,
@@ -156,9 +186,6 @@ def open_sides(
     ``baseline_db`` (default ``db``). A database is a DuckDB file or a lake folder
     (``ember ingest --lake``). Raises ``CompareError`` with what to do.
     """
-    from ember.analysis.db import connect
-    from ember.analysis.ingest import ingest
-    from ember.analysis.lake import connect_lake
     from ember.analysis.runs import resolve_run
 
     if base is None and not baseline_tags:
@@ -169,37 +196,16 @@ def open_sides(
         cons: dict[str, Any] = {}
 
         def open_db(path: str | Path) -> Any:
-            key = str(path)
-            if key not in cons:
-                try:
-                    if Path(path).is_dir():  # a lake written by `ember ingest --lake`
-                        con = connect_lake(path)
-                    else:
-                        con = connect(path, read_only=True)
-                except FileNotFoundError as exc:
-                    raise CompareError(str(exc)) from None
-                cons[key] = stack.enter_context(con)
-            return cons[key]
+            if str(path) not in cons:
+                cons[str(path)] = stack.enter_context(_connect_db(path))
+            return cons[str(path)]
 
         # each trace file in a temporary database of its own: two copies of one run (the
         # same run id in two files) compare like any two runs
         traces: dict[str, Side] = {}
         for ref in (base, candidate):
-            if ref is None or not _is_trace_ref(ref) or ref in traces:
-                continue
-            if not Path(ref).is_file():
-                raise CompareError(f"{ref}: no such trace file")
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ember-compare-")))
-            (f,) = ingest([ref], tmp / "trace.duckdb").files
-            if f.status == "refused" or f.run_id is None:
-                raise CompareError(f"{ref}: refused: {f.message}")
-            rejected = (
-                f" ({f.rejected} line(s) rejected; `ember validate {ref}` lists them)"
-                if f.rejected
-                else ""
-            )
-            con = stack.enter_context(connect(tmp / "trace.duckdb", read_only=True))
-            traces[ref] = Side(con.sql, f.run_id, f"trace file {ref}{rejected}")
+            if ref is not None and _is_trace_ref(ref) and ref not in traces:
+                traces[ref] = _trace_side(stack, ref)
 
         def side(ref: str) -> Side:
             if ref in traces:
