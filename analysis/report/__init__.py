@@ -11,9 +11,9 @@ calls took (a break that holds much of each call, eager segments, Ember's overhe
 ``time_by_part``) or Hub downloads; findings are ranked by it. Findings about memory and
 latency cost 0 and come last.
 
-The module is the front: it reads the headline, asks ``findings.py`` (one builder per kind
+This package's front: it reads the headline, asks ``builders.py`` (one builder per kind
 of finding, each reading its view) for the findings and ranks them. The words of each
-finding are in ``findings.py``; numbers are written by ``format.py``.
+finding are in ``builders.py``; numbers are written by ``analysis/format.py``.
 
 JAX compiles its own eager ops (``_normal``, ``_reduce_sum``, ``convert_element_type``)
 through ``jit`` too. A jitted function counts as JAX's own when none of its compiles has
@@ -29,11 +29,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import findings as builders
-from .db import Connection
-from .findings import Finding, RunSummary
-from .format import short_path, wrap
-from .runs import resolve_run
+from ember.analysis.db import Connection
+from ember.analysis.format import short_path, wrap
+from ember.analysis.runs import resolve_run
+
+from . import builders
+from .builders import Finding, RunSummary, summaries
 
 __all__ = [
     "Finding",
@@ -44,6 +45,7 @@ __all__ = [
     "report",
     "resolve_run",
     "short_path",
+    "summaries",
     "trace_summary",
     "wrap",
 ]
@@ -59,8 +61,8 @@ def trace_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``run_summary`` row of one trace file, read through an in-memory database (what
     ``ember run`` prints after recording, so its numbers are the report's and the
     dashboard's)."""
-    from .db import connect
-    from .ingest import ingest_file
+    from ember.analysis.db import connect
+    from ember.analysis.ingest import ingest_file
 
     with connect(":memory:") as con:
         result = ingest_file(con, Path(path))

@@ -6,8 +6,8 @@ them), reads one view of ``analysis/sql`` (``memory_peaks``, ``recompile_positio
 person reads, the numbers it is made of (``data``) and what it costs (``cost_ns``, the time
 it names: compile time, the time a part of the calls took, Hub downloads; 0 for memory and
 latency). The SQL is in the views; here are the thresholds (when a part is worth a
-finding) and the words (what happened, what to do). ``report.py`` ranks what these return;
-``format.py`` writes the numbers. One job, a dozen builders: over 600 lines, each builder
+finding) and the words (what happened, what to do). ``report/__init__.py`` ranks what these
+return; ``format.py`` writes the numbers. One job, a dozen builders: over 600 lines, each builder
 short and read alone.
 """
 
@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 import polars as pl
 
-from . import format as fmt
-from .db import Connection
-from .format import plural as _n
-from .format import sequence, short_path, times
-from .runs import SHORT_ID
-from .view_rows import RunSummaryRow
+from ember.analysis import format as fmt
+from ember.analysis.db import Connection
+from ember.analysis.format import plural as _n
+from ember.analysis.format import sequence, short_path, times
+from ember.analysis.runs import SHORT_ID
+from ember.analysis.view_rows import RunSummaryRow
 
 __all__ = ["Finding", "FindingKind", "RunSummary", "build_all", "summaries"]
 
