@@ -6,8 +6,8 @@
 -- run_id       VARCHAR       the run
 -- source       VARCHAR       the model source (its path or Hub address)
 -- position     BIGINT        the break node's position in the sorted graph
--- node         VARCHAR       the break node ('nonzero_0', 'NonZero')
--- op_type      VARCHAR       the break node ('nonzero_0', 'NonZero')
+-- node         VARCHAR       the break node's name ('nonzero_0')
+-- op_type      VARCHAR       the break node's op ('NonZero')
 -- reason       VARCHAR       what the break node's value is needed for (from the segment that stops
 --                            here: 'the shape of a Reshape', 'the If condition', ...); for a
 --                            torch.compile graph break (imported TORCH_TRACE) torch's explanation,
@@ -16,12 +16,12 @@
 -- host_values  VARCHAR[]     names of values that enter the next segment as static values
 -- runs         BIGINT        times the break node ran (break spans)
 -- errors       BIGINT        runs that raised
--- total_ns     BIGINT        eager run time of the break node
--- mean_ns      DOUBLE        eager run time of the break node
--- p50_ns       DOUBLE        eager run time of the break node
--- max_ns       BIGINT        eager run time of the break node
--- first_ts_ns  BIGINT        its first run
--- first_at     TIMESTAMP_NS  its first run
+-- total_ns     BIGINT        the break node's eager run time, summed (ns)
+-- mean_ns      DOUBLE        its mean (ns)
+-- p50_ns       DOUBLE        its median (ns)
+-- max_ns       BIGINT        its longest (ns)
+-- first_ts_ns  BIGINT        its first run (ns since the run started)
+-- first_at     TIMESTAMP_NS  its first run (UTC)
 WITH b AS (
     SELECT run_id, source, position, start_attrs.node AS node, start_attrs.op_type AS op_type,
         duration_ns, status, start_ns, started_at, start_attrs.reason AS own_reason

@@ -10,10 +10,8 @@
 --                                   | live_arrays (on the CPU: live JAX arrays, and the process's
 --                                   RSS)
 -- peak_bytes   BIGINT               the highest value
--- peak_ts_ns   BIGINT               when it was first reached (ns since run start; TIMESTAMP_NS,
---                                   UTC)
--- peak_at      TIMESTAMP_NS         when it was first reached (ns since run start; TIMESTAMP_NS,
---                                   UTC)
+-- peak_ts_ns   BIGINT               when it was first reached (ns since run start)
+-- peak_at      TIMESTAMP_NS         the same as an absolute time (UTC)
 -- span_id      BIGINT               the span open around that moment (the call or step it happened
 --                                   in)
 -- by_category  MAP(VARCHAR,BIGINT)  tensors only: live bytes per category at the peak, as a MAP
