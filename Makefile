@@ -52,7 +52,7 @@ lint: $(TEST_STAMP) typecheck
 
 # The packages mypy checks: all of them since issue 17.
 TYPED := ember.schemas ember.recorder ember.runtime ember.analysis ember.cli ember.dashboard \
-	ember.budget ember.pytest_plugin ember.record ember.autorecord
+	ember.budget ember.pytest_plugin ember.record ember.autorecord tests.recordings
 # mypy cannot follow the editable install's import hook (pyproject's package-dir maps
 # ember.schemas to schemas/ and so on), so it reads .mypy-tree/: links laid out like the
 # installed package, ember/schemas -> schemas/ ... Errors name .mypy-tree/ember/X/f.py
