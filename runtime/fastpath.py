@@ -248,7 +248,7 @@ class RecordedCall:
     with ``finish`` and ``failed``.
     """
 
-    __slots__ = ("shapes", "source", "state_ref")
+    __slots__ = ("generation", "segment", "shapes", "source", "state_ref")
 
     def __init__(
         self,
@@ -259,6 +259,10 @@ class RecordedCall:
         self.state_ref = state_ref  # the owner by weak reference (no cycle through try_call)
         self.source = source
         self.shapes = shapes  # the call span's ``shapes`` of the inputs
+        # the segment span's metadata while it is listened to (None: not), as of the bus's
+        # ``generation`` (what is listened to changes only with it)
+        self.generation = -1
+        self.segment: dict[str, Any] | None = None
 
     def run(self, state: WholeGraphCall, args: list[Any], inputs: Mapping[str, Any]) -> Any:
         """Run the program on checked ``args`` and record the call."""
@@ -278,10 +282,10 @@ class RecordedCall:
         state: WholeGraphCall | None = None,
     ) -> dict[str, Any]:
         """Record a call that started at ``start`` and returned ``result`` (not yet ready)."""
+        ready = time.monotonic_ns()
         state = state or self.state_ref()
         if state is None:  # the model was dropped meanwhile: nothing to describe
             return result
-        ready = time.monotonic_ns()
         stop = None
         if bus.sync:
             try:
@@ -293,8 +297,13 @@ class RecordedCall:
             stop = {"dispatch_ns": ready - start}
             ready = time.monotonic_ns()
         meta = {"source": self.source, "shapes": self.shapes(inputs)}
-        if bus.listening(*_SEGMENT_SPAN):
-            segment = ((E.SEGMENT, state.segment_meta(self.source), start, ready),)
+        generation = bus.generation
+        if generation != self.generation:  # read before ``listening``, as the checked call
+            listened = bus.listening(*_SEGMENT_SPAN)
+            self.segment = state.segment_meta(self.source) if listened else None
+            self.generation = generation
+        if self.segment is not None:
+            segment = ((E.SEGMENT, self.segment, start, ready),)
             bus.emit_span(E.CALL, meta, start, ready, stop_metadata=stop, children=segment)
         else:
             bus.emit_span(E.CALL, meta, start, ready, stop_metadata=stop)
