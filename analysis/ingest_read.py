@@ -51,6 +51,7 @@ from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 from ember.schemas.validate import BadLine, parse_line
 
 from .checks import (
+    SCALAR_JSON_COLUMNS,
     STRUCT_COLUMNS,
     maybe_too_deep_sql,
     object_invalid_sql,
@@ -203,7 +204,12 @@ _PROBLEM_SQL = row_problem_sql()
 # object (``_OBJECTS_SQL``)
 _INVALID_SQL = row_invalid_sql(text=True)
 _MAYBE_DEEP_SQL = maybe_too_deep_sql(
-    MAX_NESTING, {c: t for c, t in READ_TYPES.items() if c not in STRUCT_COLUMNS}
+    MAX_NESTING,
+    {
+        c: t
+        for c, t in READ_TYPES.items()
+        if c not in STRUCT_COLUMNS and c not in SCALAR_JSON_COLUMNS
+    },
 )
 # What json_structure does not show: an integer over 2**63 - 1 (json_transform reads it as
 # NULL; rows with 19 digits in a row in their objects go to parse_line, which has the
@@ -225,18 +231,22 @@ _STRUCTURE_COLUMNS = ", ".join(
     f"CAST(json_structure({_q(c)}) AS VARCHAR) AS {n}"
     for c, n in zip(STRUCT_COLUMNS, _STRUCTURE_NAMES, strict=True)
 )
-_DISTINCT_OBJECTS_SQL = f"""
-CREATE OR REPLACE TEMP TABLE _objects AS
+_OBJECTS_SELECT = f"""
 SELECT *, {_STRUCTURE_COLUMNS},
     coalesce({object_invalid_sql()}, false) AS invalid,
     coalesce({maybe_too_deep_sql(MAX_NESTING, {c: "JSON" for c in STRUCT_COLUMNS})}
         OR {_NOT_IN_STRUCTURE_SQL}, false) AS maybe
 FROM (SELECT DISTINCT {", ".join(_q(c) for c in _OBJECT_COLUMNS)} FROM _stage)
 """
+# the groups of distinct objects by structure, straight from ``_stage``: a valid batch (the
+# usual case) needs nothing more, and keeping each object's text in a table was a third of
+# the cost where most objects are distinct (a compile-heavy trace)
 _STRUCTURE_GROUPS_SQL = (
     f"SELECT kind, span_kind, {', '.join(_STRUCTURE_NAMES)}, bool_or(invalid OR maybe) "
-    "FROM _objects GROUP BY ALL"
+    f"FROM ({_OBJECTS_SELECT}) GROUP BY ALL"
 )
+# the same objects kept (``_objects``), to find the staged rows of those found wrong
+_DISTINCT_OBJECTS_SQL = f"CREATE OR REPLACE TEMP TABLE _objects AS {_OBJECTS_SELECT}"
 # the staged rows of the objects found wrong: flagged, or of a structure that does not fit
 # (``$kind``, ``$span_kind`` and ``$_s_<column>``: the misfits, in lists)
 _GROUP_NAMES = ("kind", "span_kind", *_STRUCTURE_NAMES)
@@ -669,23 +679,23 @@ def _object_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[int, None, bool]]
     deeply or one its structure does not show (pydantic decides: not ``invalid``), a string
     that is not an allowed value (``invalid``: the typed read's checks refuse it); and each
     distinct structure once, by ``checks.structure_fits``: a key or a JSON type its fields
-    do not take. A trace has a few dozen structures.
+    do not take. A trace has a few dozen structures. Only when one is found wrong are the
+    objects kept (``_objects``) and joined back to their rows.
     """
+    misfits = []
+    flagged = False
+    for g in con.execute(_STRUCTURE_GROUPS_SQL).fetchall():
+        kind, span_kind, *structures, flag = g
+        flagged |= bool(flag)
+        if not all(
+            _fits(kind, span_kind, c, st) for c, st in zip(STRUCT_COLUMNS, structures, strict=True)
+        ):
+            misfits.append(g[:-1])
+    if not misfits and not flagged:
+        return []
+    params = {n: [m[i] for m in misfits] for i, n in enumerate(_GROUP_NAMES)}
     con.execute(_DISTINCT_OBJECTS_SQL)
     try:
-        misfits = []
-        flagged = False
-        for g in con.execute(_STRUCTURE_GROUPS_SQL).fetchall():
-            kind, span_kind, *structures, flag = g
-            flagged |= bool(flag)
-            if not all(
-                _fits(kind, span_kind, c, st)
-                for c, st in zip(STRUCT_COLUMNS, structures, strict=True)
-            ):
-                misfits.append(g[:-1])
-        if not misfits and not flagged:
-            return []
-        params = {n: [m[i] for m in misfits] for i, n in enumerate(_GROUP_NAMES)}
         rows = con.execute(_OBJECT_ROWS_SQL, params).fetchall()
     finally:
         con.execute("DROP TABLE IF EXISTS _objects")

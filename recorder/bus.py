@@ -36,6 +36,7 @@ __all__ = [
     "detach",
     "emit",
     "emit_span",
+    "emit_span_exception",
     "generation",
     "list_handlers",
     "listening",
@@ -305,37 +306,102 @@ class SpanHandle:
         if route:
             now = time.monotonic_ns()
             m = {"duration": now - self.start, "monotonic_time": now, **self.stop_measurements}
-            md = {
-                **self.metadata,
-                **self.stop_metadata,
-                "kind": "throw" if isinstance(exc, Exception) else "exit",
-                "reason": f"{type(exc).__name__}: {exc}",
-                "stacktrace": "".join(traceback.format_exception(exc)),
-            }
-            _dispatch(route, name, m, md)
+            _dispatch(
+                route, name, m, _exception_metadata({**self.metadata, **self.stop_metadata}, exc)
+            )
 
 
-def emit_span(event_prefix: str, metadata: Mapping[str, Any], start: int, end: int) -> None:
+def emit_span(
+    event_prefix: str,
+    metadata: Mapping[str, Any],
+    start: int,
+    end: int,
+    *,
+    stop_metadata: Mapping[str, Any] | None = None,
+    children: Iterable[tuple[str, Mapping[str, Any], int, int]] = (),
+) -> None:
     """Emit ``<prefix>.start`` and ``<prefix>.stop`` of a span that ran from ``start`` to
     ``end`` (``time.monotonic_ns()``), a child of the current span, once it has ended.
 
-    For a span whose body emits nothing (a whole-graph call's one segment): its events then
-    cost nothing inside it, nor inside its parent when the parent's ``end`` is set. The
-    events are those of ``span`` (the same measurements and metadata, the start's
+    For a span whose body emits nothing (a whole-graph call and its one segment): its
+    events then cost nothing inside it, and no span object, context variable or handler
+    runs around the work. ``stop_metadata`` is added to the stop's metadata (as
+    ``SpanHandle.stop_metadata``); ``children`` are spans that ran inside it, ``(prefix,
+    metadata, start, end)`` each, sent between its start and its stop as its children. The
+    events are those of ``span`` (the same measurements, metadata and order; the start's
     ``system_time`` taken now).
     """
+    _emit_span(event_prefix, metadata, start, end, _current_span.get(), stop_metadata, children)
+
+
+def _emit_span(
+    event_prefix: str,
+    metadata: Mapping[str, Any],
+    start: int,
+    end: int,
+    parent: int | None,
+    stop_metadata: Mapping[str, Any] | None = None,
+    children: Iterable[tuple[str, Mapping[str, Any], int, int]] = (),
+) -> None:
+    """``emit_span`` with its parent span's id given (``parent``)."""
     routes = _routes
     names = _span_names.get(event_prefix) or _name_span(event_prefix)
     start_route, stop_route = routes.get(names[0]), routes.get(names[1])
     if not start_route and not stop_route:
+        for prefix, md, t0, t1 in children:  # nobody listens to it: its children are its parent's
+            _emit_span(prefix, md, t0, t1, parent)
+        return
+    span_id = next(_span_ids)
+    meta = {**metadata, "span_id": span_id, "parent_id": parent}
+    if start_route:
+        m = {"system_time": time.time_ns(), "monotonic_time": start}
+        for handler_id, fn in start_route:  # _dispatch, inlined: a call's path
+            try:
+                fn(names[0], m, meta)
+            except Exception as exc:  # a handler must never break the caller
+                _failed(handler_id, names[0], exc)
+    for prefix, md, t0, t1 in children:
+        _emit_span(prefix, md, t0, t1, span_id)
+    if stop_route:
+        stop_md = {**meta, **stop_metadata} if stop_metadata else meta
+        m = {"duration": end - start, "monotonic_time": end}
+        for handler_id, fn in stop_route:
+            try:
+                fn(names[1], m, stop_md)
+            except Exception as exc:
+                _failed(handler_id, names[1], exc)
+
+
+def emit_span_exception(
+    event_prefix: str, metadata: Mapping[str, Any], start: int, exc: BaseException
+) -> None:
+    """Emit ``<prefix>.start`` and ``<prefix>.exception`` of a span that ran from ``start``
+    until it raised ``exc`` (now), a child of the current span: ``emit_span``'s events for a
+    body that failed, as ``span`` sends them."""
+    routes = _routes
+    names = _span_names.get(event_prefix) or _name_span(event_prefix)
+    start_route, exc_route = routes.get(names[0]), routes.get(names[2])
+    if not start_route and not exc_route:
         return
     meta = {**metadata, "span_id": next(_span_ids), "parent_id": _current_span.get()}
     if start_route:
         _dispatch(
             start_route, names[0], {"system_time": time.time_ns(), "monotonic_time": start}, meta
         )
-    if stop_route:
-        _dispatch(stop_route, names[1], {"duration": end - start, "monotonic_time": end}, meta)
+    if exc_route:
+        now = time.monotonic_ns()
+        m = {"duration": now - start, "monotonic_time": now}
+        _dispatch(exc_route, names[2], m, _exception_metadata(meta, exc))
+
+
+def _exception_metadata(metadata: Mapping[str, Any], exc: BaseException) -> dict[str, Any]:
+    """An exception event's metadata: the span's, with ``kind``, ``reason``, ``stacktrace``."""
+    return {
+        **metadata,
+        "kind": "throw" if isinstance(exc, Exception) else "exit",
+        "reason": f"{type(exc).__name__}: {exc}",
+        "stacktrace": "".join(traceback.format_exception(exc)),
+    }
 
 
 def span(event_prefix: str, metadata: Mapping[str, Any] | None = None) -> SpanHandle:

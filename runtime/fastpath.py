@@ -119,7 +119,11 @@ def _no_call(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
 _PY_SCALARS = (int, float, bool)
 
 
-def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = None) -> DirectCall:
+def direct_call(
+    program: Program,
+    guard: tuple[int, int, DirectCall] | None = None,
+    record: RecordedCall | None = None,
+) -> DirectCall:
     """The call straight into ``program``'s C++ call.
 
     jax's C++ call refuses jax arrays of other shapes or dtypes itself; anything else (numpy
@@ -127,8 +131,12 @@ def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = No
     program's 32-bit types, so their dtype is compared here (one type check for a jax array,
     ~15 ns for a numpy array). With ``guard`` = (generation, number of inputs, fallback),
     the call is valid while ``bus.generation`` is ``generation`` and the inputs are that
-    many; otherwise it is ``fallback``'s.
+    many; otherwise it is ``fallback``'s. With ``record`` (and a guard: its generation is one
+    in which someone listens to the call span) each call is recorded (``RecordedCall``); a
+    call it refuses is the fallback's, and records nothing here.
     """
+    if record is not None and guard is not None:
+        return _recorded_direct_call(direct_call(program), guard, record)
     call = program.call
     names = program.output_names
     arg_names = program.arg_names
@@ -190,6 +198,28 @@ def direct_call(program: Program, guard: tuple[int, int, DirectCall] | None = No
     return direct
 
 
+def _recorded_direct_call(
+    plain: DirectCall, guard: tuple[int, int, DirectCall], record: RecordedCall
+) -> DirectCall:
+    """``plain`` (an unguarded direct call) under ``guard``, each call recorded."""
+    generation, n_inputs, fallback = guard
+
+    def recorded_direct(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+        if bus.generation != generation or len(inputs) != n_inputs:
+            return fallback(inputs)
+        start = time.monotonic_ns()
+        try:
+            result = plain(inputs)
+        except BaseException as exc:
+            record.failed(inputs, start, exc)
+            raise
+        if result is None:  # refused: the general path decides (and records)
+            return None
+        return record.finish(inputs, start, result)
+
+    return recorded_direct
+
+
 Signature = tuple[tuple[str, tuple[int, ...], "np.dtype[Any]"], ...]
 """(name, shape, dtype) per argument of a program compiled ahead."""
 
@@ -203,6 +233,86 @@ def _fits(args: list[Any], signature: Signature) -> bool:
         except AttributeError:
             return False
     return True
+
+
+class RecordedCall:
+    """How a whole-graph call is recorded while someone listens to the call span.
+
+    Its events are sent once it ran (``bus.emit_span``), with the times of the run: the call
+    span and its one segment (as on the segmented path) inside it; synced, both end at the
+    results and the call carries its ``dispatch_ns``. Nothing is emitted while the program
+    runs (it runs no other span and compiles nothing), so no span object, context variable
+    or handler sits around the work: on a tiny model that was half of recording's cost. A
+    call that raises sends the call span's start and exception events. The checked path
+    records its calls with ``run``; a recorded direct call (``direct_call(record=...)``)
+    with ``finish`` and ``failed``.
+    """
+
+    __slots__ = ("generation", "segment", "shapes", "source", "state_ref")
+
+    def __init__(
+        self,
+        state_ref: Callable[[], WholeGraphCall | None],
+        source: str | None,
+        shapes: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+    ) -> None:
+        self.state_ref = state_ref  # the owner by weak reference (no cycle through try_call)
+        self.source = source
+        self.shapes = shapes  # the call span's ``shapes`` of the inputs
+        # the segment span's metadata while it is listened to (None: not), as of the bus's
+        # ``generation`` (what is listened to changes only with it)
+        self.generation = -1
+        self.segment: dict[str, Any] | None = None
+
+    def run(self, state: WholeGraphCall, args: list[Any], inputs: Mapping[str, Any]) -> Any:
+        """Run the program on checked ``args`` and record the call."""
+        start = time.monotonic_ns()
+        try:
+            result = state.run(args)
+        except BaseException as exc:
+            self.failed(inputs, start, exc)
+            raise
+        return self.finish(inputs, start, result, state)
+
+    def finish(
+        self,
+        inputs: Mapping[str, Any],
+        start: int,
+        result: dict[str, Any],
+        state: WholeGraphCall | None = None,
+    ) -> dict[str, Any]:
+        """Record a call that started at ``start`` and returned ``result`` (not yet ready)."""
+        ready = time.monotonic_ns()
+        state = state or self.state_ref()
+        if state is None:  # the model was dropped meanwhile: nothing to describe
+            return result
+        stop = None
+        if bus.sync:
+            try:
+                state.block(result)
+            except BaseException as exc:
+                self.failed(inputs, start, exc)
+                raise
+            # the span ends at the results; the dispatch time goes with it
+            stop = {"dispatch_ns": ready - start}
+            ready = time.monotonic_ns()
+        meta = {"source": self.source, "shapes": self.shapes(inputs)}
+        generation = bus.generation
+        if generation != self.generation:  # read before ``listening``, as the checked call
+            listened = bus.listening(*_SEGMENT_SPAN)
+            self.segment = state.segment_meta(self.source) if listened else None
+            self.generation = generation
+        if self.segment is not None:
+            segment = ((E.SEGMENT, self.segment, start, ready),)
+            bus.emit_span(E.CALL, meta, start, ready, stop_metadata=stop, children=segment)
+        else:
+            bus.emit_span(E.CALL, meta, start, ready, stop_metadata=stop)
+        return result
+
+    def failed(self, inputs: Mapping[str, Any], start: int, exc: BaseException) -> None:
+        """Record a call that raised ``exc``."""
+        meta = {"source": self.source, "shapes": self.shapes(inputs)}
+        bus.emit_span_exception(E.CALL, meta, start, exc)
 
 
 class WholeGraphCall:
@@ -279,6 +389,8 @@ class WholeGraphCall:
                 shapes = described[names] = describe_shapes(inputs)
             return shapes
 
+        recording = RecordedCall(state_ref, source, call_shapes)
+
         def checked(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
             if len(inputs) != n_inputs:
                 return None
@@ -294,27 +406,13 @@ class WholeGraphCall:
             # read before ``listening``: a handler attached in between changes it, so a
             # direct call installed below is not taken while that handler listens
             generation = bus.generation
-            if bus.listening(*_CALL_SPAN):
-                meta = {"source": source, "shapes": call_shapes(inputs)}
-                with bus.span(E.CALL, meta) as span:
-                    ran = time.monotonic_ns()
-                    result = state.run(args)
-                    ready = time.monotonic_ns()
-                    if bus.sync:
-                        state.block(result)
-                        dispatched, ready = ready, time.monotonic_ns()
-                        # the span ends at the results; the dispatch time goes with it
-                        span.stop_metadata["dispatch_ns"] = dispatched - span.start
-                        span.end = ready
-                    if bus.listening(*_SEGMENT_SPAN):
-                        # the whole graph is one segment: its run, as on the segmented path,
-                        # its events sent once it ended (outside the call's time, too)
-                        bus.emit_span(E.SEGMENT, state.segment_meta(source), ran, ready)
-                    return result
-            result = state.run(args)
+            listened = bus.listening(*_CALL_SPAN)
+            result = recording.run(state, args, inputs) if listened else state.run(args)
             if state.simple and not state.x64 and not unchecked and generation == bus.generation:
+                # the direct call from now on, recorded while this handler listens
                 program = Program(state.call, arg_names, dtypes, state.names, False)
-                state.try_call = direct_call(program, (generation, n_inputs, state.checked))
+                guard = (generation, n_inputs, state.checked)
+                state.try_call = direct_call(program, guard, recording if listened else None)
             return result
 
         return checked
@@ -331,7 +429,10 @@ class WholeGraphCall:
         if not self.cpp:
             self._use_cpp_call()
         if self.simple:
-            return dict(zip(self.names, outs, strict=False))
+            names = self.names
+            if len(names) == 1:
+                return {names[0]: outs[0]}
+            return dict(zip(names, outs, strict=False))
         result = dict(self.entry.host_outputs)
         result.update(zip(self.entry.dynamic_outputs, outs, strict=True))
         return {n: result[n] for n in self.names}

@@ -224,3 +224,63 @@ def test_emit_span_with_nobody_listening_sends_nothing(seen):
     listen("t", ["ember.call.start"])
     bus.emit_span("ember.segment", {"position": 0}, 1, 2)
     assert events == []
+
+
+def test_emit_span_sends_its_children_inside_it_and_its_stop_metadata_at_the_stop(seen):
+    # a recorded whole-graph call: the call and its segment sent once the call ran, in the
+    # order and with the ids ``span`` would give them
+    events, listen = seen
+    listen(
+        "t", ["ember.call.start", "ember.call.stop", "ember.segment.start", "ember.segment.stop"]
+    )
+    listen("run", ["ember.run.start"])
+    with bus.span("ember.run", {}) as outer:
+        events.clear()
+        bus.emit_span(
+            "ember.call",
+            {"source": "m"},
+            100,
+            200,
+            stop_metadata={"dispatch_ns": 30},
+            children=[("ember.segment", {"position": 0}, 110, 190)],
+        )
+    names = [n for n, _, _ in events]
+    assert names == [
+        "ember.call.start",
+        "ember.segment.start",
+        "ember.segment.stop",
+        "ember.call.stop",
+    ]
+    (_, m1, call_md), (_, _, seg_md), (_, seg_m, _), (_, m2, stop_md) = events
+    assert call_md == {"source": "m", "span_id": call_md["span_id"], "parent_id": outer.span_id}
+    assert stop_md == {**call_md, "dispatch_ns": 30}
+    assert (seg_md["parent_id"], seg_md["position"]) == (call_md["span_id"], 0)
+    assert m1["monotonic_time"] == 100
+    assert (m2["monotonic_time"], m2["duration"]) == (200, 100)
+    assert (seg_m["monotonic_time"], seg_m["duration"]) == (190, 80)
+
+
+def test_emit_span_nobody_listens_to_gives_its_children_to_the_current_span(seen):
+    events, listen = seen
+    listen("t", ["ember.segment.start", "ember.run.start"])
+    with bus.span("ember.run", {}) as outer:
+        events.clear()
+        bus.emit_span("ember.call", {}, 1, 9, children=[("ember.segment", {}, 2, 8)])
+    assert [(n, md["parent_id"]) for n, _, md in events] == [("ember.segment.start", outer.span_id)]
+
+
+def test_emit_span_exception_sends_the_start_and_the_exception_as_span_does(seen):
+    events, listen = seen
+    listen("t", ["ember.call.start", "ember.call.stop", "ember.call.exception"])
+    try:
+        raise RuntimeError("the program failed")
+    except RuntimeError as exc:
+        bus.emit_span_exception("ember.call", {"source": "m"}, 5, exc)
+    (start, _, md), (name, m, exc_md) = events
+    assert (start, name) == ("ember.call.start", "ember.call.exception")
+    assert exc_md["span_id"] == md["span_id"]
+    assert exc_md["source"] == "m"
+    assert exc_md["kind"] == "throw"
+    assert exc_md["reason"] == "RuntimeError: the program failed"
+    assert "the program failed" in exc_md["stacktrace"]
+    assert m["duration"] == m["monotonic_time"] - 5

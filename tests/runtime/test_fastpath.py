@@ -425,3 +425,40 @@ def test_a_recorded_whole_graph_call_holds_its_segment_and_ends_at_its_results(t
             assert 0 < call_end["attrs"]["dispatch_ns"] <= call_end["duration_ns"]
         else:
             assert "dispatch_ns" not in call_end["attrs"]
+
+
+def test_a_recorded_direct_call_that_fails_ends_its_call_span_with_the_error(tmp_path):
+    # recorded calls stay on the direct call (their spans sent once they ran): a call whose
+    # program raises (a deleted input array) still leaves its call span, ended in error
+    import json
+
+    import jax.numpy as jnp
+
+    from ember.recorder import record
+
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=[4, 8])],
+        [tensor("y", shape=[4, 8])],
+    )
+    compiled = rt.compile(model)
+    x = jnp.ones((4, 8), jnp.float32)
+    compiled(x=x)
+    with record(tmp_path / "run.jsonl"):
+        compiled(x=x)
+        compiled(x=x)  # the direct call, recorded
+        gone = jnp.ones((4, 8), jnp.float32)
+        gone.delete()
+        with pytest.raises(RuntimeError, match="deleted"):
+            compiled(x=gone)
+        compiled(x=x)
+    recs = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()[1:]]
+    calls = [r for r in recs if r["span_kind"] == "call"]
+    assert [(r["kind"], r.get("status")) for r in calls] == [
+        ("span_start", None),
+        ("span_end", "ok"),
+    ] * 2 + [("span_start", None), ("span_end", "error"), ("span_start", None), ("span_end", "ok")]
+    failed = calls[5]
+    assert failed["span_id"] == calls[4]["span_id"]
+    assert failed["error"]["reason"].startswith("RuntimeError: Array has been deleted")
+    assert calls[4]["attrs"]["shapes"] == [{"name": "x", "shape": [4, 8], "dtype": "float32"}]
