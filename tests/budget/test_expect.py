@@ -81,7 +81,8 @@ def test_bounds_dtype_weak_type_and_static_values_are_named():
     message = str(info.value)
     assert "  compiles: 3, expected <= 1" in message
     assert "compile 2: x dtype: float32 -> int32" in message
-    assert message.endswith(": compile 3: static arg 1: 2 -> 3")
+    # the static argument is named as the function names it (was `static arg 1`)
+    assert message.endswith(": compile 3: static k: 2 -> 3")
 
 
 def test_an_ember_model_that_evicts_fails_evictions_0(tmp_path):
