@@ -197,7 +197,15 @@ def parse_recompile_reason(text: str) -> tuple[str, list[dict[str, Any]]]:
         m = _SIZE_MISMATCH.match(reason)
         if m is not None:
             phrases.append(f"{m['arg']} dim {m['dim']}: {m['old']} -> {m['new']}")
-            changes.append({"arg": m["arg"], "what": "shape", "old": m["old"], "new": m["new"]})
+            changes.append(
+                {
+                    "arg": m["arg"],
+                    "what": "shape",
+                    "old": m["old"],
+                    "new": m["new"],
+                    "dim": int(m["dim"]),
+                }
+            )
             continue
         m = _DTYPE_MISMATCH.match(reason)
         if m is not None:

@@ -28,7 +28,8 @@ gives it (``train``, ``eval``), no longer only the seed's forward | backward | o
 (which stay valid values).
 Also in version 3: a ``jit`` end may carry a torch.compile frame compile's ``compile_id``,
 ``guard_count``, ``cache_size`` and ``recompile_limit``/``recompile_limit_hit``, and a
-``break`` span a ``reason`` (imported TORCH_TRACE logs).
+``break`` span a ``reason`` and the ``user_stack`` that reached it (imported TORCH_TRACE
+logs); an ``ArgChange`` may name the ``dim`` whose size changed (old and new are then sizes).
 """
 
 from __future__ import annotations
@@ -187,12 +188,17 @@ class SpanError(RecordModel):
 
 
 class ArgChange(RecordModel):
-    """One difference that made JAX trace a function again."""
+    """One difference that made JAX (or torch.compile) trace a function again."""
 
     arg: str
     what: Literal["shape", "dtype", "weak_type", "static", "structure", "other"]
     old: str | None = None
     new: str | None = None
+    dim: Int64 | None = Field(
+        None,
+        description="For a shape change of one dimension: which (0-based); old and new are "
+        "then that dimension's sizes ('8', '16'), not whole shapes.",
+    )
 
 
 MemoryCategory = Literal[
@@ -320,6 +326,11 @@ class BreakAttrs(SourceAttrs):
     op_type: str
     reason: str | None = Field(
         None, description="Why the graph broke, as the compiler said it (torch.compile)."
+    )
+    user_stack: list[str] | None = Field(
+        None,
+        description="The user's code that reached the break, outermost call first, one "
+        "'file:line in function' a frame (torch.compile's user code traceback).",
     )
 
 

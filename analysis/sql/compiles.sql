@@ -15,7 +15,8 @@
 -- compiled      false when the segment runs eagerly (fewer than 20 nodes after a break)
 -- disk_cache    hit | miss | NULL: whether the program came from the disk cache
 -- stop          where the segment stops: a break position or 'end'
--- jit_changes   for jit compiles, what JAX said changed (list of {arg, what, old, new})
+-- jit_changes   for jit compiles, what JAX (or torch) said changed (list of {arg, what, old,
+--               new, dim}; dim: the dimension of a one-dimension shape change)
 -- retrace_reason  for jit compiles, JAX's explanation
 -- jax_explanation for jit compiles, JAX's own words when Ember could not type them
 -- outside_jit   for jit compiles: JAX's own compile of a primitive (or helper) run outside
@@ -89,7 +90,8 @@ segment_compiles AS (
         g.compiled,
         g.disk_cache,
         g.stop,
-        CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
+        CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR,
+            "dim" BIGINT)[])
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
         CAST(NULL AS VARCHAR) AS jax_explanation,

@@ -14,7 +14,8 @@
 --                     outside_jit (JAX compiled a primitive it ran outside jit again: see
 --                     outside_jit) | other
 -- arg                 the input (argument or static value) that changed
--- dim                 the dimension (0-based) for a shape change, else NULL
+-- dim                 the dimension (0-based) for a shape change (a torch.compile recompile's
+--                     too), else NULL
 -- old_value, new_value  before -> after, as text (a size, a dtype, a static value)
 -- changes             every change, as a list of {change, arg, dim, old_value, new_value}
 -- reason              for a person: 'input_ids dim 1: 17 -> 23', several joined by '; ',
@@ -142,7 +143,7 @@ changed AS (
                         'change': 'static', 'old_value': o,
                         'new_value': CAST(cu.value AS VARCHAR)}))) END, []),
             coalesce(CASE WHEN fun_name IS NOT NULL THEN list_transform(jit_changes,
-                lambda ch: {'ord': 6, 'arg': ch.arg, 'dim': NULL::BIGINT,
+                lambda ch: {'ord': 6, 'arg': ch.arg, 'dim': ch.dim,
                     'change': 'jit:' || ch.what, 'old_value': ch.old, 'new_value': ch.new}) END, [])
         ) AS all_changes
     FROM paired
@@ -162,7 +163,8 @@ grouped AS (
         *,
         array_to_string(list_transform(changes, lambda ch:
             CASE
-                WHEN ch.change = 'shape'
+                WHEN ch.change IN ('shape', 'jit:shape') AND ch.dim IS NOT NULL
+                    -- a JAX retrace names whole shapes (dim NULL); torch names the dim
                     THEN ch.arg || ' dim ' || ch.dim || ': ' || ch.old_value || ' -> ' || ch.new_value
                 WHEN ch.change = 'new_arg' THEN ch.arg || ': new argument ' || ch.new_value
                 WHEN ch.change = 'removed_arg'

@@ -69,11 +69,11 @@ def test_recompile_reason_becomes_a_typed_shape_change(torch_db):
     db, runs = torch_db
     rows = _rows(
         db,
-        "SELECT fun_name, compile_index, change, arg, old_value, new_value, reason "
+        "SELECT fun_name, compile_index, change, arg, dim, old_value, new_value, reason "
         "FROM recompiles WHERE run_id = ?",
         runs["recompile"],
     )
-    assert rows == [("scale", 2, "jit:shape", "x", "8", "16", "x shape: 8 -> 16")]
+    assert rows == [("scale", 2, "jit:shape", "x", 0, "8", "16", "x dim 0: 8 -> 16")]
     (span,) = _rows(
         db,
         "SELECT end_attrs.retrace_reason, end_attrs.compile_id, end_attrs.guard_count, "
@@ -222,7 +222,7 @@ def test_each_rank_is_a_run_tagged_with_its_rank_and_job(torch_db):
 def test_parse_recompile_reason():
     assert parse_recompile_reason(
         "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 16"
-    ) == ("x dim 1: 8 -> 16", [{"arg": "x", "what": "shape", "old": "8", "new": "16"}])
+    ) == ("x dim 1: 8 -> 16", [{"arg": "x", "what": "shape", "old": "8", "new": "16", "dim": 1}])
     assert parse_recompile_reason(
         "0/0: tensor 'w' dtype mismatch. expected Float, actual Half"
     ) == ("w dtype: Float -> Half", [{"arg": "w", "what": "dtype", "old": "Float", "new": "Half"}])
