@@ -514,8 +514,10 @@ def _torch_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         out.append(Finding(r["run_id"], "recompile_limit", text, 0, dict(r)))
     torch_runs = set(_of(con, "torch_compiles", run_ids)["run_id"].to_list())
     for r in _rows(_of(con, "breaks", sorted(torch_runs), "first_ts_ns")):
+        stack = r.get("user_stack") or []
+        caller = f", reached from {stack[-2]}" if len(stack) >= 2 else ""
         text = (
-            f"graph break in {r['source']} at {r['node']} ({r['op_type']}): "
+            f"graph break in {r['source']} at {r['node']}{caller} ({r['op_type']}): "
             f"{(r['reason'] or '?').rstrip('.')}; "
             "the code after it compiles as resume frames, one graph more per break"
         )

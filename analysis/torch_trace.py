@@ -24,11 +24,17 @@ recompile_reason             ``retrace_reason`` (``x dim 0: 8 -> 16``) and typed
 recompile limit              the compile that failed on it: ``recompile_limit`` (the limit)
                              and ``recompile_limit_hit``: the frame runs eagerly from then
 bwd_compilation_metrics      a second ``jit`` span, ``fun_name`` + `` (backward)``
-fx_graph_cache_hit/miss      ``persistent_cache`` hit/miss of the compile
+fx_graph_cache_hit/miss/     the compile's ``torch_caches``: one lookup each (cache, hit |
+bypass, aotautograd_cache_*  miss | bypass, torch's key, time saved); a lookup the metrics
+(and the metrics' counts)    count whose artifact the log lacks has no key. Not ``cache``
+                             events: those are Ember's segment cache (a miss there is a
+                             compile). The FX cache's is also ``persistent_cache`` (hit:
+                             all hit)
 dynamo_graph_break_reason    a ``break`` span (duration 0): ``position`` = frame id,
                              ``source`` = the function, ``node`` = the user's file:line,
                              ``op_type`` = torch's short reason, ``reason`` = its
-                             explanation line
+                             explanation line, ``user_stack`` = the user code traceback
+                             (``file:line in fun``, outermost first)
 a log / a TORCH_TRACE dir    a run (meta): ``pid`` and ``versions.torch`` from the log,
                              ``backend: torch.compile``, tags ``rank`` and ``job`` (the
                              folder's name); ``phase: train`` when a backward compiled
@@ -79,6 +85,13 @@ _LIMIT = re.compile(r"recompile_limit cache size limit \(currently set to (\d+)\
 _BREAK_AT = re.compile(r"Graph break in user code at (?P<at>\S+)")
 _BREAK_WHY = re.compile(r"Graph Break Reason: (?P<why>.+)")
 _BREAK_EXPLAINED = re.compile(r"^\s*Explanation: (?P<text>.+)$", re.M)
+_USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fun>.+)$')
+_CACHE_ARTIFACT = re.compile(r"^(?P<cache>fx_graph|aotautograd)_cache_(?P<action>hit|miss|bypass)$")
+# each cache's counts in compilation_metrics (their prefixes)
+_CACHES = {
+    "fx_graph": ("inductor_fx_local_cache", "inductor_fx_remote_cache"),
+    "aotautograd": ("aotautograd_local_cache", "aotautograd_remote_cache"),
+}
 
 
 class TorchImportError(ValueError):
@@ -235,6 +248,8 @@ class _Compile:
     fun_name: str | None = None
     defined_at: str | None = None
     cache: str | None = None
+    # the cache lookups the artifacts said since this compile's last metrics
+    lookups: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Run:
@@ -307,12 +322,38 @@ class _Run:
             if isinstance(version, dict):
                 version = version.get("pytorch_version")
             self.torch_version = str(version)
-        elif name in ("fx_graph_cache_hit", "fx_graph_cache_miss") and comp is not None:
-            # a frame's graphs all hit, or the compile missed
-            hit = name.endswith("hit")
-            comp.cache = "hit" if hit and comp.cache != "miss" else "miss"
+        elif (m := _CACHE_ARTIFACT.match(name)) is not None and comp is not None:
+            self.cache_artifact(entry, comp, m["cache"], m["action"])
         elif name == "dynamo_graph_break_reason" and comp is not None:
             self.graph_break(entry, comp)
+
+    def cache_artifact(self, entry: Entry, comp: _Compile, cache: str, action: str) -> None:
+        payload = json.loads(entry.payload) if entry.payload else {}
+        if not isinstance(payload, dict):
+            payload = {}
+        lookup: dict[str, Any] = {"cache": cache, "action": action}
+        if isinstance(payload.get("key"), str):
+            lookup["key"] = payload["key"]
+        saved = payload.get("time_saved_ms")
+        if action == "hit" and isinstance(saved, (int, float)) and saved >= 0:
+            lookup["time_saved_ns"] = int(saved * 1e6)
+        comp.lookups.append(lookup)
+
+    def counted_lookups(self, comp: _Compile, m: dict[str, Any]) -> list[dict[str, Any]]:
+        """The compile's cache lookups: its artifacts', and those the metrics count whose
+        artifact the log lacks (a trimmed log, an older torch), without their key."""
+        lookups, comp.lookups = comp.lookups, []
+        for cache, prefixes in _CACHES.items():
+            for action in ("hit", "miss"):
+                counted = sum(_count(m, f"{p}_{action}_count") for p in prefixes)
+                # a bypass compiles like a miss (torch may count it as one)
+                actions = ("miss", "bypass") if action == "miss" else ("hit",)
+                seen = sum(1 for x in lookups if x["cache"] == cache and x["action"] in actions)
+                lookups += [{"cache": cache, "action": action}] * max(counted - seen, 0)
+        fx = [x["action"] for x in lookups if x["cache"] == "fx_graph"]
+        if fx:  # the frame's graphs all hit, or the compile missed
+            comp.cache = "hit" if all(a == "hit" for a in fx) else "miss"
+        return lookups
 
     def span_id(self) -> int:
         self.next_span += 1
@@ -327,6 +368,7 @@ class _Run:
             "op_type": why["why"].strip() if why else "graph break",
             "reason": _break_reason(text),
             "source": comp.fun_name,
+            "user_stack": _user_stack(text),
         }
         sid, ts = self.span_id(), self.rel(entry.ts_ns)
         self.records.append(_span_start(ts, sid, "torch.graph_break", "break", attrs))
@@ -345,7 +387,10 @@ class _Run:
         duration = _phase_ns(m, "entire_frame_compile_time_s") or _us(
             m, "backward_cumulative_compile_time_us"
         )
+        lookups = self.counted_lookups(comp, m)
         end = _end_attrs(m, comp, fun)
+        if lookups:
+            end["torch_caches"] = lookups
         status, error = "ok", None
         if m.get("fail_type"):
             status = "error"
@@ -364,6 +409,25 @@ def _break_reason(text: str) -> str:
     # screenful); the message's first lines when it has none
     m = _BREAK_EXPLAINED.search(text)
     return m["text"].strip() if m else "\n".join(text.strip().split("\n")[:3])
+
+
+def _user_stack(text: str) -> list[str] | None:
+    # torch's "User code traceback:" section: `File "f.py", line 38, in f` a frame,
+    # outermost first, each followed by its source line
+    _, found, tail = text.partition("User code traceback:")
+    if not found:
+        return None
+    frames = []
+    for line in tail.split("\n"):
+        m = _USER_FRAME.match(line)
+        if m is not None:
+            frames.append(f"{m['file']}:{m['line']} in {m['fun'].strip()}")
+    return frames or None
+
+
+def _count(m: dict[str, Any], key: str) -> int:
+    value = m.get(key)
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 def _compile_id(env: dict[str, Any]) -> str:
@@ -428,7 +492,7 @@ def _span_start(ts: int, sid: int, name: str, kind: str, attrs: dict[str, Any]) 
 
 _START_FIELDS = {
     "jit": {"fun_name"},
-    "break": {"position", "node", "op_type", "source", "reason"},
+    "break": {"position", "node", "op_type", "source", "reason", "user_stack"},
 }
 
 

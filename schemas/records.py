@@ -28,8 +28,9 @@ gives it (``train``, ``eval``), no longer only the seed's forward | backward | o
 (which stay valid values).
 Also in version 3: a ``jit`` end may carry a torch.compile frame compile's ``compile_id``,
 ``guard_count``, ``cache_size`` and ``recompile_limit``/``recompile_limit_hit``, and a
-``break`` span a ``reason`` and the ``user_stack`` that reached it (imported TORCH_TRACE
-logs); an ``ArgChange`` may name the ``dim`` whose size changed (old and new are then sizes).
+``break`` span a ``reason`` and the ``user_stack`` that reached it, and a ``jit`` end its FX
+graph and AOTAutograd cache lookups (``torch_caches``) (imported TORCH_TRACE logs); an
+``ArgChange`` may name the ``dim`` whose size changed (old and new are then sizes).
 """
 
 from __future__ import annotations
@@ -389,6 +390,17 @@ class UserAttrs(RecordModel):
     attrs: dict[str, Any] = Field(default_factory=dict)
 
 
+class TorchCacheLookup(RecordModel):
+    """One lookup of torch.compile's FX graph cache (Inductor) or AOTAutograd cache."""
+
+    cache: Literal["fx_graph", "aotautograd"]
+    action: Literal["hit", "miss", "bypass"] = Field(
+        description="bypass: a graph the cache cannot hold (compiled, not stored)"
+    )
+    key: str | None = Field(None, description="torch's cache key (None: the log lacks it).")
+    time_saved_ns: Int64 | None = Field(None, description="On a hit: compile time saved.")
+
+
 class JitAttrs(RecordModel):
     """A compile of a jitted function seen by the JAX bridge."""
 
@@ -444,6 +456,9 @@ class JitEndAttrs(JitAttrs):
         None,
         description="True: torch refused to compile the frame again (cache_size reached "
         "recompile_limit); the frame runs eagerly from then on.",
+    )
+    torch_caches: list[TorchCacheLookup] | None = Field(
+        None, description="The FX graph and AOTAutograd cache lookups of this compile (torch)."
     )
 
 

@@ -99,7 +99,10 @@ def test_report_says_a_graph_break_and_the_recompile_limit(torch_db):
     r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["break"]])
     out = _flat(r.output)
     assert "graph break in f at " in out
-    assert "make_logs.py:38 (Data-dependent branching): Detected data-dependent" in out
+    assert "make_logs.py:38, reached from " in out
+    assert (
+        "make_logs.py:42 in graph_break (Data-dependent branching): Detected data-dependent" in out
+    )
     r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["limit"]])
     out = _flat(r.output)
     assert "g hit torch's recompile limit (2) and runs eagerly from then on" in out
@@ -112,19 +115,72 @@ def test_torch_compiles_view(torch_db):
     for run_id, *row in _rows(
         db,
         "SELECT run_id, rank, compile_id, fun_name, guard_count, cache_size, fx_graph_cache, "
-        "failed, recompile_limit_hit FROM torch_compiles ORDER BY run_id, ts_ns",
+        "aot_autograd_cache, failed, recompile_limit_hit, outcome FROM torch_compiles "
+        "ORDER BY run_id, ts_ns",
     ):
         by_run.setdefault(run_id, []).append(tuple(row))
+    # limit.log is trimmed (its FX cache artifacts dropped): the metrics' counts say miss
     assert by_run[runs["limit"]] == [
-        (None, "0/0", "g", 9, 0, None, False, False),
-        (None, "0/1", "g", 9, 1, None, False, False),
-        (None, "0/2", "g", None, None, None, True, True),
+        (None, "0/0", "g", 9, 0, "miss", "miss", False, False, "compiled"),
+        (None, "0/1", "g", 9, 1, "miss", "miss", False, False, "compiled"),
+        (
+            None,
+            "0/2",
+            "g",
+            None,
+            None,
+            None,
+            None,
+            True,
+            True,
+            "recompile limit (2) reached: runs eagerly from now",
+        ),
     ]
-    assert by_run[runs["rank_1"]] == [(1, "0/0", "step", 11, 0, None, False, False)]
+    assert by_run[runs["rank_1"]] == [
+        (1, "0/0", "step", 11, 0, "miss", "miss", False, False, "compiled")
+    ]
     assert by_run[runs["cached"]] == [
-        (None, "0/0", "scale", 10, 0, "hit", False, False),
-        (None, "0/1", "scale", 10, 1, "hit", False, False),
+        (None, "0/0", "scale", 10, 0, "hit", "hit", False, False, "compiled from the caches"),
+        (None, "0/1", "scale", 10, 1, "hit", "hit", False, False, "compiled from the caches"),
     ]
+
+
+def test_fx_graph_and_aotautograd_cache_lookups_with_their_keys(torch_db):
+    db, runs = torch_db
+    lookups = {
+        name: _rows(
+            db,
+            "SELECT compile_id, l.cache, l.action, l.key, l.time_saved_ns "
+            "FROM (SELECT compile_id, ts_ns, unnest(cache_lookups) AS l FROM torch_compiles "
+            "WHERE run_id = ?) ORDER BY ts_ns, l.cache",
+            runs[name],
+        )
+        for name in ("recompile", "cached", "train", "break")
+    }
+    first = lookups["recompile"]
+    assert [(c, cache, action) for c, cache, action, _, _ in first] == [
+        ("0/0", "aotautograd", "miss"),
+        ("0/0", "fx_graph", "miss"),
+        ("0/1", "aotautograd", "miss"),
+        ("0/1", "fx_graph", "miss"),
+    ]
+    assert all(key and saved is None for *_, key, saved in first)
+    # the second process looks up the same graphs: the keys the first one missed now hit
+    again = lookups["cached"]
+    assert [(c, cache, action, key) for c, cache, action, key, _ in again] == [
+        (c, cache, "hit", key) for c, cache, _, key, _ in first
+    ]
+    # torch's time_saved_ms of each AOTAutograd hit (57451, 2665); the FX hits say none
+    assert [ns for _, cache, _, _, ns in again] == [57_451_000_000, None, 2_665_000_000, None]
+    # a backward compile looks up its own graph; a trimmed log's lookups keep no key
+    assert [(c, cache, action) for c, cache, action, _, _ in lookups["train"]] == [
+        ("0/0", "aotautograd", "miss"),
+        ("0/0", "fx_graph", "miss"),
+        ("0/0", "fx_graph", "miss"),
+    ]
+    assert [key is None for _, cache, _, key, _ in lookups["break"] if cache == "fx_graph"] == [
+        True
+    ] * 3
 
 
 def test_compiles_have_phases_and_the_second_process_hits_the_fx_graph_cache(torch_db):
@@ -163,6 +219,13 @@ def test_a_graph_break_is_a_break_with_torch_reason(torch_db):
     assert (source, position, op_type) == ("f", 0, "Data-dependent branching")
     assert node.endswith("make_logs.py:38")
     assert "if my_tensor.sum() > 0" in reason
+    (stack,) = _rows(db, "SELECT user_stack FROM breaks WHERE run_id = ?", runs["break"])[0]
+    assert [frame.rsplit("/", 1)[-1] for frame in stack] == [
+        "make_logs.py:91 in <module>",
+        "make_logs.py:87 in main",
+        "make_logs.py:42 in graph_break",
+        "make_logs.py:38 in f",
+    ]
     # the two resume frames (one per branch) are two functions, not a recompile
     funs = _rows(db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY ts_ns", runs["break"])
     assert [f for (f,) in funs] == [
