@@ -19,6 +19,8 @@
 --               new, dim}; dim: the dimension of a one-dimension shape change)
 -- retrace_reason  for jit compiles, JAX's explanation
 -- jax_explanation for jit compiles, JAX's own words when Ember could not type them
+-- recompile_limit_hit  a torch.compile compile refused at the frame's recompile limit: the
+--               frame runs eagerly from then on (torch's analogue of an eviction)
 -- outside_jit   for jit compiles: JAX's own compile of a primitive (or helper) run outside
 --               jit (see _jit_functions); NULL for segments
 -- evictions_before  how many times the cache evicted this key at this position before
@@ -95,6 +97,7 @@ segment_compiles AS (
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
         CAST(NULL AS VARCHAR) AS jax_explanation,
+        CAST(NULL AS BOOLEAN) AS recompile_limit_hit,
         CASE WHEN m.run_id IS NULL THEN CAST(0 AS BIGINT) ELSE m.evictions_before END
             AS evictions_before,
         m.run_id IS NULL AS ahead_of_time,
@@ -123,6 +126,7 @@ jit_compiles AS (
         span_row.end_attrs.changes AS jit_changes,
         span_row.end_attrs.retrace_reason AS retrace_reason,
         span_row.end_attrs.jax_explanation AS jax_explanation,
+        span_row.end_attrs.recompile_limit_hit AS recompile_limit_hit,
         CAST(NULL AS BIGINT) AS evictions_before,
         false AS ahead_of_time,
         span_row.span_id AS seg_span_id,
@@ -158,6 +162,7 @@ SELECT
     a.jit_changes,
     a.retrace_reason,
     a.jax_explanation,
+    coalesce(a.recompile_limit_hit, false) AS recompile_limit_hit,
     j.internal AS outside_jit,
     a.evictions_before,
     a.ahead_of_time

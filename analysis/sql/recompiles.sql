@@ -12,14 +12,16 @@
 --                     removed_arg | after_eviction | same_key (compiled before, never
 --                     evicted: another compiled model of the same source) | jit:<what> |
 --                     outside_jit (JAX compiled a primitive it ran outside jit again: see
---                     outside_jit) | other
+--                     outside_jit) | recompile_limit (torch.compile refused to compile the
+--                     frame again: it runs eagerly from then on, torch's eviction) | other
 -- arg                 the input (argument or static value) that changed
 -- dim                 the dimension (0-based) for a shape change (a torch.compile recompile's
 --                     too), else NULL
 -- old_value, new_value  before -> after, as text (a size, a dtype, a static value)
 -- changes             every change, as a list of {change, arg, dim, old_value, new_value}
 -- reason              for a person: 'input_ids dim 1: 17 -> 23', several joined by '; ',
---                     prefixed 're-compile after eviction: ' when after_eviction; what JAX
+--                     prefixed 're-compile after eviction: ' when after_eviction ('recompile
+--                     limit reached, runs eagerly from now: ' at torch's limit); what JAX
 --                     reported (jax_explanation) when the key looks unchanged; a
 --                     control-flow condition reads 'If_0 condition: True -> False'
 -- outside_jit         true: a compile of a primitive JAX ran outside jit (not the user's
@@ -198,6 +200,7 @@ SELECT
     re.after_eviction,
     CASE
         WHEN re.after_eviction THEN 'after_eviction'
+        WHEN re.recompile_limit_hit THEN 'recompile_limit'
         WHEN re.key_seen_before THEN 'same_key'
         WHEN re.outside_jit AND re.changes IS NULL THEN 'outside_jit'
         ELSE coalesce(re.changes[1].change, 'other')
@@ -209,6 +212,7 @@ SELECT
     coalesce(re.changes, []) AS changes,
     CASE
         WHEN re.after_eviction THEN 're-compile after eviction: '
+        WHEN re.recompile_limit_hit THEN 'recompile limit reached, runs eagerly from now: '
         WHEN re.key_seen_before THEN 'compiled before and never evicted (another compiled '
             || 'model of the same source?): '
         ELSE ''

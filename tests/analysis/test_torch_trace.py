@@ -261,6 +261,19 @@ def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_
         ("0/1", "ok", None, None, "guard failed: 0/0: k == 0", "g"),
         ("0/2", "error", 2, True, "guard failed: 0/1: k == 1", "g"),
     ]
+    # the recompiles view says so: torch's analogue of a re-compile after an eviction
+    assert _rows(
+        db,
+        "SELECT compile_index, change, reason FROM recompiles WHERE run_id = ? ORDER BY 1",
+        runs["limit"],
+    ) == [
+        (2, "other", "guard failed: 0/0: k == 0"),
+        (
+            3,
+            "recompile_limit",
+            "recompile limit reached, runs eagerly from now: guard failed: 0/1: k == 1",
+        ),
+    ]
 
 
 def test_backward_is_its_own_compile_and_makes_the_run_a_training_run(torch_db):
