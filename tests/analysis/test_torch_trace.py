@@ -247,6 +247,33 @@ def test_compare_fails_a_run_with_a_new_graph_break(torch_db):
     assert back.exit_code == 0, back.output
 
 
+def test_compare_rules_on_recompiles_and_compile_time_of_torch_runs(torch_db):
+    db, runs = torch_db
+
+    def compare(base: str, candidate: str, rules: str) -> tuple[int, str]:
+        r = runner.invoke(
+            app, ["compare", "--db", str(db), runs[base], runs[candidate], "--fail-on", rules]
+        )
+        return r.exit_code, _flat(r.output)
+
+    # a recompile the base did not have, named by its dimension
+    code, out = compare("break", "recompile", "recompiles>+0")
+    assert code == 1
+    assert "recompiles>+0 │ fail │ recompiles 0 -> 1 (+1): beyond +0" in out
+    assert "new: `x` dim 0 changed once at scale (e.g. x dim 0: 8 -> 16)" in out
+    # the FX graph cache made the second process's compiles 14x faster: the first process
+    # as the candidate breaks a compile-time rule, the cached one passes it
+    code, out = compare("cached", "recompile", "compile_time>+50%")
+    assert code == 1
+    assert "compile_time>+50% │ fail │ compile_time 4.3 s -> 61 s (14x): beyond +50%" in out
+    code, out = compare("recompile", "cached", "compile_time>+50%")
+    assert code == 0
+    # the recompile limit is a cause of its own
+    code, out = compare("break", "limit", "new_recompile_causes>0")
+    assert code == 1
+    assert "new: torch's recompile limit reached (the frame runs eagerly) at g (once;" in out
+
+
 def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_db):
     db, runs = torch_db
     rows = _rows(
