@@ -120,81 +120,132 @@ class TorchImportResult:
     compiles: int = 0
 
 
-def _epoch_ns(month_day: str, clock: str, year: int) -> int:
-    month, day = int(month_day[:2]), int(month_day[2:])
+def _epoch_ns(month_day: str, clock: str, year: int, seconds: dict[str, int]) -> int:
+    # glog's local clock, read as UTC; ``seconds`` keeps each second's epoch (thousands of
+    # entries share one)
     hms, _, frac = clock.partition(".")
-    h, m, s = (int(x) for x in hms.split(":"))
-    moment = datetime(year, month, day, h, m, s, tzinfo=UTC)
-    return int(moment.timestamp()) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+    whole = seconds.get(month_day + hms)
+    if whole is None:
+        h, m, s = (int(x) for x in hms.split(":"))
+        moment = datetime(year, int(month_day[:2]), int(month_day[2:]), h, m, s, tzinfo=UTC)
+        whole = seconds[month_day + hms] = int(moment.timestamp())
+    return whole * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
 
-def _payload_error(envelope: dict[str, Any], payload: list[str]) -> str | None:
+def _payload_error(envelope: dict[str, Any], payload: str | None) -> str | None:
     want = envelope.get("has_payload")
     if want is None:
-        return "payload lines after an entry without has_payload" if payload else None
-    got = hashlib.md5("\n".join(payload).encode(), usedforsecurity=False).hexdigest()
+        return "payload lines after an entry without has_payload" if payload is not None else None
+    got = hashlib.md5((payload or "").encode(), usedforsecurity=False).hexdigest()
     if got != want:
         return f"payload md5 {got} differs from has_payload {want} (a cut or edited payload)"
     return None
 
 
-def read_entries(path: Path, rejected: list[str], year: int) -> Iterator[Entry]:
-    """The entries of one log, each checked; what fails goes to ``rejected``."""
-    head: tuple[int, re.Match[str]] | None = None
-    payload: list[str] = []
+def _loads(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # NaN and Infinity, which Python's json writes
+        return json.loads(text)
 
-    def finish() -> Entry | None:
-        assert head is not None
-        number, m = head
+
+_PIECE_BYTES = 8 << 20
+_HEAD_START = re.compile(r"\n(?!\t)")  # the end of a line before one that is not a payload
+
+
+def _pieces(path: Path) -> Iterator[str]:
+    """The log's text in pieces of about 8 MiB, each cut just before an entry's line."""
+    rest = b""
+    with path.open("rb") as f:
+        while block := f.read(_PIECE_BYTES):
+            data = rest + block
+            cut = data.rfind(b"\n")
+            while cut >= 0 and data[cut + 1 : cut + 2] in (b"\t", b""):
+                cut = data.rfind(b"\n", 0, cut)
+            if cut < 0:  # one entry's payload is bigger than the piece: read on
+                rest = data
+                continue
+            rest = data[cut + 1 :]
+            yield data[: cut + 1].decode("utf-8", errors="replace")
+    if rest:
+        yield rest.decode("utf-8", errors="replace")
+
+
+@dataclass
+class _Reader:
+    """Reads one log's pieces into checked entries; what fails goes to ``rejected``."""
+
+    path: Path
+    rejected: list[str]
+    year: int
+    seconds: dict[str, int] = field(default_factory=dict)
+
+    def entries(self, text: str, first_line: int) -> Iterator[Entry]:
+        # each line that is not a payload line, and the payload lines (``\t``) after it,
+        # whole: a regex finds where each such line starts (a newline not followed by a
+        # tab: a fast search for the newline), no Python loop over payload lines
+        starts = [m.end() for m in _HEAD_START.finditer(text)]
+        if not text.startswith("\t"):
+            starts.insert(0, 0)
+        elif text:  # payload lines before any entry
+            self.orphans(text[: starts[0] - 1] if starts else text, first_line)
+        number, counted = first_line, 0
+        for i, start in enumerate(starts):
+            number += text.count("\n", counted, start)
+            counted = start
+            end = starts[i + 1] - 1 if i + 1 < len(starts) else len(text)
+            eol = text.find("\n", start, end)
+            line = text[start:end] if eol < 0 else text[start:eol]
+            payload = text[eol + 1 : end] if eol >= 0 else None
+            head = _PREFIX.match(line) if line.strip() else None
+            if head is None:
+                if line.strip():
+                    self.rejected.append(
+                        f"{self.path}:{number}: not a TORCH_TRACE entry (a glog prefix, then JSON)"
+                    )
+                if payload:
+                    self.orphans(payload, number + 1)
+                continue
+            if payload:
+                payload = payload[1:].replace("\n\t", "\n")
+            entry = self.entry(number, head, payload or None)
+            if entry is not None:
+                yield entry
+
+    def orphans(self, payload: str, number: int) -> None:
+        for i in range(payload.count("\n") + 1):
+            self.rejected.append(f"{self.path}:{number + i}: a payload line before any entry")
+
+    def entry(self, number: int, m: re.Match[str], payload: str | None) -> Entry | None:
         try:
-            envelope = json.loads(m["json"])
+            envelope = _loads(m["json"])
         except json.JSONDecodeError as exc:
-            rejected.append(f"{path}:{number}: the entry is not JSON: {exc}")
+            self.rejected.append(f"{self.path}:{number}: the entry is not JSON: {exc}")
             return None
         if not isinstance(envelope, dict):
-            rejected.append(f"{path}:{number}: the entry is not a JSON object")
+            self.rejected.append(f"{self.path}:{number}: the entry is not a JSON object")
             return None
         error = _payload_error(envelope, payload)
         if error is not None:
-            rejected.append(f"{path}:{number}: {error}")
+            self.rejected.append(f"{self.path}:{number}: {error}")
             return None
-        has = envelope.get("has_payload") is not None
         return Entry(
             number,
-            _epoch_ns(m["md"], m["time"], year),
+            _epoch_ns(m["md"], m["time"], self.year, self.seconds),
             int(m["pid"]),
             int(m["rank"]) if m["rank"] is not None else None,
             envelope,
-            "\n".join(payload) if has else None,
+            payload if envelope.get("has_payload") is not None else None,
         )
 
-    with path.open(encoding="utf-8", errors="replace", newline="\n") as f:
-        for number, raw in enumerate(f, start=1):
-            line = raw.rstrip("\n")
-            if line.startswith("\t"):
-                if head is None:
-                    rejected.append(f"{path}:{number}: a payload line before any entry")
-                else:
-                    payload.append(line[1:])
-                continue
-            if head is not None:
-                entry = finish()
-                if entry is not None:
-                    yield entry
-                head, payload = None, []
-            if not line.strip():
-                continue
-            m = _PREFIX.match(line)
-            if m is None:
-                rejected.append(
-                    f"{path}:{number}: not a TORCH_TRACE entry (a glog prefix, then JSON)"
-                )
-                continue
-            head = (number, m)
-        if head is not None:
-            entry = finish()
-            if entry is not None:
-                yield entry
+
+def read_entries(path: Path, rejected: list[str], year: int) -> Iterator[Entry]:
+    """The entries of one log, each checked; what fails goes to ``rejected``."""
+    reader = _Reader(path, rejected, year)
+    first_line = 1
+    for text in _pieces(path):
+        yield from reader.entries(text, first_line)
+        first_line += text.count("\n")
 
 
 def parse_recompile_reason(text: str) -> tuple[str, list[dict[str, Any]]]:

@@ -354,6 +354,27 @@ def test_a_corrupted_payload_and_a_bad_line_are_rejected_and_the_rest_kept(tmp_p
     assert result.compiles == 2  # the compiles are kept; the reason comes from the metrics
 
 
+def test_a_log_read_in_small_pieces_reads_the_same(tmp_path, monkeypatch):
+    # the reader cuts a log into pieces before entry lines; 4 KiB pieces (payloads of
+    # generated code are bigger: a piece then grows until an entry starts) give the same
+    # trace and the same rejected line numbers as one piece
+    from ember.analysis import torch_trace
+
+    path, entry_line, bad_line = _corrupt(tmp_path)
+    whole = import_torch_trace(path, tmp_path / "whole.jsonl")
+    monkeypatch.setattr(torch_trace, "_PIECE_BYTES", 4096)
+    pieces = list(torch_trace._pieces(path))
+    assert len(pieces) > 40
+    assert all(not p.startswith("\t") for p in pieces)
+    small = import_torch_trace(path, tmp_path / "small.jsonl")
+    assert small.rejected == whole.rejected
+    assert [r.split(": ", 1)[0] for r in small.rejected] == [
+        f"{path}:{bad_line}",
+        f"{path}:{entry_line}",
+    ]
+    assert (tmp_path / "small.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
 def test_cli_imports_a_folder_and_exits_1_on_rejected_lines(tmp_path):
     db = tmp_path / "c.duckdb"
     folder = tmp_path / "trace"
