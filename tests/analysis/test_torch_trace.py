@@ -411,6 +411,50 @@ def test_cli_imports_into_a_lake(tmp_path):
     assert "graph break in f at " in _flat(r.output)
 
 
+def _without(schema, column: str, field: str):
+    import pyarrow as pa
+
+    i = schema.get_field_index(column)
+    kept = [f for f in schema.field(i).type if f.name != field]
+    return schema.set(i, pa.field(column, pa.struct(kept)))
+
+
+def test_a_lake_made_before_the_torch_fields_takes_a_torch_run(tmp_path, monkeypatch):
+    # a lake whose tables an older Ember created (no break user_stack, no jit
+    # torch_caches): the appends evolve them (delta-rs schema merge) instead of failing
+    from ember.analysis import lake_table
+
+    real = lake_table.arrow_schema
+
+    def older(table: str):
+        schema = real(table)
+        if table == "span_start":
+            return _without(schema, "attrs", "user_stack")
+        if table == "span_end":
+            return _without(_without(schema, "attrs", "user_stack"), "attrs", "torch_caches")
+        return schema
+
+    lake = tmp_path / "lake"
+    monkeypatch.setattr(lake_table, "arrow_schema", older)
+    lake_table.create_lake(lake)
+    monkeypatch.setattr(lake_table, "arrow_schema", real)
+    out = tmp_path / "b.jsonl"
+    r = runner.invoke(
+        app,
+        ["import", "torch-trace", str(DATA / "break.log"), "--out", str(out), "--lake", str(lake)],
+    )
+    assert r.exit_code == 0, r.output
+    from ember.analysis.lake import connect_lake
+
+    with connect_lake(lake) as con:
+        stacks = con.execute("SELECT user_stack FROM breaks").fetchall()
+        caches = con.execute(
+            "SELECT count(*) FROM torch_compiles WHERE aot_autograd_cache = 'miss'"
+        ).fetchall()
+    assert [s[-1].rsplit("/", 1)[-1] for (s,) in stacks] == ["make_logs.py:38 in f"]
+    assert caches == [(3,)]
+
+
 def test_ingest_takes_a_torch_trace_folder_and_converts_each_log_once(tmp_path):
     folder = tmp_path / "trace"
     folder.mkdir()
