@@ -84,6 +84,7 @@ _KIND_ORDER = [
     "evictions",
     "disk_cache",
     "disk_miss",
+    "torch_cache",
     "hub",
     "eager",
     "overhead",

@@ -94,6 +94,18 @@ def test_report_names_the_shape_that_recompiled(torch_db):
     assert "2 compiles" in r.output
 
 
+def test_report_says_the_compiles_torch_caches_saved(torch_db):
+    db, runs = torch_db
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["cached"]])
+    assert r.exit_code == 0, r.output
+    assert (
+        "2 of 2 compiles came from torch's FX graph and AOTAutograd caches (on disk: an "
+        "earlier compile of the same graphs); torch estimates they saved 60 s"
+    ) in _flat(r.output)
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["recompile"]])
+    assert "caches" not in r.output
+
+
 def test_report_says_a_graph_break_and_the_recompile_limit(torch_db):
     db, runs = torch_db
     r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["break"]])
