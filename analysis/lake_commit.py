@@ -337,7 +337,10 @@ def append_rows(root: Path, table: str, pieces: list[Any]) -> None:
     # are slices of the batch's)
     data = data.take(pa.array(range(data.num_rows), pa.int64()))
     try:
-        write_deltalake(str(root / table), data, mode="append")
+        # merge: a table an older Ember created lacks the optional fields added since
+        # (ember.trace/3 is additive); the append adds them to the table's schema (rows
+        # written before read them as NULL) instead of failing with SchemaMismatchError
+        write_deltalake(str(root / table), data, mode="append", schema_mode="merge")
     except Exception as exc:  # delta-rs's errors are not one class
         from deltalake import DeltaTable
 

@@ -24,11 +24,17 @@ recompile_reason             ``retrace_reason`` (``x dim 0: 8 -> 16``) and typed
 recompile limit              the compile that failed on it: ``recompile_limit`` (the limit)
                              and ``recompile_limit_hit``: the frame runs eagerly from then
 bwd_compilation_metrics      a second ``jit`` span, ``fun_name`` + `` (backward)``
-fx_graph_cache_hit/miss      ``persistent_cache`` hit/miss of the compile
+fx_graph_cache_hit/miss/     the compile's ``torch_caches``: one lookup each (cache, hit |
+bypass, aotautograd_cache_*  miss | bypass, torch's key, time saved); a lookup the metrics
+(and the metrics' counts)    count whose artifact the log lacks has no key. Not ``cache``
+                             events: those are Ember's segment cache (a miss there is a
+                             compile). The FX cache's is also ``persistent_cache`` (hit:
+                             all hit)
 dynamo_graph_break_reason    a ``break`` span (duration 0): ``position`` = frame id,
                              ``source`` = the function, ``node`` = the user's file:line,
                              ``op_type`` = torch's short reason, ``reason`` = its
-                             explanation line
+                             explanation line, ``user_stack`` = the user code traceback
+                             (``file:line in fun``, outermost first)
 a log / a TORCH_TRACE dir    a run (meta): ``pid`` and ``versions.torch`` from the log,
                              ``backend: torch.compile``, tags ``rank`` and ``job`` (the
                              folder's name); ``phase: train`` when a backward compiled
@@ -79,6 +85,13 @@ _LIMIT = re.compile(r"recompile_limit cache size limit \(currently set to (\d+)\
 _BREAK_AT = re.compile(r"Graph break in user code at (?P<at>\S+)")
 _BREAK_WHY = re.compile(r"Graph Break Reason: (?P<why>.+)")
 _BREAK_EXPLAINED = re.compile(r"^\s*Explanation: (?P<text>.+)$", re.M)
+_USER_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fun>.+)$')
+_CACHE_ARTIFACT = re.compile(r"^(?P<cache>fx_graph|aotautograd)_cache_(?P<action>hit|miss|bypass)$")
+# each cache's counts in compilation_metrics (their prefixes)
+_CACHES = {
+    "fx_graph": ("inductor_fx_local_cache", "inductor_fx_remote_cache"),
+    "aotautograd": ("aotautograd_local_cache", "aotautograd_remote_cache"),
+}
 
 
 class TorchImportError(ValueError):
@@ -107,81 +120,132 @@ class TorchImportResult:
     compiles: int = 0
 
 
-def _epoch_ns(month_day: str, clock: str, year: int) -> int:
-    month, day = int(month_day[:2]), int(month_day[2:])
+def _epoch_ns(month_day: str, clock: str, year: int, seconds: dict[str, int]) -> int:
+    # glog's local clock, read as UTC; ``seconds`` keeps each second's epoch (thousands of
+    # entries share one)
     hms, _, frac = clock.partition(".")
-    h, m, s = (int(x) for x in hms.split(":"))
-    moment = datetime(year, month, day, h, m, s, tzinfo=UTC)
-    return int(moment.timestamp()) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+    whole = seconds.get(month_day + hms)
+    if whole is None:
+        h, m, s = (int(x) for x in hms.split(":"))
+        moment = datetime(year, int(month_day[:2]), int(month_day[2:]), h, m, s, tzinfo=UTC)
+        whole = seconds[month_day + hms] = int(moment.timestamp())
+    return whole * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
 
-def _payload_error(envelope: dict[str, Any], payload: list[str]) -> str | None:
+def _payload_error(envelope: dict[str, Any], payload: str | None) -> str | None:
     want = envelope.get("has_payload")
     if want is None:
-        return "payload lines after an entry without has_payload" if payload else None
-    got = hashlib.md5("\n".join(payload).encode(), usedforsecurity=False).hexdigest()
+        return "payload lines after an entry without has_payload" if payload is not None else None
+    got = hashlib.md5((payload or "").encode(), usedforsecurity=False).hexdigest()
     if got != want:
         return f"payload md5 {got} differs from has_payload {want} (a cut or edited payload)"
     return None
 
 
-def read_entries(path: Path, rejected: list[str], year: int) -> Iterator[Entry]:
-    """The entries of one log, each checked; what fails goes to ``rejected``."""
-    head: tuple[int, re.Match[str]] | None = None
-    payload: list[str] = []
+def _loads(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # NaN and Infinity, which Python's json writes
+        return json.loads(text)
 
-    def finish() -> Entry | None:
-        assert head is not None
-        number, m = head
+
+_PIECE_BYTES = 8 << 20
+_HEAD_START = re.compile(r"\n(?!\t)")  # the end of a line before one that is not a payload
+
+
+def _pieces(path: Path) -> Iterator[str]:
+    """The log's text in pieces of about 8 MiB, each cut just before an entry's line."""
+    rest = b""
+    with path.open("rb") as f:
+        while block := f.read(_PIECE_BYTES):
+            data = rest + block
+            cut = data.rfind(b"\n")
+            while cut >= 0 and data[cut + 1 : cut + 2] in (b"\t", b""):
+                cut = data.rfind(b"\n", 0, cut)
+            if cut < 0:  # one entry's payload is bigger than the piece: read on
+                rest = data
+                continue
+            rest = data[cut + 1 :]
+            yield data[: cut + 1].decode("utf-8", errors="replace")
+    if rest:
+        yield rest.decode("utf-8", errors="replace")
+
+
+@dataclass
+class _Reader:
+    """Reads one log's pieces into checked entries; what fails goes to ``rejected``."""
+
+    path: Path
+    rejected: list[str]
+    year: int
+    seconds: dict[str, int] = field(default_factory=dict)
+
+    def entries(self, text: str, first_line: int) -> Iterator[Entry]:
+        # each line that is not a payload line, and the payload lines (``\t``) after it,
+        # whole: a regex finds where each such line starts (a newline not followed by a
+        # tab: a fast search for the newline), no Python loop over payload lines
+        starts = [m.end() for m in _HEAD_START.finditer(text)]
+        if not text.startswith("\t"):
+            starts.insert(0, 0)
+        elif text:  # payload lines before any entry
+            self.orphans(text[: starts[0] - 1] if starts else text, first_line)
+        number, counted = first_line, 0
+        for i, start in enumerate(starts):
+            number += text.count("\n", counted, start)
+            counted = start
+            end = starts[i + 1] - 1 if i + 1 < len(starts) else len(text)
+            eol = text.find("\n", start, end)
+            line = text[start:end] if eol < 0 else text[start:eol]
+            payload = text[eol + 1 : end] if eol >= 0 else None
+            head = _PREFIX.match(line) if line.strip() else None
+            if head is None:
+                if line.strip():
+                    self.rejected.append(
+                        f"{self.path}:{number}: not a TORCH_TRACE entry (a glog prefix, then JSON)"
+                    )
+                if payload:
+                    self.orphans(payload, number + 1)
+                continue
+            if payload:
+                payload = payload[1:].replace("\n\t", "\n")
+            entry = self.entry(number, head, payload or None)
+            if entry is not None:
+                yield entry
+
+    def orphans(self, payload: str, number: int) -> None:
+        for i in range(payload.count("\n") + 1):
+            self.rejected.append(f"{self.path}:{number + i}: a payload line before any entry")
+
+    def entry(self, number: int, m: re.Match[str], payload: str | None) -> Entry | None:
         try:
-            envelope = json.loads(m["json"])
+            envelope = _loads(m["json"])
         except json.JSONDecodeError as exc:
-            rejected.append(f"{path}:{number}: the entry is not JSON: {exc}")
+            self.rejected.append(f"{self.path}:{number}: the entry is not JSON: {exc}")
             return None
         if not isinstance(envelope, dict):
-            rejected.append(f"{path}:{number}: the entry is not a JSON object")
+            self.rejected.append(f"{self.path}:{number}: the entry is not a JSON object")
             return None
         error = _payload_error(envelope, payload)
         if error is not None:
-            rejected.append(f"{path}:{number}: {error}")
+            self.rejected.append(f"{self.path}:{number}: {error}")
             return None
-        has = envelope.get("has_payload") is not None
         return Entry(
             number,
-            _epoch_ns(m["md"], m["time"], year),
+            _epoch_ns(m["md"], m["time"], self.year, self.seconds),
             int(m["pid"]),
             int(m["rank"]) if m["rank"] is not None else None,
             envelope,
-            "\n".join(payload) if has else None,
+            payload if envelope.get("has_payload") is not None else None,
         )
 
-    with path.open(encoding="utf-8", errors="replace", newline="\n") as f:
-        for number, raw in enumerate(f, start=1):
-            line = raw.rstrip("\n")
-            if line.startswith("\t"):
-                if head is None:
-                    rejected.append(f"{path}:{number}: a payload line before any entry")
-                else:
-                    payload.append(line[1:])
-                continue
-            if head is not None:
-                entry = finish()
-                if entry is not None:
-                    yield entry
-                head, payload = None, []
-            if not line.strip():
-                continue
-            m = _PREFIX.match(line)
-            if m is None:
-                rejected.append(
-                    f"{path}:{number}: not a TORCH_TRACE entry (a glog prefix, then JSON)"
-                )
-                continue
-            head = (number, m)
-        if head is not None:
-            entry = finish()
-            if entry is not None:
-                yield entry
+
+def read_entries(path: Path, rejected: list[str], year: int) -> Iterator[Entry]:
+    """The entries of one log, each checked; what fails goes to ``rejected``."""
+    reader = _Reader(path, rejected, year)
+    first_line = 1
+    for text in _pieces(path):
+        yield from reader.entries(text, first_line)
+        first_line += text.count("\n")
 
 
 def parse_recompile_reason(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -197,7 +261,15 @@ def parse_recompile_reason(text: str) -> tuple[str, list[dict[str, Any]]]:
         m = _SIZE_MISMATCH.match(reason)
         if m is not None:
             phrases.append(f"{m['arg']} dim {m['dim']}: {m['old']} -> {m['new']}")
-            changes.append({"arg": m["arg"], "what": "shape", "old": m["old"], "new": m["new"]})
+            changes.append(
+                {
+                    "arg": m["arg"],
+                    "what": "shape",
+                    "old": m["old"],
+                    "new": m["new"],
+                    "dim": int(m["dim"]),
+                }
+            )
             continue
         m = _DTYPE_MISMATCH.match(reason)
         if m is not None:
@@ -227,6 +299,8 @@ class _Compile:
     fun_name: str | None = None
     defined_at: str | None = None
     cache: str | None = None
+    # the cache lookups the artifacts said since this compile's last metrics
+    lookups: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Run:
@@ -299,12 +373,38 @@ class _Run:
             if isinstance(version, dict):
                 version = version.get("pytorch_version")
             self.torch_version = str(version)
-        elif name in ("fx_graph_cache_hit", "fx_graph_cache_miss") and comp is not None:
-            # a frame's graphs all hit, or the compile missed
-            hit = name.endswith("hit")
-            comp.cache = "hit" if hit and comp.cache != "miss" else "miss"
+        elif (m := _CACHE_ARTIFACT.match(name)) is not None and comp is not None:
+            self.cache_artifact(entry, comp, m["cache"], m["action"])
         elif name == "dynamo_graph_break_reason" and comp is not None:
             self.graph_break(entry, comp)
+
+    def cache_artifact(self, entry: Entry, comp: _Compile, cache: str, action: str) -> None:
+        payload = json.loads(entry.payload) if entry.payload else {}
+        if not isinstance(payload, dict):
+            payload = {}
+        lookup: dict[str, Any] = {"cache": cache, "action": action}
+        if isinstance(payload.get("key"), str):
+            lookup["key"] = payload["key"]
+        saved = payload.get("time_saved_ms")
+        if action == "hit" and isinstance(saved, (int, float)) and saved >= 0:
+            lookup["time_saved_ns"] = int(saved * 1e6)
+        comp.lookups.append(lookup)
+
+    def counted_lookups(self, comp: _Compile, m: dict[str, Any]) -> list[dict[str, Any]]:
+        """The compile's cache lookups: its artifacts', and those the metrics count whose
+        artifact the log lacks (a trimmed log, an older torch), without their key."""
+        lookups, comp.lookups = comp.lookups, []
+        for cache, prefixes in _CACHES.items():
+            for action in ("hit", "miss"):
+                counted = sum(_count(m, f"{p}_{action}_count") for p in prefixes)
+                # a bypass compiles like a miss (torch may count it as one)
+                actions = ("miss", "bypass") if action == "miss" else ("hit",)
+                seen = sum(1 for x in lookups if x["cache"] == cache and x["action"] in actions)
+                lookups += [{"cache": cache, "action": action}] * max(counted - seen, 0)
+        fx = [x["action"] for x in lookups if x["cache"] == "fx_graph"]
+        if fx:  # the frame's graphs all hit, or the compile missed
+            comp.cache = "hit" if all(a == "hit" for a in fx) else "miss"
+        return lookups
 
     def span_id(self) -> int:
         self.next_span += 1
@@ -319,6 +419,7 @@ class _Run:
             "op_type": why["why"].strip() if why else "graph break",
             "reason": _break_reason(text),
             "source": comp.fun_name,
+            "user_stack": _user_stack(text),
         }
         sid, ts = self.span_id(), self.rel(entry.ts_ns)
         self.records.append(_span_start(ts, sid, "torch.graph_break", "break", attrs))
@@ -337,7 +438,10 @@ class _Run:
         duration = _phase_ns(m, "entire_frame_compile_time_s") or _us(
             m, "backward_cumulative_compile_time_us"
         )
+        lookups = self.counted_lookups(comp, m)
         end = _end_attrs(m, comp, fun)
+        if lookups:
+            end["torch_caches"] = lookups
         status, error = "ok", None
         if m.get("fail_type"):
             status = "error"
@@ -356,6 +460,25 @@ def _break_reason(text: str) -> str:
     # screenful); the message's first lines when it has none
     m = _BREAK_EXPLAINED.search(text)
     return m["text"].strip() if m else "\n".join(text.strip().split("\n")[:3])
+
+
+def _user_stack(text: str) -> list[str] | None:
+    # torch's "User code traceback:" section: `File "f.py", line 38, in f` a frame,
+    # outermost first, each followed by its source line
+    _, found, tail = text.partition("User code traceback:")
+    if not found:
+        return None
+    frames = []
+    for line in tail.split("\n"):
+        m = _USER_FRAME.match(line)
+        if m is not None:
+            frames.append(f"{m['file']}:{m['line']} in {m['fun'].strip()}")
+    return frames or None
+
+
+def _count(m: dict[str, Any], key: str) -> int:
+    value = m.get(key)
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 def _compile_id(env: dict[str, Any]) -> str:
@@ -420,7 +543,7 @@ def _span_start(ts: int, sid: int, name: str, kind: str, attrs: dict[str, Any]) 
 
 _START_FIELDS = {
     "jit": {"fun_name"},
-    "break": {"position", "node", "op_type", "source", "reason"},
+    "break": {"position", "node", "op_type", "source", "reason", "user_stack"},
 }
 
 

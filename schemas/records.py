@@ -28,7 +28,9 @@ gives it (``train``, ``eval``), no longer only the seed's forward | backward | o
 (which stay valid values).
 Also in version 3: a ``jit`` end may carry a torch.compile frame compile's ``compile_id``,
 ``guard_count``, ``cache_size`` and ``recompile_limit``/``recompile_limit_hit``, and a
-``break`` span a ``reason`` (imported TORCH_TRACE logs).
+``break`` span a ``reason`` and the ``user_stack`` that reached it, and a ``jit`` end its FX
+graph and AOTAutograd cache lookups (``torch_caches``) (imported TORCH_TRACE logs); an
+``ArgChange`` may name the ``dim`` whose size changed (old and new are then sizes).
 """
 
 from __future__ import annotations
@@ -187,12 +189,17 @@ class SpanError(RecordModel):
 
 
 class ArgChange(RecordModel):
-    """One difference that made JAX trace a function again."""
+    """One difference that made JAX (or torch.compile) trace a function again."""
 
     arg: str
     what: Literal["shape", "dtype", "weak_type", "static", "structure", "other"]
     old: str | None = None
     new: str | None = None
+    dim: Int64 | None = Field(
+        None,
+        description="For a shape change of one dimension: which (0-based); old and new are "
+        "then that dimension's sizes ('8', '16'), not whole shapes.",
+    )
 
 
 MemoryCategory = Literal[
@@ -321,6 +328,11 @@ class BreakAttrs(SourceAttrs):
     reason: str | None = Field(
         None, description="Why the graph broke, as the compiler said it (torch.compile)."
     )
+    user_stack: list[str] | None = Field(
+        None,
+        description="The user's code that reached the break, outermost call first, one "
+        "'file:line in function' a frame (torch.compile's user code traceback).",
+    )
 
 
 class BreakEndAttrs(BreakAttrs):
@@ -378,6 +390,17 @@ class UserAttrs(RecordModel):
     attrs: dict[str, Any] = Field(default_factory=dict)
 
 
+class TorchCacheLookup(RecordModel):
+    """One lookup of torch.compile's FX graph cache (Inductor) or AOTAutograd cache."""
+
+    cache: Literal["fx_graph", "aotautograd"]
+    action: Literal["hit", "miss", "bypass"] = Field(
+        description="bypass: a graph the cache cannot hold (compiled, not stored)"
+    )
+    key: str | None = Field(None, description="torch's cache key (None: the log lacks it).")
+    time_saved_ns: Int64 | None = Field(None, description="On a hit: compile time saved.")
+
+
 class JitAttrs(RecordModel):
     """A compile of a jitted function seen by the JAX bridge."""
 
@@ -433,6 +456,9 @@ class JitEndAttrs(JitAttrs):
         None,
         description="True: torch refused to compile the frame again (cache_size reached "
         "recompile_limit); the frame runs eagerly from then on.",
+    )
+    torch_caches: list[TorchCacheLookup] | None = Field(
+        None, description="The FX graph and AOTAutograd cache lookups of this compile (torch)."
     )
 
 

@@ -29,7 +29,7 @@ __all__ = ["Side", "load_run", "open_sides"]
 
 
 def _cause_name(change: str, arg: str | None, dim: int | None) -> str:
-    if change == "shape":
+    if change == "shape" or (change == "jit:shape" and dim is not None):  # torch names the dim
         return f"`{arg}` dim {dim}"
     if change in ("dtype", "rank"):
         return f"`{arg}` {change}"
@@ -43,6 +43,8 @@ def _cause_name(change: str, arg: str | None, dim: int | None) -> str:
         return "a re-compile after eviction"
     if change == "same_key":
         return "the same key compiled again"
+    if change == "recompile_limit":
+        return "torch's recompile limit reached (the frame runs eagerly)"
     if change.startswith("jit:"):
         return f"`{arg}` {change[4:]}"
     return change
@@ -80,7 +82,7 @@ def load_run(sql: SqlRunner, run_id: str, origin: str = "") -> RunData:
         key = f"{where}|{r['change']}|{r['arg']}|{r['dim']}"
         name = _cause_name(r["change"], r["arg"], r["dim"])
         every = r["lookups"] is not None and r["n"] == r["lookups"] - 1 and r["n"] > 1
-        if r["change"] in ("after_eviction", "same_key", "other"):
+        if r["change"] in ("after_eviction", "same_key", "other", "recompile_limit"):
             text = f"{name} at {where} ({times(r['n'])}; e.g. {r['example']})"
         else:
             when = "on every call" if every else times(r["n"])

@@ -86,6 +86,7 @@ _KIND_ORDER = [
     "evictions",
     "disk_cache",
     "disk_miss",
+    "torch_cache",
     "hub",
     "eager",
     "overhead",

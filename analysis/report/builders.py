@@ -53,6 +53,7 @@ FindingKind = Literal[
     "buckets",
     "disk_cache",
     "disk_miss",
+    "torch_cache",
     "hub",
     "eager",
     "overhead",
@@ -470,14 +471,39 @@ def _torch_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
             "changing (mark it dynamic), or raise torch._dynamo.config.recompile_limit"
         )
         out.append(Finding(r["run_id"], "recompile_limit", text, 0, dict(r)))
+    out += _torch_cache_findings(con, run_ids)
     torch_runs = set(_of(con, "torch_compiles", run_ids)["run_id"].to_list())
     for r in _rows(_of(con, "breaks", sorted(torch_runs), "first_ts_ns")):
+        stack = r.get("user_stack") or []
+        caller = f", reached from {stack[-2]}" if len(stack) >= 2 else ""
         text = (
-            f"graph break in {r['source']} at {r['node']} ({r['op_type']}): "
+            f"graph break in {r['source']} at {r['node']}{caller} ({r['op_type']}): "
             f"{(r['reason'] or '?').rstrip('.')}; "
             "the code after it compiles as resume frames, one graph more per break"
         )
         out.append(Finding(r["run_id"], "graph_break", text, 0, dict(r)))
+    return out
+
+
+def _torch_cache_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    """A torch.compile run whose compiles came from the FX graph / AOTAutograd caches."""
+    out = []
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for r in _rows(_of(con, "torch_compiles", run_ids, "ts_ns")):
+        by_run.setdefault(r["run_id"], []).append(r)
+    for run_id, compiles in by_run.items():
+        cached = [c for c in compiles if c["outcome"] == "compiled from the caches"]
+        if not cached:
+            continue
+        saved = sum(x["time_saved_ns"] or 0 for c in cached for x in c["cache_lookups"] or [])
+        text = (
+            f"{len(cached)} of {len(compiles)} compiles came from torch's FX graph and "
+            "AOTAutograd caches (on disk: an earlier compile of the same graphs)"
+            + (f"; torch estimates they saved {fmt.duration(saved)}" if saved else "")
+        )
+        out.append(
+            Finding(run_id, "torch_cache", text, 0, {"cached": len(cached), "saved_ns": saved})
+        )
     return out
 
 

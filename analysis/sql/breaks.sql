@@ -22,9 +22,12 @@
 -- max_ns       BIGINT        its longest (ns)
 -- first_ts_ns  BIGINT        its first run (ns since the run started)
 -- first_at     TIMESTAMP_NS  its first run (UTC)
+-- user_stack   VARCHAR[]     torch.compile: the user's code that reached the break, outermost call
+--                            first ('make_logs.py:38 in f'); NULL for Ember's own breaks
 WITH b AS (
     SELECT run_id, source, position, start_attrs.node AS node, start_attrs.op_type AS op_type,
-        duration_ns, status, start_ns, started_at, start_attrs.reason AS own_reason
+        duration_ns, status, start_ns, started_at, start_attrs.reason AS own_reason,
+        start_attrs.user_stack AS user_stack
     FROM spans WHERE span_kind = 'break'
 ),
 why AS (
@@ -47,7 +50,8 @@ SELECT
     quantile_cont(b.duration_ns, 0.5) AS p50_ns,
     max(b.duration_ns) AS max_ns,
     min(b.start_ns) AS first_ts_ns,
-    min(b.started_at) AS first_at
+    min(b.started_at) AS first_at,
+    any_value(b.user_stack) AS user_stack
 FROM b
 LEFT JOIN why w ON w.run_id = b.run_id AND w.source IS NOT DISTINCT FROM b.source
     AND w.position = b.position

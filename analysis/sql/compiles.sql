@@ -26,10 +26,14 @@
 --                                 break)
 -- disk_cache        VARCHAR       hit | miss | NULL: whether the program came from the disk cache
 -- stop              VARCHAR       where the segment stops: a break position or 'end'
--- jit_changes       STRUCT[]      for jit compiles, what JAX said changed (list of {arg, what, old,
---                                 new})
+-- jit_changes       STRUCT[]      for jit compiles, what JAX (or torch) said changed (list of {arg,
+--                                 what, old, new, dim}; dim: the dimension of a one-dimension
+--                                 shape change)
 -- retrace_reason    VARCHAR       for jit compiles, JAX's explanation
 -- jax_explanation   VARCHAR       for jit compiles, JAX's own words when Ember could not type them
+-- recompile_limit_hit  BOOLEAN    a torch.compile compile refused at the frame's recompile limit:
+--                                 the frame runs eagerly from then on (torch's analogue of an
+--                                 eviction)
 -- outside_jit       BOOLEAN       for jit compiles: JAX's own compile of a primitive (or helper)
 --                                 run outside jit (see jit_functions); NULL for segments
 -- evictions_before  BIGINT        how many times the cache evicted this key at this position before
@@ -104,10 +108,12 @@ segment_compiles AS (
         g.compiled,
         g.disk_cache,
         g.stop,
-        CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR)[])
+        CAST(NULL AS STRUCT("arg" VARCHAR, "what" VARCHAR, "old" VARCHAR, "new" VARCHAR,
+            "dim" BIGINT)[])
             AS jit_changes,
         CAST(NULL AS VARCHAR) AS retrace_reason,
         CAST(NULL AS VARCHAR) AS jax_explanation,
+        CAST(NULL AS BOOLEAN) AS recompile_limit_hit,
         CASE WHEN m.run_id IS NULL THEN CAST(0 AS BIGINT) ELSE m.evictions_before END
             AS evictions_before,
         m.run_id IS NULL AS ahead_of_time,
@@ -136,6 +142,7 @@ jit_compiles AS (
         span_row.end_attrs.changes AS jit_changes,
         span_row.end_attrs.retrace_reason AS retrace_reason,
         span_row.end_attrs.jax_explanation AS jax_explanation,
+        span_row.end_attrs.recompile_limit_hit AS recompile_limit_hit,
         CAST(NULL AS BIGINT) AS evictions_before,
         false AS ahead_of_time,
         span_row.span_id AS seg_span_id,
@@ -171,6 +178,7 @@ SELECT
     a.jit_changes,
     a.retrace_reason,
     a.jax_explanation,
+    coalesce(a.recompile_limit_hit, false) AS recompile_limit_hit,
     j.internal AS outside_jit,
     a.evictions_before,
     a.ahead_of_time

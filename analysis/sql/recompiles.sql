@@ -23,18 +23,22 @@
 --                                     removed_arg | after_eviction | same_key (compiled before,
 --                                     never evicted: another compiled model of the same source) |
 --                                     jit:<what> | outside_jit (JAX compiled a primitive it ran
---                                     outside jit again: see outside_jit) | other
+--                                     outside jit again: see outside_jit) | recompile_limit
+--                                     (torch.compile refused to compile the frame again: it runs
+--                                     eagerly from then on, torch's eviction) | other
 -- arg                   VARCHAR       the input (argument or static value) that changed
--- dim                   BIGINT        the dimension (0-based) for a shape change, else NULL
+-- dim                   BIGINT        the dimension (0-based) for a shape change (a torch.compile
+--                                     recompile's too), else NULL
 -- old_value             VARCHAR       before -> after, as text (a size, a dtype, a static value)
 -- new_value             VARCHAR       before -> after, as text (a size, a dtype, a static value)
 -- changes               STRUCT[]      every change, as a list of {change, arg, dim, old_value,
 --                                     new_value}
 -- reason                VARCHAR       for a person: 'input_ids dim 1: 17 -> 23', several joined by
 --                                     '; ', prefixed 're-compile after eviction: ' when
---                                     after_eviction; what JAX reported (jax_explanation) when the
---                                     key looks unchanged; a control-flow condition reads 'If_0
---                                     condition: True -> False'
+--                                     after_eviction ('recompile limit reached, runs eagerly from
+--                                     now: ' at torch's limit); what JAX reported
+--                                     (jax_explanation) when the key looks unchanged; a
+--                                     control-flow condition reads 'If_0 condition: True -> False'
 -- outside_jit           BOOLEAN       true: a compile of a primitive JAX ran outside jit (not the
 --                                     user's jit; `compiles.outside_jit`), grouped apart by the
 --                                     report
@@ -157,7 +161,7 @@ changed AS (
                         'change': 'static', 'old_value': o,
                         'new_value': CAST(cu.value AS VARCHAR)}))) END, []),
             coalesce(CASE WHEN fun_name IS NOT NULL THEN list_transform(jit_changes,
-                lambda ch: {'ord': 6, 'arg': ch.arg, 'dim': NULL::BIGINT,
+                lambda ch: {'ord': 6, 'arg': ch.arg, 'dim': ch.dim,
                     'change': 'jit:' || ch.what, 'old_value': ch.old, 'new_value': ch.new}) END, [])
         ) AS all_changes
     FROM paired
@@ -177,7 +181,8 @@ grouped AS (
         *,
         array_to_string(list_transform(changes, lambda ch:
             CASE
-                WHEN ch.change = 'shape'
+                WHEN ch.change IN ('shape', 'jit:shape') AND ch.dim IS NOT NULL
+                    -- a JAX retrace names whole shapes (dim NULL); torch names the dim
                     THEN ch.arg || ' dim ' || ch.dim || ': ' || ch.old_value || ' -> ' || ch.new_value
                 WHEN ch.change = 'new_arg' THEN ch.arg || ': new argument ' || ch.new_value
                 WHEN ch.change = 'removed_arg'
@@ -211,6 +216,7 @@ SELECT
     re.after_eviction,
     CASE
         WHEN re.after_eviction THEN 'after_eviction'
+        WHEN re.recompile_limit_hit THEN 'recompile_limit'
         WHEN re.key_seen_before THEN 'same_key'
         WHEN re.outside_jit AND re.changes IS NULL THEN 'outside_jit'
         ELSE coalesce(re.changes[1].change, 'other')
@@ -222,6 +228,7 @@ SELECT
     coalesce(re.changes, []) AS changes,
     CASE
         WHEN re.after_eviction THEN 're-compile after eviction: '
+        WHEN re.recompile_limit_hit THEN 'recompile limit reached, runs eagerly from now: '
         WHEN re.key_seen_before THEN 'compiled before and never evicted (another compiled '
             || 'model of the same source?): '
         ELSE ''

@@ -15,6 +15,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+# Imported here, whole, before any page draws a chart: Altair looks pandas and numpy up in
+# sys.modules (no import), so while one session's thread is still importing pandas another
+# session's chart saw the half-made module ("partially initialized module 'pandas' has no
+# attribute 'Timestamp'", two pages opened at once on a fresh server). An import statement
+# waits for a module another thread is importing; the lookup did not.
+import numpy  # noqa: F401
+import pandas  # noqa: F401
 import streamlit as st
 
 from ember.analysis.escape import md_text

@@ -1,5 +1,6 @@
 """Recompiles: when each position compiled, why it compiled again, what a bigger cache or
-shape buckets would save."""
+shape buckets would save; for a torch.compile run, each frame compile and the recompile
+limit."""
 
 from __future__ import annotations
 
@@ -191,7 +192,8 @@ if db.has_relation("breaks"):
     breaks = db.query(
         """
         SELECT position, node, op_type, reason, host_values, runs, errors,
-            mean_ns / 1e6 AS mean_ms, total_ns / 1e6 AS total_ms
+            mean_ns / 1e6 AS mean_ms, total_ns / 1e6 AS total_ms,
+            array_to_string(user_stack, ' > ') AS user_stack
         FROM breaks WHERE run_id = ? ORDER BY position
         """,
         run,
@@ -199,3 +201,28 @@ if db.has_relation("breaks"):
     if not breaks.is_empty():
         st.subheader("Graph breaks")
         ui.table(breaks)
+
+# ---- torch.compile: each frame compile (runs imported from TORCH_TRACE logs)
+if db.has_relation("torch_compiles"):
+    frames = db.query(
+        """
+        SELECT compile_id, fun_name, outcome, retrace_reason, fx_graph_cache,
+            aot_autograd_cache, guard_count, cache_size, compile_ns / 1e6 AS compile_ms,
+            dynamo_ns / 1e6 AS dynamo_ms, aot_ns / 1e6 AS aot_ms,
+            inductor_ns / 1e6 AS inductor_ms, defined_at
+        FROM torch_compiles WHERE run_id = ? ORDER BY ts_ns
+        """,
+        run,
+    )
+    if not frames.is_empty():
+        st.subheader("torch.compile frames")
+        for limited in frames.filter(frames["outcome"].str.starts_with("recompile limit")).rows(
+            named=True
+        ):
+            guard = (limited["retrace_reason"] or "?").removeprefix("guard failed: ")
+            st.warning(
+                f"**{md_text(limited['fun_name'])}** hit torch's recompile limit: it runs "
+                "eagerly from then on (torch's eviction: each new input runs uncompiled). "
+                f"The last guard that failed: {md_text(guard)}"
+            )
+        ui.table(frames)

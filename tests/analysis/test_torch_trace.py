@@ -69,11 +69,11 @@ def test_recompile_reason_becomes_a_typed_shape_change(torch_db):
     db, runs = torch_db
     rows = _rows(
         db,
-        "SELECT fun_name, compile_index, change, arg, old_value, new_value, reason "
+        "SELECT fun_name, compile_index, change, arg, dim, old_value, new_value, reason "
         "FROM recompiles WHERE run_id = ?",
         runs["recompile"],
     )
-    assert rows == [("scale", 2, "jit:shape", "x", "8", "16", "x shape: 8 -> 16")]
+    assert rows == [("scale", 2, "jit:shape", "x", 0, "8", "16", "x dim 0: 8 -> 16")]
     (span,) = _rows(
         db,
         "SELECT end_attrs.retrace_reason, end_attrs.compile_id, end_attrs.guard_count, "
@@ -94,12 +94,27 @@ def test_report_names_the_shape_that_recompiled(torch_db):
     assert "2 compiles" in r.output
 
 
+def test_report_says_the_compiles_torch_caches_saved(torch_db):
+    db, runs = torch_db
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["cached"]])
+    assert r.exit_code == 0, r.output
+    assert (
+        "2 of 2 compiles came from torch's FX graph and AOTAutograd caches (on disk: an "
+        "earlier compile of the same graphs); torch estimates they saved 60 s"
+    ) in _flat(r.output)
+    r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["recompile"]])
+    assert "caches" not in r.output
+
+
 def test_report_says_a_graph_break_and_the_recompile_limit(torch_db):
     db, runs = torch_db
     r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["break"]])
     out = _flat(r.output)
     assert "graph break in f at " in out
-    assert "make_logs.py:38 (Data-dependent branching): Detected data-dependent" in out
+    assert "make_logs.py:38, reached from " in out
+    assert (
+        "make_logs.py:42 in graph_break (Data-dependent branching): Detected data-dependent" in out
+    )
     r = runner.invoke(app, ["report", "--db", str(db), "--run", runs["limit"]])
     out = _flat(r.output)
     assert "g hit torch's recompile limit (2) and runs eagerly from then on" in out
@@ -112,19 +127,72 @@ def test_torch_compiles_view(torch_db):
     for run_id, *row in _rows(
         db,
         "SELECT run_id, rank, compile_id, fun_name, guard_count, cache_size, fx_graph_cache, "
-        "failed, recompile_limit_hit FROM torch_compiles ORDER BY run_id, ts_ns",
+        "aot_autograd_cache, failed, recompile_limit_hit, outcome FROM torch_compiles "
+        "ORDER BY run_id, ts_ns",
     ):
         by_run.setdefault(run_id, []).append(tuple(row))
+    # limit.log is trimmed (its FX cache artifacts dropped): the metrics' counts say miss
     assert by_run[runs["limit"]] == [
-        (None, "0/0", "g", 9, 0, None, False, False),
-        (None, "0/1", "g", 9, 1, None, False, False),
-        (None, "0/2", "g", None, None, None, True, True),
+        (None, "0/0", "g", 9, 0, "miss", "miss", False, False, "compiled"),
+        (None, "0/1", "g", 9, 1, "miss", "miss", False, False, "compiled"),
+        (
+            None,
+            "0/2",
+            "g",
+            None,
+            None,
+            None,
+            None,
+            True,
+            True,
+            "recompile limit (2) reached: runs eagerly from now",
+        ),
     ]
-    assert by_run[runs["rank_1"]] == [(1, "0/0", "step", 11, 0, None, False, False)]
+    assert by_run[runs["rank_1"]] == [
+        (1, "0/0", "step", 11, 0, "miss", "miss", False, False, "compiled")
+    ]
     assert by_run[runs["cached"]] == [
-        (None, "0/0", "scale", 10, 0, "hit", False, False),
-        (None, "0/1", "scale", 10, 1, "hit", False, False),
+        (None, "0/0", "scale", 10, 0, "hit", "hit", False, False, "compiled from the caches"),
+        (None, "0/1", "scale", 10, 1, "hit", "hit", False, False, "compiled from the caches"),
     ]
+
+
+def test_fx_graph_and_aotautograd_cache_lookups_with_their_keys(torch_db):
+    db, runs = torch_db
+    lookups = {
+        name: _rows(
+            db,
+            "SELECT compile_id, l.cache, l.action, l.key, l.time_saved_ns "
+            "FROM (SELECT compile_id, ts_ns, unnest(cache_lookups) AS l FROM torch_compiles "
+            "WHERE run_id = ?) ORDER BY ts_ns, l.cache",
+            runs[name],
+        )
+        for name in ("recompile", "cached", "train", "break")
+    }
+    first = lookups["recompile"]
+    assert [(c, cache, action) for c, cache, action, _, _ in first] == [
+        ("0/0", "aotautograd", "miss"),
+        ("0/0", "fx_graph", "miss"),
+        ("0/1", "aotautograd", "miss"),
+        ("0/1", "fx_graph", "miss"),
+    ]
+    assert all(key and saved is None for *_, key, saved in first)
+    # the second process looks up the same graphs: the keys the first one missed now hit
+    again = lookups["cached"]
+    assert [(c, cache, action, key) for c, cache, action, key, _ in again] == [
+        (c, cache, "hit", key) for c, cache, _, key, _ in first
+    ]
+    # torch's time_saved_ms of each AOTAutograd hit (57451, 2665); the FX hits say none
+    assert [ns for _, cache, _, _, ns in again] == [57_451_000_000, None, 2_665_000_000, None]
+    # a backward compile looks up its own graph; a trimmed log's lookups keep no key
+    assert [(c, cache, action) for c, cache, action, _, _ in lookups["train"]] == [
+        ("0/0", "aotautograd", "miss"),
+        ("0/0", "fx_graph", "miss"),
+        ("0/0", "fx_graph", "miss"),
+    ]
+    assert [key is None for _, cache, _, key, _ in lookups["break"] if cache == "fx_graph"] == [
+        True
+    ] * 3
 
 
 def test_compiles_have_phases_and_the_second_process_hits_the_fx_graph_cache(torch_db):
@@ -163,6 +231,13 @@ def test_a_graph_break_is_a_break_with_torch_reason(torch_db):
     assert (source, position, op_type) == ("f", 0, "Data-dependent branching")
     assert node.endswith("make_logs.py:38")
     assert "if my_tensor.sum() > 0" in reason
+    (stack,) = _rows(db, "SELECT user_stack FROM breaks WHERE run_id = ?", runs["break"])[0]
+    assert [frame.rsplit("/", 1)[-1] for frame in stack] == [
+        "make_logs.py:91 in <module>",
+        "make_logs.py:87 in main",
+        "make_logs.py:42 in graph_break",
+        "make_logs.py:38 in f",
+    ]
     # the two resume frames (one per branch) are two functions, not a recompile
     funs = _rows(db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY ts_ns", runs["break"])
     assert [f for (f,) in funs] == [
@@ -184,6 +259,33 @@ def test_compare_fails_a_run_with_a_new_graph_break(torch_db):
     assert back.exit_code == 0, back.output
 
 
+def test_compare_rules_on_recompiles_and_compile_time_of_torch_runs(torch_db):
+    db, runs = torch_db
+
+    def compare(base: str, candidate: str, rules: str) -> tuple[int, str]:
+        r = runner.invoke(
+            app, ["compare", "--db", str(db), runs[base], runs[candidate], "--fail-on", rules]
+        )
+        return r.exit_code, _flat(r.output)
+
+    # a recompile the base did not have, named by its dimension
+    code, out = compare("break", "recompile", "recompiles>+0")
+    assert code == 1
+    assert "recompiles>+0 │ fail │ recompiles 0 -> 1 (+1): beyond +0" in out
+    assert "new: `x` dim 0 changed once at scale (e.g. x dim 0: 8 -> 16)" in out
+    # the FX graph cache made the second process's compiles 14x faster: the first process
+    # as the candidate breaks a compile-time rule, the cached one passes it
+    code, out = compare("cached", "recompile", "compile_time>+50%")
+    assert code == 1
+    assert "compile_time>+50% │ fail │ compile_time 4.3 s -> 61 s (14x): beyond +50%" in out
+    code, out = compare("recompile", "cached", "compile_time>+50%")
+    assert code == 0
+    # the recompile limit is a cause of its own
+    code, out = compare("break", "limit", "new_recompile_causes>0")
+    assert code == 1
+    assert "new: torch's recompile limit reached (the frame runs eagerly) at g (once;" in out
+
+
 def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_db):
     db, runs = torch_db
     rows = _rows(
@@ -197,6 +299,19 @@ def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_
         ("0/0", "ok", None, None, None, "g"),
         ("0/1", "ok", None, None, "guard failed: 0/0: k == 0", "g"),
         ("0/2", "error", 2, True, "guard failed: 0/1: k == 1", "g"),
+    ]
+    # the recompiles view says so: torch's analogue of a re-compile after an eviction
+    assert _rows(
+        db,
+        "SELECT compile_index, change, reason FROM recompiles WHERE run_id = ? ORDER BY 1",
+        runs["limit"],
+    ) == [
+        (2, "other", "guard failed: 0/0: k == 0"),
+        (
+            3,
+            "recompile_limit",
+            "recompile limit reached, runs eagerly from now: guard failed: 0/1: k == 1",
+        ),
     ]
 
 
@@ -222,7 +337,7 @@ def test_each_rank_is_a_run_tagged_with_its_rank_and_job(torch_db):
 def test_parse_recompile_reason():
     assert parse_recompile_reason(
         "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 16"
-    ) == ("x dim 1: 8 -> 16", [{"arg": "x", "what": "shape", "old": "8", "new": "16"}])
+    ) == ("x dim 1: 8 -> 16", [{"arg": "x", "what": "shape", "old": "8", "new": "16", "dim": 1}])
     assert parse_recompile_reason(
         "0/0: tensor 'w' dtype mismatch. expected Float, actual Half"
     ) == ("w dtype: Float -> Half", [{"arg": "w", "what": "dtype", "old": "Float", "new": "Half"}])
@@ -249,6 +364,27 @@ def test_a_corrupted_payload_and_a_bad_line_are_rejected_and_the_rest_kept(tmp_p
     assert result.rejected[0].startswith(f"{path}:{bad_line}: not a TORCH_TRACE entry")
     assert result.rejected[1].startswith(f"{path}:{entry_line}: payload md5 ")
     assert result.compiles == 2  # the compiles are kept; the reason comes from the metrics
+
+
+def test_a_log_read_in_small_pieces_reads_the_same(tmp_path, monkeypatch):
+    # the reader cuts a log into pieces before entry lines; 4 KiB pieces (payloads of
+    # generated code are bigger: a piece then grows until an entry starts) give the same
+    # trace and the same rejected line numbers as one piece
+    from ember.analysis import torch_trace
+
+    path, entry_line, bad_line = _corrupt(tmp_path)
+    whole = import_torch_trace(path, tmp_path / "whole.jsonl")
+    monkeypatch.setattr(torch_trace, "_PIECE_BYTES", 4096)
+    pieces = list(torch_trace._pieces(path))
+    assert len(pieces) > 40
+    assert all(not p.startswith("\t") for p in pieces)
+    small = import_torch_trace(path, tmp_path / "small.jsonl")
+    assert small.rejected == whole.rejected
+    assert [r.split(": ", 1)[0] for r in small.rejected] == [
+        f"{path}:{bad_line}",
+        f"{path}:{entry_line}",
+    ]
+    assert (tmp_path / "small.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
 
 
 def test_cli_imports_a_folder_and_exits_1_on_rejected_lines(tmp_path):
@@ -285,6 +421,50 @@ def test_cli_imports_into_a_lake(tmp_path):
     r = runner.invoke(app, ["report", "--db", str(lake)])
     assert r.exit_code == 0, r.output
     assert "graph break in f at " in _flat(r.output)
+
+
+def _without(schema, column: str, field: str):
+    import pyarrow as pa
+
+    i = schema.get_field_index(column)
+    kept = [f for f in schema.field(i).type if f.name != field]
+    return schema.set(i, pa.field(column, pa.struct(kept)))
+
+
+def test_a_lake_made_before_the_torch_fields_takes_a_torch_run(tmp_path, monkeypatch):
+    # a lake whose tables an older Ember created (no break user_stack, no jit
+    # torch_caches): the appends evolve them (delta-rs schema merge) instead of failing
+    from ember.analysis import lake_table
+
+    real = lake_table.arrow_schema
+
+    def older(table: str):
+        schema = real(table)
+        if table == "span_start":
+            return _without(schema, "attrs", "user_stack")
+        if table == "span_end":
+            return _without(_without(schema, "attrs", "user_stack"), "attrs", "torch_caches")
+        return schema
+
+    lake = tmp_path / "lake"
+    monkeypatch.setattr(lake_table, "arrow_schema", older)
+    lake_table.create_lake(lake)
+    monkeypatch.setattr(lake_table, "arrow_schema", real)
+    out = tmp_path / "b.jsonl"
+    r = runner.invoke(
+        app,
+        ["import", "torch-trace", str(DATA / "break.log"), "--out", str(out), "--lake", str(lake)],
+    )
+    assert r.exit_code == 0, r.output
+    from ember.analysis.lake import connect_lake
+
+    with connect_lake(lake) as con:
+        stacks = con.execute("SELECT user_stack FROM breaks").fetchall()
+        caches = con.execute(
+            "SELECT count(*) FROM torch_compiles WHERE aot_autograd_cache = 'miss'"
+        ).fetchall()
+    assert [s[-1].rsplit("/", 1)[-1] for (s,) in stacks] == ["make_logs.py:38 in f"]
+    assert caches == [(3,)]
 
 
 def test_ingest_takes_a_torch_trace_folder_and_converts_each_log_once(tmp_path):

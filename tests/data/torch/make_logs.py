@@ -117,7 +117,8 @@ KEEP = (
     "recompile_reasons",
     "dynamo_graph_break_reason",
     "torch_version",
-    "fx_graph_cache_hit",
+    "fx_graph_cache_",  # hit, miss, bypass (the checked-in trimmed logs kept only the hits)
+    "aotautograd_cache_",
 )
 
 
