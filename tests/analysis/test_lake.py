@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from ember.analysis import connect, ingest
+from ember.analysis import connect, ingest, lake_table
 from ember.analysis.lake import (
     INGESTS,
     LAKE_TABLES,
@@ -81,21 +81,22 @@ def _rows(df: pl.DataFrame) -> list[str]:
     return sorted(repr(tuple(_norm(v) for v in r.values())) for r in df.to_dicts())
 
 
-def test_layout_delta_tables_partitioned_by_date_and_run_key(tmp_path, bus_trace):
+def test_layout_delta_tables_partitioned_by_date(tmp_path, bus_trace):
     lake = tmp_path / "lake"
     ingest_lake([bus_trace], lake)
     for name in (INGESTS, *LAKE_TABLES):
         assert DeltaTable.is_deltatable(str(lake / name)), name
     spans = DeltaTable(str(lake / "span_start"))
-    assert spans.metadata().partition_columns == ["run_date", "run_key"]
+    assert spans.metadata().partition_columns == ["run_date"]
     files = [Path(u).relative_to(lake / "span_start") for u in spans.file_uris()]
-    assert [f.parts[1] for f in files] == ["run_key=bus-run"]
+    assert len(files) == 1
+    assert len(files[0].parts) == 2
     assert files[0].parts[0].startswith("run_date=")
-    # the Parquet holds the record's fields, line, run_id and the ingest id
+    # the Parquet holds the record's fields, line, run_id, the ingest id and the run key
     import pyarrow.parquet as pq
 
     hub = DeltaTable(str(lake / "hub")).file_uris()
-    assert pq.read_schema(hub[0]).names == list(lake_columns("hub"))
+    assert pq.read_schema(hub[0]).names == [*lake_columns("hub"), "run_key"]
     [row] = ingested_files(lake)
     size = bus_trace.stat().st_size
     assert (row["file"], row["status"], row["size"], row["offset_bytes"], row["seq"]) == (
@@ -123,7 +124,7 @@ def test_reingest_of_unchanged_files_and_copies_commits_nothing(tmp_path, sweep_
     assert _versions(lake) == before
 
 
-def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep_trace):
+def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep_trace, layout):
     data = sweep_trace.read_bytes()
     lines = data.splitlines(keepends=True)
     cut = len(lines) // 2
@@ -206,7 +207,16 @@ def test_a_run_in_the_lake_from_another_file_is_refused(tmp_path):
     assert len(ingested_files(lake)) == 2
 
 
-def test_a_run_id_over_255_bytes_is_a_column_not_a_path(tmp_path):
+@pytest.fixture(params=["by date", "by date and run"])
+def layout(request, monkeypatch) -> str:
+    """A new lake's layout (partitioned by date), or that of the lakes made before
+    2026-12-02 (by date and run key), which are still read and written as they are."""
+    if request.param == "by date and run":
+        monkeypatch.setattr(lake_table, "PARTITIONS", ["run_date", "run_key"])
+    return request.param
+
+
+def test_a_run_id_over_255_bytes_is_a_column_not_a_path(tmp_path, layout):
     long_id = "ü/" * 100 + "x" * 60  # 260 bytes, with a slash
     path = write_lines(tmp_path / "t.jsonl", [meta_line(long_id), cache_line(1, "miss")])
     lake = tmp_path / "lake"
@@ -215,7 +225,14 @@ def test_a_run_id_over_255_bytes_is_a_column_not_a_path(tmp_path):
     assert len(key.encode()) <= 64
     assert "/" not in key
     uris = DeltaTable(str(lake / "cache")).file_uris()
-    assert [Path(u).parent.name for u in uris] == [f"run_key={key}"]
+    parts = [Path(u).relative_to(lake / "cache").parts[:-1] for u in uris]
+    assert len(parts) == 1
+    assert parts[0][0].startswith("run_date=")
+    assert parts[0][1:] == (() if layout == "by date" else (f"run_key={key}",))
+    if layout == "by date":  # a column of the file (a partition's is in the path)
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(uris[0], columns=["run_key"]).column(0).to_pylist() == [key]
     with connect_lake(lake) as con:
         assert con.sql("SELECT run_id FROM runs").rows() == [(long_id,)]
         assert con.sql("SELECT run_id FROM cache").rows() == [(long_id,)]
