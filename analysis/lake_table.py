@@ -77,6 +77,7 @@ INGESTS_COLUMNS: dict[str, str] = {
     "run_id": "VARCHAR",
     "run_date": "VARCHAR",
     "replaces": "VARCHAR",  # the fid of the file it replaced at this path (re-recorded)
+    "hides": "VARCHAR",  # the ingests of that file it replaced (space-separated ids)
     "start": "BIGINT",  # the bytes [start, offset_bytes) of the file
     "offset_bytes": "BIGINT",
     "base_line": "BIGINT",  # lines before start
@@ -180,10 +181,17 @@ def read_delta(dt: Any, table: str) -> Any:
     con = duckdb.connect(":memory:")
     try:
         parts = [] if table == INGESTS else KEY_COLUMNS  # (partitions: not in every file)
-        cols = ", ".join(f'"{c}"' for c in arrow_schema(table).names if c not in parts)
-        return con.sql(
-            f"SELECT {cols} FROM read_parquet($f, hive_partitioning = false)", params={"f": uris}
-        ).to_arrow_table()
+        # by name: the files of an _ingests table made before its `hides` column lack it
+        by_name = "true" if table == INGESTS else "false"
+        src = f"read_parquet($f, hive_partitioning = false, union_by_name = {by_name})"
+        have = set(con.sql(f"SELECT * FROM {src} LIMIT 0", params={"f": uris}).columns)
+        types = INGESTS_COLUMNS if table == INGESTS else lake_columns(table)
+        cols = ", ".join(
+            f'"{c}"' if c in have else f'NULL::{types[c]} AS "{c}"'
+            for c in arrow_schema(table).names
+            if c not in parts
+        )
+        return con.sql(f"SELECT {cols} FROM {src}", params={"f": uris}).to_arrow_table()
     finally:
         con.close()
 
