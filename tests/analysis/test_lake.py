@@ -5,10 +5,12 @@ what is not a lake."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from deltalake import DeltaTable
@@ -174,6 +176,48 @@ def test_a_re_recorded_file_replaces_its_old_run_in_one_commit(tmp_path):
         assert b.sql("SELECT run_id FROM runs").rows() == [("r1",)]
 
 
+def test_a_replacement_is_decided_by_what_its_ingest_saw_not_by_clocks(tmp_path, monkeypatch):
+    # machines' clocks differ: the ingest that replaces a file may carry an earlier
+    # ingested_at than the one it replaces; it still hides exactly what its snapshot held
+    from datetime import timedelta
+
+    from ember.analysis import lake_commit
+
+    real = lake_commit._now
+    path = write_lines(tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss")])
+    lake = tmp_path / "lake"
+    ingest_lake([path], lake)
+    for run, skew in (("r2", -1), ("r1", +2), ("r3", -3)):  # days off the first's clock
+        monkeypatch.setattr(lake_commit, "_now", lambda s=skew: real() + timedelta(days=s))
+        write_lines(path, [meta_line(run), cache_line(1, "miss"), cache_line(2, "hit")])
+        r = ingest_lake([path], lake).files[0]
+        assert (r.status, r.replaced) == ("ok", True), r.message
+        with connect_lake(lake) as b:
+            assert b.sql("SELECT run_id FROM runs").rows() == [(run,)]
+            assert b.sql("SELECT count(*) AS n FROM cache")["n"][0] == 2
+            assert b.sql("SELECT file, run_id FROM ingested_files").rows() == [(str(path), run)]
+        assert ingest_lake([path], lake).files[0].status == "unchanged"
+
+
+def test_an_ingests_table_made_before_hides_gets_the_column_and_replaces_by_time(tmp_path):
+    from deltalake import write_deltalake
+
+    path = write_lines(tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss")])
+    lake = tmp_path / "lake"
+    ingest_lake([path], lake)
+    old = DeltaTable(str(lake / INGESTS)).to_pyarrow_table().drop_columns(["hides"])
+    shutil.rmtree(lake / INGESTS)
+    write_deltalake(str(lake / INGESTS), old)  # as written before 2026-12-02
+    assert [r["run_id"] for r in ingested_files(lake)] == ["r1"]
+    write_lines(path, [meta_line("r2"), cache_line(1, "miss"), cache_line(2, "hit")])
+    r = ingest_lake([path], lake).files[0]
+    assert (r.status, r.replaced) == ("ok", True)
+    assert "hides" in DeltaTable(str(lake / INGESTS)).schema().to_arrow().names
+    with connect_lake(lake) as b:
+        assert b.sql("SELECT run_id FROM runs").rows() == [("r2",)]
+    assert ingest_lake([path], lake).files[0].status == "unchanged"
+
+
 def test_a_rewritten_shorter_file_with_the_same_first_line_is_refused(tmp_path):
     path = write_lines(
         tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss"), cache_line(2, "hit")]
@@ -304,3 +348,28 @@ def test_the_dashboard_reads_a_lake_and_only_the_lake(tmp_path, bus_trace):
         assert got == len(want[1]) > 0
         with pytest.raises(Exception, match="Permission"):
             con.execute(f"SELECT * FROM read_json('{bus_trace}')").fetchall()
+
+
+def test_the_dashboard_on_an_old_format_lake_says_to_upgrade_it(tmp_path, monkeypatch):
+    from ember.dashboard.db import DB_ENV
+    from tests.dashboard.apptest import APP
+
+    # a lake of the Parquet + _manifest format: one part, one manifest entry
+    old = tmp_path / "old"
+    part = old / "runs" / "run_date=2026-11-30" / "run_id=r1" / "k0-0-x.parquet"
+    part.parent.mkdir(parents=True)
+    duckdb.sql("SELECT 'r1' AS model").write_parquet(str(part))
+    (old / "_manifest").mkdir()
+    (old / "_manifest" / "k0-0-x.json").write_text('{"run_id": "r1"}')
+    monkeypatch.setenv(DB_ENV, str(old))
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    shown = " ".join(e.value for e in at.error)
+    assert "old format" in shown
+    assert f"ember lake upgrade {old} NEW" in shown.replace("\\", "")
+    r = _cli("dashboard", "--db", str(old), "--port", "1")
+    assert r.returncode != 0
+    assert "ember lake upgrade" in " ".join(r.stderr.split())
