@@ -39,6 +39,7 @@ from .lake_table import (
     INGESTS,
     LAKE_TABLES,
     OLD_MANIFEST,
+    FileRuns,
     LakeError,
     arrow_schema,
     create_lake,
@@ -135,7 +136,7 @@ def check(
         report.damaged_logs.append(str(exc))
         return report
     visible = {r["ingest"] for segs in state.streams.values() for r in segs}
-    damaged: dict[str, tuple[str | None, str | None]] = {}
+    damaged: dict[str, FileRuns] = {}
     for name in LAKE_TABLES:
         try:
             dt = _table(root, name)
@@ -150,7 +151,7 @@ def check(
                 good.append(uri)
                 continue
             report.damaged_files.append(f"{uri}: {why}")
-            damaged[uri] = ranges.get(uri, (None, None))
+            damaged[uri] = ranges.get(uri, (None, None, None, None))
         if not good:
             continue
         con = duckdb.connect(":memory:")
@@ -178,7 +179,7 @@ def _drop_damaged(
     root: Path,
     state: LakeState,
     report: CheckReport,
-    ranges: list[tuple[str | None, str | None]],
+    ranges: list[FileRuns],
 ) -> None:
     """Forget the ingests of the runs the damaged files may have held (by the ``run_id``
     statistics of the log: one run per file where the lake is partitioned by run, the runs
@@ -188,7 +189,8 @@ def _drop_damaged(
         r["ingest"]
         for segs in state.streams.values()
         for r in segs
-        if r["run_id"] is not None and any(may_hold(lo, hi, r["run_id"]) for lo, hi in ranges)
+        if r["run_id"] is not None
+        and any(may_hold(fr, r["run_id"], r["run_date"]) for fr in ranges)
     ]
     if ingests:
         _table(root, INGESTS).delete(" OR ".join(f"ingest = '{i}'" for i in ingests))

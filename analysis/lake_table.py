@@ -31,6 +31,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -196,39 +197,60 @@ def read_delta(dt: Any, table: str) -> Any:
         con.close()
 
 
-def run_ranges(dt: Any) -> dict[str, tuple[str | None, str | None]]:
-    """``{uri: (min, max)}`` of the ``run_id`` statistics in a (local) Delta table's log for
-    each committed file (None: not recorded; a long id's may be a truncated prefix)."""
+FileRuns = tuple[str | None, str | None, str | None, str | None]
+"""What a Delta log says of the runs in one file: the min and max of its ``run_id``
+statistics (None: not recorded, as for tables whose ``run_id`` is past the first 32 leaf
+columns; a long id's may be a truncated prefix), its ``run_date`` and ``run_key``
+partition values (None: not a partition)."""
+
+
+def run_ranges(dt: Any) -> dict[str, FileRuns]:
+    """``{uri: FileRuns}`` of each committed file of a (local) Delta table."""
     import pyarrow as pa
 
     # the log's paths are relative (and URL-encoded): find each file's URI by its name (a
     # part's name holds a uuid)
     uris = {os.path.basename(u): u for u in dt.file_uris()}
     actions = pa.table(dt.get_add_actions(flatten=True))
-    names = actions.column_names
     n = actions.num_rows
-    lows = actions.column("min.run_id").to_pylist() if "min.run_id" in names else [None] * n
-    highs = actions.column("max.run_id").to_pylist() if "max.run_id" in names else [None] * n
+
+    def column(name: str) -> list[Any]:
+        return actions.column(name).to_pylist() if name in actions.column_names else [None] * n
+
     paths = actions.column("path").to_pylist()
     return {
-        uris[unquote(os.path.basename(p))]: (lo, hi)
-        for p, lo, hi in zip(paths, lows, highs, strict=True)
+        uris[unquote(os.path.basename(p))]: (lo, hi, date, key)
+        for p, lo, hi, date, key in zip(
+            paths,
+            column("min.run_id"),
+            column("max.run_id"),
+            column("partition.run_date"),
+            column("partition.run_key"),
+            strict=True,
+        )
     }
 
 
-def may_hold(lo: str | None, hi: str | None, run_id: str) -> bool:
-    """Whether a file whose ``run_id`` statistics are ``lo``, ``hi`` may hold ``run_id``
+def may_hold(runs: FileRuns, run_id: str, date: str | None) -> bool:
+    """Whether a file (``run_ranges``) may hold rows of the run ``run_id`` of ``date``
     (a truncated max is a prefix of the true one: the id's prefix of its length is
     compared)."""
+    lo, hi, part_date, key = runs
+    if key is not None and key != run_key(run_id):
+        return False
+    if part_date is not None and date is not None and part_date != date:
+        return False
     return (lo is None or lo <= run_id) and (hi is None or run_id[: len(hi)] <= hi)
 
 
-def files_of_runs(dt: Any, run_ids: set[str]) -> list[str]:
-    """The committed files of a (local) Delta table that may hold rows of ``run_ids``
-    (``run_ranges``). Any layout: a file of a lake partitioned by run holds one run, a
+def files_of_runs(dt: Any, runs: Mapping[str, str | None]) -> list[str]:
+    """The committed files of a (local) Delta table that may hold rows of ``runs`` (run
+    id -> its date). Any layout: a file of a lake partitioned by run holds one run, a
     compacted file of a date partition many."""
     return [
-        uri for uri, (lo, hi) in run_ranges(dt).items() if any(may_hold(lo, hi, r) for r in run_ids)
+        uri
+        for uri, fr in run_ranges(dt).items()
+        if any(may_hold(fr, r, d) for r, d in runs.items())
     ]
 
 

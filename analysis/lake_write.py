@@ -14,6 +14,7 @@ import bisect
 import itertools
 import mmap
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -171,17 +172,17 @@ def rejected_table(file: str, rejected: list[Any]) -> Any:
     )
 
 
-def _span_files(state: LakeState, run_ids: set[str]) -> list[str]:
-    """The committed files of ``span_start`` that may hold rows of the runs ``run_ids``."""
+def _span_files(state: LakeState, runs: Mapping[str, str | None]) -> list[str]:
+    """The committed files of ``span_start`` that may hold rows of ``runs`` (id -> date)."""
     from deltalake import DeltaTable
 
-    return files_of_runs(DeltaTable(str(state.root / "span_start")), run_ids)
+    return files_of_runs(DeltaTable(str(state.root / "span_start")), runs)
 
 
 def prior_span_ids(state: LakeState, lp: _LakePlan) -> list[int]:
     """The span ids already in the lake of a continued file's run (its committed ingests)."""
     ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
-    files = _span_files(state, {lp.plan.run_id})
+    files = _span_files(state, {lp.plan.run_id: lp.run_date})
     if not ids or not files:
         return []
     con = duckdb.connect(":memory:")
@@ -203,7 +204,8 @@ def _prepare_prior_spans(
     file's run (the rows of its committed ingests), by its place in the batch."""
     reads = []
     continued = [(f, lp) for f, lp in enumerate(batch) if lp.plan.start > 0]
-    uris = _span_files(state, {lp.plan.run_id for _, lp in continued}) if continued else []
+    runs = {lp.plan.run_id: lp.run_date for _, lp in continued}
+    uris = _span_files(state, runs) if continued else []
     for f, lp in continued:
         ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
         if uris and ids:
