@@ -373,3 +373,15 @@ def test_the_dashboard_on_an_old_format_lake_says_to_upgrade_it(tmp_path, monkey
     r = _cli("dashboard", "--db", str(old), "--port", "1")
     assert r.returncode != 0
     assert "ember lake upgrade" in " ".join(r.stderr.split())
+
+
+def test_a_lake_error_exits_1_and_in_compare_2_where_1_is_a_broken_rule(tmp_path, bus_trace):
+    old = tmp_path / "old"
+    (old / "_manifest").mkdir(parents=True)
+    q = _cli("query", "--db", str(old), "SELECT 1")
+    assert q.returncode == 1, q.stderr
+    assert "ember lake upgrade" in " ".join(q.stderr.split())
+    c = _cli("compare", "bus-run", "bus-run", "--db", str(old))
+    assert c.returncode == 2, c.stderr
+    assert "ember lake upgrade" in " ".join(c.stderr.split())
+    assert "Traceback" not in q.stderr + c.stderr
