@@ -52,14 +52,14 @@ lint: $(TEST_STAMP) typecheck
 
 # The packages mypy checks: all of them since issue 17.
 TYPED := ember.schemas ember.recorder ember.runtime ember.analysis ember.cli ember.dashboard \
-	ember.budget ember.pytest_plugin ember.record
+	ember.budget ember.pytest_plugin ember.record ember.autorecord tests.recordings
 # mypy cannot follow the editable install's import hook (pyproject's package-dir maps
 # ember.schemas to schemas/ and so on), so it reads .mypy-tree/: links laid out like the
 # installed package, ember/schemas -> schemas/ ... Errors name .mypy-tree/ember/X/f.py
 # for X/f.py.
 typecheck: $(TEST_STAMP)
 	rm -rf .mypy-tree && mkdir -p .mypy-tree/ember
-	for f in __init__ budget pytest_plugin record; do ln -s ../../ember_root/$$f.py .mypy-tree/ember/$$f.py; done
+	for f in __init__ budget pytest_plugin record autorecord; do ln -s ../../ember_root/$$f.py .mypy-tree/ember/$$f.py; done
 	for d in schemas recorder runtime analysis dashboard cli; do ln -s ../../$$d .mypy-tree/ember/$$d; done
 	$(BIN)/mypy $(addprefix -p ,$(TYPED))
 

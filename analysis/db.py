@@ -41,6 +41,7 @@ import polars as pl
 from ember.schemas import RECORD_KINDS
 
 from .schema_types import TABLE_COLUMNS
+from .views import RETIRED_VIEWS, VIEW_NAMES
 
 __all__ = [
     "INGEST_WAIT_S",
@@ -60,63 +61,6 @@ DEFAULT_DB = "ember.duckdb"
 
 RECORD_TABLES: tuple[str, ...] = tuple(k for k in RECORD_KINDS if k != "meta")
 """The table of each record kind except ``meta`` (which becomes ``runs``)."""
-
-# views in dependency order (a view may read the ones before it)
-VIEW_NAMES: tuple[str, ...] = (
-    "spans",
-    "_jit_functions",
-    "cache_lookups",
-    "cache_events",
-    "compiles",
-    "disk_cache_misses",
-    "recompiles",
-    "evictions",
-    "cache_thrash",
-    "cache_what_if",
-    "shape_buckets",
-    "memory_timeline",
-    "peak_memory",
-    "hub_files",
-    "_compiling_spans",
-    "call_latency",
-    "compile_payback",
-    "breaks",
-    "_latency_samples",
-    "run_summary",
-    "steps",
-    "call_breakdown",
-    "time_by_part",
-    "torch_compiles",
-    # each model's history of run_summary's numbers (the trends of `ember trends`)
-    "_trend_points",
-    "trends",
-    # helpers of the report (what its findings read)
-    "_memory_peaks",
-    "_recompile_positions",
-    "_recompile_changes",
-    "_compile_sizes",
-    "_thrash_positions",
-    "_eviction_totals",
-    "_bucket_advice",
-    "_disk_cache_runs",
-    "_slowest_shapes",
-    "_call_errors",
-    "_rejected_files",
-    "_jit_retraces",
-    # helpers of compare (a run's causes and latency samples)
-    "_recompile_causes",
-    "_eviction_sites",
-    "_break_nodes",
-    # helpers of the dashboard's pages
-    "_cache_positions",
-    "_call_windows",
-    "_recompile_reasons",
-    "_compiles_by_where",
-    "_tensor_samples",
-    "_hub_totals",
-    "_hub_checks",
-    "_segment_memory",
-)
 
 
 class DatabaseBusyError(RuntimeError):
@@ -286,6 +230,8 @@ def view_sql(name: str) -> str:
 def _create_views(con: duckdb.DuckDBPyConnection, defer: bool = False) -> None:
     """The macros and the views; ``defer``: without binding them (``_can_defer_binding``)."""
     con.execute(view_sql("macros"))
+    for name in RETIRED_VIEWS:
+        con.execute(f"DROP VIEW IF EXISTS {name}")
     option = " WITH (DEFER_BINDING)" if defer else ""
     for name in VIEW_NAMES:
         body = view_sql(name).strip().rstrip(";")

@@ -38,18 +38,9 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> int:
-    """Write one run as Chrome trace JSON to ``path``; returns the event count.
-
-    ``run`` is the run id or a unique start of it, as ``ember report --run`` takes it
-    (``resolve_run``: ``LookupError`` for no such run, ``ValueError`` for an ambiguous start).
-    """
-    run_id = resolve_run(con, run)
-    row = con.duck.execute(
-        "SELECT pid, entrypoint, wall_time_ns, host, tags FROM runs WHERE run_id = ?", [run_id]
-    ).fetchall()
-    pid, entrypoint, wall, host, tags = row[0]
-    events: list[dict[str, Any]] = [
+def _metadata_events(pid: int, entrypoint: str | None, run_id: str) -> list[dict[str, Any]]:
+    """The process and thread names Perfetto shows."""
+    return [
         {
             "ph": "M",
             "name": "process_name",
@@ -58,6 +49,10 @@ def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> in
         },
         {"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "spans"}},
     ]
+
+
+def _span_events(con: Connection, run_id: str, pid: int) -> list[dict[str, Any]]:
+    """Each span as a complete event; an open span lasts to the run's last span."""
     last = con.duck.execute(
         "SELECT max(coalesce(end_ns, start_ns)) FROM spans WHERE run_id = ?", [run_id]
     ).fetchall()[0][0]
@@ -69,6 +64,7 @@ def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> in
         """,
         [run_id],
     ).fetchall()
+    events = []
     for sid, parent, name, kind, start, dur, status, err, sa, ea in spans:
         attrs = _clean({**json.loads(sa or "{}"), **json.loads(ea or "{}")})
         args = {"span_id": sid, "parent_id": parent, "status": status, **attrs}
@@ -89,43 +85,67 @@ def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> in
                 "args": _clean(args),
             }
         )
-    for ts, action, position, shapes_text, key in con.duck.execute(
+    return events
+
+
+def _cache_events(con: Connection, run_id: str, pid: int) -> list[dict[str, Any]]:
+    """Each cache hit, miss and evict as an instant event."""
+    rows = con.duck.execute(
         """
         SELECT ts_ns, action, position, ember_shapes_text(shapes), key
         FROM cache WHERE run_id = ? ORDER BY ts_ns
         """,
         [run_id],
-    ).fetchall():
-        events.append(
-            {
-                "ph": "i",
-                "s": "t",
-                "name": f"cache {action} @{position}",
-                "cat": "cache",
-                "pid": pid,
-                "tid": 1,
-                "ts": _us(ts),
-                "args": {"shapes": shapes_text, "key": key},
-            }
-        )
-    for device, series, category, ts, value in con.duck.execute(
+    ).fetchall()
+    return [
+        {
+            "ph": "i",
+            "s": "t",
+            "name": f"cache {action} @{position}",
+            "cat": "cache",
+            "pid": pid,
+            "tid": 1,
+            "ts": _us(ts),
+            "args": {"shapes": shapes_text, "key": key},
+        }
+        for ts, action, position, shapes_text, key in rows
+    ]
+
+
+def _memory_events(con: Connection, run_id: str, pid: int) -> list[dict[str, Any]]:
+    """Live tensor bytes per category and each device reading, as counters."""
+    rows = con.duck.execute(
         """
         SELECT device, series, category, ts_ns, bytes
         FROM memory_timeline WHERE run_id = ? ORDER BY ts_ns
         """,
         [run_id],
-    ).fetchall():
+    ).fetchall()
+    events = []
+    for device, series, category, ts, value in rows:
         name = f"{device} tensor bytes" if series == "tensors" else f"{device} {series} bytes"
         key = category if series == "tensors" else series
-        events.append(
-            {
-                "ph": "C",
-                "name": name,
-                "pid": pid,
-                "ts": _us(ts),
-                "args": {key: value},
-            }
-        )
+        events.append({"ph": "C", "name": name, "pid": pid, "ts": _us(ts), "args": {key: value}})
+    return events
+
+
+def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> int:
+    """Write one run as Chrome trace JSON to ``path``; returns the event count.
+
+    ``run`` is the run id or a unique start of it, as ``ember report --run`` takes it
+    (``resolve_run``: ``LookupError`` for no such run, ``ValueError`` for an ambiguous start).
+    """
+    run_id = resolve_run(con, run)
+    row = con.duck.execute(
+        "SELECT pid, entrypoint, wall_time_ns, host, tags FROM runs WHERE run_id = ?", [run_id]
+    ).fetchall()
+    pid, entrypoint, wall, host, tags = row[0]
+    events = [
+        *_metadata_events(pid, entrypoint, run_id),
+        *_span_events(con, run_id, pid),
+        *_cache_events(con, run_id, pid),
+        *_memory_events(con, run_id, pid),
+    ]
     doc = {
         "traceEvents": events,
         "displayTimeUnit": "ms",

@@ -217,6 +217,91 @@ def _qualify_star(select: exp.Select) -> exp.Expr | None:
     return outer
 
 
+def _spark_select(node: exp.Select) -> exp.Expr:
+    """A SELECT with its ``*`` qualified, its unnests zipped and its joins made laterals."""
+    qualified = _qualify_star(node)
+    if qualified is not None:
+        return qualified
+    _zip_unnests(node)
+    if node.args.get("joins"):
+        return _laterals(node)
+    return node
+
+
+def _spark_anonymous(node: exp.Anonymous) -> exp.Expr:
+    """DuckDB functions sqlglot does not know, as Spark's."""
+    name = str(node.this).lower()
+    args = node.expressions
+    if name == "make_timestamp_ns":
+        ns = exp.Paren(this=args[0].copy())
+        return exp.func(
+            "timestamp_micros", exp.IntDiv(this=ns, expression=exp.Literal.number(1000))
+        )
+    if name == "list_bool_or" and isinstance(args[0], exp.Transform):
+        return exp.Anonymous(
+            this="exists", expressions=[args[0].this.copy(), args[0].expression.copy()]
+        )
+    if name == "json_extract_string" and len(args) == 2 and args[1].name == "$":
+        return args[0]
+    return node
+
+
+def _spark_regexp_struct(node: exp.RegexpExtract) -> exp.Expr:
+    """``regexp_extract(s, re, ['a', 'b'])`` (a struct of named groups) as a named_struct of
+    one regexp_extract a group."""
+    names = node.args["group"].expressions
+    pairs: list[exp.Expr] = []
+    for i, n in enumerate(names, start=1):
+        pairs += [
+            n.copy(),
+            exp.RegexpExtract(
+                this=node.this.copy(),
+                expression=node.expression.copy(),
+                group=exp.Literal.number(i),
+            ),
+        ]
+    return exp.func("named_struct", *pairs)
+
+
+def _spark_type(node: exp.DataType) -> exp.Expr:
+    """JSON is a STRING in Spark; TIMESTAMP_NS a TIMESTAMP (microseconds)."""
+    if node.this == exp.DataType.Type.JSON:
+        return exp.DataType.build("STRING")
+    if node.this in (exp.DataType.Type.TIMESTAMP_NS, exp.DataType.Type.TIMESTAMP):
+        return exp.DataType.build("TIMESTAMP", dialect="spark")
+    return node
+
+
+def _spark_element_at(node: exp.Bracket) -> exp.Expr:
+    """DuckDB's list[i] is 1-based and NULL out of range: Spark's try_element_at (sqlglot's
+    reader made a literal index 0-based already; an expression it keeps)."""
+    index = node.expressions[0].copy()
+    if isinstance(index, exp.Literal):
+        index = exp.Literal.number(int(index.this) + 1)
+    index = exp.Cast(this=index, to=exp.DataType.build("INT"))
+    return exp.func("try_element_at", node.this.copy(), index)
+
+
+def _spark_range(node: exp.GenerateSeries) -> exp.Expr:
+    """DuckDB's range(a, b): a .. b-1, empty when b <= a (Spark's sequence counts down)."""
+    start = node.args["start"].copy()
+    end = exp.Sub(this=exp.Paren(this=node.args["end"].copy()), expression=exp.Literal.number(1))
+    seq = exp.func("sequence", start, end)
+    empty = exp.Cast(
+        this=exp.func("array"), to=exp.DataType.build("ARRAY<BIGINT>", dialect="spark")
+    )
+    return exp.If(this=exp.GTE(this=end.copy(), expression=start.copy()), true=seq, false=empty)
+
+
+def _is_list_index(node: exp.Expr) -> bool:
+    """A one-index bracket that is not a struct field by name (``s['name']``)."""
+    return (
+        isinstance(node, exp.Bracket)
+        and len(node.expressions) == 1
+        and not (isinstance(node.expressions[0], exp.Literal) and node.expressions[0].is_string)
+    )
+
+
 def _spark_functions(node: exp.Expr) -> exp.Expr:
     """The functions whose Spark twin has another name or meaning (see the module doc)."""
     picked = _ordered_pick(node)
@@ -226,75 +311,22 @@ def _spark_functions(node: exp.Expr) -> exp.Expr:
         node.set("materialized", None)  # a hint DuckDB takes and Spark's grammar does not
         return node
     if isinstance(node, exp.Select):
-        qualified = _qualify_star(node)
-        if qualified is not None:
-            return qualified
-        _zip_unnests(node)
-        if node.args.get("joins"):
-            return _laterals(node)
-        return node
+        return _spark_select(node)
     if isinstance(node, exp.Anonymous):
-        name = str(node.this).lower()
-        args = node.expressions
-        if name == "make_timestamp_ns":
-            ns = exp.Paren(this=args[0].copy())
-            return exp.func(
-                "timestamp_micros", exp.IntDiv(this=ns, expression=exp.Literal.number(1000))
-            )
-        if name == "list_bool_or" and isinstance(args[0], exp.Transform):
-            return exp.Anonymous(
-                this="exists", expressions=[args[0].this.copy(), args[0].expression.copy()]
-            )
-        if name == "json_extract_string" and len(args) == 2 and args[1].name == "$":
-            return args[0]
+        return _spark_anonymous(node)
     if isinstance(node, exp.JSONExtractScalar) and node.expression.name == "$":
         return node.this
     if isinstance(node, exp.RegexpExtract) and isinstance(node.args.get("group"), exp.Array):
-        names = node.args["group"].expressions
-        pairs: list[exp.Expr] = []
-        for i, n in enumerate(names, start=1):
-            pairs += [
-                n.copy(),
-                exp.RegexpExtract(
-                    this=node.this.copy(),
-                    expression=node.expression.copy(),
-                    group=exp.Literal.number(i),
-                ),
-            ]
-        return exp.func("named_struct", *pairs)
+        return _spark_regexp_struct(node)
     if isinstance(node, exp.PercentileCont) and node.expression is not None:
         # quantile_cont(x, q): Spark's percentile interpolates the same way
         return exp.func("percentile", node.this.copy(), node.expression.copy())
-    if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.JSON:
-        return exp.DataType.build("STRING")
-    if isinstance(node, exp.DataType) and node.this in (
-        exp.DataType.Type.TIMESTAMP_NS,
-        exp.DataType.Type.TIMESTAMP,
-    ):
-        return exp.DataType.build("TIMESTAMP", dialect="spark")
-    if (
-        isinstance(node, exp.Bracket)
-        and len(node.expressions) == 1
-        and not (isinstance(node.expressions[0], exp.Literal) and node.expressions[0].is_string)
-    ):
-        # DuckDB's list[i] is 1-based and NULL out of range: Spark's try_element_at
-        # (sqlglot's reader made a literal index 0-based already; an expression it keeps)
-        index = node.expressions[0].copy()
-        if isinstance(index, exp.Literal):
-            index = exp.Literal.number(int(index.this) + 1)
-        index = exp.Cast(this=index, to=exp.DataType.build("INT"))
-        return exp.func("try_element_at", node.this.copy(), index)
+    if isinstance(node, exp.DataType):
+        return _spark_type(node)
+    if isinstance(node, exp.Bracket) and _is_list_index(node):
+        return _spark_element_at(node)
     if isinstance(node, exp.GenerateSeries) and node.args.get("is_end_exclusive"):
-        # DuckDB's range(a, b): a .. b-1, empty when b <= a (Spark's sequence counts down)
-        start = node.args["start"].copy()
-        end = exp.Sub(
-            this=exp.Paren(this=node.args["end"].copy()), expression=exp.Literal.number(1)
-        )
-        seq = exp.func("sequence", start, end)
-        empty = exp.Cast(
-            this=exp.func("array"), to=exp.DataType.build("ARRAY<BIGINT>", dialect="spark")
-        )
-        return exp.If(this=exp.GTE(this=end.copy(), expression=start.copy()), true=seq, false=empty)
+        return _spark_range(node)
     if isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.JSON:
         return node.this
     return node

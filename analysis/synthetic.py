@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,90 @@ _DEVICE_MEMORY = (
 )
 
 
+def _write_calls(
+    path: str | os.PathLike[str], meta: str, records: int, calls: Iterator[list[str]]
+) -> int:
+    """Write ``meta``, then the lines of one call after another until about ``records``
+    lines (a call is never cut), buffered; returns the exact count."""
+    out = [meta]
+    written = 1
+    with Path(path).open("w", encoding="utf-8") as f:
+        while written < records:
+            lines = next(calls)
+            out.extend(lines)
+            written += len(lines)
+            if len(out) > 50_000:
+                f.writelines(out)
+                out.clear()
+        f.writelines(out)
+    return written
+
+
+@dataclass
+class _ServingRun:
+    """The state of ``write_trace``'s run between calls: the clock, the last span and tensor
+    ids, the bytes in use, and each position's LRU list of lengths."""
+
+    rng: random.Random
+    cache_size: int
+    t: int = 1_000
+    sid: int = 0
+    tid: int = 0
+    used: int = 0
+    cached: dict[int, list[int]] = field(default_factory=lambda: {0: [], 13: []})
+
+    def lookup(self, out: list[str], call: int, pos: int, n: int) -> None:
+        """The cache lookup at ``pos``: a hit, or a miss (an evict when full) and a compile."""
+        lru = self.cached[pos]
+        if n in lru:
+            lru.remove(n)
+            lru.append(n)
+            out.append(_CACHE.format(t=self.t, a="hit", sid=call, p=pos, n=n, extra=""))
+            return
+        out.append(_CACHE.format(t=self.t, a="miss", sid=call, p=pos, n=n, extra=""))
+        if len(lru) >= self.cache_size:
+            old = lru.pop(0)
+            extra = f',"cache_size":{self.cache_size}'
+            out.append(_CACHE.format(t=self.t, a="evict", sid=call, p=pos, n=old, extra=extra))
+        lru.append(n)
+        self.sid += 1
+        d = self.rng.randrange(5_000_000, 40_000_000)
+        out.append(_SEG_START.format(t=self.t, sid=self.sid, parent=call, p=pos, n=n))
+        self.t += d
+        stop = 12 if pos == 0 else '"end"'
+        out.append(_SEG_END.format(t=self.t, sid=self.sid, d=d, p=pos, n=n, stop=stop, ab=n * 512))
+
+    def call(self, n: int, call_ns: tuple[int, int]) -> list[str]:
+        """One call at sequence length ``n``: lookups at both positions, the break between
+        them, a tensor allocated and freed, and a device reading."""
+        rng = self.rng
+        out: list[str] = []
+        self.sid += 1
+        call = self.sid
+        self.t += rng.randrange(2_000, 9_000)
+        out.append(_CALL_START.format(t=self.t, sid=call, n=n))
+        for pos in (0, 13):
+            self.t += 500
+            self.lookup(out, call, pos, n)
+            if pos == 0:
+                self.sid += 1
+                d = rng.randrange(10_000, 50_000)
+                out.append(_BREAK_START.format(t=self.t, sid=self.sid, parent=call))
+                self.t += d
+                out.append(_BREAK_END.format(t=self.t, sid=self.sid, d=d))
+        for action in ("alloc", "free"):
+            self.tid += action == "alloc"
+            self.t += 300
+            b = n * 512
+            self.used += b if action == "alloc" else -b
+            out.append(_MEMORY.format(t=self.t, sid=call, tid=self.tid, b=b, a=action, n=n))
+        self.t += rng.randrange(10_000, 90_000)
+        out.append(_CALL_END.format(t=self.t, sid=call, d=rng.randrange(*call_ns), n=n))
+        used = self.used
+        out.append(_DEVICE_MEMORY.format(t=self.t, u=used + 1_000_000, r=300_000_000 + used))
+        return out
+
+
 def write_trace(
     path: str | os.PathLike[str],
     records: int,
@@ -103,82 +189,17 @@ def write_trace(
     tag_text = json.dumps(
         tags if tags is not None else {"model": "bert-tiny"}, separators=(",", ":")
     )
-    out: list[str] = [_META.format(schema=SCHEMA_ID, run=run_id, wall=wall_ns, tags=tag_text)]
-    n_written = 1
-    t = 1_000
-    sid = 0
-    tid = 0
-    cached: dict[int, list[int]] = {0: [], 13: []}  # position -> LRU list of lengths
-    used = 0
-    p = Path(path)
-    with p.open("w", encoding="utf-8") as f:
-        while n_written < records:
-            before = len(out)
+    meta = _META.format(schema=SCHEMA_ID, run=run_id, wall=wall_ns, tags=tag_text)
+    run = _ServingRun(rng, cache_size)
+
+    def calls() -> Iterator[list[str]]:
+        while True:
             # most calls use a few common lengths; some use rarer ones, which thrash a
             # cache of ``cache_size`` now and then (as prompts of a service do)
             n = rng.choice(popular) if rng.random() >= rare else 8 * rng.randrange(1, lengths + 1)
-            sid += 1
-            call = sid
-            t += rng.randrange(2_000, 9_000)
-            out.append(_CALL_START.format(t=t, sid=call, n=n))
-            for pos in (0, 13):
-                t += 500
-                lru = cached[pos]
-                if n in lru:
-                    lru.remove(n)
-                    lru.append(n)
-                    out.append(_CACHE.format(t=t, a="hit", sid=call, p=pos, n=n, extra=""))
-                else:
-                    out.append(_CACHE.format(t=t, a="miss", sid=call, p=pos, n=n, extra=""))
-                    if len(lru) >= cache_size:
-                        old = lru.pop(0)
-                        out.append(
-                            _CACHE.format(
-                                t=t,
-                                a="evict",
-                                sid=call,
-                                p=pos,
-                                n=old,
-                                extra=f',"cache_size":{cache_size}',
-                            )
-                        )
-                    lru.append(n)
-                    sid += 1
-                    d = rng.randrange(5_000_000, 40_000_000)
-                    out.append(_SEG_START.format(t=t, sid=sid, parent=call, p=pos, n=n))
-                    t += d
-                    out.append(
-                        _SEG_END.format(
-                            t=t,
-                            sid=sid,
-                            d=d,
-                            p=pos,
-                            n=n,
-                            stop=12 if pos == 0 else '"end"',
-                            ab=n * 512,
-                        )
-                    )
-                if pos == 0:
-                    sid += 1
-                    d = rng.randrange(10_000, 50_000)
-                    out.append(_BREAK_START.format(t=t, sid=sid, parent=call))
-                    t += d
-                    out.append(_BREAK_END.format(t=t, sid=sid, d=d))
-            for action in ("alloc", "free"):
-                tid += action == "alloc"
-                t += 300
-                b = n * 512
-                used += b if action == "alloc" else -b
-                out.append(_MEMORY.format(t=t, sid=call, tid=tid, b=b, a=action, n=n))
-            t += rng.randrange(10_000, 90_000)
-            out.append(_CALL_END.format(t=t, sid=call, d=rng.randrange(*call_ns), n=n))
-            out.append(_DEVICE_MEMORY.format(t=t, u=used + 1_000_000, r=300_000_000 + used))
-            n_written += len(out) - before
-            if len(out) > 50_000:
-                f.writelines(out)
-                out.clear()
-        f.writelines(out)
-    return n_written
+            yield run.call(n, call_ns)
+
+    return _write_calls(path, meta, records, calls())
 
 
 # ---------------------------------------------------------------- compile-heavy
@@ -327,26 +348,21 @@ def write_compile_trace(
     a sweep of ``sizes`` sequence lengths, each call compiling and evicting at both of its
     segments, repeated with later timestamps and fresh span ids. Returns the exact count."""
     rng = random.Random(seed)
-    out: list[str] = [
-        _META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS)
-    ]
-    written = 1
-    t, sid = 1_000, 0
-    keys: dict[Any, str] = {}  # a sweep again compiles the same keys
-    lru: dict[int, list[tuple[str, str]]] = {0: [], 27: []}
-    with Path(path).open("w", encoding="utf-8") as f:
-        while written < records:
+    meta = _META.format(
+        schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS
+    )
+
+    def calls() -> Iterator[list[str]]:
+        t, sid = 1_000, 0
+        keys: dict[Any, str] = {}  # a sweep again compiles the same keys
+        lru: dict[int, list[tuple[str, str]]] = {0: [], 27: []}
+        while True:
             for n in range(4, 4 + sizes):
-                before = len(out)
+                out: list[str] = []
                 t, sid = _compile_sweep_call(out, rng, t, sid, n, keys, lru)
-                written += len(out) - before
-                if len(out) > 50_000:
-                    f.writelines(out)
-                    out.clear()
-                if written >= records:
-                    break
-        f.writelines(out)
-    return written
+                yield out
+
+    return _write_calls(path, meta, records, calls())
 
 
 # ---------------------------------------------------------------- memory-heavy
@@ -368,57 +384,56 @@ def write_memory_trace(
     liveness: freed after the next op), one ``op`` record a tensor and a ``device_memory``
     reading. Returns the exact count."""
     rng = random.Random(seed)
-    out: list[str] = [
-        _META.format(schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS)
-    ]
-    written = 1
-    t, sid, tid, used = 1_000, 0, 0, 0
-    with Path(path).open("w", encoding="utf-8") as f:
-        while written < records:
-            before = len(out)
-            n = 8 * rng.randrange(1, 17)
-            sid += 1
-            call = sid
-            t += rng.randrange(2_000, 9_000)
-            out.append(_CALL_START.format(t=t, sid=call, n=n))
-            live: list[tuple[int, int, str, str]] = []
-            for i in range(per_call):
-                op = _M_OPS[i % len(_M_OPS)]
-                tid += 1
-                b = n * 512 * (1 + i % 4)
-                cat = _M_CATEGORIES[i % len(_M_CATEGORIES)]
-                d = rng.randrange(1_000, 90_000)
-                t += d
-                out.append(_OP.format(t=t, sid=call, op=op, d=d, n=n, b=b))
-                out.append(
-                    _M_MEMORY.format(t=t, sid=call, tid=tid, op=op, b=b, a="alloc", n=n, cat=cat)
-                )
-                used += b
-                live.append((tid, b, op, cat))
-                if len(live) > 2:  # freed after the next op
-                    ftid, fb, fop, fcat = live.pop(0)
-                    t += 200
-                    out.append(
-                        _M_MEMORY.format(
-                            t=t, sid=call, tid=ftid, op=fop, b=fb, a="free", n=n, cat=fcat
-                        )
-                    )
-                    used -= fb
-            for ftid, fb, fop, fcat in live:
-                t += 200
-                out.append(
-                    _M_MEMORY.format(t=t, sid=call, tid=ftid, op=fop, b=fb, a="free", n=n, cat=fcat)
-                )
-                used -= fb
-            t += rng.randrange(10_000, 90_000)
-            out.append(_CALL_END.format(t=t, sid=call, d=rng.randrange(50_000, 900_000), n=n))
-            out.append(_DEVICE_MEMORY.format(t=t, u=used + 1_000_000, r=300_000_000 + used))
-            written += len(out) - before
-            if len(out) > 50_000:
-                f.writelines(out)
-                out.clear()
-        f.writelines(out)
-    return written
+    meta = _META.format(
+        schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS
+    )
+    state = {"t": 1_000, "sid": 0, "tid": 0, "used": 0}
+
+    def calls() -> Iterator[list[str]]:
+        while True:
+            yield _profiled_call(rng, state, per_call)
+
+    return _write_calls(path, meta, records, calls())
+
+
+def _profiled_call(rng: random.Random, state: dict[str, int], per_call: int) -> list[str]:
+    """One call of ``write_memory_trace``'s run; ``state`` holds the clock, the last span
+    and tensor ids and the bytes in use between calls."""
+    t, sid, tid, used = state["t"], state["sid"], state["tid"], state["used"]
+    out: list[str] = []
+    n = 8 * rng.randrange(1, 17)
+    sid += 1
+    call = sid
+    t += rng.randrange(2_000, 9_000)
+    out.append(_CALL_START.format(t=t, sid=call, n=n))
+    live: list[tuple[int, int, str, str]] = []
+    for i in range(per_call):
+        op = _M_OPS[i % len(_M_OPS)]
+        tid += 1
+        b = n * 512 * (1 + i % 4)
+        cat = _M_CATEGORIES[i % len(_M_CATEGORIES)]
+        d = rng.randrange(1_000, 90_000)
+        t += d
+        out.append(_OP.format(t=t, sid=call, op=op, d=d, n=n, b=b))
+        out.append(_M_MEMORY.format(t=t, sid=call, tid=tid, op=op, b=b, a="alloc", n=n, cat=cat))
+        used += b
+        live.append((tid, b, op, cat))
+        if len(live) > 2:  # freed after the next op
+            ftid, fb, fop, fcat = live.pop(0)
+            t += 200
+            out.append(
+                _M_MEMORY.format(t=t, sid=call, tid=ftid, op=fop, b=fb, a="free", n=n, cat=fcat)
+            )
+            used -= fb
+    for ftid, fb, fop, fcat in live:
+        t += 200
+        out.append(_M_MEMORY.format(t=t, sid=call, tid=ftid, op=fop, b=fb, a="free", n=n, cat=fcat))
+        used -= fb
+    t += rng.randrange(10_000, 90_000)
+    out.append(_CALL_END.format(t=t, sid=call, d=rng.randrange(50_000, 900_000), n=n))
+    out.append(_DEVICE_MEMORY.format(t=t, u=used + 1_000_000, r=300_000_000 + used))
+    state.update(t=t, sid=sid, tid=tid, used=used)
+    return out
 
 
 _OP = (

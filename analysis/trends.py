@@ -2,7 +2,7 @@
 where a level changed (change points).
 
 A series is a model's runs (the ``trends`` view), or the runs that share the value of a
-chosen tag such as ``branch`` (read from ``_trend_points``), in the order they started.
+chosen tag such as ``branch`` (read from ``trend_points``), in the order they started.
 The metrics are ``METRICS``: counts (compiles, recompiles, evictions, graph breaks) and
 noisy measurements (warm p50/p99, compile time, peak memory).
 
@@ -15,7 +15,7 @@ least-squares cost of a change in mean, solved by PELT in C). The penalty per ch
 noise of the series, estimated robustly from the differences of neighbouring runs (their
 median absolute deviation, which a few steps do not move), and a level must hold for at
 least ``MIN_RUNS`` runs. Each side of a change is then tested as ``ember compare`` tests
-two runs (``compare_latency``), because what fits one series best is not yet a change
+two runs (``compare.latency``), because what fits one series best is not yet a change
 a person should act on:
 
 - exact metrics (counts: the same workload repeats them exactly) are fitted on the
@@ -47,8 +47,7 @@ import numpy as np
 import polars as pl
 
 from . import format as fmt
-from .compare_latency import MIN_SAMPLES, latency_tests
-from .compare_render import signed_pct
+from .compare import MIN_SAMPLES, latency_tests, signed_pct
 from .runs import SHORT_ID
 
 __all__ = [
@@ -83,7 +82,7 @@ _NOISY_NOISE_FLOOR = 0.05  # sigma of normal scores at least (ties: a constant s
 
 @dataclass(frozen=True)
 class TrendMetric:
-    """One metric of the trends: its ``_trend_points.metric`` name, a short label, its unit
+    """One metric of the trends: its ``trend_points.metric`` name, a short label, its unit
     (count | ns | bytes) and whether it is exact (a count) or noisy (a measurement)."""
 
     metric: str
@@ -269,9 +268,9 @@ Query = Callable[[str], pl.DataFrame]
 
 
 def trend_points(query: Query) -> pl.DataFrame:
-    """Every run's trend metrics (``_trend_points``), with the run's tags parsed."""
+    """Every run's trend metrics (``trend_points``), with the run's tags parsed."""
     return query(
-        "SELECT run_id, started_at, model, name, tags, metric, value FROM _trend_points"
+        "SELECT run_id, started_at, model, name, tags, metric, value FROM trend_points"
     ).with_columns(pl.col("tags").map_elements(_tags, return_dtype=pl.Object).alias("tag_map"))
 
 

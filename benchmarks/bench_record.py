@@ -8,7 +8,15 @@ ended by ``block_until_ready`` on the parameters, so interpreter start and impor
 the steps/s. Printed: the median steps/s of each and their ratio (plain / recorded), and the
 median wall time of the whole process.
 
-Run: ``.venv/bin/python benchmarks/bench_record.py [REPEATS]``; quote it with ``uptime``.
+On a loaded shared machine two processes differ by more than the effect, so a second
+measurement alternates in one process: rounds of ``STEPS`` steady-state steps of the same
+jitted step, bare, and recorded as ``ember record`` records it (a ``ProfileSession`` with
+JAX's cache-miss explanations on, the memory sampler every 0.1 s, and each call a ``step``
+span through ``JitStep``, the automatic steps' wrapper), the recording opened and closed
+around each recorded round. Printed: the median steps/s of each, the ratio, each pair's.
+
+Run: ``.venv/bin/python benchmarks/bench_record.py [REPEATS] [ROUNDS]`` (``REPEATS 0``: the
+in-process rounds only); quote it with ``uptime``.
 """
 
 from __future__ import annotations
@@ -72,6 +80,46 @@ def run_once(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return float(line.split()[1]), wall
 
 
+def in_process(rounds: int, steps: int = 500) -> None:
+    """Bare and recorded rounds of the same jitted step, alternated in this process."""
+    import jax
+
+    from ember.recorder.jax import ProfileSession
+    from ember.recorder.jax_steps import JitStep
+    from ember.runtime.memory import MemorySampler
+
+    namespace: dict[str, object] = {}
+    head = LOOP.split("for n in (128, 64)")[0]  # the model, the optimiser, train_step
+    exec(compile(head, "loop.py", "exec"), namespace)
+    train_step, batch = namespace["train_step"], namespace["batch"]
+    state = [namespace["params"], namespace["opt_state"]]
+    data = [batch(i, 128) for i in range(8)]  # type: ignore[operator]
+
+    def run(step: object) -> float:
+        jax.block_until_ready(state)
+        t0 = time.perf_counter()
+        for i in range(steps):
+            state[0], state[1], _ = step(state[0], state[1], *data[i % 8])  # type: ignore[operator]
+        jax.block_until_ready(state)
+        return steps / (time.perf_counter() - t0)
+
+    run(train_step)  # compile
+    bare, recorded = [], []
+    with tempfile.TemporaryDirectory(prefix="ember-bench-record-") as tmp:
+        for r in range(rounds):
+            bare.append(run(train_step))
+            with ProfileSession(Path(tmp) / f"r{r}.jsonl", sync=False), MemorySampler(0.1):
+                recorded.append(run(JitStep(train_step, "train_step", sync=False)))
+    b, rec = statistics.median(bare), statistics.median(recorded)
+    pairs = sorted(x / y for x, y in zip(bare, recorded, strict=True))
+    print(f"in one process, {rounds} alternating rounds of {steps} steps each, medians")
+    print(f"  bare      {b:8.1f} steps/s")
+    print(f"  recorded  {rec:8.1f} steps/s")
+    print(f"  overhead  {b / rec:.3f}x steps/s (target <= 1.05x)")
+    shown = ", ".join(f"{x:.2f}" for x in pairs)
+    print(f"  per pair  {shown} (median {statistics.median(pairs):.3f}x)")
+
+
 def main(repeats: int = 5) -> None:
     with tempfile.TemporaryDirectory(prefix="ember-bench-record-") as tmp:
         cwd = Path(tmp)
@@ -97,4 +145,7 @@ def main(repeats: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    if repeats:
+        main(repeats)
+    in_process(int(sys.argv[2]) if len(sys.argv) > 2 else 10)

@@ -372,7 +372,9 @@ def _headline(s: RunSummary) -> str:
     """The run's numbers in one line (rich wraps it at the console's width)."""
     parts = []
     if s.calls:
-        parts.append(plural(s.calls, "call") + (f" ({s.errors} failed)" if s.errors else ""))
+        parts.append(
+            plural(s.calls, "call") + (f" ({s.failed_calls} failed)" if s.failed_calls else "")
+        )
     if s.steps:
         labels = ", ".join(f"{name} {n}" for name, n in s.step_labels[:4])
         more = " ..." if len(s.step_labels) > 4 else ""
@@ -390,7 +392,7 @@ def _headline(s: RunSummary) -> str:
     if s.disk_hits or s.disk_misses:
         parts.append(f"disk cache {s.disk_hits} hits/{s.disk_misses} misses")
     if s.peak_bytes is not None:
-        parts.append(f"peak {fmt.size(s.peak_bytes)} {s.peak_series}")
+        parts.append(f"peak {fmt.size(s.peak_bytes)} {s.peak_source}")
     if s.p50_ns is not None:
         what = "call" if s.calls else "step"
         kind = " (dispatch only)" if s.latency_kind == "dispatch only" else ""
@@ -630,7 +632,7 @@ def views(
         "-- ember.analysis.lake_spark.register_lake.\n"
         "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
         "-- view (and a CTE at every use) that reads it. Run as plain temp views (as\n"
-        "-- register_lake(spark, lake, computed=False) creates them), _recompile_causes and\n"
+        "-- register_lake(spark, lake, computed=False) creates them), recompile_causes and\n"
         "-- run_summary, once the heaviest, took about 11 s each in a 1 GiB driver on the\n"
         "-- demo traces. The default register_lake computes each view once, in this order,\n"
         "-- and keeps its rows (localCheckpoint), so that no query plans them again.\n\n"

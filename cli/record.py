@@ -17,15 +17,25 @@ from types import FrameType
 
 import typer
 
+from ember import autorecord
 from ember.record import TRACE_ENV
 
-from .app import app, err_console, fail
+from .app import app, console, err_console, fail
 
 # python's own options that take a value (``-X dev``, ``-W error``)
 _PYTHON_VALUE_OPTIONS = {"-X", "-W"}
 
 
-def child_command(command: list[str], out: Path, phase: str, tags: list[str]) -> list[str]:
+def child_command(
+    command: list[str],
+    out: Path,
+    phase: str,
+    tags: list[str],
+    steps: list[str] | None = None,
+    *,
+    no_steps: bool = False,
+    sync_steps: bool = False,
+) -> list[str]:
     """``python [its options] -m ember.record --out OUT ... PROGRAM ARGS`` for ``command``
     (``python train.py ARGS`` or ``python -m module ARGS``)."""
     if not command or not re.fullmatch(r"python[0-9.]*", Path(command[0]).name):
@@ -45,6 +55,9 @@ def child_command(command: list[str], out: Path, phase: str, tags: list[str]) ->
     options = ["--out", str(out), "--phase", phase]
     for tag in tags:
         options += ["--tag", tag]
+    for step in steps or []:
+        options += ["--step", step]
+    options += ["--no-steps"] * no_steps + ["--sync-steps"] * sync_steps
     return [sys.executable, *own, "-m", "ember.record", *options, *command[i:]]
 
 
@@ -58,21 +71,63 @@ def record(
     ),
     phase: str = typer.Option("train", "--phase", help="train or infer (the run's phase)."),
     tag: list[str] = typer.Option([], "--tag", help="NAME=VALUE tags of the run (repeat)."),
+    step: list[str] = typer.Option(
+        [],
+        "--step",
+        help="LABEL=FUNCTION: record the jitted FUNCTION's top-level calls as steps named "
+        "LABEL (train=train_step; repeat). Other jitted functions' steps keep their name.",
+    ),
+    no_steps: bool = typer.Option(
+        False, "--no-steps", help="No automatic steps (top-level jitted calls)."
+    ),
+    sync_steps: bool = typer.Option(
+        False,
+        "--sync-steps",
+        help="A step ends when its outputs are ready (serialises dispatch), not at dispatch.",
+    ),
+    install_hook: bool = typer.Option(
+        False,
+        "--install-hook",
+        help=f"Install a .pth hook in this environment: every Python process started with "
+        f"{TRACE_ENV}=DIR that imports JAX records itself into DIR (children too).",
+    ),
+    uninstall_hook: bool = typer.Option(
+        False, "--uninstall-hook", help="Remove the .pth hook --install-hook wrote."
+    ),
 ) -> None:
     """Record an unmodified program: `ember record -- python train.py ARGS`.
 
     Every JAX compile, retrace reason, persistent-cache hit/miss, primitive run outside jit
     and memory reading goes to one trace per process under --out (the pid in the name).
+    Each top-level call of a jitted function is a step named after the function.
     """
+    if install_hook or uninstall_hook:
+        raise typer.Exit(_hook(install_hook))
     folder = out or Path(os.environ.get(TRACE_ENV) or "traces")
     if phase not in ("train", "infer"):
         raise fail(f"--phase must be 'train' or 'infer', got {phase!r}")
     try:
-        cmd = child_command(list(ctx.args), folder, phase, tag)
+        cmd = child_command(
+            list(ctx.args), folder, phase, tag, step, no_steps=no_steps, sync_steps=sync_steps
+        )
     except ValueError as e:
         raise fail(str(e), code=2) from None
     env = {**os.environ, TRACE_ENV: str(folder)}
     raise typer.Exit(_run_child(cmd, env))
+
+
+def _hook(install: bool) -> int:
+    try:
+        path = autorecord.install_hook() if install else autorecord.uninstall_hook()
+    except OSError as e:
+        raise fail(f"cannot write {autorecord.hook_path()}: {e.strerror}") from None
+    if install:
+        console.print(f"installed {path}: run with {TRACE_ENV}=DIR to record", highlight=False)
+    elif path is None:
+        console.print(f"no hook at {autorecord.hook_path()}", highlight=False)
+    else:
+        console.print(f"removed {path}", highlight=False)
+    return 0
 
 
 def _run_child(cmd: list[str], env: dict[str, str]) -> int:

@@ -137,6 +137,47 @@ def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _parse_workload(
+    inputs: list[str], sweep: str | None, tags: list[str]
+) -> tuple[list[Any], Any, dict[str, str]]:
+    """The --input overrides, the --sweep and the --tag values, or the error that names the
+    one that does not parse."""
+    from ember.runtime.workload import WorkloadError, parse_input, parse_sweep, parse_tag
+
+    try:
+        overrides = [parse_input(t) for t in inputs]
+        sweep_spec = parse_sweep(sweep) if sweep else None
+        return overrides, sweep_spec, dict(parse_tag(t) for t in tags)
+    except WorkloadError as exc:
+        raise fail(str(exc)) from None
+
+
+def _calls_progress() -> Progress:
+    """The bar of the calls made so far (gone when the run ends)."""
+    return Progress(
+        TextColumn("[bold]calling[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+def _print_summary(model: str, trace: Path, defaults: dict[str, Any]) -> None:
+    """The run's numbers as a table. They come from the trace, through the run_summary
+    view: the same definition as `ember report` and the dashboard."""
+    table = Table(title=f"ember run {model}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in summary_rows(trace_summary(trace)):
+        table.add_row(name, value)
+    if defaults:
+        filled = ", ".join(f"{k}={v}" for k, v in defaults.items())
+        table.add_row("defaults", f"{filled} (set with --input)")
+    console.print(table)
+
+
 @app.command()
 def run(
     model: str = typer.Argument(
@@ -175,30 +216,12 @@ def run(
 
     from ember.recorder import TraceWriteError, record
     from ember.runtime import EmberRuntimeError
-    from ember.runtime.workload import (
-        WorkloadError,
-        parse_input,
-        parse_sweep,
-        parse_tag,
-        run_workload,
-    )
+    from ember.runtime.workload import run_workload
 
-    try:
-        overrides = [parse_input(t) for t in input]
-        sweep_spec = parse_sweep(sweep) if sweep else None
-        tags = dict(parse_tag(t) for t in tag)
-    except WorkloadError as exc:
-        raise fail(str(exc)) from None
+    overrides, sweep_spec, tags = _parse_workload(input, sweep, tag)
     trace = record_path or default_trace_path(model)
     tags.setdefault("model", model)
-    progress = Progress(
-        TextColumn("[bold]calling[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = _calls_progress()
     try:
         with record(trace, entrypoint=f"ember run {model}", sync=sync, tags=tags), progress:
             task = progress.add_task("calls", total=None)
@@ -217,17 +240,6 @@ def run(
         _after_failure(trace)
         raise failure from None
 
-    # the numbers come from the trace, through the run_summary view: the same definition as
-    # `ember report` and the dashboard
-    row = trace_summary(trace)
-    table = Table(title=f"ember run {model}", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    for name, value in summary_rows(row):
-        table.add_row(name, value)
-    if summary.defaults:
-        filled = ", ".join(f"{k}={v}" for k, v in summary.defaults.items())
-        table.add_row("defaults", f"{filled} (set with --input)")
-    console.print(table)
+    _print_summary(model, trace, summary.defaults)
     # the path on a line of its own, never cut, so it can be copied
     console.print(f"trace: {trace}", soft_wrap=True, highlight=False)

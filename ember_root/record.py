@@ -26,11 +26,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Literal
+from typing import Any, Literal
 
 __all__ = ["Program", "git_commit", "main", "parse_args", "record_program", "trace_path"]
 
@@ -39,7 +39,7 @@ TRACE_ENV = "EMBER_TRACE"
 
 USAGE = (
     "usage: python -m ember.record [--out DIR] [--phase train|infer] [--tag NAME=VALUE]... "
-    "(SCRIPT | -m MODULE) [ARGS...]"
+    "[--step LABEL=FUNCTION]... [--no-steps] [--sync-steps] (SCRIPT | -m MODULE) [ARGS...]"
 )
 
 
@@ -57,6 +57,12 @@ class Program:
     out: Path = Path("traces")
     phase: Literal["train", "infer"] = "train"
     tags: dict[str, str] = field(default_factory=dict)
+    step_labels: dict[str, str] = field(default_factory=dict)
+    """A jitted function's name -> the label of its steps (``--step train=train_step``)."""
+    steps: bool = True
+    """Top-level jitted calls are ``step`` spans (``--no-steps``: none)."""
+    sync_steps: bool = False
+    """A step ends when its outputs are ready (``--sync-steps``), else at dispatch."""
 
     @property
     def argv(self) -> list[str]:
@@ -81,10 +87,20 @@ def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> Pr
     env = os.environ if environ is None else environ
     argv = list(argv)
     out, phase, tags = Path(env.get(TRACE_ENV) or "traces"), "train", {}
+    steps: dict[str, Any] = {"step_labels": {}}
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg == "--out":
+        if arg == "--no-steps":
+            steps["steps"], i = False, i + 1
+        elif arg == "--sync-steps":
+            steps["sync_steps"], i = True, i + 1
+        elif arg == "--step":
+            label, eq, fun = _option_value(argv, i, arg).partition("=")
+            if not eq or not label or not fun:
+                raise UsageError(f"--step takes LABEL=FUNCTION (train=train_step), got {fun!r}")
+            steps["step_labels"][fun], i = label, i + 2
+        elif arg == "--out":
             out, i = Path(_option_value(argv, i, arg)), i + 2
         elif arg == "--phase":
             phase, i = _option_value(argv, i, arg), i + 2
@@ -97,13 +113,13 @@ def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> Pr
             tags[name], i = value, i + 2
         elif arg == "-m":
             module = _option_value(argv, i, "-m")
-            return Program(module, argv[i + 2 :], True, out, phase, tags)  # type: ignore[arg-type]
+            return Program(module, argv[i + 2 :], True, out, phase, tags, **steps)  # type: ignore[arg-type]
         elif arg == "--":
             i += 1
         elif arg.startswith("-"):
             raise UsageError(f"unknown option {arg!r}\n{USAGE}")
         else:
-            return Program(arg, argv[i + 1 :], False, out, phase, tags)  # type: ignore[arg-type]
+            return Program(arg, argv[i + 1 :], False, out, phase, tags, **steps)  # type: ignore[arg-type]
     raise UsageError(f"no program to run\n{USAGE}")
 
 
@@ -179,17 +195,24 @@ def record_program(program: Program, path: Path, *, memory_interval_s: float = 0
 
     What the program raises (``SystemExit`` included) propagates after the trace is closed.
     """
+    from ember import autorecord
+
+    autorecord.claim()  # the EMBER_TRACE hook (if installed) leaves this process to us
     from ember.recorder.jax import ProfileSession
+    from ember.recorder.jax_steps import jit_steps
     from ember.runtime.memory import MemorySampler
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tags = {"command": program.command, **program.tags}
     if (commit := git_commit()) is not None:
         tags.setdefault("git_commit", commit)
-    with _sigterm_as_exit():
-        with ProfileSession(path, phase=program.phase, entrypoint=program.command, tags=tags):
-            with MemorySampler(memory_interval_s):
-                _run(program)
+    session = ProfileSession(
+        path, phase=program.phase, entrypoint=program.command, sync=program.sync_steps, tags=tags
+    )
+    steps = jit_steps(program.step_labels, sync=program.sync_steps) if program.steps else None
+    with _sigterm_as_exit(), session, MemorySampler(memory_interval_s):
+        with steps or nullcontext():
+            _run(program)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

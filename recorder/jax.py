@@ -16,11 +16,14 @@ JAX). It has three parts:
 - ``ProfileSession(path, phase="train")`` opens a recording with both, and ``step()``
   spans for the forward, backward and optimizer parts of a training step.
 
-The parts live in three modules: ``jax_explain.py`` reads why JAX compiled again (its
-cache-miss explanations, primitives outside ``jit``), ``jax_compiles.py`` turns compiles
-into ``jit`` spans (the ``jax.monitoring`` listeners and ``CompileWatcher``), and this one
-records gradients and steps and is the front: every name in ``__all__`` is importable
-from here.
+The parts live in five modules: ``jax_explain.py`` reads why JAX compiled again (its
+cache-miss explanations, primitives outside ``jit``), ``jax_names.py`` names a retrace's
+arguments as the program wrote them (static parameters, ``equinox.filter_jit``'s pytree
+paths, ``jax.pmap``'s function), ``jax_compiles.py`` turns compiles into ``jit`` spans
+(the ``jax.monitoring`` listeners and ``CompileWatcher``), ``jax_steps.py`` makes the
+top-level calls of jitted functions ``step`` spans (``jit_steps``, what ``ember record``
+uses), and this one records gradients and steps and is the front: every name in
+``__all__`` is importable from here.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import jax
 from jax import monitoring
 
-from . import bus, disk_keys, jax_explain
+from . import bus, disk_keys, jax_explain, jax_names
 from . import events as E
 
 __all__ = [
@@ -132,6 +132,8 @@ class _Bridge:
         self.mono_offset = 0
         # primitive name -> what it was last compiled for outside jit
         self.primitives: dict[str, jax_explain.PrimitiveCall] = {}
+        # a pmapped function's name -> what it was last compiled for
+        self.pmaps: dict[str, jax_names.PmapCall] = {}
 
     def add(self, watcher: CompileWatcher) -> None:
         with self.lock:
@@ -173,8 +175,13 @@ class _Bridge:
         except Exception:
             _log.exception("ember: could not parse a JAX cache-miss explanation")
             return
-        if exp is not None:
-            self.state().explanations[exp.fun_name] = exp
+        if exp is None:
+            return
+        try:  # the names as the program wrote them; JAX's own if that fails
+            exp = jax_names.rename(exp, jax_names.call_context())
+        except Exception:
+            _log.exception("ember: could not name the arguments of a JAX cache miss")
+        self.state().explanations[exp.fun_name] = exp
 
     def on_event(self, event: str, **kwargs: Any) -> None:
         if event == CACHE_REQUEST_EVENT:
@@ -230,6 +237,9 @@ class _Bridge:
             if exp and not exp.first and not changes
             else None
         )
+        if exp is None and name == "_fun":  # pmap's own function: the program's instead
+            name, reason, changes = self.pmapped(name, reason, changes)
+            start_md["fun_name"] = name
         prim = jax_explain.primitive_call(name) if exp is None else None
         if prim is not None:
             before = self.primitives.get(name)
@@ -256,6 +266,20 @@ class _Bridge:
         bus.emit(E.stop(E.JIT), {"monotonic_time": t1, "duration": max(t1 - t0, 0)}, stop_md)
         for w in list(self.watchers):
             w.compiles += 1
+
+    def pmapped(
+        self, name: str, reason: str | None, changes: list[dict[str, Any]]
+    ) -> tuple[str, str | None, list[dict[str, Any]]]:
+        """The ``jax.pmap``-ped function compiled now, and what changed since its previous
+        compile (JAX explains none of pmap's cache misses: see ``jax_names.PmapCall``)."""
+        call = jax_names.pmap_call()
+        if call is None:
+            return name, reason, changes
+        before = self.pmaps.get(call.name)
+        self.pmaps[call.name] = call
+        if before is None:
+            return call.name, reason, changes
+        return (call.name, *jax_names.pmap_changes(before, call))
 
 
 _BRIDGE = _Bridge()

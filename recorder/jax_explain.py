@@ -33,6 +33,7 @@ __all__ = [
     "parse_explanation",
     "primitive_call",
     "primitive_changes",
+    "type_change",
 ]
 
 EXPLAIN_PREFIX = "TRACING CACHE MISS"
@@ -73,7 +74,7 @@ def _split_type(text: str) -> tuple[str, list[str]] | None:
     return _numpy_dtype(m.group("dtype")), dims
 
 
-def _type_change(arg: str, new: str, old: str) -> tuple[dict[str, Any], str]:
+def type_change(arg: str, new: str, old: str) -> tuple[dict[str, Any], str]:
     """An ``ArgChange`` dict and a phrase such as ``x dim 0: 32 -> 16``."""
     change = {"arg": arg, "what": "other", "old": old, "new": new}
     weak = _WEAK.search(new), _WEAK.search(old)
@@ -136,6 +137,8 @@ class Explanation:
     """The call that traced it (``file.py:12:8 (test_step)``), when JAX says."""
     defined_at: str | None = None
     """Where the function is defined (``file.py:3``), when JAX says."""
+    phrases: list[str] = field(default_factory=list)
+    """``reason``'s parts, one per change (``reason`` is them joined by ``; ``)."""
 
 
 def _locations(text: str) -> tuple[str | None, str | None]:
@@ -165,7 +168,7 @@ def parse_explanation(text: str) -> Explanation | None:
         if head.startswith("different input types"):
             t = _TYPE_DIFF.match(line)
             if t:
-                change, phrase = _type_change(t.group("arg"), t.group("new"), t.group("old"))
+                change, phrase = type_change(t.group("arg"), t.group("new"), t.group("old"))
                 changes.append(change)
                 phrases.append(phrase)
         elif head.startswith("different input pytree"):
@@ -189,7 +192,7 @@ def parse_explanation(text: str) -> Explanation | None:
                 )
                 phrases.append(f"{t.group('arg')}: {t.group('old')} -> {t.group('new')}")
     reason = "; ".join(phrases) if phrases else head.rstrip(":") or diff
-    return Explanation(name, False, reason, changes, text, called_at, defined_at)
+    return Explanation(name, False, reason, changes, text, called_at, defined_at, phrases)
 
 
 # ---------------------------------------------------------------- primitives outside jit
@@ -262,7 +265,7 @@ def primitive_changes(old: PrimitiveCall, new: PrimitiveCall) -> tuple[str, list
     else:
         for i, (o, n) in enumerate(zip(old.args, new.args, strict=True)):
             if o != n:
-                change, phrase = _type_change(f"arg{i}", n, o)
+                change, phrase = type_change(f"arg{i}", n, o)
                 changes.append(change)
                 phrases.append(phrase)
     for k in sorted(set(old.params) | set(new.params)):

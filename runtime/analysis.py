@@ -211,6 +211,115 @@ def _propagate(node: Node, host: set[str]) -> None:
         host.update(o for o in node.outputs if o)
 
 
+@dataclass
+class _Walk:
+    """What the forward walk over the sorted nodes learns: the values known on the host, those
+    folded from constants, the breaks, and the prelude (host work at the start of a call)."""
+
+    host: set[str]
+    const: set[str]
+    # values the prelude could compute at the start of a call, and their producers
+    pre: set[str]
+    breaks: dict[int, BreakInfo] = field(default_factory=dict)
+    producer: dict[str, Node] = field(default_factory=dict)
+    prelude: set[int] = field(default_factory=set)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _condition_break(node: Node, reason: str | None, walk: _Walk) -> tuple[str | None, bool]:
+    """(reason, sync) of a node whose only need on the host is an If's condition: computed
+    in the prelude (no break), or brought to the host before the If (sync)."""
+    cond = node.inputs[0] if node.op_type == "If" and node.inputs else ""
+    if reason is None or not cond or cond in walk.host:
+        return reason, False
+    if _needs(node, walk.host | {cond}) is not None:
+        return reason, False
+    walk.labels.setdefault(cond, f"{node.name} condition")
+    if cond not in walk.pre:  # computed on the device: brought to the host before the If
+        return reason, True
+    # computed on the host at the start of each call
+    cone = _cone(cond, walk.producer, walk.const)
+    walk.prelude.update(n.position for n in cone)
+    for n in cone:
+        walk.host.update(o for o in n.outputs if o)
+    walk.host.add(cond)
+    return None, False
+
+
+def _walk_node(
+    node: Node,
+    walk: _Walk,
+    forced: Mapping[int, str],
+    strings: frozenset[str],
+    inputs: set[str],
+) -> None:
+    """One node of the forward walk: a break, or what it adds to host, const and prelude."""
+    reason = forced.get(node.position) or _reads_strings(node, strings)
+    sync = False
+    if reason is None:
+        reason, sync = _condition_break(node, _needs(node, walk.host), walk)
+    if reason is not None:
+        walk.breaks[node.position] = BreakInfo(
+            node.position, node.name, node.op_type, reason, sync=sync
+        )
+        if sync:
+            walk.host.add(node.inputs[0])
+        else:
+            walk.host.update(o for o in node.outputs if o)
+        return
+    for o in node.outputs:
+        if o:
+            walk.producer[o] = node
+    if _prelude_can_run(node, walk.pre, inputs):
+        walk.pre.update(o for o in node.outputs if o)
+    _propagate(node, walk.host)
+    if (
+        node.op_type not in NEVER_HOST_OPS
+        and not (node.opdef is not None and node.opdef.subgraphs)
+        and all(n in walk.const for n in node.reads())
+    ):
+        walk.const.update(o for o in node.outputs if o)
+
+
+def _host_needs(nodes: list[Node], walk: _Walk) -> set[str]:
+    """The values some node needs concrete on the host, walking back from the nodes that
+    read them (a value-shaped op's inputs, an op's host inputs, what a subgraph reads)."""
+    needs: set[str] = set()
+    for node in reversed(nodes):
+        if node.position in walk.prelude:
+            continue  # the prelude runs on the host anyway
+        if node.position in walk.breaks and not walk.breaks[node.position].sync:
+            continue  # a break node gets concrete inputs anyway
+        opdef = node.opdef
+        if opdef is not None:
+            if opdef.value_shaped:
+                needs.update(n for n in node.inputs if n)
+            for i in opdef.host_inputs:
+                if i < len(node.inputs) and node.inputs[i]:
+                    needs.add(node.inputs[i])
+        if opdef is not None and opdef.subgraphs:
+            # Branches and bodies may read outer values on the host (shape arithmetic).
+            needs.update(r for r in node.outer_reads if r in walk.host)
+        if node.op_type in SHAPE_OPS:
+            continue
+        if any(o in needs for o in node.outputs if o) and all(n in walk.host for n in node.reads()):
+            needs.update(node.reads())
+    return needs
+
+
+def _device_params(
+    graph: Graph, const: set[str], needs: set[str], const_sizes: Mapping[str, int] | None
+) -> frozenset[str]:
+    """Constant values large enough to pass as device arrays, that no host work needs."""
+    sizes = {n: v.size for n, v in graph.initializers.items() if isinstance(v, np.ndarray)}
+    sizes.update(const_sizes or {})
+    return frozenset(
+        name
+        for name, size in sizes.items()
+        if name in const and name not in needs and size >= PARAM_MIN_SIZE
+    )
+
+
 def analyse(
     graph: Graph,
     forced: Mapping[int, str] | None = None,
@@ -222,95 +331,28 @@ def analyse(
     registry does not declare. ``const_sizes`` gives the element counts of values folded
     from constants, so large ones are passed as device arrays like large initializers.
     """
-    nodes = graph.nodes
-    forced = forced or {}
-    strings = _string_inputs(graph)
-    host: set[str] = set(graph.initializers)
-    const: set[str] = set(graph.initializers)
-    breaks: dict[int, BreakInfo] = {}
-    # values the prelude could compute at the start of a call, and their producers
-    pre: set[str] = set(graph.initializers) | _small_inputs(graph)
-    producer: dict[str, Node] = {}
-    prelude: set[int] = set()
-    labels: dict[str, str] = {}
-    for node in nodes:
-        reason = forced.get(node.position) or _reads_strings(node, strings)
-        sync = False
-        if reason is None:
-            reason = _needs(node, host)
-            cond = node.inputs[0] if node.op_type == "If" and node.inputs else ""
-            if reason is not None and cond and cond not in host:
-                if _needs(node, host | {cond}) is None:
-                    labels.setdefault(cond, f"{node.name} condition")
-                    if cond in pre:  # computed on the host at the start of each call
-                        cone = _cone(cond, producer, const)
-                        prelude.update(n.position for n in cone)
-                        for n in cone:
-                            host.update(o for o in n.outputs if o)
-                        host.add(cond)
-                        reason = None
-                    else:  # computed on the device: brought to the host before the If
-                        sync = True
-        if reason is not None:
-            breaks[node.position] = BreakInfo(
-                node.position, node.name, node.op_type, reason, sync=sync
-            )
-            if sync:
-                host.add(node.inputs[0])
-            else:
-                host.update(o for o in node.outputs if o)
-            continue
-        for o in node.outputs:
-            if o:
-                producer[o] = node
-        if _prelude_can_run(node, pre, set(graph.input_names)):
-            pre.update(o for o in node.outputs if o)
-        _propagate(node, host)
-        if (
-            node.op_type not in NEVER_HOST_OPS
-            and not (node.opdef is not None and node.opdef.subgraphs)
-            and all(n in const for n in node.reads())
-        ):
-            const.update(o for o in node.outputs if o)
-    needs: set[str] = set()
-    for node in reversed(nodes):
-        if node.position in prelude:
-            continue  # the prelude runs on the host anyway
-        if node.position in breaks and not breaks[node.position].sync:
-            continue  # a break node gets concrete inputs anyway
-        opdef = node.opdef
-        if opdef is not None:
-            if opdef.value_shaped:
-                needs.update(n for n in node.inputs if n)
-            for i in opdef.host_inputs:
-                if i < len(node.inputs) and node.inputs[i]:
-                    needs.add(node.inputs[i])
-        if opdef is not None and opdef.subgraphs:
-            # Branches and bodies may read outer values on the host (shape arithmetic).
-            needs.update(r for r in node.outer_reads if r in host)
-        if node.op_type in SHAPE_OPS:
-            continue
-        if any(o in needs for o in node.outputs if o) and all(n in host for n in node.reads()):
-            needs.update(node.reads())
-
-    sizes = {n: v.size for n, v in graph.initializers.items() if isinstance(v, np.ndarray)}
-    sizes.update(const_sizes or {})
-    params = frozenset(
-        name
-        for name, size in sizes.items()
-        if name in const and name not in needs and size >= PARAM_MIN_SIZE
+    walk = _Walk(
+        host=set(graph.initializers),
+        const=set(graph.initializers),
+        pre=set(graph.initializers) | _small_inputs(graph),
     )
-    consts = frozenset(const)
-    segments = _cut(graph, breaks, frozenset(host), frozenset(needs), params, consts, prelude)
+    strings = _string_inputs(graph)
+    inputs = set(graph.input_names)
+    for node in graph.nodes:
+        _walk_node(node, walk, forced or {}, strings, inputs)
+    needs = _host_needs(graph.nodes, walk)
+    params = _device_params(graph, walk.const, needs, const_sizes)
+    host, consts, prelude = frozenset(walk.host), frozenset(walk.const), walk.prelude
+    segments = _cut(graph, walk.breaks, host, frozenset(needs), params, consts, prelude)
     return Plan(
-        breaks,
+        walk.breaks,
         segments,
-        frozenset(host),
+        host,
         frozenset(needs),
         params,
         consts,
         tuple(sorted(prelude)),
-        labels,
+        walk.labels,
     )
 
 

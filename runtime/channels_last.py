@@ -208,15 +208,12 @@ def _global_average_pool(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | 
 
 
 def _max_pool(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | None:
-    """MaxPool (2-D, no indices) as a reduce-window over NHWC's middle axes: given the NCHW
+    """MaxPool (2-D, no indices) as a window max over NHWC's middle axes: given the NCHW
     transpose, XLA:CPU wrote the pooled value NCHW and transposed it back."""
     x = node.inputs[0]
     if x not in env.nhwc or len([o for o in node.outputs if o]) != 1 or len(node.outputs) != 1:
         return None
-    import jax.numpy as jnp
-    from jax import lax
-
-    from .ops.pool import _lowest, _pool_geometry
+    from .ops.pool import _pool_geometry, window_max
 
     v = env.nhwc[x]
     a = node.attrs
@@ -231,17 +228,8 @@ def _max_pool(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | None:
         dilations=a.get("dilations"),
         ceil_mode=int(a.get("ceil_mode", 0)),
     )
-    padding = ((0, 0), *((lo, hi + e) for (lo, hi), e in zip(pad, extra, strict=True)), (0, 0))
-    y = lax.reduce_window(
-        v,
-        jnp.asarray(_lowest(v.dtype), v.dtype),
-        lax.max,
-        (1, *kernel, 1),
-        (1, *strides, 1),
-        padding,
-        window_dilation=(1, *dil, 1),
-    )
-    return (y,)
+    padding = [(lo, hi + e) for (lo, hi), e in zip(pad, extra, strict=True)]
+    return (window_max(v, (1, 2), kernel, strides, padding, dil),)
 
 
 class _Nhwc:

@@ -2,14 +2,16 @@
 -- a segment cache miss in it or in a span inside it (a break compiles the program it runs
 -- for its Loop or If there), or a jit compile in the step, also below a span of the user's
 -- inside it. The one definition of "a call that compiled" that call_latency and
--- _latency_samples (and so run_summary's warm latency) read. The call or step is found
+-- latency_samples (and so run_summary's warm latency) read. The call or step is found
 -- among the four spans above the miss (or jit span): Spark SQL has no recursive CTE.
 --
--- run_id
--- span_id       the call (or step) span
--- loaded        true when every program it needed came from a disk cache (each of its
---               segment compiles says disk_cache 'hit', each jit compile persistent_cache
---               'hit'): it loaded, it did not compile
+-- reads: spans
+--
+-- run_id   VARCHAR  the run
+-- span_id  BIGINT   the call (or step) span
+-- loaded   BOOLEAN  true when every program it needed came from a disk cache (each of its segment
+--                   compiles says disk_cache 'hit', each jit compile persistent_cache 'hit'): it
+--                   loaded, it did not compile
 WITH compiled_in AS (
     -- loaded: NULL for a miss (its segment_compile span says whether it loaded)
     SELECT run_id, span_id, 'miss' AS what, CAST(NULL AS BOOLEAN) AS loaded

@@ -1,19 +1,27 @@
 -- breaks: one row per graph break (run, source, position, node): where a graph stops
 -- being one compiled program, why, and what running the break node eagerly costs.
 --
--- run_id, source
--- position       the break node's position in the sorted graph
--- node, op_type  the break node ('nonzero_0', 'NonZero')
--- reason         what the break node's value is needed for (from the segment that stops
---                here: 'the shape of a Reshape', 'the If condition', ...); for a
---                torch.compile graph break (imported TORCH_TRACE) torch's explanation, with
---                position the frame id, node the user's file:line, op_type torch's short
---                reason ('Data-dependent branching')
--- host_values    names of values that enter the next segment as static values
--- runs           times the break node ran (break spans)
--- errors         runs that raised
--- total_ns, mean_ns, p50_ns, max_ns   eager run time of the break node
--- first_ts_ns, first_at   its first run
+-- reads: spans
+--
+-- run_id       VARCHAR       the run
+-- source       VARCHAR       the model source (its path or Hub address)
+-- position     BIGINT        the break node's position in the sorted graph
+-- node         VARCHAR       the break node's name ('nonzero_0')
+-- op_type      VARCHAR       the break node's op ('NonZero')
+-- reason       VARCHAR       what the break node's value is needed for (from the segment that stops
+--                            here: 'the shape of a Reshape', 'the If condition', ...); for a
+--                            torch.compile graph break (imported TORCH_TRACE) torch's explanation,
+--                            with position the frame id, node the user's file:line, op_type torch's
+--                            short reason ('Data-dependent branching')
+-- host_values  VARCHAR[]     names of values that enter the next segment as static values
+-- runs         BIGINT        times the break node ran (break spans)
+-- errors       BIGINT        runs that raised
+-- total_ns     BIGINT        the break node's eager run time, summed (ns)
+-- mean_ns      DOUBLE        its mean (ns)
+-- p50_ns       DOUBLE        its median (ns)
+-- max_ns       BIGINT        its longest (ns)
+-- first_ts_ns  BIGINT        its first run (ns since the run started)
+-- first_at     TIMESTAMP_NS  its first run (UTC)
 WITH b AS (
     SELECT run_id, source, position, start_attrs.node AS node, start_attrs.op_type AS op_type,
         duration_ns, status, start_ns, started_at, start_attrs.reason AS own_reason

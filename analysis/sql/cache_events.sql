@@ -1,18 +1,23 @@
 -- cache_events: one row per cache event (hit, miss, evict) with the life of the cached
 -- segment it belongs to: a miss compiles a segment, the hits reuse it, an evict ends it.
 --
--- run_id, source, position, key   where, and which cached segment
--- ord           the order of events at this (run, source, position)
--- ts_ns         when (ns since run start)
--- action        hit | miss | evict
--- call_span_id  the call that caused it
--- shapes_text   the segment's argument shapes as text
--- cache_size    the cache size (evict events)
--- life          1, 2, 3...: which compile of this key the event belongs to (a miss starts
---               a new life; hits and the evict that ends it share its number)
--- life_start_ns ts_ns of the miss that started this life
--- hits_in_life  hits of this key in this life up to and including this event
--- next_miss_ns  ts_ns of the next miss of this key here (NULL: never compiled again)
+-- reads: tables only
+--
+-- run_id         VARCHAR  the run
+-- source         VARCHAR  the model source (its path or Hub address)
+-- position       BIGINT   the segment position (index in the sorted graph)
+-- key            VARCHAR  where, and which cached segment
+-- ord            BIGINT   the order of events at this (run, source, position)
+-- ts_ns          BIGINT   when (ns since run start)
+-- action         VARCHAR  hit | miss | evict
+-- call_span_id   BIGINT   the call that caused it
+-- shapes_text    VARCHAR  the segment's argument shapes as text
+-- cache_size     BIGINT   the cache size (evict events)
+-- life           BIGINT   1, 2, 3...: which compile of this key the event belongs to (a miss starts
+--                         a new life; hits and the evict that ends it share its number)
+-- life_start_ns  BIGINT   ts_ns of the miss that started this life
+-- hits_in_life   BIGINT   hits of this key in this life up to and including this event
+-- next_miss_ns   BIGINT   ts_ns of the next miss of this key here (NULL: never compiled again)
 --
 -- Speed: key, shapes_text, ord, life and hits so far are computed once at ingest (columns
 -- of `cache`: lookup_key, shapes_text, ord, life, hits_so_far; see analysis/db.py).

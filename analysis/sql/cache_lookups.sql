@@ -1,15 +1,22 @@
 -- cache_lookups: one row per lookup of the segment cache (a cache hit or miss), in order.
 --
--- run_id, source, position   which compiled function and which segment (graph position)
--- seq           1, 2, 3... the order of lookups at this (run, source, position)
--- ts_ns, ts     when (ns since run start; absolute TIMESTAMP_NS, UTC)
--- action        hit | miss
--- call_span_id  the call span that looked it up
--- key           the cache key (as recorded, or built from shapes and static values)
--- shapes, statics            the segment's argument shapes and static values
--- shapes_text   the shapes as text: 'input_ids[1,17]:int64'
--- prev_seq      seq of the previous lookup of the same key here (NULL: its first lookup)
--- evictions     how many times the cache evicted this key here before this lookup
+-- reads: tables only
+--
+-- run_id        VARCHAR       which compiled function and which segment (graph position)
+-- source        VARCHAR       which compiled function and which segment (graph position)
+-- position      BIGINT        which compiled function and which segment (graph position)
+-- seq           BIGINT        1, 2, 3... the order of lookups at this (run, source, position)
+-- ts_ns         BIGINT        when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- ts            TIMESTAMP_NS  when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- action        VARCHAR       hit | miss
+-- call_span_id  BIGINT        the call span that looked it up
+-- key           VARCHAR       the cache key (as recorded, or built from shapes and static values)
+-- shapes        STRUCT[]      the segment's argument shapes and static values
+-- statics       STRUCT[]      the segment's argument shapes and static values
+-- shapes_text   VARCHAR       the shapes as text: 'input_ids[1,17]:int64'
+-- prev_seq      BIGINT        seq of the previous lookup of the same key here (NULL: its first
+--                             lookup)
+-- evictions     BIGINT        how many times the cache evicted this key here before this lookup
 --
 -- Speed: key, shapes_text, seq, prev_seq and evictions are computed once at ingest
 -- (columns of `cache`; see analysis/db.py), so this is a scan.

@@ -1,15 +1,21 @@
 -- cache_thrash: one row per cache key that was compiled again after the cache evicted it
 -- (the cache at its position was too small for the keys in use).
 --
--- run_id, source, position   where
--- key, shapes_text   the key compiled more than once
--- compiles           how often it was compiled (>= 2)
--- evictions          how often it was evicted
--- wasted_compiles    compiles - 1: the compiles a large enough cache would have saved
--- wasted_compile_ns  the time of those compiles (all but the first)
--- first_compile_ns, last_compile_ns   ts_ns of its first and last compile
--- cache_size         the cache size at this position (from its evict events)
--- keys_at_position   distinct keys compiled at this position (a cache this big keeps all)
+-- reads: compiles
+--
+-- run_id             VARCHAR  the run
+-- source             VARCHAR  the model source (its path or Hub address)
+-- position           BIGINT   the segment position (index in the sorted graph)
+-- key                VARCHAR  the key compiled more than once
+-- shapes_text        VARCHAR  the key compiled more than once
+-- compiles           BIGINT   how often it was compiled (>= 2)
+-- evictions          BIGINT   how often it was evicted
+-- wasted_compiles    BIGINT   compiles - 1: the compiles a large enough cache would have saved
+-- wasted_compile_ns  BIGINT   the time of those compiles (all but the first)
+-- first_compile_ns   BIGINT   ts_ns of its first and last compile
+-- last_compile_ns    BIGINT   ts_ns of its first and last compile
+-- cache_size         BIGINT   the cache size at this position (from its evict events)
+-- keys_at_position   BIGINT   distinct keys compiled at this position (a cache this big keeps all)
 WITH per_key AS (
     SELECT
         run_id, source, position, key,

@@ -7,19 +7,27 @@
 -- position has at most 64 keys, a distinct count otherwise). Sizes run from 1 to the
 -- number of distinct keys (a cache that big never compiles a key twice).
 --
--- run_id, source, position   where
--- cache_size        the size replayed
--- lookups           lookups at this position (hits + misses as recorded)
--- distinct_keys     keys used at this position (the fewest compiles possible)
--- compiles          compiles this size would cost
--- recompiles        compiles - distinct_keys (the avoidable ones)
--- actual_cache_size the size the run used (from its evict events; NULL if nothing was evicted)
--- actual_compiles   compiles the run recorded here (misses)
--- is_actual         cache_size = actual_cache_size
--- saved_compiles    actual_compiles - compiles (negative: this size would cost more)
--- fixes_thrash      true for sizes with no avoidable compile (recompiles = 0)
--- smallest_size_without_recompiles   the smallest size of this position with fixes_thrash
---                   (the same on each of its rows)
+-- reads: cache_lookups
+--
+-- run_id                            VARCHAR  the run
+-- source                            VARCHAR  the model source (its path or Hub address)
+-- position                          BIGINT   the segment position (index in the sorted graph)
+-- cache_size                        BIGINT   the size replayed
+-- lookups                           BIGINT   lookups at this position (hits + misses as recorded)
+-- distinct_keys                     BIGINT   keys used at this position (the fewest compiles
+--                                            possible)
+-- compiles                          BIGINT   compiles this size would cost
+-- recompiles                        BIGINT   compiles - distinct_keys (the avoidable ones)
+-- actual_cache_size                 BIGINT   the size the run used (from its evict events; NULL if
+--                                            nothing was evicted)
+-- actual_compiles                   BIGINT   compiles the run recorded here (misses)
+-- is_actual                         BOOLEAN  cache_size = actual_cache_size
+-- saved_compiles                    BIGINT   actual_compiles - compiles (negative: this size would
+--                                            cost more)
+-- fixes_thrash                      BOOLEAN  true for sizes with no avoidable compile (recompiles =
+--                                            0)
+-- smallest_size_without_recompiles  BIGINT   the smallest size of this position with fixes_thrash
+--                                            (the same on each of its rows)
 WITH keys AS (
     -- the keys of each position, ranked (a window over a few keys, not over every lookup)
     SELECT run_id, source, position, key,

@@ -8,25 +8,28 @@
 -- rest of the call's time, which is Ember's own work (cache lookups, keys, argument
 -- checks). The parts of a call add up to its duration.
 --
--- run_id, source
--- call_span_id  the call
--- call_index    1, 2, 3... the calls of the run in start order
--- call_start_ns when the call started (ns since the run started)
--- call_ns       the call's duration (to results when the run is synced: see latency_kind)
--- part_kind     segment | eager_segment | break | break_host_transfer | break_program |
---               break_subgraph | compile | overhead | unattributed (a trace without
---               segment spans: the segments' time and Ember's own, not recorded apart)
--- position      the graph position of the segment, break node or compile (NULL: overhead)
--- node, op_type the break node ('If_0', 'If'); NULL for other parts
--- part          the part for a person: 'segment 0', 'eager segment 31', 'break If_0 (If)',
---               'break If_0 (If): host transfer', 'break Loop_0 (Loop): compiled program',
---               'break If_0 (If): subgraph',
---               'compile 27', 'Ember overhead'
--- spans         spans of this part in the call (a part can run more than once)
--- start_ns      when the part first started in the call (ns since the run started)
--- ns            time of this part in this call (ns)
--- share         ns / call_ns
--- latency_kind  'to results' | 'dispatch only' (see run_summary)
+-- reads: spans
+--
+-- run_id         VARCHAR  the run
+-- source         VARCHAR  the model source (its path or Hub address)
+-- call_span_id   BIGINT   the call
+-- call_index     BIGINT   1, 2, 3... the calls of the run in start order
+-- call_start_ns  BIGINT   when the call started (ns since the run started)
+-- call_ns        BIGINT   the call's duration (to results when the run is synced: see latency_kind)
+-- part_kind      VARCHAR  segment | eager_segment | break | break_host_transfer | break_program |
+--                         break_subgraph | compile | overhead | unattributed (a trace without
+--                         segment spans: the segments' time and Ember's own, not recorded apart)
+-- position       BIGINT   the graph position of the segment, break node or compile (NULL: overhead)
+-- node           VARCHAR  the break node ('If_0', 'If'); NULL for other parts
+-- op_type        VARCHAR  the break node ('If_0', 'If'); NULL for other parts
+-- part           VARCHAR  the part for a person: 'segment 0', 'eager segment 31', 'break If_0
+--                         (If)', 'break If_0 (If): host transfer', 'break Loop_0 (Loop): compiled
+--                         program', 'break If_0 (If): subgraph', 'compile 27', 'Ember overhead'
+-- spans          BIGINT   spans of this part in the call (a part can run more than once)
+-- start_ns       BIGINT   when the part first started in the call (ns since the run started)
+-- ns             BIGINT   time of this part in this call (ns)
+-- share          DOUBLE   ns / call_ns
+-- latency_kind   VARCHAR  'to results' | 'dispatch only' (see run_summary)
 WITH calls AS (
     SELECT run_id, span_id, source, start_ns, duration_ns AS call_ns,
         row_number() OVER (PARTITION BY run_id ORDER BY start_ns, span_id) AS call_index

@@ -1,15 +1,23 @@
 -- call_latency: one row per (run, source, input shapes): how long calls took.
 --
--- run_id, source
--- shapes_text     the call's input shapes, 'input_ids[1,17]:int64'
--- calls           finished calls (ok or error)
--- errors          calls that raised
--- p50_ns, p90_ns, p99_ns, mean_ns, max_ns, min_ns   call duration percentiles (ns)
--- first_ns        the duration of the first call with these shapes (it usually compiles)
--- compiling_calls calls that compiled at least one segment (a cache miss inside the call,
---               also inside one of its breaks: _compiling_spans)
--- p50_warm_ns     median of the calls that did not compile
--- total_ns        time spent in these calls
+-- reads: _compiling_spans, spans
+--
+-- run_id           VARCHAR  the run
+-- source           VARCHAR  the model source (its path or Hub address)
+-- shapes_text      VARCHAR  the call's input shapes, 'input_ids[1,17]:int64'
+-- calls            BIGINT   finished calls (ok or error)
+-- errors           BIGINT   calls that raised
+-- p50_ns           DOUBLE   call duration percentiles (ns)
+-- p90_ns           DOUBLE   call duration percentiles (ns)
+-- p99_ns           DOUBLE   call duration percentiles (ns)
+-- mean_ns          DOUBLE   call duration percentiles (ns)
+-- max_ns           BIGINT   call duration percentiles (ns)
+-- min_ns           BIGINT   call duration percentiles (ns)
+-- first_ns         BIGINT   the duration of the first call with these shapes (it usually compiles)
+-- compiling_calls  BIGINT   calls that compiled at least one segment (a cache miss inside the call,
+--                           also inside one of its breaks: _compiling_spans)
+-- p50_warm_ns      DOUBLE   median of the calls that did not compile
+-- total_ns         BIGINT   time spent in these calls
 WITH calls AS (
     -- grouped by the shapes themselves; their text is made once per group, not per call
     SELECT span_row.run_id, span_row.span_id, span_row.source, span_row.start_ns, span_row.duration_ns, span_row.status,

@@ -2,13 +2,22 @@
 -- that reused the compiled segment before it was evicted (or the run ended). Compiles ahead
 -- of time (`compiles.ahead_of_time`) are left out: calls reach them without a cache lookup.
 --
--- run_id, source, position, key, shapes_text, compile_index, ts_ns, ts   as in `compiles`
--- compile_ns      time of the compile (segment_compile span)
--- reuses          cache hits of this key at this position until it was evicted
--- evicted_ns      when it was evicted (NULL: kept to the end of the run)
--- lifetime_ns     evicted_ns (or the last cache event at this position) - ts_ns
--- compile_ns_per_reuse   compile_ns / reuses (NULL when never reused)
--- paid_back       reused at least once
+-- reads: cache_events, compiles
+--
+-- run_id                VARCHAR       as in `compiles`
+-- source                VARCHAR       as in `compiles`
+-- position              BIGINT        as in `compiles`
+-- key                   VARCHAR       as in `compiles`
+-- shapes_text           VARCHAR       as in `compiles`
+-- compile_index         BIGINT        as in `compiles`
+-- ts_ns                 BIGINT        as in `compiles`
+-- ts                    TIMESTAMP_NS  as in `compiles`
+-- compile_ns            BIGINT        time of the compile (segment_compile span)
+-- reuses                BIGINT        cache hits of this key at this position until it was evicted
+-- evicted_ns            BIGINT        when it was evicted (NULL: kept to the end of the run)
+-- lifetime_ns           BIGINT        evicted_ns (or the last cache event at this position) - ts_ns
+-- compile_ns_per_reuse  DOUBLE        compile_ns / reuses (NULL when never reused)
+-- paid_back             BOOLEAN       reused at least once
 WITH life AS (
     SELECT run_id, source, position, key, life,
         min(ts_ns) FILTER (WHERE action = 'miss') AS compiled_ns,

@@ -2,26 +2,41 @@
 -- time when the model was compiled) or of a jitted function (a 'jit' span from the JAX
 -- bridge), in order per position / function.
 --
--- run_id, source   the run and the model source
--- position      the segment's graph position (NULL for a jit compile)
--- fun_name      the jitted function (NULL for a segment)
--- compile_index 1 for the first compile at this position / of this function, then 2, 3...
--- ts_ns, ts     when the lookup missed (ns since run start; absolute TIMESTAMP_NS, UTC)
--- call_span_id  the call that compiled (for a compile ahead of time: the compile span)
--- ahead_of_time true: compiled while the model was compiled, for its own input shapes, with
---               no cache lookup (calls at those shapes then skip the cache: no hits)
--- key, shapes, statics, shapes_text   the cache key and what it is made of
--- compile_ns    duration of the segment_compile (or jit) span; NULL if none matched
--- compiled      false when the segment runs eagerly (fewer than 20 nodes after a break)
--- disk_cache    hit | miss | NULL: whether the program came from the disk cache
--- stop          where the segment stops: a break position or 'end'
--- jit_changes   for jit compiles, what JAX said changed (list of {arg, what, old, new})
--- retrace_reason  for jit compiles, JAX's explanation
--- jax_explanation for jit compiles, JAX's own words when Ember could not type them
--- outside_jit   for jit compiles: JAX's own compile of a primitive (or helper) run outside
---               jit (see _jit_functions); NULL for segments
--- evictions_before  how many times the cache evicted this key at this position before
---               this compile (NULL for a jit compile)
+-- reads: cache_lookups, jit_functions, spans
+--
+-- run_id            VARCHAR       the run and the model source
+-- source            VARCHAR       the run and the model source
+-- position          BIGINT        the segment's graph position (NULL for a jit compile)
+-- fun_name          VARCHAR       the jitted function (NULL for a segment)
+-- compile_index     BIGINT        1 for the first compile at this position / of this function, then
+--                                 2, 3...
+-- ts_ns             BIGINT        when the lookup missed (ns since run start; absolute
+--                                 TIMESTAMP_NS, UTC)
+-- ts                TIMESTAMP_NS  when the lookup missed (ns since run start; absolute
+--                                 TIMESTAMP_NS, UTC)
+-- call_span_id      BIGINT        the call that compiled (for a compile ahead of time: the compile
+--                                 span)
+-- key               VARCHAR       the cache key and what it is made of
+-- shapes            STRUCT[]      the cache key and what it is made of
+-- statics           STRUCT[]      the cache key and what it is made of
+-- shapes_text       VARCHAR       the cache key and what it is made of
+-- compile_ns        BIGINT        duration of the segment_compile (or jit) span; NULL if none
+--                                 matched
+-- compiled          BOOLEAN       false when the segment runs eagerly (fewer than 20 nodes after a
+--                                 break)
+-- disk_cache        VARCHAR       hit | miss | NULL: whether the program came from the disk cache
+-- stop              VARCHAR       where the segment stops: a break position or 'end'
+-- jit_changes       STRUCT[]      for jit compiles, what JAX said changed (list of {arg, what, old,
+--                                 new})
+-- retrace_reason    VARCHAR       for jit compiles, JAX's explanation
+-- jax_explanation   VARCHAR       for jit compiles, JAX's own words when Ember could not type them
+-- outside_jit       BOOLEAN       for jit compiles: JAX's own compile of a primitive (or helper)
+--                                 run outside jit (see jit_functions); NULL for segments
+-- evictions_before  BIGINT        how many times the cache evicted this key at this position before
+--                                 this compile (NULL for a jit compile)
+-- ahead_of_time     BOOLEAN       true: compiled while the model was compiled, for its own input
+--                                 shapes, with no cache lookup (calls at those shapes then skip the
+--                                 cache: no hits)
 WITH misses AS (
     SELECT
         run_id, source, position, ts_ns, call_span_id, key, shapes, statics, shapes_text, seq,
@@ -161,4 +176,4 @@ SELECT
     a.ahead_of_time
 FROM all_compiles a
 LEFT JOIN runs r ON r.run_id = a.run_id
-LEFT JOIN _jit_functions j ON j.run_id = a.run_id AND j.fun_name = a.fun_name
+LEFT JOIN jit_functions j ON j.run_id = a.run_id AND j.fun_name = a.fun_name

@@ -3,21 +3,37 @@
 -- compiled while JAX's persistent compilation cache was on (not the jit compiles inside a
 -- segment's compile: those are the segment's own program, its row already).
 --
--- run_id, source   the run and the model source (NULL for a jitted function)
--- position      the segment's graph position (NULL for a jitted function)
--- fun_name      the jitted function (NULL for a segment)
--- span_id       the segment_compile (or jit) span
--- ts_ns         when the compile started (ns since run start)
--- compile_ns    how long it took (ns): what the miss cost
--- shapes_text   the segment's argument shapes
--- changed       true when the cache held the same segment (position, argument shapes,
---               static values) under another key: the key parts listed in `reason` changed
--- reason        the key parts that changed (`jaxlib 0.10.1 -> 0.10.2; model 1a.. -> 3c..`),
---               else why there was nothing to find: 'new key: not in this cache (a first
---               run fills it; a new shape or static value)'
--- model, ember, runtime, jax, jaxlib, backend, device, xla_flags
---               the parts of the key the compile looked for (model, ember and runtime are
---               NULL for a jitted function: JAX's key has the program itself instead)
+-- reads: spans
+--
+-- run_id       VARCHAR  the run and the model source (NULL for a jitted function)
+-- source       VARCHAR  the run and the model source (NULL for a jitted function)
+-- position     BIGINT   the segment's graph position (NULL for a jitted function)
+-- fun_name     VARCHAR  the jitted function (NULL for a segment)
+-- span_id      BIGINT   the segment_compile (or jit) span
+-- ts_ns        BIGINT   when the compile started (ns since run start)
+-- compile_ns   BIGINT   how long it took (ns): what the miss cost
+-- shapes_text  VARCHAR  the segment's argument shapes
+-- changed      BOOLEAN  true when the cache held the same segment (position, argument shapes,
+--                       static values) under another key: the key parts listed in `reason` changed
+-- reason       VARCHAR  the key parts that changed (`jaxlib 0.10.1 -> 0.10.2; model 1a.. -> 3c..`),
+--                       else why there was nothing to find: 'new key: not in this cache (a first
+--                       run fills it; a new shape or static value)'
+-- model        VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
+-- ember        VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
+-- runtime      VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
+-- jax          VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
+-- jaxlib       VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
+-- backend      VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
+-- device       VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
+-- xla_flags    VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
+--                       NULL for a jitted function: JAX's key has the program itself instead)
 SELECT
     s.run_id,
     s.source,

@@ -1,15 +1,23 @@
 -- evictions: one row per segment the cache threw away (a cache 'evict' event).
 --
--- run_id, source, position   where (the compiled function and the segment position)
--- ts_ns, ts       when (ns since run start; absolute TIMESTAMP_NS, UTC)
--- call_span_id    the call whose new segment pushed it out
--- key, shapes_text  the evicted segment's key and argument shapes
--- cache_size      the size of the cache at that position (segments it keeps)
--- compiled_ns     when the evicted segment was compiled (ts_ns of its last miss)
--- hits            how often it was used (cache hits) between that compile and the eviction
--- lifetime_ns     eviction - compile
--- recompiled_ns   when the same key was compiled again after the eviction (NULL: never)
--- recompiled      true when it was (the eviction cost a compile: see cache_thrash)
+-- reads: cache_events
+--
+-- run_id         VARCHAR       where (the compiled function and the segment position)
+-- source         VARCHAR       where (the compiled function and the segment position)
+-- position       BIGINT        where (the compiled function and the segment position)
+-- ts_ns          BIGINT        when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- ts             TIMESTAMP_NS  when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- call_span_id   BIGINT        the call whose new segment pushed it out
+-- key            VARCHAR       the evicted segment's key and argument shapes
+-- shapes_text    VARCHAR       the evicted segment's key and argument shapes
+-- cache_size     BIGINT        the size of the cache at that position (segments it keeps)
+-- compiled_ns    BIGINT        when the evicted segment was compiled (ts_ns of its last miss)
+-- hits           BIGINT        how often it was used (cache hits) between that compile and the
+--                              eviction
+-- lifetime_ns    BIGINT        eviction - compile
+-- recompiled_ns  BIGINT        when the same key was compiled again after the eviction (NULL:
+--                              never)
+-- recompiled     BOOLEAN       true when it was (the eviction cost a compile: see cache_thrash)
 SELECT
     e.run_id,
     e.source,

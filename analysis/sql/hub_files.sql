@@ -1,20 +1,25 @@
 -- hub_files: one row per Hub file (or repository metadata) a run used, per revision.
 --
--- run_id
--- source        'hf://owner/repo/path/in/repo' (a file) or 'hf://owner/repo' (metadata);
---               a one-part id carries its revision: 'hf://gpt2@main/onnx/model.onnx'
--- repo          'owner/repo' (or 'gpt2')
--- path          the path in the repository; NULL for repository metadata
--- what          file | repo_info
--- revision      the revision asked for ('main', a tag, a commit)
--- hits          times the file came from the local cache, current
--- downloads     times it was downloaded (hub_download spans that ended ok)
--- failures      downloads or info requests that ended in an error
--- info_fetched, info_saved   repo_info: metadata from the Hub / from the cache (Hub down)
--- bytes         the file's size (largest seen)
--- download_ns   time spent downloading it
--- checks        how the cache found the file current (etag | hash | none | offline)
--- first_ts_ns, first_at   when the run first asked for it
+-- reads: spans
+--
+-- run_id        VARCHAR       the run
+-- source        VARCHAR       'hf://owner/repo/path/in/repo' (a file) or 'hf://owner/repo'
+--                             (metadata); a one-part id carries its revision:
+--                             'hf://gpt2@main/onnx/model.onnx'
+-- repo          VARCHAR       'owner/repo' (or 'gpt2')
+-- path          VARCHAR       the path in the repository; NULL for repository metadata
+-- what          VARCHAR       file | repo_info
+-- revision      VARCHAR       the revision asked for ('main', a tag, a commit)
+-- hits          BIGINT        times the file came from the local cache, current
+-- downloads     BIGINT        times it was downloaded (hub_download spans that ended ok)
+-- failures      BIGINT        downloads or info requests that ended in an error
+-- info_fetched  BIGINT        repo_info: metadata from the Hub / from the cache (Hub down)
+-- info_saved    BIGINT        repo_info: metadata from the Hub / from the cache (Hub down)
+-- bytes         BIGINT        the file's size (largest seen)
+-- download_ns   BIGINT        time spent downloading it
+-- checks        VARCHAR[]     how the cache found the file current (etag | hash | none | offline)
+-- first_ts_ns   BIGINT        when the run first asked for it
+-- first_at      TIMESTAMP_NS  when the run first asked for it
 WITH ev AS (
     SELECT run_id, source, revision, 'hit' AS action, bytes, NULL::BIGINT AS duration_ns,
         "check", ts_ns, 'ok' AS status, NULL AS result

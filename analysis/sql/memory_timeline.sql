@@ -6,18 +6,24 @@
 --                        (memory_stats of a GPU/TPU; on the CPU live JAX arrays and the
 --                        process's resident set)
 --
--- run_id, device    the run and the device ('cpu:0', 'cuda:0', ...)
--- series            see above
--- source            memory (tensor records) | memory_stats | live_arrays
--- category          parameter | input | activation | output | temporary | gradient |
---                   optimizer_state | unknown (tensor rows); NULL for readings
--- ts_ns, ts         when (ns since run start; absolute TIMESTAMP_NS, UTC)
--- delta_bytes       + alloc / - free (tensor rows); NULL for readings
--- bytes             tensor rows: live bytes of this category on this device after this
---                   change; readings: the value read
--- device_bytes      tensor rows: live bytes of all categories on this device; readings: bytes
--- tensor_id, op_name   the tensor and the op that made it (tensor rows)
--- span_id           the enclosing span (a call, a step)
+-- reads: tables only
+--
+-- run_id        VARCHAR       the run and the device ('cpu:0', 'cuda:0', ...)
+-- device        VARCHAR       the run and the device ('cpu:0', 'cuda:0', ...)
+-- series        VARCHAR       see above
+-- source        VARCHAR       memory (tensor records) | memory_stats | live_arrays
+-- category      VARCHAR       parameter | input | activation | output | temporary | gradient |
+--                             optimizer_state | unknown (tensor rows); NULL for readings
+-- ts_ns         BIGINT        when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- delta_bytes   BIGINT        + alloc / - free (tensor rows); NULL for readings
+-- bytes         BIGINT        tensor rows: live bytes of this category on this device after this
+--                             change; readings: the value read
+-- device_bytes  BIGINT        tensor rows: live bytes of all categories on this device; readings:
+--                             bytes
+-- tensor_id     VARCHAR       the tensor and the op that made it (tensor rows)
+-- op_name       VARCHAR       the tensor and the op that made it (tensor rows)
+-- span_id       BIGINT        the enclosing span (a call, a step)
+-- ts            TIMESTAMP_NS  when (ns since run start; absolute TIMESTAMP_NS, UTC)
 --
 -- Speed: the running sums (bytes, device_bytes of tensor rows) are computed once at ingest
 -- (columns of `memory`: category_live_bytes, device_live_bytes; see analysis/db.py).

@@ -1,15 +1,21 @@
 -- peak_memory: one row per (run, device, series): the highest memory and when it happened.
 --
--- run_id, device
--- series        tensors (live bytes from alloc/free records) | used | peak | reserved | rss
---               (device readings; see memory_timeline)
--- source        memory (tensor records) | memory_stats (the device's allocator) |
---               live_arrays (on the CPU: live JAX arrays, and the process's RSS)
--- peak_bytes    the highest value
--- peak_ts_ns, peak_at   when it was first reached (ns since run start; TIMESTAMP_NS, UTC)
--- span_id       the span open around that moment (the call or step it happened in)
--- by_category   tensors only: live bytes per category at the peak, as a MAP
--- samples       rows of memory_timeline this peak is taken from
+-- reads: memory_timeline
+--
+-- run_id       VARCHAR              the run
+-- device       VARCHAR              the device
+-- series       VARCHAR              tensors (live bytes from alloc/free records) | used | peak |
+--                                   reserved | rss (device readings; see memory_timeline)
+-- source       VARCHAR              memory (tensor records) | memory_stats (the device's allocator)
+--                                   | live_arrays (on the CPU: live JAX arrays, and the process's
+--                                   RSS)
+-- peak_bytes   BIGINT               the highest value
+-- peak_ts_ns   BIGINT               when it was first reached (ns since run start)
+-- peak_at      TIMESTAMP_NS         the same as an absolute time (UTC)
+-- span_id      BIGINT               the span open around that moment (the call or step it happened
+--                                   in)
+-- by_category  MAP(VARCHAR,BIGINT)  tensors only: live bytes per category at the peak, as a MAP
+-- samples      BIGINT               rows of memory_timeline this peak is taken from
 --
 -- Speed: aggregates, not a window sorting every row of memory_timeline; the live bytes per
 -- category at the peak come from one join of the tensor rows with the few peaks.

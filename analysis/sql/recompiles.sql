@@ -1,30 +1,45 @@
 -- recompiles: one row per compile after the first at a position (or of a jitted function),
 -- with the part of the key that changed since the previous compile there.
 --
--- run_id, source, position, fun_name, compile_index, ts_ns, ts, call_span_id, key,
--- shapes_text, compile_ns   as in `compiles` (compile_index >= 2 here)
--- previous_key        the key of the previous compile at this position
--- previous_shapes_text
--- after_eviction      true when this exact key was compiled before here and the cache
---                     evicted it since (the cache was too small for the keys in use: see
---                     cache_what_if)
--- change              what changed first: shape | rank | dtype | static | new_arg |
---                     removed_arg | after_eviction | same_key (compiled before, never
---                     evicted: another compiled model of the same source) | jit:<what> |
---                     outside_jit (JAX compiled a primitive it ran outside jit again: see
---                     outside_jit) | other
--- arg                 the input (argument or static value) that changed
--- dim                 the dimension (0-based) for a shape change, else NULL
--- old_value, new_value  before -> after, as text (a size, a dtype, a static value)
--- changes             every change, as a list of {change, arg, dim, old_value, new_value}
--- reason              for a person: 'input_ids dim 1: 17 -> 23', several joined by '; ',
---                     prefixed 're-compile after eviction: ' when after_eviction; what JAX
---                     reported (jax_explanation) when the key looks unchanged; a
---                     control-flow condition reads 'If_0 condition: True -> False'
--- outside_jit         true: a compile of a primitive JAX ran outside jit (not the user's
---                     jit; `compiles.outside_jit`), grouped apart by the report
--- compiled            as in `compiles`: false for a segment that runs eagerly (fewer than
---                     20 nodes after a break), which compiles nothing
+-- reads: compiles
+--
+-- run_id                VARCHAR       as in `compiles` (compile_index >= 2 here)
+-- source                VARCHAR       as in `compiles` (compile_index >= 2 here)
+-- position              BIGINT        as in `compiles` (compile_index >= 2 here)
+-- fun_name              VARCHAR       as in `compiles` (compile_index >= 2 here)
+-- compile_index         BIGINT        as in `compiles` (compile_index >= 2 here)
+-- ts_ns                 BIGINT        as in `compiles` (compile_index >= 2 here)
+-- ts                    TIMESTAMP_NS  as in `compiles` (compile_index >= 2 here)
+-- call_span_id          BIGINT        as in `compiles` (compile_index >= 2 here)
+-- key                   VARCHAR       as in `compiles` (compile_index >= 2 here)
+-- shapes_text           VARCHAR       as in `compiles` (compile_index >= 2 here)
+-- compile_ns            BIGINT        as in `compiles` (compile_index >= 2 here)
+-- previous_key          VARCHAR       the key of the previous compile at this position
+-- previous_shapes_text  VARCHAR       the shapes of the previous compile at this position
+-- after_eviction        BOOLEAN       true when this exact key was compiled before here and the
+--                                     cache evicted it since (the cache was too small for the keys
+--                                     in use: see cache_what_if)
+-- change                VARCHAR       what changed first: shape | rank | dtype | static | new_arg |
+--                                     removed_arg | after_eviction | same_key (compiled before,
+--                                     never evicted: another compiled model of the same source) |
+--                                     jit:<what> | outside_jit (JAX compiled a primitive it ran
+--                                     outside jit again: see outside_jit) | other
+-- arg                   VARCHAR       the input (argument or static value) that changed
+-- dim                   BIGINT        the dimension (0-based) for a shape change, else NULL
+-- old_value             VARCHAR       before -> after, as text (a size, a dtype, a static value)
+-- new_value             VARCHAR       before -> after, as text (a size, a dtype, a static value)
+-- changes               STRUCT[]      every change, as a list of {change, arg, dim, old_value,
+--                                     new_value}
+-- reason                VARCHAR       for a person: 'input_ids dim 1: 17 -> 23', several joined by
+--                                     '; ', prefixed 're-compile after eviction: ' when
+--                                     after_eviction; what JAX reported (jax_explanation) when the
+--                                     key looks unchanged; a control-flow condition reads 'If_0
+--                                     condition: True -> False'
+-- outside_jit           BOOLEAN       true: a compile of a primitive JAX ran outside jit (not the
+--                                     user's jit; `compiles.outside_jit`), grouped apart by the
+--                                     report
+-- compiled              BOOLEAN       as in `compiles`: false for a segment that runs eagerly
+--                                     (fewer than 20 nodes after a break), which compiles nothing
 WITH c0 AS MATERIALIZED (
     SELECT
         *,

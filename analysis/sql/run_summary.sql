@@ -1,55 +1,91 @@
 -- run_summary: one row per run: the headline numbers, defined once. `ember report`,
 -- `ember run`'s summary and every dashboard page read them here; nothing else counts them.
 --
--- run_id, started_at, phase, host, backend, entrypoint, file, sync   from `runs`
--- name          the run's readable name: its scenario tag, else model tag, else entrypoint
--- model         the model tag
--- tags          the tags as JSON text
--- calls         finished model calls (call spans that ended, ok or error)
--- failed_calls  calls that raised
--- steps         finished step spans (JAX bridge)
--- compiles      programs compiled: segment compiles XLA compiled (`compiles.compiled` true
---               or unknown) plus compiles of the user's jitted functions
--- compile_ns    their total time (ns)
--- eager_compiles  segments built to run eagerly (node by node: short segments after a
---               break); a cache miss that compiled nothing
--- eager_compile_ns  their total build time (ns)
--- recompiles    compiles (as above) after the first at the same position / of the same
---               function
--- recompiled_after_eviction  recompiles of a key the cache had evicted (see evictions)
--- jax_compiles  compiles of primitives JAX ran outside jit (see _jit_functions)
--- jax_primitives  how many different primitives (or JAX helpers) those compiles were of
--- jax_compile_ns  their total time (ns)
--- compiled_keys different keys compiled, over every compile (segment, eager, jitted
---               function, JAX primitive)
--- hits, misses, evictions   segment cache events
--- hit_rate      hits / (hits + misses); NULL without lookups
--- disk_hits, disk_misses    compiled segments loaded from / not found in the disk cache
--- breaks        graph break nodes run (break spans)
--- graph_break   whether the compiled model has a graph break (compile span), NULL if unknown
--- latency_of    'call' when the run made calls, else 'step' when it had steps, else NULL
--- latency_kind  'to results' (spans end when results are ready) | 'dispatch only' (spans
---               end when JAX dispatched the work: recorded with sync off, or a v1 trace)
--- p50_ns, p90_ns, p99_ns, mean_ns   percentiles and mean of the call (else step) durations
--- compiling_calls  calls (else steps) that compiled something on the way (a segment cache
---               miss, a jit compile) other than loading it from a disk cache; p50_ns and the
---               other percentiles include them
--- loaded_calls  calls (else steps) that missed the in-memory cache but loaded every program
---               they needed from a disk cache (compiled nothing): not warm, not compiling
--- warm_calls    calls (else steps) that missed nothing and did not fail: the steady state
--- warm_p50_ns, warm_p99_ns   their percentiles; NULL when there are none
--- total_call_ns time in calls (else steps), summed
--- wall_ns       from the run's start to its last finished span (ns)
--- peak_tensor_bytes       tensor accounting: highest live bytes from alloc/free records
--- peak_device_bytes       device readings: the device allocator's peak (or used) bytes
---                         (memory_stats: GPU, TPU)
--- peak_live_arrays_bytes  CPU readings: highest bytes of live JAX arrays
--- peak_rss_bytes          the process's highest resident set
--- planned_peak_bytes      the most XLA planned for one run of a compiled segment
---                         (arguments + outputs + scratch - aliased, memory_analysis)
--- peak_bytes, peak_source the headline peak: the device's own reading ('device peak',
---                         'device used'), else on the CPU the process ('RSS'), else
---                         'tensors', else 'live arrays'
+-- reads: compiles, latency_samples, peak_memory
+--
+-- run_id                     VARCHAR        from `runs`
+-- name                       VARCHAR        the run's readable name: its scenario tag, else model
+--                                           tag, else entrypoint
+-- started_at                 TIMESTAMP_NS?  from `runs`
+-- model                      VARCHAR?       the model tag
+-- phase                      VARCHAR?       from `runs`
+-- host                       VARCHAR?       from `runs`
+-- backend                    VARCHAR?       from `runs`
+-- tags                       VARCHAR?       the tags as JSON text
+-- entrypoint                 VARCHAR?       from `runs`
+-- file                       VARCHAR?       from `runs`
+-- sync                       BOOLEAN?       from `runs`
+-- calls                      BIGINT         finished model calls (call spans that ended, ok or
+--                                           error)
+-- failed_calls               BIGINT         calls that raised
+-- steps                      BIGINT         finished step spans (JAX bridge)
+-- compiles                   BIGINT         programs compiled: segment compiles XLA compiled
+--                                           (`compiles.compiled` true or unknown) plus compiles of
+--                                           the user's jitted functions
+-- compile_ns                 BIGINT         their total time (ns)
+-- eager_compiles             BIGINT         segments built to run eagerly (node by node: short
+--                                           segments after a break); a cache miss that compiled
+--                                           nothing
+-- eager_compile_ns           BIGINT         their total build time (ns)
+-- recompiles                 BIGINT         compiles (as above) after the first at the same
+--                                           position / of the same function
+-- recompiled_after_eviction  BIGINT         recompiles of a key the cache had evicted (see
+--                                           evictions)
+-- jax_compiles               BIGINT         compiles of primitives JAX ran outside jit (see
+--                                           jit_functions)
+-- jax_primitives             BIGINT         how many different primitives (or JAX helpers) those
+--                                           compiles were of
+-- jax_compile_ns             BIGINT         their total time (ns)
+-- compiled_keys              BIGINT         different keys compiled, over every compile (segment,
+--                                           eager, jitted function, JAX primitive)
+-- hits                       BIGINT         segment cache hits
+-- misses                     BIGINT         segment cache misses
+-- evictions                  BIGINT         segment cache evictions
+-- hit_rate                   DOUBLE?        hits / (hits + misses); NULL without lookups
+-- disk_hits                  BIGINT         compiled segments loaded from the disk cache
+-- disk_misses                BIGINT         compiled segments not found in the disk cache
+-- breaks                     BIGINT         graph break nodes run (break spans)
+-- graph_break                BOOLEAN?       whether the compiled model has a graph break (compile
+--                                           span), NULL if unknown
+-- latency_of                 VARCHAR?       'call' when the run made calls, else 'step' when it had
+--                                           steps, else NULL
+-- latency_kind               VARCHAR?       'to results' (spans end when results are ready) |
+--                                           'dispatch only' (spans end when JAX dispatched the
+--                                           work: recorded with sync off, or a v1 trace)
+-- p50_ns                     DOUBLE?        the median call (else step) duration (ns)
+-- p90_ns                     DOUBLE?        the 90th percentile call (else step) duration (ns)
+-- p99_ns                     DOUBLE?        the 99th percentile call (else step) duration (ns)
+-- mean_ns                    DOUBLE?        the mean call (else step) duration (ns)
+-- compiling_calls            BIGINT         calls (else steps) that compiled something on the way
+--                                           (a segment cache miss, a jit compile) other than
+--                                           loading it from a disk cache; p50_ns and the other
+--                                           percentiles include them
+-- loaded_calls               BIGINT         calls (else steps) that missed the in-memory cache but
+--                                           loaded every program they needed from a disk cache
+--                                           (compiled nothing): not warm, not compiling
+-- warm_calls                 BIGINT         calls (else steps) that missed nothing and did not
+--                                           fail: the steady state
+-- warm_p50_ns                DOUBLE?        the median duration of the warm calls; NULL when there
+--                                           are none
+-- warm_p99_ns                DOUBLE?        the 99th percentile of the warm calls; NULL when there
+--                                           are none
+-- total_call_ns              BIGINT?        time in calls (else steps), summed
+-- wall_ns                    BIGINT?        from the run's start to its last finished span (ns)
+-- peak_tensor_bytes          BIGINT?        tensor accounting: highest live bytes from alloc/free
+--                                           records
+-- peak_device_bytes          BIGINT?        device readings: the device allocator's peak (or used)
+--                                           bytes (memory_stats: GPU, TPU)
+-- peak_live_arrays_bytes     BIGINT?        CPU readings: highest bytes of live JAX arrays
+-- peak_rss_bytes             BIGINT?        the process's highest resident set
+-- planned_peak_bytes         BIGINT?        the most XLA planned for one run of a compiled segment
+--                                           (arguments + outputs + scratch - aliased,
+--                                           memory_analysis)
+-- peak_bytes                 BIGINT?        the headline peak: the device's own reading ('device
+--                                           peak', 'device used'), else on the CPU the process
+--                                           ('RSS'), else 'tensors', else 'live arrays'
+-- peak_source                VARCHAR?       the headline peak: the device's own reading ('device
+--                                           peak', 'device used'), else on the CPU the process
+--                                           ('RSS'), else 'tensors', else 'live arrays'
 WITH ends AS (
     SELECT run_id,
         count(*) FILTER (WHERE span_kind = 'call') AS calls,
@@ -85,8 +121,8 @@ cache_counts AS (
     FROM cache GROUP BY run_id
 ),
 comp AS (
-    -- compiles.outside_jit is _jit_functions.internal for the function (read here rather
-    -- than joining _jit_functions again)
+    -- compiles.outside_jit is jit_functions.internal for the function (read here rather
+    -- than joining jit_functions again)
     SELECT c.run_id,
         coalesce(c.outside_jit, false) AS internal,
         c.position IS NOT NULL AND c.compiled IS NOT DISTINCT FROM false AS eager,
@@ -134,7 +170,7 @@ warm AS (
         quantile_cont(duration_ns, 0.99) FILTER (WHERE warm) AS warm_p99_ns
     FROM (
         SELECT *, NOT compiled AND status IS DISTINCT FROM 'error' AS warm
-        FROM _latency_samples
+        FROM latency_samples
     ) samples GROUP BY run_id
 ),
 peaks AS (

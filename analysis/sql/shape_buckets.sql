@@ -1,17 +1,24 @@
 -- shape_buckets: one row per (run, source, position, argument, dimension) whose size
 -- changed between compiles: how many compiles padding that dimension to buckets would save.
 --
--- run_id, source, position   where
--- arg, dim          the argument and its (0-based) dimension
--- distinct_sizes    sizes compiled for this dimension
--- min_size, max_size
--- sizes             the sizes, ascending
--- compiles          compiles at this position
--- pow2_buckets      distinct sizes after padding up to the next power of two
--- pow2_sizes        those bucket sizes
--- saved_compiles    distinct_sizes - pow2_buckets: compiles saved by padding (at least, with
---                   a cache big enough for the buckets; other dims may still differ)
--- multiple_of_64_buckets   distinct sizes after padding up to a multiple of 64
+-- reads: compiles
+--
+-- run_id                  VARCHAR   the run
+-- source                  VARCHAR   the model source (its path or Hub address)
+-- position                BIGINT    the segment position (index in the sorted graph)
+-- arg                     VARCHAR   the argument and its (0-based) dimension
+-- dim                     BIGINT    the argument and its (0-based) dimension
+-- distinct_sizes          BIGINT    sizes compiled for this dimension
+-- min_size                BIGINT    the smallest size of the dimension
+-- max_size                BIGINT    the largest size of the dimension
+-- sizes                   BIGINT[]  the sizes, ascending
+-- compiles                BIGINT    compiles at this position
+-- pow2_buckets            BIGINT    distinct sizes after padding up to the next power of two
+-- pow2_sizes              BIGINT[]  those bucket sizes
+-- saved_compiles          BIGINT    distinct_sizes - pow2_buckets: compiles saved by padding (at
+--                                   least, with a cache big enough for the buckets; other dims may
+--                                   still differ)
+-- multiple_of_64_buckets  BIGINT    distinct sizes after padding up to a multiple of 64
 WITH shape_sets AS (
     -- the per-dimension figures below do not depend on how often a shape set was compiled:
     -- unnest each distinct shape set once, not once per compile

@@ -1,18 +1,26 @@
 -- spans: one row per span (a span_start with its span_end, if it has one).
 --
--- run_id        the run
--- span_id       the span's id (unique within a run); parent_id: the enclosing span or NULL
--- name          the event prefix ('ember.call', 'ember.segment.compile', ...) or a user name
--- span_kind     load | compile | call | run | segment_compile | break | hub_download |
---               hub_info | op | step | user | jit
--- start_ns      ts_ns of the start (ns since the run started); end_ns: of the end, NULL if open
--- duration_ns   end - start as the span measured it; NULL while open
--- status        ok | error | open (no span_end: the process stopped inside the span)
--- error_kind, error_reason   why an 'error' span failed
--- source        the model source of the span (start or end attrs)
--- position      the graph position (segment_compile, break spans)
--- start_attrs, end_attrs     the typed attributes of each record (STRUCT)
--- started_at, ended_at       absolute times (TIMESTAMP_NS, UTC) from runs.wall_time_ns
+-- reads: tables only
+--
+-- run_id        VARCHAR       the run
+-- span_id       BIGINT        the span's id (unique within a run)
+-- parent_id     BIGINT        the enclosing span, NULL at the top
+-- name          VARCHAR       the event prefix ('ember.call', 'ember.segment.compile', ...) or a
+--                             user name
+-- span_kind     VARCHAR       load | compile | call | run | segment_compile | break | hub_download
+--                             | hub_info | op | step | user | jit
+-- start_ns      BIGINT        ts_ns of the start (ns since the run started)
+-- end_ns        BIGINT        ts_ns of the end, NULL if open
+-- duration_ns   BIGINT        end - start as the span measured it; NULL while open
+-- status        VARCHAR       ok | error | open (no span_end: the process stopped inside the span)
+-- error_kind    VARCHAR       the kind of error an 'error' span failed with
+-- error_reason  VARCHAR       why it failed
+-- source        VARCHAR       the model source of the span (start or end attrs)
+-- position      BIGINT        the graph position (segment_compile, break spans)
+-- start_attrs   STRUCT        the span_start record's typed attributes
+-- end_attrs     STRUCT        the span_end record's typed attributes
+-- started_at    TIMESTAMP_NS  the start as an absolute time (UTC, from runs.wall_time_ns)
+-- ended_at      TIMESTAMP_NS  the end as an absolute time (UTC); NULL if open
 SELECT
     span_s.run_id,
     span_s.span_id,

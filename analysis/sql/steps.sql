@@ -2,14 +2,17 @@
 -- (`session.step("train", i)`, the seed's forward | backward | optimizer, or, recorded by
 -- `ember record` without explicit steps, a top-level jitted function's name).
 --
--- run_id        the run
--- step          the label as the program gave it
--- steps         step spans with that label (open ones included)
--- failed        of them, those that ended with status 'error'
--- open_steps    of them, those without an end (the process stopped inside)
--- first_index, last_index   the smallest and largest index given (NULL: none given)
--- total_ns      the finished ones' summed duration
--- first_start_ns   when the first one started (ns since the run started): orders labels
+-- reads: spans
+--
+-- run_id          VARCHAR  the run
+-- step            VARCHAR  the label as the program gave it
+-- steps           BIGINT   step spans with that label (open ones included)
+-- failed          BIGINT   of them, those that ended with status 'error'
+-- open_steps      BIGINT   of them, those without an end (the process stopped inside)
+-- first_index     BIGINT   the smallest and largest index given (NULL: none given)
+-- last_index      BIGINT   the smallest and largest index given (NULL: none given)
+-- total_ns        BIGINT   the finished ones' summed duration
+-- first_start_ns  BIGINT   when the first one started (ns since the run started): orders labels
 SELECT
     run_id,
     start_attrs.step AS step,

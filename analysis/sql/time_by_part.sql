@@ -5,32 +5,44 @@
 -- happens outside calls: compiles at each position (all of them, also those made ahead of
 -- time when the model was compiled), model loads and Hub downloads.
 --
--- run_id
--- part_kind     segment | eager_segment | break | compile | overhead | unattributed (as in
---               call_breakdown; a break is whole here: its own time, host transfer and
---               subgraph), load | hub_download (outside calls)
--- position      graph position (segments, breaks, compiles); NULL otherwise
--- node, op_type the break node
--- reason        for a break: what its value is needed for (as in `breaks`: 'the If
---               condition', 'the trip count of a Loop')
--- part          the part for a person (as in call_breakdown; 'compile 27' counts every
---               compile at position 27; 'Hub download', 'model load')
--- host_transfer_ns, program_ns, subgraph_ns   for a break: the parts of total_ns spent
---               moving its inputs to the host, running compiled programs for its subgraph
---               (an If branch or Loop that runs compiled at the break), and the rest of
---               its subgraph (node by node, between programs); NULL when not recorded
--- spans         spans of this part in the run
--- calls_with    calls in which this part took time (0 for parts outside calls)
--- total_ns      the part's time in the run (ns)
--- in_calls_ns   the part of total_ns spent inside calls
--- share_of_wall total_ns / run_summary.wall_ns (the run's wall time up to its last span)
--- share_of_calls  in_calls_ns / the run's total call time (NULL outside calls)
--- per_call_ns   in_calls_ns / the run's calls: the mean cost per call
--- p50_call_ns   the median of this part's time in the calls it took time in (ns)
--- p50_share_of_call  the median, over those calls, of the part's share of the call: '95 %
---               of each call' (a call that also compiled weighs no more than another)
--- rank          1 = the part that cost the run the most time
--- latency_kind  'to results' | 'dispatch only' (see run_summary)
+-- reads: breaks, call_breakdown, spans
+--
+-- run_id             VARCHAR  the run
+-- part_kind          VARCHAR  segment | eager_segment | break | compile | overhead | unattributed
+--                             (as in call_breakdown; a break is whole here: its own time, host
+--                             transfer and subgraph), load | hub_download (outside calls)
+-- position           BIGINT   graph position (segments, breaks, compiles); NULL otherwise
+-- node               VARCHAR  the break node
+-- op_type            VARCHAR  the break node
+-- reason             VARCHAR  for a break: what its value is needed for (as in `breaks`: 'the If
+--                             condition', 'the trip count of a Loop')
+-- part               VARCHAR  the part for a person (as in call_breakdown; 'compile 27' counts
+--                             every compile at position 27; 'Hub download', 'model load')
+-- spans              BIGINT   spans of this part in the run
+-- calls_with         BIGINT   calls in which this part took time (0 for parts outside calls)
+-- total_ns           BIGINT   the part's time in the run (ns)
+-- in_calls_ns        BIGINT   the part of total_ns spent inside calls
+-- host_transfer_ns   BIGINT   for a break: the parts of total_ns spent moving its inputs to the
+--                             host, running compiled programs for its subgraph (an If branch or
+--                             Loop that runs compiled at the break), and the rest of its subgraph
+--                             (node by node, between programs); NULL when not recorded
+-- program_ns         BIGINT   for a break: the parts of total_ns spent moving its inputs to the
+--                             host, running compiled programs for its subgraph (an If branch or
+--                             Loop that runs compiled at the break), and the rest of its subgraph
+--                             (node by node, between programs); NULL when not recorded
+-- subgraph_ns        BIGINT   for a break: the parts of total_ns spent moving its inputs to the
+--                             host, running compiled programs for its subgraph (an If branch or
+--                             Loop that runs compiled at the break), and the rest of its subgraph
+--                             (node by node, between programs); NULL when not recorded
+-- share_of_wall      DOUBLE   total_ns / run_summary.wall_ns (the run's wall time up to its last
+--                             span)
+-- share_of_calls     DOUBLE   in_calls_ns / the run's total call time (NULL outside calls)
+-- per_call_ns        DOUBLE   in_calls_ns / the run's calls: the mean cost per call
+-- p50_call_ns        DOUBLE   the median of this part's time in the calls it took time in (ns)
+-- p50_share_of_call  DOUBLE   the median, over those calls, of the part's share of the call: '95 %
+--                             of each call' (a call that also compiled weighs no more than another)
+-- rank               BIGINT   1 = the part that cost the run the most time
+-- latency_kind       VARCHAR  'to results' | 'dispatch only' (see run_summary)
 WITH per_call AS (
     -- each part's time in each call (a break with its host transfer and subgraph)
     SELECT run_id, call_span_id, any_value(call_ns) AS call_ns,

@@ -2,22 +2,32 @@
 -- logs: `ember import torch-trace`), with the facts only torch has. `compiles` and
 -- `recompiles` hold these compiles too, beside segments and JAX jit compiles.
 --
--- run_id
--- rank               the process's rank in a torch.distributed job (NULL: not distributed)
--- compile_id         torch's id: frame/compile ('0/1'), '_N' for attempt N
--- fun_name           the compiled function ('f', 'torch_dynamo_resume_in_f_at_38' after a
---                    graph break, 'loss_fn (backward)' for its backward graph)
--- defined_at         file:line of the function
--- ts_ns, compile_ns  when it started (ns since the run began) and how long it took
--- dynamo_ns, aot_ns, inductor_ns   the phases: Dynamo tracing, AOTAutograd, Inductor
--- guard_count        guards torch installed on the frame
--- cache_size         compiled entries the frame had before this compile
--- fx_graph_cache     hit | miss | NULL: whether Inductor's FX graph cache had the graph
--- retrace_reason     why it compiled again ('x dim 0: 8 -> 16', 'guard failed: ...')
--- failed             true: the compile failed (fail_type, fail_reason say why)
--- recompile_limit_hit  true: torch refused to compile the frame again (cache_size reached
---                    recompile_limit, given): the frame runs eagerly from then on, torch's
---                    analogue of a cache that evicts (every new input runs uncompiled)
+-- reads: spans
+--
+-- run_id               VARCHAR  the run
+-- rank                 BIGINT   the process's rank in a torch.distributed job (NULL: not
+--                               distributed)
+-- compile_id           VARCHAR  torch's id: frame/compile ('0/1'), '_N' for attempt N
+-- fun_name             VARCHAR  the compiled function ('f', 'torch_dynamo_resume_in_f_at_38' after
+--                               a graph break, 'loss_fn (backward)' for its backward graph)
+-- defined_at           VARCHAR  file:line of the function
+-- ts_ns                BIGINT   when it started (ns since the run began) and how long it took
+-- compile_ns           BIGINT   when it started (ns since the run began) and how long it took
+-- dynamo_ns            BIGINT   the phases: Dynamo tracing, AOTAutograd, Inductor
+-- aot_ns               BIGINT   the phases: Dynamo tracing, AOTAutograd, Inductor
+-- inductor_ns          BIGINT   the phases: Dynamo tracing, AOTAutograd, Inductor
+-- guard_count          BIGINT   guards torch installed on the frame
+-- cache_size           BIGINT   compiled entries the frame had before this compile
+-- fx_graph_cache       VARCHAR  hit | miss | NULL: whether Inductor's FX graph cache had the graph
+-- retrace_reason       VARCHAR  why it compiled again ('x dim 0: 8 -> 16', 'guard failed: ...')
+-- failed               BOOLEAN  true: the compile failed (fail_type, fail_reason say why)
+-- fail_type            VARCHAR  the failed compile's exception type
+-- fail_reason          VARCHAR  the failed compile's reason
+-- recompile_limit_hit  BOOLEAN  true: torch refused to compile the frame again (cache_size reached
+--                               recompile_limit, given): the frame runs eagerly from then on,
+--                               torch's analogue of a cache that evicts (every new input runs
+--                               uncompiled)
+-- recompile_limit      BIGINT   torch's recompile limit, when given
 SELECT
     s.run_id,
     TRY_CAST(json_extract_string(r.tags, '$.rank') AS BIGINT) AS rank,

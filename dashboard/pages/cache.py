@@ -9,14 +9,14 @@ from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Cache")
-ui.require_relations("_cache_positions", "cache_lookups", "evictions")
+ui.require_relations("cache_positions", "cache_lookups", "evictions")
 run = ui.pick_run(data="cache_lookups", what="cache lookups")
 
 per_position = db.query(
     """
     SELECT position, hits, misses, hit_rate, evictions, evicted_then_recompiled, distinct_keys,
         cache_size
-    FROM _cache_positions WHERE run_id = ? ORDER BY position
+    FROM cache_positions WHERE run_id = ? ORDER BY position
     """,
     run,
 )
@@ -72,7 +72,7 @@ elif thrash is not None:
     worst = db.query(
         """
         SELECT position, wasted, coalesce(fixes, keys_at_position) AS fix
-        FROM _thrash_positions WHERE run_id = ? ORDER BY wasted DESC, position LIMIT 1
+        FROM thrash_positions WHERE run_id = ? ORDER BY wasted DESC, position LIMIT 1
         """,
         run,
     ).row(0, named=True)

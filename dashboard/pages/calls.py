@@ -9,7 +9,7 @@ from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, state, summary, ui
 
 st.title("Calls")
-ui.require_relations("run_summary", "call_latency", "_call_windows")
+ui.require_relations("run_summary", "call_latency", "call_windows")
 run = ui.pick_run(data="call_latency", what="calls")
 
 overall = summary.run_row(run)
@@ -34,7 +34,7 @@ if overall["latency_kind"] == "dispatch only":
         "not when the results were ready (recorded with sync off, or by an older Ember)."
     )
 
-# ---- percentiles over time: the run cut into a fixed number of windows (_call_windows)
+# ---- percentiles over time: the run cut into a fixed number of windows (call_windows)
 WINDOWS = [10, 25, 50, 100, 200]
 asked = int(state.get_param("windows") or 50)
 windows = st.select_slider(
@@ -47,7 +47,7 @@ state.set_param("windows", str(windows))
 over_time = db.query(
     """
     SELECT t_s, calls, p50_ns / 1e6 AS p50, p90_ns / 1e6 AS p90, p99_ns / 1e6 AS p99
-    FROM _call_windows WHERE run_id = ? AND windows = ? ORDER BY win
+    FROM call_windows WHERE run_id = ? AND windows = ? ORDER BY win
     """,
     run,
     windows,

@@ -100,14 +100,14 @@ if tags_a != tags_b:
     st.caption(f"Tags differ. A: {md_text(tags_a)}  B: {md_text(tags_b)}")
 
 st.subheader("Compiles per position")
-if not ui.lacks("_compiles_by_where"):
+if not ui.lacks("compiles_by_where"):
     per_position = db.query(
         """
         SELECT coalesce(x."where", y."where") AS "where",
             coalesce(x.compiles, 0) AS compiles_a, coalesce(y.compiles, 0) AS compiles_b,
             compiles_b - compiles_a AS difference
-        FROM (SELECT * FROM _compiles_by_where WHERE run_id = $1) x
-        FULL JOIN (SELECT * FROM _compiles_by_where WHERE run_id = $2) y
+        FROM (SELECT * FROM compiles_by_where WHERE run_id = $1) x
+        FULL JOIN (SELECT * FROM compiles_by_where WHERE run_id = $2) y
             ON x."where" IS NOT DISTINCT FROM y."where"
         ORDER BY abs(difference) DESC, "where"
         """,

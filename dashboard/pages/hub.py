@@ -10,7 +10,7 @@ from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, ui
 
 st.title("Hub")
-ui.require_relations("hub_files", "_hub_checks", "_hub_totals")
+ui.require_relations("hub_files", "hub_checks", "hub_totals")
 run = ui.pick_run(data="hub_files", what="Hub files")
 
 files = db.query(
@@ -29,7 +29,7 @@ if files.is_empty():
 only_files = files.filter(pl.col("what") == "file")
 info = files.filter(pl.col("what") == "repo_info")
 totals = db.query(
-    "SELECT files, bytes, hits, downloads, info_saved, failures FROM _hub_totals WHERE run_id = ?",
+    "SELECT files, bytes, hits, downloads, info_saved, failures FROM hub_totals WHERE run_id = ?",
     run,
 ).row(0, named=True)
 m = st.columns(5)
@@ -68,7 +68,7 @@ if only_files.height:
 
 checks = db.query(
     """
-    SELECT "check", hits, bytes FROM _hub_checks WHERE run_id = ? ORDER BY hits DESC, "check"
+    SELECT "check", hits, bytes FROM hub_checks WHERE run_id = ? ORDER BY hits DESC, "check"
     """,
     run,
 )

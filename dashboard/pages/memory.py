@@ -58,11 +58,11 @@ if tensors:
         + (f": {parts}" if (parts := _by_category(tensors)) else "")
     )
 
-# ---- tensors by category, sampled on a time grid common to the categories (_tensor_samples)
-if tensors and db.has_relation("_tensor_samples"):
+# ---- tensors by category, sampled on a time grid common to the categories (tensor_samples)
+if tensors and db.has_relation("tensor_samples"):
     stacked = db.query(
         """
-        SELECT t_s, category, bytes FROM _tensor_samples
+        SELECT t_s, category, bytes FROM tensor_samples
         WHERE run_id = ? AND device = ? ORDER BY t_s, category
         """,
         run,
@@ -129,12 +129,12 @@ else:
 
 # ---- static memory of each compiled segment (memory_analysis of the executable)
 st.subheader("Static memory per compiled segment")
-if not ui.lacks("_segment_memory"):
+if not ui.lacks("segment_memory"):
     static = db.query(
         """
         SELECT position, key, argument_bytes, output_bytes, temp_bytes, code_bytes,
             compile_ns / 1e6 AS compile_ms
-        FROM _segment_memory WHERE run_id = ?
+        FROM segment_memory WHERE run_id = ?
         ORDER BY start_ns LIMIT 5000
         """,
         run,

@@ -11,7 +11,7 @@ from ember.analysis.escape import md_text
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Recompiles")
-ui.require_relations("compiles", "recompiles", "_recompile_reasons")
+ui.require_relations("compiles", "recompiles", "recompile_reasons")
 run = ui.pick_run(data="compiles", what="compiles")
 
 # This run's compiles and recompiles are sliced once (see db.query_set); the chart and the
@@ -58,7 +58,7 @@ if headline.get("eager_compiles"):
     )
 if headline.get("jax_compiles"):
     primitives = db.query(
-        "SELECT fun_name, compiles FROM _jit_functions WHERE run_id = ? AND internal "
+        "SELECT fun_name, compiles FROM jit_functions WHERE run_id = ? AND internal "
         "ORDER BY compile_ns DESC, fun_name",
         run,
     )
@@ -102,7 +102,7 @@ st.subheader("Why it compiled again")
 reasons = db.query(
     """
     SELECT change, arg, dim, recompiles, compile_ns / 1e6 AS compile_ms, example
-    FROM _recompile_reasons WHERE run_id = ? ORDER BY recompiles DESC, change, arg, dim
+    FROM recompile_reasons WHERE run_id = ? ORDER BY recompiles DESC, change, arg, dim
     """,
     run,
 )

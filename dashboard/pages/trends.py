@@ -114,7 +114,7 @@ def _links(found: list[ChangePoint]) -> None:
 
 def main() -> None:
     st.title("Trends")
-    ui.require_relations("_trend_points")
+    ui.require_relations("trend_points")
     keys = ["model", *(k for k in summary.tag_keys() if k != "model")]
     left, right = st.columns(2)
     by = state.select_param(

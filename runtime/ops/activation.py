@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from ember.runtime.ops import op, xp
-from ember.runtime.ops.math import _astype, _host, _str, _widen, erf
+from ember.runtime.ops._common import as_str as _str
+from ember.runtime.ops._common import host as _host
+from ember.runtime.ops.math import _astype, _widen, erf
 
 Array = Any
 

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ember.runtime.ops import op, xp
-from ember.runtime.ops.math import _is_float, _is_int, _str
+from ember.runtime.ops._common import as_str as _str
+from ember.runtime.ops.math import _is_float, _is_int
 
 Array = Any
 

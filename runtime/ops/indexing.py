@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 
 from ember.runtime.ops import op, xp
-from ember.runtime.ops.tensor import _axis, _host, _str
+from ember.runtime.ops._common import as_str as _str
+from ember.runtime.ops._common import host as _host
+from ember.runtime.ops.tensor import _axis
 
 Array = Any
 

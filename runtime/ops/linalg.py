@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from ember.runtime.ops import op, xp
-from ember.runtime.ops.math import _astype, _str
+from ember.runtime.ops._common import as_str as _str
+from ember.runtime.ops.math import _astype
 
 Array = Any
 

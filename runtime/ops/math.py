@@ -18,14 +18,12 @@ import numpy as np
 
 from ember.runtime.ops import op, xp
 
+from ._common import as_str as _str
+from ._common import host as _host
+
 Array = Any
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _host(value: Array) -> Array:
-    """numpy ufuncs on 0-d arrays return scalars; keep host values ndarrays."""
-    return np.asarray(value) if isinstance(value, np.generic) else value
 
 
 def _astype(m: Any, value: Array, dtype: Any) -> Array:
@@ -39,10 +37,6 @@ def _widen(value: Array) -> Array:
     if value.dtype.name in ("bfloat16", "float16"):
         return value.astype(np.float32)
     return value
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _axes(value: Any) -> list[int] | None:

@@ -13,15 +13,11 @@ from typing import Any
 import numpy as np
 
 from . import is_host, op, xp
+from ._common import host as _host
 
 ML = "ai.onnx.ml"
 
 Array = Any
-
-
-def _host(value: Array) -> Array:
-    """numpy ufuncs on 0-d arrays return scalars; keep host values ndarrays."""
-    return np.asarray(value) if isinstance(value, np.generic) else value
 
 
 def _is_strings(value: Array) -> bool:

@@ -1,11 +1,13 @@
 """Pooling: MaxPool, AveragePool, LpPool, their global forms, MaxUnpool, MaxRoiPool.
 
-Windows lower to ``lax.reduce_window``; the window geometry (padding, ceil mode) is
+Windows lower to ``lax.reduce_window``, except MaxPool's: a max over strided slices, one
+spatial axis at a time (``window_max``). The window geometry (padding, ceil mode) is
 computed on the host from static shapes.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +88,44 @@ def _reduce_window(x, init, computation, kernel, strides, pad, extra, dil):
     )
 
 
+def window_max(
+    x: Any,
+    axes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    dil: Sequence[int],
+) -> Any:
+    """The max of each window over ``axes`` (each with its kernel size, stride, (lo, hi)
+    padding and dilation), as ``reduce_window`` with ``lax.max`` computes it.
+
+    One axis at a time (a window's max is the max of its rows' maxes), each as the max of
+    ``k`` strided slices of the padded value: XLA:CPU fuses them into vectorised loops,
+    where its reduce-window emitter loops element by element with a bounds check per tap.
+    yolov8n's SPPF (three 5x5 MaxPools of a 1x128x10x10 value; 2 cores, load ~11, min of
+    200): ~160-220 us each as a reduce-window, ~45 us as slices.
+    """
+    lowest = jnp.asarray(_lowest(x.dtype), x.dtype)
+    widths = [(0, 0)] * x.ndim
+    for axis, ends in zip(axes, padding, strict=True):
+        widths[axis] = ends
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
+    if any(x.shape[a] + sum(widths[a]) < w for a, w in zip(axes, spans, strict=True)):
+        # a window longer than the padded value: no output along that axis
+        window, ones = [1] * x.ndim, [1] * x.ndim
+        strides_, dil_ = list(ones), list(ones)
+        for a, k, s, d in zip(axes, kernel, strides, dil, strict=True):
+            window[a], strides_[a], dil_[a] = k, s, d
+        return lax.reduce_window(x, lowest, lax.max, window, strides_, widths, window_dilation=dil_)
+    y = jnp.pad(x, widths, constant_values=lowest) if any(sum(w) for w in widths) else x
+    for axis, k, s, d in zip(axes, kernel, strides, dil, strict=True):
+        span = (k - 1) * d + 1
+        last = (y.shape[axis] - span) // s * s  # the start of the last window
+        taps = [lax.slice_in_dim(y, j * d, j * d + last + 1, s, axis) for j in range(k)]
+        y = functools.reduce(lax.max, taps)
+    return y
+
+
 def _max_pool_indices(x, kernel, strides, pad, extra, dil, out_sp, storage_order):
     """Max and flat argmax by gathering each window's (static) positions."""
     spatial = x.shape[2:]
@@ -145,9 +185,8 @@ def _max_pool(
         dilations=dilations,
         ceil_mode=ceil_mode,
     )
-    y = _reduce_window(
-        x, jnp.asarray(_lowest(x.dtype), x.dtype), lax.max, kernel, strides_, pad, extra, dil
-    )
+    padding = [(lo, hi + e) for (lo, hi), e in zip(pad, extra, strict=True)]
+    y = window_max(x, range(2, x.ndim), kernel, strides_, padding, dil)
     if not with_indices:
         return y
     _, idx = _max_pool_indices(x, kernel, strides_, pad, extra, dil, y.shape[2:], storage_order)

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from ember.runtime.ops import op, xp
-from ember.runtime.ops.math import _astype, _axes, _host, _is_int
+from ember.runtime.ops._common import host as _host
+from ember.runtime.ops.math import _astype, _axes, _is_int
 
 Array = Any
 

@@ -16,15 +16,11 @@ import numpy as np
 
 from ember.runtime.ops import op, xp
 
+from ._common import as_str as _str
+from ._common import flat_ints as _ints
+from ._common import host as _host
+
 Array = Any
-
-
-def _host(value: Array) -> Array:
-    return np.asarray(value) if isinstance(value, np.generic) else value
-
-
-def _ints(value: Any) -> list[int]:
-    return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -38,10 +34,6 @@ def _tensor_attr(value: Any) -> np.ndarray:
 
         return onnx.numpy_helper.to_array(value)
     return np.asarray(value)
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 # ----------------------------------------------------------------------- shapes

@@ -25,7 +25,7 @@ from ember.analysis.compare import (
     to_markdown,
 )
 from ember.analysis.gate import GateConfig, RuleError, parse_rules
-from tests.analysis.traces import SWEEP
+from tests.recordings import SWEEP
 
 
 def durations(n: int, median_ns: float, seed: int, spread: float = 0.1) -> np.ndarray:

@@ -98,12 +98,13 @@ def test_counts_numbers_and_breakdowns() -> None:
 
 def test_report_run_and_dashboard_share_the_module() -> None:
     """No surface keeps a formatter of its own (the old ``analysis.report.mib``)."""
-    from ember.analysis import findings, report
+    from ember.analysis import report
+    from ember.analysis.report import builders
     from ember.dashboard import ui
 
     assert not hasattr(report, "mib")
     assert not hasattr(report, "seconds")
-    assert findings.fmt is fmt
+    assert builders.fmt is fmt
     assert ui.fmt is fmt
     assert ui.fmt_bytes(6308352) == fmt.size(6308352)
     assert ui.fmt_ms(1077.5275) == "1.1 s"

@@ -139,7 +139,7 @@ def test_the_heaviest_views_run_as_plain_views_in_the_shared_1_gib_session(
 ):
     # the views as `ember views --dialect spark` prints them, as plain temporary views (not
     # computed once each, as register_lake does by default): Spark plans every view again
-    # inside each one that reads it. _recompile_causes (over recompiles over compiles) and
+    # inside each one that reads it. recompile_causes (over recompiles over compiles) and
     # run_summary ran out of a 1-3 GiB driver heap this way while recompiles read its CTEs
     # ~19 times; they must run in this session's 1 GiB, with DuckDB's rows
     lake = tmp_path / "lake"
@@ -148,11 +148,11 @@ def test_the_heaviest_views_run_as_plain_views_in_the_shared_1_gib_session(
     names = register_lake(plain, lake, computed=False)
     assert names == list(VIEW_NAMES)
     # plain: no view's rows computed and kept (register_lake's default keeps them as RDDs)
-    plan = plain.sql("SELECT * FROM _recompile_causes")._jdf.queryExecution().analyzed()
+    plan = plain.sql("SELECT * FROM recompile_causes")._jdf.queryExecution().analyzed()
     assert "LogicalRDD" not in plan.toString()
     with connect_lake(lake) as con:
-        assert view_differences(con, plain, ["_recompile_causes", "run_summary"]) == []
-        assert len(duck_rows(con, "_recompile_causes")[1]) > 0
+        assert view_differences(con, plain, ["recompile_causes", "run_summary"]) == []
+        assert len(duck_rows(con, "recompile_causes")[1]) > 0
 
 
 def test_ember_views_dialect_spark_prints_every_view(spark):

@@ -24,13 +24,13 @@ from ember.cli.analysis import report_lines
 from ember.cli.main import app
 from tests.analysis.traces import (
     REPO,
-    SWEEP,
     cache_line,
     checked_in,
     meta_line,
     record_bus_trace,
     write_lines,
 )
+from tests.recordings import SWEEP
 
 runner = CliRunner()
 
@@ -75,13 +75,13 @@ def test_headline_numbers_of_the_thrashing_sweep(reports):
     s = reports["token_filter"].run  # no scenario tag: the model tag names it
     assert (s.run_id, s.short_id, s.phase) == ("sweep", "sweep", "infer")
     assert s.calls == len(SWEEP)
-    assert s.errors == 0
+    assert s.failed_calls == 0
     # position 0 misses 5 times and position 27 (after the NonZero break) 6 times
     assert (s.compiles, s.jax_compiles) == (11, 0)
     assert (s.hits, s.misses, s.evictions) == (1, 11, 7)
     assert (s.disk_hits, s.disk_misses) == (0, 0)
     # on the CPU the readings are the process's RSS and JAX's live arrays: RSS is named
-    assert s.peak_series == "RSS"
+    assert s.peak_source == "RSS"
     assert s.peak_bytes > 2**20
     assert s.p50_ns is not None
     assert s.p99_ns >= s.p50_ns
@@ -442,20 +442,15 @@ def test_a_disk_cache_that_missed_is_a_finding_with_its_cost(reports):
 
 def test_the_headline_says_1_compile_not_1_compiles():
     # a model compiled once at load (`ember run onnx:light/squeezenet`) was "1 compiles"
+    from dataclasses import fields
+
     from ember.analysis.report import RunSummary
     from ember.cli.analysis import _headline
 
-    zero = dict.fromkeys(
-        ("calls", "errors", "steps", "compiles", "compile_ns", "eager_compiles", "recompiles"),
-        0,
-    ) | dict.fromkeys(
-        ("recompiled_after_eviction", "jax_compiles", "jax_primitives", "jax_compile_ns"), 0
-    )
-    base = RunSummary(
-        run_id="r" * 32, name="m", phase="infer", backend="cpu", model="m", **zero,
-        hits=0, misses=0, evictions=0, disk_hits=0, disk_misses=0, peak_bytes=None,
-        peak_series=None, p50_ns=None, p99_ns=None,
-    )  # fmt: skip
+    # every column of run_summary: NULL where it may be, else 0
+    row = {f.name: None if "None" in str(f.type) else 0 for f in fields(RunSummary)}
+    del row["step_labels"]
+    base = RunSummary(**row | {"run_id": "r" * 32, "name": "m", "phase": "infer", "model": "m"})
     one = replace(base, calls=1, steps=1, compiles=1, compile_ns=553_000_000)
     assert _headline(one) == "1 call · 1 step · 1 compile (553 ms)"
     assert _headline(replace(one, recompiles=1, eager_compiles=1, jax_compiles=1)) == (

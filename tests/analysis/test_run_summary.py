@@ -66,7 +66,7 @@ def test_a_step_that_compiled_is_not_warm(tmp_path):
     with connect(db, read_only=True) as con:
         row = con.sql("SELECT * FROM run_summary").to_dicts()[0]
         steps = con.sql(
-            """SELECT s.duration_ns, l.compiled FROM _latency_samples l
+            """SELECT s.duration_ns, l.compiled FROM latency_samples l
             JOIN spans s ON s.run_id = l.run_id AND s.span_id = l.span_id"""
         ).to_dicts()
         jit_parents = con.sql(
@@ -118,7 +118,7 @@ def test_failed_calls_and_jit_compiles_below_a_span_of_the_user_are_not_warm(tmp
     with connect(db, read_only=True) as con:
         rows = {r["run_id"]: r for r in con.sql("SELECT * FROM run_summary").to_dicts()}
         ok = con.sql(
-            "SELECT duration_ns FROM _latency_samples WHERE run_id = 'calls' AND status = 'ok' "
+            "SELECT duration_ns FROM latency_samples WHERE run_id = 'calls' AND status = 'ok' "
             "AND NOT compiled ORDER BY ts_ns"
         )["duration_ns"].to_list()
     c, s = rows["calls"], rows["steps"]

@@ -123,7 +123,7 @@ def test_the_trends_view_orders_each_models_runs(history_db: Path):
         assert dict(rows.select("run_id", "value").iter_rows()) == {
             r: float(v) for r, v in summary.iter_rows() if r != "00000000-other"
         }
-        metrics = con.sql("SELECT DISTINCT metric FROM _trend_points")["metric"].to_list()
+        metrics = con.sql("SELECT DISTINCT metric FROM trend_points")["metric"].to_list()
         assert sorted(metrics) == sorted(METRICS)
         other = con.sql("SELECT series, runs FROM trends WHERE run_id = '00000000-other'")
         assert set(other.iter_rows()) == {("resnet", 1)}

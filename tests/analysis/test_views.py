@@ -7,7 +7,8 @@ import json
 
 from ember.analysis import VIEW_NAMES, connect, ingest
 from ember.analysis.db import view_sql
-from tests.analysis.traces import SWEEP, checked_in
+from tests.analysis.traces import checked_in
+from tests.recordings import SWEEP
 
 
 def test_every_sql_file_is_a_view():
@@ -74,7 +75,7 @@ def test_evictions_and_thrash(con):
         },
     ]
     per_position = con.sql(
-        "SELECT keys, wasted, cache_size, fixes, keys_at_position FROM _thrash_positions "
+        "SELECT keys, wasted, cache_size, fixes, keys_at_position FROM thrash_positions "
         "WHERE run_id = 'sweep' AND position = 0"
     ).rows()
     assert per_position == [(2, 2, 2, 3, 3)]
@@ -140,7 +141,7 @@ def test_call_windows_cut_each_run_into_fixed_windows(con):
         "AND duration_ns IS NOT NULL ORDER BY start_ns"
     ).rows()
     rows = con.sql(
-        "SELECT windows, win, t_s, calls, p50_ns, p90_ns, p99_ns FROM _call_windows "
+        "SELECT windows, win, t_s, calls, p50_ns, p90_ns, p99_ns FROM call_windows "
         "WHERE run_id = 'sweep' ORDER BY windows, win"
     ).rows()
     assert {r[0] for r in rows} == {10, 25, 50, 100, 200}
@@ -162,7 +163,7 @@ def test_call_windows_cut_each_run_into_fixed_windows(con):
 
 def test_recompile_reasons_group_a_runs_recompiles_by_what_changed(con):
     rows = con.sql(
-        "SELECT change, arg, dim, recompiles, compile_ns, example FROM _recompile_reasons "
+        "SELECT change, arg, dim, recompiles, compile_ns, example FROM recompile_reasons "
         "WHERE run_id = 'sweep'"
     ).rows()
     every = con.sql(
@@ -183,7 +184,7 @@ def test_recompile_reasons_group_a_runs_recompiles_by_what_changed(con):
 
 def test_compiles_by_where_count_each_position(con):
     rows = dict(
-        con.sql("SELECT \"where\", compiles FROM _compiles_by_where WHERE run_id = 'sweep'").rows()
+        con.sql("SELECT \"where\", compiles FROM compiles_by_where WHERE run_id = 'sweep'").rows()
     )
     every = con.sql(
         "SELECT CAST(position AS VARCHAR), count(*) FROM compiles WHERE run_id = 'sweep' "
@@ -227,7 +228,7 @@ def test_memory_timeline_accumulates_allocs_and_frees(con):
 def test_tensor_samples_line_the_categories_up_on_one_grid(con):
     # a short series: the grid is every recorded time, each category carries its last value
     stacked = con.sql(
-        "SELECT ts_ns, sum(bytes), count(*) FROM _tensor_samples WHERE run_id = 'bus-run' "
+        "SELECT ts_ns, sum(bytes), count(*) FROM tensor_samples WHERE run_id = 'bus-run' "
         "GROUP BY ts_ns ORDER BY ts_ns"
     ).rows()
     assert [r[1] for r in stacked] == [4000, 5000, 4000, 6000, 4000, 7000, 4000]
@@ -272,7 +273,7 @@ def test_hub_files(con):
         ),
     ]
     totals = con.sql(
-        "SELECT files, bytes, hits, downloads, info_saved, failures FROM _hub_totals "
+        "SELECT files, bytes, hits, downloads, info_saved, failures FROM hub_totals "
         "WHERE run_id = 'bus-run'"
     ).rows()
     assert totals == [(2, 5_001_234, 1, 1, 0, 0)]
@@ -367,16 +368,6 @@ def test_the_analysis_layer_never_imports_jax():
     assert out.stdout.strip() == "False"
 
 
-def test_every_view_header_documents_every_column(con):
-    import re
-
-    for name in VIEW_NAMES:
-        header = "\n".join(line for line in view_sql(name).splitlines() if line.startswith("--"))
-        columns = con.sql(f"SELECT * FROM {name} LIMIT 0").columns
-        missing = [c for c in columns if not re.search(rf"\b{re.escape(c)}\b", header)]
-        assert not missing, f"{name}.sql does not document {missing}"
-
-
 def test_a_key_compiled_again_without_eviction_is_not_blamed_on_the_cache(tmp_path):
     from ember.analysis import connect, ingest
     from ember.recorder import bus, record
@@ -428,7 +419,7 @@ def test_a_segment_compiled_with_the_model_is_ahead_of_time(tmp_path):
 
 def test_recompile_causes_leave_out_segments_that_run_eagerly(tmp_path):
     # position 0 runs eagerly (compiled false), position 5 compiles; both see x's length
-    # change. recompiles has both (with compiles' `compiled`); _recompile_causes, what
+    # change. recompiles has both (with compiles' `compiled`); recompile_causes, what
     # compare counts, only the compiled one
     from tests.analysis.traces import cache_line, meta_line, write_lines
 
@@ -470,7 +461,7 @@ def test_recompile_causes_leave_out_segments_that_run_eagerly(tmp_path):
         assert con.sql(
             "SELECT position, compiled, change, arg FROM recompiles ORDER BY position"
         ).rows() == [(0, False, "shape", "input_ids"), (5, True, "shape", "input_ids")]
-        assert con.sql("SELECT position, change, arg, dim, n FROM _recompile_causes").rows() == [
+        assert con.sql("SELECT position, change, arg, dim, n FROM recompile_causes").rows() == [
             (5, "shape", "input_ids", 1, 1)
         ]
 

@@ -17,127 +17,36 @@ records with categories, Hub hits and downloads, a failed call, a JAX re-trace.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from ember.schemas import SCHEMA_ID
-
-REPO = Path(__file__).resolve().parents[2]
-
-# The lengths of the session's sweep trace (conftest's sweep_trace): each new length
-# compiles position 0 again; with cache_size=2 the third length evicts the first, so 17
-# and 23 come back as re-compiles after eviction; the last call hits.
-SWEEP = [17, 23, 31, 17, 23, 23]
-
-SWEEP_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    from ember.recorder import record
-    from ember.runtime import load, compile
-    from ember.runtime.examples import token_filter_model
-    from ember.runtime.memory import track_device_memory
-
-    path, run_id = sys.argv[1], sys.argv[2]
-    lengths, cache_size = json.loads(sys.argv[3]), int(sys.argv[4])
-    model = load(token_filter_model())
-    with record(path, run_id=run_id, model="token_filter"):
-        compiled = compile(model, cache_size=cache_size)
-        rng = np.random.default_rng(0)
-        with track_device_memory():
-            for n in lengths:
-                ids = rng.integers(0, 64, size=(1, n)).astype(np.int64)
-                compiled({"input_ids": ids})
-    """
-)
-
-# The token filter's lengths with a disk cache (record_disk_cache_run): every length is a
-# compile; the warm run loads them from the cold run's disk cache.
-DISK_LENGTHS = [8, 12, 16, 8]
-
-DISK_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    from ember.recorder import record
-    from ember.runtime import load, compile
-    from ember.runtime.examples import token_filter_model
-
-    path, run_id, cache_dir, lengths = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-    model = load(token_filter_model())
-    with record(path, run_id=run_id, model="token_filter", scenario=run_id):
-        compiled = compile(model, cache_size=4, cache_dir=cache_dir)
-        rng = np.random.default_rng(0)
-        for n in json.loads(lengths):
-            compiled({"input_ids": rng.integers(0, 64, size=(1, n)).astype(np.int64)})
-    """
-)
-
-TRAIN_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from ember.runtime.examples import train_tiny_mlp
-    train_tiny_mlp(sys.argv[1])
-    """
-)
-
-# A model whose input dim is symbolic, compiled ahead of time for x[2,3] (no cache lookup),
-# called three times at that shape and once at x[4,3] (a miss, compiled in the call).
-AHEAD_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    import numpy as np
-    from onnx import TensorProto, helper
-    from ember.recorder import record
-    from ember.runtime import compile, load
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
-    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])]
-    graph = helper.make_graph(nodes, "relu_neg", [x], [y])
-    model = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    with record(sys.argv[1], run_id="ahead", model="relu_neg"):
-        compiled = compile(model, input_specs={"x": ((2, 3), "float32")})
-        for n in (2, 2, 2, 4):
-            compiled({"x": np.ones((n, 3), np.float32)})
-    """
-)
-
-
-def run_python(script: str, *args: str) -> None:
-    """``script`` in a fresh process on the CPU (the test process never imports jax)."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    subprocess.run(
-        [sys.executable, "-c", script, *args], check=True, cwd=REPO, env=env, timeout=600
-    )
+from tests.recordings import REPO, run
 
 
 def record_runtime_sweep(
     path: Path, lengths: list[int], *, cache_size: int = 2, run_id: str = "sweep"
 ) -> Path:
     """Record the real runtime calling the token-filter model with these sequence lengths."""
-    run_python(SWEEP_SCRIPT, str(path), run_id, json.dumps(lengths), str(cache_size))
+    run("sweep", str(path), run_id, json.dumps(lengths), str(cache_size))
     return path
 
 
 def record_disk_cache_run(path: Path, run_id: str, cache_dir: Path) -> Path:
-    """Record the token filter over ``DISK_LENGTHS`` with a disk cache in ``cache_dir``."""
-    run_python(DISK_SCRIPT, str(path), run_id, str(cache_dir), str(DISK_LENGTHS))
+    """Record the token filter over ``tests.recordings.DISK_LENGTHS`` with a disk cache in
+    ``cache_dir``."""
+    run("disk_cache", str(path), run_id, str(cache_dir))
     return path
 
 
 def record_training(path: Path) -> Path:
     """Record the tiny JAX training loop (jit compiles, a retrace, JAX's own primitives)."""
-    run_python(TRAIN_SCRIPT, str(path))
+    run("training", str(path))
     return path
 
 
 def record_ahead_of_time(path: Path) -> Path:
     """Record a segment compiled ahead of time, its calls, and one compiled in a call."""
-    run_python(AHEAD_SCRIPT, str(path))
+    run("ahead_of_time", str(path))
     return path
 
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from ember.analysis import ingest
 from ember.cli.main import app
-from tests.analysis.test_cli_and_exports import CANDLE
 from tests.analysis.traces import symbolic_matmul
+from tests.cli.test_analysis_commands import CANDLE
 
 DATA = Path(__file__).parent.parent / "data"
 TRACE = str(DATA / "sweep.jsonl")

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from ember.cli.main import app
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[2]
-SWEEP = ",".join(str(n) for n in range(8, 28))  # 20 calls, each at a new length
+NEW_LENGTHS = ",".join(str(n) for n in range(8, 28))  # 20 calls, each at a new length
 
 
 WIDTH = 128
@@ -74,35 +73,11 @@ def _wait(*procs: subprocess.Popen) -> None:
 # the same busy machine. (Recorded one after the other on this shared 2-core machine, the
 # same workload's p50 moved by up to 4x between runs: a drift of the machine, not call to
 # call noise, and no test on two runs can tell it from a regression.)
-SAME_WORKLOAD = textwrap.dedent(
-    """
-    import os, sys, time
-    from pathlib import Path
-    model, trace, ready, other, cores = sys.argv[1:6]
-    if cores:  # before JAX starts its threads: they inherit the process's cores
-        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
-    import numpy as np
-    from ember.recorder import record
-    from ember.runtime import compile, load
-
-    x = np.random.default_rng(0).standard_normal((4, 64, WIDTH)).astype(np.float32)
-    with record(trace, model="stack", branch="main"):
-        compiled = compile(load(model))
-        compiled(x=x)  # compiles
-        Path(ready).touch()
-        deadline = time.monotonic() + 120
-        while not Path(other).exists() and time.monotonic() < deadline:
-            time.sleep(0.002)
-        for _ in range(CALLS):
-            compiled(x=x)
-    """
-)
 CALLS = 100
 
 
 def _same_workload(model: Path, folder: Path, *traces: Path) -> None:
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    script = SAME_WORKLOAD.replace("WIDTH", str(WIDTH)).replace("CALLS", str(CALLS))
     ready = [folder / f"{t.stem}.ready" for t in traces]
     # each recording on cores of its own: two processes whose XLA threads share the same two
     # cores got unequal shares (one run's p50 48 % over the other's in a CI run: a "regression")
@@ -113,7 +88,18 @@ def _same_workload(model: Path, folder: Path, *traces: Path) -> None:
         own = [""] * len(traces)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", script, str(model), str(t), str(r), str(o), c],
+            [
+                sys.executable,
+                "-m",
+                "tests.recordings.same_workload",
+                str(model),
+                str(t),
+                str(r),
+                str(o),
+                c,
+                str(WIDTH),
+                str(CALLS),
+            ],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -130,7 +116,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     model = _model(folder / "stack.onnx")
     paths = {k: folder / f"{k}.jsonl" for k in ("base", "again", "candidate")}
     _same_workload(model, folder, paths["base"], paths["again"])
-    sweep = ["--input", f"x=4x8x{WIDTH}", "--sweep", f"x:1={SWEEP}", "--calls", "1"]
+    sweep = ["--input", f"x=4x8x{WIDTH}", "--sweep", f"x:1={NEW_LENGTHS}", "--calls", "1"]
     _wait(_ember_run(model, paths["candidate"], *sweep, "--tag", "branch=feature"))
     return paths
 

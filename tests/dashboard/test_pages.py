@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from ember.analysis import format as fmt
 from tests.dashboard.apptest import APP, as_text, metrics, open_page, shown_table, table, texts
-from tests.dashboard.traces import ALLOCS, DISTINCT, SWEEP
+from tests.dashboard.traces import ALLOCS, BREAK_SWEEP, DISTINCT
 
 PEAK_TENSORS = sum(nbytes for _, nbytes in ALLOCS)  # all live at once, then freed
 
@@ -32,7 +32,7 @@ def lru_compiles(keys: list[int], size: int) -> int:
     return compiles
 
 
-SMALLEST_SIZE = min(s for s in range(1, 9) if lru_compiles(SWEEP, s) == len(DISTINCT))
+SMALLEST_SIZE = min(s for s in range(1, 9) if lru_compiles(BREAK_SWEEP, s) == len(DISTINCT))
 
 
 def test_bytes_read_as_in_the_text_report() -> None:
@@ -79,7 +79,7 @@ def test_runs_page_lists_every_run_with_its_counts(app_env: Path) -> None:
     assert set(runs["peak_source"].dropna()) == {"RSS"}
     assert metrics(at) == {
         "Runs": "3",
-        "Calls": f"{2 * len(SWEEP)}",
+        "Calls": f"{2 * len(BREAK_SWEEP)}",
         "Compiles": "20",  # 12 with cache_size=2, 8 with cache_size=8
         "Evictions": "8",
         "Largest peak memory": fmt.size(runs["peak_bytes"].max()),
@@ -270,7 +270,7 @@ def test_recompiles_page_shows_reasons_what_if_and_buckets(app_env: Path) -> Non
     advice = table(at, "smallest_size_without_recompiles").set_index("position")
     assert advice["cache_size_used"].tolist() == [2, 2]
     assert advice["smallest_size_without_recompiles"].tolist() == [SMALLEST_SIZE] * 2
-    assert advice["compiles_recorded"].tolist() == [lru_compiles(SWEEP, 2)] * 2
+    assert advice["compiles_recorded"].tolist() == [lru_compiles(BREAK_SWEEP, 2)] * 2
 
     buckets = table(at, "pow2_buckets", "saved_compiles")
     assert buckets["saved_compiles"].tolist() == [1, 1]
@@ -278,7 +278,7 @@ def test_recompiles_page_shows_reasons_what_if_and_buckets(app_env: Path) -> Non
 
     breaks = table(at, "op_type", "runs")
     assert breaks["op_type"].tolist() == ["NonZero"]
-    assert breaks["runs"].tolist() == [len(SWEEP)]
+    assert breaks["runs"].tolist() == [len(BREAK_SWEEP)]
 
 
 def test_recompiles_page_of_a_run_without_compiles(app_env: Path) -> None:
@@ -400,8 +400,8 @@ def test_calls_page_shows_percentiles_by_shape(app_env: Path) -> None:
     assert all(shown[p].endswith(("ms", "s")) for p in ("p50", "p90", "p99"))
     assert at.select_slider(key="ember_calls_windows").value == 10
     by_shape = table(at, "shapes", "p50_ms", "p99_ms")
-    assert by_shape["calls"].sum() == len(SWEEP)
-    calls_per_length = {SWEEP.count(n) for n in DISTINCT}
+    assert by_shape["calls"].sum() == len(BREAK_SWEEP)
+    calls_per_length = {BREAK_SWEEP.count(n) for n in DISTINCT}
     assert set(by_shape["calls"]) == calls_per_length
     assert (by_shape["p50_ms"] <= by_shape["p99_ms"]).all()
 

@@ -26,9 +26,9 @@ from ember import runtime
 from ember.recorder import record
 from ember.runtime.memory import track_device_memory
 
-SWEEP = [16, 24, 16, 32, 16, 24, 40, 16]
+BREAK_SWEEP = [16, 24, 16, 32, 16, 24, 40, 16]
 """Sequence lengths of the calls of the two sweep runs."""
-DISTINCT = sorted(set(SWEEP))
+DISTINCT = sorted(set(BREAK_SWEEP))
 CHAIN = 22
 """Nodes of each side of the break: long enough that both segments are compiled."""
 MODEL = "tiny-break"
@@ -77,7 +77,7 @@ def _sweep(path: Path, run_id: str, cache_size: int, model_path: Path) -> None:
     with record(path, run_id=run_id, model=MODEL, team="perf", cache=str(cache_size)) as rec:
         compiled = runtime.compile(runtime.load(model_path), cache_size=cache_size)
         with track_device_memory():
-            for i, n in enumerate(SWEEP):
+            for i, n in enumerate(BREAK_SWEEP):
                 # activations live while the call runs (the shape of a profile's timeline)
                 for j, (category, nbytes) in enumerate(ALLOCS):
                     rec.memory(

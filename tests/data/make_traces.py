@@ -8,7 +8,8 @@ read these files say what they expect of them). The files:
 - ``sweep.jsonl``: the token-filter model (a ``NonZero`` graph break) called at lengths
   ``SWEEP`` (17, 23, 31, 17, 23, 23) with a cache of 2: recompiles, evictions, thrash,
   device memory (run id ``sweep``).
-- ``disk-cold.jsonl``, ``disk-warm.jsonl``: the token filter at ``DISK_LENGTHS`` twice
+- ``disk-cold.jsonl``, ``disk-warm.jsonl``: the token filter at
+  ``tests.recordings.DISK_LENGTHS`` twice
   with one disk cache, first empty (misses), then filled (hits).
 - ``train.jsonl``: the tiny JAX training loop (jit compiles, one retrace, JAX compiling
   its own primitives run outside jit, steps, gradients).
@@ -27,12 +28,12 @@ from pathlib import Path
 from tests.analysis.traces import (
     DATA,
     REPO,
-    SWEEP,
     record_ahead_of_time,
     record_disk_cache_run,
     record_runtime_sweep,
     record_training,
 )
+from tests.recordings import SWEEP
 
 
 def main() -> None:

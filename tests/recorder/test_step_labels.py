@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import pytest
 
 from ember.analysis import connect
-from ember.analysis.findings import summaries
 from ember.analysis.ingest import ingest
+from ember.analysis.report import summaries
 from ember.cli.analysis import _headline
 from ember.recorder import record
 from ember.recorder.jax import ProfileSession

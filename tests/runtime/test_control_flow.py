@@ -680,7 +680,7 @@ def test_a_call_whose_break_compiled_its_program_is_not_a_warm_call(tmp_path):
         summary = con.sql("SELECT * FROM run_summary").to_dicts()[0]
         per_shape = con.sql("SELECT compiling_calls, p50_warm_ns FROM call_latency").to_dicts()
         samples = con.sql(
-            "SELECT compiled, duration_ns FROM _latency_samples ORDER BY ts_ns"
+            "SELECT compiled, duration_ns FROM latency_samples ORDER BY ts_ns"
         ).to_dicts()
     assert [s["compiled"] for s in samples] == [True, True, False, False]
     warm = [s["duration_ns"] for s in samples[2:]]

@@ -147,6 +147,48 @@ def test_max_pool_integers_and_dilations() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("shape", "kernel", "strides", "pads", "dil", "ceil"),
+    [
+        ((1, 3, 10, 10), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), 0),  # yolov8n's SPPF
+        ((2, 4, 11, 9), (3, 3), (2, 2), (1, 0, 1, 0), (1, 1), 1),  # ceil mode: extra end pad
+        ((1, 2, 12, 7), (3, 2), (3, 1), (0, 1, 2, 0), (2, 3), 0),  # dilated, uneven pads
+        ((1, 2, 9), (4,), (2,), (1, 2), (1,), 1),  # 1-D
+        ((1, 1, 5, 6, 7), (2, 3, 2), (1, 2, 2), (0, 1, 0, 1, 1, 0), (1, 1, 2), 0),  # 3-D
+    ],
+)
+def test_window_max_equals_reduce_window(shape, kernel, strides, pads, dil, ceil) -> None:
+    """MaxPool's max over strided slices, axis by axis, gives reduce-window's values, NaN
+    included, for floats and integers."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from ember.runtime.ops.pool import _pool_geometry, window_max
+
+    n = len(kernel)
+    geometry = _pool_geometry(
+        shape, kernel, auto_pad="NOTSET", pads=pads, strides=strides, dilations=dil, ceil_mode=ceil
+    )
+    kernel_, strides_, pad, extra, dil_ = geometry
+    padding = [(lo, hi + e) for (lo, hi), e in zip(pad, extra, strict=True)]
+    x = randn(*shape)
+    x.flat[3] = np.nan
+    for value in (x, (x * 50).astype(np.int16)):
+        low = -np.inf if value.dtype.kind == "f" else np.iinfo(value.dtype).min
+        want = lax.reduce_window(
+            value,
+            jnp.asarray(low, value.dtype),
+            lax.max,
+            (1, 1, *kernel_),
+            (1, 1, *strides_),
+            ((0, 0), (0, 0), *padding),
+            window_dilation=(1, 1, *dil_),
+        )
+        got = window_max(jnp.asarray(value), range(2, 2 + n), kernel_, strides_, padding, dil_)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert got.dtype == value.dtype
+
+
 @pytest.mark.parametrize("include_pad", [0, 1])
 def test_average_pool_pads_ceil_and_count_include_pad(include_pad: int) -> None:
     x = randn(1, 2, 6, 7)
@@ -446,6 +488,28 @@ def test_recurrent_against_onnxruntime_with_sequence_lens(
     )
     np.testing.assert_allclose(got[0], want["Y"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[1], want["Y_h"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("op_type", "gates"), [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_recurrent_step_has_only_the_recurrent_matmul(op_type: str, gates: int) -> None:
+    """The input terms X W^T + b are one matmul over the whole sequence, before the loop: the
+    step keeps only h's matmuls (GRU: one per gate) and no transposed copy of a weight
+    (ddddocr's CRNN LSTM was 4.6x onnxruntime with W's matmul and W.T inside the step)."""
+    import jax
+
+    fn = lookup(op_type, 14).fn
+    w, r = randn(2, gates * 3, 4), randn(2, gates * 3, 3)
+    jaxpr = jax.make_jaxpr(lambda x: fn(x, w, r, hidden_size=3, direction="bidirectional"))(
+        randn(5, 2, 4)
+    )
+    scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    assert len(scans) == 2  # one per direction
+    outside = [e.primitive.name for e in jaxpr.jaxpr.eqns]
+    assert outside.count("dot_general") >= 2  # each direction's input projection
+    for scan in scans:
+        body = [e.primitive.name for e in scan.params["jaxpr"].jaxpr.eqns]
+        assert body.count("dot_general") == (3 if op_type == "GRU" else 1), body
+        assert "transpose" not in body, body
 
 
 def test_gru_batch_first_layout_matches_reference() -> None:

@@ -1,0 +1,28 @@
+-- disk_cache_runs: one row per run with segment compiles: what its disk cache did.
+--
+-- reads: compiles
+--
+-- run_id         VARCHAR       the run
+-- model          VARCHAR       the model tag; the scenario tag (else the run id)
+-- name           VARCHAR       the model tag; the scenario tag (else the run id)
+-- started_at     TIMESTAMP_NS  when the run started
+-- segments       BIGINT        segment compiles
+-- disk_hits      BIGINT        compiled segments loaded from / not found in the disk cache
+-- disk_misses    BIGINT        compiled segments loaded from / not found in the disk cache
+-- disk_segments  BIGINT        compiled segments that looked in a disk cache (hits + misses)
+-- compile_ns     BIGINT        the segment compiles' time
+-- miss_ns        BIGINT        the time of those that missed the disk cache
+SELECT r.run_id, json_extract_string(r.tags, '$.model') AS model,
+    coalesce(json_extract_string(r.tags, '$.scenario'), r.run_id) AS name,
+    r.started_at,
+    count(c.position) AS segments,
+    count(*) FILTER (WHERE c.position IS NOT NULL AND c.disk_cache = 'hit') AS disk_hits,
+    count(*) FILTER (WHERE c.position IS NOT NULL AND c.disk_cache = 'miss') AS disk_misses,
+    count(*) FILTER (WHERE c.position IS NOT NULL AND c.disk_cache IS NOT NULL)
+        AS disk_segments,
+    CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.position IS NOT NULL), 0) AS BIGINT)
+        AS compile_ns,
+    CAST(coalesce(sum(c.compile_ns) FILTER (WHERE c.position IS NOT NULL
+        AND c.disk_cache = 'miss'), 0) AS BIGINT) AS miss_ns
+FROM runs r JOIN compiles c ON c.run_id = r.run_id
+GROUP BY ALL

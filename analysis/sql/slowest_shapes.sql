@@ -1,0 +1,22 @@
+-- slowest_shapes: one row per run with calls: its input shapes with the highest p99
+-- (a row of call_latency).
+--
+-- reads: call_latency
+--
+-- run_id           VARCHAR  as in call_latency
+-- source           VARCHAR  as in call_latency
+-- shapes_text      VARCHAR  as in call_latency
+-- calls            BIGINT   as in call_latency
+-- errors           BIGINT   as in call_latency
+-- p50_ns           DOUBLE   as in call_latency
+-- p90_ns           DOUBLE   as in call_latency
+-- p99_ns           DOUBLE   as in call_latency
+-- mean_ns          DOUBLE   as in call_latency
+-- max_ns           BIGINT   as in call_latency
+-- min_ns           BIGINT   as in call_latency
+-- first_ns         BIGINT   as in call_latency
+-- compiling_calls  BIGINT   as in call_latency
+-- p50_warm_ns      DOUBLE   as in call_latency
+-- total_ns         BIGINT   as in call_latency
+SELECT * FROM call_latency
+QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY p99_ns DESC, shapes_text) = 1

@@ -1,0 +1,41 @@
+"""Recording programs the tests run in a fresh process, as a user's job would run:
+``python -m tests.recordings.<name> ARGS`` from the checkout (``run`` does that on the CPU).
+
+Each is a module with a ``main(argv)`` so that ruff and mypy read it like any code. The test
+process itself never imports jax (the analysis layer must work without it); these do.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["DISK_LENGTHS", "REPO", "SWEEP", "run"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The lengths of the analysis tests' sweep trace (``sweep``, tests/data/sweep.jsonl): each
+# new length compiles position 0 again; with cache_size=2 the third length evicts the first,
+# so 17 and 23 come back as re-compiles after eviction; the last call hits.
+SWEEP = [17, 23, 31, 17, 23, 23]
+
+# The token filter's lengths with a disk cache (``disk_cache``): every length is a compile;
+# the warm run loads them from the cold run's disk cache.
+DISK_LENGTHS = [8, 12, 16, 8]
+
+
+def run(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.recordings.<module> ARGS`` in a fresh process on the CPU; raises
+    ``CalledProcessError`` (with its output) when it fails."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(
+        [sys.executable, "-m", f"tests.recordings.{module}", *args],
+        check=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+    )
