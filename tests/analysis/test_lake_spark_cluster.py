@@ -45,7 +45,7 @@ REGISTER_TIMEOUT_S = 120  # ~20 s on a quiet machine
 # the views checked row for row on the cluster (all of them are on local[2] in
 # test_lake_spark.py; computing all 49 here took 5 minutes): the run summary, which reads
 # most of the others, the recompiles and their causes, the hand-written stack distances
-CLUSTER_VIEWS = ["cache_lookups", "recompiles", "cache_what_if", "run_summary", "_rejected_files"]
+CLUSTER_VIEWS = ["cache_lookups", "recompiles", "cache_what_if", "run_summary", "rejected_files"]
 
 
 def _free_port() -> int:
