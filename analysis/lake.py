@@ -27,8 +27,6 @@ table, and made visible with one commit of its ``_ingests`` rows.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -39,7 +37,7 @@ import duckdb
 from ember.schemas import MIGRATIONS, Migrations
 
 from .ingest_plan import FileResult, IngestSummary, expand_paths
-from .ingest_read import check, stage
+from .ingest_read import check, stage, work_dir
 from .lake_commit import (
     LakeState,
     _LakePlan,
@@ -198,18 +196,19 @@ def _ingest_planned(
     """Read, check and write planned files together; if that fails, each file alone, so
     that one file's failure is not its batch-mates'."""
     t0 = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="ember-lake-"))
     try:
-        works = stage(con, [lp.plan for lp in batch], migrations, tmp, strict)
-        _prepare_prior_spans(con, state, batch)
-        check(con, works)
-        outputs = _stage_output(con, works, batch)
+        # locked while in use: the folder of an ingester killed here is removed by the
+        # next ingest (``clean_stale_work_dirs``)
+        with work_dir("ember-lake-") as tmp:
+            works = stage(con, [lp.plan for lp in batch], migrations, tmp, strict)
+            _prepare_prior_spans(con, state, batch)
+            check(con, works)
+            outputs = _stage_output(con, works, batch)
     except Exception:
         if len(batch) == 1:
             raise
         return [r for lp in batch for r in _ingest_planned(con, state, [lp], migrations, strict)]
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
         con.execute("DROP TABLE IF EXISTS _stage")
     results = commit_batch(state, batch, works, outputs, "duckdb")
     seconds = (time.perf_counter() - t0) / len(batch)

@@ -106,13 +106,16 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
         )
     from pyspark.sql import SparkSession
 
-    python = (
-        sys.executable
-        if master.startswith("local")
-        else os.environ.get("PYSPARK_PYTHON", "python3")
-    )
-    if master.startswith("local"):
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+    # the interpreter the executors' Python workers start: PYSPARK_PYTHON when set (on a
+    # cluster), else this one (a local master; a cluster on this machine, or whose workers
+    # have the same venv at the same path: they import Ember from its install). PySpark
+    # takes it from PYSPARK_PYTHON, not from spark.pyspark.python (which only spark-submit
+    # reads), and falls back to "python3": whatever a worker's PATH finds, without Ember
+    # (a standalone cluster's Python workers then failed to import it)
+    python = sys.executable
+    if not master.startswith("local"):
+        python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
     session = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -123,8 +126,6 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.driver.memory", "1g")
-        # the Python workers run this interpreter (on a local master; a cluster's workers
-        # need Ember importable by their own: set PYSPARK_PYTHON there)
         .config("spark.pyspark.python", python)
         .config("spark.pyspark.driver.python", sys.executable)
         .getOrCreate()

@@ -13,8 +13,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import mmap
-import os
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +31,7 @@ from .ingest_plan import (
 )
 from .ingest_read import _FileIngest
 from .lake_commit import LakeState, _LakePlan
-from .lake_table import _lit, lake_columns
+from .lake_table import _lit, files_of_runs, lake_columns
 
 
 def _line_sql(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> str:
@@ -172,19 +172,17 @@ def rejected_table(file: str, rejected: list[Any]) -> Any:
     )
 
 
-def _span_files(state: LakeState, keys: set[str]) -> list[str]:
-    """The committed files of ``span_start`` in the partitions of the run keys ``keys``."""
+def _span_files(state: LakeState, runs: Mapping[str, str | None]) -> list[str]:
+    """The committed files of ``span_start`` that may hold rows of ``runs`` (id -> date)."""
     from deltalake import DeltaTable
 
-    names = {f"run_key={k}" for k in keys}  # plain: never url-encoded
-    uris = DeltaTable(str(state.root / "span_start")).file_uris()
-    return [u for u in uris if os.path.basename(os.path.dirname(u)) in names]
+    return files_of_runs(DeltaTable(str(state.root / "span_start")), runs)
 
 
 def prior_span_ids(state: LakeState, lp: _LakePlan) -> list[int]:
     """The span ids already in the lake of a continued file's run (its committed ingests)."""
     ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
-    files = _span_files(state, {lp.run_key})
+    files = _span_files(state, {lp.plan.run_id: lp.run_date})
     if not ids or not files:
         return []
     con = duckdb.connect(":memory:")
@@ -206,7 +204,8 @@ def _prepare_prior_spans(
     file's run (the rows of its committed ingests), by its place in the batch."""
     reads = []
     continued = [(f, lp) for f, lp in enumerate(batch) if lp.plan.start > 0]
-    uris = _span_files(state, {lp.run_key for _, lp in continued}) if continued else []
+    runs = {lp.plan.run_id: lp.run_date for _, lp in continued}
+    uris = _span_files(state, runs) if continued else []
     for f, lp in continued:
         ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
         if uris and ids:

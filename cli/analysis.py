@@ -20,7 +20,7 @@ from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S, DatabaseP
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.format import plural, short_path, wrap
 from ember.analysis.ingest import FileResult, IngestInterrupted, IngestSummary, ingest, ingest_file
-from ember.analysis.lake import LakeError, connect_lake, ingest_lake
+from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
 from ember.analysis.torch_trace import (
@@ -50,8 +50,6 @@ def _open(db: Path, read_only: bool, wait: float | None = None):
         if db.is_dir():  # a lake written by `ember ingest --lake`
             return connect_lake(db)
         return connect(db, read_only=read_only, wait=wait)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
     except DatabaseBusyError as exc:
         raise fail(str(exc)) from None
     except (FileNotFoundError, DatabasePathError) as exc:
@@ -169,20 +167,17 @@ def _convert_torch_logs(paths: list[str]) -> list[str]:
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
     t0 = time.perf_counter()
-    try:
-        if engine is Engine.spark:
-            try:
-                from ember.analysis.lake_spark import ingest_spark
-            except ImportError as exc:
-                raise fail(
-                    f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
-                    "apt-get install -y openjdk-17-jre-headless)"
-                ) from None
-            summary = ingest_spark(files, lake, master=master, on_file=_print_file)
-        else:
-            summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
+    if engine is Engine.spark:
+        try:
+            from ember.analysis.lake_spark import ingest_spark
+        except ImportError as exc:
+            raise fail(
+                f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
+                "apt-get install -y openjdk-17-jre-headless)"
+            ) from None
+        summary = ingest_spark(files, lake, master=master, on_file=_print_file)
+    else:
+        summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
     summary.seconds = time.perf_counter() - t0
     _print_totals(len(files), summary, f"{lake} ({engine.value})")
 
@@ -252,8 +247,6 @@ def query(
     with _open(db, read_only=True, wait=wait) as con:
         try:
             df = con.sql(sql)
-        except LakeError as exc:
-            raise fail(str(exc)) from None
         except duckdb.Error as exc:
             raise fail(f"{exc}\nThe tables and views: " + ", ".join(con.tables())) from None
     more = f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""
