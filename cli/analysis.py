@@ -45,7 +45,7 @@ class Engine(enum.StrEnum):
     spark = "spark"
 
 
-def _open(db: Path, read_only: bool, wait: float | None = None):
+def open_database(db: Path, read_only: bool, wait: float | None = None):
     try:
         if db.is_dir():  # a lake written by `ember ingest --lake`
             return connect_lake(db)
@@ -169,7 +169,7 @@ def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, str
     t0 = time.perf_counter()
     if engine is Engine.spark:
         try:
-            from ember.analysis.lake_spark import ingest_spark
+            from ember.analysis.lake import ingest_spark
         except ImportError as exc:
             raise fail(
                 f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
@@ -244,7 +244,7 @@ def query(
     """Run SQL on the database (read-only) and print the result."""
     if format is Format.parquet and output is None:
         raise fail("--format parquet writes a file: give --output FILE.parquet")
-    with _open(db, read_only=True, wait=wait) as con:
+    with open_database(db, read_only=True, wait=wait) as con:
         try:
             df = con.sql(sql)
         except duckdb.Error as exc:
@@ -318,7 +318,7 @@ def report(
 ) -> None:
     """Per run: a headline of numbers, then the findings as sentences, most costly first."""
     start = since_time(since)
-    with _open(db, read_only=True) as con:
+    with open_database(db, read_only=True) as con:
         try:
             runs = run_report(con, run, limit=limit, since=start)
         except (LookupError, ValueError) as exc:
@@ -466,7 +466,7 @@ def export_command(
     """Export a run as Chrome trace JSON (ui.perfetto.dev), or everything as Parquet."""
     if chrome is None and parquet is None:
         raise fail("give --chrome FILE --run ID, or --parquet DIR")
-    with _open(db, read_only=True) as con:
+    with open_database(db, read_only=True) as con:
         if chrome is not None:
             if run is None:
                 raise fail("--chrome needs --run ID (one run per trace file)")
@@ -621,7 +621,7 @@ def views(
             body = view_sql(name).strip().rstrip(";")
             write_out(f"CREATE OR REPLACE VIEW {name} AS\n{body};\n\n")
         return
-    from ember.analysis.spark_sql import HAND_WRITTEN, spark_tables, spark_views
+    from ember.analysis.lake import HAND_WRITTEN, spark_tables, spark_views
 
     write_out(
         "-- Ember's views for Spark SQL, translated from analysis/sql/*.sql by sqlglot\n"
@@ -629,7 +629,7 @@ def views(
         + "; ".join(f"{v}: {', '.join(c)}" for v, c in HAND_WRITTEN.items())
         + ".\n-- First register the lake's stored rows as _lake_<table> views (the Delta table\n"
         "-- LAKE/<table>, rows whose _ingest is committed in LAKE/_ingests), or use\n"
-        "-- ember.analysis.lake_spark.register_lake.\n"
+        "-- ember.analysis.lake.spark.job.register_lake.\n"
         "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
         "-- view (and a CTE at every use) that reads it. Run as plain temp views (as\n"
         "-- register_lake(spark, lake, computed=False) creates them), recompile_causes and\n"

@@ -23,7 +23,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from ember.analysis.db import DatabasePathError
-from ember.analysis.lake_table import LakeError
+from ember.analysis.lake import LakeError
 
 
 class _Commands(TyperGroup):

@@ -28,7 +28,7 @@ from ember.analysis.compare import (
 )
 from ember.analysis.db import DEFAULT_DB
 from ember.analysis.gate import RuleError, load_config
-from ember.analysis.lake_table import LakeError
+from ember.analysis.lake import LakeError
 
 from .app import app, console, fail, write_out
 

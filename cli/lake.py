@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ember.analysis.lake_admin import check, optimize, upgrade, vacuum
+from ember.analysis.lake import check, optimize, upgrade, vacuum
 
 from .app import app, console, fail
 

@@ -105,7 +105,7 @@ def db_version(path: Path | None = None) -> DbVersion:
     it is absent)."""
     path = path or database_path()
     if path.is_dir():
-        from ember.analysis.lake_table import is_old_lake
+        from ember.analysis.lake import is_old_lake
 
         if is_old_lake(path):  # its orphaned parts would be read as an export's rows
             raise DatabaseError(

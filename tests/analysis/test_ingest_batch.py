@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from ember.analysis import FileResult, connect, ingest
-from ember.analysis.lake import connect_lake, ingest_lake
+from ember.analysis.lake.ingest import connect_lake, ingest_lake
 from tests.analysis.lake_parity import COMPARED, bad_corpus, differences
 from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 

@@ -15,8 +15,9 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from ember.analysis import connect, ingest, lake_table
-from ember.analysis.lake import (
+from ember.analysis import connect, ingest
+from ember.analysis.lake import table as lake_table
+from ember.analysis.lake.ingest import (
     INGESTS,
     LAKE_TABLES,
     LakeError,
@@ -181,7 +182,7 @@ def test_a_replacement_is_decided_by_what_its_ingest_saw_not_by_clocks(tmp_path,
     # ingested_at than the one it replaces; it still hides exactly what its snapshot held
     from datetime import timedelta
 
-    from ember.analysis import lake_commit
+    from ember.analysis.lake import commit as lake_commit
 
     real = lake_commit._now
     path = write_lines(tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss")])

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from ember.analysis.lake import INGESTS, LAKE_TABLES, connect_lake, ingest_lake, lake_columns
-from ember.analysis.lake_admin import check, optimize, upgrade
+from ember.analysis.lake.admin import check, optimize, upgrade
+from ember.analysis.lake.ingest import INGESTS, LAKE_TABLES, connect_lake, ingest_lake, lake_columns
 from tests.analysis.lake_parity import differences
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
@@ -309,7 +309,8 @@ def test_upgrade_copies_an_old_lake_without_its_orphans_once(tmp_path):
 # an ingester that stops inside its work folder (the moment a kill finds one there)
 _SLOW_INGESTER = """
 import sys, time
-from ember.analysis import lake, ingest_read
+from ember.analysis.ingest import read as ingest_read
+from ember.analysis.lake import ingest as lake_ingest
 real = ingest_read.stage
 
 def stage(*args, **kw):
@@ -318,8 +319,8 @@ def stage(*args, **kw):
     time.sleep(60)
     return out
 
-lake.stage = stage
-lake.ingest_lake(sys.argv[2:], sys.argv[1])
+lake_ingest.stage = stage
+lake_ingest.ingest_lake(sys.argv[2:], sys.argv[1])
 """
 
 

@@ -164,7 +164,7 @@ DRIVER = textwrap.dedent(
 
     from ember.analysis import VIEW_NAMES, connect, ingest
     from ember.analysis.lake import LAKE_TABLES, connect_lake
-    from ember.analysis.lake_spark import ingest_spark, register_lake, spark_session
+    from ember.analysis.lake.spark.job import ingest_spark, register_lake, spark_session
     from tests.analysis.lake_parity import differences, view_differences
 
     VIEWS = json.loads(os.environ["EMBER_TEST_VIEWS"])
@@ -176,7 +176,7 @@ DRIVER = textwrap.dedent(
 
     def where(_):
         try:
-            import ember.analysis.lake_spark as m
+            import ember.analysis.lake.spark.job as m
         except ImportError as exc:
             return (sys.executable, os.getpid(), os.getcwd(), repr(exc) + repr(sys.path))
         return (sys.executable, os.getpid(), os.getcwd(), m.__file__)
@@ -246,7 +246,7 @@ def test_spark_ingest_and_views_on_a_standalone_cluster(cluster, sweep_trace, tm
     assert got["driver_pid"] not in pids
     assert {exe for exe, _, _, _ in got["workers"]} == {sys.executable}
     assert all(not cwd.startswith(str(REPO)) for _, _, cwd, _ in got["workers"])
-    assert {f for *_, f in got["workers"]} == {str(REPO / "analysis" / "lake_spark.py")}
+    assert {f for *_, f in got["workers"]} == {str(REPO / "analysis" / "lake" / "spark" / "job.py")}
     # the ingest, the same rows as the DuckDB file in every table and every view
     assert got["files"] == [["ok", 98, 0], ["partial", 6, 8]]
     assert got["again"] == ["unchanged", "unchanged"]

@@ -15,12 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .lake import (
-    LAKE_TABLES,
-    lake_columns,
-)
-from .schema_types import KIND_MODELS, READ_COLUMNS, model_columns
-from .spark_sql import spark_tables, spark_views
+from ember.analysis.lake.ingest import LAKE_TABLES, lake_columns
+from ember.analysis.lake.spark.sql import spark_tables, spark_views
+from ember.analysis.schema_types import KIND_MODELS, READ_COLUMNS, model_columns
 
 # ---------------------------------------------------------------- the schema
 
@@ -46,10 +43,10 @@ def spark_type(t: Any) -> Any:
         return scalars[t]
     from pyspark.sql.types import _parse_datatype_string
 
-    return _parse_datatype_string(_duck_to_spark_type(t))
+    return _parse_datatype_string(duck_to_spark_type(t))
 
 
-def _duck_to_spark_type(t: str) -> str:
+def duck_to_spark_type(t: str) -> str:
     """A DuckDB type's SQL as a Spark DDL type (for the nested types of table columns)."""
     import sqlglot
 
@@ -59,12 +56,12 @@ def _duck_to_spark_type(t: str) -> str:
 
 
 def _kind_description(kind: str) -> dict[str, Any]:
-    from .schema_types import _span_columns
+    from ember.analysis.schema_types import span_columns
 
     if kind == "span_start":
-        return _span_columns(0)
+        return span_columns(0)
     if kind == "span_end":
-        return _span_columns(1)
+        return span_columns(1)
     return model_columns(KIND_MODELS[kind])
 
 
@@ -141,7 +138,7 @@ def _visible_ingests(snap: Any) -> list[str]:
     """The ids of the ingests a reader of the snapshot sees (``lake_commit.visible_sql``)."""
     import duckdb
 
-    from .lake_commit import visible_sql
+    from ember.analysis.lake.commit import visible_sql
 
     con = duckdb.connect(":memory:")
     try:
@@ -176,7 +173,7 @@ def register_lake(
     view it reads again."""
     from pyspark.sql import functions as F
 
-    from .lake_read import LakeSnapshot
+    from ember.analysis.lake.read import LakeSnapshot
 
     root = Path(lake).resolve()
     snap = LakeSnapshot(root)  # the _ingests rows first, then each table's file list

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .lake_commit import (
+from ember.analysis.lake.commit import (
     LakeState,
     append_rows,
     commit_ingests,
@@ -35,7 +35,7 @@ from .lake_commit import (
     ingest_age_s,
     new_ingest_id,
 )
-from .lake_table import (
+from ember.analysis.lake.table import (
     INGESTS,
     LAKE_TABLES,
     OLD_MANIFEST,
@@ -54,7 +54,7 @@ from .lake_table import (
 def _require_lake(lake: str | os.PathLike[str]) -> Path:
     root = Path(lake).resolve()
     if not is_lake(root):
-        from .lake_table import lake_problem
+        from ember.analysis.lake.table import lake_problem
 
         raise LakeError(lake_problem(root, writing=False) or f"{root}: not a lake")
     return root

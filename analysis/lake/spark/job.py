@@ -19,7 +19,7 @@ file's rows to the lake's Delta tables and commits them through delta-rs
 ``_ingests`` commit with each file's app transaction), re-reading the staged Parquet with
 pyarrow on the way (the Delta connector for Spark is not needed, nor used). The few rows
 that fail are explained on the driver by the same pydantic code as the DuckDB path
-(``ingest_read._explain_line``), so the rejected lines and reasons are the same. Planning is
+(``ingest_read.explain_line``), so the rejected lines and reasons are the same. Planning is
 ``lake``'s own (``lake.plan_batch``, from one ``_ingests`` snapshot): the two engines write
 one lake together.
 
@@ -46,33 +46,42 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ember.schemas import MIGRATIONS, Migrations
-from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
-
-from .checks import maybe_too_deep_sql, row_invalid_sql, row_problem_sql, span_problems_sql
-from .db import RECORD_TABLES, RUNS_COLUMNS, _record_columns
-from .ingest_plan import (
+from ember.analysis.checks import (
+    maybe_too_deep_sql,
+    row_invalid_sql,
+    row_problem_sql,
+    span_problems_sql,
+)
+from ember.analysis.db import RECORD_TABLES, RUNS_COLUMNS, record_columns
+from ember.analysis.ingest.plan import (
     FileResult,
     FileStatus,
     IngestSummary,
-    _iter_lines,
-    _raw_text,
-    _read_extent,
-    _Rejected,
+    Rejected,
     expand_paths,
+    iter_lines,
+    raw_text,
+    read_extent,
 )
-from .ingest_read import _explain_line, _find_long_line
-from .lake import commit_batch, open_lake_for_writing, plan_batch, rejected_table
-from .lake_commit import LakeState, _LakePlan, commit_ingests, refusal_row
-from .lake_spark_schema import _duck_to_spark_type, lake_schema
-from .lake_spark_schema import read_schema as read_schema
-from .lake_spark_schema import register_lake as register_lake
-from .lake_spark_schema import spark_schema as spark_schema
-from .lake_spark_schema import spark_session as spark_session
-from .lake_spark_schema import spark_type as spark_type
-from .lake_write import prior_span_ids, tag
-from .schema_types import READ_COLUMNS, field_defaults
-from .spark_sql import to_spark
+from ember.analysis.ingest.read import explain_line, find_long_line
+from ember.analysis.lake.commit import LakePlan, LakeState, commit_ingests, refusal_row
+from ember.analysis.lake.ingest import (
+    commit_batch,
+    open_lake_for_writing,
+    plan_batch,
+    rejected_table,
+)
+from ember.analysis.lake.spark.schema import duck_to_spark_type, lake_schema
+from ember.analysis.lake.spark.schema import read_schema as read_schema
+from ember.analysis.lake.spark.schema import register_lake as register_lake
+from ember.analysis.lake.spark.schema import spark_schema as spark_schema
+from ember.analysis.lake.spark.schema import spark_session as spark_session
+from ember.analysis.lake.spark.schema import spark_type as spark_type
+from ember.analysis.lake.spark.sql import to_spark
+from ember.analysis.lake.write import prior_span_ids, tag
+from ember.analysis.schema_types import READ_COLUMNS, field_defaults
+from ember.schemas import MIGRATIONS, Migrations
+from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 
 __all__ = [
     "ingest_spark",
@@ -113,17 +122,17 @@ def _spark_check_sql() -> tuple[str, str, str, str]:
 
 def _select_exprs(kind: str) -> list[str]:
     """Spark SQL of the stored columns of one kind from the typed read (``lake_columns``),
-    with the defaults pydantic fills in (as ``ingest._select_for`` does for DuckDB)."""
-    from .schema_types import sql_literal
+    with the defaults pydantic fills in (as ``ingest.select_for`` does for DuckDB)."""
+    from ember.analysis.schema_types import sql_literal
 
     defaults = field_defaults(kind)
-    table = {c: t for c, t in _record_columns(kind).items() if c != "run_id"}
+    table = {c: t for c, t in record_columns(kind).items() if c != "run_id"}
     out = []
     for c, t in table.items():
         read = READ_COLUMNS.get(c)
         expr = f"`{c}`"
         if read == "JSON" and t not in ("JSON", "VARCHAR"):
-            expr = f"CAST(`{c}` AS {_duck_to_spark_type(t)})"
+            expr = f"CAST(`{c}` AS {duck_to_spark_type(t)})"
         if c in defaults:
             lit = to_spark(f"SELECT {sql_literal(defaults[c], t)} AS x", pretty=False)
             lit = lit[len("SELECT ") : -len(" AS x")]
@@ -135,7 +144,7 @@ def _select_exprs(kind: str) -> list[str]:
 def _runs_exprs(file_col: str = "_file") -> list[str]:
     cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file", "run_id")}
     defaults = field_defaults("meta")
-    from .schema_types import sql_literal
+    from ember.analysis.schema_types import sql_literal
 
     out = []
     for c, t in cols.items():
@@ -150,14 +159,14 @@ def _runs_exprs(file_col: str = "_file") -> list[str]:
 
 class _Planned:
     """One file the Spark job reads: its lake plan, where its complete lines end, and its
-    result (as the DuckDB engine's ``_FileIngest`` gives it to ``lake.commit_batch``)."""
+    result (as the DuckDB engine's ``FileIngest`` gives it to ``lake.commit_batch``)."""
 
-    def __init__(self, idx: int, lp: _LakePlan):
+    def __init__(self, idx: int, lp: LakePlan):
         self.idx = idx
         self.lp = lp
         plan = lp.plan
-        end, lines, truncated = _read_extent(plan)
-        self.rejected: list[_Rejected] = [truncated] if truncated is not None else []
+        end, lines, truncated = read_extent(plan)
+        self.rejected: list[Rejected] = [truncated] if truncated is not None else []
         self.partial: str | None = truncated.reason if truncated is not None else None
         self.end = end
         self.lines = lines
@@ -186,11 +195,11 @@ class _Planned:
         )
 
 
-def _needs_duckdb(lp: _LakePlan, end: int) -> str | None:
+def _needs_duckdb(lp: LakePlan, end: int) -> str | None:
     plan = lp.plan
     if not MIGRATIONS.reads_as_is(plan.version):
         return f"schema version {plan.version} (migrated by the DuckDB engine)"
-    if _find_long_line(plan.path, plan.start, end) is not None:
+    if find_long_line(plan.path, plan.start, end) is not None:
         return f"a line over {MAX_LINE_BYTES // 2**20} MB (read by the DuckDB engine)"
     return None
 
@@ -205,7 +214,7 @@ def ingest_spark(
     migrations: Migrations = MIGRATIONS,
 ) -> IngestSummary:
     """Ingest trace files into the lake with Spark (see the module doc)."""
-    from .lake import ingest_lake
+    from ember.analysis.lake.ingest import ingest_lake
 
     root = open_lake_for_writing(lake)
     files = expand_paths(paths)
@@ -333,17 +342,17 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
         plan = p.lp.plan
         first = _first(p) if plan.start == 0 else -1
         number = plan.base_line
-        for offset, raw in _iter_lines(plan.path, plan.start, p.end):
+        for offset, raw in iter_lines(plan.path, plan.start, p.end):
             number += 1
             if number not in bad:
                 continue
             why, row_problem = bad[number]
             if why == "maybe":
-                reason = _explain_line(raw, expect_meta=number == first)
+                reason = explain_line(raw, expect_meta=number == first)
                 if reason is None:
                     continue
             elif why in ("unread", "check"):
-                reason = _explain_line(raw, expect_meta=number == first)
+                reason = explain_line(raw, expect_meta=number == first)
                 if reason is None:
                     reason = (
                         row_problem or "refused by the typed read's checks"
@@ -352,7 +361,7 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
                     )
             else:
                 reason = why
-            p.rejected.append(_Rejected(number, offset, reason, _raw_text(raw)))
+            p.rejected.append(Rejected(number, offset, reason, raw_text(raw)))
         p.rejected.sort(key=lambda r: r.line)
     rejected_keys = [(p.idx, r.line) for p in planned for r in p.rejected]
     spark.createDataFrame(
@@ -463,7 +472,7 @@ def _first(p: _Planned) -> int:
     """The line number of the first non-blank line of a file read from its start."""
     plan = p.lp.plan
     number = plan.base_line
-    for _, raw in _iter_lines(plan.path, plan.start, p.end):
+    for _, raw in iter_lines(plan.path, plan.start, p.end):
         number += 1
         if raw.strip():
             return number

@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from . import ops, xla_cpu
-from .analysis import Segment
-from .channels_last import ChannelsLastEnv
-from .channels_last import run_node as run_channels_last
-from .describe import key_hex
-from .diskcache import disk_cache
-from .graph import Graph, run_node
+from ember.runtime import ops
+from ember.runtime.breaks.plan import Segment
+from ember.runtime.describe import key_hex
+from ember.runtime.graph.channels_last import ChannelsLastEnv
+from ember.runtime.graph.channels_last import run_node as run_channels_last
+from ember.runtime.graph.ir import Graph, run_node
+from ember.runtime.jit import xla_cpu
+from ember.runtime.jit.diskcache import disk_cache
 
 __all__ = [
     "CompileResult",

@@ -41,20 +41,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ember.schemas import MIGRATIONS, Migrations
-
-from .ingest_plan import (
+from ember.analysis.ingest.plan import (
+    FilePlan,
     FileResult,
     Previous,
-    _first_line,
-    _Plan,
-    _read_range,
-    _Refused,
+    Refused,
     cannot_read,
+    first_line,
+    read_range,
     run_taken,
 )
-from .ingest_plan import plan_file as _plan_file
-from .lake_table import INGESTS, LakeError, arrow_schema, read_delta, run_date, run_key
+from ember.analysis.ingest.plan import plan_file as _plan_file
+from ember.analysis.lake.table import (
+    INGESTS,
+    LakeError,
+    arrow_schema,
+    read_delta,
+    run_date,
+    run_key,
+)
+from ember.schemas import MIGRATIONS, Migrations
 
 LIVE = ("ok", "partial")
 COMMIT_TRIES = 8
@@ -91,8 +97,8 @@ def visible_sql(ingests: str) -> str:
 
 
 @dataclass
-class _LakePlan:
-    plan: _Plan
+class LakePlan:
+    plan: FilePlan
     fid: str
     seq: int
     ingest: str
@@ -185,9 +191,9 @@ def _previous(row: dict[str, Any]) -> Previous:
 
 def plan_lake_file(
     state: LakeState, path: Path, migrations: Migrations = MIGRATIONS
-) -> _LakePlan | FileResult:
+) -> LakePlan | FileResult:
     """What to read of ``path`` given the lake's snapshot (see the module doc). Raises
-    ``_Refused`` and ``OSError``."""
+    ``Refused`` and ``OSError``."""
     file = str(path)
     st = path.stat()
     last = state.last_by_file.get(file)
@@ -195,8 +201,8 @@ def plan_lake_file(
         if (last["size"], last["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
             return FileResult(file, "unchanged", run_id=last["run_id"], message="already ingested")
     if st.st_size == 0:
-        raise _Refused("empty file: no 'meta' record (is the run still starting?)")
-    first = _first_line(path, st.st_size)
+        raise Refused("empty file: no 'meta' record (is the run still starting?)")
+    first = first_line(path, st.st_size)
     fid = hashlib.sha1(first).hexdigest() if first else ""
     latest = state.latest(fid) if fid else None
     if latest is not None and latest["file"] != file and not _same_bytes(path, state.streams[fid]):
@@ -218,7 +224,7 @@ def plan_lake_file(
             plan.message = f"already in the lake: the same content as {latest['file']}"
         return plan
     if latest is not None and plan.start == 0:
-        raise _Refused(
+        raise Refused(
             f"the file is shorter ({plan.size} bytes) than the {latest['offset_bytes']} bytes "
             "ingested before and starts with the same line: it was rewritten, not appended "
             "to; its rows in the lake stay. Record the run again under a new run id"
@@ -230,7 +236,7 @@ def plan_lake_file(
         else run_date((plan.meta or {}).get("wall_time_ns"))
     )
     hides = tuple(r["ingest"] for r in state.streams.get(replaces, [])) if replaces else ()
-    return _LakePlan(plan, fid, seq, new_ingest_id(), date, replaces, hides)
+    return LakePlan(plan, fid, seq, new_ingest_id(), date, replaces, hides)
 
 
 def _same_bytes(path: Path, segments: list[dict[str, Any]]) -> bool:
@@ -239,7 +245,7 @@ def _same_bytes(path: Path, segments: list[dict[str, Any]]) -> bool:
     for seg in segments:
         digest = hashlib.sha1()
         n = 0
-        for buf in _read_range(path, seg["start"], seg["offset_bytes"]):
+        for buf in read_range(path, seg["start"], seg["offset_bytes"]):
             digest.update(buf)
             n += len(buf)
         if n != seg["offset_bytes"] - seg["start"] or "sha1:" + digest.hexdigest() != seg["digest"]:
@@ -251,22 +257,22 @@ def file_digest(path: Path, start: int = 0) -> str:
     """sha1 of a file's bytes from ``start`` (to tell a copy from another file that begins
     with the same line)."""
     digest = hashlib.sha1()
-    for buf in _read_range(path, start, path.stat().st_size):
+    for buf in read_range(path, start, path.stat().st_size):
         digest.update(buf)
     return digest.hexdigest()
 
 
-def plan_or_refuse(state: LakeState, path: Path, migrations: Migrations) -> _LakePlan | FileResult:
+def plan_or_refuse(state: LakeState, path: Path, migrations: Migrations) -> LakePlan | FileResult:
     """``plan_lake_file``, a refusal as a ``FileResult``."""
     try:
         return plan_lake_file(state, path, migrations)
-    except _Refused as exc:
+    except Refused as exc:
         return FileResult(str(path), "refused", message=str(exc))
     except OSError as exc:
         return FileResult(str(path), "refused", message=cannot_read(exc))
 
 
-def refuse_in_batch(lp: _LakePlan, other: str) -> FileResult:
+def refuse_in_batch(lp: LakePlan, other: str) -> FileResult:
     """A file whose run a batch-mate brings (one run is one file)."""
     return FileResult(
         str(lp.plan.path), "refused", message=str(run_taken(lp.plan.run_id, other, "lake"))
@@ -281,12 +287,12 @@ def _now() -> datetime:
 
 
 def ingest_row(
-    lp: _LakePlan, result: FileResult, end: int, lines: int, engine: str
+    lp: LakePlan, result: FileResult, end: int, lines: int, engine: str
 ) -> dict[str, Any]:
     """The ``_ingests`` row of one planned file's ingest."""
     plan = lp.plan
     digest = hashlib.sha1()
-    for buf in _read_range(plan.path, plan.start, end):
+    for buf in read_range(plan.path, plan.start, end):
         digest.update(buf)
     return {
         "ingest": lp.ingest,

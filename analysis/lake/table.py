@@ -37,15 +37,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from .db import (
+from ember.analysis.db import (
     CACHE_ORDER_COLUMNS,
     DERIVED_COLUMNS,
     MEMORY_RUNNING_COLUMNS,
     RECORD_TABLES,
     RUNS_COLUMNS,
-    _record_columns,
+    record_columns,
 )
-from .schema_types import READ_COLUMNS
+from ember.analysis.schema_types import READ_COLUMNS
 
 MARKER = "_ember_lake.json"
 INGESTS = "_ingests"
@@ -117,7 +117,7 @@ def table_columns(table: str) -> dict[str, str]:
             "run_id": "VARCHAR",
             "ingested_at": "TIMESTAMP",
         }
-    cols = dict(_record_columns(table))
+    cols = dict(record_columns(table))
     cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(table, {}).items()})
     if table == "cache":
         cols.update(CACHE_ORDER_COLUMNS)
@@ -138,7 +138,7 @@ def lake_columns(table: str) -> dict[str, str]:
     elif table == "rejected_lines":
         cols = dict(REJECTED_COLUMNS)
     else:
-        cols = {c: t for c, t in _record_columns(table).items() if c != "run_id"}
+        cols = {c: t for c, t in record_columns(table).items() if c != "run_id"}
         cols["line"] = "BIGINT"
     cols["run_id"] = "VARCHAR"
     cols["_ingest"] = "VARCHAR"
@@ -274,7 +274,7 @@ def read_columns_sql() -> str:
     return ", ".join(f"{k} {v}" for k, v in READ_COLUMNS.items())
 
 
-def _lit(s: str) -> str:
+def sql_literal(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
