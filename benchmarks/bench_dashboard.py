@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ember.analysis.ingest.database import ingest
+from ember.analysis.ingest import ingest
 from ember.analysis.synthetic import write_trace
 from tests.dashboard.browser import CHROMIUM, chromium, dashboard_server
 

@@ -56,8 +56,7 @@ from pathlib import Path
 import duckdb
 
 from ember.analysis import connect, ingest
-from ember.analysis.lake.admin import optimize
-from ember.analysis.lake.ingest import connect_lake, ingest_lake
+from ember.analysis.lake import connect_lake, ingest_lake, optimize
 from ember.analysis.schema_types import READ_COLUMNS
 from ember.analysis.synthetic import write_compile_trace, write_memory_trace, write_trace
 from ember.schemas import SCHEMA_ID
