@@ -125,7 +125,6 @@ def _field_problems(
     fields' allowed values are ``object_invalid_sql``'s, their keys and types
     ``structure_fits``'s: both once per distinct value).
     """
-    global _depth
     out: list[tuple[str, str]] = []
     for name, info in model.model_fields.items():
         key = info.alias or name
@@ -138,75 +137,98 @@ def _field_problems(
                 out.append((f"{col} IS NULL", f"{label}: missing required field"))
             continue
         if not expr and READ_COLUMNS.get(key) == "JSON" and duckdb_type(info.annotation) != "JSON":
-            # a field two kinds type differently (``step``) is read as JSON: check its JSON
-            # type here and compare its text
-            want = duckdb_type(info.annotation)
-            if want == "BIGINT" and text:
-                out.append((_int_text_invalid(col, info), f"{label}: not a valid integer"))
+            json_problems, typed = _json_read_problems(col, label, info, text)
+            out += json_problems
+            if typed is None:
                 continue
-            json_types = {"BIGINT": "'BIGINT', 'UBIGINT'", "VARCHAR": "'VARCHAR'"}[want]
-            out.append(
-                (
-                    f"{col} IS NOT NULL AND json_type({col}) NOT IN ({json_types}, 'NULL')",
-                    f"{label}: wrong type (expected {_TYPE_WORDS[want]})",
-                )
-            )
-            if want == "BIGINT":
-                # an integer over 2**63 - 1 (JSON's UBIGINT) does not fit the column
-                out.append(
-                    (
-                        f"json_type({col}) = 'UBIGINT' AND TRY_CAST({col} AS BIGINT) IS NULL",
-                        f"{label}: out of range (a 64-bit integer)",
-                    )
-                )
-                col = f"TRY_CAST({col} AS BIGINT)"
-            else:
-                col = f"json_extract_string({col}, '$')"
-        if info.is_required() and info.annotation is not typing.Any:
-            out.append((f"{col} IS NULL", f"{label}: missing required field (or wrong type)"))
-        values = literal_values(info.annotation)
-        if values is not None and all(isinstance(v, str) for v in values):
-            # ``int | Literal["end"]``: the int part is checked by the typed read
-            out.append(
-                (
-                    f"{col} NOT IN ({sql_literal(values)})",
-                    f"{label}: not one of {', '.join(values)}",
-                )
-            )
-        if _non_negative(info):
-            out.append((f"{col} < 0", f"{label}: must be >= 0"))
-        out += _bound_problems(col, label, info)
-        item = _list_item(info.annotation)
-        if item is not None:
-            inner_model = _model_of(item)
-            if inner_model is not None:
-                _depth += 1
-                var = f"x{_depth}"
-                inner = _field_problems(var, inner_model, f"{label}[].")
-                _depth -= 1
-                if inner:
-                    bad = " OR ".join(f"coalesce({c}, false)" for c, _ in inner)
-                    out.append(
-                        (
-                            f"list_bool_or(list_transform({col}, lambda {var}: {bad}))",
-                            f"{label}: an item is invalid",
-                        )
-                    )
-            elif typing.get_origin(unwrap_annotated(item)) is typing.Annotated or (
-                _non_negative_item(item)
-            ):
-                out.append(
-                    (
-                        f"list_bool_or(list_transform({col}, lambda v: v < 0))",
-                        f"{label}: values must be >= 0",
-                    )
-                )
+            col = typed
+        out += _value_problems(col, label, info)
+        out += _list_problems(col, label, info)
         sub = _model_of(info.annotation)
         if sub is not None:
             inner = _field_problems(col, sub, f"{label}.")
             for c, m in inner:
                 out.append((f"({col} IS NOT NULL AND {c})", m))
     return out
+
+
+def _json_read_problems(
+    col: str, label: str, info: FieldInfo, text: bool
+) -> tuple[list[tuple[str, str]], str | None]:
+    """The problems of a field two kinds type differently (``step``), which is read as
+    JSON: its JSON type is checked here; returns them and the SQL of its value as the
+    field's type, for the checks that follow (None: no more checks, its text says all)."""
+    want = duckdb_type(info.annotation)
+    if want == "BIGINT" and text:
+        return [(_int_text_invalid(col, info), f"{label}: not a valid integer")], None
+    json_types = {"BIGINT": "'BIGINT', 'UBIGINT'", "VARCHAR": "'VARCHAR'"}[want]
+    out = [
+        (
+            f"{col} IS NOT NULL AND json_type({col}) NOT IN ({json_types}, 'NULL')",
+            f"{label}: wrong type (expected {_TYPE_WORDS[want]})",
+        )
+    ]
+    if want != "BIGINT":
+        return out, f"json_extract_string({col}, '$')"
+    # an integer over 2**63 - 1 (JSON's UBIGINT) does not fit the column
+    out.append(
+        (
+            f"json_type({col}) = 'UBIGINT' AND TRY_CAST({col} AS BIGINT) IS NULL",
+            f"{label}: out of range (a 64-bit integer)",
+        )
+    )
+    return out, f"TRY_CAST({col} AS BIGINT)"
+
+
+def _value_problems(col: str, label: str, info: FieldInfo) -> list[tuple[str, str]]:
+    """A field's own value: present when required, one of its literals, its bounds."""
+    out: list[tuple[str, str]] = []
+    if info.is_required() and info.annotation is not typing.Any:
+        out.append((f"{col} IS NULL", f"{label}: missing required field (or wrong type)"))
+    values = literal_values(info.annotation)
+    if values is not None and all(isinstance(v, str) for v in values):
+        # ``int | Literal["end"]``: the int part is checked by the typed read
+        out.append(
+            (
+                f"{col} NOT IN ({sql_literal(values)})",
+                f"{label}: not one of {', '.join(values)}",
+            )
+        )
+    if _non_negative(info):
+        out.append((f"{col} < 0", f"{label}: must be >= 0"))
+    return out + _bound_problems(col, label, info)
+
+
+def _list_problems(col: str, label: str, info: FieldInfo) -> list[tuple[str, str]]:
+    """A list field's items: each model item's fields (one condition over the list, with
+    a lambda variable named by the nesting depth), or each number's bound."""
+    global _depth
+    item = _list_item(info.annotation)
+    if item is None:
+        return []
+    inner_model = _model_of(item)
+    if inner_model is not None:
+        _depth += 1
+        var = f"x{_depth}"
+        inner = _field_problems(var, inner_model, f"{label}[].")
+        _depth -= 1
+        if not inner:
+            return []
+        bad = " OR ".join(f"coalesce({c}, false)" for c, _ in inner)
+        return [
+            (
+                f"list_bool_or(list_transform({col}, lambda {var}: {bad}))",
+                f"{label}: an item is invalid",
+            )
+        ]
+    if typing.get_origin(unwrap_annotated(item)) is typing.Annotated or _non_negative_item(item):
+        return [
+            (
+                f"list_bool_or(list_transform({col}, lambda v: v < 0))",
+                f"{label}: values must be >= 0",
+            )
+        ]
+    return []
 
 
 def _int_text_invalid(col: str, info: FieldInfo) -> str:

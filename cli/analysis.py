@@ -95,6 +95,17 @@ def ingest_command(
     A torch.compile TORCH_TRACE log (or a folder of them) is converted first, to
     LOG.ember.jsonl beside it (`ember import torch-trace`).
     """
+    files = _trace_files(paths)
+    if engine is Engine.spark and lake is None:
+        raise fail("--engine spark writes a lake: give --lake DIR")
+    if lake is not None:
+        _ingest_lake(files, lake, engine, master, strict)
+        return
+    _ingest_database(files, db, wait, strict)
+
+
+def _trace_files(paths: list[str]) -> list[Path]:
+    """The trace files to ingest, TORCH_TRACE logs converted; a clear error when none."""
     try:
         paths = _convert_torch_logs(paths)
         files = expand_paths(paths)
@@ -102,11 +113,12 @@ def ingest_command(
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
     if not files:
         raise fail(f"no trace files (*.jsonl) in {', '.join(paths)}; give trace files or folders")
-    if engine is Engine.spark and lake is None:
-        raise fail("--engine spark writes a lake: give --lake DIR")
-    if lake is not None:
-        _ingest_lake(files, lake, engine, master, strict)
-        return
+    return files
+
+
+def _ingest_database(files: list[Path], db: Path, wait: float, strict: bool) -> None:
+    """Ingest into the DuckDB file with a progress bar (for big ingests only); each file's
+    result and the totals printed."""
     sizes = {p: p.stat().st_size for p in files}
     total = sum(sizes.values())
     progress = Progress(
@@ -134,20 +146,25 @@ def ingest_command(
             raise fail(str(exc)) from None
         except IngestInterrupted as exc:
             progress.stop()
-            part = (
-                f", and the first {exc.piece.bytes_read:,} bytes of {exc.piece.path}"
-                if exc.piece is not None
-                else ""
-            )
-            err_console.print(
-                f"interrupted: {len(exc.summary.files)} of {exc.total} file(s) committed "
-                f"({exc.summary.records:,} records){part} to {db}; the batch being read was "
-                "rolled back; run the same command again to ingest the rest",
-                highlight=False,
-                markup=False,
-            )
+            _print_interrupted(exc, db)
             raise typer.Exit(130) from None
     _print_totals(len(files), summary, str(db))
+
+
+def _print_interrupted(exc: IngestInterrupted, db: Path) -> None:
+    """What an interrupted ingest committed, and that running it again does the rest."""
+    part = (
+        f", and the first {exc.piece.bytes_read:,} bytes of {exc.piece.path}"
+        if exc.piece is not None
+        else ""
+    )
+    err_console.print(
+        f"interrupted: {len(exc.summary.files)} of {exc.total} file(s) committed "
+        f"({exc.summary.records:,} records){part} to {db}; the batch being read was "
+        "rolled back; run the same command again to ingest the rest",
+        highlight=False,
+        markup=False,
+    )
 
 
 def _convert_torch_logs(paths: list[str]) -> list[str]:

@@ -251,10 +251,45 @@ def ingest_spark(
 
 
 def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[FileResult]:
+    """Read, check and stage every planned file in one Spark job, then commit them on the
+    driver (see the module doc); each phase registers the temp views the next one reads."""
+    t0 = time.perf_counter()
+    parsed = _register_stage(spark, planned)
+    _register_file_views(spark, state, planned)
+    _explain_rejected(planned, _flag_rows(spark))
+    _register_valid(spark, planned)
+    # write every table, partitioned by the file; then rename each file's parts into place
+    root = state.root
+    staging = root / "_staging" / uuid.uuid4().hex
+    try:
+        counts = _stage_tables(spark, planned, staging)
+        outputs = [_staged_tables(p, staging, counts) for p in planned]
+        results = commit_batch(state, [p.lp for p in planned], planned, outputs, "spark")
+    finally:
+        parsed.unpersist()
+        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (root / "_staging").rmdir()
+    took = time.perf_counter() - t0
+    for r in results:
+        r.seconds = took / len(results)
+    return results
+
+
+def _struct(**fields: Any) -> Any:
+    """A Spark schema of the given fields, in order (name=type)."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(name, kind) for name, kind in fields.items()])
+
+
+def _register_stage(spark: Any, planned: list[_Planned]) -> Any:
+    """Every planned file's complete, non-blank lines, with their file index and line
+    number, parsed by the typed read's schema; persisted (each later phase reads it) and
+    registered as ``_stage``. The caller unpersists it."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    t0 = time.perf_counter()
     sc = spark.sparkContext
     rdds = []
     for p in planned:
@@ -267,13 +302,7 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
             .filter(lambda r, lo=lo, hi=hi: lo < r[1] <= hi and r[2].strip() != "")
         )
         rdds.append(rdd)
-    lines_schema = T.StructType(
-        [
-            T.StructField("_file", T.IntegerType()),
-            T.StructField("line", T.LongType()),
-            T.StructField("value", T.StringType()),
-        ]
-    )
+    lines_schema = _struct(_file=T.IntegerType(), line=T.LongType(), value=T.StringType())
     raw = spark.createDataFrame(sc.union(rdds), lines_schema)
     parsed = raw.select(
         "_file",
@@ -285,6 +314,13 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
     ).select("_file", "line", "_replaced", "r.*")
     parsed = parsed.persist()
     parsed.createOrReplaceTempView("_stage")
+    return parsed
+
+
+def _register_file_views(spark: Any, state: LakeState, planned: list[_Planned]) -> None:
+    """``_prior_spans`` and ``_files``, what the checks need to know of each file."""
+    from pyspark.sql import types as T
+
     # the first record of a file read from its start may be its meta; the span_starts of
     # a continued run already in the lake count for its span_ends
     firsts = {p.idx: (p.lp.plan.start == 0) for p in planned}
@@ -292,17 +328,17 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
         (p.idx, s) for p in planned if p.lp.plan.start > 0 for s in prior_span_ids(state, p.lp)
     ]
     spark.createDataFrame(
-        prior,
-        T.StructType(
-            [T.StructField("_file", T.IntegerType()), T.StructField("span_id", T.LongType())]
-        ),
+        prior, _struct(_file=T.IntegerType(), span_id=T.LongType())
     ).createOrReplaceTempView("_prior_spans")
     spark.createDataFrame(
         [(i, f) for i, f in firsts.items()],
-        T.StructType(
-            [T.StructField("_file", T.IntegerType()), T.StructField("from_start", T.BooleanType())]
-        ),
+        _struct(_file=T.IntegerType(), from_start=T.BooleanType()),
     ).createOrReplaceTempView("_files")
+
+
+def _flag_rows(spark: Any) -> dict[int, dict[int, tuple[str, str | None]]]:
+    """The rows of ``_stage`` the checks flag, by file and line: why (a reason, or
+    ``unread``/``check``/``maybe`` for the driver to explain) and the check's problem."""
     invalid, problem, deep, spans = _spark_check_sql()
     spark.sql(
         "SELECT * FROM _stage WHERE _corrupt IS NULL AND _replaced = 0"
@@ -330,11 +366,17 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
         FROM s LEFT JOIN sp ON sp._file = s._file AND sp.line = s.line
         """
     )
-    flagged = flagged.where("why IS NOT NULL").collect()
     by_file: dict[int, dict[int, tuple[str, str | None]]] = {}
-    for r in flagged:
+    for r in flagged.where("why IS NOT NULL").collect():
         by_file.setdefault(r["_file"], {})[r["line"]] = (r["why"], r["problem"])
-    # the rejected lines, explained by the same code as the DuckDB path
+    return by_file
+
+
+def _explain_rejected(
+    planned: list[_Planned], by_file: dict[int, dict[int, tuple[str, str | None]]]
+) -> None:
+    """Add each file's flagged lines to its rejected lines, explained by the same code as
+    the DuckDB path (a ``maybe`` line it accepts is kept)."""
     for p in planned:
         bad = by_file.get(p.idx)
         if not bad:
@@ -346,98 +388,104 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
             number += 1
             if number not in bad:
                 continue
-            why, row_problem = bad[number]
-            if why == "maybe":
-                reason = explain_line(raw, expect_meta=number == first)
-                if reason is None:
-                    continue
-            elif why in ("unread", "check"):
-                reason = explain_line(raw, expect_meta=number == first)
-                if reason is None:
-                    reason = (
-                        row_problem or "refused by the typed read's checks"
-                        if why == "check"
-                        else "Spark cannot read a value of this record (a number out of range?)"
-                    )
-            else:
-                reason = why
-            p.rejected.append(Rejected(number, offset, reason, raw_text(raw)))
+            reason = _rejection_reason(raw, *bad[number], expect_meta=number == first)
+            if reason is not None:
+                p.rejected.append(Rejected(number, offset, reason, raw_text(raw)))
         p.rejected.sort(key=lambda r: r.line)
+
+
+def _rejection_reason(
+    raw: bytes, why: str, row_problem: str | None, expect_meta: bool
+) -> str | None:
+    """Why a flagged line is rejected, or None for a ``maybe`` line ``parse_line`` keeps."""
+    if why == "maybe":
+        return explain_line(raw, expect_meta=expect_meta)
+    if why in ("unread", "check"):
+        reason = explain_line(raw, expect_meta=expect_meta)
+        if reason is None:
+            reason = (
+                row_problem or "refused by the typed read's checks"
+                if why == "check"
+                else "Spark cannot read a value of this record (a number out of range?)"
+            )
+        return reason
+    return why
+
+
+def _register_valid(spark: Any, planned: list[_Planned]) -> None:
+    """``_valid``: the rows of ``_stage`` not among any file's rejected lines."""
+    from pyspark.sql import types as T
+
     rejected_keys = [(p.idx, r.line) for p in planned for r in p.rejected]
     spark.createDataFrame(
-        rejected_keys,
-        T.StructType(
-            [T.StructField("_file", T.IntegerType()), T.StructField("line", T.LongType())]
-        ),
+        rejected_keys, _struct(_file=T.IntegerType(), line=T.LongType())
     ).createOrReplaceTempView("_rejected")
     valid = spark.sql(
         "SELECT * FROM _stage s WHERE NOT EXISTS (SELECT 1 FROM _rejected r "
         "WHERE r._file = s._file AND r.line = s.line)"
     )
     valid.createOrReplaceTempView("_valid")
-    # write every table, partitioned by the file; then rename each file's parts into place
-    root = state.root
-    staging = root / "_staging" / uuid.uuid4().hex
-    try:
-        files_by_idx = {p.idx: p for p in planned}
-        spark.createDataFrame(
-            [(p.idx, str(p.lp.plan.path)) for p in planned],
-            T.StructType(
-                [T.StructField("_file", T.IntegerType()), T.StructField("_path", T.StringType())]
-            ),
-        ).createOrReplaceTempView("_paths")
-        counts: dict[tuple[int, str], int] = {}
-        for table in ("runs", *RECORD_TABLES):
-            if table == "runs":
-                exprs = _runs_exprs("p._path")
-                where = "kind = 'meta'"
-            else:
-                exprs = [*_select_exprs(table), "line"]
-                where = f"kind = '{table}'"
-            df = spark.sql(
-                f"SELECT v._file, {', '.join(exprs)} FROM _valid v "
-                f"JOIN _paths p ON p._file = v._file WHERE {where}"
-            )
-            schema = lake_schema(table)
-            have = dict(zip(df.columns, [f.dataType for f in df.schema.fields], strict=True))
-            df = df.selectExpr(
-                "_file",
-                *[
-                    f"{_conform(f'`{f.name}`', have[f.name], f.dataType)} AS `{f.name}`"
-                    for f in schema.fields
-                    if f.name not in ("run_id", "_ingest")  # added on the driver (tag)
-                ],
-            )
-            for r in df.groupBy("_file").count().collect():
-                counts[(r["_file"], table)] = r["count"]
-            if not any(t == table for (_, t) in counts):
-                continue
-            df.repartition("_file").write.partitionBy("_file").parquet(
-                str(staging / table), compression="zstd"
-            )
-        outputs = []
-        for p in planned:
-            tables: dict[str, Any] = {}
-            for table in ("runs", *RECORD_TABLES):
-                if counts.get((p.idx, table), 0):
-                    parts = sorted((staging / table / f"_file={p.idx}").glob("*.parquet"))
-                    tables[table] = tag(pq.read_table(parts), p.lp)
-            if p.rejected:
-                tables["rejected_lines"] = tag(
-                    rejected_table(str(p.lp.plan.path), p.rejected), p.lp
-                )
-            outputs.append(tables)
-        results = commit_batch(state, [p.lp for p in planned], planned, outputs, "spark")
-        del files_by_idx
-    finally:
-        parsed.unpersist()
-        shutil.rmtree(staging, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            (root / "_staging").rmdir()
-    took = time.perf_counter() - t0
-    for r in results:
-        r.seconds = took / len(results)
-    return results
+
+
+def _stage_tables(spark: Any, planned: list[_Planned], staging: Path) -> dict[tuple[int, str], int]:
+    """Write each table's valid rows as Parquet under ``staging/TABLE``, partitioned by
+    file, in the lake's columns; returns the row count of each (file, table)."""
+    from pyspark.sql import types as T
+
+    spark.createDataFrame(
+        [(p.idx, str(p.lp.plan.path)) for p in planned],
+        _struct(_file=T.IntegerType(), _path=T.StringType()),
+    ).createOrReplaceTempView("_paths")
+    counts: dict[tuple[int, str], int] = {}
+    for table in ("runs", *RECORD_TABLES):
+        df = _lake_rows(spark, table)
+        for r in df.groupBy("_file").count().collect():
+            counts[(r["_file"], table)] = r["count"]
+        if not any(t == table for (_, t) in counts):
+            continue
+        df.repartition("_file").write.partitionBy("_file").parquet(
+            str(staging / table), compression="zstd"
+        )
+    return counts
+
+
+def _lake_rows(spark: Any, table: str) -> Any:
+    """The valid rows of one table (``runs`` from the meta records), with their ``_file``,
+    conformed to the lake's schema of it."""
+    if table == "runs":
+        exprs = _runs_exprs("p._path")
+        where = "kind = 'meta'"
+    else:
+        exprs = [*_select_exprs(table), "line"]
+        where = f"kind = '{table}'"
+    df = spark.sql(
+        f"SELECT v._file, {', '.join(exprs)} FROM _valid v "
+        f"JOIN _paths p ON p._file = v._file WHERE {where}"
+    )
+    schema = lake_schema(table)
+    have = dict(zip(df.columns, [f.dataType for f in df.schema.fields], strict=True))
+    return df.selectExpr(
+        "_file",
+        *[
+            f"{_conform(f'`{f.name}`', have[f.name], f.dataType)} AS `{f.name}`"
+            for f in schema.fields
+            if f.name not in ("run_id", "_ingest")  # added on the driver (tag)
+        ],
+    )
+
+
+def _staged_tables(
+    p: _Planned, staging: Path, counts: dict[tuple[int, str], int]
+) -> dict[str, Any]:
+    """One file's staged tables read back with pyarrow, tagged, with its rejected lines."""
+    tables: dict[str, Any] = {}
+    for table in ("runs", *RECORD_TABLES):
+        if counts.get((p.idx, table), 0):
+            parts = sorted((staging / table / f"_file={p.idx}").glob("*.parquet"))
+            tables[table] = tag(pq.read_table(parts), p.lp)
+    if p.rejected:
+        tables["rejected_lines"] = tag(rejected_table(str(p.lp.plan.path), p.rejected), p.lp)
+    return tables
 
 
 def _conform(expr: str, src: Any, dst: Any, depth: int = 0) -> str:
