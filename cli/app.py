@@ -118,7 +118,8 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an error for a person (what went wrong, what to do) and return the exit."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    # soft_wrap: the terminal wraps the line, rich does not cut it (a path stays whole to copy)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

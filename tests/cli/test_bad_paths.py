@@ -121,3 +121,16 @@ def test_a_bad_path_is_a_clear_error(place, command, kind, monkeypatch):
 def test_an_input_too_big_to_make_is_a_clear_error(place):
     result = invoke(["run", place["model"], "--input", "x=99999999999x8", "--calls", "1"])
     assert_clear_error(result, "x=99999999999x8")
+
+
+def test_an_error_keeps_a_long_path_whole_on_one_line(tmp_path):
+    # rich wrapped the message at the terminal's width, inside the path ('lake.tx' / 't'),
+    # so the path a user copies from the error was not the file's
+    deep = tmp_path / ("a-folder-name-long-enough-to-wrap-" * 3)
+    deep.mkdir()
+    missing = deep / "no-such-trace.jsonl"
+    result = CliRunner().invoke(
+        app, ["ingest", str(missing), "--db", str(tmp_path / "x.duckdb")], env={"COLUMNS": "60"}
+    )
+    assert result.exit_code != 0
+    assert str(missing) in result.output.splitlines()[0], result.output
