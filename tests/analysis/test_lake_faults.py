@@ -71,7 +71,11 @@ def test_ingesters_killed_at_random_points_then_run_again_give_the_lake_of_no_cr
     midway = 0
     with connect_lake(ref) as want:
         assert want.sql("SELECT count(*) AS n FROM runs")["n"][0] == 10
-        for trial in range(10):
+        # ten trials, and up to ten more while no kill has landed between a batch's commits
+        # (on a loaded machine the moments shift: the check below is that one did)
+        for trial in range(20):
+            if trial >= 10 and midway:
+                break
             lake = tmp_path / f"crash{trial}"
             p = _ingester(lake, files)
             time.sleep(rng.uniform(0.2, full))
