@@ -89,10 +89,13 @@ def _depthwise_shift_add(
         x = jnp.repeat(x, multiplier, axis=ch)
     spatial = list(range(1, n + 1)) if channels_last else list(range(2, n + 2))
     sizes = [x.shape[a] for a in spatial]
+    widths = [(0, 0)] * x.ndim
+    for a, p in zip(spatial, pad, strict=True):
+        widths[a] = p
+    x = jnp.pad(x, widths)
     kernel = w.shape[2:]
     out_size = [
-        (sizes[a] + sum(pad[a]) - ((kernel[a] - 1) * dil[a] + 1)) // strides[a] + 1
-        for a in range(n)
+        (x.shape[spatial[a]] - ((kernel[a] - 1) * dil[a] + 1)) // strides[a] + 1 for a in range(n)
     ]
     bshape = [1] * x.ndim
     bshape[ch] = -1
@@ -109,8 +112,11 @@ def _depthwise_shift_add(
     for tap in np.ndindex(*kernel):
         if not all(reads_data[a][t] for a, t in enumerate(tap)):
             continue
+        index = [slice(None)] * x.ndim
+        for a, (t, d, o, s) in enumerate(zip(tap, dil, out_size, strides, strict=True)):
+            index[spatial[a]] = slice(t * d, t * d + (o - 1) * s + 1, s)
         weight = w[(slice(None), 0, *tap)].reshape(bshape)
-        term = _tap_window(x, tap, spatial, sizes, out_size, strides, dil, pad) * weight
+        term = x[tuple(index)] * weight
         out = term if out is None else out + term
     if out is None:  # every tap reads padding only
         shape = list(x.shape)
@@ -120,25 +126,6 @@ def _depthwise_shift_add(
     if channels_last:
         out = jnp.transpose(out, (0, n + 1, *range(1, n + 1)))
     return out
-
-
-def _tap_window(x, tap, spatial, sizes, out_size, strides, dil, pad) -> Any:
-    """The input each output position reads at kernel offset ``tap``: a strided slice of
-    ``x`` itself, padded with zeros where it falls outside the input.
-
-    Padding ``x`` once and slicing that was a separate XLA step writing a padded copy of
-    the input before every depthwise conv (a 1x1 conv's dot produces ``x``, and a dot's
-    output does not fuse): ~13 such steps in PP-LCNet. A pad of each tap's slice fuses
-    into the multiply-add that reads it."""
-    index = [slice(None)] * x.ndim
-    config = [(0, 0, 0)] * x.ndim
-    for a, (t, d, o, s) in enumerate(zip(tap, dil, out_size, strides, strict=True)):
-        first = t * d - pad[a][0]  # the input index output 0 reads (negative: padding)
-        lo = min(o, max(0, -(first // s) if first < 0 else 0))  # outputs before the input
-        hi = min(o - 1, (sizes[a] - 1 - first) // s)  # the last output inside it
-        index[spatial[a]] = slice(first + lo * s, first + hi * s + 1, s)
-        config[spatial[a]] = (lo, o - 1 - hi, 0)
-    return lax.pad(x[tuple(index)], jnp.zeros((), x.dtype), config)
 
 
 def _grouped_pointwise(x, w, group, strides):

@@ -77,26 +77,6 @@ def test_grouped_conv_rewrites_leave_no_grouped_convolution(
     assert (f"feature_group_count = {group}" in lowered.as_text()) is grouped_conv_left
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_depthwise_conv_writes_no_padded_copy(channels_last: bool) -> None:
-    """The zero padding of a depthwise conv fuses into its multiply-adds: no XLA step writes
-    a padded copy of the input (a 1x1 conv's dot makes that input, and does not fuse:
-    PP-LCNet had ~13 such steps)."""
-    import jax
-
-    from ember.runtime.ops.conv import _depthwise_shift_add
-
-    def pointwise_then_depthwise(x, w1, w):
-        y = jax.numpy.einsum("nchw,oc->nohw", x, w1)
-        return _depthwise_shift_add(y, w, [2, 1], [1, 1], [(1, 1), (2, 0)], channels_last)
-
-    args = (randn(1, 4, 9, 8), randn(6, 4), randn(6, 1, 3, 3))
-    hlo = jax.jit(pointwise_then_depthwise).lower(*args).compile().as_text()
-    steps = [line for line in hlo.split("ENTRY")[1].splitlines() if " fusion(" in line]
-    assert not any("pad_fusion" in line for line in steps), steps
-    assert sum(" kind=kLoop" in line for line in steps) == 1, steps
-
-
 def test_conv_explicit_asymmetric_pads_1d() -> None:
     assert_matches("Conv", [randn(1, 3, 11), randn(2, 3, 4)], {"pads": [2, 1], "strides": [3]})
 
