@@ -25,8 +25,9 @@ Never imports jax. The pieces:
   rules from ``gate.py`` (``--fail-on``, ``[tool.ember.gate]``), latency as samples.
 """
 
+from ember.analysis.ingest.database import FileResult, IngestSummary, expand_paths, ingest
+
 from .db import DEFAULT_DB, RECORD_TABLES, VIEW_NAMES, Connection, DatabaseBusyError, connect
-from .ingest import FileResult, IngestSummary, expand_paths, ingest
 from .runs import resolve_run
 
 __all__ = [

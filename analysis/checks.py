@@ -29,11 +29,11 @@ from .schema_types import (
     READ_COLUMNS,
     READ_TYPES,
     DuckType,
-    _strict_fields,
-    _strip_optional,
-    _unwrap_annotated,
     duckdb_type,
     literal_values,
+    strict_fields,
+    strip_optional,
+    unwrap_annotated,
 )
 
 __all__ = [
@@ -53,7 +53,7 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _lit(values: tuple[object, ...]) -> str:
+def sql_literal(values: tuple[object, ...]) -> str:
     out = []
     for v in values:
         if isinstance(v, str):
@@ -65,21 +65,21 @@ def _lit(values: tuple[object, ...]) -> str:
 
 def _non_negative(info: FieldInfo) -> bool:
     metas = list(info.metadata)
-    ann = _strip_optional(info.annotation)
+    ann = strip_optional(info.annotation)
     if typing.get_origin(ann) is typing.Annotated:
         metas += list(typing.get_args(ann)[1:])
     return any(isinstance(m, annotated_types.Ge) and m.ge == 0 for m in metas)
 
 
 def _list_item(annotation: object) -> object | None:
-    ann = _strip_optional(_unwrap_annotated(annotation))
+    ann = strip_optional(unwrap_annotated(annotation))
     if typing.get_origin(ann) is list:
         return typing.get_args(ann)[0]
     return None
 
 
 def _model_of(annotation: object) -> type[BaseModel] | None:
-    ann = _strip_optional(_unwrap_annotated(annotation))
+    ann = strip_optional(unwrap_annotated(annotation))
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return ann
     return None
@@ -125,7 +125,6 @@ def _field_problems(
     fields' allowed values are ``object_invalid_sql``'s, their keys and types
     ``structure_fits``'s: both once per distinct value).
     """
-    global _depth
     out: list[tuple[str, str]] = []
     for name, info in model.model_fields.items():
         key = info.alias or name
@@ -138,72 +137,98 @@ def _field_problems(
                 out.append((f"{col} IS NULL", f"{label}: missing required field"))
             continue
         if not expr and READ_COLUMNS.get(key) == "JSON" and duckdb_type(info.annotation) != "JSON":
-            # a field two kinds type differently (``step``) is read as JSON: check its JSON
-            # type here and compare its text
-            want = duckdb_type(info.annotation)
-            if want == "BIGINT" and text:
-                out.append((_int_text_invalid(col, info), f"{label}: not a valid integer"))
+            json_problems, typed = _json_read_problems(col, label, info, text)
+            out += json_problems
+            if typed is None:
                 continue
-            json_types = {"BIGINT": "'BIGINT', 'UBIGINT'", "VARCHAR": "'VARCHAR'"}[want]
-            out.append(
-                (
-                    f"{col} IS NOT NULL AND json_type({col}) NOT IN ({json_types}, 'NULL')",
-                    f"{label}: wrong type (expected {_TYPE_WORDS[want]})",
-                )
-            )
-            if want == "BIGINT":
-                # an integer over 2**63 - 1 (JSON's UBIGINT) does not fit the column
-                out.append(
-                    (
-                        f"json_type({col}) = 'UBIGINT' AND TRY_CAST({col} AS BIGINT) IS NULL",
-                        f"{label}: out of range (a 64-bit integer)",
-                    )
-                )
-                col = f"TRY_CAST({col} AS BIGINT)"
-            else:
-                col = f"json_extract_string({col}, '$')"
-        if info.is_required() and info.annotation is not typing.Any:
-            out.append((f"{col} IS NULL", f"{label}: missing required field (or wrong type)"))
-        values = literal_values(info.annotation)
-        if values is not None and all(isinstance(v, str) for v in values):
-            # ``int | Literal["end"]``: the int part is checked by the typed read
-            out.append(
-                (f"{col} NOT IN ({_lit(values)})", f"{label}: not one of {', '.join(values)}")
-            )
-        if _non_negative(info):
-            out.append((f"{col} < 0", f"{label}: must be >= 0"))
-        out += _bound_problems(col, label, info)
-        item = _list_item(info.annotation)
-        if item is not None:
-            inner_model = _model_of(item)
-            if inner_model is not None:
-                _depth += 1
-                var = f"x{_depth}"
-                inner = _field_problems(var, inner_model, f"{label}[].")
-                _depth -= 1
-                if inner:
-                    bad = " OR ".join(f"coalesce({c}, false)" for c, _ in inner)
-                    out.append(
-                        (
-                            f"list_bool_or(list_transform({col}, lambda {var}: {bad}))",
-                            f"{label}: an item is invalid",
-                        )
-                    )
-            elif typing.get_origin(_unwrap_annotated(item)) is typing.Annotated or (
-                _non_negative_item(item)
-            ):
-                out.append(
-                    (
-                        f"list_bool_or(list_transform({col}, lambda v: v < 0))",
-                        f"{label}: values must be >= 0",
-                    )
-                )
+            col = typed
+        out += _value_problems(col, label, info)
+        out += _list_problems(col, label, info)
         sub = _model_of(info.annotation)
         if sub is not None:
             inner = _field_problems(col, sub, f"{label}.")
             for c, m in inner:
                 out.append((f"({col} IS NOT NULL AND {c})", m))
     return out
+
+
+def _json_read_problems(
+    col: str, label: str, info: FieldInfo, text: bool
+) -> tuple[list[tuple[str, str]], str | None]:
+    """The problems of a field two kinds type differently (``step``), which is read as
+    JSON: its JSON type is checked here; returns them and the SQL of its value as the
+    field's type, for the checks that follow (None: no more checks, its text says all)."""
+    want = duckdb_type(info.annotation)
+    if want == "BIGINT" and text:
+        return [(_int_text_invalid(col, info), f"{label}: not a valid integer")], None
+    json_types = {"BIGINT": "'BIGINT', 'UBIGINT'", "VARCHAR": "'VARCHAR'"}[want]
+    out = [
+        (
+            f"{col} IS NOT NULL AND json_type({col}) NOT IN ({json_types}, 'NULL')",
+            f"{label}: wrong type (expected {_TYPE_WORDS[want]})",
+        )
+    ]
+    if want != "BIGINT":
+        return out, f"json_extract_string({col}, '$')"
+    # an integer over 2**63 - 1 (JSON's UBIGINT) does not fit the column
+    out.append(
+        (
+            f"json_type({col}) = 'UBIGINT' AND TRY_CAST({col} AS BIGINT) IS NULL",
+            f"{label}: out of range (a 64-bit integer)",
+        )
+    )
+    return out, f"TRY_CAST({col} AS BIGINT)"
+
+
+def _value_problems(col: str, label: str, info: FieldInfo) -> list[tuple[str, str]]:
+    """A field's own value: present when required, one of its literals, its bounds."""
+    out: list[tuple[str, str]] = []
+    if info.is_required() and info.annotation is not typing.Any:
+        out.append((f"{col} IS NULL", f"{label}: missing required field (or wrong type)"))
+    values = literal_values(info.annotation)
+    if values is not None and all(isinstance(v, str) for v in values):
+        # ``int | Literal["end"]``: the int part is checked by the typed read
+        out.append(
+            (
+                f"{col} NOT IN ({sql_literal(values)})",
+                f"{label}: not one of {', '.join(values)}",
+            )
+        )
+    if _non_negative(info):
+        out.append((f"{col} < 0", f"{label}: must be >= 0"))
+    return out + _bound_problems(col, label, info)
+
+
+def _list_problems(col: str, label: str, info: FieldInfo) -> list[tuple[str, str]]:
+    """A list field's items: each model item's fields (one condition over the list, with
+    a lambda variable named by the nesting depth), or each number's bound."""
+    global _depth
+    item = _list_item(info.annotation)
+    if item is None:
+        return []
+    inner_model = _model_of(item)
+    if inner_model is not None:
+        _depth += 1
+        var = f"x{_depth}"
+        inner = _field_problems(var, inner_model, f"{label}[].")
+        _depth -= 1
+        if not inner:
+            return []
+        bad = " OR ".join(f"coalesce({c}, false)" for c, _ in inner)
+        return [
+            (
+                f"list_bool_or(list_transform({col}, lambda {var}: {bad}))",
+                f"{label}: an item is invalid",
+            )
+        ]
+    if typing.get_origin(unwrap_annotated(item)) is typing.Annotated or _non_negative_item(item):
+        return [
+            (
+                f"list_bool_or(list_transform({col}, lambda v: v < 0))",
+                f"{label}: values must be >= 0",
+            )
+        ]
+    return []
 
 
 def _int_text_invalid(col: str, info: FieldInfo) -> str:
@@ -228,7 +253,7 @@ def _bound_problems(col: str, label: str, info: FieldInfo) -> list[tuple[str, st
     """The upper bounds of an integer field other than the 64-bit limit (which the column's
     type checks): ``ts_ns``, ``duration_ns`` and ``wall_time_ns`` (``records.MAX_RUN_NS``)."""
     metas = _constraints(info.annotation, list(info.metadata))
-    ann = _strip_optional(_unwrap_annotated(info.annotation))
+    ann = strip_optional(unwrap_annotated(info.annotation))
     metas += _constraints(ann, [])
     out = []
     for m in metas:
@@ -269,7 +294,7 @@ def _kind_columns() -> dict[str, frozenset[str]]:
 KIND_COLUMNS: dict[str, frozenset[str]] = _kind_columns()
 """The top-level fields each kind may have."""
 
-SCALAR_JSON_COLUMNS: frozenset[str] = frozenset(_strict_fields())
+SCALAR_JSON_COLUMNS: frozenset[str] = frozenset(strict_fields())
 """The top-level columns staged as JSON only for the checks to see their JSON type (strict
 scalars: the integers, ``step``). A list or object there is refused by their type check
 (or as a field of another kind) whatever its depth, so the nesting check skips them."""
@@ -373,11 +398,13 @@ def row_invalid_sql(text: bool = False) -> str:
     for col in READ_COLUMNS:
         owners = [k for k, cols in KIND_COLUMNS.items() if col in cols]
         if len(owners) < len(KIND_COLUMNS):
-            foreign.append(f"({_q(col)} IS NOT NULL AND kind NOT IN ({_lit(tuple(owners))}))")
+            foreign.append(
+                f"({_q(col)} IS NOT NULL AND kind NOT IN ({sql_literal(tuple(owners))}))"
+            )
     # (as text, a field of another span kind is an unknown key to ``structure_fits``)
     for field, by_kind in {} if text else _span_attr_owners().items():
         allowed = " OR ".join(
-            f"(kind = '{k}' AND span_kind IN ({_lit(tuple(sorted(kinds)))}))"
+            f"(kind = '{k}' AND span_kind IN ({sql_literal(tuple(sorted(kinds)))}))"
             for k, kinds in by_kind.items()
             if kinds
         )
@@ -490,8 +517,8 @@ Accept = Any
 def text_literal_checks(col: str, annotation: Any, path: str = "$") -> list[str]:
     """SQL conditions, TRUE when wrong, for the ``Literal`` string fields inside the JSON
     text ``col`` (of a model or annotation): a value not allowed. Through lists by ``[*]``."""
-    ann = _strip_optional(_unwrap_annotated(annotation))
-    ann = _unwrap_annotated(ann)
+    ann = strip_optional(unwrap_annotated(annotation))
+    ann = unwrap_annotated(ann)
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         out = []
         for name, info in ann.model_fields.items():
@@ -504,7 +531,7 @@ def text_literal_checks(col: str, annotation: Any, path: str = "$") -> list[str]
     strings: list[str] = []
     others = False
     for m in members:
-        m = _unwrap_annotated(m)
+        m = unwrap_annotated(m)
         if typing.get_origin(m) is typing.Literal:
             values = typing.get_args(m)
             strings += [v for v in values if isinstance(v, str)]
@@ -513,7 +540,7 @@ def text_literal_checks(col: str, annotation: Any, path: str = "$") -> list[str]
             others = True
     if not strings:
         return []
-    allowed = _lit(tuple(strings))
+    allowed = sql_literal(tuple(strings))
     # a string must be one of the values; any other JSON type was judged by its structure
     wrong = f"json_type(v) = 'VARCHAR' AND json_extract_string(v, '$') NOT IN ({allowed})"
     if "[*]" in path:
@@ -542,11 +569,11 @@ def _accept(annotation: Any, metadata: list[Any] | None = None) -> Accept:
         isinstance(m, annotated_types.Ge) and m.ge >= 0
         for m in _constraints(annotation, metadata or [])
     )
-    ann = _strip_optional(_unwrap_annotated(annotation))
+    ann = strip_optional(unwrap_annotated(annotation))
     non_negative |= any(
         isinstance(m, annotated_types.Ge) and m.ge >= 0 for m in _constraints(ann, [])
     )
-    ann = _unwrap_annotated(ann)
+    ann = unwrap_annotated(ann)
     if ann is int and non_negative:
         return frozenset({"UBIGINT"})
     if ann in _JSON_TYPES:
@@ -568,7 +595,7 @@ def _accept(annotation: Any, metadata: list[Any] | None = None) -> Accept:
 
 
 def _nullable(annotation: Any) -> bool:
-    ann = _unwrap_annotated(annotation)
+    ann = unwrap_annotated(annotation)
     if ann is typing.Any:
         return True
     if typing.get_origin(ann) in (typing.Union, types.UnionType):

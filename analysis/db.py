@@ -20,7 +20,7 @@ which names the process and whether it reads or writes. Ingest writes each file 
 transaction, so a reader that gets in between two files sees whole files only. Waiting
 processes leave a marker next to the database so that neither side starves the other:
 readers do not start while an ingest waits, and an ingest lets a waiting reader in before
-its next file (``_open``). An ingest waits ``INGEST_WAIT_S`` (60 s) by default, longer
+its next file (``open_database``). An ingest waits ``INGEST_WAIT_S`` (60 s) by default, longer
 than a dashboard query may run.
 """
 
@@ -165,7 +165,7 @@ WHERE cache.rowid = w.rid
 """
 
 
-def _record_columns(kind: str) -> dict[str, str]:
+def record_columns(kind: str) -> dict[str, str]:
     cols = {k: v for k, v in TABLE_COLUMNS[kind].items() if k != "kind"}
     return {"run_id": "VARCHAR", **cols}
 
@@ -181,7 +181,7 @@ def table_ddl() -> list[str]:
     """CREATE TABLE statements of every table (IF NOT EXISTS)."""
     stmts = []
     for kind in RECORD_TABLES:
-        cols = {**_record_columns(kind)}
+        cols = {**record_columns(kind)}
         cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(kind, {}).items()})
         if kind == "cache":
             cols.update(CACHE_ORDER_COLUMNS)
@@ -390,7 +390,7 @@ def _marker(path: str, read_only: bool) -> Path:
 
 
 def announce_waiting(path: str, read_only: bool) -> None:
-    """Say that this process waits to open ``path`` (touch its marker; see ``_open``)."""
+    """Say that this process waits to open ``path`` (touch its marker; see ``open_database``)."""
     try:
         _marker(path, read_only).touch()
     except OSError:  # a read-only folder: waiting still works, only without priority
@@ -465,7 +465,7 @@ def _being_created(path: str, message: str) -> bool:
 _PID_RE = re.compile(r"PID (\d+)")
 
 
-def _open(path: str, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
+def open_database(path: str, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
     deadline = time.monotonic() + wait
     delay = 0.02
     announced = False
@@ -563,7 +563,7 @@ def connect(
             )
         check_database_path(p)
         path = str(p)
-    duck = _open(path, read_only, wait)
+    duck = open_database(path, read_only, wait)
     duck.execute("SET enable_progress_bar = false")
     if threads:
         duck.execute(f"SET threads = {int(threads)}")

@@ -47,17 +47,17 @@ _SCALARS: dict[Any, str] = {int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN", str
 DuckType = Any
 
 
-def _strip_optional(annotation: Any) -> Any:
+def strip_optional(annotation: Any) -> Any:
     origin = typing.get_origin(annotation)
     if origin in (Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(args) == 1:
-            return _strip_optional(args[0])
+            return strip_optional(args[0])
         return Union[tuple(args)]  # noqa: UP007
     return annotation
 
 
-def _unwrap_annotated(annotation: Any) -> Any:
+def unwrap_annotated(annotation: Any) -> Any:
     while typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
     return annotation
@@ -65,8 +65,8 @@ def _unwrap_annotated(annotation: Any) -> Any:
 
 def duckdb_type(annotation: Any) -> DuckType:
     """The DuckDB type of one pydantic field annotation (as a nested description)."""
-    annotation = _strip_optional(_unwrap_annotated(annotation))
-    annotation = _unwrap_annotated(annotation)
+    annotation = strip_optional(unwrap_annotated(annotation))
+    annotation = unwrap_annotated(annotation)
     if annotation in _SCALARS:
         return _SCALARS[annotation]
     if annotation is Any:
@@ -130,7 +130,7 @@ def _merge_struct(into: dict[str, DuckType], fields: dict[str, DuckType], where:
                 )
 
 
-def _span_columns(which: int) -> dict[str, DuckType]:
+def span_columns(which: int) -> dict[str, DuckType]:
     base = R._SpanStartBase if which == 0 else R._SpanEndBase
     cols = model_columns(base)
     cols["span_kind"] = "VARCHAR"
@@ -159,9 +159,9 @@ def _table_types() -> dict[str, dict[str, DuckType]]:
     out: dict[str, dict[str, DuckType]] = {}
     for kind in R.RECORD_KINDS:
         if kind == "span_start":
-            out[kind] = _span_columns(0)
+            out[kind] = span_columns(0)
         elif kind == "span_end":
-            out[kind] = _span_columns(1)
+            out[kind] = span_columns(1)
         else:
             out[kind] = model_columns(KIND_MODELS[kind])
     return out
@@ -201,13 +201,13 @@ def _is_strict(annotation: Any, metadata: list[Any]) -> bool:
                 return True
             ann = args[0]
             continue
-        stripped = _strip_optional(ann)
+        stripped = strip_optional(ann)
         if stripped is ann:
             return False
         ann = stripped
 
 
-def _strict_fields() -> set[str]:
+def strict_fields() -> set[str]:
     """Top-level fields pydantic checks strictly (the integers: a JSON integer, not ``true``
     or ``1.5``). A list of integers (``shape``) is staged as JSON text by DuckDB's ingest
     (``checks.STRUCT_COLUMNS``), whose structure tells an integer from a fraction."""
@@ -224,9 +224,9 @@ def _read_types() -> dict[str, DuckType]:
     merged: dict[str, DuckType] = {}
     for kind in R.RECORD_KINDS:
         if kind == "span_start":
-            cols = _span_columns(0)
+            cols = span_columns(0)
         elif kind == "span_end":
-            cols = _span_columns(1)
+            cols = span_columns(1)
         else:
             cols = model_columns(KIND_MODELS[kind])
         # the same field name in two kinds must have one type; when not (e.g. ``step``:
@@ -244,7 +244,7 @@ def _read_types() -> dict[str, DuckType]:
     # a strict field (an integer) is read as JSON too: a typed read
     # would take ``true`` as 1 and round 1.5 to 2 (and -0.4 to 0, past the check of >= 0),
     # and the checks (``checks.py``) must see the JSON type to refuse them
-    for name in _strict_fields():
+    for name in strict_fields():
         merged[name] = "JSON"
     return merged
 
@@ -258,7 +258,7 @@ READ_COLUMNS: dict[str, str] = {k: _type_sql(v) for k, v in READ_TYPES.items()}
 
 def literal_values(annotation: Any) -> tuple[Any, ...] | None:
     """The allowed values of a ``Literal`` field (through Optional), else None."""
-    annotation = _strip_optional(_unwrap_annotated(annotation))
+    annotation = strip_optional(unwrap_annotated(annotation))
     if typing.get_origin(annotation) is Literal:
         return typing.get_args(annotation)
     return None

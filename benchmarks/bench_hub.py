@@ -73,7 +73,7 @@ def main() -> None:
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     from huggingface_hub import hf_hub_download
 
-    from ember.runtime.hub import download_model
+    from ember.runtime.hub.loader import download_model
 
     def run(kind: str, warm: bool) -> float:
         with tempfile.TemporaryDirectory() as cache:

@@ -56,8 +56,7 @@ from pathlib import Path
 import duckdb
 
 from ember.analysis import connect, ingest
-from ember.analysis.lake import connect_lake, ingest_lake
-from ember.analysis.lake_admin import optimize
+from ember.analysis.lake import connect_lake, ingest_lake, optimize
 from ember.analysis.schema_types import READ_COLUMNS
 from ember.analysis.synthetic import write_compile_trace, write_memory_trace, write_trace
 from ember.schemas import SCHEMA_ID
@@ -307,7 +306,7 @@ def bench_spark(work: Path, files: int, records: int, threads: int) -> None:
         assert s.records == total, s
         shutil.rmtree(lake)
     try:
-        from ember.analysis.lake_spark import ingest_spark, spark_session
+        from ember.analysis.lake.spark.job import ingest_spark, spark_session
     except ImportError as exc:
         print(f"Spark: not measured ({exc}; pip install pyspark)")
         return

@@ -130,7 +130,7 @@ def bench_overhead(calls: int) -> float:
     import jax.numpy as jnp
 
     import ember.runtime as rt
-    from ember.runtime.graph import interpret
+    from ember.runtime.graph.ir import interpret
 
     model = rt.load(tiny_model())
     compiled = rt.compile(model)
@@ -162,7 +162,7 @@ def bench_overhead_if(calls: int) -> float:
     import jax.numpy as jnp
 
     import ember.runtime as rt
-    from ember.runtime.graph import interpret
+    from ember.runtime.graph.ir import interpret
 
     model = rt.load(if_model())
     compiled = rt.compile(model)

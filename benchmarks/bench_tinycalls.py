@@ -61,7 +61,7 @@ def layers(m: RealModel) -> dict[str, Callable[[], Any]]:
     import onnxruntime as ort
 
     import ember.runtime as rt
-    from ember.runtime.graph import interpret
+    from ember.runtime.graph.ir import interpret
 
     data = model_bytes(m)
     opts = ort.SessionOptions()

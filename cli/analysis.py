@@ -20,7 +20,7 @@ from ember.analysis.db import DEFAULT_DB, INGEST_WAIT_S, QUERY_WAIT_S, DatabaseP
 from ember.analysis.export import export_chrome, export_parquet
 from ember.analysis.format import plural, short_path, wrap
 from ember.analysis.ingest import FileResult, IngestInterrupted, IngestSummary, ingest, ingest_file
-from ember.analysis.lake import LakeError, connect_lake, ingest_lake
+from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
 from ember.analysis.torch_trace import (
@@ -45,13 +45,11 @@ class Engine(enum.StrEnum):
     spark = "spark"
 
 
-def _open(db: Path, read_only: bool, wait: float | None = None):
+def open_database(db: Path, read_only: bool, wait: float | None = None):
     try:
         if db.is_dir():  # a lake written by `ember ingest --lake`
             return connect_lake(db)
         return connect(db, read_only=read_only, wait=wait)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
     except DatabaseBusyError as exc:
         raise fail(str(exc)) from None
     except (FileNotFoundError, DatabasePathError) as exc:
@@ -97,6 +95,17 @@ def ingest_command(
     A torch.compile TORCH_TRACE log (or a folder of them) is converted first, to
     LOG.ember.jsonl beside it (`ember import torch-trace`).
     """
+    files = _trace_files(paths)
+    if engine is Engine.spark and lake is None:
+        raise fail("--engine spark writes a lake: give --lake DIR")
+    if lake is not None:
+        _ingest_lake(files, lake, engine, master, strict)
+        return
+    _ingest_database(files, db, wait, strict)
+
+
+def _trace_files(paths: list[str]) -> list[Path]:
+    """The trace files to ingest, TORCH_TRACE logs converted; a clear error when none."""
     try:
         paths = _convert_torch_logs(paths)
         files = expand_paths(paths)
@@ -104,11 +113,12 @@ def ingest_command(
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
     if not files:
         raise fail(f"no trace files (*.jsonl) in {', '.join(paths)}; give trace files or folders")
-    if engine is Engine.spark and lake is None:
-        raise fail("--engine spark writes a lake: give --lake DIR")
-    if lake is not None:
-        _ingest_lake(files, lake, engine, master, strict)
-        return
+    return files
+
+
+def _ingest_database(files: list[Path], db: Path, wait: float, strict: bool) -> None:
+    """Ingest into the DuckDB file with a progress bar (for big ingests only); each file's
+    result and the totals printed."""
     sizes = {p: p.stat().st_size for p in files}
     total = sum(sizes.values())
     progress = Progress(
@@ -136,20 +146,25 @@ def ingest_command(
             raise fail(str(exc)) from None
         except IngestInterrupted as exc:
             progress.stop()
-            part = (
-                f", and the first {exc.piece.bytes_read:,} bytes of {exc.piece.path}"
-                if exc.piece is not None
-                else ""
-            )
-            err_console.print(
-                f"interrupted: {len(exc.summary.files)} of {exc.total} file(s) committed "
-                f"({exc.summary.records:,} records){part} to {db}; the batch being read was "
-                "rolled back; run the same command again to ingest the rest",
-                highlight=False,
-                markup=False,
-            )
+            _print_interrupted(exc, db)
             raise typer.Exit(130) from None
     _print_totals(len(files), summary, str(db))
+
+
+def _print_interrupted(exc: IngestInterrupted, db: Path) -> None:
+    """What an interrupted ingest committed, and that running it again does the rest."""
+    part = (
+        f", and the first {exc.piece.bytes_read:,} bytes of {exc.piece.path}"
+        if exc.piece is not None
+        else ""
+    )
+    err_console.print(
+        f"interrupted: {len(exc.summary.files)} of {exc.total} file(s) committed "
+        f"({exc.summary.records:,} records){part} to {db}; the batch being read was "
+        "rolled back; run the same command again to ingest the rest",
+        highlight=False,
+        markup=False,
+    )
 
 
 def _convert_torch_logs(paths: list[str]) -> list[str]:
@@ -169,20 +184,17 @@ def _convert_torch_logs(paths: list[str]) -> list[str]:
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
     t0 = time.perf_counter()
-    try:
-        if engine is Engine.spark:
-            try:
-                from ember.analysis.lake_spark import ingest_spark
-            except ImportError as exc:
-                raise fail(
-                    f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
-                    "apt-get install -y openjdk-17-jre-headless)"
-                ) from None
-            summary = ingest_spark(files, lake, master=master, on_file=_print_file)
-        else:
-            summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
+    if engine is Engine.spark:
+        try:
+            from ember.analysis.lake import ingest_spark
+        except ImportError as exc:
+            raise fail(
+                f"--engine spark needs PySpark ({exc}): pip install pyspark (and Java 17+: "
+                "apt-get install -y openjdk-17-jre-headless)"
+            ) from None
+        summary = ingest_spark(files, lake, master=master, on_file=_print_file)
+    else:
+        summary = ingest_lake(files, lake, on_file=_print_file, strict=strict)
     summary.seconds = time.perf_counter() - t0
     _print_totals(len(files), summary, f"{lake} ({engine.value})")
 
@@ -249,11 +261,9 @@ def query(
     """Run SQL on the database (read-only) and print the result."""
     if format is Format.parquet and output is None:
         raise fail("--format parquet writes a file: give --output FILE.parquet")
-    with _open(db, read_only=True, wait=wait) as con:
+    with open_database(db, read_only=True, wait=wait) as con:
         try:
             df = con.sql(sql)
-        except LakeError as exc:
-            raise fail(str(exc)) from None
         except duckdb.Error as exc:
             raise fail(f"{exc}\nThe tables and views: " + ", ".join(con.tables())) from None
     more = f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""
@@ -325,7 +335,7 @@ def report(
 ) -> None:
     """Per run: a headline of numbers, then the findings as sentences, most costly first."""
     start = since_time(since)
-    with _open(db, read_only=True) as con:
+    with open_database(db, read_only=True) as con:
         try:
             runs = run_report(con, run, limit=limit, since=start)
         except (LookupError, ValueError) as exc:
@@ -473,7 +483,7 @@ def export_command(
     """Export a run as Chrome trace JSON (ui.perfetto.dev), or everything as Parquet."""
     if chrome is None and parquet is None:
         raise fail("give --chrome FILE --run ID, or --parquet DIR")
-    with _open(db, read_only=True) as con:
+    with open_database(db, read_only=True) as con:
         if chrome is not None:
             if run is None:
                 raise fail("--chrome needs --run ID (one run per trace file)")
@@ -628,7 +638,7 @@ def views(
             body = view_sql(name).strip().rstrip(";")
             write_out(f"CREATE OR REPLACE VIEW {name} AS\n{body};\n\n")
         return
-    from ember.analysis.spark_sql import HAND_WRITTEN, spark_tables, spark_views
+    from ember.analysis.lake import HAND_WRITTEN, spark_tables, spark_views
 
     write_out(
         "-- Ember's views for Spark SQL, translated from analysis/sql/*.sql by sqlglot\n"
@@ -636,7 +646,7 @@ def views(
         + "; ".join(f"{v}: {', '.join(c)}" for v, c in HAND_WRITTEN.items())
         + ".\n-- First register the lake's stored rows as _lake_<table> views (the Delta table\n"
         "-- LAKE/<table>, rows whose _ingest is committed in LAKE/_ingests), or use\n"
-        "-- ember.analysis.lake_spark.register_lake.\n"
+        "-- ember.analysis.lake.spark.job.register_lake.\n"
         "-- Each view reads the ones before it, and Spark plans a view again inside every\n"
         "-- view (and a CTE at every use) that reads it. Run as plain temp views (as\n"
         "-- register_lake(spark, lake, computed=False) creates them), recompile_causes and\n"

@@ -23,19 +23,23 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from ember.analysis.db import DatabasePathError
-from ember.analysis.lake_table import LakeError
+from ember.analysis.lake import LakeError
 
 
 class _Commands(TyperGroup):
     """Every command runs through ``invoke``: the one place where what goes wrong with a
     path or the machine (a folder given for a file, /proc, a database DuckDB cannot open,
-    an input too big for memory) becomes an ``error:`` line and exit 2, not a traceback.
-    Commands raise ``fail(...)`` themselves for what they can say better."""
+    an input too big for memory) becomes an ``error:`` line and exit 2, not a traceback;
+    a lake that cannot be used as given (``LakeError``: its message says what to do, as a
+    command's own ``fail`` does) exit 1. Commands raise ``fail(...)`` themselves for what
+    they can say better."""
 
     def invoke(self, ctx: Any) -> Any:  # typer.core.Context (typer vendors click)
         try:
             return super().invoke(ctx)
-        except (OSError, duckdb.Error, DatabasePathError, LakeError, MemoryError) as exc:
+        except LakeError as exc:
+            raise fail(str(exc)) from None
+        except (OSError, duckdb.Error, DatabasePathError, MemoryError) as exc:
             if isinstance(exc, BrokenPipeError):
                 raise
             raise fail(explain(exc), 2) from None

@@ -28,6 +28,7 @@ from ember.analysis.compare import (
 )
 from ember.analysis.db import DEFAULT_DB
 from ember.analysis.gate import RuleError, load_config
+from ember.analysis.lake import LakeError
 
 from .app import app, console, fail, write_out
 
@@ -154,7 +155,8 @@ def compare(
         result = compare_refs(
             base, candidate, gate, db=db, baseline_tags=tags or None, baseline_db=baseline_db
         )
-    except (CompareError, RuleError, DatabaseBusyError) as exc:
+    except (CompareError, RuleError, DatabaseBusyError, LakeError) as exc:
+        # exit 2, not the app's 1 for a LakeError: compare's 1 means a broken rule
         raise fail(str(exc), 2) from None
     if junit is not None:
         junit.parent.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ember.analysis.lake_admin import check, optimize, upgrade, vacuum
-from ember.analysis.lake_table import LakeError
+from ember.analysis.lake import check, optimize, upgrade, vacuum
 
 from .app import app, console, fail
 
@@ -22,10 +21,7 @@ LAKE = typer.Argument(..., help="The lake folder.")
 @lake_app.command("optimize")
 def optimize_command(lake: Path = LAKE) -> None:
     """Compact the small files of every table and checkpoint its log (safe during ingests)."""
-    try:
-        done = optimize(lake)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
+    done = optimize(lake)
     for table, m in done.items():
         if m["removed"]:
             console.print(f"{table}: {m['removed']} file(s) -> {m['added']}", highlight=False)
@@ -41,10 +37,7 @@ def vacuum_command(
     ),
 ) -> None:
     """Delete the files no snapshot of the last RETAIN hours needs."""
-    try:
-        done = vacuum(lake, retain)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
+    done = vacuum(lake, retain)
     console.print(f"removed {sum(done.values())} file(s) from {lake}", highlight=False)
 
 
@@ -59,10 +52,7 @@ def check_command(
     ),
 ) -> None:
     """Check that every table's log and files can be read; count rows of no committed ingest."""
-    try:
-        report = check(lake, repair=repair, grace_s=grace)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
+    report = check(lake, repair=repair, grace_s=grace)
     for line in report.damaged_logs:
         console.print(f"damaged log: {line}", highlight=False, soft_wrap=True)
     for line in report.damaged_files:
@@ -83,8 +73,5 @@ def upgrade_command(
     new: Path = typer.Argument(..., help="The Delta lake to write (made if missing)."),
 ) -> None:
     """Copy an old-format lake into a Delta lake (the old one is only read)."""
-    try:
-        n = upgrade(old, new)
-    except LakeError as exc:
-        raise fail(str(exc)) from None
+    n = upgrade(old, new)
     console.print(f"copied {n} trace file(s) from {old} into {new}", highlight=False)

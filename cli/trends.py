@@ -13,7 +13,7 @@ import typer
 from ember.analysis import format as fmt
 from ember.analysis.trends import METRICS, ChangePoint, change_points, describe, series_points
 
-from .analysis import DB_OPTION, _open, since_time
+from .analysis import DB_OPTION, open_database, since_time
 from .app import app, console, fail
 
 _METRIC_NAMES = ", ".join(METRICS)
@@ -78,7 +78,7 @@ def trends(
     """Each series' history across runs, and the runs where a level changed (PELT change
     points, each tested as `ember compare` tests two runs)."""
     tags, start = parse_tags(tag), since_time(since)
-    with _open(db, read_only=True) as con:
+    with open_database(db, read_only=True) as con:
         try:
             points = series_points(con.sql, by=by, model=model, tags=tags, metrics=metric)
         except ValueError as exc:

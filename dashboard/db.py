@@ -105,6 +105,14 @@ def db_version(path: Path | None = None) -> DbVersion:
     it is absent)."""
     path = path or database_path()
     if path.is_dir():
+        from ember.analysis.lake import is_old_lake
+
+        if is_old_lake(path):  # its orphaned parts would be read as an export's rows
+            raise DatabaseError(
+                f"{path} is a trace lake in the old format (Parquet parts and a _manifest "
+                f"folder), which Ember no longer reads here: run `ember lake upgrade {path} "
+                "NEW` and open NEW (`ember dashboard --db NEW`)."
+            )
         files = [f.stat() for f in path.rglob("*.parquet")]
         if not files:
             raise DatabaseError(

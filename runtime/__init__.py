@@ -6,7 +6,8 @@ turns it into a ``CompiledModel`` of ``jax.jit`` segments with a per-position ca
 (``interpret``, ``run_nodes``) that the op tests and profile mode build on.
 """
 
-from .compiled import CompiledModel, compile, run
+from ember.runtime.jit.compiled import CompiledModel, compile, run
+
 from .errors import (
     EmberRuntimeError,
     ExternalDataError,

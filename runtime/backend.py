@@ -14,10 +14,11 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
-from .compiled import CompiledModel
-from .compiled import compile as compile_model
-from .compiled import run as run_model_eager
-from .graph import Graph, run_nodes
+from ember.runtime.graph.ir import Graph, run_nodes
+from ember.runtime.jit.compiled import CompiledModel
+from ember.runtime.jit.compiled import compile as compile_model
+from ember.runtime.jit.compiled import run as run_model_eager
+
 from .model import Model, load
 
 __all__ = ["EmberBackend", "EmberBackendRep", "to_numpy"]

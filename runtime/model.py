@@ -22,9 +22,9 @@ from onnx import external_data_helper, helper
 
 from ember.recorder import bus
 from ember.recorder import events as E
+from ember.runtime.graph.ir import Graph
 
 from .errors import ExternalDataError, LoadError, NewerOpsetWarning
-from .graph import Graph
 
 __all__ = ["Model", "TensorSpec", "describe_source", "load"]
 
@@ -150,7 +150,7 @@ def describe_source(source: Any, revision: str | None = None) -> str | None:
 
 
 def _hub_text(hub: Any, revision: str | None) -> str:
-    from . import hub as hub_mod
+    from ember.runtime.hub import loader as hub_mod
 
     # a revision the source names stays in its text, so that Model.source loads the same file
     named = hub.revision is not None
@@ -167,7 +167,7 @@ def _parse_hub(source: Any) -> Any:
         return None
     if isinstance(source, os.PathLike):
         return None
-    from . import hub  # lazy: the Hub client is only needed for Hub sources
+    from ember.runtime.hub import loader as hub
 
     return hub.parse_hub_source(source)
 
@@ -206,7 +206,7 @@ def _load(
 ) -> Model:
     folder: Path | None = None
     if hub is not None:
-        from . import hub as hub_mod
+        from ember.runtime.hub import loader as hub_mod
 
         path = hub_mod.download_model(hub.repo_id, hub.filename, revision=revision, offline=offline)
         source = path

@@ -37,9 +37,9 @@ import numpy as np
 
 from ember.recorder import bus
 from ember.recorder import events as E
+from ember.runtime.graph.ir import Graph, Node, run_node
+from ember.runtime.jit.compiled import CompiledModel
 
-from .compiled import CompiledModel
-from .graph import Graph, Node, run_node
 from .inputs import as_model, check_inputs, to_device
 from .memory import device_label
 from .model import Model

@@ -330,7 +330,8 @@ def run_workload(
     """
     import jax
 
-    from .compiled import compile as compile_model
+    from ember.runtime.jit.compiled import compile as compile_model
+
     from .memory import track_device_memory
     from .model import load
     from .profile import profile as profile_model

@@ -144,7 +144,7 @@ def _latest_with_tags(con: Any, tags: dict[str, str], exclude: str | None, origi
 def _connect_db(path: str | Path) -> Any:
     """A read-only connection to a DuckDB file or a lake folder (``ember ingest --lake``)."""
     from ember.analysis.db import connect
-    from ember.analysis.lake import connect_lake
+    from ember.analysis.lake.ingest import connect_lake
 
     try:
         return connect_lake(path) if Path(path).is_dir() else connect(path, read_only=True)
@@ -156,7 +156,7 @@ def _trace_side(stack: contextlib.ExitStack, ref: str) -> Side:
     """The run of the trace file ``ref``, ingested into a temporary database that ``stack``
     removes."""
     from ember.analysis.db import connect
-    from ember.analysis.ingest import ingest
+    from ember.analysis.ingest.database import ingest
 
     if not Path(ref).is_file():
         raise CompareError(f"{ref}: no such trace file")

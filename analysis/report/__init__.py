@@ -62,7 +62,7 @@ def trace_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     ``ember run`` prints after recording, so its numbers are the report's and the
     dashboard's)."""
     from ember.analysis.db import connect
-    from ember.analysis.ingest import ingest_file
+    from ember.analysis.ingest.database import ingest_file
 
     with connect(":memory:") as con:
         result = ingest_file(con, Path(path))

@@ -16,7 +16,7 @@ import numpy as np
 from ember.runtime.ops import op, xp
 from ember.runtime.ops._common import as_str as _str
 from ember.runtime.ops._common import host as _host
-from ember.runtime.ops.math import _astype, _widen, erf
+from ember.runtime.ops.math import astype, erf, widen
 
 Array = Any
 
@@ -28,21 +28,21 @@ Array = Any
 def relu(X: Array, *, consumed_inputs: Any = None) -> Array:
     """max(X, 0); opset 1+."""
     m = xp(X)
-    return _astype(m, m.maximum(X, 0), X.dtype)
+    return astype(m, m.maximum(X, 0), X.dtype)
 
 
 @op("LeakyRelu")
 def leaky_relu(X: Array, *, alpha: float = 0.01, consumed_inputs: Any = None) -> Array:
     """X, or ``alpha`` * X where X < 0; opset 1+."""
     m = xp(X)
-    return _astype(m, m.where(X >= 0, X, X * alpha), X.dtype)
+    return astype(m, m.where(X >= 0, X, X * alpha), X.dtype)
 
 
 @op("Elu")
 def elu(X: Array, *, alpha: float = 1.0, consumed_inputs: Any = None) -> Array:
     """X, or ``alpha`` * (exp(X) - 1) where X <= 0; opset 1+."""
     m = xp(X)
-    return _astype(m, m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
+    return astype(m, m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
 
 
 @op("Selu")
@@ -55,7 +55,7 @@ def selu(
 ) -> Array:
     """``gamma`` * elu(X) with the SELU constants; opset 1+."""
     m = xp(X)
-    return _astype(m, gamma * m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
+    return astype(m, gamma * m.where(X > 0, X, alpha * (m.exp(X) - 1)), X.dtype)
 
 
 @op("Celu", since=12)
@@ -63,16 +63,16 @@ def celu(X: Array, *, alpha: float = 1.0) -> Array:
     """max(0, X) + min(0, ``alpha`` * (exp(X / ``alpha``) - 1)); opset 12+."""
     m = xp(X)
     dtype = X.dtype
-    X = _widen(X)
+    X = widen(X)
     neg = alpha * (m.exp(m.minimum(X, 0) / alpha) - 1)
-    return _astype(m, m.maximum(X, 0) + m.minimum(neg, 0), dtype)
+    return astype(m, m.maximum(X, 0) + m.minimum(neg, 0), dtype)
 
 
 @op("Sigmoid")
 def sigmoid(X: Array, *, consumed_inputs: Any = None) -> Array:
     """1 / (1 + exp(-X)); opset 1+."""
     m = xp(X)
-    return _astype(m, 1 / (1 + m.exp(-X)), X.dtype)
+    return astype(m, 1 / (1 + m.exp(-X)), X.dtype)
 
 
 @op("HardSigmoid")
@@ -81,35 +81,35 @@ def hard_sigmoid(
 ) -> Array:
     """clip(``alpha`` * X + ``beta``, 0, 1); opset 1+."""
     m = xp(X)
-    return _astype(m, m.clip(alpha * X + beta, 0, 1), X.dtype)
+    return astype(m, m.clip(alpha * X + beta, 0, 1), X.dtype)
 
 
 @op("HardSwish", since=14)
 def hard_swish(X: Array) -> Array:
     """X * clip(X / 6 + 0.5, 0, 1); opset 14+."""
     m = xp(X)
-    return _astype(m, X * m.clip(X / 6 + 0.5, 0, 1), X.dtype)
+    return astype(m, X * m.clip(X / 6 + 0.5, 0, 1), X.dtype)
 
 
 @op("Softplus")
 def softplus(X: Array) -> Array:
     """log(1 + exp(X)), computed without overflow; opset 1+."""
     m = xp(X)
-    return _astype(m, m.logaddexp(X, 0), X.dtype)
+    return astype(m, m.logaddexp(X, 0), X.dtype)
 
 
 @op("Softsign")
 def softsign(input: Array) -> Array:
     """X / (1 + abs(X)); opset 1+."""
     m = xp(input)
-    return _astype(m, input / (1 + m.abs(input)), input.dtype)
+    return astype(m, input / (1 + m.abs(input)), input.dtype)
 
 
 @op("ThresholdedRelu", since=10)
 def thresholded_relu(X: Array, *, alpha: float = 1.0) -> Array:
     """X where X > ``alpha``, else 0; opset 10+."""
     m = xp(X)
-    return _astype(m, m.where(alpha < X, X, 0), X.dtype)
+    return astype(m, m.where(alpha < X, X, 0), X.dtype)
 
 
 @op("PRelu")
@@ -125,7 +125,7 @@ def prelu_v1(X: Array, slope: Array, *, consumed_inputs: Any = None) -> Array:
 def prelu(X: Array, slope: Array) -> Array:
     """X, or slope * X where X < 0, slope broadcast; opset 7+."""
     m = xp(X, slope)
-    return _astype(m, m.where(X < 0, X * slope, X), X.dtype)
+    return astype(m, m.where(X < 0, X * slope, X), X.dtype)
 
 
 @op("Gelu", since=20)
@@ -134,22 +134,22 @@ def gelu(X: Array, *, approximate: str = "none") -> Array:
     m = xp(X)
     if _str(approximate) == "tanh":
         inner = math.sqrt(2 / math.pi) * (X + 0.044715 * X**3)
-        return _astype(m, 0.5 * X * (1 + m.tanh(inner)), X.dtype)
-    return _astype(m, 0.5 * X * (1 + erf(X / math.sqrt(2))), X.dtype)
+        return astype(m, 0.5 * X * (1 + m.tanh(inner)), X.dtype)
+    return astype(m, 0.5 * X * (1 + erf(X / math.sqrt(2))), X.dtype)
 
 
 @op("Mish", since=18)
 def mish(X: Array) -> Array:
     """X * tanh(softplus(X)); opset 18+."""
     m = xp(X)
-    return _astype(m, X * m.tanh(m.logaddexp(X, 0)), X.dtype)
+    return astype(m, X * m.tanh(m.logaddexp(X, 0)), X.dtype)
 
 
 @op("Swish", since=24)
 def swish(X: Array, *, alpha: float = 1.0) -> Array:
     """X * sigmoid(``alpha`` * X); opset 24+."""
     m = xp(X)
-    return _astype(m, X / (1 + m.exp(-alpha * X)), X.dtype)
+    return astype(m, X / (1 + m.exp(-alpha * X)), X.dtype)
 
 
 @op("Shrink", since=9)
@@ -158,7 +158,7 @@ def shrink(input: Array, *, bias: float = 0.0, lambd: float = 0.5) -> Array:
     m = xp(input)
     x = input
     out = m.where(x < -lambd, x + bias, m.where(x > lambd, x - bias, 0))
-    return _astype(m, out, input.dtype)
+    return astype(m, out, input.dtype)
 
 
 # ------------------------------------------------------------------ softmax family
@@ -192,28 +192,28 @@ def _hardmax(m: Any, x: Array, axis: int) -> Array:
 def softmax_v1(input: Array, *, axis: int = 1) -> Array:
     """Softmax of the input coerced to 2-D at ``axis`` (rows normalised); opsets 1-12."""
     m = xp(input)
-    return _astype(m, _flattened_2d(m, input, axis, _softmax), input.dtype)
+    return astype(m, _flattened_2d(m, input, axis, _softmax), input.dtype)
 
 
 @op("Softmax", since=13)
 def softmax(input: Array, *, axis: int = -1) -> Array:
     """Softmax along ``axis``; opset 13+."""
     m = xp(input)
-    return _astype(m, _softmax(m, input, axis), input.dtype)
+    return astype(m, _softmax(m, input, axis), input.dtype)
 
 
 @op("LogSoftmax")
 def log_softmax_v1(input: Array, *, axis: int = 1) -> Array:
     """Log-softmax of the input coerced to 2-D at ``axis``; opsets 1-12."""
     m = xp(input)
-    return _astype(m, _flattened_2d(m, input, axis, _log_softmax), input.dtype)
+    return astype(m, _flattened_2d(m, input, axis, _log_softmax), input.dtype)
 
 
 @op("LogSoftmax", since=13)
 def log_softmax(input: Array, *, axis: int = -1) -> Array:
     """Log-softmax along ``axis``; opset 13+."""
     m = xp(input)
-    return _astype(m, _log_softmax(m, input, axis), input.dtype)
+    return astype(m, _log_softmax(m, input, axis), input.dtype)
 
 
 @op("Hardmax")

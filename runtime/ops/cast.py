@@ -15,7 +15,7 @@ import numpy as np
 
 from ember.runtime.ops import op, xp
 from ember.runtime.ops._common import as_str as _str
-from ember.runtime.ops.math import _is_float, _is_int
+from ember.runtime.ops.math import is_float, is_int
 
 Array = Any
 
@@ -40,7 +40,7 @@ def _cast(
         return _cast_strings(np.asarray(input), dtype)
     m = xp(input)
     value = input
-    if to in _FLOAT8_SATURATING and saturate and _is_float(src) and src.itemsize >= 2:
+    if to in _FLOAT8_SATURATING and saturate and is_float(src) and src.itemsize >= 2:
         import ml_dtypes
 
         info = ml_dtypes.finfo(dtype)
@@ -51,11 +51,11 @@ def _cast(
 
         rounded = onnx.numpy_helper.to_float8e8m0(np.asarray(value), bool(saturate), round_mode)
         return rounded.astype(dtype)
-    if dtype.name in _SUB_BYTE_INTS and not _is_int(src) and src != np.bool_:
+    if dtype.name in _SUB_BYTE_INTS and not is_int(src) and src != np.bool_:
         return _float_to_sub_byte_int(m, value, dtype)
     if m is np:
         return np.asarray(value).astype(dtype)
-    if dtype.kind == "u" and _is_float(src):
+    if dtype.kind == "u" and is_float(src):
         # XLA saturates negative floats to 0 where C casts (onnxruntime, numpy) wrap
         # around; go through int64 so that both paths agree.
         return m.where(value < 0, value.astype(np.int64).astype(dtype), value.astype(dtype))
@@ -100,7 +100,7 @@ def _cast_strings(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
         floats = np.array([float(t) for t in text], dtype=np.float32)
         return (floats != 0).reshape(value.shape)
     floats = np.array([float(t) for t in text], dtype=np.float64)
-    if _is_int(dtype):
+    if is_int(dtype):
         return np.array([int(t) for t in text], dtype=dtype).reshape(value.shape)
     return floats.astype(np.float32).astype(dtype).reshape(value.shape)
 

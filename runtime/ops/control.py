@@ -242,7 +242,7 @@ def loop_bounded(
     ``start`` (traced). Returns the final carried values, the buffers, the number of steps
     run (the rows that are scan outputs) and the last condition; a caller on the host runs
     it again from there while all rows were used and the condition holds. Not registered: a
-    break runs a Loop with it (see ``ember.runtime.break_subgraphs``). A body that changes
+    break runs a Loop with it (see ``ember.runtime.breaks.subgraphs``). A body that changes
     shapes raises ``TypeError``."""
     import jax
     import jax.numpy as jnp

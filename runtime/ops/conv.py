@@ -2,7 +2,7 @@
 
 They take NCHW-style layouts (batch, channels, spatial...) as ONNX does and lower to
 ``lax.conv_general_dilated`` so that XLA fuses and tiles them well. Padding arithmetic is
-done on the host from static shapes; the pools share it (``_ints``, ``_auto_pads``).
+done on the host from static shapes; the pools share it (``ints_or_default``, ``auto_pads``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from . import op
 # padding / window arithmetic shared by Conv and the pools
 
 
-def _ints(values: Sequence[int] | None, n: int, default: int) -> list[int]:
+def ints_or_default(values: Sequence[int] | None, n: int, default: int) -> list[int]:
     return [default] * n if values is None or len(values) == 0 else [int(v) for v in values]
 
 
@@ -31,7 +31,7 @@ def _split_pad(total: int, auto_pad: str) -> tuple[int, int]:
     return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
 
 
-def _auto_pads(
+def auto_pads(
     auto_pad: str,
     pads: Sequence[int] | None,
     in_shape: Sequence[int],
@@ -51,7 +51,7 @@ def _auto_pads(
         return out
     if auto_pad == "VALID":
         return [(0, 0)] * n
-    p = _ints(pads, 2 * n, 0)
+    p = ints_or_default(pads, 2 * n, 0)
     return [(p[i], p[i + n]) for i in range(n)]
 
 
@@ -141,9 +141,9 @@ def _grouped_pointwise(x, w, group, strides):
 def _conv(x, w, *, auto_pad, dilations, group, pads, strides, preferred=None, channels_last=False):
     n = x.ndim - 2
     kernel = list(w.shape[2:])
-    strides_ = _ints(strides, n, 1)
-    dil = _ints(dilations, n, 1)
-    pad = _auto_pads(auto_pad, pads, x.shape[2:], kernel, strides_, dil)
+    strides_ = ints_or_default(strides, n, 1)
+    dil = ints_or_default(dilations, n, 1)
+    pad = auto_pads(auto_pad, pads, x.shape[2:], kernel, strides_, dil)
     plain_float = preferred is None and x.dtype in (jnp.float32, jnp.float64) and w.dtype == x.dtype
     if group > 1 and plain_float and all(p >= 0 for pp in pad for p in pp):
         if w.shape[1] == 1 and int(np.prod(kernel)) <= _SHIFT_ADD_MAX_TAPS:
@@ -251,9 +251,9 @@ def conv_transpose(
     n = x.ndim - 2
     in_sp = x.shape[2:]
     kernel = list(w.shape[2:])
-    strides_ = _ints(strides, n, 1)
-    dil = _ints(dilations, n, 1)
-    out_pad = _ints(output_padding, n, 0)
+    strides_ = ints_or_default(strides, n, 1)
+    dil = ints_or_default(dilations, n, 1)
+    out_pad = ints_or_default(output_padding, n, 0)
     explicit = output_shape is not None and len(output_shape) > 0
     if explicit:
         target = [int(v) for v in output_shape][-n:]
@@ -273,7 +273,7 @@ def conv_transpose(
                 total = max(total, 0)
             pad.append(_split_pad(total, auto_pad))
     else:  # VALID or explicit pads (SAME always has a target)
-        pad = _auto_pads(auto_pad, pads, in_sp, kernel, strides_, dil)
+        pad = auto_pads(auto_pad, pads, in_sp, kernel, strides_, dil)
     # A transposed conv is a conv over the stride-dilated input with the flipped kernel
     # whose in/out channel axes are swapped within each group.
     c_in, c_out_g = w.shape[0], w.shape[1]
@@ -373,9 +373,9 @@ def deform_conv(
     oc = w.shape[0]
     kh, kw = w.shape[2:]
     oh, ow = off.shape[2:]
-    sh, sw = _ints(strides, 2, 1)
-    dh, dw = _ints(dilations, 2, 1)
-    p = _ints(pads, 4, 0)
+    sh, sw = ints_or_default(strides, 2, 1)
+    dh, dw = ints_or_default(dilations, 2, 1)
+    p = ints_or_default(pads, 4, 0)
     off = off.reshape(n, offset_group, kh, kw, 2, oh, ow)
     m = (
         jnp.ones((n, offset_group, kh, kw, oh, ow), x.dtype)

@@ -11,7 +11,7 @@ import numpy as np
 from ember.runtime.ops import op, xp
 from ember.runtime.ops._common import as_str as _str
 from ember.runtime.ops._common import host as _host
-from ember.runtime.ops.tensor import _axis
+from ember.runtime.ops.tensor import normalized_axis
 
 Array = Any
 
@@ -28,7 +28,7 @@ def _normalize_indices(indices: Array, dim: Any) -> Array:
 def gather(data: Array, indices: Array, *, axis: int = 0) -> Array:
     """Entries of ``data`` along ``axis`` picked by ``indices`` (negatives count back); opset 1+."""
     m = xp(data, indices)
-    axis = _axis(axis, data.ndim)
+    axis = normalized_axis(axis, data.ndim)
     idx = _normalize_indices(indices, data.shape[axis])
     if m is np:
         return np.asarray(np.take(data, idx, axis=axis))
@@ -39,7 +39,7 @@ def gather(data: Array, indices: Array, *, axis: int = 0) -> Array:
 def gather_elements(data: Array, indices: Array, *, axis: int = 0) -> Array:
     """``data`` indexed elementwise along ``axis`` (numpy's take_along_axis); opset 11+."""
     m = xp(data, indices)
-    axis = _axis(axis, data.ndim)
+    axis = normalized_axis(axis, data.ndim)
     idx = _normalize_indices(indices, data.shape[axis])
     return _host(m.take_along_axis(data, idx, axis=axis))
 
@@ -84,7 +84,7 @@ def _scatter_at(data: Array, index: tuple[Array, ...], updates: Array, reduction
 def _scatter_elements(
     data: Array, indices: Array, updates: Array, axis: int, reduction: str
 ) -> Array:
-    axis = _axis(axis, data.ndim)
+    axis = normalized_axis(axis, data.ndim)
     idx = _normalize_indices(indices, data.shape[axis])
     grid = list(np.indices(indices.shape, sparse=True))
     grid[axis] = idx
@@ -124,7 +124,7 @@ def compress(input: Array, condition: Array, *, axis: int | None = None) -> Arra
     keep = np.flatnonzero(np.asarray(condition).reshape(-1))
     if axis is None:
         return _host(m.take(m.reshape(input, -1), keep))
-    return _host(m.take(input, keep, axis=_axis(axis, input.ndim)))
+    return _host(m.take(input, keep, axis=normalized_axis(axis, input.ndim)))
 
 
 @op("NonZero", since=9, value_shaped=True)
@@ -139,7 +139,7 @@ def unique(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Unique values (or slices along ``axis``), first indices, inverse and counts; opset 11+."""
     x = np.asarray(X)
-    ax = None if axis is None else _axis(axis, x.ndim)
+    ax = None if axis is None else normalized_axis(axis, x.ndim)
     values, first, inverse, counts = np.unique(
         x, return_index=True, return_inverse=True, return_counts=True, axis=ax
     )

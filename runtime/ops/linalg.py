@@ -14,7 +14,7 @@ import numpy as np
 
 from ember.runtime.ops import op, xp
 from ember.runtime.ops._common import as_str as _str
-from ember.runtime.ops.math import _astype
+from ember.runtime.ops.math import astype
 
 Array = Any
 
@@ -26,7 +26,7 @@ Array = Any
 def matmul(A: Array, B: Array) -> Array:
     """Matrix product with numpy's batching and broadcasting rules; opset 1+."""
     m = xp(A, B)
-    return _astype(m, m.matmul(A, B), A.dtype)
+    return astype(m, m.matmul(A, B), A.dtype)
 
 
 @op("MatMulInteger", since=10)
@@ -44,7 +44,7 @@ def matmul_integer(
         a = a - azp
     if b_zero_point is not None:
         b = b - b_zero_point.astype(np.int32)
-    return _astype(m, m.matmul(a, b), np.int32)
+    return astype(m, m.matmul(a, b), np.int32)
 
 
 @op("Gemm")
@@ -74,7 +74,7 @@ def gemm(
         result = alpha * result
     if C is not None and beta != 0.0:
         result = result + (C if beta == 1.0 else beta * C)
-    return _astype(m, result, A.dtype)
+    return astype(m, result, A.dtype)
 
 
 @op("Einsum", since=12)
@@ -84,12 +84,12 @@ def einsum(*Inputs: Array, equation: str = "") -> Array:
     eq = _str(equation).replace(" ", "")
     if m is np and Inputs[0].dtype.name == "bfloat16":
         widened = [x.astype(np.float32) for x in Inputs]
-        return _astype(m, np.einsum(eq, *widened), Inputs[0].dtype)
-    return _astype(m, m.einsum(eq, *Inputs), Inputs[0].dtype)
+        return astype(m, np.einsum(eq, *widened), Inputs[0].dtype)
+    return astype(m, m.einsum(eq, *Inputs), Inputs[0].dtype)
 
 
 @op("Det", since=11)
 def det(X: Array) -> Array:
     """The determinant of each square matrix in the trailing two dims; opset 11+."""
     m = xp(X)
-    return _astype(m, m.linalg.det(X), X.dtype)
+    return astype(m, m.linalg.det(X), X.dtype)

@@ -26,31 +26,31 @@ Array = Any
 # ---------------------------------------------------------------------------- helpers
 
 
-def _astype(m: Any, value: Array, dtype: Any) -> Array:
+def astype(m: Any, value: Array, dtype: Any) -> Array:
     if value.dtype == dtype:
         return _host(value)
     return _host(m.asarray(value).astype(dtype))
 
 
-def _widen(value: Array) -> Array:
+def widen(value: Array) -> Array:
     """Half-precision inputs are computed in float32 (as the ONNX reference does)."""
     if value.dtype.name in ("bfloat16", "float16"):
         return value.astype(np.float32)
     return value
 
 
-def _axes(value: Any) -> list[int] | None:
+def normalized_axes(value: Any) -> list[int] | None:
     """An ``axes`` attribute or host input as a list of ints (None when absent)."""
     if value is None:
         return None
     return [int(a) for a in np.asarray(value).reshape(-1)]
 
 
-def _is_int(dtype: Any) -> bool:
+def is_int(dtype: Any) -> bool:
     return np.issubdtype(np.dtype(dtype), np.integer)
 
 
-def _is_float(dtype: Any) -> bool:
+def is_float(dtype: Any) -> bool:
     dt = np.dtype(dtype)
     return dt.kind == "f" or dt.kind == "V" or "float" in dt.name
 
@@ -104,13 +104,13 @@ def div(
     """A / B, integers truncated toward zero (below 7 also ``broadcast``/``axis``); opset 1+."""
     B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
-    if _is_int(A.dtype):
+    if is_int(A.dtype):
         # ONNX integer division truncates toward zero (C semantics); stay in integers so
         # large int64 values keep their precision.
         q = m.floor_divide(A, B)
         adjust = (m.remainder(A, B) != 0) & ((A < 0) ^ (B < 0))
-        return _astype(m, q + adjust.astype(q.dtype), A.dtype)
-    return _astype(m, m.divide(A, B), A.dtype)
+        return astype(m, q + adjust.astype(q.dtype), A.dtype)
+    return astype(m, m.divide(A, B), A.dtype)
 
 
 @op("Pow")
@@ -118,10 +118,10 @@ def pow_(X: Array, Y: Array, *, axis: int | None = None, broadcast: int = 0) -> 
     """X ** Y in X's type (int X, float Y: computed in Y's type); opset 1+."""
     Y = _legacy_broadcast(X, Y, axis, broadcast)
     m = xp(X, Y)
-    if _is_int(X.dtype) and not _is_int(Y.dtype):
+    if is_int(X.dtype) and not is_int(Y.dtype):
         # an integer base with a fractional exponent: compute in the exponent's type
-        return _astype(m, m.power(X.astype(Y.dtype), Y), X.dtype)
-    return _astype(m, m.power(X, Y.astype(X.dtype)), X.dtype)
+        return astype(m, m.power(X.astype(Y.dtype), Y), X.dtype)
+    return astype(m, m.power(X, Y.astype(X.dtype)), X.dtype)
 
 
 @op("Mod", since=10)
@@ -129,14 +129,14 @@ def mod(A: Array, B: Array, *, fmod: int = 0) -> Array:
     """A mod B with the divisor's sign, or C's fmod (sign of A) when ``fmod=1``; opset 10+."""
     m = xp(A, B)
     if fmod:
-        return _astype(m, m.fmod(A, B), A.dtype)
-    return _astype(m, m.mod(A, B), A.dtype)
+        return astype(m, m.fmod(A, B), A.dtype)
+    return astype(m, m.mod(A, B), A.dtype)
 
 
 def _unary(name: str, fn_name: str, since: int = 1) -> None:
     def fn(X: Array, *, consumed_inputs: Any = None) -> Array:
         m = xp(X)
-        return _astype(m, getattr(m, fn_name)(X), X.dtype)
+        return astype(m, getattr(m, fn_name)(X), X.dtype)
 
     fn.__name__ = fn_name
     fn.__doc__ = f"numpy's ``{fn_name}`` elementwise, in X's type; opset {since}+."
@@ -174,7 +174,7 @@ for _name, _fn in [
 def reciprocal(X: Array, *, consumed_inputs: Any = None) -> Array:
     """1 / X elementwise; opset 1+."""
     m = xp(X)
-    return _astype(m, m.reciprocal(X), X.dtype)
+    return astype(m, m.reciprocal(X), X.dtype)
 
 
 @op("Erf")
@@ -220,7 +220,7 @@ def mean(*data_0: Array) -> Array:
     """The elementwise mean of any number of inputs, broadcast; opset 1+."""
     m = xp(*data_0)
     total = _variadic("add", data_0)
-    return _astype(m, total / len(data_0), data_0[0].dtype)
+    return astype(m, total / len(data_0), data_0[0].dtype)
 
 
 # ------------------------------------------------------------------ logic and compare
@@ -294,7 +294,7 @@ def bit_shift(X: Array, Y: Array, *, direction: str = "LEFT") -> Array:
     """X shifted left or right by Y bits (``direction``), unsigned integers; opset 11+."""
     m = xp(X, Y)
     shift = m.left_shift if _str(direction) == "LEFT" else m.right_shift
-    return _astype(m, shift(X, Y.astype(X.dtype)), X.dtype)
+    return astype(m, shift(X, Y.astype(X.dtype)), X.dtype)
 
 
 @op("BitwiseAnd", since=18)
@@ -349,7 +349,7 @@ def clip_v1(
 ) -> Array:
     """X limited to the ``min``/``max`` attributes; opsets 1-10."""
     m = xp(input)
-    return _astype(m, m.minimum(m.maximum(input, min), max), input.dtype)
+    return astype(m, m.minimum(m.maximum(input, min), max), input.dtype)
 
 
 @op("Clip", since=11)
@@ -361,4 +361,4 @@ def clip(input: Array, min: Array | None = None, max: Array | None = None) -> Ar
         result = m.maximum(result, min)
     if max is not None:
         result = m.minimum(result, max)
-    return _astype(m, m.asarray(result), input.dtype)
+    return astype(m, m.asarray(result), input.dtype)

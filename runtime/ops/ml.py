@@ -20,7 +20,7 @@ ML = "ai.onnx.ml"
 Array = Any
 
 
-def _is_strings(value: Array) -> bool:
+def is_strings(value: Array) -> bool:
     return np.dtype(value.dtype).kind in "OUS"
 
 
@@ -28,7 +28,7 @@ def _is_strings(value: Array) -> bool:
 # LabelEncoder
 
 
-def _one_of(op_type: str, kind: str, **candidates: Any) -> np.ndarray:
+def one_of(op_type: str, kind: str, **candidates: Any) -> np.ndarray:
     """The one attribute of ``candidates`` that is set, as a 1-D array."""
     given = {name: v for name, v in candidates.items() if v is not None}
     names = ", ".join(candidates)
@@ -46,7 +46,7 @@ def _one_of(op_type: str, kind: str, **candidates: Any) -> np.ndarray:
     if name.endswith("_floats"):
         return np.asarray(value, dtype=np.float32)
     array = np.asarray(value).reshape(-1)
-    return array.astype(object) if _is_strings(array) else array
+    return array.astype(object) if is_strings(array) else array
 
 
 def _encode(X: Array, keys: np.ndarray, values: np.ndarray, default: Any, op_type: str) -> Array:
@@ -56,12 +56,12 @@ def _encode(X: Array, keys: np.ndarray, values: np.ndarray, default: Any, op_typ
             f"{op_type} has {len(keys)} keys but {len(values)} values; the keys_* and "
             "values_* attributes must have the same length"
         )
-    if _is_strings(keys) != _is_strings(X):
+    if is_strings(keys) != is_strings(X):
         raise ValueError(
-            f"{op_type} keys are {'strings' if _is_strings(keys) else 'numbers'} but its input "
+            f"{op_type} keys are {'strings' if is_strings(keys) else 'numbers'} but its input "
             f"is {X.dtype}; the input's element type must be the keys' type"
         )
-    if not _is_strings(keys):
+    if not is_strings(keys):
         keys = keys.astype(X.dtype)
     table: dict[Any, Any] = {}
     nan_value = None
@@ -70,7 +70,7 @@ def _encode(X: Array, keys: np.ndarray, values: np.ndarray, default: Any, op_typ
             nan_value = v  # a NaN key matches every NaN input
         else:
             table[k] = v
-    if _is_strings(keys) or _is_strings(values):
+    if is_strings(keys) or is_strings(values):
         # strings only live on the host; a traced input stops the trace here (a graph break)
         x = np.asarray(X)
         flat = x.reshape(-1).tolist()
@@ -101,7 +101,7 @@ def label_encoder_v1(
 ) -> Array:
     """Strings to their index in ``classes_strings``, or indices to strings; opset 1."""
     classes = np.asarray(list(classes_strings or []), dtype=object)
-    if _is_strings(X):  # a string maps to its position among the classes
+    if is_strings(X):  # a string maps to its position among the classes
         positions = np.arange(len(classes), dtype=np.int64)
         return _encode(X, classes, positions, np.int64(default_int64), "LabelEncoder")
     positions = np.arange(len(classes), dtype=np.int64)
@@ -126,7 +126,7 @@ def label_encoder(
     default_tensor: np.ndarray | None = None,
 ) -> Array:
     """Each key of X mapped to its value (``keys_*`` -> ``values_*``), else default; opset 2+."""
-    keys = _one_of(
+    keys = one_of(
         "LabelEncoder",
         "keys_*",
         keys_floats=keys_floats,
@@ -134,7 +134,7 @@ def label_encoder(
         keys_strings=keys_strings,
         keys_tensor=keys_tensor,
     )
-    values = _one_of(
+    values = one_of(
         "LabelEncoder",
         "values_*",
         values_floats=values_floats,
@@ -150,7 +150,7 @@ def label_encoder(
                 f"LabelEncoder's default_tensor has {default.size} elements; it must hold one"
             )
         default = default[0]
-    elif _is_strings(values):
+    elif is_strings(values):
         default = default_string
     elif values.dtype.kind in "iu":
         default = default_int64
@@ -183,7 +183,7 @@ def array_feature_extractor(X: Array, Y: Array) -> Array:
                 f"ArrayFeatureExtractor index {int(bad[0])} is outside the last axis of X "
                 f"(size {n}); indices must be in [0, {n})"
             )
-    m = np if _is_strings(X) else xp(X, Y)
+    m = np if is_strings(X) else xp(X, Y)
     if m is np:
         X, Y = np.asarray(X), np.asarray(Y)
     out = m.take(X, Y.reshape(-1), axis=-1)

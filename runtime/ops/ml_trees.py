@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 
 from . import op
-from .ml import ML, Array, _is_strings, _one_of
+from .ml import ML, Array, is_strings, one_of
 
 # ---------------------------------------------------------------------------------------------
 # tree ensembles
@@ -643,7 +643,7 @@ def tree_ensemble_classifier(
     """A tree ensemble's labels and class scores (+ base values); opset 1+."""
     name = "TreeEnsembleClassifier"
     transform = _enum(name, "post_transform", post_transform, _TRANSFORMS)
-    labels = _one_of(
+    labels = one_of(
         name,
         "classlabels_*",
         classlabels_int64s=classlabels_int64s,
@@ -682,7 +682,7 @@ def tree_ensemble_classifier(
     scores = _plus_base_values(name, scores, base, n_classes, "class", dtype)
     # the label is the first best class among those some leaf voted for
     best = jnp.argmax(jnp.where(_seen(forest, leaves), scores, -jnp.inf), axis=-1)
-    if _is_strings(labels):
+    if is_strings(labels):
         # string labels only live on the host; a traced input stops the trace here
         label = labels[np.asarray(best)]
     else:

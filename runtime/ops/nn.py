@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 
 from . import op, xp
-from .pool import _spatial_axes
+from .pool import spatial_axes
 
 # ---------------------------------------------------------------------------------------------
 # normalization
@@ -45,7 +45,7 @@ def batch_normalization(
         inv = m.asarray(scale) / m.sqrt(m.asarray(input_var) + epsilon)
         shift = m.asarray(B) - m.asarray(input_mean) * inv
         return (x * _channel(inv, x.ndim) + _channel(shift, x.ndim)).astype(x.dtype)
-    axes = (0,) + _spatial_axes(x)
+    axes = (0,) + spatial_axes(x)
     mean = jnp.mean(x, axis=axes)
     var = jnp.var(x, axis=axes)
     y = (x - _channel(mean, x.ndim)) * lax.rsqrt(_channel(var, x.ndim) + epsilon)
@@ -64,7 +64,7 @@ def instance_normalization(input, scale, B, *, epsilon=1e-5):
     """Each (sample, channel) normalized over its spatial dims, scaled, shifted; opset 1+."""
     x = jnp.asarray(input)
     xs = _stash(x, 1)
-    axes = _spatial_axes(x)
+    axes = spatial_axes(x)
     mean = jnp.mean(xs, axis=axes, keepdims=True)
     var = jnp.var(xs, axis=axes, keepdims=True)
     y = (xs - mean) * lax.rsqrt(var + epsilon)

@@ -16,10 +16,10 @@ import numpy as np
 from jax import lax
 
 from . import op
-from .conv import _auto_pads, _ints
+from .conv import auto_pads, ints_or_default
 
 
-def _pool_geometry(
+def pool_geometry(
     x_shape: Sequence[int],
     kernel_shape: Sequence[int],
     *,
@@ -33,9 +33,9 @@ def _pool_geometry(
     spatial = list(x_shape[2:])
     n = len(spatial)
     kernel = [int(k) for k in kernel_shape]
-    strides_ = _ints(strides, n, 1)
-    dil = _ints(dilations, n, 1)
-    pad = _auto_pads(auto_pad, pads, spatial, kernel, strides_, dil)
+    strides_ = ints_or_default(strides, n, 1)
+    dil = ints_or_default(dilations, n, 1)
+    pad = auto_pads(auto_pad, pads, spatial, kernel, strides_, dil)
     out, extra = [], []
     for i in range(n):
         window = (kernel[i] - 1) * dil[i] + 1
@@ -53,7 +53,7 @@ def _pool_geometry(
     return kernel, strides_, pad, extra, dil
 
 
-def _lowest(dtype: Any) -> Any:
+def lowest_value(dtype: Any) -> Any:
     dtype = np.dtype(dtype)
     if dtype.kind in "iu":
         return np.iinfo(dtype).min
@@ -105,7 +105,7 @@ def window_max(
     yolov8n's SPPF (three 5x5 MaxPools of a 1x128x10x10 value; 2 cores, load ~11, min of
     200): ~160-220 us each as a reduce-window, ~45 us as slices.
     """
-    lowest = jnp.asarray(_lowest(x.dtype), x.dtype)
+    lowest = jnp.asarray(lowest_value(x.dtype), x.dtype)
     widths = [(0, 0)] * x.ndim
     for axis, ends in zip(axes, padding, strict=True):
         widths[axis] = ends
@@ -159,7 +159,7 @@ def _max_pool_indices(x, kernel, strides, pad, extra, dil, out_sp, storage_order
     windows = jnp.take(flat, jnp.asarray(row_major.reshape(-1)), axis=2).reshape(
         x.shape[:2] + row_major.shape
     )
-    windows = jnp.where(jnp.asarray(valid), windows, jnp.asarray(_lowest(x.dtype), x.dtype))
+    windows = jnp.where(jnp.asarray(valid), windows, jnp.asarray(lowest_value(x.dtype), x.dtype))
     arg = jnp.argmax(windows, axis=-1)
     y = jnp.max(windows, axis=-1)
     chosen = row_major if storage_order == 0 else col_major
@@ -176,7 +176,7 @@ def _max_pool_indices(x, kernel, strides, pad, extra, dil, out_sp, storage_order
 def _max_pool(
     x, kernel_shape, auto_pad, ceil_mode, dilations, pads, strides, storage_order, with_indices
 ):
-    kernel, strides_, pad, extra, dil = _pool_geometry(
+    kernel, strides_, pad, extra, dil = pool_geometry(
         x.shape,
         kernel_shape,
         auto_pad=auto_pad,
@@ -231,7 +231,7 @@ def max_pool(
 def _avg_or_lp(
     x, kernel_shape, p, *, auto_pad, ceil_mode, count_include_pad, dilations, pads, strides
 ):
-    kernel, strides_, pad, extra, dil = _pool_geometry(
+    kernel, strides_, pad, extra, dil = pool_geometry(
         x.shape,
         kernel_shape,
         auto_pad=auto_pad,
@@ -314,7 +314,7 @@ def lp_pool(
     )
 
 
-def _spatial_axes(x) -> tuple[int, ...]:
+def spatial_axes(x) -> tuple[int, ...]:
     return tuple(range(2, x.ndim))
 
 
@@ -328,7 +328,7 @@ def global_average_pool(X):
     # underflows: softmax gave 0/0 = NaN in about one process in four (light squeezenet,
     # resnet50).
     x = jnp.asarray(X)
-    axes = _spatial_axes(x)
+    axes = spatial_axes(x)
     n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
     if not jnp.issubdtype(x.dtype, jnp.floating) or n == 0:
         return jnp.mean(x, axis=axes, keepdims=True).astype(x.dtype)
@@ -339,14 +339,14 @@ def global_average_pool(X):
 def global_max_pool(X):
     """Max over all spatial dims, kept as size 1; opset 1+."""
     x = jnp.asarray(X)
-    return jnp.max(x, axis=_spatial_axes(x), keepdims=True)
+    return jnp.max(x, axis=spatial_axes(x), keepdims=True)
 
 
 @op("GlobalLpPool", since=2)
 def global_lp_pool(X, *, p=2):
     """The p-norm over all spatial dims, kept as size 1; opset 2+."""
     x = jnp.asarray(X)
-    s = jnp.sum(jnp.abs(x) ** p, axis=_spatial_axes(x), keepdims=True)
+    s = jnp.sum(jnp.abs(x) ** p, axis=spatial_axes(x), keepdims=True)
     return (s ** (1.0 / p)).astype(x.dtype)
 
 
@@ -355,8 +355,8 @@ def max_unpool(X, I, output_shape=None, *, kernel_shape=(), pads=None, strides=N
     """MaxPool's values scattered back to their indices, zeros elsewhere; opset 9+."""
     x = jnp.asarray(X)
     n = x.ndim - 2
-    strides_ = _ints(strides, n, 1)
-    p = _ints(pads, 2 * n, 0)
+    strides_ = ints_or_default(strides, n, 1)
+    p = ints_or_default(pads, 2 * n, 0)
     inferred = list(x.shape[:2]) + [
         (x.shape[2 + i] - 1) * strides_[i] + kernel_shape[i] - p[i] - p[i + n] for i in range(n)
     ]

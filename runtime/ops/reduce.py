@@ -14,7 +14,7 @@ import numpy as np
 
 from ember.runtime.ops import op, xp
 from ember.runtime.ops._common import host as _host
-from ember.runtime.ops.math import _astype, _axes, _is_int
+from ember.runtime.ops.math import astype, is_int, normalized_axes
 
 Array = Any
 
@@ -39,7 +39,7 @@ def _cumulative(X: Array, axis: Array, exclusive: int, reverse: int, kind: str) 
             out = m.concatenate([ones, head], axis=ax)
     if reverse:
         out = m.flip(out, ax)
-    return _astype(m, out, X.dtype)
+    return astype(m, out, X.dtype)
 
 
 @op("CumSum", since=11, host_inputs=(1,))
@@ -66,7 +66,7 @@ def _reduce(kind: str, data: Array, axes: list[int] | None, keepdims: int, noop:
     axis = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
     keep = bool(keepdims)
     dt = data.dtype
-    if _is_int(dt) and kind in ("l2", "log_sum", "log_sum_exp"):
+    if is_int(dt) and kind in ("l2", "log_sum", "log_sum_exp"):
         data = data.astype(np.float64)  # exp/log/sqrt of integers: compute in float64
     empty = any(data.shape[a] == 0 for a in axis)
     if kind == "sum":
@@ -81,7 +81,7 @@ def _reduce(kind: str, data: Array, axes: list[int] | None, keepdims: int, noop:
             initial = -np.inf if kind == "max" else np.inf
             if dt == np.bool_:
                 initial = kind == "min"
-            elif _is_int(dt):
+            elif is_int(dt):
                 info = np.iinfo(dt)
                 initial = info.min if kind == "max" else info.max
             out = fn(data, axis=axis, keepdims=keep, initial=initial)
@@ -107,19 +107,19 @@ def _reduce(kind: str, data: Array, axes: list[int] | None, keepdims: int, noop:
                 out = m.squeeze(out, axis=axis)
     else:  # pragma: no cover - the registrations below name every kind
         raise ValueError(kind)
-    if _is_int(dt) and not _is_int(out.dtype):
+    if is_int(dt) and not is_int(out.dtype):
         out = m.trunc(out)  # integer results truncate toward zero, as C++ runtimes do
-    return _astype(m, m.asarray(out), dt)
+    return astype(m, m.asarray(out), dt)
 
 
 def _register_reduce(name: str, kind: str, input_since: int) -> None:
     def with_axes_attribute(data: Array, *, axes: Any = None, keepdims: int = 1) -> Array:
-        return _reduce(kind, data, _axes(axes), keepdims, 0)
+        return _reduce(kind, data, normalized_axes(axes), keepdims, 0)
 
     def with_axes_input(
         data: Array, axes: Array | None = None, *, keepdims: int = 1, noop_with_empty_axes: int = 0
     ) -> Array:
-        return _reduce(kind, data, _axes(axes), keepdims, noop_with_empty_axes)
+        return _reduce(kind, data, normalized_axes(axes), keepdims, noop_with_empty_axes)
 
     with_axes_attribute.__name__ = f"reduce_{kind}_v1"
     with_axes_input.__name__ = f"reduce_{kind}"
@@ -159,7 +159,7 @@ def _arg_extreme(data: Array, axis: int, keepdims: int, select_last_index: int, 
         idx = getattr(m, fn)(data, axis=axis)
     if keepdims:
         idx = m.expand_dims(idx, axis)
-    return _astype(m, m.asarray(idx), np.int64)
+    return astype(m, m.asarray(idx), np.int64)
 
 
 @op("ArgMax")
@@ -190,7 +190,7 @@ def _top_k(X: Array, k: int, axis: int, largest: int) -> tuple[Array, Array]:
     order = m.argsort(key, axis=axis, stable=True)
     indices = m.take(order, np.arange(k), axis=axis)
     values = m.take_along_axis(X, indices, axis=axis)
-    return _host(values), _astype(m, indices, np.int64)
+    return _host(values), astype(m, indices, np.int64)
 
 
 @op("TopK")

@@ -17,13 +17,13 @@ import numpy as np
 from ember.runtime.ops import op, xp
 
 from ._common import as_str as _str
-from ._common import flat_ints as _ints
+from ._common import flat_ints as ints_or_default
 from ._common import host as _host
 
 Array = Any
 
 
-def _axis(axis: int, rank: int) -> int:
+def normalized_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
@@ -44,8 +44,8 @@ def shape(data: Array, *, start: int = 0, end: int | None = None) -> np.ndarray:
     """The dims of ``data`` as int64, from ``start`` to ``end`` (negatives count back); opset 1+."""
     dims = np.asarray(np.shape(data), np.int64)
     rank = len(dims)
-    lo = min(max(_axis(start, rank), 0), rank)
-    hi = rank if end is None else min(max(_axis(end, rank), 0), rank)
+    lo = min(max(normalized_axis(start, rank), 0), rank)
+    hi = rank if end is None else min(max(normalized_axis(end, rank), 0), rank)
     return dims[lo:hi].copy()
 
 
@@ -56,7 +56,7 @@ def size(data: Array) -> np.ndarray:
 
 
 def _reshape(data: Array, shape: Any, allowzero: int) -> Array:
-    target = _ints(shape)
+    target = ints_or_default(shape)
     if not allowzero:
         target = [data.shape[i] if d == 0 else d for i, d in enumerate(target)]
     return _host(xp(data).reshape(data, target))
@@ -77,7 +77,7 @@ def reshape(data: Array, shape: Array, *, allowzero: int = 0) -> Array:
 @op("Flatten")
 def flatten(input: Array, *, axis: int = 1) -> Array:
     """``input`` as 2-D: the dims before ``axis`` make the rows, the rest the columns; opset 1+."""
-    axis = _axis(axis, input.ndim)
+    axis = normalized_axis(axis, input.ndim)
     rows = int(np.prod(input.shape[:axis], dtype=np.int64))
     cols = int(np.prod(input.shape[axis:], dtype=np.int64))
     return _host(xp(input).reshape(input, (rows, cols)))
@@ -87,25 +87,25 @@ def _squeeze(data: Array, axes: list[int] | None) -> Array:
     m = xp(data)
     if not axes:  # absent or empty: every dim of size 1 (as onnxruntime does)
         axes = [i for i, d in enumerate(data.shape) if d == 1]
-    return _host(m.squeeze(data, axis=tuple(_axis(a, data.ndim) for a in axes)))
+    return _host(m.squeeze(data, axis=tuple(normalized_axis(a, data.ndim) for a in axes)))
 
 
 @op("Squeeze")
 def squeeze_v1(data: Array, *, axes: Any = None) -> Array:
     """``data`` without the size-1 dims in ``axes`` (attribute; all when absent); opsets 1-12."""
-    return _squeeze(data, None if axes is None else _ints(axes))
+    return _squeeze(data, None if axes is None else ints_or_default(axes))
 
 
 @op("Squeeze", since=13, host_inputs=(1,))
 def squeeze(data: Array, axes: Array | None = None) -> Array:
     """``data`` without the size-1 dims in ``axes`` (input; all when absent); opset 13+."""
-    return _squeeze(data, None if axes is None else _ints(axes))
+    return _squeeze(data, None if axes is None else ints_or_default(axes))
 
 
 def _unsqueeze(data: Array, axes: list[int]) -> Array:
     rank = data.ndim + len(axes)
     shape = list(data.shape)
-    for a in sorted(_axis(a, rank) for a in axes):
+    for a in sorted(normalized_axis(a, rank) for a in axes):
         shape.insert(a, 1)
     return _host(xp(data).reshape(data, shape))
 
@@ -113,19 +113,19 @@ def _unsqueeze(data: Array, axes: list[int]) -> Array:
 @op("Unsqueeze")
 def unsqueeze_v1(data: Array, *, axes: Any = ()) -> Array:
     """``data`` with size-1 dims inserted at ``axes`` (attribute); opsets 1-12."""
-    return _unsqueeze(data, _ints(axes))
+    return _unsqueeze(data, ints_or_default(axes))
 
 
 @op("Unsqueeze", since=13, host_inputs=(1,))
 def unsqueeze(data: Array, axes: Array) -> Array:
     """``data`` with size-1 dims inserted at ``axes`` (input); opset 13+."""
-    return _unsqueeze(data, _ints(axes))
+    return _unsqueeze(data, ints_or_default(axes))
 
 
 @op("Transpose")
 def transpose(data: Array, *, perm: Any = None) -> Array:
     """``data`` with its dims permuted by ``perm`` (reversed when absent); opset 1+."""
-    axes = None if perm is None else _ints(perm)
+    axes = None if perm is None else ints_or_default(perm)
     return _host(xp(data).transpose(data, axes))
 
 
@@ -140,10 +140,10 @@ def concat(*inputs: Array, axis: int = 1) -> Array:
 
 def _split(input: Array, split: Any, axis: int, num_outputs: int | None) -> tuple[Array, ...]:
     m = xp(input)
-    axis = _axis(axis, input.ndim)
+    axis = normalized_axis(axis, input.ndim)
     dim = input.shape[axis]
-    if split is not None and len(_ints(split)) > 0:
-        sizes = _ints(split)
+    if split is not None and len(ints_or_default(split)) > 0:
+        sizes = ints_or_default(split)
     else:
         if not num_outputs:
             raise ValueError(
@@ -183,12 +183,12 @@ def split(
 
 
 def _slice(data: Array, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Array:
-    starts, ends = _ints(starts), _ints(ends)
-    axes = list(range(len(starts))) if axes is None else _ints(axes)
-    steps = [1] * len(starts) if steps is None else _ints(steps)
+    starts, ends = ints_or_default(starts), ints_or_default(ends)
+    axes = list(range(len(starts))) if axes is None else ints_or_default(axes)
+    steps = [1] * len(starts) if steps is None else ints_or_default(steps)
     index = [slice(None)] * data.ndim
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
-        axis = _axis(axis, data.ndim)
+        axis = normalized_axis(axis, data.ndim)
         dim = data.shape[axis]
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
@@ -224,7 +224,7 @@ def slice_(
 @op("Expand", since=8, host_inputs=(1,))
 def expand(input: Array, shape: Array) -> Array:
     """``input`` broadcast to ``shape`` (numpy rules, so dims may also grow); opset 8+."""
-    target = np.broadcast_shapes(tuple(input.shape), tuple(_ints(shape)))
+    target = np.broadcast_shapes(tuple(input.shape), tuple(ints_or_default(shape)))
     m = xp(input)
     out = m.broadcast_to(input, target)
     return np.array(out) if m is np else out
@@ -233,7 +233,7 @@ def expand(input: Array, shape: Array) -> Array:
 @op("Tile", since=6, host_inputs=(1,))
 def tile(input: Array, repeats: Array) -> Array:
     """``input`` repeated ``repeats[i]`` times along each dim i; opset 6+."""
-    return _host(xp(input).tile(input, _ints(repeats)))
+    return _host(xp(input).tile(input, ints_or_default(repeats)))
 
 
 def _pad(
@@ -241,7 +241,7 @@ def _pad(
 ) -> Array:
     m = xp(data)
     rank = data.ndim
-    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
+    axes = list(range(rank)) if axes is None else [normalized_axis(a, rank) for a in axes]
     n = len(axes)
     before, after = [0] * rank, [0] * rank
     for i, a in enumerate(axes):
@@ -275,7 +275,7 @@ def pad_v1(
     value: float = 0.0,
 ) -> Array:
     """``data`` padded by ``pads`` (attribute): constant, reflect or edge; opsets 1-10."""
-    return _pad(data, _ints(pads if pads is not None else paddings), mode, value)
+    return _pad(data, ints_or_default(pads if pads is not None else paddings), mode, value)
 
 
 @op("Pad", since=11, host_inputs=(1, 3))
@@ -288,7 +288,13 @@ def pad(
     mode: str = "constant",
 ) -> Array:
     """``data`` padded (or cropped, negative pads) by the ``pads`` input on ``axes``; opset 11+."""
-    return _pad(data, _ints(pads), mode, constant_value, None if axes is None else _ints(axes))
+    return _pad(
+        data,
+        ints_or_default(pads),
+        mode,
+        constant_value,
+        None if axes is None else ints_or_default(axes),
+    )
 
 
 # ------------------------------------------------------------------- construction
@@ -298,7 +304,7 @@ def pad(
 def constant_of_shape(input: Array, *, value: Any = None) -> np.ndarray:
     """A tensor of the given shape filled with ``value`` (float32 zero); opset 9+."""
     fill = np.zeros(1, np.float32) if value is None else _tensor_attr(value)
-    return np.full(tuple(_ints(input)), fill.reshape(-1)[0], dtype=fill.dtype)
+    return np.full(tuple(ints_or_default(input)), fill.reshape(-1)[0], dtype=fill.dtype)
 
 
 @op("Constant")
@@ -367,7 +373,7 @@ def one_hot(indices: Array, depth: Array, values: Array, *, axis: int = -1) -> A
     m = xp(indices, values)
     depth_ = int(np.asarray(depth).reshape(-1)[0])
     rank = indices.ndim + 1
-    axis = _axis(axis, rank)
+    axis = normalized_axis(axis, rank)
     idx = indices.astype(np.int64) if m is np else indices.astype("int64")
     idx = m.where(idx < 0, idx + depth_, idx)
     positions = np.arange(depth_).reshape([-1] + [1] * (rank - axis - 1))
@@ -484,9 +490,13 @@ def center_crop_pad(input_data: Array, shape: Array, *, axes: Any = None) -> Arr
     """``input_data`` center-cropped or zero-padded to ``shape`` on ``axes``; opset 18+."""
     m = xp(input_data)
     rank = input_data.ndim
-    axes_ = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
+    axes_ = (
+        list(range(rank))
+        if axes is None
+        else [normalized_axis(a, rank) for a in ints_or_default(axes)]
+    )
     out = input_data
-    for a, target in zip(axes_, _ints(shape), strict=True):
+    for a, target in zip(axes_, ints_or_default(shape), strict=True):
         dim = out.shape[a]
         if target < dim:
             lo = (dim - target) // 2

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ember.analysis import VIEW_NAMES
-from ember.analysis.lake import LAKE_TABLES
+from ember.analysis.lake.ingest import LAKE_TABLES
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
 # what every engine must agree on: the tables, the manifest's view of the files, the views

@@ -14,7 +14,7 @@ import pytest
 
 from ember.analysis import connect, ingest
 from ember.recorder import record
-from ember.runtime.hub import download_model, parse_hub_source
+from ember.runtime.hub.loader import download_model, parse_hub_source
 from tests.runtime.hub_models import model_files
 from tests.runtime.hub_server import LocalHub
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ember.analysis import connect, ingest
-from ember.analysis.ingest import MAX_LINE_BYTES
+from ember.analysis.ingest.database import MAX_LINE_BYTES
 from ember.analysis.schema_types import TABLE_COLUMNS, duckdb_type
 from ember.schemas import MIGRATIONS, SCHEMA_ID, validate_file
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines

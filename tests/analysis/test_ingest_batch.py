@@ -14,12 +14,12 @@ import duckdb
 import pytest
 
 from ember.analysis import FileResult, connect, ingest
-from ember.analysis.lake import connect_lake, ingest_lake
+from ember.analysis.lake.ingest import connect_lake, ingest_lake
 from tests.analysis.lake_parity import COMPARED, bad_corpus, differences
 from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 
-ingest_module = importlib.import_module("ember.analysis.ingest")
-lake_module = importlib.import_module("ember.analysis.lake")
+ingest_module = importlib.import_module("ember.analysis.ingest.database")
+lake_module = importlib.import_module("ember.analysis.lake.ingest")
 
 
 def _memory(ts: int, action: str, size: int, tensor: str) -> str:

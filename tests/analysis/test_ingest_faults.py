@@ -16,8 +16,8 @@ from ember.analysis.synthetic import write_trace
 from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 
 # the modules: ``_count_lines`` plans, ``_cleaned`` guards the read path's work folders
-plan_module = importlib.import_module("ember.analysis.ingest_plan")
-read_module = importlib.import_module("ember.analysis.ingest_read")
+plan_module = importlib.import_module("ember.analysis.ingest.plan")
+read_module = importlib.import_module("ember.analysis.ingest.read")
 
 
 def _rows(db: Path, sql: str) -> list[tuple]:

@@ -5,16 +5,19 @@ what is not a lake."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from deltalake import DeltaTable
 
 from ember.analysis import connect, ingest
-from ember.analysis.lake import (
+from ember.analysis.lake import table as lake_table
+from ember.analysis.lake.ingest import (
     INGESTS,
     LAKE_TABLES,
     LakeError,
@@ -81,21 +84,22 @@ def _rows(df: pl.DataFrame) -> list[str]:
     return sorted(repr(tuple(_norm(v) for v in r.values())) for r in df.to_dicts())
 
 
-def test_layout_delta_tables_partitioned_by_date_and_run_key(tmp_path, bus_trace):
+def test_layout_delta_tables_partitioned_by_date(tmp_path, bus_trace):
     lake = tmp_path / "lake"
     ingest_lake([bus_trace], lake)
     for name in (INGESTS, *LAKE_TABLES):
         assert DeltaTable.is_deltatable(str(lake / name)), name
     spans = DeltaTable(str(lake / "span_start"))
-    assert spans.metadata().partition_columns == ["run_date", "run_key"]
+    assert spans.metadata().partition_columns == ["run_date"]
     files = [Path(u).relative_to(lake / "span_start") for u in spans.file_uris()]
-    assert [f.parts[1] for f in files] == ["run_key=bus-run"]
+    assert len(files) == 1
+    assert len(files[0].parts) == 2
     assert files[0].parts[0].startswith("run_date=")
-    # the Parquet holds the record's fields, line, run_id and the ingest id
+    # the Parquet holds the record's fields, line, run_id, the ingest id and the run key
     import pyarrow.parquet as pq
 
     hub = DeltaTable(str(lake / "hub")).file_uris()
-    assert pq.read_schema(hub[0]).names == list(lake_columns("hub"))
+    assert pq.read_schema(hub[0]).names == [*lake_columns("hub"), "run_key"]
     [row] = ingested_files(lake)
     size = bus_trace.stat().st_size
     assert (row["file"], row["status"], row["size"], row["offset_bytes"], row["seq"]) == (
@@ -123,7 +127,7 @@ def test_reingest_of_unchanged_files_and_copies_commits_nothing(tmp_path, sweep_
     assert _versions(lake) == before
 
 
-def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep_trace):
+def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep_trace, layout):
     data = sweep_trace.read_bytes()
     lines = data.splitlines(keepends=True)
     cut = len(lines) // 2
@@ -173,6 +177,48 @@ def test_a_re_recorded_file_replaces_its_old_run_in_one_commit(tmp_path):
         assert b.sql("SELECT run_id FROM runs").rows() == [("r1",)]
 
 
+def test_a_replacement_is_decided_by_what_its_ingest_saw_not_by_clocks(tmp_path, monkeypatch):
+    # machines' clocks differ: the ingest that replaces a file may carry an earlier
+    # ingested_at than the one it replaces; it still hides exactly what its snapshot held
+    from datetime import timedelta
+
+    from ember.analysis.lake import commit as lake_commit
+
+    real = lake_commit._now
+    path = write_lines(tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss")])
+    lake = tmp_path / "lake"
+    ingest_lake([path], lake)
+    for run, skew in (("r2", -1), ("r1", +2), ("r3", -3)):  # days off the first's clock
+        monkeypatch.setattr(lake_commit, "_now", lambda s=skew: real() + timedelta(days=s))
+        write_lines(path, [meta_line(run), cache_line(1, "miss"), cache_line(2, "hit")])
+        r = ingest_lake([path], lake).files[0]
+        assert (r.status, r.replaced) == ("ok", True), r.message
+        with connect_lake(lake) as b:
+            assert b.sql("SELECT run_id FROM runs").rows() == [(run,)]
+            assert b.sql("SELECT count(*) AS n FROM cache")["n"][0] == 2
+            assert b.sql("SELECT file, run_id FROM ingested_files").rows() == [(str(path), run)]
+        assert ingest_lake([path], lake).files[0].status == "unchanged"
+
+
+def test_an_ingests_table_made_before_hides_gets_the_column_and_replaces_by_time(tmp_path):
+    from deltalake import write_deltalake
+
+    path = write_lines(tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss")])
+    lake = tmp_path / "lake"
+    ingest_lake([path], lake)
+    old = DeltaTable(str(lake / INGESTS)).to_pyarrow_table().drop_columns(["hides"])
+    shutil.rmtree(lake / INGESTS)
+    write_deltalake(str(lake / INGESTS), old)  # as written before 2026-12-02
+    assert [r["run_id"] for r in ingested_files(lake)] == ["r1"]
+    write_lines(path, [meta_line("r2"), cache_line(1, "miss"), cache_line(2, "hit")])
+    r = ingest_lake([path], lake).files[0]
+    assert (r.status, r.replaced) == ("ok", True)
+    assert "hides" in DeltaTable(str(lake / INGESTS)).schema().to_arrow().names
+    with connect_lake(lake) as b:
+        assert b.sql("SELECT run_id FROM runs").rows() == [("r2",)]
+    assert ingest_lake([path], lake).files[0].status == "unchanged"
+
+
 def test_a_rewritten_shorter_file_with_the_same_first_line_is_refused(tmp_path):
     path = write_lines(
         tmp_path / "t.jsonl", [meta_line("r1"), cache_line(1, "miss"), cache_line(2, "hit")]
@@ -206,7 +252,16 @@ def test_a_run_in_the_lake_from_another_file_is_refused(tmp_path):
     assert len(ingested_files(lake)) == 2
 
 
-def test_a_run_id_over_255_bytes_is_a_column_not_a_path(tmp_path):
+@pytest.fixture(params=["by date", "by date and run"])
+def layout(request, monkeypatch) -> str:
+    """A new lake's layout (partitioned by date), or that of the lakes made before
+    2026-12-02 (by date and run key), which are still read and written as they are."""
+    if request.param == "by date and run":
+        monkeypatch.setattr(lake_table, "PARTITIONS", ["run_date", "run_key"])
+    return request.param
+
+
+def test_a_run_id_over_255_bytes_is_a_column_not_a_path(tmp_path, layout):
     long_id = "ü/" * 100 + "x" * 60  # 260 bytes, with a slash
     path = write_lines(tmp_path / "t.jsonl", [meta_line(long_id), cache_line(1, "miss")])
     lake = tmp_path / "lake"
@@ -215,7 +270,14 @@ def test_a_run_id_over_255_bytes_is_a_column_not_a_path(tmp_path):
     assert len(key.encode()) <= 64
     assert "/" not in key
     uris = DeltaTable(str(lake / "cache")).file_uris()
-    assert [Path(u).parent.name for u in uris] == [f"run_key={key}"]
+    parts = [Path(u).relative_to(lake / "cache").parts[:-1] for u in uris]
+    assert len(parts) == 1
+    assert parts[0][0].startswith("run_date=")
+    assert parts[0][1:] == (() if layout == "by date" else (f"run_key={key}",))
+    if layout == "by date":  # a column of the file (a partition's is in the path)
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(uris[0], columns=["run_key"]).column(0).to_pylist() == [key]
     with connect_lake(lake) as con:
         assert con.sql("SELECT run_id FROM runs").rows() == [(long_id,)]
         assert con.sql("SELECT run_id FROM cache").rows() == [(long_id,)]
@@ -287,3 +349,40 @@ def test_the_dashboard_reads_a_lake_and_only_the_lake(tmp_path, bus_trace):
         assert got == len(want[1]) > 0
         with pytest.raises(Exception, match="Permission"):
             con.execute(f"SELECT * FROM read_json('{bus_trace}')").fetchall()
+
+
+def test_the_dashboard_on_an_old_format_lake_says_to_upgrade_it(tmp_path, monkeypatch):
+    from ember.dashboard.db import DB_ENV
+    from tests.dashboard.apptest import APP
+
+    # a lake of the Parquet + _manifest format: one part, one manifest entry
+    old = tmp_path / "old"
+    part = old / "runs" / "run_date=2026-11-30" / "run_id=r1" / "k0-0-x.parquet"
+    part.parent.mkdir(parents=True)
+    duckdb.sql("SELECT 'r1' AS model").write_parquet(str(part))
+    (old / "_manifest").mkdir()
+    (old / "_manifest" / "k0-0-x.json").write_text('{"run_id": "r1"}')
+    monkeypatch.setenv(DB_ENV, str(old))
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    shown = " ".join(e.value for e in at.error)
+    assert "old format" in shown
+    assert f"ember lake upgrade {old} NEW" in shown.replace("\\", "")
+    r = _cli("dashboard", "--db", str(old), "--port", "1")
+    assert r.returncode != 0
+    assert "ember lake upgrade" in " ".join(r.stderr.split())
+
+
+def test_a_lake_error_exits_1_and_in_compare_2_where_1_is_a_broken_rule(tmp_path, bus_trace):
+    old = tmp_path / "old"
+    (old / "_manifest").mkdir(parents=True)
+    q = _cli("query", "--db", str(old), "SELECT 1")
+    assert q.returncode == 1, q.stderr
+    assert "ember lake upgrade" in " ".join(q.stderr.split())
+    c = _cli("compare", "bus-run", "bus-run", "--db", str(old))
+    assert c.returncode == 2, c.stderr
+    assert "ember lake upgrade" in " ".join(c.stderr.split())
+    assert "Traceback" not in q.stderr + c.stderr

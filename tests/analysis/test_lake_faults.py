@@ -15,8 +15,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from ember.analysis.lake import INGESTS, LAKE_TABLES, connect_lake, ingest_lake, lake_columns
-from ember.analysis.lake_admin import check, optimize, upgrade
+from ember.analysis.lake.admin import check, optimize, upgrade
+from ember.analysis.lake.ingest import INGESTS, LAKE_TABLES, connect_lake, ingest_lake, lake_columns
 from tests.analysis.lake_parity import differences
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
@@ -154,7 +154,8 @@ def test_a_truncated_data_file_is_a_clear_error_and_check_repair_and_reingest_me
     assert report.repaired
     assert check(lake).ok
     results = ingest_lake([*files, *more], lake).files
-    assert sorted(r.status for r in results).count("ok") == 1  # the damaged run again
+    # the runs of the damaged file again (the three of one batch share a file: one date)
+    assert [r.status for r in results] == ["ok", "ok", "ok", "unchanged"]
     with connect_lake(lake) as con:
         assert con.sql("SELECT count(*) AS n FROM cache")["n"][0] == 4 * 20
         assert con.sql("SELECT count(*) AS n FROM runs")["n"][0] == 4
@@ -195,7 +196,7 @@ def test_optimize_compacts_and_vacuum_removes_what_no_snapshot_needs_rows_unchan
         after = {t: con.sql(f"SELECT * FROM {t}").rows() for t in ("cache", "cache_lookups")}
     assert after == before
     assert len(before["cache"]) == 20
-    on_disk = len(list((lake / "cache").glob("run_date=*/*/*.parquet")))
+    on_disk = len(list((lake / "cache").glob("run_date=*/*.parquet")))
     v = subprocess.run(
         [*EMBER, "lake", "vacuum", str(lake), "--retain", "0"],
         capture_output=True,
@@ -204,9 +205,40 @@ def test_optimize_compacts_and_vacuum_removes_what_no_snapshot_needs_rows_unchan
         timeout=120,
     )
     assert v.returncode == 0, v.stderr
-    assert len(list((lake / "cache").glob("run_date=*/*/*.parquet"))) == 1 < on_disk
+    assert len(list((lake / "cache").glob("run_date=*/*.parquet"))) == 1 < on_disk
     with connect_lake(lake) as con:
         assert con.sql("SELECT * FROM cache").rows() == before["cache"]
+
+
+def test_optimize_merges_runs_ingested_one_piece_each(tmp_path):
+    # one trace per job: each ingest is one run in one file per table; the tables are
+    # partitioned by date, so a day's runs become one file (partitioned by run, as lakes
+    # made before 2026-12-02 are, 6 files stayed 6)
+    lake = tmp_path / "lake"
+    files = _traces(tmp_path / "traces", 5)
+    start, end = run_span()
+    # a run whose span is still open: its end comes after the compaction
+    growing = write_lines(tmp_path / "grow.jsonl", [meta_line("grow"), json.dumps(start)])
+    for f in [*files, growing]:
+        ingest_lake([f], lake)
+    with connect_lake(lake) as con:
+        before = con.sql("SELECT * FROM cache_lookups ORDER BY run_id, ts_ns").rows()
+    assert len(DeltaTable(str(lake / "span_start")).file_uris()) == 6
+    done = optimize(lake)
+    assert done["span_start"] == {"removed": 6, "added": 1}
+    assert done["runs"] == {"removed": 6, "added": 1}
+    assert len(DeltaTable(str(lake / "span_start")).file_uris()) == 1
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT * FROM cache_lookups ORDER BY run_id, ts_ns").rows() == before
+        assert len(before) == 5 * 20
+    # the span_end's start is found in the merged file (not refused as one without it)
+    with open(growing, "a") as f:
+        f.write(json.dumps({**end, "ts_ns": 50}) + "\n")
+    r = ingest_lake([growing], lake).files[0]
+    assert (r.status, r.continued, r.records, r.rejected) == ("ok", True, 1, 0)
+    assert [r.status for r in ingest_lake([*files, growing], lake).files] == ["unchanged"] * 6
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT count(*) AS n FROM spans WHERE run_id = 'grow'")["n"][0] == 1
 
 
 def _old_lake(new: Path, old: Path) -> None:
@@ -272,3 +304,58 @@ def test_upgrade_copies_an_old_lake_without_its_orphans_once(tmp_path):
         assert differences(a, b) == []
         assert b.sql("SELECT count(*) AS n FROM runs")["n"][0] == 3
     assert [r.status for r in ingest_lake(files, up).files] == ["unchanged"] * 3
+
+
+# an ingester that stops inside its work folder (the moment a kill finds one there)
+_SLOW_INGESTER = """
+import sys, time
+from ember.analysis.ingest import read as ingest_read
+from ember.analysis.lake import ingest as lake_ingest
+real = ingest_read.stage
+
+def stage(*args, **kw):
+    out = real(*args, **kw)
+    print("staged", flush=True)
+    time.sleep(60)
+    return out
+
+lake_ingest.stage = stage
+lake_ingest.ingest_lake(sys.argv[2:], sys.argv[1])
+"""
+
+
+def test_the_work_folder_of_an_ingester_killed_with_sigkill_is_removed_by_the_next(tmp_path):
+    import os
+    import signal
+
+    files = _traces(tmp_path / "traces", 2)
+    lake, tmp = tmp_path / "lake", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    p = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_INGESTER, str(lake), *map(str, files)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None
+    assert p.stdout.readline() == "staged\n"
+    [work] = [d for d in tmp.iterdir() if d.name.startswith("ember-lake-")]
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    assert work.is_dir()  # a SIGKILL runs no cleanup
+    os.utime(work, (time.time() - 60, time.time() - 60))  # older than a starting ingest's
+    r = subprocess.run(
+        [*EMBER, "ingest", *map(str, files), "--lake", str(lake)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stderr
+    assert not work.exists()
+    assert list(tmp.iterdir()) == []
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT count(*) AS n FROM runs")["n"][0] == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ember.analysis import VIEW_NAMES, connect, ingest
-from ember.analysis.lake import connect_lake, ingest_lake, ingested_files
+from ember.analysis.lake.ingest import connect_lake, ingest_lake, ingested_files
 from ember.analysis.torch_trace import import_torch_trace
 from ember.schemas import records as R
 from tests.analysis.lake_parity import (
@@ -32,12 +32,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytrace=False,
     )
 
-from ember.analysis.lake_spark import (
-    ingest_spark,
-    register_lake,
-    spark_schema,
-    spark_session,
-)
+from ember.analysis.lake.spark.job import ingest_spark, register_lake, spark_schema, spark_session
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -434,7 +434,7 @@ def _without(schema, column: str, field: str):
 def test_a_lake_made_before_the_torch_fields_takes_a_torch_run(tmp_path, monkeypatch):
     # a lake whose tables an older Ember created (no break user_stack, no jit
     # torch_caches): the appends evolve them (delta-rs schema merge) instead of failing
-    from ember.analysis import lake_table
+    from ember.analysis.lake import table as lake_table
 
     real = lake_table.arrow_schema
 
@@ -456,7 +456,7 @@ def test_a_lake_made_before_the_torch_fields_takes_a_torch_run(tmp_path, monkeyp
         ["import", "torch-trace", str(DATA / "break.log"), "--out", str(out), "--lake", str(lake)],
     )
     assert r.exit_code == 0, r.output
-    from ember.analysis.lake import connect_lake
+    from ember.analysis.lake.ingest import connect_lake
 
     with connect_lake(lake) as con:
         stacks = con.execute("SELECT user_stack FROM breaks").fetchall()

@@ -197,7 +197,7 @@ def test_ember_report_since_mentions_the_change_points_in_range(history_db: Path
 
 
 def test_ember_trends_reads_a_lake_as_it_reads_a_database(tmp_path: Path):
-    from ember.analysis.lake import ingest_lake
+    from ember.analysis.lake.ingest import ingest_lake
 
     paths = write_history(tmp_path / "t", 30, recompile_step_at=15)
     ingest_lake(paths, tmp_path / "lake")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ember.analysis import connect
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 from ember.cli.record import child_command
 from ember.record import Program, UsageError, parse_args, trace_path
 from ember.schemas import validate_file

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from ember.analysis import connect
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 
 PROGRAM = textwrap.dedent(
     """

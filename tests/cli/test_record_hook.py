@@ -18,7 +18,7 @@ import pytest
 
 from ember import autorecord
 from ember.analysis import connect
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 from ember.schemas import validate_file
 
 PROGRAM = Path(__file__).parent / "programs" / "spawn_train.py"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ember.analysis import connect
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 
 SCRIPT = Path(__file__).parent / "programs" / "nnx_train.py"
 

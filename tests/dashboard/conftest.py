@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 from tests.dashboard.traces import record_runs
 
 

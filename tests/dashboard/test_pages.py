@@ -209,7 +209,7 @@ def test_a_run_picked_by_link_or_by_hand_stays_even_without_data(app_env: Path) 
 def test_memory_of_a_run_with_device_readings_only_is_shown_over_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ember.analysis.ingest import ingest
+    from ember.analysis.ingest.database import ingest
     from ember.dashboard.db import DB_ENV
 
     meta = {"kind": "meta", "schema": "ember.trace/1", "run_id": "readings", "pid": 1}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 from ember.analysis.torch_trace import import_torch_trace
 from tests.dashboard.apptest import as_text, metrics, open_page, table, texts
 from tests.dashboard.browser import CHROMIUM, chromium, dashboard_server

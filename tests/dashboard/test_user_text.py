@@ -12,7 +12,7 @@ import pytest
 from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 from tests.dashboard.apptest import open_page
 
 DATA = Path(__file__).parent.parent / "data"

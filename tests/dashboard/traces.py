@@ -101,7 +101,7 @@ def _sweep(path: Path, run_id: str, cache_size: int, model_path: Path) -> None:
 
 
 def _hub(path: Path, tmp: Path, model: onnx.ModelProto) -> None:
-    from ember.runtime.hub import download_model
+    from ember.runtime.hub.loader import download_model
     from tests.runtime.hub_server import LocalHub
 
     hub = LocalHub()

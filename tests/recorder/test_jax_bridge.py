@@ -597,7 +597,7 @@ def test_a_persistent_cache_miss_names_the_jax_version_that_changed(tmp_path, mo
         ends.clear()
         return end
 
-    from ember.runtime.diskcache import disk_cache  # JAX's cache on at folder, every entry
+    from ember.runtime.jit.diskcache import disk_cache
 
     try:
         with disk_cache(folder):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from ember.analysis import connect
-from ember.analysis.ingest import ingest
+from ember.analysis.ingest.database import ingest
 from ember.analysis.report import summaries
 from ember.cli.analysis import _headline
 from ember.recorder import record

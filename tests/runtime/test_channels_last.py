@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember.runtime as rt
-from ember.runtime.channels_last import ChannelsLastEnv
+from ember.runtime.graph.channels_last import ChannelsLastEnv
 from tests.runtime.models import make_model, tensor
 
 rng = np.random.default_rng(5)

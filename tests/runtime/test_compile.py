@@ -197,7 +197,7 @@ def test_large_weights_folded_from_constants_are_program_parameters():
     # light-model style: the weight is made by ConstantOfShape inside the graph, then read
     # by MatMul. Folded once per model, it must reach the program as a device array: as
     # an embedded constant XLA rebuilt the 256x512 broadcast on every call.
-    from ember.runtime.analysis import PARAM_MIN_SIZE
+    from ember.runtime.breaks.plan import PARAM_MIN_SIZE
 
     shape = np.array([256, 512], np.int64)
     nodes = [

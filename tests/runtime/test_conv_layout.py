@@ -11,8 +11,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import ember.runtime as rt
-from ember.runtime.graph import run_node
-from ember.runtime.layout import CHANNELS_LAST, NHWC
+from ember.runtime.graph.ir import run_node
+from ember.runtime.graph.layout import CHANNELS_LAST, NHWC
 from tests.runtime.models import make_model, tensor
 
 rng = np.random.default_rng(3)
@@ -149,7 +149,7 @@ def test_depthwise_taps_that_read_only_padding_are_left_out(channels_last: int) 
 def test_512_bit_vectors_are_an_option_xla_cpu_accepts_with_the_same_values() -> None:
     import jax
 
-    from ember.runtime import xla_cpu
+    from ember.runtime.jit import xla_cpu
     from ember.runtime.ops.conv import conv
 
     # runtime/xla_cpu.py asks for them on AVX-512 CPUs; the option must exist under this

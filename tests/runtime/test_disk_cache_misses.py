@@ -7,8 +7,8 @@ import orjson
 
 from ember import runtime as rt
 from ember.recorder import record
-from ember.runtime import diskcache
 from ember.runtime.examples import token_filter_model
+from ember.runtime.jit import diskcache
 
 
 def _segment_compiles(path):

@@ -1,4 +1,4 @@
-"""The direct call (``ember.runtime.fastpath``) against what the checked call does: every input
+"""The direct call (``ember.runtime.jit.fastpath``) against what the checked call does: every input
 checked the same way on both, events exactly while someone listens, several threads at once.
 
 Models are built with onnx.helper; the If model is ``vad_like_model`` of test_control_flow

@@ -13,8 +13,8 @@ import pytest
 from onnx import numpy_helper
 
 from ember.recorder import bus, record
-from ember.runtime import hub
-from ember.runtime.hub import HubError, HubIntegrityError, download_model, parse_hub_source
+from ember.runtime.hub import loader as hub
+from ember.runtime.hub.loader import HubError, HubIntegrityError, download_model, parse_hub_source
 from ember.schemas import validate_file
 from tests.runtime.hub_models import CONFIG, DATA, MODEL, REPO, expected_y, model_files
 from tests.runtime.hub_server import LocalHub, git_blob_id

@@ -163,10 +163,10 @@ def test_window_max_equals_reduce_window(shape, kernel, strides, pads, dil, ceil
     import jax.numpy as jnp
     from jax import lax
 
-    from ember.runtime.ops.pool import _pool_geometry, window_max
+    from ember.runtime.ops.pool import pool_geometry, window_max
 
     n = len(kernel)
-    geometry = _pool_geometry(
+    geometry = pool_geometry(
         shape, kernel, auto_pad="NOTSET", pads=pads, strides=strides, dilations=dil, ceil_mode=ceil
     )
     kernel_, strides_, pad, extra, dil_ = geometry

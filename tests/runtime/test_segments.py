@@ -679,7 +679,7 @@ def test_sequence_argument_shapes_list_each_element(ember_events):
 
 
 def test_program_store_key_covers_the_runtime_sources_and_the_segment(tmp_path, monkeypatch):
-    from ember.runtime import diskcache
+    from ember.runtime.jit import diskcache
 
     store = diskcache.ProgramStore(tmp_path, b"model bytes")
     key = store.digest("segment 0..end", (("x", ((3,), "float32")),), ())
@@ -706,7 +706,7 @@ def _conv_model(seed: int = 4) -> onnx.ModelProto:
 
 
 def test_conv_weights_laid_out_for_xla_cpu_are_stored_and_mapped_back(tmp_path, monkeypatch):
-    from ember.runtime import xla_cpu
+    from ember.runtime.jit import xla_cpu
 
     proto = _conv_model()
     x = np.random.default_rng(5).standard_normal((1, 64, 8, 8)).astype(np.float32)

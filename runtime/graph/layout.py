@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ember.runtime.graph import Node
+    from ember.runtime.graph.ir import Node
 
 __all__ = ["CHANNELS_LAST", "NHWC", "mark_channels_last", "mark_nhwc_regions"]
 
@@ -233,96 +233,133 @@ def mark_nhwc_regions(
     its op function wrapped to match.
     """
     nodes = list(nodes)
-    producer, consumers = _producers_and_consumers(nodes)
-    outer: set[str] = set()
-    values: dict[str, Any] = dict(initializers)
-    graph_outputs = set(outputs)
-    for node in nodes:
-        outer |= node.outer_reads
-        value = node.attrs.get("value")
-        if node.op_type == "Constant" and isinstance(value, np.ndarray) and node.outputs:
-            values[node.outputs[0]] = value
-    consts = {n: int(np.ndim(v)) for n, v in values.items()}
+    graph = _RegionGraph(nodes, initializers, outputs)
+    taken: set[int] = set()  # ids of the nodes of accepted regions: a node is in one only
+    for seed in nodes:
+        if not _is_region_seed(graph, seed, taken):
+            continue
+        region = _grow_region(graph, seed, taken)
+        if region is not None:
+            _mark_region(*region, taken)
 
-    ranks: dict[str, int | None] = {}
 
-    def rank(value: str, depth: int = 0) -> int | None:
+_Mark = tuple[str, tuple[int, ...]]  # (how a node takes NHWC, its NHWC input positions)
+
+
+class _RegionGraph:
+    """What growing a region reads of the graph: who makes and reads each value, the
+    values read from outside (subgraphs, graph outputs), and each value's rank when the
+    load can tell it."""
+
+    def __init__(
+        self, nodes: list[Node], initializers: Mapping[str, Any], outputs: Iterable[str]
+    ) -> None:
+        self.producer, self.consumers = _producers_and_consumers(nodes)
+        self.outer: set[str] = set()
+        self.values: dict[str, Any] = dict(initializers)
+        self.graph_outputs = set(outputs)
+        for node in nodes:
+            self.outer |= node.outer_reads
+            value = node.attrs.get("value")
+            if node.op_type == "Constant" and isinstance(value, np.ndarray) and node.outputs:
+                self.values[node.outputs[0]] = value
+        self.consts = {n: int(np.ndim(v)) for n, v in self.values.items()}
+        self._ranks: dict[str, int | None] = {}
+
+    def rank(self, value: str, depth: int = 0) -> int | None:
         """The value's rank when the load can tell it, else None."""
-        if value in consts:
-            return consts[value]
-        if value in ranks:
-            return ranks[value]
-        ranks[value] = None
-        node = producer.get(value)
+        if value in self.consts:
+            return self.consts[value]
+        if value in self._ranks:
+            return self._ranks[value]
+        self._ranks[value] = None  # cycles: unknown
+        node = self.producer.get(value)
         r: int | None = None
         if node is not None and depth < 64:
             op = node.op_type
-            if op == "Conv" and len(node.inputs) > 1 and node.inputs[1] in consts:
-                r = consts[node.inputs[1]]
+            if op == "Conv" and len(node.inputs) > 1 and node.inputs[1] in self.consts:
+                r = self.consts[node.inputs[1]]
             elif op in ("GlobalAveragePool", "GlobalMaxPool"):
-                r = rank(node.inputs[0], depth + 1)
-            elif op == "Reshape" and len(node.inputs) > 1 and node.inputs[1] in values:
-                r = int(np.size(values[node.inputs[1]]))
+                r = self.rank(node.inputs[0], depth + 1)
+            elif op == "Reshape" and len(node.inputs) > 1 and node.inputs[1] in self.values:
+                r = int(np.size(self.values[node.inputs[1]]))
             elif op in _REGION_ELEMENTWISE:
-                known = [rank(i, depth + 1) for i in node.inputs if i]
+                known = [self.rank(i, depth + 1) for i in node.inputs if i]
                 r = None if not known or None in known else max(k for k in known if k is not None)
-        ranks[value] = r
+        self._ranks[value] = r
         return r
 
-    taken: set[int] = set()
-    for seed in nodes:
-        if seed.op_type != "Conv" or int(seed.attrs.get("group", 1)) <= 1:
-            continue
-        if CHANNELS_LAST in seed.attrs or id(seed) in taken:
-            continue
-        x = seed.inputs[0] if len(seed.inputs) > 1 and seed.inputs[1] in consts else ""
-        if not x or not _conv_fed(x, producer, {}) or len(seed.outputs) != 1:
-            continue
-        r = consts[seed.inputs[1]]
-        marks: dict[int, tuple[str, tuple[int, ...]]] = {id(seed): ("out", ())}
-        members: dict[int, Node] = {id(seed): seed}
-        nhwc = {seed.outputs[0]}
-        todo = [seed.outputs[0]]
-        ok = True
-        while todo and ok:
-            value = todo.pop()
-            users = consumers.get(value, [])
-            if not users or value in outer or value in graph_outputs:
-                ok = False
-                break
-            for user in users:
-                op = user.op_type
-                idx = tuple(i for i, n in enumerate(user.inputs) if n in nhwc)
-                mark: tuple[str, tuple[int, ...]]
-                if op == "Conv" and idx == (0,):
-                    mark = ("in", idx)
-                elif op == "GlobalAveragePool" and len(user.inputs) == 1:
-                    mark = ("pool", idx)
-                elif op in _REGION_ELEMENTWISE and len(user.outputs) == 1:
-                    others = [n for i, n in enumerate(user.inputs) if n and i not in idx]
-                    known = [rank(n) for n in others]
-                    if any(k is None or k > r for k in known):
-                        ok = False
-                        break
-                    mark = ("inout", idx)
-                else:
-                    ok = False
-                    break
-                if id(user) in taken or marks.get(id(user), mark)[0] != mark[0]:
-                    ok = False
-                    break
-                marks[id(user)] = mark
-                members[id(user)] = user
-                if mark[0] == "inout" and user.outputs[0] not in nhwc:
-                    nhwc.add(user.outputs[0])
-                    todo.append(user.outputs[0])
-        if not ok:
-            continue
-        for key, node in members.items():
-            mode, _ = marks[key]
-            # an op whose NHWC inputs were found one at a time: mark them all
-            idx = tuple(i for i, n in enumerate(node.inputs) if n in nhwc)
-            node.attrs[NHWC] = (mode, () if mode == "out" else idx)
-            if node.opdef is not None:
-                node.opdef = replace(node.opdef, fn=_nhwc_fn(node.opdef.fn))
-            taken.add(key)
+    def escapes(self, value: str) -> bool:
+        """The value is read by no node, or outside the graph's nodes."""
+        users = self.consumers.get(value, [])
+        return not users or value in self.outer or value in self.graph_outputs
+
+    def user_mark(self, user: Node, idx: tuple[int, ...], region_rank: int) -> _Mark | None:
+        """How ``user`` takes its NHWC inputs at ``idx``, or None when a region cannot
+        take it: an X of a Conv ends the region, a pool ends it too (its result is NCHW),
+        an elementwise op carries it on when its other inputs broadcast."""
+        op = user.op_type
+        if op == "Conv" and idx == (0,):
+            return ("in", idx)
+        if op == "GlobalAveragePool" and len(user.inputs) == 1:
+            return ("pool", idx)
+        if op in _REGION_ELEMENTWISE and len(user.outputs) == 1:
+            others = [n for i, n in enumerate(user.inputs) if n and i not in idx]
+            known = [self.rank(n) for n in others]
+            if any(k is None or k > region_rank for k in known):
+                return None
+            return ("inout", idx)
+        return None
+
+
+def _is_region_seed(graph: _RegionGraph, seed: Node, taken: set[int]) -> bool:
+    """A grouped Conv not yet channels-last nor in a region, with a constant weight and
+    one output, whose input comes from a convolution."""
+    if seed.op_type != "Conv" or int(seed.attrs.get("group", 1)) <= 1:
+        return False
+    if CHANNELS_LAST in seed.attrs or id(seed) in taken:
+        return False
+    x = seed.inputs[0] if len(seed.inputs) > 1 and seed.inputs[1] in graph.consts else ""
+    return bool(x) and _conv_fed(x, graph.producer, {}) and len(seed.outputs) == 1
+
+
+def _grow_region(
+    graph: _RegionGraph, seed: Node, taken: set[int]
+) -> tuple[dict[int, _Mark], dict[int, Node], set[str]] | None:
+    """The region from ``seed``: each member's mark, the members (by id) and the values
+    that are NHWC; None when a value escapes or a reader cannot be taken."""
+    region_rank = graph.consts[seed.inputs[1]]
+    marks: dict[int, _Mark] = {id(seed): ("out", ())}
+    members: dict[int, Node] = {id(seed): seed}
+    nhwc = {seed.outputs[0]}
+    todo = [seed.outputs[0]]
+    while todo:
+        value = todo.pop()
+        if graph.escapes(value):
+            return None
+        for user in graph.consumers[value]:
+            idx = tuple(i for i, n in enumerate(user.inputs) if n in nhwc)
+            mark = graph.user_mark(user, idx, region_rank)
+            # a node of another region, or one reached again that would take NHWC otherwise
+            if mark is None or id(user) in taken or marks.get(id(user), mark)[0] != mark[0]:
+                return None
+            marks[id(user)] = mark
+            members[id(user)] = user
+            if mark[0] == "inout" and user.outputs[0] not in nhwc:
+                nhwc.add(user.outputs[0])
+                todo.append(user.outputs[0])
+    return marks, members, nhwc
+
+
+def _mark_region(
+    marks: dict[int, _Mark], members: dict[int, Node], nhwc: set[str], taken: set[int]
+) -> None:
+    """Set ``NHWC`` on each member and wrap its op function to match."""
+    for key, node in members.items():
+        mode, _ = marks[key]
+        # an op whose NHWC inputs were found one at a time: mark them all
+        idx = tuple(i for i, n in enumerate(node.inputs) if n in nhwc)
+        node.attrs[NHWC] = (mode, () if mode == "out" else idx)
+        if node.opdef is not None:
+            node.opdef = replace(node.opdef, fn=_nhwc_fn(node.opdef.fn))
+        taken.add(key)

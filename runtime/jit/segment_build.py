@@ -35,13 +35,12 @@ import numpy as np
 
 from ember.recorder import bus
 from ember.recorder import events as E
-
-from .analysis import Plan, Segment
-from .describe import describe_statics, describe_value, key_hex
-from .diskcache import ProgramStore, StoredProgram
-from .graph import Graph
-from .segment_cache import SegmentCache
-from .segment_trace import (
+from ember.runtime.breaks.plan import Plan, Segment
+from ember.runtime.describe import describe_statics, describe_value, key_hex
+from ember.runtime.graph.ir import Graph
+from ember.runtime.jit.diskcache import ProgramStore, StoredProgram
+from ember.runtime.jit.segment_cache import SegmentCache
+from ember.runtime.jit.segment_trace import (
     CompileResult,
     Entry,
     NeedsHost,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ember.runtime.graph import Node
+    from ember.runtime.graph.ir import Node
 
 __all__ = ["fold_batch_norms"]
 

@@ -53,40 +53,39 @@ from typing import Any
 
 import duckdb
 
-from ember.schemas import MIGRATIONS, Migrations
-from ember.schemas.records import MAX_LINE_BYTES
-
-from .checks import STRUCT_COLUMNS
-from .db import (
+from ember.analysis.checks import STRUCT_COLUMNS
+from ember.analysis.db import (
     DEFAULT_DB,
     DERIVED_COLUMNS,
     RECORD_TABLES,
     RUNS_COLUMNS,
     Connection,
-    _record_columns,
     connect,
+    record_columns,
 )
-from .ingest_plan import (
+from ember.analysis.ingest.plan import (
+    FilePlan,
     FileResult,
     FileStatus,
     IngestSummary,
     Previous,
-    _Plan,
-    _Refused,
+    Refused,
     cannot_read,
     expand_paths,
     first_piece,
     plan_file,
     run_taken,
 )
-from .ingest_read import _FileIngest, check, stage, work_dir
-from .schema_types import (
+from ember.analysis.ingest.read import FileIngest, check, stage, work_dir
+from ember.analysis.schema_types import (
     READ_COLUMNS,
     TABLE_TYPES,
     field_defaults,
     sql_literal,
     transform_structure,
 )
+from ember.schemas import MIGRATIONS, Migrations
+from ember.schemas.records import MAX_LINE_BYTES
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -129,7 +128,7 @@ def _previous(con: duckdb.DuckDBPyConnection, files: list[str]) -> dict[str, Pre
 RUN_ID_SQL = "CAST($runs AS VARCHAR[])[_f + 1]"
 
 
-def _select_for(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -> str:
+def select_for(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -> str:
     """The SQL of a kind's table columns from the staged rows (defaults filled in)."""
     return ", ".join(_column_sql(kind, cols, run_id_sql).values())
 
@@ -157,12 +156,12 @@ def _column_sql(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -
 
 
 def _insert_sql(kind: str) -> str:
-    select = f"SELECT {_select_for(kind, _record_columns(kind))} FROM _stage WHERE kind = '{kind}'"
+    select = f"SELECT {select_for(kind, record_columns(kind))} FROM _stage WHERE kind = '{kind}'"
     derived = DERIVED_COLUMNS.get(kind)
     if not derived:
         return f"INSERT INTO {kind} {select}"
     # the derived columns are computed from the typed record columns, once, here
-    names = ", ".join(f'"{c}"' for c in _record_columns(kind))
+    names = ", ".join(f'"{c}"' for c in record_columns(kind))
     exprs = ", ".join(expr for _, expr in derived.values())
     return f"INSERT INTO {kind} SELECT *, {exprs} FROM ({select}) AS record({names})"
 
@@ -184,7 +183,7 @@ def _insert_cache_sql() -> str:
     of their distinct values (a trace has a few hundred at most). Two sorts: by position,
     then by key, where the previous lookup of a key is the last non-null ``seq`` before.
     """
-    cols = _record_columns("cache")
+    cols = record_columns("cache")
     exprs = _column_sql("cache", cols)
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
     # the record's own columns; its objects (the shapes and static values, staged as JSON
@@ -288,9 +287,9 @@ def _insert_memory_sql() -> str:
     continued file adds the sums of the rows of its run already stored. As for the cache,
     the windows sort narrow rows partitioned by integer ids, joined back by row id.
     """
-    cols = _record_columns("memory")
+    cols = record_columns("memory")
     names = ", ".join(f'"{c}"' for c in cols)
-    select = f"SELECT {_select_for('memory', cols)}, rowid FROM _stage WHERE kind = 'memory'"
+    select = f"SELECT {select_for('memory', cols)}, rowid FROM _stage WHERE kind = 'memory'"
     out = ", ".join(f"r.{c}" for c in cols)
     delta = "CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END"
     same = " AND ".join(
@@ -352,7 +351,7 @@ _INSERTS["memory"] = _insert_memory_sql()
 _RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
 _INSERT_RUN = (
     f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "
-    f"SELECT {_select_for('meta', _RUN_COLS)}, make_timestamp_ns(CAST(wall_time_ns AS BIGINT)), "
+    f"SELECT {select_for('meta', _RUN_COLS)}, make_timestamp_ns(CAST(wall_time_ns AS BIGINT)), "
     f"CAST($files AS VARCHAR[])[_f + 1] "
     f"FROM _stage WHERE kind = 'meta'"
 )
@@ -373,7 +372,7 @@ _DONE_TYPES = {
 }
 
 
-def _write(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> list[int]:
+def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]:
     """Write a staged and checked batch in one transaction; the records of each file."""
     plans = [w.plan for w in works]
     files = [str(p.path) for p in plans]
@@ -497,7 +496,7 @@ WHERE NOT b.from_start
 
 
 def _ingest_planned(
-    con: duckdb.DuckDBPyConnection, plans: list[_Plan], migrations: Migrations, strict: bool
+    con: duckdb.DuckDBPyConnection, plans: list[FilePlan], migrations: Migrations, strict: bool
 ) -> list[FileResult]:
     """Stage, check and write planned files together (one transaction). If that fails, each
     file is tried alone, so that one file's failure is not its batch-mates'."""
@@ -531,20 +530,20 @@ def _ingest_batch(
     them goes on (a big file's piece, ``PIECE_BYTES``: its result is of that piece)."""
     window = paths[:_WINDOW]
     previous = _previous(con, [str(p) for p in window])
-    results: list[FileResult | _Plan] = []
+    results: list[FileResult | FilePlan] = []
     planned = 0
     size = 0
     for path in window:
         if planned >= BATCH_FILES or (planned and size >= BATCH_BYTES):
             break
-        if any(isinstance(r, _Plan) and r.more for r in results[-1:]):
+        if any(isinstance(r, FilePlan) and r.more for r in results[-1:]):
             break  # a piece of a big file ends its batch: its next piece is planned after it
         t0 = time.perf_counter()
         try:
             plan = plan_file(path, previous.get(str(path)), migrations, lambda _: None)
-            if isinstance(plan, _Plan):
+            if isinstance(plan, FilePlan):
                 plan = first_piece(plan, PIECE_BYTES)
-        except _Refused as exc:
+        except Refused as exc:
             _refuse(con, path, str(exc))
             plan = FileResult(str(path), "refused", message=str(exc))
         except OSError as exc:
@@ -557,9 +556,9 @@ def _ingest_batch(
             size += plan.size - plan.start
         results.append(plan)
     _refuse_taken_runs(con, results)
-    plans = [r for r in results if isinstance(r, _Plan)]
+    plans = [r for r in results if isinstance(r, FilePlan)]
     done = iter(_ingest_planned(con, plans, migrations, strict) if plans else [])
-    more = isinstance(results[-1], _Plan) and results[-1].more
+    more = isinstance(results[-1], FilePlan) and results[-1].more
     return [r if isinstance(r, FileResult) else next(done) for r in results], more
 
 
@@ -574,15 +573,17 @@ def _add_piece(whole: FileResult | None, piece: FileResult) -> FileResult:
     whole.seconds += piece.seconds
     whole.slow_path = whole.slow_path or piece.slow_path
     whole.message = piece.message
-    if piece.status != "partial" and whole.rejected:  # as ``_FileIngest.message`` says it
+    if piece.status != "partial" and whole.rejected:  # as ``FileIngest.message`` says it
         whole.message = f"{whole.rejected} line(s) rejected; see rejected_lines"
     return whole
 
 
-def _refuse_taken_runs(con: duckdb.DuckDBPyConnection, results: list[FileResult | _Plan]) -> None:
+def _refuse_taken_runs(
+    con: duckdb.DuckDBPyConnection, results: list[FileResult | FilePlan]
+) -> None:
     """Refuse (in place) the files planned from the start whose run another file brought:
     one already in the database, or one earlier in this batch (one run is one file)."""
-    new = [r for r in results if isinstance(r, _Plan) and r.start == 0]
+    new = [r for r in results if isinstance(r, FilePlan) and r.start == 0]
     if not new:
         return
     owners = dict(
@@ -592,7 +593,7 @@ def _refuse_taken_runs(con: duckdb.DuckDBPyConnection, results: list[FileResult 
         ).fetchall()
     )
     for i, r in enumerate(results):
-        if not isinstance(r, _Plan) or r.start != 0:
+        if not isinstance(r, FilePlan) or r.start != 0:
             continue
         file = str(r.path)
         other = owners.get(r.run_id)

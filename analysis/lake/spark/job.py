@@ -19,7 +19,7 @@ file's rows to the lake's Delta tables and commits them through delta-rs
 ``_ingests`` commit with each file's app transaction), re-reading the staged Parquet with
 pyarrow on the way (the Delta connector for Spark is not needed, nor used). The few rows
 that fail are explained on the driver by the same pydantic code as the DuckDB path
-(``ingest_read._explain_line``), so the rejected lines and reasons are the same. Planning is
+(``ingest_read.explain_line``), so the rejected lines and reasons are the same. Planning is
 ``lake``'s own (``lake.plan_batch``, from one ``_ingests`` snapshot): the two engines write
 one lake together.
 
@@ -46,33 +46,42 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ember.schemas import MIGRATIONS, Migrations
-from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
-
-from .checks import maybe_too_deep_sql, row_invalid_sql, row_problem_sql, span_problems_sql
-from .db import RECORD_TABLES, RUNS_COLUMNS, _record_columns
-from .ingest_plan import (
+from ember.analysis.checks import (
+    maybe_too_deep_sql,
+    row_invalid_sql,
+    row_problem_sql,
+    span_problems_sql,
+)
+from ember.analysis.db import RECORD_TABLES, RUNS_COLUMNS, record_columns
+from ember.analysis.ingest.plan import (
     FileResult,
     FileStatus,
     IngestSummary,
-    _iter_lines,
-    _raw_text,
-    _read_extent,
-    _Rejected,
+    Rejected,
     expand_paths,
+    iter_lines,
+    raw_text,
+    read_extent,
 )
-from .ingest_read import _explain_line, _find_long_line
-from .lake import commit_batch, open_lake_for_writing, plan_batch, rejected_table
-from .lake_commit import LakeState, _LakePlan, commit_ingests, refusal_row
-from .lake_spark_schema import _duck_to_spark_type, lake_schema
-from .lake_spark_schema import read_schema as read_schema
-from .lake_spark_schema import register_lake as register_lake
-from .lake_spark_schema import spark_schema as spark_schema
-from .lake_spark_schema import spark_session as spark_session
-from .lake_spark_schema import spark_type as spark_type
-from .lake_write import prior_span_ids, tag
-from .schema_types import READ_COLUMNS, field_defaults
-from .spark_sql import to_spark
+from ember.analysis.ingest.read import explain_line, find_long_line
+from ember.analysis.lake.commit import LakePlan, LakeState, commit_ingests, refusal_row
+from ember.analysis.lake.ingest import (
+    commit_batch,
+    open_lake_for_writing,
+    plan_batch,
+    rejected_table,
+)
+from ember.analysis.lake.spark.schema import duck_to_spark_type, lake_schema
+from ember.analysis.lake.spark.schema import read_schema as read_schema
+from ember.analysis.lake.spark.schema import register_lake as register_lake
+from ember.analysis.lake.spark.schema import spark_schema as spark_schema
+from ember.analysis.lake.spark.schema import spark_session as spark_session
+from ember.analysis.lake.spark.schema import spark_type as spark_type
+from ember.analysis.lake.spark.sql import to_spark
+from ember.analysis.lake.write import prior_span_ids, tag
+from ember.analysis.schema_types import READ_COLUMNS, field_defaults
+from ember.schemas import MIGRATIONS, Migrations
+from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 
 __all__ = [
     "ingest_spark",
@@ -113,17 +122,17 @@ def _spark_check_sql() -> tuple[str, str, str, str]:
 
 def _select_exprs(kind: str) -> list[str]:
     """Spark SQL of the stored columns of one kind from the typed read (``lake_columns``),
-    with the defaults pydantic fills in (as ``ingest._select_for`` does for DuckDB)."""
-    from .schema_types import sql_literal
+    with the defaults pydantic fills in (as ``ingest.select_for`` does for DuckDB)."""
+    from ember.analysis.schema_types import sql_literal
 
     defaults = field_defaults(kind)
-    table = {c: t for c, t in _record_columns(kind).items() if c != "run_id"}
+    table = {c: t for c, t in record_columns(kind).items() if c != "run_id"}
     out = []
     for c, t in table.items():
         read = READ_COLUMNS.get(c)
         expr = f"`{c}`"
         if read == "JSON" and t not in ("JSON", "VARCHAR"):
-            expr = f"CAST(`{c}` AS {_duck_to_spark_type(t)})"
+            expr = f"CAST(`{c}` AS {duck_to_spark_type(t)})"
         if c in defaults:
             lit = to_spark(f"SELECT {sql_literal(defaults[c], t)} AS x", pretty=False)
             lit = lit[len("SELECT ") : -len(" AS x")]
@@ -135,7 +144,7 @@ def _select_exprs(kind: str) -> list[str]:
 def _runs_exprs(file_col: str = "_file") -> list[str]:
     cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file", "run_id")}
     defaults = field_defaults("meta")
-    from .schema_types import sql_literal
+    from ember.analysis.schema_types import sql_literal
 
     out = []
     for c, t in cols.items():
@@ -150,14 +159,14 @@ def _runs_exprs(file_col: str = "_file") -> list[str]:
 
 class _Planned:
     """One file the Spark job reads: its lake plan, where its complete lines end, and its
-    result (as the DuckDB engine's ``_FileIngest`` gives it to ``lake.commit_batch``)."""
+    result (as the DuckDB engine's ``FileIngest`` gives it to ``lake.commit_batch``)."""
 
-    def __init__(self, idx: int, lp: _LakePlan):
+    def __init__(self, idx: int, lp: LakePlan):
         self.idx = idx
         self.lp = lp
         plan = lp.plan
-        end, lines, truncated = _read_extent(plan)
-        self.rejected: list[_Rejected] = [truncated] if truncated is not None else []
+        end, lines, truncated = read_extent(plan)
+        self.rejected: list[Rejected] = [truncated] if truncated is not None else []
         self.partial: str | None = truncated.reason if truncated is not None else None
         self.end = end
         self.lines = lines
@@ -186,11 +195,11 @@ class _Planned:
         )
 
 
-def _needs_duckdb(lp: _LakePlan, end: int) -> str | None:
+def _needs_duckdb(lp: LakePlan, end: int) -> str | None:
     plan = lp.plan
     if not MIGRATIONS.reads_as_is(plan.version):
         return f"schema version {plan.version} (migrated by the DuckDB engine)"
-    if _find_long_line(plan.path, plan.start, end) is not None:
+    if find_long_line(plan.path, plan.start, end) is not None:
         return f"a line over {MAX_LINE_BYTES // 2**20} MB (read by the DuckDB engine)"
     return None
 
@@ -205,7 +214,7 @@ def ingest_spark(
     migrations: Migrations = MIGRATIONS,
 ) -> IngestSummary:
     """Ingest trace files into the lake with Spark (see the module doc)."""
-    from .lake import ingest_lake
+    from ember.analysis.lake.ingest import ingest_lake
 
     root = open_lake_for_writing(lake)
     files = expand_paths(paths)
@@ -242,10 +251,45 @@ def ingest_spark(
 
 
 def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[FileResult]:
+    """Read, check and stage every planned file in one Spark job, then commit them on the
+    driver (see the module doc); each phase registers the temp views the next one reads."""
+    t0 = time.perf_counter()
+    parsed = _register_stage(spark, planned)
+    _register_file_views(spark, state, planned)
+    _explain_rejected(planned, _flag_rows(spark))
+    _register_valid(spark, planned)
+    # write every table, partitioned by the file; then rename each file's parts into place
+    root = state.root
+    staging = root / "_staging" / uuid.uuid4().hex
+    try:
+        counts = _stage_tables(spark, planned, staging)
+        outputs = [_staged_tables(p, staging, counts) for p in planned]
+        results = commit_batch(state, [p.lp for p in planned], planned, outputs, "spark")
+    finally:
+        parsed.unpersist()
+        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (root / "_staging").rmdir()
+    took = time.perf_counter() - t0
+    for r in results:
+        r.seconds = took / len(results)
+    return results
+
+
+def _struct(**fields: Any) -> Any:
+    """A Spark schema of the given fields, in order (name=type)."""
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField(name, kind) for name, kind in fields.items()])
+
+
+def _register_stage(spark: Any, planned: list[_Planned]) -> Any:
+    """Every planned file's complete, non-blank lines, with their file index and line
+    number, parsed by the typed read's schema; persisted (each later phase reads it) and
+    registered as ``_stage``. The caller unpersists it."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    t0 = time.perf_counter()
     sc = spark.sparkContext
     rdds = []
     for p in planned:
@@ -258,13 +302,7 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
             .filter(lambda r, lo=lo, hi=hi: lo < r[1] <= hi and r[2].strip() != "")
         )
         rdds.append(rdd)
-    lines_schema = T.StructType(
-        [
-            T.StructField("_file", T.IntegerType()),
-            T.StructField("line", T.LongType()),
-            T.StructField("value", T.StringType()),
-        ]
-    )
+    lines_schema = _struct(_file=T.IntegerType(), line=T.LongType(), value=T.StringType())
     raw = spark.createDataFrame(sc.union(rdds), lines_schema)
     parsed = raw.select(
         "_file",
@@ -276,6 +314,13 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
     ).select("_file", "line", "_replaced", "r.*")
     parsed = parsed.persist()
     parsed.createOrReplaceTempView("_stage")
+    return parsed
+
+
+def _register_file_views(spark: Any, state: LakeState, planned: list[_Planned]) -> None:
+    """``_prior_spans`` and ``_files``, what the checks need to know of each file."""
+    from pyspark.sql import types as T
+
     # the first record of a file read from its start may be its meta; the span_starts of
     # a continued run already in the lake count for its span_ends
     firsts = {p.idx: (p.lp.plan.start == 0) for p in planned}
@@ -283,17 +328,17 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
         (p.idx, s) for p in planned if p.lp.plan.start > 0 for s in prior_span_ids(state, p.lp)
     ]
     spark.createDataFrame(
-        prior,
-        T.StructType(
-            [T.StructField("_file", T.IntegerType()), T.StructField("span_id", T.LongType())]
-        ),
+        prior, _struct(_file=T.IntegerType(), span_id=T.LongType())
     ).createOrReplaceTempView("_prior_spans")
     spark.createDataFrame(
         [(i, f) for i, f in firsts.items()],
-        T.StructType(
-            [T.StructField("_file", T.IntegerType()), T.StructField("from_start", T.BooleanType())]
-        ),
+        _struct(_file=T.IntegerType(), from_start=T.BooleanType()),
     ).createOrReplaceTempView("_files")
+
+
+def _flag_rows(spark: Any) -> dict[int, dict[int, tuple[str, str | None]]]:
+    """The rows of ``_stage`` the checks flag, by file and line: why (a reason, or
+    ``unread``/``check``/``maybe`` for the driver to explain) and the check's problem."""
     invalid, problem, deep, spans = _spark_check_sql()
     spark.sql(
         "SELECT * FROM _stage WHERE _corrupt IS NULL AND _replaced = 0"
@@ -321,11 +366,17 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
         FROM s LEFT JOIN sp ON sp._file = s._file AND sp.line = s.line
         """
     )
-    flagged = flagged.where("why IS NOT NULL").collect()
     by_file: dict[int, dict[int, tuple[str, str | None]]] = {}
-    for r in flagged:
+    for r in flagged.where("why IS NOT NULL").collect():
         by_file.setdefault(r["_file"], {})[r["line"]] = (r["why"], r["problem"])
-    # the rejected lines, explained by the same code as the DuckDB path
+    return by_file
+
+
+def _explain_rejected(
+    planned: list[_Planned], by_file: dict[int, dict[int, tuple[str, str | None]]]
+) -> None:
+    """Add each file's flagged lines to its rejected lines, explained by the same code as
+    the DuckDB path (a ``maybe`` line it accepts is kept)."""
     for p in planned:
         bad = by_file.get(p.idx)
         if not bad:
@@ -333,102 +384,108 @@ def _run_job(spark: Any, state: LakeState, planned: list[_Planned]) -> list[File
         plan = p.lp.plan
         first = _first(p) if plan.start == 0 else -1
         number = plan.base_line
-        for offset, raw in _iter_lines(plan.path, plan.start, p.end):
+        for offset, raw in iter_lines(plan.path, plan.start, p.end):
             number += 1
             if number not in bad:
                 continue
-            why, row_problem = bad[number]
-            if why == "maybe":
-                reason = _explain_line(raw, expect_meta=number == first)
-                if reason is None:
-                    continue
-            elif why in ("unread", "check"):
-                reason = _explain_line(raw, expect_meta=number == first)
-                if reason is None:
-                    reason = (
-                        row_problem or "refused by the typed read's checks"
-                        if why == "check"
-                        else "Spark cannot read a value of this record (a number out of range?)"
-                    )
-            else:
-                reason = why
-            p.rejected.append(_Rejected(number, offset, reason, _raw_text(raw)))
+            reason = _rejection_reason(raw, *bad[number], expect_meta=number == first)
+            if reason is not None:
+                p.rejected.append(Rejected(number, offset, reason, raw_text(raw)))
         p.rejected.sort(key=lambda r: r.line)
+
+
+def _rejection_reason(
+    raw: bytes, why: str, row_problem: str | None, expect_meta: bool
+) -> str | None:
+    """Why a flagged line is rejected, or None for a ``maybe`` line ``parse_line`` keeps."""
+    if why == "maybe":
+        return explain_line(raw, expect_meta=expect_meta)
+    if why in ("unread", "check"):
+        reason = explain_line(raw, expect_meta=expect_meta)
+        if reason is None:
+            reason = (
+                row_problem or "refused by the typed read's checks"
+                if why == "check"
+                else "Spark cannot read a value of this record (a number out of range?)"
+            )
+        return reason
+    return why
+
+
+def _register_valid(spark: Any, planned: list[_Planned]) -> None:
+    """``_valid``: the rows of ``_stage`` not among any file's rejected lines."""
+    from pyspark.sql import types as T
+
     rejected_keys = [(p.idx, r.line) for p in planned for r in p.rejected]
     spark.createDataFrame(
-        rejected_keys,
-        T.StructType(
-            [T.StructField("_file", T.IntegerType()), T.StructField("line", T.LongType())]
-        ),
+        rejected_keys, _struct(_file=T.IntegerType(), line=T.LongType())
     ).createOrReplaceTempView("_rejected")
     valid = spark.sql(
         "SELECT * FROM _stage s WHERE NOT EXISTS (SELECT 1 FROM _rejected r "
         "WHERE r._file = s._file AND r.line = s.line)"
     )
     valid.createOrReplaceTempView("_valid")
-    # write every table, partitioned by the file; then rename each file's parts into place
-    root = state.root
-    staging = root / "_staging" / uuid.uuid4().hex
-    try:
-        files_by_idx = {p.idx: p for p in planned}
-        spark.createDataFrame(
-            [(p.idx, str(p.lp.plan.path)) for p in planned],
-            T.StructType(
-                [T.StructField("_file", T.IntegerType()), T.StructField("_path", T.StringType())]
-            ),
-        ).createOrReplaceTempView("_paths")
-        counts: dict[tuple[int, str], int] = {}
-        for table in ("runs", *RECORD_TABLES):
-            if table == "runs":
-                exprs = _runs_exprs("p._path")
-                where = "kind = 'meta'"
-            else:
-                exprs = [*_select_exprs(table), "line"]
-                where = f"kind = '{table}'"
-            df = spark.sql(
-                f"SELECT v._file, {', '.join(exprs)} FROM _valid v "
-                f"JOIN _paths p ON p._file = v._file WHERE {where}"
-            )
-            schema = lake_schema(table)
-            have = dict(zip(df.columns, [f.dataType for f in df.schema.fields], strict=True))
-            df = df.selectExpr(
-                "_file",
-                *[
-                    f"{_conform(f'`{f.name}`', have[f.name], f.dataType)} AS `{f.name}`"
-                    for f in schema.fields
-                    if f.name not in ("run_id", "_ingest")  # added on the driver (tag)
-                ],
-            )
-            for r in df.groupBy("_file").count().collect():
-                counts[(r["_file"], table)] = r["count"]
-            if not any(t == table for (_, t) in counts):
-                continue
-            df.repartition("_file").write.partitionBy("_file").parquet(
-                str(staging / table), compression="zstd"
-            )
-        outputs = []
-        for p in planned:
-            tables: dict[str, Any] = {}
-            for table in ("runs", *RECORD_TABLES):
-                if counts.get((p.idx, table), 0):
-                    parts = sorted((staging / table / f"_file={p.idx}").glob("*.parquet"))
-                    tables[table] = tag(pq.read_table(parts), p.lp)
-            if p.rejected:
-                tables["rejected_lines"] = tag(
-                    rejected_table(str(p.lp.plan.path), p.rejected), p.lp
-                )
-            outputs.append(tables)
-        results = commit_batch(state, [p.lp for p in planned], planned, outputs, "spark")
-        del files_by_idx
-    finally:
-        parsed.unpersist()
-        shutil.rmtree(staging, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            (root / "_staging").rmdir()
-    took = time.perf_counter() - t0
-    for r in results:
-        r.seconds = took / len(results)
-    return results
+
+
+def _stage_tables(spark: Any, planned: list[_Planned], staging: Path) -> dict[tuple[int, str], int]:
+    """Write each table's valid rows as Parquet under ``staging/TABLE``, partitioned by
+    file, in the lake's columns; returns the row count of each (file, table)."""
+    from pyspark.sql import types as T
+
+    spark.createDataFrame(
+        [(p.idx, str(p.lp.plan.path)) for p in planned],
+        _struct(_file=T.IntegerType(), _path=T.StringType()),
+    ).createOrReplaceTempView("_paths")
+    counts: dict[tuple[int, str], int] = {}
+    for table in ("runs", *RECORD_TABLES):
+        df = _lake_rows(spark, table)
+        for r in df.groupBy("_file").count().collect():
+            counts[(r["_file"], table)] = r["count"]
+        if not any(t == table for (_, t) in counts):
+            continue
+        df.repartition("_file").write.partitionBy("_file").parquet(
+            str(staging / table), compression="zstd"
+        )
+    return counts
+
+
+def _lake_rows(spark: Any, table: str) -> Any:
+    """The valid rows of one table (``runs`` from the meta records), with their ``_file``,
+    conformed to the lake's schema of it."""
+    if table == "runs":
+        exprs = _runs_exprs("p._path")
+        where = "kind = 'meta'"
+    else:
+        exprs = [*_select_exprs(table), "line"]
+        where = f"kind = '{table}'"
+    df = spark.sql(
+        f"SELECT v._file, {', '.join(exprs)} FROM _valid v "
+        f"JOIN _paths p ON p._file = v._file WHERE {where}"
+    )
+    schema = lake_schema(table)
+    have = dict(zip(df.columns, [f.dataType for f in df.schema.fields], strict=True))
+    return df.selectExpr(
+        "_file",
+        *[
+            f"{_conform(f'`{f.name}`', have[f.name], f.dataType)} AS `{f.name}`"
+            for f in schema.fields
+            if f.name not in ("run_id", "_ingest")  # added on the driver (tag)
+        ],
+    )
+
+
+def _staged_tables(
+    p: _Planned, staging: Path, counts: dict[tuple[int, str], int]
+) -> dict[str, Any]:
+    """One file's staged tables read back with pyarrow, tagged, with its rejected lines."""
+    tables: dict[str, Any] = {}
+    for table in ("runs", *RECORD_TABLES):
+        if counts.get((p.idx, table), 0):
+            parts = sorted((staging / table / f"_file={p.idx}").glob("*.parquet"))
+            tables[table] = tag(pq.read_table(parts), p.lp)
+    if p.rejected:
+        tables["rejected_lines"] = tag(rejected_table(str(p.lp.plan.path), p.rejected), p.lp)
+    return tables
 
 
 def _conform(expr: str, src: Any, dst: Any, depth: int = 0) -> str:
@@ -463,7 +520,7 @@ def _first(p: _Planned) -> int:
     """The line number of the first non-blank line of a file read from its start."""
     plan = p.lp.plan
     number = plan.base_line
-    for _, raw in _iter_lines(plan.path, plan.start, p.end):
+    for _, raw in iter_lines(plan.path, plan.start, p.end):
         number += 1
         if raw.strip():
             return number

@@ -45,9 +45,8 @@ from typing import Any
 
 from ember.recorder import bus
 from ember.recorder import events as E
-
-from .errors import LoadError
-from .hub_cache import (
+from ember.runtime.errors import LoadError
+from ember.runtime.hub.cache import (
     COMMIT,
     RepoFile,
     RepoMetadata,
@@ -64,7 +63,7 @@ from .hub_cache import (
     save_metadata,
     saved_etag,
 )
-from .hub_names import (
+from ember.runtime.hub.names import (
     HubSource,
     hub_source,
     parse_hub_source,

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .graph import Graph, Node
+from ember.runtime.graph.ir import Graph, Node
 
 __all__ = [
     "EAGER_SEGMENT_NODES",
@@ -182,7 +182,7 @@ def _needs(node: Node, host: set[str]) -> str | None:
 
 
 def _loop_without_scans(node: Node) -> bool:
-    from .ops.control import loop_scan_outputs
+    from ember.runtime.ops.control import loop_scan_outputs
 
     body = node.attrs.get("body")
     if not isinstance(body, Graph):

@@ -15,12 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .lake import (
-    LAKE_TABLES,
-    lake_columns,
-)
-from .schema_types import KIND_MODELS, READ_COLUMNS, model_columns
-from .spark_sql import spark_tables, spark_views
+from ember.analysis.lake.ingest import LAKE_TABLES, lake_columns
+from ember.analysis.lake.spark.sql import spark_tables, spark_views
+from ember.analysis.schema_types import KIND_MODELS, READ_COLUMNS, model_columns
 
 # ---------------------------------------------------------------- the schema
 
@@ -46,10 +43,10 @@ def spark_type(t: Any) -> Any:
         return scalars[t]
     from pyspark.sql.types import _parse_datatype_string
 
-    return _parse_datatype_string(_duck_to_spark_type(t))
+    return _parse_datatype_string(duck_to_spark_type(t))
 
 
-def _duck_to_spark_type(t: str) -> str:
+def duck_to_spark_type(t: str) -> str:
     """A DuckDB type's SQL as a Spark DDL type (for the nested types of table columns)."""
     import sqlglot
 
@@ -59,12 +56,12 @@ def _duck_to_spark_type(t: str) -> str:
 
 
 def _kind_description(kind: str) -> dict[str, Any]:
-    from .schema_types import _span_columns
+    from ember.analysis.schema_types import span_columns
 
     if kind == "span_start":
-        return _span_columns(0)
+        return span_columns(0)
     if kind == "span_end":
-        return _span_columns(1)
+        return span_columns(1)
     return model_columns(KIND_MODELS[kind])
 
 
@@ -106,13 +103,16 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
         )
     from pyspark.sql import SparkSession
 
-    python = (
-        sys.executable
-        if master.startswith("local")
-        else os.environ.get("PYSPARK_PYTHON", "python3")
-    )
-    if master.startswith("local"):
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+    # the interpreter the executors' Python workers start: PYSPARK_PYTHON when set (on a
+    # cluster), else this one (a local master; a cluster on this machine, or whose workers
+    # have the same venv at the same path: they import Ember from its install). PySpark
+    # takes it from PYSPARK_PYTHON, not from spark.pyspark.python (which only spark-submit
+    # reads), and falls back to "python3": whatever a worker's PATH finds, without Ember
+    # (a standalone cluster's Python workers then failed to import it)
+    python = sys.executable
+    if not master.startswith("local"):
+        python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
     session = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -123,8 +123,6 @@ def spark_session(master: str = "local[2]", app: str = "ember") -> Any:
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.driver.memory", "1g")
-        # the Python workers run this interpreter (on a local master; a cluster's workers
-        # need Ember importable by their own: set PYSPARK_PYTHON there)
         .config("spark.pyspark.python", python)
         .config("spark.pyspark.driver.python", sys.executable)
         .getOrCreate()
@@ -140,7 +138,7 @@ def _visible_ingests(snap: Any) -> list[str]:
     """The ids of the ingests a reader of the snapshot sees (``lake_commit.visible_sql``)."""
     import duckdb
 
-    from .lake_commit import visible_sql
+    from ember.analysis.lake.commit import visible_sql
 
     con = duckdb.connect(":memory:")
     try:
@@ -175,7 +173,7 @@ def register_lake(
     view it reads again."""
     from pyspark.sql import functions as F
 
-    from .lake_read import LakeSnapshot
+    from ember.analysis.lake.read import LakeSnapshot
 
     root = Path(lake).resolve()
     snap = LakeSnapshot(root)  # the _ingests rows first, then each table's file list

@@ -7,13 +7,13 @@ a file as a ``Previous``; ``plan_file`` decides from it and the file as it is no
 - ``unchanged``: the same size and mtime as stored (where the store keeps them), or the same
   first line and size (a last line cut short then, and still, included); nothing is read;
 - grown: the same first line and more bytes than were read: continue from the last
-  complete line read (``_Plan.start``, ``base_line``);
+  complete line read (``FilePlan.start``, ``base_line``);
 - new or replaced (another first line, or fewer bytes): read from the start; a replaced
   file's old rows go (``replaced_run``);
-- refused as a whole (``_Refused``): empty, only blank lines, no valid ``meta`` first, a
+- refused as a whole (``Refused``): empty, only blank lines, no valid ``meta`` first, a
   schema version this Ember cannot read, or a run id that another file already brought.
 
-``_read_extent`` says where the complete lines of a planned range end (a last line cut
+``read_extent`` says where the complete lines of a planned range end (a last line cut
 short is rejected as truncated and read again when the file grows). ``claim`` is the
 lake's one exclusion: a claim file per trace file while one ingester writes it.
 """
@@ -105,7 +105,7 @@ class IngestSummary:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """The file cannot be ingested at all; the message says why and what to do."""
 
 
@@ -145,13 +145,13 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 # ---------------------------------------------------------------- reading helpers
 
 
-def _raw_text(raw: bytes) -> str:
+def raw_text(raw: bytes) -> str:
     """The start of a line as text: undecodable bytes and control characters escaped."""
     text = raw[: RAW_PREFIX_CHARS * 4].decode("utf-8", "backslashreplace")
     return text.translate(_CONTROL)[:RAW_PREFIX_CHARS]
 
 
-def _first_line(path: Path, size: int) -> bytes:
+def first_line(path: Path, size: int) -> bytes:
     """The first non-blank line, without its newline (b"" when there is none)."""
     with path.open("rb") as f:
         offset = 0
@@ -160,7 +160,7 @@ def _first_line(path: Path, size: int) -> bytes:
             offset += len(line)
             if line.strip():
                 if len(line) > MAX_LINE_BYTES:
-                    raise _Refused(
+                    raise Refused(
                         f"the first line is over {MAX_LINE_BYTES // 2**20} MB; it must be the "
                         f"'meta' record (is this an Ember trace?)"
                     )
@@ -168,7 +168,7 @@ def _first_line(path: Path, size: int) -> bytes:
     return b""
 
 
-def _read_extent(plan: _Plan) -> tuple[int, int, _Rejected | None]:
+def read_extent(plan: FilePlan) -> tuple[int, int, Rejected | None]:
     """What of ``plan``'s bytes to read: ``(end, lines, truncated)``.
 
     ``end`` is the offset after the last complete line, or the file's end when its last line is a
@@ -191,7 +191,7 @@ def _read_extent(plan: _Plan) -> tuple[int, int, _Rejected | None]:
         f"truncated last line {line}: no newline at the end of the file (the writer "
         f"stopped mid-line); it is read again if the file grows"
     )
-    return end, lines, _Rejected(line, end, reason, _raw_text(tail))
+    return end, lines, Rejected(line, end, reason, raw_text(tail))
 
 
 def _end_of_complete_lines(path: Path, start: int, size: int) -> tuple[int, bytes, int]:
@@ -234,7 +234,7 @@ def _count_chunks(m: mmap.mmap, start: int, end: int) -> int:
     return n
 
 
-def _read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
+def read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
     """The bytes ``[start, end)`` of a file, in pieces of at most 4 MB."""
     with path.open("rb") as f:
         f.seek(start)
@@ -247,7 +247,7 @@ def _read_range(path: Path, start: int, end: int) -> Iterator[bytes]:
             remaining -= len(buf)
 
 
-def _iter_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+def iter_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
     """``(byte offset, line without newline)`` of every line in ``[start, end)``."""
     with path.open("rb") as f:
         f.seek(start)
@@ -272,7 +272,7 @@ def _iter_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]
 
 
 @dataclass
-class _Rejected:
+class Rejected:
     line: int
     offset: int
     reason: str
@@ -283,7 +283,7 @@ class _Rejected:
 
 
 @dataclass
-class _Plan:
+class FilePlan:
     path: Path
     size: int
     start: int  # byte offset to read from
@@ -300,7 +300,7 @@ class _Plan:
     more: bool = False
 
 
-def first_piece(plan: _Plan, max_bytes: int) -> _Plan:
+def first_piece(plan: FilePlan, max_bytes: int) -> FilePlan:
     """``plan`` cut after its last complete line within ``max_bytes`` of its start (or as it
     is when it is shorter): a big file goes in piece by piece, so that what is staged at
     once, and the memory it takes, does not grow with the file."""
@@ -344,13 +344,13 @@ def unchanged_result(file: str, previous: Previous) -> FileResult:
 def _parse_meta(first: bytes, migrations: Migrations) -> tuple[dict[str, Any], int]:
     why = compressed(first)
     if why is not None:
-        raise _Refused(why)
+        raise Refused(why)
     try:
         data = parse_line(first)
     except BadLine as exc:
-        raise _Refused(f"line 1: {exc}; the first line must be the 'meta' record") from exc
+        raise Refused(f"line 1: {exc}; the first line must be the 'meta' record") from exc
     if not isinstance(data, dict) or data.get("kind") != "meta":
-        raise _Refused(
+        raise Refused(
             "missing 'meta': the first record must be 'meta' (schema, run id, wall-clock "
             "anchor); is this an Ember trace? Record it with ember.recorder.record()"
         )
@@ -358,16 +358,16 @@ def _parse_meta(first: bytes, migrations: Migrations) -> tuple[dict[str, Any], i
         version = parse_schema_id(data.get("schema"))
         check_version(version)
     except TraceVersionError as exc:
-        raise _Refused(str(exc)) from exc
+        raise Refused(str(exc)) from exc
     if version != SCHEMA_VERSION:
         try:
             data = migrations.upgrade(dict(data), version)
         except (TraceVersionError, KeyError, TypeError, ValueError) as exc:
-            raise _Refused(f"cannot upgrade the meta record: {exc}") from exc
+            raise Refused(f"cannot upgrade the meta record: {exc}") from exc
     try:
         meta = RECORD.validate_python(data)
     except ValidationError as exc:
-        raise _Refused(f"line 1: invalid 'meta' record: {explain(exc)}") from exc
+        raise Refused(f"line 1: invalid 'meta' record: {explain(exc)}") from exc
     return meta.model_dump(mode="json", by_alias=True), version
 
 
@@ -378,28 +378,28 @@ def plan_file(
     run_owner: Callable[[str], str | None],
     *,
     store: str = "database",
-) -> _Plan | FileResult:
+) -> FilePlan | FileResult:
     """What to read of ``path`` given what the store holds of it (see the module doc).
 
     ``run_owner(run_id)`` names the other file that brought ``run_id`` into the store, if
-    any; ``store`` names the store in that refusal. Raises ``_Refused`` (and ``OSError``)."""
+    any; ``store`` names the store in that refusal. Raises ``Refused`` (and ``OSError``)."""
     file = str(path)
     st = path.stat()
     if previous is not None and previous.unchanged(st):
         return unchanged_result(file, previous)
     size = st.st_size
     if size == 0:
-        raise _Refused("empty file: no 'meta' record (is the run still starting?)")
-    first = _first_line(path, size)
+        raise Refused("empty file: no 'meta' record (is the run still starting?)")
+    first = first_line(path, size)
     if not first:
-        raise _Refused("the file has only blank lines: no 'meta' record")
+        raise Refused("the file has only blank lines: no 'meta' record")
     first_hash = hashlib.sha1(first).hexdigest()
     if previous is not None and previous.first_line_hash == first_hash:
         if size in (previous.offset_bytes, previous.size):
             # all read, or all but the partial last line that was there then
             return unchanged_result(file, previous)
         if size > previous.offset_bytes:
-            return _Plan(
+            return FilePlan(
                 path,
                 size,
                 previous.offset_bytes,
@@ -416,7 +416,7 @@ def plan_file(
     other = run_owner(run_id)
     if other is not None:
         raise run_taken(run_id, other, store)
-    return _Plan(
+    return FilePlan(
         path,
         size,
         0,
@@ -430,9 +430,9 @@ def plan_file(
     )
 
 
-def run_taken(run_id: str, other: str, store: str) -> _Refused:
+def run_taken(run_id: str, other: str, store: str) -> Refused:
     """The refusal of a file whose run another file already brought into the store."""
-    return _Refused(
+    return Refused(
         f"run {run_id} is already in the {store} from {other}; one run is one file. "
         f"If this file is a copy, skip it; if it is another run, record it with a new run id"
     )

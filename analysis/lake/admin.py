@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .lake_commit import (
+from ember.analysis.lake.commit import (
     LakeState,
     append_rows,
     commit_ingests,
@@ -35,23 +35,26 @@ from .lake_commit import (
     ingest_age_s,
     new_ingest_id,
 )
-from .lake_table import (
+from ember.analysis.lake.table import (
     INGESTS,
     LAKE_TABLES,
     OLD_MANIFEST,
+    FileRuns,
     LakeError,
     arrow_schema,
     create_lake,
     is_lake,
     is_old_lake,
+    may_hold,
     run_key,
+    run_ranges,
 )
 
 
 def _require_lake(lake: str | os.PathLike[str]) -> Path:
     root = Path(lake).resolve()
     if not is_lake(root):
-        from .lake_table import lake_problem
+        from ember.analysis.lake.table import lake_problem
 
         raise LakeError(lake_problem(root, writing=False) or f"{root}: not a lake")
     return root
@@ -133,7 +136,7 @@ def check(
         report.damaged_logs.append(str(exc))
         return report
     visible = {r["ingest"] for segs in state.streams.values() for r in segs}
-    drop_keys: set[str] = set()
+    damaged: dict[str, FileRuns] = {}
     for name in LAKE_TABLES:
         try:
             dt = _table(root, name)
@@ -141,13 +144,14 @@ def check(
             report.damaged_logs.append(str(exc))
             continue
         good = []
+        ranges = run_ranges(dt)
         for uri in dt.file_uris():
             why = _damaged(uri)
             if why is None:
                 good.append(uri)
                 continue
             report.damaged_files.append(f"{uri}: {why}")
-            drop_keys.add(Path(uri).parent.name.removeprefix("run_key="))
+            damaged[uri] = ranges.get(uri, (None, None, None, None))
         if not good:
             continue
         con = duckdb.connect(":memory:")
@@ -167,15 +171,26 @@ def check(
             dt.delete(" OR ".join(f"_ingest = '{i}'" for i in old))
             report.repaired.append(f"{name}: deleted {len(old)} orphan ingest(s)' rows")
     if repair and report.damaged_files:
-        _drop_damaged(root, state, report, drop_keys)
+        _drop_damaged(root, state, report, list(damaged.values()))
     return report
 
 
-def _drop_damaged(root: Path, state: LakeState, report: CheckReport, keys: set[str]) -> None:
-    """Forget the ingests of the runs whose partitions held damaged files (their traces are
-    read again by the next ingest), then remove the damaged files from their tables."""
+def _drop_damaged(
+    root: Path,
+    state: LakeState,
+    report: CheckReport,
+    ranges: list[FileRuns],
+) -> None:
+    """Forget the ingests of the runs the damaged files may have held (by the ``run_id``
+    statistics of the log: one run per file where the lake is partitioned by run, the runs
+    of a range in a compacted file; their traces are read again by the next ingest), then
+    remove the damaged files from their tables."""
     ingests = [
-        r["ingest"] for segs in state.streams.values() for r in segs if run_key(r["run_id"]) in keys
+        r["ingest"]
+        for segs in state.streams.values()
+        for r in segs
+        if r["run_id"] is not None
+        and any(may_hold(fr, r["run_id"], r["run_date"]) for fr in ranges)
     ]
     if ingests:
         _table(root, INGESTS).delete(" OR ".join(f"ingest = '{i}'" for i in ingests))

@@ -20,7 +20,7 @@ shapes when they are all static). A call with exactly those shapes and dtypes go
 straight to that program and emits no cache events; a call with other shapes goes through
 the segment cache at position 0.
 
-**With graph breaks** (see ``ember.runtime.analysis``) each call runs the sorted graph as
+**With graph breaks** (see ``ember.runtime.breaks.plan``) each call runs the sorted graph as
 segments. For each segment the cache of its position is looked up with the key (position,
 argument shapes and dtypes, static values the segment reads). A hit runs the cached
 program; a miss traces and compiles the segment (or, for a segment of fewer than 20 nodes
@@ -28,7 +28,7 @@ after a break, keeps it eager) and inserts it, evicting the least recently used 
 of a full position. Then the break node runs eagerly, and its outputs that later nodes read
 on the host become static values of the next segments.
 
-**Control flow specialises** (see ``ember.runtime.analysis``). An ``If`` whose condition
+**Control flow specialises** (see ``ember.runtime.breaks.plan``). An ``If`` whose condition
 comes from small inputs has it computed on the host at the start of the call (the
 *prelude*); the condition is a static value of the segment holding the ``If``, so the key
 holds it and the program has the taken branch inline (statics name it ``If_0 condition``).
@@ -89,24 +89,17 @@ import numpy as np
 
 from ember.recorder import bus
 from ember.recorder import events as E
-
-from . import xla_cpu
-from .analysis import PARAM_MIN_SIZE, Plan, Segment, analyse
-from .break_subgraphs import BreakSubgraphs
-from .describe import describe_shapes, shape_key, static_key
-from .diskcache import ProgramStore
-from .fastpath import (
-    Program,
-    SpecializedCalls,
-    WholeGraphCall,
-    block,
-    run_prelude,
-)
-from .graph import Node, run_node, run_nodes, to_host
-from .inputs import as_model, check_inputs, resolve_specs, to_device
-from .model import Model, TensorSpec
-from .segment_build import SegmentBuilder
-from .segment_trace import Entry, NeedsHost
+from ember.runtime.breaks.plan import PARAM_MIN_SIZE, Plan, Segment, analyse
+from ember.runtime.breaks.subgraphs import BreakSubgraphs
+from ember.runtime.describe import describe_shapes, shape_key, static_key
+from ember.runtime.graph.ir import Node, run_node, run_nodes, to_host
+from ember.runtime.inputs import as_model, check_inputs, resolve_specs, to_device
+from ember.runtime.jit import xla_cpu
+from ember.runtime.jit.diskcache import ProgramStore
+from ember.runtime.jit.fastpath import Program, SpecializedCalls, WholeGraphCall, block, run_prelude
+from ember.runtime.jit.segment_build import SegmentBuilder
+from ember.runtime.jit.segment_trace import Entry, NeedsHost
+from ember.runtime.model import Model, TensorSpec
 
 __all__ = ["CompiledModel", "compile", "describe_shapes", "run"]
 

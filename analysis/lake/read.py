@@ -19,21 +19,16 @@ from typing import Any
 
 import duckdb
 
-from .db import (
-    DERIVED_COLUMNS,
-    VIEW_NAMES,
-    Connection,
-    view_sql,
-)
-from .lake_commit import damaged_log, visible_sql
-from .lake_table import (
+from ember.analysis.db import DERIVED_COLUMNS, VIEW_NAMES, Connection, view_sql
+from ember.analysis.lake.commit import damaged_log, visible_sql
+from ember.analysis.lake.table import (
     INGESTS,
     LAKE_TABLES,
     LakeError,
-    _lit,
     lake_columns,
     lake_problem,
     read_delta,
+    sql_literal,
     table_columns,
 )
 
@@ -138,7 +133,7 @@ def _stored_view(con: duckdb.DuckDBPyConnection, snap: LakeSnapshot, table: str)
         sql = "SELECT " + ", ".join(f'NULL::{t} AS "{c}"' for c, t in cols.items()) + " WHERE false"
     else:
         if all(os.path.isabs(u) for u in uris):
-            files = "[" + ", ".join(_lit(u) for u in uris) + "]"
+            files = "[" + ", ".join(sql_literal(u) for u in uris) + "]"
             # one schema (the Delta table's): DuckDB binds on the first file's footer only
             src = f"read_parquet({files}, hive_partitioning = false)"
         else:

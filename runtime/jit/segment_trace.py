@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from . import ops, xla_cpu
-from .analysis import Segment
-from .channels_last import ChannelsLastEnv
-from .channels_last import run_node as run_channels_last
-from .describe import key_hex
-from .diskcache import disk_cache
-from .graph import Graph, run_node
+from ember.runtime import ops
+from ember.runtime.breaks.plan import Segment
+from ember.runtime.describe import key_hex
+from ember.runtime.graph.channels_last import ChannelsLastEnv
+from ember.runtime.graph.channels_last import run_node as run_channels_last
+from ember.runtime.graph.ir import Graph, run_node
+from ember.runtime.jit import xla_cpu
+from ember.runtime.jit.diskcache import disk_cache
 
 __all__ = [
     "CompileResult",
@@ -155,6 +156,7 @@ def trace_segment(
     """
     import jax
 
+    # which outputs the trace found to be host values, and which the program returns
     box: dict[str, Any] = {}
 
     # XLA:CPU: convolution outputs stay channels-last through the ops that can take them
@@ -166,39 +168,76 @@ def trace_segment(
         for name, value in zip(seg.params, param_values, strict=True):
             env[name] = xla_cpu.read_hwio(value) if name in hwio else value
         env.update(zip(seg.args, arg_values, strict=True))
-        for node in graph.nodes[seg.position : seg.stop]:
-            if node.position in prelude or (
-                node.outputs and all(o in base_env for o in node.outputs if o)
-            ):
-                continue  # folded once per model (constants), or computed by the prelude
-            try:
-                if isinstance(env, ChannelsLastEnv):
-                    run_channels_last(node, env)
-                    continue
-                outs = run_node(node, env)
-            except Exception as exc:
-                if _needs_concrete(exc):
-                    raise NeedsHost(
-                        node.position,
-                        f"a value that {node.op_type} {node.name!r} reads on the host",
-                    ) from exc
-                raise
-            for name, value in zip(node.outputs, outs, strict=False):
-                if name:
-                    env[name] = value
-        host: dict[str, Any] = {}
-        dynamic: list[str] = []
-        for name in seg.outputs:
-            v = env[name]
-            if _is_host_value(v):
-                host[name] = v
-            else:
-                dynamic.append(name)
-        box["host"] = host
-        box["dynamic"] = tuple(dynamic)
-        return tuple(env[n] for n in dynamic)
+        _run_segment_nodes(graph, seg, env, base_env, prelude)
+        box["host"], box["dynamic"] = _split_outputs(seg, env)
+        return tuple(env[n] for n in box["dynamic"])
 
     param_values = tuple(params[n] for n in seg.params)
+    exe, disk = _compile_segment(segment_fn, param_values, args, cache_dir)
+    entry = Entry(
+        key=(),
+        shapes=[],
+        statics=[],
+        exe=exe,
+        dynamic_outputs=box["dynamic"],
+        host_outputs=box["host"],
+        needs_x64=_has_64bit(args) or _has_64bit(param_values),
+    )
+    return CompileResult(entry, disk, memory_of(exe), cost_of(exe))
+
+
+def _run_segment_nodes(
+    graph: Graph,
+    seg: Segment,
+    env: dict[str, Any],
+    base_env: Mapping[str, Any],
+    prelude: frozenset[int],
+) -> None:
+    """Run the segment's nodes on ``env`` (while tracing); a node that reads a traced
+    value on the host raises ``NeedsHost`` (it becomes a break)."""
+    for node in graph.nodes[seg.position : seg.stop]:
+        if node.position in prelude or (
+            node.outputs and all(o in base_env for o in node.outputs if o)
+        ):
+            continue  # folded once per model (constants), or computed by the prelude
+        try:
+            if isinstance(env, ChannelsLastEnv):
+                run_channels_last(node, env)
+                continue
+            outs = run_node(node, env)
+        except Exception as exc:
+            if _needs_concrete(exc):
+                raise NeedsHost(
+                    node.position,
+                    f"a value that {node.op_type} {node.name!r} reads on the host",
+                ) from exc
+            raise
+        for name, value in zip(node.outputs, outs, strict=False):
+            if name:
+                env[name] = value
+
+
+def _split_outputs(seg: Segment, env: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The segment's outputs that are host values (kept by the entry), and the names of
+    those the program returns."""
+    host: dict[str, Any] = {}
+    dynamic: list[str] = []
+    for name in seg.outputs:
+        v = env[name]
+        if _is_host_value(v):
+            host[name] = v
+        else:
+            dynamic.append(name)
+    return host, tuple(dynamic)
+
+
+def _compile_segment(
+    segment_fn: Any, param_values: tuple[Any, ...], args: Sequence[Any], cache_dir: str | None
+) -> tuple[Any, str | None]:
+    """Lower and compile ``segment_fn`` with the disk cache at ``cache_dir``: the
+    executable, and whether the disk cache hit (None without a cache_dir)."""
+    import jax
+
     with disk_cache(cache_dir) as probe:
         if param_values:
             lowered = jax.jit(segment_fn).lower(param_values, *args)
@@ -209,17 +248,7 @@ def trace_segment(
 
             lowered = jax.jit(no_params_fn).lower(*args)
         exe = lowered.compile(compiler_options=xla_cpu.compiler_options())
-    entry = Entry(
-        key=(),
-        shapes=[],
-        statics=[],
-        exe=exe,
-        dynamic_outputs=box["dynamic"],
-        host_outputs=box["host"],
-        needs_x64=_has_64bit(args) or _has_64bit(param_values),
-    )
-    disk = probe.result if cache_dir is not None else None
-    return CompileResult(entry, disk, memory_of(exe), cost_of(exe))
+    return exe, probe.result if cache_dir is not None else None
 
 
 @dataclass

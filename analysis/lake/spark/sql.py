@@ -38,7 +38,7 @@ from functools import cache
 import sqlglot
 from sqlglot import exp
 
-from .db import VIEW_NAMES, view_sql
+from ember.analysis.db import VIEW_NAMES, view_sql
 
 __all__ = ["HAND_WRITTEN", "spark_tables", "spark_views", "to_spark"]
 
@@ -430,7 +430,7 @@ def spark_views() -> dict[str, str]:
 def spark_tables(stored: dict[str, str]) -> dict[str, str]:
     """The lake tables as Spark SQL over their stored rows (``stored``: table -> the
     name of a Spark view of its Parquet, with ``run_id``)."""
-    from .lake import LAKE_TABLES, lake_table_sql
+    from ember.analysis.lake.ingest import LAKE_TABLES, lake_table_sql
 
     out = {}
     for table in LAKE_TABLES:

@@ -40,6 +40,27 @@ from typing import Any
 import duckdb
 from pydantic import ValidationError
 
+from ember.analysis.checks import (
+    SCALAR_JSON_COLUMNS,
+    STRUCT_COLUMNS,
+    maybe_too_deep_sql,
+    object_invalid_sql,
+    row_invalid_sql,
+    row_problem_sql,
+    span_problems_sql,
+    structure_fits,
+)
+from ember.analysis.ingest.plan import (
+    RAW_PREFIX_CHARS,
+    FilePlan,
+    FileResult,
+    Rejected,
+    iter_lines,
+    raw_text,
+    read_extent,
+    read_range,
+)
+from ember.analysis.schema_types import READ_COLUMNS, READ_TYPES, transform_structure
 from ember.schemas import (
     RECORD,
     SCHEMA_VERSION,
@@ -50,29 +71,7 @@ from ember.schemas import (
 from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
 from ember.schemas.validate import BadLine, parse_line
 
-from .checks import (
-    SCALAR_JSON_COLUMNS,
-    STRUCT_COLUMNS,
-    maybe_too_deep_sql,
-    object_invalid_sql,
-    row_invalid_sql,
-    row_problem_sql,
-    span_problems_sql,
-    structure_fits,
-)
-from .ingest_plan import (
-    RAW_PREFIX_CHARS,
-    FileResult,
-    _iter_lines,
-    _Plan,
-    _raw_text,
-    _read_extent,
-    _read_range,
-    _Rejected,
-)
-from .schema_types import READ_COLUMNS, READ_TYPES, transform_structure
-
-# _find_long_line), so it only has to be large enough
+# find_long_line), so it only has to be large enough
 _DUCKDB_OBJECT_SIZE = MAX_LINE_BYTES + 4096
 # ---------------------------------------------------------------- work folders
 
@@ -149,7 +148,7 @@ def clean_stale_work_dirs(root: str | os.PathLike[str] | None = None) -> list[Pa
     return removed
 
 
-def _find_long_line(path: Path, start: int, end: int) -> int | None:
+def find_long_line(path: Path, start: int, end: int) -> int | None:
     """The offset of a line longer than MAX_LINE_BYTES in ``[start, end)``, else None.
 
     Jumps from line start to the last line start within the next MAX_LINE_BYTES bytes (a
@@ -170,7 +169,7 @@ def _find_long_line(path: Path, start: int, end: int) -> int | None:
 
 def _copy_range(src: Path, start: int, end: int, dst: Path) -> None:
     with dst.open("wb") as fo:
-        for buf in _read_range(src, start, end):
+        for buf in read_range(src, start, end):
             fo.write(buf)
 
 
@@ -300,7 +299,7 @@ def _stage_sql(f: int, select: str) -> str:
     return f"INSERT INTO _stage SELECT {int(f)}::INTEGER AS _f, * FROM ({select})"
 
 
-def _explain_line(raw: bytes, *, expect_meta: bool) -> str | None:
+def explain_line(raw: bytes, *, expect_meta: bool) -> str | None:
     """Pydantic's explanation of one line, or None when pydantic accepts it."""
     try:
         data = parse_line(raw)
@@ -330,14 +329,14 @@ def _fits(kind: str | None, span_kind: str | None, column: str, structure: str |
 # ---------------------------------------------------------------- one file's staged rows
 
 
-class _FileIngest:
+class FileIngest:
     """One planned file in the staging table: file ``f`` of a batch, its rows appended to
     ``_stage`` (``_f = f``), and the lines rejected."""
 
     def __init__(
         self,
         con: duckdb.DuckDBPyConnection,
-        plan: _Plan,
+        plan: FilePlan,
         migrations: Migrations,
         tmp: Path,
         strict: bool = False,
@@ -349,7 +348,7 @@ class _FileIngest:
         self.strict = strict
         self.tmp = tmp
         self.f = f
-        self.rejected: list[_Rejected] = []
+        self.rejected: list[Rejected] = []
         # staged row (rowid - first_row) -> (line, offset) when the slow path wrote the
         # staged lines itself
         self.line_map: list[tuple[int, int]] | None = None
@@ -362,7 +361,7 @@ class _FileIngest:
     def extent(self) -> None:
         """Where its complete lines end (``end``, ``lines_read``, a truncated last line)."""
         plan = self.plan
-        end, lines, truncated = _read_extent(plan)
+        end, lines, truncated = read_extent(plan)
         if truncated is not None:
             self.partial = truncated.reason
             self.rejected.append(truncated)
@@ -390,7 +389,7 @@ class _FileIngest:
         if (
             self.strict
             or not self.migrations.reads_as_is(plan.version)
-            or _find_long_line(plan.path, plan.start, self.end) is not None
+            or find_long_line(plan.path, plan.start, self.end) is not None
         ):
             self._slow_path(self.end)
         else:
@@ -447,7 +446,7 @@ class _FileIngest:
         number = plan.base_line
         seen_meta = plan.start > 0
         with clean.open("wb") as out:
-            for offset, raw in _iter_lines(plan.path, plan.start, end):
+            for offset, raw in iter_lines(plan.path, plan.start, end):
                 number += 1
                 if not raw.strip():
                     continue
@@ -460,7 +459,7 @@ class _FileIngest:
                     if reason is None and isinstance(data, dict) and data.get("kind") == "meta":
                         seen_meta = True
                 if reason is not None:
-                    self.rejected.append(_Rejected(number, offset, reason, _raw_text(raw)))
+                    self.rejected.append(Rejected(number, offset, reason, raw_text(raw)))
                     continue
                 out.write(raw)
                 out.write(b"\n")
@@ -485,7 +484,7 @@ class _FileIngest:
             for ordinal in bad:
                 line, offset = line_map[ordinal]
                 self.rejected.append(
-                    _Rejected(
+                    Rejected(
                         line,
                         offset,
                         "DuckDB cannot read a value of this record (a number out of range?)",
@@ -515,7 +514,7 @@ class _FileIngest:
     def _raw_at(self, offset: int) -> str:
         with self.plan.path.open("rb") as f:
             f.seek(offset)
-            return _raw_text(f.readline(RAW_PREFIX_CHARS * 4))
+            return raw_text(f.readline(RAW_PREFIX_CHARS * 4))
 
     def locate(self, rowids: list[int]) -> dict[int, tuple[int, int, bytes]]:
         """Line number, offset and bytes of its staged rows ``rowids`` (sorted)."""
@@ -532,7 +531,7 @@ class _FileIngest:
         target = next(wanted, None)
         ordinal = self.first_row - 1
         number = self.plan.base_line
-        for offset, raw in _iter_lines(self.plan.path, self.plan.start, self.end):
+        for offset, raw in iter_lines(self.plan.path, self.plan.start, self.end):
             number += 1
             if not raw.strip():
                 continue
@@ -576,7 +575,7 @@ SMALL_FILE = 1 << 20
 end (DuckDB's typed read costs ~10 ms a file to set up, more than a small file's rows)."""
 
 
-def _read_together(con: duckdb.DuckDBPyConnection, works: list[_FileIngest], tmp: Path) -> None:
+def _read_together(con: duckdb.DuckDBPyConnection, works: list[FileIngest], tmp: Path) -> None:
     """Stage small whole files with one ``read_json`` of their bytes put end to end; where
     DuckDB refuses them, each half is tried again, down to single files (read alone: the
     slow path), so a bad file costs its batch-mates a few reads, never their rows."""
@@ -589,7 +588,7 @@ def _read_together(con: duckdb.DuckDBPyConnection, works: list[_FileIngest], tmp
     rows = 0
     with joined.open("wb") as out:
         for w in works:
-            data = b"".join(_read_range(w.plan.path, 0, w.plan.size))
+            data = b"".join(read_range(w.plan.path, 0, w.plan.size))
             if len(data) != w.plan.size:  # replaced or cut since it was planned
                 alone.append(w)
                 continue
@@ -636,11 +635,11 @@ def _read_together(con: duckdb.DuckDBPyConnection, works: list[_FileIngest], tmp
 
 def stage(
     con: duckdb.DuckDBPyConnection,
-    plans: list[_Plan],
+    plans: list[FilePlan],
     migrations: Migrations,
     tmp: Path,
     strict: bool = False,
-) -> list[_FileIngest]:
+) -> list[FileIngest]:
     """Stage a batch of planned files in ``_stage`` (file ``f`` of ``plans`` as ``_f = f``)
     and describe them in ``_files`` (``f``, ``file``, ``run_id``, ``start``, ``from_start``,
     ``first_row``). Whole files are read together (``_read_together``), the others one by
@@ -649,7 +648,7 @@ def stage(
         f"CREATE OR REPLACE TEMP TABLE _stage AS SELECT 0::INTEGER AS _f, * "
         f"FROM ({_read_json_sql_empty()})"
     )
-    works = [_FileIngest(con, plan, migrations, tmp, strict, f) for f, plan in enumerate(plans)]
+    works = [FileIngest(con, plan, migrations, tmp, strict, f) for f, plan in enumerate(plans)]
     for w in works:
         w.extent()
     together = [w for w in works if w.whole]
@@ -702,7 +701,7 @@ def _object_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[int, None, bool]]
     return [(r[0], None, r[1]) for r in rows]
 
 
-def check(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> None:
+def check(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> None:
     """Find the staged rows to reject (one query for the batch), explain them with pydantic,
     add them to each file's ``rejected`` and delete them from ``_stage``."""
     problems = con.execute(_CHECKS_SQL).fetchall()
@@ -735,12 +734,12 @@ def check(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> None:
         for rowid, (line, offset, raw) in located.items():
             reason = by_row[rowid]
             if reason is None:
-                reason = _explain_line(raw, expect_meta=rowid == w.first_row and w.plan.start == 0)
+                reason = explain_line(raw, expect_meta=rowid == w.first_row and w.plan.start == 0)
             if reason is None:
                 if rowid in invalid:  # pydantic accepts what the typed read's checks refused
                     unexplained.append(rowid)
                 continue
-            w.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+            w.rejected.append(Rejected(line, offset, reason, raw_text(raw)))
             rejected_rows.append(rowid)
         if unexplained:
             # the full messages of the SQL checks, for these few rows only
@@ -751,7 +750,7 @@ def check(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> None:
             ).fetchall():
                 line, offset, raw = located[rowid]
                 reason = reason or "refused by the typed read's checks"
-                w.rejected.append(_Rejected(line, offset, reason, _raw_text(raw)))
+                w.rejected.append(Rejected(line, offset, reason, raw_text(raw)))
                 rejected_rows.append(rowid)
     for w in touched:
         w.rejected.sort(key=lambda r: r.line)

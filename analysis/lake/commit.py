@@ -20,9 +20,13 @@ sees the file's ``seq`` committed and reports the file ``unchanged``; its rows s
 invisible. A file that grew continues from the offset its last committed ingest ends at.
 
 **A file replaced at its path** (another first line: re-recorded): the new ingest names the
-old fid in ``replaces``; from that commit on, readers hide the old file's rows, so the swap
-is as atomic as any commit. A file with the same first line that is now *shorter* than
-what was read (rewritten, not appended) is refused: its rows stay as they were.
+old fid in ``replaces`` and the old file's ingests its snapshot held in ``hides``; from
+that commit on, readers hide those ingests' rows, so the swap is as atomic as any commit.
+What is hidden is what the replacing ingest saw, not what is older by a clock: machines'
+clocks differ, and a replacement stamped earlier than the ingest it replaces must still
+win (rows of lakes written before ``hides`` existed are decided by ``ingested_at``). A file
+with the same first line that is now *shorter* than what was read (rewritten, not appended)
+is refused: its rows stay as they were.
 """
 
 from __future__ import annotations
@@ -37,20 +41,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ember.schemas import MIGRATIONS, Migrations
-
-from .ingest_plan import (
+from ember.analysis.ingest.plan import (
+    FilePlan,
     FileResult,
     Previous,
-    _first_line,
-    _Plan,
-    _read_range,
-    _Refused,
+    Refused,
     cannot_read,
+    first_line,
+    read_range,
     run_taken,
 )
-from .ingest_plan import plan_file as _plan_file
-from .lake_table import INGESTS, LakeError, arrow_schema, read_delta, run_date, run_key
+from ember.analysis.ingest.plan import plan_file as _plan_file
+from ember.analysis.lake.table import (
+    INGESTS,
+    LakeError,
+    arrow_schema,
+    read_delta,
+    run_date,
+    run_key,
+)
+from ember.schemas import MIGRATIONS, Migrations
 
 LIVE = ("ok", "partial")
 COMMIT_TRIES = 8
@@ -81,18 +91,20 @@ def visible_sql(ingests: str) -> str:
     return (
         f"SELECT i.ingest FROM {ingests} i WHERE i.status IN ('ok', 'partial') AND NOT EXISTS "
         f"(SELECT 1 FROM {ingests} x WHERE x.replaces = i.fid AND x.status IN ('ok', 'partial') "
-        "AND x.ingested_at > i.ingested_at)"
+        "AND (list_contains(string_split(x.hides, ' '), i.ingest) "
+        "OR (x.hides IS NULL AND x.ingested_at > i.ingested_at)))"
     )
 
 
 @dataclass
-class _LakePlan:
-    plan: _Plan
+class LakePlan:
+    plan: FilePlan
     fid: str
     seq: int
     ingest: str
     run_date: str
     replaces: str | None = None
+    hides: tuple[str, ...] = ()
 
     @property
     def run_key(self) -> str:
@@ -111,23 +123,21 @@ class LakeState:
             rows = read_delta(self.table, INGESTS).to_pylist()
         except Exception as exc:  # delta-rs: a damaged log entry or checkpoint
             raise LakeError(damaged_log(root, INGESTS, exc)) from None
-        # a fid's rows before the last ingest that replaced it are hidden (visible_sql)
-        replaced: dict[str, Any] = {}
+        hidden = _hidden(rows)
         self.seqs: dict[str, int] = {}  # the highest seq of each fid, hidden rows too
         for r in rows:
             if r["status"] in LIVE:
-                if r["replaces"]:
-                    replaced[r["replaces"]] = max(
-                        replaced.get(r["replaces"], r["ingested_at"]), r["ingested_at"]
-                    )
                 self.seqs[r["fid"]] = max(self.seqs.get(r["fid"], 0), r["seq"])
         self.streams: dict[str, list[dict[str, Any]]] = {}
         self.last_by_file: dict[str, dict[str, Any]] = {}
         self.runs: dict[str, dict[str, Any]] = {}
-        for r in sorted(rows, key=lambda r: (r["ingested_at"], r["seq"] or 0)):
+        # a path's last row: a hidden one before any that is not (clocks differ), then by time
+        order = sorted(
+            rows, key=lambda r: (r["ingest"] not in hidden, r["ingested_at"], r["seq"] or 0)
+        )
+        for r in order:
             self.last_by_file[r["file"]] = r
-            hidden = r["fid"] in replaced and replaced[r["fid"]] > r["ingested_at"]
-            if r["status"] in LIVE and not hidden:
+            if r["status"] in LIVE and r["ingest"] not in hidden:
                 self.streams.setdefault(r["fid"], []).append(r)
                 self.runs.setdefault(r["run_id"], r)
         for segs in self.streams.values():
@@ -136,6 +146,25 @@ class LakeState:
     def latest(self, fid: str) -> dict[str, Any] | None:
         segs = self.streams.get(fid)
         return segs[-1] if segs else None
+
+
+def _hidden(rows: list[dict[str, Any]]) -> set[str]:
+    """The ingests whose rows readers hide (``visible_sql``): those a live replacement
+    names in ``hides``; for rows written before ``hides`` existed, the ingests of the
+    replaced fid older than the replacement."""
+    out: set[str] = set()
+    legacy: dict[str, Any] = {}
+    for x in rows:
+        if x["status"] in LIVE and x["replaces"]:
+            if x.get("hides") is not None:
+                out.update(x["hides"].split())
+            else:
+                t = legacy.get(x["replaces"])
+                legacy[x["replaces"]] = x["ingested_at"] if t is None else max(t, x["ingested_at"])
+    out.update(
+        r["ingest"] for r in rows if r["fid"] in legacy and legacy[r["fid"]] > r["ingested_at"]
+    )
+    return out
 
 
 def damaged_log(root: Path, table: str, exc: Exception) -> str:
@@ -162,9 +191,9 @@ def _previous(row: dict[str, Any]) -> Previous:
 
 def plan_lake_file(
     state: LakeState, path: Path, migrations: Migrations = MIGRATIONS
-) -> _LakePlan | FileResult:
+) -> LakePlan | FileResult:
     """What to read of ``path`` given the lake's snapshot (see the module doc). Raises
-    ``_Refused`` and ``OSError``."""
+    ``Refused`` and ``OSError``."""
     file = str(path)
     st = path.stat()
     last = state.last_by_file.get(file)
@@ -172,8 +201,8 @@ def plan_lake_file(
         if (last["size"], last["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
             return FileResult(file, "unchanged", run_id=last["run_id"], message="already ingested")
     if st.st_size == 0:
-        raise _Refused("empty file: no 'meta' record (is the run still starting?)")
-    first = _first_line(path, st.st_size)
+        raise Refused("empty file: no 'meta' record (is the run still starting?)")
+    first = first_line(path, st.st_size)
     fid = hashlib.sha1(first).hexdigest() if first else ""
     latest = state.latest(fid) if fid else None
     if latest is not None and latest["file"] != file and not _same_bytes(path, state.streams[fid]):
@@ -195,7 +224,7 @@ def plan_lake_file(
             plan.message = f"already in the lake: the same content as {latest['file']}"
         return plan
     if latest is not None and plan.start == 0:
-        raise _Refused(
+        raise Refused(
             f"the file is shorter ({plan.size} bytes) than the {latest['offset_bytes']} bytes "
             "ingested before and starts with the same line: it was rewritten, not appended "
             "to; its rows in the lake stay. Record the run again under a new run id"
@@ -206,7 +235,8 @@ def plan_lake_file(
         if latest is not None
         else run_date((plan.meta or {}).get("wall_time_ns"))
     )
-    return _LakePlan(plan, fid, seq, new_ingest_id(), date, replaces)
+    hides = tuple(r["ingest"] for r in state.streams.get(replaces, [])) if replaces else ()
+    return LakePlan(plan, fid, seq, new_ingest_id(), date, replaces, hides)
 
 
 def _same_bytes(path: Path, segments: list[dict[str, Any]]) -> bool:
@@ -215,7 +245,7 @@ def _same_bytes(path: Path, segments: list[dict[str, Any]]) -> bool:
     for seg in segments:
         digest = hashlib.sha1()
         n = 0
-        for buf in _read_range(path, seg["start"], seg["offset_bytes"]):
+        for buf in read_range(path, seg["start"], seg["offset_bytes"]):
             digest.update(buf)
             n += len(buf)
         if n != seg["offset_bytes"] - seg["start"] or "sha1:" + digest.hexdigest() != seg["digest"]:
@@ -227,22 +257,22 @@ def file_digest(path: Path, start: int = 0) -> str:
     """sha1 of a file's bytes from ``start`` (to tell a copy from another file that begins
     with the same line)."""
     digest = hashlib.sha1()
-    for buf in _read_range(path, start, path.stat().st_size):
+    for buf in read_range(path, start, path.stat().st_size):
         digest.update(buf)
     return digest.hexdigest()
 
 
-def plan_or_refuse(state: LakeState, path: Path, migrations: Migrations) -> _LakePlan | FileResult:
+def plan_or_refuse(state: LakeState, path: Path, migrations: Migrations) -> LakePlan | FileResult:
     """``plan_lake_file``, a refusal as a ``FileResult``."""
     try:
         return plan_lake_file(state, path, migrations)
-    except _Refused as exc:
+    except Refused as exc:
         return FileResult(str(path), "refused", message=str(exc))
     except OSError as exc:
         return FileResult(str(path), "refused", message=cannot_read(exc))
 
 
-def refuse_in_batch(lp: _LakePlan, other: str) -> FileResult:
+def refuse_in_batch(lp: LakePlan, other: str) -> FileResult:
     """A file whose run a batch-mate brings (one run is one file)."""
     return FileResult(
         str(lp.plan.path), "refused", message=str(run_taken(lp.plan.run_id, other, "lake"))
@@ -257,12 +287,12 @@ def _now() -> datetime:
 
 
 def ingest_row(
-    lp: _LakePlan, result: FileResult, end: int, lines: int, engine: str
+    lp: LakePlan, result: FileResult, end: int, lines: int, engine: str
 ) -> dict[str, Any]:
     """The ``_ingests`` row of one planned file's ingest."""
     plan = lp.plan
     digest = hashlib.sha1()
-    for buf in _read_range(plan.path, plan.start, end):
+    for buf in read_range(plan.path, plan.start, end):
         digest.update(buf)
     return {
         "ingest": lp.ingest,
@@ -274,6 +304,7 @@ def ingest_row(
         "run_id": plan.run_id,
         "run_date": lp.run_date,
         "replaces": lp.replaces,
+        "hides": " ".join(lp.hides) if lp.replaces else None,
         "start": plan.start,
         "offset_bytes": end,
         "base_line": plan.base_line,
@@ -367,11 +398,14 @@ def commit_ingests(state: LakeState, rows: list[dict[str, Any]]) -> set[str]:
             return lost
         txns = [Transaction(app_id(r["fid"]), r["seq"]) for r in rows if r["fid"]]
         data = pa.Table.from_pylist(rows, schema=arrow_schema(INGESTS))
+        # an _ingests table made before its `hides` column gets it (schema evolution)
+        merge = "hides" not in table.schema().to_arrow().names
         try:
             write_deltalake(
                 table,
                 data,
                 mode="append",
+                schema_mode="merge" if merge else None,
                 commit_properties=CommitProperties(app_transactions=txns),
             )
             return lost

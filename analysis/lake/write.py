@@ -13,28 +13,22 @@ from __future__ import annotations
 import bisect
 import itertools
 import mmap
-import os
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 
-from .db import (
-    RECORD_TABLES,
-    RUNS_COLUMNS,
-    _record_columns,
-)
-from .ingest import _select_for
-from .ingest_plan import (
-    _iter_lines,
-)
-from .ingest_read import _FileIngest
-from .lake_commit import LakeState, _LakePlan
-from .lake_table import _lit, lake_columns
+from ember.analysis.db import RECORD_TABLES, RUNS_COLUMNS, record_columns
+from ember.analysis.ingest.database import select_for
+from ember.analysis.ingest.plan import iter_lines
+from ember.analysis.ingest.read import FileIngest
+from ember.analysis.lake.commit import LakePlan, LakeState
+from ember.analysis.lake.table import files_of_runs, lake_columns, sql_literal
 
 
-def _line_sql(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> str:
+def _line_sql(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> str:
     """SQL of each staged row's line number in its file.
 
     The fast path staged every non-blank line in order: without blank lines, row n of a
@@ -50,7 +44,7 @@ def _line_sql(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> str:
         elif _has_blank(w):
             number = plan.base_line
             rid = w.first_row
-            for _, raw in _iter_lines(plan.path, plan.start, w.end):
+            for _, raw in iter_lines(plan.path, plan.start, w.end):
                 number += 1
                 if raw.strip():
                     listed.append((rid, number))
@@ -67,7 +61,7 @@ def _line_sql(con: duckdb.DuckDBPyConnection, works: list[_FileIngest]) -> str:
 _BLANK = re.compile(rb"(?:\A|\n)[ \t\r\f\v]*\n")
 
 
-def _has_blank(work: _FileIngest) -> bool:
+def _has_blank(work: FileIngest) -> bool:
     plan = work.plan
     if work.end <= plan.start:
         return False
@@ -76,8 +70,8 @@ def _has_blank(work: _FileIngest) -> bool:
 
 
 def _select_sql(kind: str, line_sql: str) -> str:
-    cols = _record_columns(kind)
-    select = _select_for(kind, cols, "NULL")
+    cols = record_columns(kind)
+    select = select_for(kind, cols, "NULL")
     # the stored columns: the record's (not run_id) with JSON as text, then line
     names = [c for c in cols if c != "run_id"]
     types = lake_columns(kind)
@@ -89,7 +83,7 @@ def _select_sql(kind: str, line_sql: str) -> str:
 
 def _runs_sql() -> str:
     cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
-    select = _select_for("meta", cols)
+    select = select_for("meta", cols)
     types = lake_columns("runs")
     names = ", ".join(f'"{c}"' for c in cols)
     outer = ", ".join(f'CAST("{c}" AS {types[c]}) AS "{c}"' for c in cols if c != "run_id")
@@ -107,7 +101,7 @@ def _by_file(table: Any, n: int) -> list[Any]:
     return [rest.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
 
 
-def tag(piece: Any, lp: _LakePlan) -> Any:
+def tag(piece: Any, lp: LakePlan) -> Any:
     """A file's rows of one table with its run, its ingest and its partition values."""
     import pyarrow as pa
 
@@ -124,8 +118,8 @@ def tag(piece: Any, lp: _LakePlan) -> Any:
     return piece
 
 
-def _stage_output(
-    con: duckdb.DuckDBPyConnection, works: list[_FileIngest], batch: list[_LakePlan]
+def stage_output(
+    con: duckdb.DuckDBPyConnection, works: list[FileIngest], batch: list[LakePlan]
 ) -> list[dict[str, Any]]:
     """Each staged file's lake tables (table -> pyarrow.Table), from one query per table."""
     outputs: list[dict[str, Any]] = [{} for _ in works]
@@ -172,19 +166,17 @@ def rejected_table(file: str, rejected: list[Any]) -> Any:
     )
 
 
-def _span_files(state: LakeState, keys: set[str]) -> list[str]:
-    """The committed files of ``span_start`` in the partitions of the run keys ``keys``."""
+def _span_files(state: LakeState, runs: Mapping[str, str | None]) -> list[str]:
+    """The committed files of ``span_start`` that may hold rows of ``runs`` (id -> date)."""
     from deltalake import DeltaTable
 
-    names = {f"run_key={k}" for k in keys}  # plain: never url-encoded
-    uris = DeltaTable(str(state.root / "span_start")).file_uris()
-    return [u for u in uris if os.path.basename(os.path.dirname(u)) in names]
+    return files_of_runs(DeltaTable(str(state.root / "span_start")), runs)
 
 
-def prior_span_ids(state: LakeState, lp: _LakePlan) -> list[int]:
+def prior_span_ids(state: LakeState, lp: LakePlan) -> list[int]:
     """The span ids already in the lake of a continued file's run (its committed ingests)."""
     ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
-    files = _span_files(state, {lp.run_key})
+    files = _span_files(state, {lp.plan.run_id: lp.run_date})
     if not ids or not files:
         return []
     con = duckdb.connect(":memory:")
@@ -199,19 +191,20 @@ def prior_span_ids(state: LakeState, lp: _LakePlan) -> list[int]:
     return [r[0] for r in rows]
 
 
-def _prepare_prior_spans(
-    con: duckdb.DuckDBPyConnection, state: LakeState, batch: list[_LakePlan]
+def prepare_prior_spans(
+    con: duckdb.DuckDBPyConnection, state: LakeState, batch: list[LakePlan]
 ) -> None:
     """``_prior_spans`` for the checks: the span ids already in the lake of each continued
     file's run (the rows of its committed ingests), by its place in the batch."""
     reads = []
     continued = [(f, lp) for f, lp in enumerate(batch) if lp.plan.start > 0]
-    uris = _span_files(state, {lp.run_key for _, lp in continued}) if continued else []
+    runs = {lp.plan.run_id: lp.run_date for _, lp in continued}
+    uris = _span_files(state, runs) if continued else []
     for f, lp in continued:
         ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
         if uris and ids:
-            files = "[" + ", ".join(_lit(u) for u in uris) + "]"
-            inside = ", ".join(_lit(i) for i in ids)
+            files = "[" + ", ".join(sql_literal(u) for u in uris) + "]"
+            inside = ", ".join(sql_literal(i) for i in ids)
             reads.append(
                 f"SELECT {f}::INTEGER AS _f, span_id FROM read_parquet({files}, "
                 f"hive_partitioning = false, union_by_name = true) WHERE _ingest IN ({inside})"

@@ -44,11 +44,10 @@ import numpy as np
 
 from ember.recorder import bus
 from ember.recorder import events as E
-
-from .describe import describe_shapes, static_key
-from .graph import Node, run_node, to_host
-from .inputs import fits
-from .model import TensorSpec
+from ember.runtime.describe import describe_shapes, static_key
+from ember.runtime.graph.ir import Node, run_node, to_host
+from ember.runtime.inputs import fits
+from ember.runtime.model import TensorSpec
 
 __all__ = [
     "CALL_EVENTS",

@@ -19,15 +19,14 @@ import numpy as np
 
 from ember.recorder import bus
 from ember.recorder import events as E
-
-from . import ops
-from .analysis import SHAPE_OPS, Plan, Segment
-from .describe import shape_key, static_key
-from .fastpath import block
-from .graph import Graph, Node, to_host
-from .ops.control import loop_bounded
-from .segment_build import ModelValues, SegmentBuilder
-from .segment_trace import Entry
+from ember.runtime import ops
+from ember.runtime.breaks.plan import SHAPE_OPS, Plan, Segment
+from ember.runtime.describe import shape_key, static_key
+from ember.runtime.graph.ir import Graph, Node, to_host
+from ember.runtime.jit.fastpath import block
+from ember.runtime.jit.segment_build import ModelValues, SegmentBuilder
+from ember.runtime.jit.segment_trace import Entry
+from ember.runtime.ops.control import loop_bounded
 
 __all__ = ["SubgraphState", "SubgraphValues", "WholeLoop", "observed", "split_outer"]
 

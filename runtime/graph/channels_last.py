@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from .graph import Node, to_host
-from .graph import run_node as run_node_nchw
-from .layout import NHWC
+from ember.runtime.graph.ir import Node, to_host
+from ember.runtime.graph.ir import run_node as run_node_nchw
+from ember.runtime.graph.layout import NHWC
 
 _UNARY = frozenset(
     {
@@ -213,13 +213,13 @@ def _max_pool(node: Node, env: ChannelsLastEnv) -> tuple[Any, ...] | None:
     x = node.inputs[0]
     if x not in env.nhwc or len([o for o in node.outputs if o]) != 1 or len(node.outputs) != 1:
         return None
-    from .ops.pool import _pool_geometry, window_max
+    from ember.runtime.ops.pool import pool_geometry, window_max
 
     v = env.nhwc[x]
     a = node.attrs
     if int(a.get("storage_order", 0)) or len(a.get("kernel_shape", ())) != 2:
         return None
-    kernel, strides, pad, extra, dil = _pool_geometry(
+    kernel, strides, pad, extra, dil = pool_geometry(
         (v.shape[0], v.shape[3], v.shape[1], v.shape[2]),
         a["kernel_shape"],
         auto_pad=a.get("auto_pad", "NOTSET"),

@@ -37,8 +37,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import fold, layout, ops
-from .errors import LoadError, NodeError, UnsupportedOpsError
+from ember.runtime import ops
+from ember.runtime.errors import LoadError, NodeError, UnsupportedOpsError
+from ember.runtime.graph import fold, layout
 
 __all__ = [
     "Graph",

@@ -5,12 +5,17 @@ A lake is a folder of Delta tables written with ``deltalake`` (delta-rs)::
     LAKE/_ember_lake.json               the marker: format and version (written last)
     LAKE/_ingests/                      one row per committed ingest of a trace file's bytes
     LAKE/<table>/_delta_log/            runs, each record kind, rejected_lines
-    LAKE/<table>/run_date=YYYY-MM-DD/run_key=<key>/part-....parquet
+    LAKE/<table>/run_date=YYYY-MM-DD/part-....parquet
 
-Every record table is partitioned as before by the run's date and the run, but the run's
-partition value is ``run_key(run_id)``: the run id itself when it is short and plain, else a
-cleaned prefix and a hash of it, so that no user string becomes a path name (a run id of
-300 bytes once crashed the old lake with ENAMETOOLONG). The full ``run_id`` is a column.
+Every record table is partitioned by the run's date only (``PARTITIONS``), so that
+``optimize`` merges the many one-piece runs of a day into a few files (partitioned by run
+too, as lakes made before 2026-12-02 are, a run ingested in one piece is one file that
+nothing can merge). Writers append with the table's own partitioning, so those lakes are
+still read and written as they are. Each row also carries ``run_key(run_id)``: the run id
+itself when it is short and plain, else a cleaned prefix and a hash of it (the second
+partition of the older lakes, where it is a path name: no user string becomes one; a run
+id of 300 bytes once crashed the old lake with ENAMETOOLONG). The full ``run_id`` is a
+column.
 Each row carries ``_ingest``, the id of the ingest that wrote it; a row is part of the lake
 once its ingest is a row of ``_ingests`` (see ``lake_commit``). This module owns the names,
 the columns (``lake_columns``: the Parquet columns; ``table_columns``: what the views see),
@@ -26,19 +31,21 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from .db import (
+from ember.analysis.db import (
     CACHE_ORDER_COLUMNS,
     DERIVED_COLUMNS,
     MEMORY_RUNNING_COLUMNS,
     RECORD_TABLES,
     RUNS_COLUMNS,
-    _record_columns,
+    record_columns,
 )
-from .schema_types import READ_COLUMNS
+from ember.analysis.schema_types import READ_COLUMNS
 
 MARKER = "_ember_lake.json"
 INGESTS = "_ingests"
@@ -46,7 +53,11 @@ OLD_MANIFEST = "_manifest"
 LAKE_FORMAT = {"format": "ember-delta-lake", "version": 1}
 LAKE_TABLES: tuple[str, ...] = ("runs", *RECORD_TABLES, "rejected_lines")
 """The record tables of a lake, one Delta table each (``INGESTS`` is the lake's own)."""
-PARTITIONS = ["run_date", "run_key"]
+PARTITIONS = ["run_date"]
+"""What a new lake's record tables are partitioned by."""
+KEY_COLUMNS = ["run_date", "run_key"]
+"""The columns every record table has besides ``lake_columns``: the partitions of the lakes
+made before 2026-12-02 (``run_date``, ``run_key``), the first of them a new lake's."""
 
 REJECTED_COLUMNS: dict[str, str] = {
     "file": "VARCHAR",
@@ -67,6 +78,7 @@ INGESTS_COLUMNS: dict[str, str] = {
     "run_id": "VARCHAR",
     "run_date": "VARCHAR",
     "replaces": "VARCHAR",  # the fid of the file it replaced at this path (re-recorded)
+    "hides": "VARCHAR",  # the ingests of that file it replaced (space-separated ids)
     "start": "BIGINT",  # the bytes [start, offset_bytes) of the file
     "offset_bytes": "BIGINT",
     "base_line": "BIGINT",  # lines before start
@@ -105,7 +117,7 @@ def table_columns(table: str) -> dict[str, str]:
             "run_id": "VARCHAR",
             "ingested_at": "TIMESTAMP",
         }
-    cols = dict(_record_columns(table))
+    cols = dict(record_columns(table))
     cols.update({c: t for c, (t, _) in DERIVED_COLUMNS.get(table, {}).items()})
     if table == "cache":
         cols.update(CACHE_ORDER_COLUMNS)
@@ -118,15 +130,15 @@ def lake_columns(table: str) -> dict[str, str]:
     """``{column: DuckDB type}`` of the Parquet files of a lake table.
 
     The record's own fields (JSON as text), ``line`` (records), ``run_id`` and ``_ingest``;
-    not the partition columns (``PARTITIONS``, in the Delta log and the paths), nor the
-    columns computed when the lake is read.
+    not ``KEY_COLUMNS`` (partitions: in the Delta log and the paths), nor the columns
+    computed when the lake is read.
     """
     if table == "runs":
         cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("run_id", "started_at")}
     elif table == "rejected_lines":
         cols = dict(REJECTED_COLUMNS)
     else:
-        cols = {c: t for c, t in _record_columns(table).items() if c != "run_id"}
+        cols = {c: t for c, t in record_columns(table).items() if c != "run_id"}
         cols["line"] = "BIGINT"
     cols["run_id"] = "VARCHAR"
     cols["_ingest"] = "VARCHAR"
@@ -134,7 +146,7 @@ def lake_columns(table: str) -> dict[str, str]:
 
 
 def arrow_schema(table: str) -> Any:
-    """The Arrow schema of a lake table (``INGESTS`` too), partition columns last."""
+    """The Arrow schema of a lake table (``INGESTS`` too), ``KEY_COLUMNS`` last."""
     return empty_table(table).schema
 
 
@@ -146,7 +158,7 @@ def empty_table(table: str) -> Any:
 
     cols = INGESTS_COLUMNS if table == INGESTS else lake_columns(table)
     if table != INGESTS:
-        cols = {**cols, **dict.fromkeys(PARTITIONS, "VARCHAR")}
+        cols = {**cols, **dict.fromkeys(KEY_COLUMNS, "VARCHAR")}
     con = duckdb.connect(":memory:")
     try:
         sql = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols.items())
@@ -169,13 +181,77 @@ def read_delta(dt: Any, table: str) -> Any:
         return empty_table(table)
     con = duckdb.connect(":memory:")
     try:
-        parts = [] if table == INGESTS else PARTITIONS  # (in the paths, not the files)
-        cols = ", ".join(f'"{c}"' for c in arrow_schema(table).names if c not in parts)
-        return con.sql(
-            f"SELECT {cols} FROM read_parquet($f, hive_partitioning = false)", params={"f": uris}
-        ).to_arrow_table()
+        parts = [] if table == INGESTS else KEY_COLUMNS  # (partitions: not in every file)
+        # by name: the files of an _ingests table made before its `hides` column lack it
+        by_name = "true" if table == INGESTS else "false"
+        src = f"read_parquet($f, hive_partitioning = false, union_by_name = {by_name})"
+        have = set(con.sql(f"SELECT * FROM {src} LIMIT 0", params={"f": uris}).columns)
+        types = INGESTS_COLUMNS if table == INGESTS else lake_columns(table)
+        cols = ", ".join(
+            f'"{c}"' if c in have else f'NULL::{types[c]} AS "{c}"'
+            for c in arrow_schema(table).names
+            if c not in parts
+        )
+        return con.sql(f"SELECT {cols} FROM {src}", params={"f": uris}).to_arrow_table()
     finally:
         con.close()
+
+
+FileRuns = tuple[str | None, str | None, str | None, str | None]
+"""What a Delta log says of the runs in one file: the min and max of its ``run_id``
+statistics (None: not recorded, as for tables whose ``run_id`` is past the first 32 leaf
+columns; a long id's may be a truncated prefix), its ``run_date`` and ``run_key``
+partition values (None: not a partition)."""
+
+
+def run_ranges(dt: Any) -> dict[str, FileRuns]:
+    """``{uri: FileRuns}`` of each committed file of a (local) Delta table."""
+    import pyarrow as pa
+
+    # the log's paths are relative (and URL-encoded): find each file's URI by its name (a
+    # part's name holds a uuid)
+    uris = {os.path.basename(u): u for u in dt.file_uris()}
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    n = actions.num_rows
+
+    def column(name: str) -> list[Any]:
+        return actions.column(name).to_pylist() if name in actions.column_names else [None] * n
+
+    paths = actions.column("path").to_pylist()
+    return {
+        uris[unquote(os.path.basename(p))]: (lo, hi, date, key)
+        for p, lo, hi, date, key in zip(
+            paths,
+            column("min.run_id"),
+            column("max.run_id"),
+            column("partition.run_date"),
+            column("partition.run_key"),
+            strict=True,
+        )
+    }
+
+
+def may_hold(runs: FileRuns, run_id: str, date: str | None) -> bool:
+    """Whether a file (``run_ranges``) may hold rows of the run ``run_id`` of ``date``
+    (a truncated max is a prefix of the true one: the id's prefix of its length is
+    compared)."""
+    lo, hi, part_date, key = runs
+    if key is not None and key != run_key(run_id):
+        return False
+    if part_date is not None and date is not None and part_date != date:
+        return False
+    return (lo is None or lo <= run_id) and (hi is None or run_id[: len(hi)] <= hi)
+
+
+def files_of_runs(dt: Any, runs: Mapping[str, str | None]) -> list[str]:
+    """The committed files of a (local) Delta table that may hold rows of ``runs`` (run
+    id -> its date). Any layout: a file of a lake partitioned by run holds one run, a
+    compacted file of a date partition many."""
+    return [
+        uri
+        for uri, fr in run_ranges(dt).items()
+        if any(may_hold(fr, r, d) for r, d in runs.items())
+    ]
 
 
 def run_key(run_id: str) -> str:
@@ -198,7 +274,7 @@ def read_columns_sql() -> str:
     return ", ".join(f"{k} {v}" for k, v in READ_COLUMNS.items())
 
 
-def _lit(s: str) -> str:
+def sql_literal(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 

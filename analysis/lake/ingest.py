@@ -27,8 +27,6 @@ table, and made visible with one commit of its ``_ingests`` rows.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,13 +34,11 @@ from typing import Any
 
 import duckdb
 
-from ember.schemas import MIGRATIONS, Migrations
-
-from .ingest_plan import FileResult, IngestSummary, expand_paths
-from .ingest_read import check, stage
-from .lake_commit import (
+from ember.analysis.ingest.plan import FileResult, IngestSummary, expand_paths
+from ember.analysis.ingest.read import check, stage, work_dir
+from ember.analysis.lake.commit import (
+    LakePlan,
     LakeState,
-    _LakePlan,
     append_rows,
     commit_ingests,
     file_digest,
@@ -51,23 +47,24 @@ from .lake_commit import (
     refusal_row,
     refuse_in_batch,
 )
-from .lake_read import attach_lake as attach_lake
-from .lake_read import connect_lake as connect_lake
-from .lake_read import ingested_files as ingested_files
-from .lake_read import lake_table_sql as lake_table_sql
-from .lake_table import INGESTS as INGESTS
-from .lake_table import LAKE_TABLES as LAKE_TABLES
-from .lake_table import REJECTED_COLUMNS as REJECTED_COLUMNS
-from .lake_table import LakeError as LakeError
-from .lake_table import create_lake, lake_problem
-from .lake_table import is_lake as is_lake
-from .lake_table import lake_columns as lake_columns
-from .lake_table import read_columns_sql as read_columns_sql
-from .lake_table import run_date as run_date
-from .lake_table import run_key as run_key
-from .lake_table import table_columns as table_columns
-from .lake_write import _prepare_prior_spans, _stage_output
-from .lake_write import rejected_table as rejected_table
+from ember.analysis.lake.read import attach_lake as attach_lake
+from ember.analysis.lake.read import connect_lake as connect_lake
+from ember.analysis.lake.read import ingested_files as ingested_files
+from ember.analysis.lake.read import lake_table_sql as lake_table_sql
+from ember.analysis.lake.table import INGESTS as INGESTS
+from ember.analysis.lake.table import LAKE_TABLES as LAKE_TABLES
+from ember.analysis.lake.table import REJECTED_COLUMNS as REJECTED_COLUMNS
+from ember.analysis.lake.table import LakeError as LakeError
+from ember.analysis.lake.table import create_lake, lake_problem
+from ember.analysis.lake.table import is_lake as is_lake
+from ember.analysis.lake.table import lake_columns as lake_columns
+from ember.analysis.lake.table import read_columns_sql as read_columns_sql
+from ember.analysis.lake.table import run_date as run_date
+from ember.analysis.lake.table import run_key as run_key
+from ember.analysis.lake.table import table_columns as table_columns
+from ember.analysis.lake.write import prepare_prior_spans, stage_output
+from ember.analysis.lake.write import rejected_table as rejected_table
+from ember.schemas import MIGRATIONS, Migrations
 
 __all__ = [
     "LAKE_TABLES",
@@ -134,10 +131,10 @@ def ingest_lake(
 
 def plan_batch(
     state: LakeState, paths: list[Path], migrations: Migrations, max_files: int, max_bytes: int
-) -> list[FileResult | _LakePlan]:
+) -> list[FileResult | LakePlan]:
     """Plan the first files of ``paths`` (at least one) from one snapshot: a copy of a
     batch-mate is ``unchanged``, a second file of a batch-mate's run refused."""
-    planned: list[FileResult | _LakePlan] = []
+    planned: list[FileResult | LakePlan] = []
     fids: dict[str, str] = {}
     runs: dict[str, str] = {}
     size = n = 0
@@ -145,7 +142,7 @@ def plan_batch(
         if n >= max_files or (n and size >= max_bytes):
             break
         lp = plan_or_refuse(state, path, migrations)
-        if isinstance(lp, _LakePlan):
+        if isinstance(lp, LakePlan):
             file = str(path)
             if lp.fid in fids:
                 other = fids[lp.fid]
@@ -178,7 +175,7 @@ def _ingest_batch(
     """Plan, read, write and commit the first files of ``paths``; their results in order."""
     state = LakeState(root)
     planned = plan_batch(state, paths, migrations, BATCH_FILES, BATCH_BYTES)
-    batch = [p for p in planned if isinstance(p, _LakePlan)]
+    batch = [p for p in planned if isinstance(p, LakePlan)]
     done = _ingest_planned(con, state, batch, migrations, strict) if batch else []
     results = iter(done)
     out = [p if isinstance(p, FileResult) else next(results) for p in planned]
@@ -191,25 +188,26 @@ def _ingest_batch(
 def _ingest_planned(
     con: duckdb.DuckDBPyConnection,
     state: LakeState,
-    batch: list[_LakePlan],
+    batch: list[LakePlan],
     migrations: Migrations,
     strict: bool,
 ) -> list[FileResult]:
     """Read, check and write planned files together; if that fails, each file alone, so
     that one file's failure is not its batch-mates'."""
     t0 = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="ember-lake-"))
     try:
-        works = stage(con, [lp.plan for lp in batch], migrations, tmp, strict)
-        _prepare_prior_spans(con, state, batch)
-        check(con, works)
-        outputs = _stage_output(con, works, batch)
+        # locked while in use: the folder of an ingester killed here is removed by the
+        # next ingest (``clean_stale_work_dirs``)
+        with work_dir("ember-lake-") as tmp:
+            works = stage(con, [lp.plan for lp in batch], migrations, tmp, strict)
+            prepare_prior_spans(con, state, batch)
+            check(con, works)
+            outputs = stage_output(con, works, batch)
     except Exception:
         if len(batch) == 1:
             raise
         return [r for lp in batch for r in _ingest_planned(con, state, [lp], migrations, strict)]
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
         con.execute("DROP TABLE IF EXISTS _stage")
     results = commit_batch(state, batch, works, outputs, "duckdb")
     seconds = (time.perf_counter() - t0) / len(batch)
@@ -220,14 +218,14 @@ def _ingest_planned(
 
 def commit_batch(
     state: LakeState,
-    batch: list[_LakePlan],
+    batch: list[LakePlan],
     works: list[Any],
     outputs: list[dict[str, Any]],
     engine: str,
 ) -> list[FileResult]:
     """Append a batch's rows (one commit per table), then commit its ``_ingests`` rows;
     a file another ingester committed first is ``unchanged``. ``works`` give each file's
-    result, end and lines read (``_FileIngest`` or the Spark ingest's own)."""
+    result, end and lines read (``FileIngest`` or the Spark ingest's own)."""
     by_table: dict[str, list[Any]] = {}
     for out in outputs:
         for table, piece in out.items():

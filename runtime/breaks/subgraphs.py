@@ -1,7 +1,7 @@
 """The subgraphs a break node runs, compiled and cached: a whole ``Loop``, its body, an ``If``
 branch.
 
-Most control flow never reaches a break (see ``ember.runtime.analysis``: an ``If`` specialises
+Most control flow never reaches a break (see ``ember.runtime.breaks.plan``: an ``If`` specialises
 on its condition, a ``Loop`` on a traced trip count without scan outputs is a ``lax`` loop).
 What still does is a ``Loop`` whose trip count is computed on the device and that has scan
 outputs (their length is its data), a node whose subgraph changes shapes, and an ``If``
@@ -55,14 +55,13 @@ import numpy as np
 
 from ember.recorder import bus
 from ember.recorder import events as E
-
-from .analysis import Plan, Segment
-from .break_programs import SubgraphState, WholeLoop, observed, split_outer
-from .describe import shape_key, static_key
-from .graph import Graph, Node, Subgraph, run_node, to_host
-from .ops.control import loop_scan_outputs
-from .segment_build import ModelValues, SegmentBuilder
-from .segment_trace import Entry
+from ember.runtime.breaks.plan import Plan, Segment
+from ember.runtime.breaks.programs import SubgraphState, WholeLoop, observed, split_outer
+from ember.runtime.describe import shape_key, static_key
+from ember.runtime.graph.ir import Graph, Node, Subgraph, run_node, to_host
+from ember.runtime.jit.segment_build import ModelValues, SegmentBuilder
+from ember.runtime.jit.segment_trace import Entry
+from ember.runtime.ops.control import loop_scan_outputs
 
 __all__ = ["BreakSubgraphs", "CompiledSubgraph"]
 
