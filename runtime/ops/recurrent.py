@@ -59,8 +59,9 @@ def _activations(
     betas: Sequence[float] | None,
     defaults: Sequence[str],
     num_dir: int,
-) -> list[list[Callable]]:
-    """Activation functions per direction (forward first)."""
+) -> list[Callable]:
+    """The step's activations, each applied to values with a leading direction axis (the
+    same function for every direction unless the model gives each its own)."""
     per_dir = len(defaults)
     if not names:
         names = list(defaults) * num_dir
@@ -70,19 +71,27 @@ def _activations(
     # Runtime reads them), not indexed by the function's position.
     alpha_left = list(alphas or [])
     beta_left = list(betas or [])
-    fns = []
+    specs = []
     for n in names:
         key = n.lower()
         alpha = alpha_left.pop(0) if key in _TAKES_ALPHA and alpha_left else None
         beta = beta_left.pop(0) if key in _TAKES_BETA and beta_left else None
-        fns.append(_activation(n, alpha, beta))
-    return [fns[d * per_dir : (d + 1) * per_dir] for d in range(num_dir)]
+        specs.append((n, alpha, beta))
+    by_dir = [specs[d * per_dir : (d + 1) * per_dir] for d in range(num_dir)]
+    return [_across_directions([s[k] for s in by_dir]) for k in range(per_dir)]
 
 
-def _time_index(seq_len: int, lens, reverse: bool):
-    """(seq, batch) gather index into time for each direction, or None for identity."""
-    if not reverse:
-        return None
+def _across_directions(specs: list[tuple[str, float | None, float | None]]) -> Callable:
+    fns = [_activation(*spec) for spec in specs]
+    keys = [(name.lower(), alpha, beta) for name, alpha, beta in specs]
+    if all(k == keys[0] for k in keys):
+        return fns[0]
+    return lambda v: jnp.stack([f(v[d]) for d, f in enumerate(fns)])
+
+
+def _time_index(seq_len: int, lens):
+    """(seq, batch) gather index into time that reverses each sequence within its length (an
+    involution: it also puts the reversed outputs back)."""
     t = jnp.arange(seq_len)[:, None]
     if lens is None:
         return jnp.broadcast_to(seq_len - 1 - t, (seq_len, 1))
@@ -91,29 +100,29 @@ def _time_index(seq_len: int, lens, reverse: bool):
 
 
 def _gather_time(x, idx):
-    if idx is None:
-        return x
     if idx.shape[1] == 1:
         return x[idx[:, 0]]
     return jnp.take_along_axis(x, idx[..., None], axis=0)
 
 
-def _run(
-    cell: Callable,
-    x,
-    states: tuple,
-    lens,
-    reverse: bool,
-):
-    """Scan ``cell(x_t, states) -> (h_t, states)`` over time with masking (``x``: the
-    projected input terms, one per step)."""
-    seq_len, batch = x.shape[0], x.shape[1]
-    idx = _time_index(seq_len, lens, reverse)
-    xs = _gather_time(x, idx)
+def _orient(x, lens, dirs: list[bool]):
+    """``x`` (seq, dir, batch, ...) with each reverse direction's steps in the order it runs."""
+    if not any(dirs):
+        return x
+    idx = _time_index(x.shape[0], lens)
+    return jnp.stack(
+        [_gather_time(x[:, d], idx) if rev else x[:, d] for d, rev in enumerate(dirs)], axis=1
+    )
+
+
+def _run(cell: Callable, x, states: tuple, lens, dirs: list[bool]):
+    """Scan ``cell(x_t, states) -> (h_t, states)`` over time with masking, every direction
+    in the same step (``x``: the projected input terms, (seq, dir, batch, gates))."""
+    seq_len, batch = x.shape[0], x.shape[2]
     if lens is None:
-        mask = jnp.ones((seq_len, batch, 1), bool)
+        mask = jnp.ones((seq_len, 1, batch, 1), bool)
     else:
-        mask = (jnp.arange(seq_len)[:, None] < jnp.asarray(lens)[None, :])[..., None]
+        mask = (jnp.arange(seq_len)[:, None] < jnp.asarray(lens)[None, :])[:, None, :, None]
 
     def step(carry, inp):
         xt, m = inp
@@ -121,8 +130,8 @@ def _run(
         new = tuple(jnp.where(m, n, c) for n, c in zip(new, carry, strict=True))
         return new, jnp.where(m, h, jnp.zeros_like(h))
 
-    final, ys = lax.scan(step, states, (xs, mask))
-    return _gather_time(ys, idx), final
+    final, ys = lax.scan(step, states, (_orient(x, lens, dirs), mask))
+    return _orient(ys, lens, dirs), final
 
 
 def _prepare(X, layout: int):
@@ -130,25 +139,43 @@ def _prepare(X, layout: int):
     return jnp.swapaxes(x, 0, 1) if layout == 1 else x
 
 
-def _finish(ys: list, finals: list[list], layout: int):
-    y = jnp.stack(ys, axis=1)  # (seq, dir, batch, hidden)
-    outs = [jnp.stack(f, axis=0) for f in finals]  # (dir, batch, hidden)
+def _finish(y, finals: tuple, layout: int):
+    """``y`` (seq, dir, batch, hidden) and the final states (dir, batch, hidden), in ``layout``."""
+    outs = list(finals)
     if layout == 1:
         y = jnp.transpose(y, (2, 0, 1, 3))
         outs = [jnp.swapaxes(o, 0, 1) for o in outs]
     return (y, *outs)
 
 
-def _initial(value, d: int, batch: int, hidden: int, dtype, layout: int):
+def _initial(value, num_dir: int, batch: int, hidden: int, dtype, layout: int):
     if value is None:
-        return jnp.zeros((batch, hidden), dtype)
+        return jnp.zeros((num_dir, batch, hidden), dtype)
     v = jnp.asarray(value)
-    return v[:, d] if layout == 1 else v[d]
+    return jnp.swapaxes(v, 0, 1) if layout == 1 else v
 
 
-def _times_t(a, b):
-    """``a @ b.T`` as one dot over ``b``'s last axis, without a transposed copy of ``b``."""
-    return lax.dot_general(a, b, (((a.ndim - 1,), (1,)), ((), ())))
+def _project(x, w):
+    """The input terms of every step and direction, one matmul: ``x`` (seq, batch, input),
+    ``w`` (dir, gates, input) -> (seq, dir, batch, gates). ``w`` is read whole (a reshape,
+    no per-direction slice to copy)."""
+    num_dir, gates, width = w.shape
+    xw = lax.dot_general(x, w.reshape(num_dir * gates, width), (((2,), (1,)), ((), ())))
+    return jnp.transpose(xw.reshape(x.shape[0], x.shape[1], num_dir, gates), (0, 2, 1, 3))
+
+
+def _recur(h, r):
+    """``h`` (dir, batch, hidden) times each direction's ``r`` (dir, gates, hidden)
+    transposed: one batched dot, no transposed or per-direction copy of ``r``."""
+    return lax.dot_general(h, r, (((2,), (2,)), ((0,), (0,))))
+
+
+def _bias(B, gates: int, dtype):
+    """Each direction's summed input and recurrent bias, (dir, 1, gates), or 0."""
+    if B is None:
+        return jnp.zeros((), dtype)
+    b = jnp.asarray(B)
+    return (b[:, :gates] + b[:, gates:])[:, None, :]
 
 
 def _clip(v, clip):
@@ -164,7 +191,7 @@ def _recurrence(
     R,
     sequence_lens,
     initials: list,
-    cell_for: Callable[[int, Any, int, list[Callable]], tuple[Callable, Callable]],
+    cell_for: Callable[[Any, int, list[Callable]], tuple[Callable, Callable]],
     *,
     layout: int,
     direction: str,
@@ -173,32 +200,26 @@ def _recurrence(
     beta,
     default: list[str],
 ):
-    """The loop RNN, GRU and LSTM share: for each direction ``d``, ``cell_for(d, dtype, hidden,
-    that direction's activations)`` builds ``(project, cell)``: ``project`` maps the whole
-    input sequence to its input terms, one matmul over all steps (``X W^T + b``, as
-    onnxruntime does), and ``cell`` is the step on one of them, which runs over the sequence
-    from the states in ``initials`` (``initial_h``, and ``initial_c`` for LSTM; None: zeros);
-    returns every hidden state and each state's last value, in ``layout``.
+    """The loop RNN, GRU and LSTM share: ``cell_for(dtype, hidden, activations)`` builds
+    ``(project, cell)``: ``project`` maps the whole input sequence to its input terms, one
+    matmul over all steps and directions (``X W^T + b``, as onnxruntime does), and ``cell``
+    is the step on one of them, every direction at once (values lead with the direction
+    axis), from the states in ``initials`` (``initial_h``, and ``initial_c`` for LSTM;
+    None: zeros); returns every hidden state and each state's last value, in ``layout``.
 
-    The input term was computed inside the step: a (batch, input) x (input, 4 hidden) matmul
-    per step, and XLA:CPU copied each weight into its transposed layout on every step (the
-    ``W.T`` of a loop-invariant value is not hoisted out of the while loop). ddddocr's CRNN
-    (a bidirectional LSTM over 64 columns): the two while loops took ~186 ms of a ~190 ms
-    call at load ~12. Weights are read through ``_times_t``: no transpose to copy."""
+    Why one loop for both directions: with a scan per direction, each direction's weights
+    were sliced out of W and R (``W[d]``), and XLA:CPU copied those slices on every call
+    (4 x 4 MB for ddddocr's CRNN, a bidirectional LSTM of hidden 512), and ran twice the
+    loop steps. The input term was once computed inside the step, where XLA:CPU copied
+    ``W.T`` on every step (186 of 190 ms of that CRNN's call at load ~12)."""
     x = _prepare(X, layout)
     hidden = jnp.asarray(R).shape[-1]
     dirs = _directions(direction)
     acts = _activations(activations, alpha, beta, default, len(dirs))
-    ys: list[Any] = []
-    finals: list[list[Any]] = [[] for _ in initials]
-    for d, reverse in enumerate(dirs):
-        project, cell = cell_for(d, x.dtype, hidden, acts[d])
-        starts = tuple(_initial(v, d, x.shape[1], hidden, x.dtype, layout) for v in initials)
-        y, last = _run(cell, project(x), starts, sequence_lens, reverse)
-        ys.append(y)
-        for final, state in zip(finals, last, strict=True):
-            final.append(state)
-    return _finish(ys, finals, layout)
+    project, cell = cell_for(x.dtype, hidden, acts)
+    starts = tuple(_initial(v, len(dirs), x.shape[1], hidden, x.dtype, layout) for v in initials)
+    y, last = _run(cell, project(x), starts, sequence_lens, dirs)
+    return _finish(y, last, layout)
 
 
 @op("RNN", since=1)
@@ -222,15 +243,14 @@ def rnn(
     """A simple RNN over the sequence (one or both ways): every hidden state, the last; opset 1+."""
     w, r = jnp.asarray(W), jnp.asarray(R)
 
-    def cell_for(d: int, dtype, hidden: int, acts: list[Callable]) -> tuple[Callable, Callable]:
-        bias = 0 if B is None else jnp.asarray(B)[d, :hidden] + jnp.asarray(B)[d, hidden:]
-        wd, rd, f = w[d], r[d], acts[0]
+    def cell_for(dtype, hidden: int, acts: list[Callable]) -> tuple[Callable, Callable]:
+        bias, f = _bias(B, hidden, dtype), acts[0]
 
         def project(x):
-            return _times_t(x, wd) + bias
+            return _project(x, w) + bias
 
         def cell(xw, carry):
-            h = f(_clip(xw + _times_t(carry[0], rd), clip))
+            h = f(_clip(xw + _recur(carry[0], r), clip))
             return h, (h,)
 
         return project, cell
@@ -272,29 +292,35 @@ def gru(
     """A GRU over the sequence (one or both ways): every hidden state and the last; opset 1+."""
     w, r = jnp.asarray(W), jnp.asarray(R)
 
-    def cell_for(d: int, dtype, hidden: int, acts: list[Callable]) -> tuple[Callable, Callable]:
+    def cell_for(dtype, hidden: int, acts: list[Callable]) -> tuple[Callable, Callable]:
         if B is None:
-            wb = rb = jnp.zeros((3 * hidden,), dtype)
+            wb = rb = jnp.zeros((1, 1, 3 * hidden), dtype)
         else:
-            wb, rb = jnp.asarray(B)[d, : 3 * hidden], jnp.asarray(B)[d, 3 * hidden :]
-        wd, rd = w[d], r[d]
+            b = jnp.asarray(B)[:, None, :]
+            wb, rb = b[..., : 3 * hidden], b[..., 3 * hidden :]
         f, g = acts
-
-        rz, rr, rh = jnp.split(rd, 3, axis=0)
-        bz, br, bh = jnp.split(rb, 3)
+        # z and r read h through one dot; the candidate's weights apart (the default form
+        # multiplies h by r first).
+        r_zr, r_h = r[:, : 2 * hidden], r[:, 2 * hidden :]
+        b_zr, b_h = rb[..., : 2 * hidden], rb[..., 2 * hidden :]
 
         def project(x):
-            return _times_t(x, wd) + wb
+            return _project(x, w) + wb
 
         def cell(xw, carry):
             h_prev = carry[0]
-            xz, xr, xh = jnp.split(xw, 3, axis=-1)
-            z = f(_clip(xz + _times_t(h_prev, rz) + bz, clip))
-            rg = f(_clip(xr + _times_t(h_prev, rr) + br, clip))
+            x_zr, xh = xw[..., : 2 * hidden], xw[..., 2 * hidden :]
             if linear_before_reset:
-                cand = g(_clip(xh + rg * (_times_t(h_prev, rh) + bh), clip))
+                hr = _recur(h_prev, r)
+                hr_zr, hh = hr[..., : 2 * hidden], hr[..., 2 * hidden :] + b_h
             else:
-                cand = g(_clip(xh + _times_t(rg * h_prev, rh) + bh, clip))
+                hr_zr = _recur(h_prev, r_zr)
+            zr = f(_clip(x_zr + hr_zr + b_zr, clip))
+            z, rg = zr[..., :hidden], zr[..., hidden:]
+            if linear_before_reset:
+                cand = g(_clip(xh + rg * hh, clip))
+            else:
+                cand = g(_clip(xh + _recur(rg * h_prev, r_h) + b_h, clip))
             h = (1 - z) * cand + z * h_prev
             return h, (h,)
 
@@ -339,23 +365,18 @@ def lstm(
     """An LSTM over the sequence (one or both ways): all hidden states, last h and c; opset 1+."""
     w, r = jnp.asarray(W), jnp.asarray(R)
 
-    def cell_for(d: int, dtype, hidden: int, acts: list[Callable]) -> tuple[Callable, Callable]:
-        bias = (
-            jnp.zeros((4 * hidden,), dtype)
-            if B is None
-            else jnp.asarray(B)[d, : 4 * hidden] + jnp.asarray(B)[d, 4 * hidden :]
-        )
-        peep = jnp.zeros((3 * hidden,), dtype) if P is None else jnp.asarray(P)[d]
-        pi, po, pf = jnp.split(peep, 3)
-        wd, rd = w[d], r[d]
+    def cell_for(dtype, hidden: int, acts: list[Callable]) -> tuple[Callable, Callable]:
+        bias = _bias(B, 4 * hidden, dtype)
+        peep = jnp.zeros((1, 1, 3 * hidden), dtype) if P is None else jnp.asarray(P)[:, None, :]
+        pi, po, pf = jnp.split(peep, 3, axis=-1)
         f, g, hact = acts
 
         def project(x):
-            return _times_t(x, wd) + bias
+            return _project(x, w) + bias
 
         def cell(xw, carry):
             h_prev, c_prev = carry
-            gates = xw + _times_t(h_prev, rd)
+            gates = xw + _recur(h_prev, r)
             gi, go, gf, gc = jnp.split(gates, 4, axis=-1)
             i = f(_clip(gi + pi * c_prev, clip))
             fg = 1 - i if input_forget else f(_clip(gf + pf * c_prev, clip))
