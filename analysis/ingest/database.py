@@ -393,87 +393,12 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]
     records = [staged.get(w.f, 0) for w in works]
     con.execute("BEGIN TRANSACTION")
     try:
-        replaced = [p.replaced_run for p in plans if p.replaced_run is not None]
-        if replaced:
-            for table in (*RECORD_TABLES, "runs"):
-                con.execute(
-                    f"DELETE FROM {table} WHERE run_id IN (SELECT unnest($runs))",
-                    {"runs": replaced},
-                )
-        # a partial last line rejected before is read again now; a file read from the
-        # start replaces all of its rejected lines
-        con.execute(
-            "DELETE FROM rejected_lines WHERE EXISTS (SELECT 1 FROM _files b "
-            "WHERE b.file = rejected_lines.file AND rejected_lines.byte_offset >= b.start)"
-        )
+        _delete_replaced(con, plans)
         con.execute(_INSERT_RUN, {"files": files})
         for kind in RECORD_TABLES:
             con.execute(_INSERTS[kind], {"runs": runs})
-        rejected = [(w, r) for w in works for r in w.rejected]
-        if rejected:
-            # lists unnested in one statement, not executemany: that inserts row by row
-            # (36 k rejected lines took 90 s); not an Arrow table either: DuckDB imports
-            # pandas to read one (a few tenths of a second, once per process)
-            con.execute(
-                "INSERT INTO rejected_lines SELECT unnest(CAST($file AS VARCHAR[])), "
-                "unnest(CAST($line AS BIGINT[])), unnest(CAST($offset AS BIGINT[])), "
-                "unnest(CAST($reason AS VARCHAR[])), unnest(CAST($raw AS VARCHAR[])), "
-                "unnest(CAST($run_id AS VARCHAR[])), now()::TIMESTAMP",
-                {
-                    "file": [str(w.plan.path) for w, _ in rejected],
-                    "line": [r.line for _, r in rejected],
-                    "offset": [r.offset for _, r in rejected],
-                    "reason": [r.reason for _, r in rejected],
-                    "raw": [r.raw for _, r in rejected],
-                    "run_id": [w.plan.run_id for w, _ in rejected],
-                },
-            )
-        totals = dict(
-            con.execute(
-                "SELECT file, count(*) FROM rejected_lines "
-                "WHERE file IN (SELECT unnest($files)) GROUP BY file",
-                {"files": files},
-            ).fetchall()
-        )
-        before = dict(
-            con.execute(
-                "SELECT file, records FROM ingested_files WHERE file IN (SELECT unnest($files))",
-                {"files": [str(p.path) for p in plans if p.continued]},
-            ).fetchall()
-        )
-        done = {
-            "file": files,
-            "run_id": runs,
-            "status": ["partial" if w.partial else "ok" for w in works],
-            # the file's rejected lines so far (all of them, for a file read in pieces)
-            "message": [
-                w.partial
-                or (f"{totals[f]} line(s) rejected; see rejected_lines" if totals.get(f) else None)
-                for w, f in zip(works, files, strict=True)
-            ],
-            "offset_bytes": [w.end for w in works],
-            "lines": [w.plan.base_line + w.lines_read for w in works],
-            "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
-            "rejected": [totals.get(f, 0) for f in files],
-            "first_line_hash": [p.first_hash for p in plans],
-            "schema_version": [p.version for p in plans],
-            "size_bytes": [p.size for p in plans],
-        }
-        columns = ", ".join(f"unnest(CAST(${c} AS {_DONE_TYPES[c]}[])) AS {c}" for c in done)
-        con.execute(
-            f"""
-            INSERT INTO ingested_files BY NAME
-            SELECT {columns}, now()::TIMESTAMP AS ingested_at
-            ON CONFLICT (file) DO UPDATE SET
-                run_id = excluded.run_id, status = excluded.status,
-                message = excluded.message, offset_bytes = excluded.offset_bytes,
-                lines = excluded.lines, records = excluded.records,
-                rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
-                schema_version = excluded.schema_version,
-                ingested_at = excluded.ingested_at, size_bytes = excluded.size_bytes
-            """,
-            done,
-        )
+        _insert_rejected(con, works)
+        _upsert_ingested(con, _ingested_rows(con, works, records))
         con.execute("COMMIT")
     except BaseException:
         # (an interrupt that lands just after the commit leaves no transaction to roll back)
@@ -481,6 +406,107 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]
             con.execute("ROLLBACK")
         raise
     return records
+
+
+def _delete_replaced(con: duckdb.DuckDBPyConnection, plans: list[FilePlan]) -> None:
+    """Delete the rows of the runs the batch's files replace, and the rejected lines that
+    are read again."""
+    replaced = [p.replaced_run for p in plans if p.replaced_run is not None]
+    if replaced:
+        for table in (*RECORD_TABLES, "runs"):
+            con.execute(
+                f"DELETE FROM {table} WHERE run_id IN (SELECT unnest($runs))",
+                {"runs": replaced},
+            )
+    # a partial last line rejected before is read again now; a file read from the
+    # start replaces all of its rejected lines
+    con.execute(
+        "DELETE FROM rejected_lines WHERE EXISTS (SELECT 1 FROM _files b "
+        "WHERE b.file = rejected_lines.file AND rejected_lines.byte_offset >= b.start)"
+    )
+
+
+def _insert_rejected(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> None:
+    """Insert the batch's rejected lines."""
+    rejected = [(w, r) for w in works for r in w.rejected]
+    if not rejected:
+        return
+    # lists unnested in one statement, not executemany: that inserts row by row
+    # (36 k rejected lines took 90 s); not an Arrow table either: DuckDB imports
+    # pandas to read one (a few tenths of a second, once per process)
+    con.execute(
+        "INSERT INTO rejected_lines SELECT unnest(CAST($file AS VARCHAR[])), "
+        "unnest(CAST($line AS BIGINT[])), unnest(CAST($offset AS BIGINT[])), "
+        "unnest(CAST($reason AS VARCHAR[])), unnest(CAST($raw AS VARCHAR[])), "
+        "unnest(CAST($run_id AS VARCHAR[])), now()::TIMESTAMP",
+        {
+            "file": [str(w.plan.path) for w, _ in rejected],
+            "line": [r.line for _, r in rejected],
+            "offset": [r.offset for _, r in rejected],
+            "reason": [r.reason for _, r in rejected],
+            "raw": [r.raw for _, r in rejected],
+            "run_id": [w.plan.run_id for w, _ in rejected],
+        },
+    )
+
+
+def _ingested_rows(
+    con: duckdb.DuckDBPyConnection, works: list[FileIngest], records: list[int]
+) -> dict[str, list[Any]]:
+    """The ``ingested_files`` rows of the batch (column -> values), after its records and
+    rejected lines were inserted."""
+    plans = [w.plan for w in works]
+    files = [str(p.path) for p in plans]
+    totals = dict(
+        con.execute(
+            "SELECT file, count(*) FROM rejected_lines "
+            "WHERE file IN (SELECT unnest($files)) GROUP BY file",
+            {"files": files},
+        ).fetchall()
+    )
+    before = dict(
+        con.execute(
+            "SELECT file, records FROM ingested_files WHERE file IN (SELECT unnest($files))",
+            {"files": [str(p.path) for p in plans if p.continued]},
+        ).fetchall()
+    )
+    return {
+        "file": files,
+        "run_id": [p.run_id for p in plans],
+        "status": ["partial" if w.partial else "ok" for w in works],
+        # the file's rejected lines so far (all of them, for a file read in pieces)
+        "message": [
+            w.partial
+            or (f"{totals[f]} line(s) rejected; see rejected_lines" if totals.get(f) else None)
+            for w, f in zip(works, files, strict=True)
+        ],
+        "offset_bytes": [w.end for w in works],
+        "lines": [w.plan.base_line + w.lines_read for w in works],
+        "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
+        "rejected": [totals.get(f, 0) for f in files],
+        "first_line_hash": [p.first_hash for p in plans],
+        "schema_version": [p.version for p in plans],
+        "size_bytes": [p.size for p in plans],
+    }
+
+
+def _upsert_ingested(con: duckdb.DuckDBPyConnection, done: dict[str, list[Any]]) -> None:
+    """Insert or replace the batch's ``ingested_files`` rows (``_ingested_rows``)."""
+    columns = ", ".join(f"unnest(CAST(${c} AS {_DONE_TYPES[c]}[])) AS {c}" for c in done)
+    con.execute(
+        f"""
+        INSERT INTO ingested_files BY NAME
+        SELECT {columns}, now()::TIMESTAMP AS ingested_at
+        ON CONFLICT (file) DO UPDATE SET
+            run_id = excluded.run_id, status = excluded.status,
+            message = excluded.message, offset_bytes = excluded.offset_bytes,
+            lines = excluded.lines, records = excluded.records,
+            rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
+            schema_version = excluded.schema_version,
+            ingested_at = excluded.ingested_at, size_bytes = excluded.size_bytes
+        """,
+        done,
+    )
 
 
 def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
