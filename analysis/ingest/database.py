@@ -73,6 +73,7 @@ from ember.analysis.derived import (
     RUNNING,
     counted,
 )
+from ember.analysis.ingest.batch import batch_then_each
 from ember.analysis.ingest.plan import (
     FilePlan,
     FileResult,
@@ -536,28 +537,31 @@ WHERE NOT b.from_start
 def _ingest_planned(
     con: duckdb.DuckDBPyConnection, plans: list[FilePlan], migrations: Migrations, strict: bool
 ) -> list[FileResult]:
-    """Stage, check and write planned files together (one transaction). If that fails, each
-    file is tried alone, so that one file's failure is not its batch-mates'."""
-    t0 = time.perf_counter()
-    try:
-        with work_dir("ember-ingest-") as tmp:
-            works = stage(con, plans, migrations, tmp, strict)
-            con.execute(_PRIOR_SPANS_SQL)
-            check(con, works)
-            records = _write(con, works)
-    except duckdb.InterruptException:
-        # Ctrl-C (DuckDB stops the query it runs): stop, never try the files one by one
-        raise KeyboardInterrupt from None
-    except Exception:
-        if _CTRL_C.is_set():
+    """Stage, check and write planned files together (one transaction); if that fails,
+    each file alone (``batch_then_each``)."""
+
+    def attempt(batch: list[FilePlan]) -> tuple[list[FileIngest], list[int]]:
+        try:
+            with work_dir("ember-ingest-") as tmp:
+                works = stage(con, batch, migrations, tmp, strict)
+                con.execute(_PRIOR_SPANS_SQL)
+                check(con, works)
+                return works, _write(con, works)
+        except duckdb.InterruptException:
+            # Ctrl-C (DuckDB stops the query it runs): stop, never try the files one by one
             raise KeyboardInterrupt from None
-        if len(plans) == 1:
+        except Exception:
+            if _CTRL_C.is_set():
+                raise KeyboardInterrupt from None
             raise
-        return [r for plan in plans for r in _ingest_planned(con, [plan], migrations, strict)]
-    finally:
-        con.execute("DROP TABLE IF EXISTS _stage")
-    seconds = (time.perf_counter() - t0) / len(plans)
-    return [w.result(n, seconds) for w, n in zip(works, records, strict=True)]
+        finally:
+            con.execute("DROP TABLE IF EXISTS _stage")
+
+    def finish(batch: list[FilePlan], done: tuple[list[FileIngest], list[int]]) -> list[FileResult]:
+        works, records = done
+        return [w.result(n, 0.0) for w, n in zip(works, records, strict=True)]
+
+    return batch_then_each(plans, attempt, finish)
 
 
 def _ingest_batch(
