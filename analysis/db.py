@@ -40,6 +40,12 @@ import polars as pl
 
 from ember.schemas import RECORD_KINDS
 
+from .derived import (
+    CACHE_ORDER_COLUMNS,
+    MEMORY_RUNNING_COLUMNS,
+    cache_order_sql,
+    memory_sums_sql,
+)
 from .schema_types import TABLE_COLUMNS
 from .views import RETIRED_VIEWS, VIEW_NAMES
 
@@ -100,69 +106,32 @@ DERIVED_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 
-CACHE_ORDER_COLUMNS: dict[str, str] = {
-    # computed by ingest with windows over each file's cache events (the order of events
-    # is ts_ns, then file order; a continued file numbers on from the rows it already has):
-    "ord": "BIGINT",  # 1, 2, 3... events at (run, source, position)
-    "seq": "BIGINT",  # 1, 2, 3... lookups (hit, miss) at (run, source, position); else NULL
-    "prev_seq": "BIGINT",  # seq of the previous lookup of lookup_key here; NULL: the first
-    "life": "BIGINT",  # misses of lookup_key here up to and including this event
-    "hits_so_far": "BIGINT",  # hits of lookup_key here up to and including this event
-    "evictions": "BIGINT",  # evicts of lookup_key here up to and including this event
-}
 
-MEMORY_RUNNING_COLUMNS: dict[str, str] = {
-    # computed by ingest like CACHE_ORDER_COLUMNS (order: ts_ns, then file order)
-    "category_live_bytes": "BIGINT",  # live bytes of (run, device, category) after this row
-    "device_live_bytes": "BIGINT",  # live bytes of (run, device) after this row
-}
+def _fill_sql(table: str, columns: dict[str, str], computed: str) -> str:
+    """UPDATE ``table``'s ``columns`` from ``computed`` (a SELECT of them with ``rid``)."""
+    sets = ", ".join(f"{c} = w.{c}" for c in columns)
+    return f"UPDATE {table} SET {sets}\nFROM ({computed}) AS w\nWHERE {table}.rowid = w.rid"
 
-# the running sums of the memory rows already in a table, from their ts_ns and rowid
-_FILL_MEMORY_RUNNING = """
-UPDATE memory SET category_live_bytes = w.category_live_bytes,
-    device_live_bytes = w.device_live_bytes
-FROM (
-    SELECT rowid AS rid,
-        CAST(sum(CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END) OVER (
-            PARTITION BY run_id, device, category ORDER BY ts_ns, rowid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-        ) AS BIGINT) AS category_live_bytes,
-        CAST(sum(CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END) OVER (
-            PARTITION BY run_id, device ORDER BY ts_ns, rowid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-        ) AS BIGINT) AS device_live_bytes
-    FROM memory
-) AS w
-WHERE memory.rowid = w.rid
-"""
 
-# the order columns of the cache rows already in a table, from their ts_ns and rowid
-_FILL_CACHE_ORDER = """
-UPDATE cache SET ord = w.ord, seq = w.seq, prev_seq = w.prev_seq, life = w.life,
-    hits_so_far = w.hits_so_far, evictions = w.evictions
-FROM (
-    SELECT rid, ord, seq, life, hits_so_far, evictions,
-        CASE WHEN seq IS NOT NULL THEN lag(seq) OVER (
-            PARTITION BY run_id, source, position, lookup_key, seq IS NULL ORDER BY seq
-        ) END AS prev_seq
-    FROM (
-        SELECT rowid AS rid, run_id, source, position, lookup_key,
-            row_number() OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, rowid)
-                AS ord,
-            CASE WHEN action IN ('hit', 'miss') THEN row_number() OVER (
-                PARTITION BY run_id, source, position, action IN ('hit', 'miss')
-                ORDER BY ts_ns, rowid
-            ) END AS seq,
-            sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life,
-            sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_so_far,
-            sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions
-        FROM cache
-        WINDOW k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, rowid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-    )
-) AS w
-WHERE cache.rowid = w.rid
-"""
+# the derived columns of the rows already in a table, from their ts_ns and rowid (only
+# the columns they are computed from: the upgrade's table has the derived ones, NULL)
+_FILL_MEMORY_RUNNING = _fill_sql(
+    "memory",
+    MEMORY_RUNNING_COLUMNS,
+    memory_sums_sql(
+        "(SELECT rowid AS rid, run_id, device, category, action, bytes, ts_ns FROM memory) AS m",
+        "rid",
+    ),
+)
+_FILL_CACHE_ORDER = _fill_sql(
+    "cache",
+    CACHE_ORDER_COLUMNS,
+    cache_order_sql(
+        "(SELECT rowid AS rid, run_id, source, position, lookup_key, action, ts_ns"
+        " FROM cache) AS m",
+        "rid",
+    ),
+)
 
 
 def record_columns(kind: str) -> dict[str, str]:

@@ -63,6 +63,17 @@ from ember.analysis.db import (
     connect,
     record_columns,
 )
+from ember.analysis.derived import (
+    CACHE_KEY,
+    CACHE_KEY_COUNTS,
+    CACHE_LOOKUP,
+    CACHE_POSITION,
+    MEMORY_DELTA,
+    MEMORY_SUMS,
+    RUNNING,
+    counted,
+)
+from ember.analysis.ingest.batch import batch_then_each
 from ember.analysis.ingest.plan import (
     FilePlan,
     FileResult,
@@ -168,38 +179,28 @@ def _insert_sql(kind: str) -> str:
 
 # the cache record's columns that its derived columns are computed from
 _CACHE_OBJECT = ("key", "shapes", "statics")
+# the runs of the batch: what a continued file's stored rows are looked up by
+_BATCH_RUNS = "run_id IN (SELECT unnest(CAST($runs AS VARCHAR[])))"
 
 
-def _insert_cache_sql() -> str:
-    """The cache rows with their derived columns and order columns (``CACHE_ORDER_COLUMNS``).
+def _same(columns: Iterable[str], a: str, b: str) -> str:
+    """``a`` and ``b`` agree on ``columns`` (NULL equal to NULL)."""
+    return " AND ".join(f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in columns)
 
-    The views number events per (run, source, position) by ts_ns, then file order; doing
-    that here, once per file, spares every query a sort of all cache events. A continued
-    file numbers on from the rows of its run already stored (``prior_*``). Rows go in in
-    file order, as in every other table. The windows sort narrow rows (the staging row
-    id, integer ids of the partitions and the columns they need) and are joined back by
-    row id: sorting the whole record, shapes and all, was most of the cost, and so was
-    partitioning by the text columns (a source, a key) rather than by a number for each
-    of their distinct values (a trace has a few hundred at most). Two sorts: by position,
-    then by key, where the previous lookup of a key is the last non-null ``seq`` before.
-    """
-    cols = record_columns("cache")
-    exprs = _column_sql("cache", cols)
+
+def _cache_record_sql() -> str:
+    """CTEs ``objects`` and ``record``: the staged cache rows, typed, with their derived
+    columns (``DERIVED_COLUMNS``) and staging row id ``_rid``.
+
+    Each distinct (key, shapes, static values) is typed once: a run repeats them call
+    after call (they are what the cache is keyed on), and turning them into STRUCTs and
+    text was most of the cost of each row."""
+    exprs = _column_sql("cache", record_columns("cache"))
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
-    # the record's own columns; its objects (the shapes and static values, staged as JSON
-    # text) and the columns derived from them come from ``objects``, by their text
     own = ", ".join(f'{e} AS "{c}"' for c, e in exprs.items() if c not in _CACHE_OBJECT)
-    by_text = " AND ".join(f"r._{c} IS NOT DISTINCT FROM o._{c}" for c in _CACHE_OBJECT)
-    out = ", ".join(f"r.{c}" for c in [*cols, *DERIVED_COLUMNS["cache"]])
-    same = " AND ".join(
-        f"i.{c} IS NOT DISTINCT FROM r.{c}" for c in ("run_id", "source", "position", "lookup_key")
-    )
+    as_text = ", ".join(f'"{c}" AS _{c}' for c in _CACHE_OBJECT)
     return f"""
-INSERT INTO cache
-WITH objects AS (
-    -- each distinct (key, shapes, static values) once: a run repeats them call after call
-    -- (they are what the cache is keyed on), and turning them into STRUCTs and text was
-    -- most of the cost of each row
+objects AS (
     SELECT *, {derived} FROM (
         SELECT {", ".join(f'"{c}" AS _{c}, {exprs[c]} AS "{c}"' for c in _CACHE_OBJECT)}
         FROM (SELECT DISTINCT {", ".join(f'"{c}"' for c in _CACHE_OBJECT)}
@@ -210,69 +211,88 @@ record AS (
     SELECT r.* EXCLUDE ({", ".join(f"_{c}" for c in _CACHE_OBJECT)}),
         {", ".join(f'o."{c}"' for c in _CACHE_OBJECT)},
         {", ".join(f"o.{c}" for c in DERIVED_COLUMNS["cache"])}
-    FROM (
-        SELECT {own}, {", ".join(f'"{c}" AS _{c}' for c in _CACHE_OBJECT)}, rowid AS _rid
-        FROM _stage WHERE kind = 'cache'
-    ) AS r
-    JOIN objects AS o ON {by_text}
-),
--- a number for each (run, source, position) and each (run, source, position, lookup_key)
+    FROM (SELECT {own}, {as_text}, rowid AS _rid FROM _stage WHERE kind = 'cache') AS r
+    JOIN objects AS o ON {_same([f"_{c}" for c in _CACHE_OBJECT], "r", "o")}
+)"""
+
+
+def _cache_windows_sql() -> str:
+    """CTEs ``ids`` (a number ``pid`` for each ``CACHE_POSITION``, ``kid`` for each
+    ``CACHE_KEY``) and ``w2``: the order columns of the batch's rows alone (``*_here``).
+
+    The windows sort narrow rows partitioned by those numbers: sorting the whole record
+    was most of the cost, and so was partitioning by the text columns. Two sorts: by
+    position, then by key, where the previous lookup of a key is the last non-null
+    ``seq`` before."""
+    by_position = f"PARTITION BY pid ORDER BY ts_ns, _rid {RUNNING}"
+    counts = ", ".join(f"sum({counted(e)}) OVER k AS {c}_here" for c, e in CACHE_KEY_COUNTS.items())
+    return f"""
 ids AS (
-    SELECT *, dense_rank() OVER (ORDER BY run_id, source, position) AS pid,
+    SELECT *, dense_rank() OVER (ORDER BY {", ".join(CACHE_POSITION)}) AS pid,
         row_number() OVER () AS kid
-    FROM (SELECT DISTINCT run_id, source, position, lookup_key FROM record)
+    FROM (SELECT DISTINCT {", ".join(CACHE_KEY)} FROM record)
 ),
 narrow AS (
-    SELECT r._rid, i.pid, i.kid, r.action, r.ts_ns FROM record AS r JOIN ids AS i ON {same}
+    SELECT r._rid, i.pid, i.kid, r.action, r.ts_ns
+    FROM record AS r JOIN ids AS i ON {_same(CACHE_KEY, "i", "r")}
 ),
 w AS (
-    SELECT _rid, kid, action, ts_ns,
-        row_number() OVER (PARTITION BY pid ORDER BY ts_ns, _rid) AS ord_here,
-        CASE WHEN action IN ('hit', 'miss') THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT))
-            OVER (PARTITION BY pid ORDER BY ts_ns, _rid
-                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS seq_here
+    SELECT _rid, kid, action, ts_ns, row_number() OVER ({by_position}) AS ord_here,
+        CASE WHEN {CACHE_LOOKUP} THEN sum({counted(CACHE_LOOKUP)}) OVER ({by_position})
+            END AS seq_here
     FROM narrow
 ),
 w2 AS (
     SELECT _rid, kid, ord_here, seq_here,
         CASE WHEN seq_here IS NOT NULL THEN lag(seq_here IGNORE NULLS) OVER k END AS prev_here,
-        sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life_here,
-        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_here,
-        sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions_here
+        {counts}
     FROM w
-    WINDOW k AS (PARTITION BY kid ORDER BY ts_ns, _rid
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-),
+    WINDOW k AS (PARTITION BY kid ORDER BY ts_ns, _rid {RUNNING})
+)"""
+
+
+def _cache_prior_sql() -> str:
+    """CTE ``prior``: what the rows of the batch's runs already stored add, per ``kid`` (a
+    continued file numbers on from them; else zeros)."""
+    counts = ", ".join(f"count(*) FILTER (WHERE {e}) AS {c}" for c, e in CACHE_KEY_COUNTS.items())
+    return f"""
 prior_position AS (
-    SELECT run_id, source, position, max(ord) AS ord, max(seq) AS seq
-    FROM cache WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
+    SELECT {", ".join(CACHE_POSITION)}, max(ord) AS ord, max(seq) AS seq
+    FROM cache WHERE {_BATCH_RUNS} GROUP BY ALL
 ),
 prior_key AS (
-    SELECT run_id, source, position, lookup_key, max(seq) AS seq,
-        count(*) FILTER (WHERE action = 'miss') AS misses,
-        count(*) FILTER (WHERE action = 'hit') AS hits,
-        count(*) FILTER (WHERE action = 'evict') AS evictions
-    FROM cache WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
+    SELECT {", ".join(CACHE_KEY)}, max(seq) AS seq, {counts}
+    FROM cache WHERE {_BATCH_RUNS} GROUP BY ALL
 ),
--- what the rows already stored add, per key (a continued file; else zeros)
 prior AS (
     SELECT i.kid, coalesce(p.ord, 0) AS ord, coalesce(p.seq, 0) AS seq, k.seq AS key_seq,
-        coalesce(k.misses, 0) AS misses, coalesce(k.hits, 0) AS hits,
-        coalesce(k.evictions, 0) AS evictions
+        {", ".join(f"coalesce(k.{c}, 0) AS {c}" for c in CACHE_KEY_COUNTS)}
     FROM ids AS i
-    LEFT JOIN prior_position p ON p.run_id = i.run_id AND p.source IS NOT DISTINCT FROM i.source
-        AND p.position IS NOT DISTINCT FROM i.position
-    LEFT JOIN prior_key k ON k.run_id = i.run_id AND k.source IS NOT DISTINCT FROM i.source
-        AND k.position IS NOT DISTINCT FROM i.position
-        AND k.lookup_key IS NOT DISTINCT FROM i.lookup_key
-)
+    LEFT JOIN prior_position p ON {_same(CACHE_POSITION, "p", "i")}
+    LEFT JOIN prior_key k ON {_same(CACHE_KEY, "k", "i")}
+)"""
+
+
+def _insert_cache_sql() -> str:
+    """The cache rows with their derived columns and order columns (``CACHE_ORDER_COLUMNS``,
+    defined in ``analysis.derived``).
+
+    The views number events per (run, source, position) by ts_ns, then file order; doing
+    that here, once per file, spares every query a sort of all cache events. A continued
+    file numbers on from the rows of its run already stored (``prior``). Rows go in in
+    file order, as in every other table.
+    """
+    out = ", ".join(f"r.{c}" for c in [*record_columns("cache"), *DERIVED_COLUMNS["cache"]])
+    return f"""
+INSERT INTO cache
+WITH {_cache_record_sql()},
+{_cache_windows_sql()},
+{_cache_prior_sql()}
 SELECT {out},
     w.ord_here + p.ord,
     w.seq_here + p.seq,
     CASE WHEN w.seq_here IS NOT NULL THEN coalesce(w.prev_here + p.seq, p.key_seq) END,
-    w.life_here + p.misses,
-    w.hits_here + p.hits,
-    w.evictions_here + p.evictions
+    {", ".join(f"w.{c}_here + p.{c}" for c in CACHE_KEY_COUNTS)}
 FROM record AS r
 JOIN w2 AS w ON w._rid = r._rid
 JOIN prior AS p ON p.kid = w.kid
@@ -281,63 +301,56 @@ ORDER BY r._rid
 
 
 def _insert_memory_sql() -> str:
-    """The memory rows with their running live bytes (``MEMORY_RUNNING_COLUMNS``).
+    """The memory rows with their running live bytes (``MEMORY_RUNNING_COLUMNS``, defined in
+    ``analysis.derived``).
 
-    Running sums per (device, category) and per device, by ts_ns then file order; a
-    continued file adds the sums of the rows of its run already stored. As for the cache,
-    the windows sort narrow rows partitioned by integer ids, joined back by row id.
+    Running sums (``MEMORY_SUMS``) by ts_ns then file order; a continued file adds the
+    sums of the rows of its run already stored. As for the cache, the windows sort narrow
+    rows partitioned by integer ids (``{column}_id``), joined back by row id.
     """
     cols = record_columns("memory")
     names = ", ".join(f'"{c}"' for c in cols)
     select = f"SELECT {select_for('memory', cols)}, rowid FROM _stage WHERE kind = 'memory'"
-    out = ", ".join(f"r.{c}" for c in cols)
-    delta = "CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END"
-    same = " AND ".join(
-        f"i.{c} IS NOT DISTINCT FROM r.{c}" for c in ("run_id", "device", "category")
+    finest = max(MEMORY_SUMS.values(), key=len)
+    ids = ", ".join(
+        f"dense_rank() OVER (ORDER BY {', '.join(p)}) AS {c}_id" for c, p in MEMORY_SUMS.items()
+    )
+    sums = ", ".join(
+        f"sum({MEMORY_DELTA}) OVER (PARTITION BY {c}_id ORDER BY ts_ns, _rid {RUNNING}) AS {c}_here"
+        for c in MEMORY_SUMS
+    )
+    priors = ",\n".join(
+        f"prior_{c} AS (SELECT {', '.join(p)}, sum({MEMORY_DELTA}) AS live\n"
+        f"    FROM memory WHERE {_BATCH_RUNS} GROUP BY ALL)"
+        for c, p in MEMORY_SUMS.items()
+    )
+    joins = "\n".join(
+        f"LEFT JOIN prior_{c} ON {_same(p, f'prior_{c}', 'i')}" for c, p in MEMORY_SUMS.items()
     )
     return f"""
 INSERT INTO memory
-WITH record AS (
-    SELECT * FROM ({select}) AS r({names}, _rid)
-),
--- a number for each (run, device, category) and each (run, device)
+WITH record AS (SELECT * FROM ({select}) AS r({names}, _rid)),
 ids AS (
-    SELECT *, dense_rank() OVER (ORDER BY run_id, device) AS did, row_number() OVER () AS cid
-    FROM (SELECT DISTINCT run_id, device, category FROM record)
+    SELECT *, row_number() OVER () AS cid, {ids}
+    FROM (SELECT DISTINCT {", ".join(finest)} FROM record)
 ),
 w AS (
-    SELECT _rid, cid,
-        sum(delta) OVER (PARTITION BY cid ORDER BY ts_ns, _rid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS category_here,
-        sum(delta) OVER (PARTITION BY did ORDER BY ts_ns, _rid
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS device_here
+    SELECT _rid, cid, {sums}
     FROM (
-        SELECT r._rid, i.cid, i.did, r.ts_ns,
-            CASE WHEN r.action = 'alloc' THEN r.bytes ELSE -r.bytes END AS delta
-        FROM record AS r JOIN ids AS i ON {same}
+        SELECT r._rid, r.ts_ns, r.action, r.bytes, i.*
+        FROM record AS r JOIN ids AS i ON {_same(finest, "i", "r")}
     )
 ),
-prior_category AS (
-    SELECT run_id, device, category, sum({delta}) AS live
-    FROM memory WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
-),
-prior_device AS (
-    SELECT run_id, device, sum({delta}) AS live
-    FROM memory WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY ALL
-),
+{priors},
 -- what the rows already stored add, per (run, device, category) (a continued file)
 prior AS (
-    SELECT i.cid, coalesce(pc.live, 0) AS category_live, coalesce(pd.live, 0) AS device_live
+    SELECT i.cid, {", ".join(f"coalesce(prior_{c}.live, 0) AS {c}" for c in MEMORY_SUMS)}
     FROM ids AS i
-    LEFT JOIN prior_category pc ON pc.run_id = i.run_id
-        AND pc.device IS NOT DISTINCT FROM i.device
-        AND pc.category IS NOT DISTINCT FROM i.category
-    LEFT JOIN prior_device pd ON pd.run_id = i.run_id AND pd.device IS NOT DISTINCT FROM i.device
+{joins}
 )
-SELECT {out},
+SELECT {", ".join(f"r.{c}" for c in cols)},
     -- NULL past 2**63 - 1 bytes (absurd sizes; one such run must not stop the others)
-    TRY_CAST(w.category_here + p.category_live AS BIGINT),
-    TRY_CAST(w.device_here + p.device_live AS BIGINT)
+    {", ".join(f"TRY_CAST(w.{c}_here + p.{c} AS BIGINT)" for c in MEMORY_SUMS)}
 FROM record AS r
 JOIN w ON w._rid = r._rid
 JOIN prior AS p ON p.cid = w.cid
@@ -381,87 +394,12 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]
     records = [staged.get(w.f, 0) for w in works]
     con.execute("BEGIN TRANSACTION")
     try:
-        replaced = [p.replaced_run for p in plans if p.replaced_run is not None]
-        if replaced:
-            for table in (*RECORD_TABLES, "runs"):
-                con.execute(
-                    f"DELETE FROM {table} WHERE run_id IN (SELECT unnest($runs))",
-                    {"runs": replaced},
-                )
-        # a partial last line rejected before is read again now; a file read from the
-        # start replaces all of its rejected lines
-        con.execute(
-            "DELETE FROM rejected_lines WHERE EXISTS (SELECT 1 FROM _files b "
-            "WHERE b.file = rejected_lines.file AND rejected_lines.byte_offset >= b.start)"
-        )
+        _delete_replaced(con, plans)
         con.execute(_INSERT_RUN, {"files": files})
         for kind in RECORD_TABLES:
             con.execute(_INSERTS[kind], {"runs": runs})
-        rejected = [(w, r) for w in works for r in w.rejected]
-        if rejected:
-            # lists unnested in one statement, not executemany: that inserts row by row
-            # (36 k rejected lines took 90 s); not an Arrow table either: DuckDB imports
-            # pandas to read one (a few tenths of a second, once per process)
-            con.execute(
-                "INSERT INTO rejected_lines SELECT unnest(CAST($file AS VARCHAR[])), "
-                "unnest(CAST($line AS BIGINT[])), unnest(CAST($offset AS BIGINT[])), "
-                "unnest(CAST($reason AS VARCHAR[])), unnest(CAST($raw AS VARCHAR[])), "
-                "unnest(CAST($run_id AS VARCHAR[])), now()::TIMESTAMP",
-                {
-                    "file": [str(w.plan.path) for w, _ in rejected],
-                    "line": [r.line for _, r in rejected],
-                    "offset": [r.offset for _, r in rejected],
-                    "reason": [r.reason for _, r in rejected],
-                    "raw": [r.raw for _, r in rejected],
-                    "run_id": [w.plan.run_id for w, _ in rejected],
-                },
-            )
-        totals = dict(
-            con.execute(
-                "SELECT file, count(*) FROM rejected_lines "
-                "WHERE file IN (SELECT unnest($files)) GROUP BY file",
-                {"files": files},
-            ).fetchall()
-        )
-        before = dict(
-            con.execute(
-                "SELECT file, records FROM ingested_files WHERE file IN (SELECT unnest($files))",
-                {"files": [str(p.path) for p in plans if p.continued]},
-            ).fetchall()
-        )
-        done = {
-            "file": files,
-            "run_id": runs,
-            "status": ["partial" if w.partial else "ok" for w in works],
-            # the file's rejected lines so far (all of them, for a file read in pieces)
-            "message": [
-                w.partial
-                or (f"{totals[f]} line(s) rejected; see rejected_lines" if totals.get(f) else None)
-                for w, f in zip(works, files, strict=True)
-            ],
-            "offset_bytes": [w.end for w in works],
-            "lines": [w.plan.base_line + w.lines_read for w in works],
-            "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
-            "rejected": [totals.get(f, 0) for f in files],
-            "first_line_hash": [p.first_hash for p in plans],
-            "schema_version": [p.version for p in plans],
-            "size_bytes": [p.size for p in plans],
-        }
-        columns = ", ".join(f"unnest(CAST(${c} AS {_DONE_TYPES[c]}[])) AS {c}" for c in done)
-        con.execute(
-            f"""
-            INSERT INTO ingested_files BY NAME
-            SELECT {columns}, now()::TIMESTAMP AS ingested_at
-            ON CONFLICT (file) DO UPDATE SET
-                run_id = excluded.run_id, status = excluded.status,
-                message = excluded.message, offset_bytes = excluded.offset_bytes,
-                lines = excluded.lines, records = excluded.records,
-                rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
-                schema_version = excluded.schema_version,
-                ingested_at = excluded.ingested_at, size_bytes = excluded.size_bytes
-            """,
-            done,
-        )
+        _insert_rejected(con, works)
+        _upsert_ingested(con, _ingested_rows(con, works, records))
         con.execute("COMMIT")
     except BaseException:
         # (an interrupt that lands just after the commit leaves no transaction to roll back)
@@ -469,6 +407,107 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]
             con.execute("ROLLBACK")
         raise
     return records
+
+
+def _delete_replaced(con: duckdb.DuckDBPyConnection, plans: list[FilePlan]) -> None:
+    """Delete the rows of the runs the batch's files replace, and the rejected lines that
+    are read again."""
+    replaced = [p.replaced_run for p in plans if p.replaced_run is not None]
+    if replaced:
+        for table in (*RECORD_TABLES, "runs"):
+            con.execute(
+                f"DELETE FROM {table} WHERE run_id IN (SELECT unnest($runs))",
+                {"runs": replaced},
+            )
+    # a partial last line rejected before is read again now; a file read from the
+    # start replaces all of its rejected lines
+    con.execute(
+        "DELETE FROM rejected_lines WHERE EXISTS (SELECT 1 FROM _files b "
+        "WHERE b.file = rejected_lines.file AND rejected_lines.byte_offset >= b.start)"
+    )
+
+
+def _insert_rejected(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> None:
+    """Insert the batch's rejected lines."""
+    rejected = [(w, r) for w in works for r in w.rejected]
+    if not rejected:
+        return
+    # lists unnested in one statement, not executemany: that inserts row by row
+    # (36 k rejected lines took 90 s); not an Arrow table either: DuckDB imports
+    # pandas to read one (a few tenths of a second, once per process)
+    con.execute(
+        "INSERT INTO rejected_lines SELECT unnest(CAST($file AS VARCHAR[])), "
+        "unnest(CAST($line AS BIGINT[])), unnest(CAST($offset AS BIGINT[])), "
+        "unnest(CAST($reason AS VARCHAR[])), unnest(CAST($raw AS VARCHAR[])), "
+        "unnest(CAST($run_id AS VARCHAR[])), now()::TIMESTAMP",
+        {
+            "file": [str(w.plan.path) for w, _ in rejected],
+            "line": [r.line for _, r in rejected],
+            "offset": [r.offset for _, r in rejected],
+            "reason": [r.reason for _, r in rejected],
+            "raw": [r.raw for _, r in rejected],
+            "run_id": [w.plan.run_id for w, _ in rejected],
+        },
+    )
+
+
+def _ingested_rows(
+    con: duckdb.DuckDBPyConnection, works: list[FileIngest], records: list[int]
+) -> dict[str, list[Any]]:
+    """The ``ingested_files`` rows of the batch (column -> values), after its records and
+    rejected lines were inserted."""
+    plans = [w.plan for w in works]
+    files = [str(p.path) for p in plans]
+    totals = dict(
+        con.execute(
+            "SELECT file, count(*) FROM rejected_lines "
+            "WHERE file IN (SELECT unnest($files)) GROUP BY file",
+            {"files": files},
+        ).fetchall()
+    )
+    before = dict(
+        con.execute(
+            "SELECT file, records FROM ingested_files WHERE file IN (SELECT unnest($files))",
+            {"files": [str(p.path) for p in plans if p.continued]},
+        ).fetchall()
+    )
+    return {
+        "file": files,
+        "run_id": [p.run_id for p in plans],
+        "status": ["partial" if w.partial else "ok" for w in works],
+        # the file's rejected lines so far (all of them, for a file read in pieces)
+        "message": [
+            w.partial
+            or (f"{totals[f]} line(s) rejected; see rejected_lines" if totals.get(f) else None)
+            for w, f in zip(works, files, strict=True)
+        ],
+        "offset_bytes": [w.end for w in works],
+        "lines": [w.plan.base_line + w.lines_read for w in works],
+        "records": [before.get(f, 0) + n for f, n in zip(files, records, strict=True)],
+        "rejected": [totals.get(f, 0) for f in files],
+        "first_line_hash": [p.first_hash for p in plans],
+        "schema_version": [p.version for p in plans],
+        "size_bytes": [p.size for p in plans],
+    }
+
+
+def _upsert_ingested(con: duckdb.DuckDBPyConnection, done: dict[str, list[Any]]) -> None:
+    """Insert or replace the batch's ``ingested_files`` rows (``_ingested_rows``)."""
+    columns = ", ".join(f"unnest(CAST(${c} AS {_DONE_TYPES[c]}[])) AS {c}" for c in done)
+    con.execute(
+        f"""
+        INSERT INTO ingested_files BY NAME
+        SELECT {columns}, now()::TIMESTAMP AS ingested_at
+        ON CONFLICT (file) DO UPDATE SET
+            run_id = excluded.run_id, status = excluded.status,
+            message = excluded.message, offset_bytes = excluded.offset_bytes,
+            lines = excluded.lines, records = excluded.records,
+            rejected = excluded.rejected, first_line_hash = excluded.first_line_hash,
+            schema_version = excluded.schema_version,
+            ingested_at = excluded.ingested_at, size_bytes = excluded.size_bytes
+        """,
+        done,
+    )
 
 
 def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
@@ -498,28 +537,31 @@ WHERE NOT b.from_start
 def _ingest_planned(
     con: duckdb.DuckDBPyConnection, plans: list[FilePlan], migrations: Migrations, strict: bool
 ) -> list[FileResult]:
-    """Stage, check and write planned files together (one transaction). If that fails, each
-    file is tried alone, so that one file's failure is not its batch-mates'."""
-    t0 = time.perf_counter()
-    try:
-        with work_dir("ember-ingest-") as tmp:
-            works = stage(con, plans, migrations, tmp, strict)
-            con.execute(_PRIOR_SPANS_SQL)
-            check(con, works)
-            records = _write(con, works)
-    except duckdb.InterruptException:
-        # Ctrl-C (DuckDB stops the query it runs): stop, never try the files one by one
-        raise KeyboardInterrupt from None
-    except Exception:
-        if _CTRL_C.is_set():
+    """Stage, check and write planned files together (one transaction); if that fails,
+    each file alone (``batch_then_each``)."""
+
+    def attempt(batch: list[FilePlan]) -> tuple[list[FileIngest], list[int]]:
+        try:
+            with work_dir("ember-ingest-") as tmp:
+                works = stage(con, batch, migrations, tmp, strict)
+                con.execute(_PRIOR_SPANS_SQL)
+                check(con, works)
+                return works, _write(con, works)
+        except duckdb.InterruptException:
+            # Ctrl-C (DuckDB stops the query it runs): stop, never try the files one by one
             raise KeyboardInterrupt from None
-        if len(plans) == 1:
+        except Exception:
+            if _CTRL_C.is_set():
+                raise KeyboardInterrupt from None
             raise
-        return [r for plan in plans for r in _ingest_planned(con, [plan], migrations, strict)]
-    finally:
-        con.execute("DROP TABLE IF EXISTS _stage")
-    seconds = (time.perf_counter() - t0) / len(plans)
-    return [w.result(n, seconds) for w, n in zip(works, records, strict=True)]
+        finally:
+            con.execute("DROP TABLE IF EXISTS _stage")
+
+    def finish(batch: list[FilePlan], done: tuple[list[FileIngest], list[int]]) -> list[FileResult]:
+        works, records = done
+        return [w.result(n, 0.0) for w, n in zip(works, records, strict=True)]
+
+    return batch_then_each(plans, attempt, finish)
 
 
 def _ingest_batch(

@@ -34,8 +34,9 @@ from typing import Any
 
 import duckdb
 
+from ember.analysis.ingest.batch import batch_then_each
 from ember.analysis.ingest.plan import FileResult, IngestSummary, expand_paths
-from ember.analysis.ingest.read import check, stage, work_dir
+from ember.analysis.ingest.read import FileIngest, check, stage, work_dir
 from ember.analysis.lake.commit import (
     LakePlan,
     LakeState,
@@ -185,6 +186,9 @@ def _ingest_batch(
     return out
 
 
+_Staged = tuple[list[FileIngest], list[dict[str, Any]]]  # a batch's works and lake rows
+
+
 def _ingest_planned(
     con: duckdb.DuckDBPyConnection,
     state: LakeState,
@@ -192,28 +196,25 @@ def _ingest_planned(
     migrations: Migrations,
     strict: bool,
 ) -> list[FileResult]:
-    """Read, check and write planned files together; if that fails, each file alone, so
-    that one file's failure is not its batch-mates'."""
-    t0 = time.perf_counter()
-    try:
-        # locked while in use: the folder of an ingester killed here is removed by the
-        # next ingest (``clean_stale_work_dirs``)
-        with work_dir("ember-lake-") as tmp:
-            works = stage(con, [lp.plan for lp in batch], migrations, tmp, strict)
-            prepare_prior_spans(con, state, batch)
-            check(con, works)
-            outputs = stage_output(con, works, batch)
-    except Exception:
-        if len(batch) == 1:
-            raise
-        return [r for lp in batch for r in _ingest_planned(con, state, [lp], migrations, strict)]
-    finally:
-        con.execute("DROP TABLE IF EXISTS _stage")
-    results = commit_batch(state, batch, works, outputs, "duckdb")
-    seconds = (time.perf_counter() - t0) / len(batch)
-    for r in results:
-        r.seconds = seconds
-    return results
+    """Read, check and write planned files together, then commit them; if reading or
+    writing fails, each file alone (``batch_then_each``)."""
+
+    def attempt(plans: list[LakePlan]) -> _Staged:
+        try:
+            # locked while in use: the folder of an ingester killed here is removed by the
+            # next ingest (``clean_stale_work_dirs``)
+            with work_dir("ember-lake-") as tmp:
+                works = stage(con, [lp.plan for lp in plans], migrations, tmp, strict)
+                prepare_prior_spans(con, state, plans)
+                check(con, works)
+                return works, stage_output(con, works, plans)
+        finally:
+            con.execute("DROP TABLE IF EXISTS _stage")
+
+    def finish(plans: list[LakePlan], done: _Staged) -> list[FileResult]:
+        return commit_batch(state, plans, *done, "duckdb")
+
+    return batch_then_each(batch, attempt, finish)
 
 
 def commit_batch(

@@ -3,11 +3,12 @@
 ``connect_lake`` gives an in-memory DuckDB with the tables and views of an Ember database;
 ``attach_lake`` adds them to a connection (the dashboard's). The columns the DuckDB file
 computes at ingest (cache order, memory running sums, ``runs.started_at``) are computed
-here (``lake_table_sql``, also what the Spark views are translated from); a lake written
-by an older Ember that lacks a column reads it as NULL; ``ingested_files`` is made from
-the ``_ingests`` rows. A reader reads one snapshot: the ``_ingests`` rows first, then each
-table's committed file list, and a row counts only when its ingest is committed and not of
-a replaced file (``lake_commit.visible_sql``): an uncommitted or orphaned file is never read.
+here (``lake_table_sql``, from the definitions of ``analysis.derived``; also what the
+Spark views are translated from); a lake written by an older Ember that lacks a column
+reads it as NULL; ``ingested_files`` is made from the ``_ingests`` rows. A reader reads
+one snapshot: the ``_ingests`` rows first, then each table's committed file list, and a
+row counts only when its ingest is committed and not of a replaced file
+(``lake_commit.visible_sql``): an uncommitted or orphaned file is never read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import duckdb
 
 from ember.analysis.db import DERIVED_COLUMNS, VIEW_NAMES, Connection, view_sql
+from ember.analysis.derived import cache_order_sql, memory_sums_sql
 from ember.analysis.lake.commit import damaged_log, visible_sql
 from ember.analysis.lake.table import (
     INGESTS,
@@ -36,37 +38,7 @@ from ember.analysis.lake.table import (
 def _cache_sql(src: str) -> str:
     """The cache table from its stored columns: derived and order columns, as db.py's."""
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
-    return f"""
-SELECT *,
-    CASE WHEN seq IS NOT NULL THEN lag(seq) OVER (
-        PARTITION BY run_id, source, position, lookup_key, seq IS NULL ORDER BY seq
-    ) END AS prev_seq
-FROM (
-    SELECT *,
-        row_number() OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, line) AS ord,
-        CASE WHEN action IN ('hit', 'miss') THEN sum(CAST(action IN ('hit', 'miss') AS BIGINT))
-            OVER (PARTITION BY run_id, source, position ORDER BY ts_ns, line
-                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) END AS seq,
-        sum(CAST(action = 'miss' AS BIGINT)) OVER k AS life,
-        sum(CAST(action = 'hit' AS BIGINT)) OVER k AS hits_so_far,
-        sum(CAST(action = 'evict' AS BIGINT)) OVER k AS evictions
-    FROM (SELECT *, {derived} FROM {src}) AS c
-    WINDOW k AS (PARTITION BY run_id, source, position, lookup_key ORDER BY ts_ns, line
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-) AS c
-"""
-
-
-def _memory_sql(src: str) -> str:
-    delta = "CASE WHEN action = 'alloc' THEN bytes ELSE -bytes END"
-    return f"""
-SELECT *,
-    CAST(sum({delta}) OVER (PARTITION BY run_id, device, category ORDER BY ts_ns, line
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS category_live_bytes,
-    CAST(sum({delta}) OVER (PARTITION BY run_id, device ORDER BY ts_ns, line
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS BIGINT) AS device_live_bytes
-FROM {src}
-"""
+    return cache_order_sql(f"(SELECT *, {derived} FROM {src}) AS c", "line")
 
 
 def lake_table_sql(table: str, src: str) -> str:
@@ -79,7 +51,7 @@ def lake_table_sql(table: str, src: str) -> str:
     if table == "cache":
         body = _cache_sql(src)
     elif table == "memory":
-        body = _memory_sql(src)
+        body = memory_sums_sql(src, "line")
     elif table == "runs":
         body = f"SELECT *, make_timestamp_ns(wall_time_ns) AS started_at FROM {src}"
     elif table == "rejected_lines":

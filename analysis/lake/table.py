@@ -37,14 +37,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from ember.analysis.db import (
-    CACHE_ORDER_COLUMNS,
-    DERIVED_COLUMNS,
-    MEMORY_RUNNING_COLUMNS,
-    RECORD_TABLES,
-    RUNS_COLUMNS,
-    record_columns,
-)
+from ember.analysis.db import DERIVED_COLUMNS, RECORD_TABLES, RUNS_COLUMNS, record_columns
+from ember.analysis.derived import CACHE_ORDER_COLUMNS, MEMORY_RUNNING_COLUMNS
 from ember.analysis.schema_types import READ_COLUMNS
 
 MARKER = "_ember_lake.json"

@@ -1,8 +1,9 @@
 """Columns ingest computes for the views (cache order, memory running sums, key text).
 
 They must give the views the values the views computed themselves before: whether a
-file is ingested at once or in pieces as it grows, and in a database made before the
-columns existed (``connect`` adds and fills them).
+file is ingested at once or in pieces as it grows, in a database made before the columns
+existed (``connect`` adds and fills them), and in a lake (computed when it is read). All
+three read the one definition of the columns in ``ember.analysis.derived``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from ember.analysis import connect, ingest
 from ember.analysis.db import CACHE_ORDER_COLUMNS, DERIVED_COLUMNS, MEMORY_RUNNING_COLUMNS
+from ember.analysis.lake import connect_lake, ingest_lake
 from ember.analysis.synthetic import write_trace
 
 # the views that read the computed columns, each as one ordered list of rows
@@ -97,3 +99,12 @@ def test_a_database_without_the_columns_gets_them_filled(trace, whole, tmp_path)
         ).fetchall()
         assert nulls == [(0,)]
     assert _views(db) == whole
+
+
+def test_a_lake_computes_the_same_columns_when_read(trace, whole, tmp_path):
+    lake = tmp_path / "lake"
+    ingest_lake([trace], lake)
+    with connect_lake(lake) as con:
+        views = {v: con.duck.execute(f"SELECT * FROM {v} ORDER BY ALL").fetchall() for v in VIEWS}
+    for view in VIEWS:
+        assert views[view] == whole[view], view
