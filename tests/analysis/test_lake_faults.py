@@ -26,9 +26,9 @@ EMBER = [sys.executable, "-m", "ember.cli.main"]
 # an ingester that commits in batches of 2 files: many commits to be killed between
 _INGESTER = """
 import sys
-from ember.analysis import lake
-lake.BATCH_FILES = 2
-lake.ingest_lake(sys.argv[2:], sys.argv[1])
+from ember.analysis.lake import ingest as lake_ingest
+lake_ingest.BATCH_FILES = 2
+lake_ingest.ingest_lake(sys.argv[2:], sys.argv[1])
 """
 
 
