@@ -29,6 +29,8 @@ from pydantic.fields import FieldInfo
 from ember.schemas import records as R
 
 __all__ = [
+    "CHECKED_COLUMNS",
+    "CHECKED_TYPES",
     "KIND_MODELS",
     "READ_COLUMNS",
     "READ_TYPES",
@@ -39,6 +41,7 @@ __all__ = [
     "model_columns",
     "struct_sql",
     "transform_structure",
+    "type_sql",
 ]
 
 _SCALARS: dict[Any, str] = {int: "BIGINT", float: "DOUBLE", bool: "BOOLEAN", str: "VARCHAR"}
@@ -220,7 +223,7 @@ def strict_fields() -> set[str]:
     return out
 
 
-def _read_types() -> dict[str, DuckType]:
+def _merged_types() -> dict[str, DuckType]:
     merged: dict[str, DuckType] = {}
     for kind in R.RECORD_KINDS:
         if kind == "span_start":
@@ -241,6 +244,11 @@ def _read_types() -> dict[str, DuckType]:
                     _merge_struct(old[1], t[1], name)
                 else:
                     merged[name] = "JSON"
+    return merged
+
+
+def _read_types() -> dict[str, DuckType]:
+    merged = _merged_types()
     # a strict field (an integer) is read as JSON too: a typed read
     # would take ``true`` as 1 and round 1.5 to 2 (and -0.4 to 0, past the check of >= 0),
     # and the checks (``checks.py``) must see the JSON type to refuse them
@@ -253,7 +261,21 @@ READ_TYPES: dict[str, DuckType] = _read_types()
 """``READ_COLUMNS`` as type descriptions (``"JSON"``, ``("list", t)``, ``("struct", {...})``)."""
 
 READ_COLUMNS: dict[str, str] = {k: _type_sql(v) for k, v in READ_TYPES.items()}
-"""The union of every kind's columns: the ``columns`` of ingest's one typed read."""
+"""The union of every kind's columns: the ``columns`` of a typed read of unchecked lines (the
+Spark ingest's, and ``bench_ingest.py``'s raw read)."""
+
+CHECKED_TYPES: dict[str, DuckType] = _merged_types()
+"""The columns of the DuckDB ingest's read (``ingest.read``), whose lines were checked before
+it (``ember.schemas.fast``): every field as its own type (integers BIGINT, objects STRUCTs);
+only a field two kinds type differently (``step``) is JSON."""
+
+CHECKED_COLUMNS: dict[str, str] = {k: _type_sql(v) for k, v in CHECKED_TYPES.items()}
+"""``CHECKED_TYPES`` as DuckDB types."""
+
+
+def type_sql(t: DuckType) -> str:
+    """The DuckDB type of a type description (``TABLE_TYPES``, ``CHECKED_TYPES``)."""
+    return _type_sql(t)
 
 
 def literal_values(annotation: Any) -> tuple[Any, ...] | None:
