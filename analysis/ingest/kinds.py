@@ -132,19 +132,9 @@ def split_file(w: FileIngest, out: KindFiles) -> None:
             lines, records, kept = _judge_chunk(w, chunk, offset, number, ordinal)
         else:
             lines, records = decoded
-        groups: dict[str, list[bytes]] = {}
-        for i, (line, r) in enumerate(zip(lines, records, strict=True)):
-            cls = type(r)
-            kind = KIND_OF.get(cls) or r.kind
-            if kind == "span_start" or kind == "span_end":
-                why = spans.start(r.span_id) if kind == "span_start" else spans.end(r.span_id)
-                if why is not None:
-                    late[ordinal + (i if kept is None else kept[i])] = why
-                    continue
-            group = groups.get(kind)
-            if group is None:
-                group = groups[kind] = []
-            group.append(line)
+        groups, problems = _group(lines, records, spans)
+        for i, why in problems:
+            late[ordinal + (i if kept is None else kept[i])] = why
         for kind, group in groups.items():
             out.add(kind, w.f, group)
         ordinal += len(lines) if kept is None else _count_records(chunk)
@@ -154,6 +144,35 @@ def split_file(w: FileIngest, out: KindFiles) -> None:
         for o, (line_no, at, raw) in _locate(plan, w.end, sorted(late)).items():
             w.rejected.append(Rejected(line_no, at, late[o], raw_text(raw)))
     w.rejected.sort(key=lambda r: r.line)
+
+
+def _group(
+    lines: list[bytes], records: list[Any], spans: SpanIds
+) -> tuple[dict[str, list[bytes]], list[tuple[int, str]]]:
+    """The lines by record kind, but those a span-id rule rejects: ``(index, reason)``.
+    (The hot loop of ingest: one pass, the span-id rules inlined where a line keeps them.)"""
+    groups: dict[str, list[bytes]] = {}
+    problems: list[tuple[int, str]] = []
+    started, ended = spans.started, spans.ended
+    for i, r in enumerate(records):
+        kind = KIND_OF.get(type(r)) or r.kind
+        if kind == "span_start":
+            sid = r.span_id
+            if sid in started:
+                problems.append((i, spans.start(sid) or ""))
+                continue
+            started.add(sid)
+        elif kind == "span_end":
+            sid = r.span_id
+            if sid in ended or sid not in started:
+                problems.append((i, spans.end(sid) or ""))
+                continue
+            ended.add(sid)
+        group = groups.get(kind)
+        if group is None:
+            group = groups[kind] = []
+        group.append(lines[i])
+    return groups, problems
 
 
 def _count_records(chunk: bytes) -> int:
