@@ -41,7 +41,7 @@ def test_each_header_lists_the_views_columns_in_order_with_their_types(con):
 def test_no_two_columns_of_a_view_share_a_meaning():
     # each column says what it holds; a group's words given to each member ('the run and
     # the model source' on run_id and source) tell a reader neither
-    shared = {}
+    shared: dict[tuple[str, str], list[str]] = {}
     for name, header in VIEW_HEADERS.items():
         by_meaning: dict[str, list[str]] = {}
         for col in header.columns:
