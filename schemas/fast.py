@@ -183,7 +183,7 @@ _KIND_STRUCTS = [
     )
 ]
 _META = _KIND_STRUCTS[0]
-LINE = Union[tuple([_SPAN_START, _SPAN_END, *_KIND_STRUCTS])]  # noqa: UP007
+LINE: Any = Union[tuple([_SPAN_START, _SPAN_END, *_KIND_STRUCTS])]  # noqa: UP007
 """One line of a trace, as msgspec checks it (a span's attrs raw: ``check_lines``)."""
 
 _DECODE = msgspec.json.Decoder(LINE)

@@ -437,7 +437,7 @@ def _write(
         if kinds is None or "meta" in kinds:
             con.execute(inserts["runs"], {"files": files})
         for kind in RECORD_TABLES:
-            if typed and kind not in kinds:
+            if kinds is not None and kind not in kinds:
                 continue  # no staging table: no rows of this kind
             con.execute(inserts[kind], {"runs": runs})
         _insert_rejected(con, works)

@@ -32,6 +32,7 @@ from ember.analysis.ingest.read import (
     explain_line,
     find_long_line,
     line_chunks,
+    no_gc,
     read_json_sql,
 )
 from ember.analysis.schema_types import TABLE_COLUMNS
@@ -252,9 +253,10 @@ def stage_kinds(
             return None
     out = KindFiles(tmp, len(works))
     try:
-        for w in works:
-            if w.end > w.plan.start:
-                split_file(w, out)
+        with no_gc():
+            for w in works:
+                if w.end > w.plan.start:
+                    split_file(w, out)
     finally:
         out.close()
     try:

@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ember.schemas import RECORD
-from ember.schemas import fast
+from ember.schemas import RECORD, fast
 from ember.schemas import records as R
 from ember.schemas.records import MAX_NESTING, MAX_RUN_NS
 
@@ -125,7 +124,9 @@ _JSON = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=4)
     | st.sampled_from(["hit", "miss", "ok", "end", "int64", "call"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -154,9 +155,7 @@ def _set(record: typing.Any, path: tuple, value: typing.Any, drop: bool) -> typi
 
 
 @settings(max_examples=600, deadline=None)
-@given(
-    name=st.sampled_from(EXAMPLES), data=st.data(), value=_JSON, drop=st.booleans()
-)
+@given(name=st.sampled_from(EXAMPLES), data=st.data(), value=_JSON, drop=st.booleans())
 def test_never_looser_than_pydantic(name, data, value, drop):
     # any field at any depth of any example retyped (or dropped): what msgspec accepts,
     # pydantic accepts
