@@ -9,29 +9,26 @@ time, and a reader sees whole files only):
    be ``meta``: it names the run and the schema version. A newer version, a missing or
    invalid meta, an empty file or a run id that another file already brought are refused
    as a whole (``ingested_files.status = 'refused'``).
-2. ``ingest_read`` reads the planned bytes of the batch into the staging table ``_stage``
-   (DuckDB's typed ``read_json``, the fast path, small whole files in one read; pydantic on
-   every line of a file DuckDB refuses, the slow path, which its batch-mates do not take)
-   and finds the rows to reject with one query, explained by pydantic.
+2. The batch is checked and staged: each line by the checks compiled from the pydantic
+   models (``ember.schemas.fast``; pydantic explains what they refuse), then read by DuckDB
+   kind by kind with each kind's own table types (``ingest.kinds``, the split read), or,
+   for a continued file, an older version, ``strict`` or lines DuckDB refuses, into the
+   one staging table ``_stage`` (``ingest.read``: its slow path runs pydantic on every
+   line of a file DuckDB refuses).
 3. Here: the staged rows go into the record tables (with the columns derived at ingest),
    the rejected lines into ``rejected_lines``, and what was read into ``ingested_files``,
    one statement per table for the whole batch, in one transaction. If that fails, each
    file of the batch is written alone.
 
-What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
-run pydantic on every line, do), at the top level of a record only: a field no record
-kind has (DuckDB's typed read skips keys it was not asked for), and a JSON number or
-boolean given for a text field (DuckDB casts it to its text). Integer fields are read as
-JSON and must be JSON integers, as pydantic's strict integers must (a typed read rounded
-``1.5`` to 2 and ``-0.4`` to 0); a list of integers (``shape``) is staged as JSON text and
-judged by its structure, like the objects. Inside objects (``attrs``, ``error``, ``shapes``,
-``statics``: staged as JSON text, see ``ingest_read``) every key and JSON type is checked
-against the models. Everything else pydantic checks is checked: types of numbers, lists
-and objects, required fields, allowed values, non-negative ints, fields of another kind or
-span kind, and the schema's limits (``ember.schemas.records``: line size, nesting, 64-bit
-integers, the bounds of times), which
-``ember validate`` applies too (``parse_line``). One difference remains inside objects: a
-key given twice keeps its first value (pydantic keeps the last; both accept the line).
+Every line is checked against the models before it is stored (``ember.schemas.fast``, with
+pydantic for what it refuses): types (integers must be JSON integers: ``1.5``, ``"7"`` and
+``true`` are refused), required fields, allowed values, unknown fields at every level, fields
+of another kind or span kind, and the schema's limits (``ember.schemas.records``: line size,
+nesting, 64-bit integers, the bounds of times), which ``ember validate`` applies too
+(``parse_line``). Default and ``strict`` ingest reject the same lines (``strict`` sends every
+line through pydantic, the slow path). One gap: a key given twice in one object is judged by
+its last value (msgspec and pydantic keep the last) but DuckDB stores the first, unchecked (a
+first value DuckDB cannot cast makes the batch fail instead).
 
 Idempotent: ``ingested_files`` keeps how many bytes of each file were read. The same
 file again is skipped; a file that grew (a run still recording) is continued from its

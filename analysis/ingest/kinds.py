@@ -12,8 +12,9 @@ continued files, older schema versions, ``strict`` and lines over the size limit
    rules of ``checks.span_problems_sql``). The accepted lines go, as they are, to one
    JSONL file per record kind (``KindFiles``).
 2. DuckDB reads each kind's file with that kind's own table types (``TABLE_COLUMNS``:
-   objects as their STRUCTs, integers as BIGINT) into ``_stage_<kind>``, which the
-   inserts (``database.TYPED_INSERTS``) take as they are. Reading every line with the
+   objects as their STRUCTs, integers as BIGINT) as ``_stage_<kind>`` (a view its insert
+   reads once; a table for cache and memory, whose inserts number rows by their order),
+   which the inserts (``database.TYPED_INSERTS``) take as they are. Reading every line with the
    union of every kind's columns cost more than DuckDB's whole read into one table; a
    kind's own columns are a few, and no JSON is parsed twice by DuckDB.
 """

@@ -1,26 +1,24 @@
-"""The two read paths of one planned range of a trace file into the staging table ``_stage``
-(shared by the DuckDB-file ingest and the lake's DuckDB engine; ``ingest_plan`` says which
-bytes to read, ``ingest`` and ``lake`` write what is staged).
+"""The ``_stage`` read of one planned range of a trace file (the lake's DuckDB engine, and the
+DuckDB-file ingest where its split read, ``ingest.kinds``, does not apply: a continued file or
+piece, an older schema version, ``strict``); ``ingest_plan`` says which bytes to read,
+``ingest`` and ``lake`` write what is staged.
 
-1. The fast path: DuckDB reads the bytes once with ``read_json`` and the column types
-   derived from the pydantic models (``STAGE_COLUMNS``: ``schema_types.READ_COLUMNS``, with
-   the columns that hold objects as JSON text). No Python per line.
-2. SQL checks generated from the same models (``checks.row_invalid_sql``) find what the
-   typed read does not check (required fields, allowed values, fields of another kind,
-   a second meta, a span_end without its span_start); what the objects hold is judged
-   once per distinct object (a trace repeats them): their keys and JSON types by their
-   ``json_structure`` (``checks.structure_fits``), which sees an unknown key inside an
-   object that a typed read would drop, and their strings' allowed values
-   (``checks.object_invalid_sql``). Only the rows found are mapped back to line numbers
-   and explained by pydantic; they are rejected.
-3. The slow path, when DuckDB refuses the bytes (a line that is not JSON, not UTF-8, a
-   value of the wrong type, a line over 16 MB), for files of an older schema version
+1. The check: every line of the range goes through the checks compiled from the pydantic
+   models (``FileIngest.scan``, ``ember.schemas.fast``: msgspec, a chunk of lines in a few
+   C calls); pydantic judges and explains the lines they refuse, and those it rejects too
+   are left out.
+2. The fast path: DuckDB reads the bytes once with ``read_json`` and the column types
+   derived from the models (``STAGE_COLUMNS``: ``schema_types.READ_COLUMNS``, with the
+   columns that hold objects as JSON text); where a line was rejected, a copy of the range
+   without it. What no line shows alone (a second meta, the span ids) is one query over the
+   staged rows (``check``).
+3. The slow path, when DuckDB refuses the bytes, for files of an older schema version
    (through ``ember.schemas.MIGRATIONS``) and with ``strict``: every line is checked by
-   pydantic, the valid ones are read by DuckDB as in 1, the others rejected with
+   pydantic, the valid ones are read by DuckDB as in 2, the others rejected with
    pydantic's explanation.
 
-One job (reading a planned range into ``_stage``), ~700 lines: the three steps share the
-staging table, its line numbers and the rejected-line bookkeeping.
+One job (reading a planned range into ``_stage``): the three steps share the staging table,
+its line numbers and the rejected-line bookkeeping.
 """
 
 from __future__ import annotations
