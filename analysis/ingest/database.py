@@ -212,6 +212,15 @@ def _cache_record_sql(typed: bool) -> str:
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
     own = ", ".join(f'{e} AS "{c}"' for c, e in exprs.items() if c not in _CACHE_OBJECT)
     as_text = ", ".join(f'"{c}" AS _{c}' for c in _CACHE_OBJECT)
+    if typed:
+        # staged typed (``ingest.kinds``): the derived columns of each row as it is
+        everything = ", ".join(f'{e} AS "{c}"' for c, e in exprs.items())
+        return f"""
+record AS (
+    SELECT *, {derived} FROM (
+        SELECT {everything}, rowid AS _rid FROM {_source("cache", typed)}
+    )
+)"""
     return f"""
 objects AS (
     SELECT *, {derived} FROM (
