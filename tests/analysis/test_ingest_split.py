@@ -1,7 +1,7 @@
 """The split read (``ingest.kinds``: lines checked in Python, each kind read with its own
 table types) stores what the ``_stage`` read (``ingest.read``) stores: every table, row for
-row and in each file's order, the rejected lines and the files' results, on traces of every shape and on
-bad ones (a multi-file batch: each line carries its file's number there)."""
+row and in each file's order, the rejected lines and the files' results, on traces of every
+shape and on bad ones (a multi-file batch: each line carries its file's number there)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ def test_the_split_read_stores_what_the_stage_read_stores(tmp_path, monkeypatch)
     staged = ingest([traces], tmp_path / "stage.duckdb")
     assert len(split_calls) == 5
     assert _results(split) == _results(staged)
-    assert split.rejected > 5 and split.records > 9000
+    assert split.rejected > 5
+    assert split.records > 9000
     a, b = _tables(tmp_path / "split.duckdb"), _tables(tmp_path / "stage.duckdb")
     for name in a:
         assert a[name] == b[name], name
