@@ -87,7 +87,8 @@ def _ops(loaded: rt.Model) -> list[str]:
 
 def _close(got: np.ndarray, want: np.ndarray) -> None:
     # the integer sum is exact; the float reference rounds each product: ~1e-7 relative
-    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * float(np.max(np.abs(want))))
 
 
@@ -98,7 +99,8 @@ def test_qdq_matmul_by_a_symmetric_weight_is_an_int8_dot(act_zp) -> None:
     loaded, got, want = _run_both(model, {"x": x})
     _close(got["y"], want["y"])
     ops = _ops(loaded)
-    assert "MatMul" not in ops and ops.count("MatMulInteger") == 1
+    assert "MatMul" not in ops
+    assert ops.count("MatMulInteger") == 1
     # both DequantizeLinears are gone; the za * colsum(w) term is a constant
     assert ops == [
         "QuantizeLinear",
@@ -121,7 +123,8 @@ def test_qdq_matmul_by_an_asymmetric_weight_keeps_its_zero_points() -> None:
     loaded, got, want = _run_both(model, {"x": x})
     _close(got["y"], want["y"])
     (mmi,) = [n for n in loaded.graph.nodes if n.op_type == "MatMulInteger"]
-    assert len(mmi.inputs) == 4 and all(mmi.inputs)
+    assert len(mmi.inputs) == 4
+    assert all(mmi.inputs)
 
 
 def test_activation_read_by_another_node_stays_uint8_and_still_matches() -> None:
@@ -141,7 +144,8 @@ def test_qdq_matmul_of_two_activations_is_an_int8_dot() -> None:
     }
     loaded, got, want = _run_both(_attention_model(), feeds)
     _close(got["y"], want["y"])
-    assert "MatMul" not in _ops(loaded) and "MatMulInteger" in _ops(loaded)
+    assert "MatMul" not in _ops(loaded)
+    assert "MatMulInteger" in _ops(loaded)
 
 
 def test_int8_activation_rewrite_is_bit_exact() -> None:
@@ -168,7 +172,8 @@ def test_float_matmul_and_per_row_activation_scales_are_left_alone() -> None:
         nodes, [tensor("x", shape=[2, K])], [tensor("y", shape=[2, N])], inits, opset=19
     )
     loaded, got, want = _run_both(model, {"x": rng.uniform(-1, 1, (2, K)).astype(np.float32)})
-    assert "MatMul" in _ops(loaded) and "MatMulInteger" not in _ops(loaded)
+    assert "MatMul" in _ops(loaded)
+    assert "MatMulInteger" not in _ops(loaded)
     _close(got["y"], want["y"])
 
 
@@ -206,4 +211,5 @@ def test_softmax_row_max_by_halving_matches_numpy(shape, axis) -> None:
     np.testing.assert_allclose(got, e / e.sum(axis=axis, keepdims=True), rtol=1e-5, atol=1e-7)
     x[0, 0] = np.nan  # a NaN in a row spreads over that row, as with max
     got = np.asarray(jax.jit(lambda v: softmax(v, axis=axis))(x))
-    assert np.isnan(got).any() and not np.isnan(got).all()
+    assert np.isnan(got).any()
+    assert not np.isnan(got).all()
