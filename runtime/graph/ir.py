@@ -39,7 +39,7 @@ from onnx import numpy_helper
 
 from ember.runtime import ops
 from ember.runtime.errors import LoadError, NodeError, UnsupportedOpsError
-from ember.runtime.graph import fold, layout
+from ember.runtime.graph import fold, layout, qdq
 
 __all__ = [
     "Graph",
@@ -236,6 +236,7 @@ def _build(
     known = set(initializers) | {i.name for i in graph.input}
     _check_single_writer(nodes, set(initializers), known, graph.name)
     nodes = fold.fold_batch_norms(nodes, initializers, [o.name for o in graph.output])
+    nodes = qdq.quantized_matmuls(nodes, initializers, [o.name for o in graph.output], opsets)
     known |= set(initializers)  # the folded weights are initializers now
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)

@@ -171,13 +171,34 @@ def _flattened_2d(m: Any, x: Array, axis: int, fn: Any) -> Array:
     return fn(m, x.reshape(rows, -1), 1).reshape(x.shape)
 
 
+def _max_along(m: Any, x: Array, axis: int) -> Array:
+    """``max(x, axis, keepdims=True)``; on jax, the axis is first halved by elementwise
+    maxima down to 16 (the halves overlap by one where the length is odd: max does not
+    mind) and only the rest reduced. XLA:CPU's max reduction (NaN-propagating) runs a
+    scalar loop: over the 400 keys of a [1, 6, 400, 400] attention it took 1.26 ms, the
+    halving 0.24 ms; NaNs propagate through ``maximum`` alike."""
+    if m is np:
+        return np.max(x, axis=axis, keepdims=True)
+    from jax import lax
+
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    while n > 16:
+        h = (n + 1) // 2
+        x = m.maximum(
+            lax.slice_in_dim(x, 0, h, axis=axis), lax.slice_in_dim(x, n - h, n, axis=axis)
+        )
+        n = h
+    return m.max(x, axis=axis, keepdims=True)
+
+
 def _softmax(m: Any, x: Array, axis: int) -> Array:
-    e = m.exp(x - m.max(x, axis=axis, keepdims=True))
+    e = m.exp(x - _max_along(m, x, axis))
     return e / m.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(m: Any, x: Array, axis: int) -> Array:
-    shifted = x - m.max(x, axis=axis, keepdims=True)
+    shifted = x - _max_along(m, x, axis)
     return shifted - m.log(m.sum(m.exp(shifted), axis=axis, keepdims=True))
 
 
