@@ -38,7 +38,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ember.runtime import ops
-from ember.runtime.graph.fold import _constants
+from ember.runtime.graph.fold import constant_values
 
 if TYPE_CHECKING:
     from ember.runtime.graph.ir import Node
@@ -56,7 +56,7 @@ class _Rewrite:
     ) -> None:
         self.nodes = nodes
         self.initializers = initializers
-        self.consts = _constants(nodes, initializers)
+        self.consts = constant_values(nodes, initializers)
         self.outputs = set(outputs)
         self.opset = opset
         self.readers: dict[str, list[Node]] = {}
