@@ -1,0 +1,49 @@
+"""What the importers of other formats (``candle``, ``torch_trace``) share: the result of
+an import and the Ember span records they write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Imported", "span_end_record", "span_start_record"]
+
+
+@dataclass
+class Imported:
+    """An import's Ember trace: its path, run id, records written and the count of each kind."""
+
+    path: str
+    run_id: str
+    records: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def span_start_record(
+    ts: int, span_id: int, name: str, span_kind: str, attrs: dict[str, Any], **ids: Any
+) -> dict[str, Any]:
+    """An Ember ``span_start`` record; ``ids`` (``parent_id``) stand after ``span_id``."""
+    return {
+        "kind": "span_start",
+        "ts_ns": ts,
+        "span_id": span_id,
+        **ids,
+        "name": name,
+        "span_kind": span_kind,
+        "attrs": attrs,
+    }
+
+
+def span_end_record(
+    ts: int, span_id: int, duration: int, span_kind: str, attrs: dict[str, Any]
+) -> dict[str, Any]:
+    """An Ember ``span_end`` record of a span that ended well (``status: "ok"``)."""
+    return {
+        "kind": "span_end",
+        "ts_ns": ts,
+        "span_id": span_id,
+        "duration_ns": duration,
+        "status": "ok",
+        "span_kind": span_kind,
+        "attrs": attrs,
+    }
