@@ -1,9 +1,6 @@
 """Elementwise arithmetic, logic and comparisons.
 
-Each op works on numpy values (host, shape arithmetic) and on jax values alike: ``xp``
-picks the array module, so an op fed only host values returns a host value and stays
-static inside ``jax.jit``. Results keep the ONNX dtype of their inputs exactly; numpy's
-reductions and jax's small-integer promotion are told the dtype explicitly.
+Host and jax values alike, each result in its inputs' ONNX dtype (see ``ember.runtime.ops``).
 
 Activations are in ``activation.py``, matrix products in ``linalg.py``, reductions in
 ``reduce.py`` and casts in ``cast.py``; they share the helpers here.
@@ -12,6 +9,7 @@ Activations are in ``activation.py``, matrix products in ``linalg.py``, reductio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,42 +65,52 @@ def _legacy_broadcast(A: Array, B: Array, axis: int | None, broadcast: int) -> A
     return B.reshape(tuple(B.shape) + (1,) * (A.ndim - axis - B.ndim))
 
 
-@op("Add")
-def add(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+def _arithmetic(name: str) -> Callable[[Callable[[Array, Array], Array]], Callable[..., Any]]:
+    """Register ``fn(A, B)`` as the op ``name`` with the attributes the four arithmetic ops
+    had below opset 7 (``broadcast``/``axis``, applied before ``fn``; ``consumed_inputs``)."""
+
+    def register(fn: Callable[[Array, Array], Array]) -> Callable[..., Any]:
+        def arithmetic(
+            A: Array,
+            B: Array,
+            *,
+            axis: int | None = None,
+            broadcast: int = 0,
+            consumed_inputs: Any = None,
+        ) -> Array:
+            return fn(A, _legacy_broadcast(A, B, axis, broadcast))
+
+        arithmetic.__name__ = arithmetic.__qualname__ = fn.__name__
+        arithmetic.__doc__ = fn.__doc__
+        return op(name)(arithmetic)
+
+    return register
+
+
+@_arithmetic("Add")
+def add(A: Array, B: Array) -> Array:
     """A + B, numpy broadcasting (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).add(A, B))
 
 
-@op("Sub")
-def sub(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+@_arithmetic("Sub")
+def sub(A: Array, B: Array) -> Array:
     """A - B, numpy broadcasting (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).subtract(A, B))
 
 
-@op("Mul")
-def mul(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+@_arithmetic("Mul")
+def mul(A: Array, B: Array) -> Array:
     """A * B (logical and for bool), broadcast (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if np.dtype(A.dtype) == np.bool_:
         return _host(m.logical_and(A, B))
     return _host(m.multiply(A, B))
 
 
-@op("Div")
-def div(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+@_arithmetic("Div")
+def div(A: Array, B: Array) -> Array:
     """A / B, integers truncated toward zero (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if is_int(A.dtype):
         # ONNX integer division truncates toward zero (C semantics); stay in integers so
