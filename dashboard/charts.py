@@ -19,11 +19,14 @@ from ember.analysis import format as fmt
 
 __all__ = [
     "MAX_POINTS",
+    "RUN_TIME",
     "area",
     "bars",
+    "bytes_over_time",
     "downsample_sql",
     "in_size_unit",
     "line",
+    "measure_bars",
     "scatter",
     "show",
 ]
@@ -77,6 +80,34 @@ def in_size_unit(
     tooltips read ``1.5`` under ``MiB`` instead of ``1,572,864``; returns the unit too."""
     unit, factor = fmt.size_unit(top if top is not None else largest(frame[column]))
     return frame.with_columns((pl.col(column) / factor).alias(column)).rename({column: unit}), unit
+
+
+RUN_TIME = "seconds since the run started"
+"""The x title of a chart over ``t_s``, the run's own clock."""
+
+
+def bytes_over_time(
+    mark: Any,
+    frame: pl.DataFrame,
+    *,
+    color: str,
+    title: str,
+    top: float | None = None,
+    **options: Any,
+) -> alt.Chart:
+    """``mark`` (``line``, ``area``) of a frame's ``bytes`` against ``t_s``, one series per
+    ``color``, in the size unit of ``top`` (default: the largest value)."""
+    scaled, unit = in_size_unit(frame, "bytes", top)
+    return mark(
+        scaled,
+        x="t_s:Q",
+        y=f"{unit}:Q",
+        color=color,
+        title=title,
+        x_title=RUN_TIME,
+        y_title=unit,
+        **options,
+    )
 
 
 def largest(values: pl.Series) -> float | None:
@@ -161,6 +192,27 @@ def bars(
         else:
             enc["xOffset"] = alt.XOffset(f"{color}:N")
     return chart.mark_bar().encode(**enc).interactive()
+
+
+def measure_bars(
+    frame: pl.DataFrame,
+    category: str,
+    measures: Sequence[str],
+    *,
+    keep: Sequence[str] = (),
+    what: str = "what",
+    value: str = "value",
+    horizontal: bool = False,
+    **labels: Unpack[Labels],
+) -> alt.Chart:
+    """Bars of the columns ``measures`` per ``category``, side by side, a colour per measure
+    (named in column ``what``, its number in ``value``); ``keep``: more columns for the tooltip."""
+    long = frame.unpivot(
+        index=[category, *keep], on=list(measures), variable_name=what, value_name=value
+    )
+    along, across = f"{category}:N", f"{value}:Q"
+    x, y = (across, along) if horizontal else (along, across)
+    return bars(long, x=x, y=y, color=what, horizontal=horizontal, **labels)
 
 
 def scatter(
