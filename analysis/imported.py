@@ -23,27 +23,26 @@ def span_start_record(
     ts: int, span_id: int, name: str, span_kind: str, attrs: dict[str, Any], **ids: Any
 ) -> dict[str, Any]:
     """An Ember ``span_start`` record; ``ids`` (``parent_id``) stand after ``span_id``."""
-    return {
-        "kind": "span_start",
-        "ts_ns": ts,
-        "span_id": span_id,
-        **ids,
-        "name": name,
-        "span_kind": span_kind,
-        "attrs": attrs,
-    }
+    return _span_record("span_start", ts, span_id, span_kind, attrs, **ids, name=name)
 
 
 def span_end_record(
     ts: int, span_id: int, duration: int, span_kind: str, attrs: dict[str, Any]
 ) -> dict[str, Any]:
     """An Ember ``span_end`` record of a span that ended well (``status: "ok"``)."""
+    fields = {"duration_ns": duration, "status": "ok"}
+    return _span_record("span_end", ts, span_id, span_kind, attrs, **fields)
+
+
+def _span_record(
+    kind: str, ts: int, span_id: int, span_kind: str, attrs: dict[str, Any], **fields: Any
+) -> dict[str, Any]:
+    # the keys in the order Ember's own writer gives them
     return {
-        "kind": "span_end",
+        "kind": kind,
         "ts_ns": ts,
         "span_id": span_id,
-        "duration_ns": duration,
-        "status": "ok",
+        **fields,
         "span_kind": span_kind,
         "attrs": attrs,
     }

@@ -207,8 +207,9 @@ def measure_bars(
 ) -> alt.Chart:
     """Bars of the columns ``measures`` per ``category``, side by side, a colour per measure
     (named in column ``what``, its number in ``value``); ``keep``: more columns for the tooltip."""
-    long = frame.unpivot(
-        index=[category, *keep], on=list(measures), variable_name=what, value_name=value
+    index = [category, *keep]
+    long = frame.select(*index, *measures).unpivot(
+        index=index, on=list(measures), variable_name=what, value_name=value
     )
     along, across = f"{category}:N", f"{value}:Q"
     x, y = (across, along) if horizontal else (along, across)
