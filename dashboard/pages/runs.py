@@ -111,10 +111,10 @@ ui.table(
 )
 
 if shown.height > 1:
-    labels: charts.Labels = {"title": "Compiles and evictions per run", "x_title": "run"}
+    per_run: charts.Labels = {"title": "Compiles and evictions per run", "x_title": "run"}
     measures = ["compiles", "evictions"]
     keep = ["started_at"]
-    chart = charts.measure_bars(shown, "name", measures, keep=keep, y_title="count", **labels)
+    chart = charts.measure_bars(shown, "name", measures, keep=keep, y_title="count", **per_run)
     charts.show(chart, key="ember_runs_chart")
 
 run = ui.pick_run()
