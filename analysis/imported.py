@@ -20,14 +20,14 @@ class Imported:
 
 
 def span_start_record(
-    ts: int, span_id: int, name: str, span_kind: str, attrs: dict[str, Any], **ids: Any
+    ts: int, span_id: int | None, name: str, span_kind: str, attrs: dict[str, Any], **ids: Any
 ) -> dict[str, Any]:
     """An Ember ``span_start`` record; ``ids`` (``parent_id``) stand after ``span_id``."""
     return _span_record("span_start", ts, span_id, span_kind, attrs, **ids, name=name)
 
 
 def span_end_record(
-    ts: int, span_id: int, duration: int, span_kind: str, attrs: dict[str, Any]
+    ts: int, span_id: int | None, duration: int, span_kind: str, attrs: dict[str, Any]
 ) -> dict[str, Any]:
     """An Ember ``span_end`` record of a span that ended well (``status: "ok"``)."""
     fields = {"duration_ns": duration, "status": "ok"}
@@ -35,7 +35,7 @@ def span_end_record(
 
 
 def _span_record(
-    kind: str, ts: int, span_id: int, span_kind: str, attrs: dict[str, Any], **fields: Any
+    kind: str, ts: int, span_id: int | None, span_kind: str, attrs: dict[str, Any], **fields: Any
 ) -> dict[str, Any]:
     # the keys in the order Ember's own writer gives them
     return {

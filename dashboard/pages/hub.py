@@ -50,11 +50,13 @@ if failures:
     st.error(f"{failures} Hub request(s) failed in this run.")
 
 if only_files.height:
-    labels: charts.Labels = {"title": "Hits against downloads per file", "x_title": "times"}
+    labels: charts.Labels = {
+        "title": "Hits against downloads per file",
+        "x_title": "times",
+        "y_title": None,
+    }
     measures = ["hits", "downloads"]
-    chart = charts.measure_bars(
-        only_files, "path", measures, horizontal=True, y_title=None, **labels
-    )
+    chart = charts.measure_bars(only_files, "path", measures, horizontal=True, **labels)
     charts.show(chart, key="ember_hub_chart")
 
 checks = db.query(

@@ -111,10 +111,13 @@ ui.table(
 )
 
 if shown.height > 1:
-    per_run: charts.Labels = {"title": "Compiles and evictions per run", "x_title": "run"}
+    per_run: charts.Labels = {
+        "title": "Compiles and evictions per run",
+        "x_title": "run",
+        "y_title": "count",
+    }
     measures = ["compiles", "evictions"]
-    keep = ["started_at"]
-    chart = charts.measure_bars(shown, "name", measures, keep=keep, y_title="count", **per_run)
+    chart = charts.measure_bars(shown, "name", measures, keep=["started_at"], **per_run)
     charts.show(chart, key="ember_runs_chart")
 
 run = ui.pick_run()
