@@ -236,7 +236,9 @@ def _build(graph: onnx.GraphProto, loading: _Loading, scope: tuple[str, ...]) ->
     known = set(initializers) | {i.name for i in graph.input}
     _check_single_writer(nodes, set(initializers), known, graph.name)
     nodes = fold.fold_batch_norms(nodes, initializers, [o.name for o in graph.output])
-    nodes = qdq.quantized_matmuls(nodes, initializers, [o.name for o in graph.output], opsets)
+    nodes = qdq.quantized_matmuls(
+        nodes, initializers, [o.name for o in graph.output], loading.opsets
+    )
     known |= set(initializers)  # the folded weights are initializers now
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
