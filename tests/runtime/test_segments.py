@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import uuid
 
@@ -16,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
+from tests import recordings
 from tests.runtime.models import (
     const,
     make_model,
@@ -451,41 +449,13 @@ def test_a_smaller_cache_size_evicts_down_to_it_at_the_next_insert(ember_events)
 # disk cache
 
 
-_DISK_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    import ember.runtime as rt
-    from ember.recorder import bus
-    from jax import monitoring
-    stops = []
-    bus.attach("t", ["ember.segment.compile.stop"], lambda n, m, md: stops.append(
-        {"position": md["position"], "compiled": md["compiled"],
-         "disk_cache": md["disk_cache"]}))
-    # programs handed to XLA's compiler through the persistent cache
-    xla = []
-    monitoring.register_event_listener(lambda event, **kw: xla.append(event)
-        if event == "/jax/compilation_cache/compile_requests_use_cache" else None)
-    compiled = rt.compile(sys.argv[1], cache_dir=sys.argv[2])
-    data = np.arange(6, dtype=np.float32)
-    out = compiled({"x": np.array([0, 1, 0, 0, 0, 0], np.float32), "data": data})
-    print(json.dumps({"stops": stops, "y": np.asarray(out["y"]).tolist(), "xla": len(xla)}))
-    """
-)
-
-
 def test_second_process_reads_every_segment_from_the_disk_cache(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(nonzero_reshape_model(extra_adds=20), path)
     cache = tmp_path / "cache"
 
     def run_process() -> dict:
-        proc = subprocess.run(
-            [sys.executable, "-c", _DISK_SCRIPT, str(path), str(cache)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = recordings.run("segment_disk_cache", str(path), str(cache), timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
