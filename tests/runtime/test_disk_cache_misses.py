@@ -26,6 +26,28 @@ def _forget_jax_cache(cache_dir):
             entry.unlink()
 
 
+NEW_KEY = "new key: not in this cache (a first run fills it; a new shape or static value)"
+
+
+def _ingested(folder, traces):
+    """A connection to ``folder/ember.duckdb`` with ``traces`` ingested."""
+    from ember.analysis import connect, ingest
+
+    db = folder / "ember.duckdb"
+    ingest(traces, db)
+    return connect(db)
+
+
+def _misses(con, columns: str, order: str) -> list[tuple]:
+    """The rows of ``disk_cache_misses`` (the trace file's name, then ``columns``) in the
+    order of the file's name, then ``order``."""
+    rows = con.sql(
+        f"SELECT r.file, {columns} FROM disk_cache_misses m JOIN runs r USING (run_id) "
+        f"ORDER BY r.file, {order}"
+    )
+    return [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
+
+
 def _run(model, cache_dir, trace):
     with record(trace):
         compiled = rt.compile(model, cache_dir=cache_dir)
@@ -51,19 +73,11 @@ def test_a_cache_filled_by_another_jaxlib_names_that_version_change(tmp_path, mo
     assert [(a["disk_cache"], a["disk_miss"]) for a in again] == [("hit", None)] * 2
 
     # the view says it per run: the cold run's misses are new keys, the warm run's a jaxlib
-    from ember.analysis import connect, ingest
-
-    db = tmp_path / "ember.duckdb"
-    ingest([tmp_path / "cold.jsonl", tmp_path / "warm.jsonl", tmp_path / "again.jsonl"], db)
-    rows = connect(db).sql(
-        "SELECT r.file, m.position, m.changed, m.reason, m.jaxlib FROM disk_cache_misses m "
-        "JOIN runs r USING (run_id) ORDER BY r.file, m.position"
-    )
-    got = [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
-    new_key = "new key: not in this cache (a first run fills it; a new shape or static value)"
+    con = _ingested(tmp_path, [tmp_path / n for n in ("cold.jsonl", "warm.jsonl", "again.jsonl")])
+    got = _misses(con, "m.position, m.changed, m.reason, m.jaxlib", "m.position")
     assert got == [
-        ("cold.jsonl", 0, False, new_key, "0.10.1"),
-        ("cold.jsonl", 27, False, new_key, "0.10.1"),
+        ("cold.jsonl", 0, False, NEW_KEY, "0.10.1"),
+        ("cold.jsonl", 27, False, NEW_KEY, "0.10.1"),
         ("warm.jsonl", 0, True, "jaxlib 0.10.1 -> 0.10.2", "0.10.2"),
         ("warm.jsonl", 27, True, "jaxlib 0.10.1 -> 0.10.2", "0.10.2"),
     ]
@@ -91,7 +105,6 @@ def test_changed_parts_lists_every_part_that_differs_in_key_order():
 
 
 def test_the_report_names_the_version_that_emptied_the_cache(tmp_path, monkeypatch):
-    from ember.analysis import connect, ingest
     from ember.analysis.report import findings
 
     model = token_filter_model()
@@ -101,9 +114,7 @@ def test_the_report_names_the_version_that_emptied_the_cache(tmp_path, monkeypat
     monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jax": "0.10.2"})
     _forget_jax_cache(tmp_path / "xla")
     _run(model, tmp_path / "xla", tmp_path / "warm.jsonl")
-    db = tmp_path / "ember.duckdb"
-    ingest([tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"], db)
-    con = connect(db)
+    con = _ingested(tmp_path, [tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"])
     texts = {f.run_id: f.text for f in findings(con, limit=50) if f.kind == "disk_miss"}
     runs = dict(con.sql("SELECT file, run_id FROM runs").iter_rows())
     warm = texts[runs[str(tmp_path / "warm.jsonl")]]
@@ -116,7 +127,6 @@ def test_the_view_has_jax_persistent_cache_misses_once_each(tmp_path, monkeypatc
     with that reason; the jit compiles inside a segment's compile are not rows of their own."""
     import jax
 
-    from ember.analysis import connect, ingest
     from ember.recorder import jax_compiles as jc
     from ember.recorder.jax import watch_compiles
 
@@ -135,18 +145,12 @@ def test_the_view_has_jax_persistent_cache_misses_once_each(tmp_path, monkeypatc
 
     run("cold.jsonl", "0.10.1")
     run("warm.jsonl", "0.10.2")
-    db = tmp_path / "ember.duckdb"
-    ingest(sorted(tmp_path.glob("*.jsonl")), db)
-    rows = connect(db).sql(
-        "SELECT r.file, m.fun_name, m.position, m.changed, m.reason FROM disk_cache_misses m "
-        "JOIN runs r USING (run_id) ORDER BY r.file, m.position NULLS FIRST"
-    )
-    got = [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
-    new_key = "new key: not in this cache (a first run fills it; a new shape or static value)"
+    con = _ingested(tmp_path, sorted(tmp_path.glob("*.jsonl")))
+    got = _misses(con, "m.fun_name, m.position, m.changed, m.reason", "m.position NULLS FIRST")
     assert got == [
-        ("cold.jsonl", "<lambda>", None, False, new_key),
-        ("model-cold.jsonl", None, 0, False, new_key),
-        ("model-cold.jsonl", None, 27, False, new_key),
+        ("cold.jsonl", "<lambda>", None, False, NEW_KEY),
+        ("model-cold.jsonl", None, 0, False, NEW_KEY),
+        ("model-cold.jsonl", None, 27, False, NEW_KEY),
         ("warm.jsonl", "<lambda>", None, True, "jaxlib 0.10.1 -> 0.10.2"),
     ]
 

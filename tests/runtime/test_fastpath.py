@@ -7,7 +7,6 @@ Models are built with onnx.helper; the If model is ``vad_like_model`` of test_co
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 import weakref
@@ -19,6 +18,7 @@ from onnx import TensorProto, helper
 
 import ember.runtime as rt
 from ember.recorder import bus
+from tests.runtime.conftest import no_cycle_collector
 from tests.runtime.models import make_model, reference, tensor
 from tests.runtime.test_control_flow import CHUNK, HIDDEN, vad_like_model
 
@@ -284,12 +284,9 @@ def test_a_dropped_model_with_an_if_frees_its_programs_and_memo_at_once():
         compiled(_vad_feeds(np.array(sr, np.int64)))
     assert len(compiled._fast.programs) == 2
     model_ref = weakref.ref(compiled)
-    gc.disable()  # freed by reference counting, not by a collection of cycles
-    try:
+    with no_cycle_collector():
         del compiled
         assert model_ref() is None
-    finally:
-        gc.enable()
 
 
 def test_an_int64_input_of_a_32_bit_program_is_refused_on_every_path():
