@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 import ember.runtime as rt
 from ember.recorder import bus
 from tests.runtime.conftest import no_cycle_collector
-from tests.runtime.models import make_model, reference, tensor
+from tests.runtime.models import make_model, one_relu, reference, tensor
 from tests.runtime.test_control_flow import CHUNK, HIDDEN, vad_like_model
 
 
@@ -138,11 +138,7 @@ CALLS = ("ember.call.start", "ember.call.stop")
 @pytest.mark.parametrize("which", ["compiled-ahead", "if-per-condition"])
 def test_calls_emit_events_exactly_while_someone_listens(which):
     if which == "compiled-ahead":
-        proto = make_model(
-            [helper.make_node("Relu", ["x"], ["y"])],
-            [tensor("x", shape=[3])],
-            [tensor("y", shape=[3])],
-        )
+        proto = one_relu([3])
         feeds_of = [{"x": np.array([-1.0, 0.0, 1.0], np.float32)}] * 2
     else:
         proto = vad_like_model()
@@ -174,11 +170,7 @@ def test_a_handler_attached_while_a_checked_call_decides_sees_the_next_calls(mon
     # ``bus.listening`` for the last time: the direct call it then installs (or registers)
     # must not outlive that attach. The interleaving is made here by attaching from inside
     # that ``bus.listening`` question.
-    proto = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=[rows])],
-        [tensor("y", shape=[rows])],
-    )
+    proto = one_relu([rows])
     compiled = rt.compile(proto)
     x = np.array([-1.0, 0.0, 1.0], np.float32)
     seen: list[str] = []
@@ -386,11 +378,7 @@ def test_a_recorded_whole_graph_call_holds_its_segment_and_ends_at_its_results(t
 
     from ember.recorder import record
 
-    model = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=[4, 8])],
-        [tensor("y", shape=[4, 8])],
-    )
+    model = one_relu([4, 8])
     compiled = rt.compile(model)
     x = np.full((4, 8), -1.0, np.float32)
     compiled(x=x)
@@ -433,11 +421,7 @@ def test_a_recorded_direct_call_that_fails_ends_its_call_span_with_the_error(tmp
 
     from ember.recorder import record
 
-    model = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=[4, 8])],
-        [tensor("y", shape=[4, 8])],
-    )
+    model = one_relu([4, 8])
     compiled = rt.compile(model)
     x = jnp.ones((4, 8), jnp.float32)
     compiled(x=x)
