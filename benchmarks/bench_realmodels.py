@@ -298,9 +298,23 @@ def _bare_column(r: dict[str, Any]) -> str:
     return f" {r['bare_ms']:8.3f}" if r["bare_ms"] is not None else f" {'-':>8}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def models_parser(doc: str) -> argparse.ArgumentParser:
+    """A parser with ``--models`` (for ``pick_models``), described by ``doc``'s first paragraph."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--models", help="comma-separated parts of model names (default: all)")
+    return parser
+
+
+def pick_models(models: list[RealModel], wanted: str | None) -> list[RealModel]:
+    """The ``models`` whose name holds one of ``wanted``'s comma-separated parts (None: all)."""
+    if not wanted:
+        return models
+    parts = [p.strip().lower() for p in wanted.split(",") if p.strip()]
+    return [m for m in models if any(p in m.name.lower() for p in parts)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = models_parser(__doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the calls per model")
     parser.add_argument(
         "--bare",
@@ -309,10 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "same rounds: Ember's own cost per call is ember ms - bare ms",
     )
     args = parser.parse_args(argv)
-    chosen = MODELS
-    if args.models:
-        parts = [p.strip().lower() for p in args.models.split(",") if p.strip()]
-        chosen = [m for m in MODELS if any(p in m.name.lower() for p in parts)]
+    chosen = pick_models(MODELS, args.models)
     header = (
         f"{'model':30} {'package':21} {'max abs err':>12} {'(scale)':>9} "
         f"{'ember ms':>9} {'ort ms':>9} {'ratio':>6} {'p10':>5} {'compiles':>8} {'first s':>8}"
