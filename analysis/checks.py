@@ -42,7 +42,6 @@ __all__ = [
     "SCALAR_JSON_COLUMNS",
     "STRUCT_COLUMNS",
     "maybe_too_deep_sql",
-    "object_invalid_sql",
     "row_invalid_sql",
     "row_problem_sql",
     "span_problems_sql",
@@ -122,9 +121,8 @@ def _field_problems(
     """(condition that is TRUE when wrong, message) for each field of ``model`` at ``expr``.
 
     ``expr`` is a SQL expression of the struct (or ``""`` for top-level columns). ``text``:
-    the ``STRUCT_COLUMNS`` are JSON text; only their presence is checked here (their
-    fields' allowed values are ``object_invalid_sql``'s, their keys and types
-    ``structure_fits``'s: both once per distinct value).
+    the ``STRUCT_COLUMNS`` are JSON text; only their presence is checked here (their keys
+    and types are ``structure_fits``'s, once per distinct value).
     """
     out: list[tuple[str, str]] = []
     for name, info in model.model_fields.items():
@@ -365,7 +363,8 @@ def row_invalid_sql(text: bool = False) -> str:
 
     ``text``: the ``STRUCT_COLUMNS`` are JSON text (DuckDB's stage): only their presence is
     checked here; what they hold is checked once per distinct value, their keys and types
-    by ``structure_fits`` and their fields' allowed values by ``object_invalid_sql``.
+    by ``structure_fits`` (the DuckDB ingest checks each line with ``ember.schemas.fast``
+    instead).
 
     The same checks as ``row_problem_sql`` without the messages (pydantic gives those),
     and with the "field of another kind" checks written per column (a field, and the
@@ -409,45 +408,6 @@ def row_invalid_sql(text: bool = False) -> str:
         )
         foreign.append(f"(attrs.{_q(field)} IS NOT NULL AND NOT ({allowed}))")
     return f"({fields}) OR coalesce({' OR '.join(foreign)}, false)"
-
-
-def object_invalid_sql() -> str:
-    """SQL over ``kind``, ``span_kind`` and the ``STRUCT_COLUMNS`` as JSON text: TRUE when a
-    string field inside an object holds a value its ``Literal`` does not allow (a span's
-    ``attrs.disk_cache`` that is not ``hit`` or ``miss``), else FALSE.
-
-    What ``row_invalid_sql(text=True)`` leaves out: a function of the objects' text, so
-    DuckDB's stage evaluates it once per distinct object (a trace repeats its objects:
-    the same shapes and sources call after call), with ``structure_fits``.
-    """
-    whens = []
-    for kind in R.RECORD_KINDS:
-        if kind in ("span_start", "span_end"):
-            which = 0 if kind == "span_start" else 1
-            base = R._SpanStartBase if which == 0 else R._SpanEndBase
-            common = _object_literal_checks(base)
-            per_span = [
-                f"WHEN '{span_kind}' THEN ({' OR '.join(conds)})"
-                for span_kind, pair in R.SPAN_ATTRS.items()
-                if (conds := text_literal_checks("attrs", pair[which]))
-            ]
-            parts = [*common, f"CASE span_kind {' '.join(per_span)} ELSE false END"]
-            expr = " OR ".join(parts) if per_span else " OR ".join(common) or "false"
-        else:
-            expr = " OR ".join(_object_literal_checks(KIND_MODELS[kind])) or "false"
-        if expr != "false":
-            whens.append(f"WHEN '{kind}' THEN coalesce({expr}, false)")
-    return f"CASE kind {' '.join(whens)} ELSE false END" if whens else "false"
-
-
-def _object_literal_checks(model: type[BaseModel]) -> list[str]:
-    """``text_literal_checks`` of the top-level ``STRUCT_COLUMNS`` fields of ``model``."""
-    return [
-        c
-        for name, info in model.model_fields.items()
-        if (info.alias or name) in STRUCT_COLUMNS
-        for c in text_literal_checks(_q(info.alias or name), info.annotation)
-    ]
 
 
 def _maybe_deep(expr: str, t: DuckType, max_nesting: int, level: int) -> str | None:
@@ -511,43 +471,6 @@ _JSON_TYPES: dict[Any, frozenset[str]] = {
 # "ANY" | frozenset of JSON types | ("list", Accept) | ("dict",) | ("union", (Accept, ...))
 # | ("struct", {key: (Accept, required, nullable)})
 Accept = Any
-
-
-def text_literal_checks(col: str, annotation: Any, path: str = "$") -> list[str]:
-    """SQL conditions, TRUE when wrong, for the ``Literal`` string fields inside the JSON
-    text ``col`` (of a model or annotation): a value not allowed. Through lists by ``[*]``."""
-    ann = strip_optional(unwrap_annotated(annotation))
-    ann = unwrap_annotated(ann)
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        out = []
-        for name, info in ann.model_fields.items():
-            out += text_literal_checks(col, info.annotation, f"{path}.{info.alias or name}")
-        return out
-    origin = typing.get_origin(ann)
-    if origin in (list, tuple, set, frozenset):
-        return text_literal_checks(col, typing.get_args(ann)[0], f"{path}[*]")
-    members = typing.get_args(ann) if origin in (typing.Union, types.UnionType) else (ann,)
-    strings: list[str] = []
-    others = False
-    for m in members:
-        m = unwrap_annotated(m)
-        if typing.get_origin(m) is typing.Literal:
-            values = typing.get_args(m)
-            strings += [v for v in values if isinstance(v, str)]
-            others |= any(not isinstance(v, str) for v in values)
-        elif m is not type(None):
-            others = True
-    if not strings:
-        return []
-    allowed = sql_literal(tuple(strings))
-    # a string must be one of the values; any other JSON type was judged by its structure
-    wrong = f"json_type(v) = 'VARCHAR' AND json_extract_string(v, '$') NOT IN ({allowed})"
-    if "[*]" in path:
-        return [f"list_bool_or(list_transform(json_extract({col}, '{path}'), lambda v: {wrong}))"]
-    if not others:
-        return [f"json_extract_string({col}, '{path}') NOT IN ({allowed})"]
-    value = f"json_extract({col}, '{path}')"
-    return [wrong.replace("(v", f"({value}")]
 
 
 def _constraints(annotation: Any, metadata: list[Any]) -> list[Any]:

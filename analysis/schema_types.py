@@ -224,7 +224,7 @@ def strict_fields() -> set[str]:
     return out
 
 
-def _read_types() -> dict[str, DuckType]:
+def _merged_types() -> dict[str, DuckType]:
     merged: dict[str, DuckType] = {}
     for cols in _kind_columns().values():
         # the same field name in two kinds must have one type; when not (e.g. ``step``:
@@ -239,6 +239,11 @@ def _read_types() -> dict[str, DuckType]:
                     _merge_struct(old[1], t[1], name)
                 else:
                     merged[name] = "JSON"
+    return merged
+
+
+def _read_types() -> dict[str, DuckType]:
+    merged = _merged_types()
     # a strict field (an integer) is read as JSON too: a typed read
     # would take ``true`` as 1 and round 1.5 to 2 (and -0.4 to 0, past the check of >= 0),
     # and the checks (``checks.py``) must see the JSON type to refuse them
@@ -251,7 +256,8 @@ READ_TYPES: dict[str, DuckType] = _read_types()
 """``READ_COLUMNS`` as type descriptions (``"JSON"``, ``("list", t)``, ``("struct", {...})``)."""
 
 READ_COLUMNS: dict[str, str] = {k: _type_sql(v) for k, v in READ_TYPES.items()}
-"""The union of every kind's columns: the ``columns`` of ingest's one typed read."""
+"""The union of every kind's columns: the ``columns`` of the one typed read of a trace (the
+``_stage`` read, Spark's, and ``bench_ingest.py``'s raw read)."""
 
 
 def literal_values(annotation: Any) -> tuple[Any, ...] | None:

@@ -9,29 +9,26 @@ time, and a reader sees whole files only):
    be ``meta``: it names the run and the schema version. A newer version, a missing or
    invalid meta, an empty file or a run id that another file already brought are refused
    as a whole (``ingested_files.status = 'refused'``).
-2. ``ingest_read`` reads the planned bytes of the batch into the staging table ``_stage``
-   (DuckDB's typed ``read_json``, the fast path, small whole files in one read; pydantic on
-   every line of a file DuckDB refuses, the slow path, which its batch-mates do not take)
-   and finds the rows to reject with one query, explained by pydantic.
+2. The batch is checked and staged: each line by the checks compiled from the pydantic
+   models (``ember.schemas.fast``; pydantic explains what they refuse), then read by DuckDB
+   kind by kind with each kind's own table types (``ingest.kinds``, the split read), or,
+   for a continued file, an older version, ``strict`` or lines DuckDB refuses, into the
+   one staging table ``_stage`` (``ingest.read``: its slow path runs pydantic on every
+   line of a file DuckDB refuses).
 3. Here: the staged rows go into the record tables (with the columns derived at ingest),
    the rejected lines into ``rejected_lines``, and what was read into ``ingested_files``,
    one statement per table for the whole batch, in one transaction. If that fails, each
    file of the batch is written alone.
 
-What the fast path does not see (``ember validate`` and ``ingest(strict=True)``, which
-run pydantic on every line, do), at the top level of a record only: a field no record
-kind has (DuckDB's typed read skips keys it was not asked for), and a JSON number or
-boolean given for a text field (DuckDB casts it to its text). Integer fields are read as
-JSON and must be JSON integers, as pydantic's strict integers must (a typed read rounded
-``1.5`` to 2 and ``-0.4`` to 0); a list of integers (``shape``) is staged as JSON text and
-judged by its structure, like the objects. Inside objects (``attrs``, ``error``, ``shapes``,
-``statics``: staged as JSON text, see ``ingest_read``) every key and JSON type is checked
-against the models. Everything else pydantic checks is checked: types of numbers, lists
-and objects, required fields, allowed values, non-negative ints, fields of another kind or
-span kind, and the schema's limits (``ember.schemas.records``: line size, nesting, 64-bit
-integers, the bounds of times), which
-``ember validate`` applies too (``parse_line``). One difference remains inside objects: a
-key given twice keeps its first value (pydantic keeps the last; both accept the line).
+Every line is checked against the models before it is stored (``ember.schemas.fast``, with
+pydantic for what it refuses): types (integers must be JSON integers: ``1.5``, ``"7"`` and
+``true`` are refused), required fields, allowed values, unknown fields at every level, fields
+of another kind or span kind, and the schema's limits (``ember.schemas.records``: line size,
+nesting, 64-bit integers, the bounds of times), which ``ember validate`` applies too
+(``parse_line``). Default and ``strict`` ingest reject the same lines (``strict`` sends every
+line through pydantic, the slow path). One gap: a key given twice in one object is judged by
+its last value (msgspec and pydantic keep the last) but DuckDB stores the first, unchecked (a
+first value DuckDB cannot cast makes the batch fail instead).
 
 Idempotent: ``ingested_files`` keeps how many bytes of each file were read. The same
 file again is skipped; a file that grew (a run still recording) is continued from its
@@ -74,6 +71,7 @@ from ember.analysis.derived import (
     counted,
 )
 from ember.analysis.ingest.batch import batch_then_each
+from ember.analysis.ingest.kinds import SplitRefused, drop_kinds, splittable, stage_kinds
 from ember.analysis.ingest.plan import (
     FilePlan,
     FileResult,
@@ -139,20 +137,28 @@ def _previous(con: duckdb.DuckDBPyConnection, files: list[str]) -> dict[str, Pre
 RUN_ID_SQL = "CAST($runs AS VARCHAR[])[_f + 1]"
 
 
-def select_for(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -> str:
+def select_for(
+    kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL, typed: bool = False
+) -> str:
     """The SQL of a kind's table columns from the staged rows (defaults filled in)."""
-    return ", ".join(_column_sql(kind, cols, run_id_sql).values())
+    return ", ".join(_column_sql(kind, cols, run_id_sql, typed).values())
 
 
-def _column_sql(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -> dict[str, str]:
-    """The SQL of each of a kind's table columns from the staged rows (defaults filled in)."""
+def _column_sql(
+    kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL, typed: bool = False
+) -> dict[str, str]:
+    """The SQL of each of a kind's table columns from the staged rows (defaults filled in):
+    from ``_stage`` (``ingest.read.STAGE_COLUMNS``), or, ``typed``, from a kind's own
+    staging table (``ingest.kinds``: the table's types already)."""
     defaults = field_defaults(kind)
     parts = {}
     for c, t in cols.items():
         if c == "run_id" and kind != "meta":
             parts[c] = run_id_sql
             continue
-        if c in STRUCT_COLUMNS:
+        if typed:
+            expr = f'"{c}"'
+        elif c in STRUCT_COLUMNS:
             # staged as JSON text (ingest_read.STAGE_COLUMNS): the table's STRUCT of its kind
             table_type = TABLE_TYPES["meta" if kind == "runs" else kind][c]
             expr = f"json_transform(\"{c}\", '{transform_structure(table_type)}')"
@@ -166,8 +172,15 @@ def _column_sql(kind: str, cols: dict[str, str], run_id_sql: str = RUN_ID_SQL) -
     return parts
 
 
-def _insert_sql(kind: str) -> str:
-    select = f"SELECT {select_for(kind, record_columns(kind))} FROM _stage WHERE kind = '{kind}'"
+def _source(kind: str, typed: bool) -> str:
+    """Where a kind's staged rows are: in ``_stage`` (``ingest.read``), or, ``typed``, in its
+    own staging table (``ingest.kinds``)."""
+    return f"_stage_{kind}" if typed else f"_stage WHERE kind = '{kind}'"
+
+
+def _insert_sql(kind: str, typed: bool = False) -> str:
+    cols = select_for(kind, record_columns(kind), typed=typed)
+    select = f"SELECT {cols} FROM {_source(kind, typed)}"
     derived = DERIVED_COLUMNS.get(kind)
     if not derived:
         return f"INSERT INTO {kind} {select}"
@@ -188,30 +201,39 @@ def _same(columns: Iterable[str], a: str, b: str) -> str:
     return " AND ".join(f"{a}.{c} IS NOT DISTINCT FROM {b}.{c}" for c in columns)
 
 
-def _cache_record_sql() -> str:
+def _cache_record_sql(typed: bool) -> str:
     """CTEs ``objects`` and ``record``: the staged cache rows, typed, with their derived
     columns (``DERIVED_COLUMNS``) and staging row id ``_rid``.
 
     Each distinct (key, shapes, static values) is typed once: a run repeats them call
     after call (they are what the cache is keyed on), and turning them into STRUCTs and
     text was most of the cost of each row."""
-    exprs = _column_sql("cache", record_columns("cache"))
+    exprs = _column_sql("cache", record_columns("cache"), typed=typed)
     derived = ", ".join(f"{expr} AS {c}" for c, (_, expr) in DERIVED_COLUMNS["cache"].items())
     own = ", ".join(f'{e} AS "{c}"' for c, e in exprs.items() if c not in _CACHE_OBJECT)
     as_text = ", ".join(f'"{c}" AS _{c}' for c in _CACHE_OBJECT)
+    if typed:
+        # staged typed (``ingest.kinds``): the derived columns of each row as it is
+        everything = ", ".join(f'{e} AS "{c}"' for c, e in exprs.items())
+        return f"""
+record AS (
+    SELECT *, {derived} FROM (
+        SELECT {everything}, rowid AS _rid FROM {_source("cache", typed)}
+    )
+)"""
     return f"""
 objects AS (
     SELECT *, {derived} FROM (
         SELECT {", ".join(f'"{c}" AS _{c}, {exprs[c]} AS "{c}"' for c in _CACHE_OBJECT)}
         FROM (SELECT DISTINCT {", ".join(f'"{c}"' for c in _CACHE_OBJECT)}
-            FROM _stage WHERE kind = 'cache')
+            FROM {_source("cache", typed)})
     )
 ),
 record AS (
     SELECT r.* EXCLUDE ({", ".join(f"_{c}" for c in _CACHE_OBJECT)}),
         {", ".join(f'o."{c}"' for c in _CACHE_OBJECT)},
         {", ".join(f"o.{c}" for c in DERIVED_COLUMNS["cache"])}
-    FROM (SELECT {own}, {as_text}, rowid AS _rid FROM _stage WHERE kind = 'cache') AS r
+    FROM (SELECT {own}, {as_text}, rowid AS _rid FROM {_source("cache", typed)}) AS r
     JOIN objects AS o ON {_same([f"_{c}" for c in _CACHE_OBJECT], "r", "o")}
 )"""
 
@@ -273,7 +295,7 @@ prior AS (
 )"""
 
 
-def _insert_cache_sql() -> str:
+def _insert_cache_sql(typed: bool = False) -> str:
     """The cache rows with their derived columns and order columns (``CACHE_ORDER_COLUMNS``,
     defined in ``analysis.derived``).
 
@@ -285,7 +307,7 @@ def _insert_cache_sql() -> str:
     out = ", ".join(f"r.{c}" for c in [*record_columns("cache"), *DERIVED_COLUMNS["cache"]])
     return f"""
 INSERT INTO cache
-WITH {_cache_record_sql()},
+WITH {_cache_record_sql(typed)},
 {_cache_windows_sql()},
 {_cache_prior_sql()}
 SELECT {out},
@@ -300,7 +322,7 @@ ORDER BY r._rid
 """
 
 
-def _insert_memory_sql() -> str:
+def _insert_memory_sql(typed: bool = False) -> str:
     """The memory rows with their running live bytes (``MEMORY_RUNNING_COLUMNS``, defined in
     ``analysis.derived``).
 
@@ -310,7 +332,9 @@ def _insert_memory_sql() -> str:
     """
     cols = record_columns("memory")
     names = ", ".join(f'"{c}"' for c in cols)
-    select = f"SELECT {select_for('memory', cols)}, rowid FROM _stage WHERE kind = 'memory'"
+    select = (
+        f"SELECT {select_for('memory', cols, typed=typed)}, rowid FROM {_source('memory', typed)}"
+    )
     finest = max(MEMORY_SUMS.values(), key=len)
     ids = ", ".join(
         f"dense_rank() OVER (ORDER BY {', '.join(p)}) AS {c}_id" for c, p in MEMORY_SUMS.items()
@@ -358,16 +382,24 @@ ORDER BY r._rid
 """
 
 
-_INSERTS = {kind: _insert_sql(kind) for kind in RECORD_TABLES}
-_INSERTS["cache"] = _insert_cache_sql()
-_INSERTS["memory"] = _insert_memory_sql()
-_RUN_COLS = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
-_INSERT_RUN = (
-    f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in _RUN_COLS)}, started_at, file) "
-    f"SELECT {select_for('meta', _RUN_COLS)}, make_timestamp_ns(CAST(wall_time_ns AS BIGINT)), "
-    f"CAST($files AS VARCHAR[])[_f + 1] "
-    f"FROM _stage WHERE kind = 'meta'"
-)
+def _inserts(typed: bool) -> dict[str, str]:
+    """The insert of each record table (and ``runs``) from the staged rows."""
+    out = {kind: _insert_sql(kind, typed) for kind in RECORD_TABLES}
+    out["cache"] = _insert_cache_sql(typed)
+    out["memory"] = _insert_memory_sql(typed)
+    cols = {c: t for c, t in RUNS_COLUMNS.items() if c not in ("started_at", "file")}
+    out["runs"] = (
+        f"INSERT INTO runs ({', '.join(chr(34) + c + chr(34) for c in cols)}, started_at, file) "
+        f"SELECT {select_for('meta', cols, typed=typed)}, "
+        f"make_timestamp_ns(CAST(wall_time_ns AS BIGINT)), CAST($files AS VARCHAR[])[_f + 1] "
+        f"FROM {_source('meta', typed)}"
+    )
+    return out
+
+
+_INSERTS = _inserts(typed=False)
+TYPED_INSERTS = _inserts(typed=True)
+"""The inserts from the kinds' own staging tables (``ingest.kinds``)."""
 
 
 _DONE_TYPES = {
@@ -385,19 +417,35 @@ _DONE_TYPES = {
 }
 
 
-def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]:
-    """Write a staged and checked batch in one transaction; the records of each file."""
+def _write(
+    con: duckdb.DuckDBPyConnection,
+    works: list[FileIngest],
+    kinds: dict[str, list[int]] | None = None,
+) -> list[int]:
+    """Write a staged and checked batch in one transaction; the records of each file.
+
+    ``kinds``: the batch was staged by kind (``ingest.kinds``): the rows of each file in each
+    kind's staging table; else it is in ``_stage``."""
     plans = [w.plan for w in works]
     files = [str(p.path) for p in plans]
     runs = [p.run_id for p in plans]
-    staged = dict(con.execute("SELECT _f, count(*) FROM _stage GROUP BY _f").fetchall())
-    records = [staged.get(w.f, 0) for w in works]
+    typed = kinds is not None
+    if kinds is None:
+        staged = dict(con.execute("SELECT _f, count(*) FROM _stage GROUP BY _f").fetchall())
+        records = [staged.get(w.f, 0) for w in works]
+    else:
+        records = [sum(counts[w.f] for counts in kinds.values()) for w in works]
+        kinds = {k: c for k, c in kinds.items() if sum(c)}
     con.execute("BEGIN TRANSACTION")
     try:
         _delete_replaced(con, plans)
-        con.execute(_INSERT_RUN, {"files": files})
+        inserts = TYPED_INSERTS if typed else _INSERTS
+        if kinds is None or "meta" in kinds:
+            con.execute(inserts["runs"], {"files": files})
         for kind in RECORD_TABLES:
-            con.execute(_INSERTS[kind], {"runs": runs})
+            if kinds is not None and kind not in kinds:
+                continue  # no staging table: no rows of this kind
+            con.execute(inserts[kind], {"runs": runs})
         _insert_rejected(con, works)
         _upsert_ingested(con, _ingested_rows(con, works, records))
         con.execute("COMMIT")
@@ -534,6 +582,36 @@ WHERE NOT b.from_start
 """
 
 
+def _split(
+    con: duckdb.DuckDBPyConnection,
+    batch: list[FilePlan],
+    migrations: Migrations,
+    tmp: Path,
+    strict: bool,
+) -> tuple[list[FileIngest], list[int]] | None:
+    """The batch staged by kind and written (``ingest.kinds``), or None where it takes the
+    ``_stage`` path (a continued file, an older version, ``strict``, a line over the
+    limit, or DuckDB refused a kind's lines)."""
+    if not splittable(batch, migrations, strict):
+        return None
+    try:
+        staged = stage_kinds(con, batch, migrations, tmp)
+    except SplitRefused:
+        return None
+    if staged is None:
+        return None
+    works, kinds = staged
+    try:
+        return works, _write(con, works, kinds)
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error:
+        # DuckDB refused a kind's lines that the checks accepted (rolled back): the batch
+        # goes through ``_stage``, whose slow path finds and rejects those lines
+        drop_kinds(con)
+        return None
+
+
 def _ingest_planned(
     con: duckdb.DuckDBPyConnection, plans: list[FilePlan], migrations: Migrations, strict: bool
 ) -> list[FileResult]:
@@ -543,6 +621,9 @@ def _ingest_planned(
     def attempt(batch: list[FilePlan]) -> tuple[list[FileIngest], list[int]]:
         try:
             with work_dir("ember-ingest-") as tmp:
+                split = _split(con, batch, migrations, tmp, strict)
+                if split is not None:
+                    return split
                 works = stage(con, batch, migrations, tmp, strict)
                 con.execute(_PRIOR_SPANS_SQL)
                 check(con, works)
@@ -556,6 +637,7 @@ def _ingest_planned(
             raise
         finally:
             con.execute("DROP TABLE IF EXISTS _stage")
+            drop_kinds(con)
 
     def finish(batch: list[FilePlan], done: tuple[list[FileIngest], list[int]]) -> list[FileResult]:
         works, records = done

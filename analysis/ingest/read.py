@@ -1,32 +1,31 @@
-"""The two read paths of one planned range of a trace file into the staging table ``_stage``
-(shared by the DuckDB-file ingest and the lake's DuckDB engine; ``ingest_plan`` says which
-bytes to read, ``ingest`` and ``lake`` write what is staged).
+"""The ``_stage`` read of one planned range of a trace file (the lake's DuckDB engine, and the
+DuckDB-file ingest where its split read, ``ingest.kinds``, does not apply: a continued file or
+piece, an older schema version, ``strict``); ``ingest_plan`` says which bytes to read,
+``ingest`` and ``lake`` write what is staged.
 
-1. The fast path: DuckDB reads the bytes once with ``read_json`` and the column types
-   derived from the pydantic models (``STAGE_COLUMNS``: ``schema_types.READ_COLUMNS``, with
-   the columns that hold objects as JSON text). No Python per line.
-2. SQL checks generated from the same models (``checks.row_invalid_sql``) find what the
-   typed read does not check (required fields, allowed values, fields of another kind,
-   a second meta, a span_end without its span_start); what the objects hold is judged
-   once per distinct object (a trace repeats them): their keys and JSON types by their
-   ``json_structure`` (``checks.structure_fits``), which sees an unknown key inside an
-   object that a typed read would drop, and their strings' allowed values
-   (``checks.object_invalid_sql``). Only the rows found are mapped back to line numbers
-   and explained by pydantic; they are rejected.
-3. The slow path, when DuckDB refuses the bytes (a line that is not JSON, not UTF-8, a
-   value of the wrong type, a line over 16 MB), for files of an older schema version
+1. The check: every line of the range goes through the checks compiled from the pydantic
+   models (``FileIngest.scan``, ``ember.schemas.fast``: msgspec, a chunk of lines in a few
+   C calls); pydantic judges and explains the lines they refuse, and those it rejects too
+   are left out.
+2. The fast path: DuckDB reads the bytes once with ``read_json`` and the column types
+   derived from the models (``STAGE_COLUMNS``: ``schema_types.READ_COLUMNS``, with the
+   columns that hold objects as JSON text); where a line was rejected, a copy of the range
+   without it. What no line shows alone (a second meta, the span ids) is one query over the
+   staged rows (``check``).
+3. The slow path, when DuckDB refuses the bytes, for files of an older schema version
    (through ``ember.schemas.MIGRATIONS``) and with ``strict``: every line is checked by
-   pydantic, the valid ones are read by DuckDB as in 1, the others rejected with
+   pydantic, the valid ones are read by DuckDB as in 2, the others rejected with
    pydantic's explanation.
 
-One job (reading a planned range into ``_stage``), ~700 lines: the three steps share the
-staging table, its line numbers and the rejected-line bookkeeping.
+One job (reading a planned range into ``_stage``): the three steps share the staging table,
+its line numbers and the rejected-line bookkeeping.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import gc
 import json
 import mmap
 import os
@@ -41,16 +40,7 @@ from typing import Any
 import duckdb
 from pydantic import ValidationError
 
-from ember.analysis.checks import (
-    SCALAR_JSON_COLUMNS,
-    STRUCT_COLUMNS,
-    maybe_too_deep_sql,
-    object_invalid_sql,
-    row_invalid_sql,
-    row_problem_sql,
-    span_problems_sql,
-    structure_fits,
-)
+from ember.analysis.checks import STRUCT_COLUMNS, span_problems_sql
 from ember.analysis.ingest.plan import (
     RAW_PREFIX_CHARS,
     FilePlan,
@@ -61,7 +51,7 @@ from ember.analysis.ingest.plan import (
     read_extent,
     read_range,
 )
-from ember.analysis.schema_types import READ_COLUMNS, READ_TYPES, transform_structure
+from ember.analysis.schema_types import READ_COLUMNS
 from ember.schemas import (
     RECORD,
     SCHEMA_VERSION,
@@ -69,7 +59,8 @@ from ember.schemas import (
     TraceVersionError,
     explain,
 )
-from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
+from ember.schemas.fast import check_lines
+from ember.schemas.records import MAX_LINE_BYTES
 from ember.schemas.validate import BadLine, parse_line
 
 # find_long_line), so it only has to be large enough
@@ -168,6 +159,41 @@ def find_long_line(path: Path, start: int, end: int) -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off: decoding a chunk makes ~10 lists a record,
+    which set it off every few hundred records to scan what is alive (a quarter of the
+    check's time); the records hold no cycles, so they are freed as they go anyway."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def line_chunks(path: Path, start: int, end: int) -> Iterator[bytes]:
+    """The bytes ``[start, end)`` of a file in chunks of whole lines of about ``CHUNK_BYTES``
+    (``end`` is a line's end; a line longer than a chunk is one chunk)."""
+    with path.open("rb") as f:
+        pos = start
+        f.seek(pos)
+        while pos < end:
+            buf = f.read(min(CHUNK_BYTES, end - pos))
+            if not buf:
+                return
+            if pos + len(buf) < end:
+                cut = buf.rfind(b"\n") + 1
+                if cut:
+                    f.seek(pos + cut)
+                    buf = buf[:cut]
+                else:
+                    buf += f.readline(end - pos - len(buf))
+            pos += len(buf)
+            yield buf
+
+
 def _copy_range(src: Path, start: int, end: int, dst: Path) -> None:
     with dst.open("wb") as fo:
         for buf in read_range(src, start, end):
@@ -182,117 +208,49 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-# The columns that hold objects are staged as JSON text (``checks.STRUCT_COLUMNS``): a typed
-# read drops the keys it was not asked for inside an object (pydantic refuses them), and
-# building a STRUCT of every field of every span kind for every row was a third of the read.
+# The columns that hold objects are staged as JSON text (``checks.STRUCT_COLUMNS``; the inserts
+# turn them into their kind's STRUCTs): building a STRUCT of every field of every span kind for
+# every row of the batch was a third of the read (the split read, ``ingest.kinds``, reads each
+# kind with its own table's types instead)
 STAGE_COLUMNS: dict[str, str] = {
     c: "JSON" if c in STRUCT_COLUMNS else t for c, t in READ_COLUMNS.items()
 }
-_READ_COLUMNS_SQL = _columns_sql(STAGE_COLUMNS)
-# the staged rows with their objects as the STRUCTs of the typed read, for the messages of
-# the SQL checks (``row_problem_sql``) on the few rows pydantic does not explain
-_TYPED_STAGE = (
-    "(SELECT rowid, * REPLACE ("
-    + ", ".join(
-        f"json_transform({_q(c)}, '{transform_structure(READ_TYPES[c])}') AS {_q(c)}"
-        for c in STRUCT_COLUMNS
-    )
-    + ") FROM _stage) AS _stage"
-)
-_PROBLEM_SQL = row_problem_sql()
-# the checks of a row's own columns; what its objects hold is checked once per distinct
-# object (``_OBJECTS_SQL``)
-_INVALID_SQL = row_invalid_sql(text=True)
-_MAYBE_DEEP_SQL = maybe_too_deep_sql(
-    MAX_NESTING,
-    {
-        c: t
-        for c, t in READ_TYPES.items()
-        if c not in STRUCT_COLUMNS and c not in SCALAR_JSON_COLUMNS
-    },
-)
-# What json_structure does not show: an integer over 2**63 - 1 (json_transform reads it as
-# NULL; rows with 19 digits in a row in their objects go to parse_line, which has the
-# 64-bit rule) and a null item of a list (merged away: [null, 1] is ["UBIGINT"]; a null
-# list item follows a '[' or a ',', an object's null value a ':')
-_NOT_IN_STRUCTURE_SQL = " OR ".join(
-    f"regexp_matches({_q(c)}, '[0-9]{{19}}|[\\[,]\\s*null')" for c in STRUCT_COLUMNS
-)
-_STRUCTURES = ", ".join(f"CAST(json_structure({_q(c)}) AS VARCHAR)" for c in STRUCT_COLUMNS)
-_OBJECT_COLUMNS = ("kind", "span_kind", *STRUCT_COLUMNS)
-_STRUCTURE_NAMES = tuple(f"_s_{c}" for c in STRUCT_COLUMNS)
-# Each distinct object of a batch (its record's kind and span kind and the JSON text of its
-# STRUCT_COLUMNS; a trace repeats its objects, the same shapes and sources call after
-# call), once: its structures (``structure_fits`` judges each distinct one, a few dozen
-# even where every object differs), whether a string in it is not an allowed value
-# (``object_invalid_sql``: ``invalid``), and whether it may nest too deeply or hold what
-# its structure does not show (``maybe``: pydantic decides those)
-_STRUCTURE_COLUMNS = ", ".join(
-    f"CAST(json_structure({_q(c)}) AS VARCHAR) AS {n}"
-    for c, n in zip(STRUCT_COLUMNS, _STRUCTURE_NAMES, strict=True)
-)
-_OBJECTS_SELECT = f"""
-SELECT *, {_STRUCTURE_COLUMNS},
-    coalesce({object_invalid_sql()}, false) AS invalid,
-    coalesce({maybe_too_deep_sql(MAX_NESTING, {c: "JSON" for c in STRUCT_COLUMNS})}
-        OR {_NOT_IN_STRUCTURE_SQL}, false) AS maybe
-FROM (SELECT DISTINCT {", ".join(_q(c) for c in _OBJECT_COLUMNS)} FROM _stage)
-"""
-# the groups of distinct objects by structure, straight from ``_stage``: a valid batch (the
-# usual case) needs nothing more, and keeping each object's text in a table was a third of
-# the cost where most objects are distinct (a compile-heavy trace)
-_STRUCTURE_GROUPS_SQL = (
-    f"SELECT kind, span_kind, {', '.join(_STRUCTURE_NAMES)}, bool_or(invalid OR maybe) "
-    f"FROM ({_OBJECTS_SELECT}) GROUP BY ALL"
-)
-# the same objects kept (``_objects``), to find the staged rows of those found wrong
-_DISTINCT_OBJECTS_SQL = f"CREATE OR REPLACE TEMP TABLE _objects AS {_OBJECTS_SELECT}"
-# the staged rows of the objects found wrong: flagged, or of a structure that does not fit
-# (``$kind``, ``$span_kind`` and ``$_s_<column>``: the misfits, in lists)
-_GROUP_NAMES = ("kind", "span_kind", *_STRUCTURE_NAMES)
-_MISFITS = ", ".join(f"unnest(CAST(${n} AS VARCHAR[])) AS {n}" for n in _GROUP_NAMES)
-_SAME_GROUP = " AND ".join(f"m.{n} IS NOT DISTINCT FROM o.{n}" for n in _GROUP_NAMES)
-_SAME_OBJECT = " AND ".join(f"s.{_q(c)} IS NOT DISTINCT FROM o.{_q(c)}" for c in _OBJECT_COLUMNS)
-_OBJECT_ROWS_SQL = f"""
-SELECT s.rowid, o.invalid FROM (
-    SELECT * FROM _objects AS o WHERE invalid OR maybe
-        OR EXISTS (SELECT 1 FROM (SELECT {_MISFITS}) AS m WHERE {_SAME_GROUP})
-) AS o
-JOIN _stage AS s ON {_SAME_OBJECT}
-"""
+CHUNK_BYTES = 8 << 20
+"""The compiled check reads a range in chunks of whole lines of about this size (its memory:
+the chunk and its decoded records)."""
 
 # the rows whose span id is a second one or has no start, per staged file (``_f``), after
 # the span ids stored before a continued file (``_prior_spans``): ``checks.span_problems_sql``
-# (span_id is staged as JSON, to see its JSON type: compared as the integer it is)
+# (span_id is staged as JSON: compared as the integer it is)
 _SPAN_STAGE = "(SELECT rowid, _f, kind, TRY_CAST(span_id AS BIGINT) AS span_id FROM _stage)"
 _SPAN_PROBLEMS_SQL = (
-    "SELECT rowid, reason, true FROM ("
+    "SELECT rowid, reason FROM ("
     + span_problems_sql(_SPAN_STAGE, "rowid", "_prior_spans", "_f")
     + ")"
 )
 
+# what no line says alone: a second meta (the line check refuses one too) and the span ids
 _CHECKS_SQL = f"""
-SELECT rowid, CASE WHEN kind = 'meta' AND NOT (rowid IN (SELECT first_row FROM _files
-        WHERE from_start)) THEN 'a second ''meta'' record; one file is one run' END, true
+SELECT rowid, 'a second ''meta'' record; one file is one run'
 FROM _stage
-WHERE (kind = 'meta' AND NOT (rowid IN (SELECT first_row FROM _files WHERE from_start)))
-    OR {_INVALID_SQL}
+WHERE kind = 'meta' AND NOT (rowid IN (SELECT first_row FROM _files WHERE from_start))
 UNION ALL
 {_SPAN_PROBLEMS_SQL}
-UNION ALL
--- rows whose own JSON values may nest too deeply: pydantic decides, and keeps those that do
--- not (the objects: ``_OBJECTS_SQL``)
-SELECT rowid, NULL, false FROM _stage WHERE {_MAYBE_DEEP_SQL}
 """
 
 
-def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
+def read_json_sql(path: Path, columns: dict[str, str], ignore_errors: bool = False) -> str:
+    """DuckDB's typed read of a JSONL file with these ``columns`` (name -> type)."""
     p = str(path).replace("'", "''")
     extra = ", ignore_errors = true" if ignore_errors else ""
     return (
         f"SELECT * FROM read_json('{p}', format = 'newline_delimited', "
-        f"columns = {_READ_COLUMNS_SQL}, maximum_object_size = {_DUCKDB_OBJECT_SIZE}{extra})"
+        f"columns = {_columns_sql(columns)}, maximum_object_size = {_DUCKDB_OBJECT_SIZE}{extra})"
     )
+
+
+def _read_json_sql(path: Path, ignore_errors: bool = False) -> str:
+    return read_json_sql(path, STAGE_COLUMNS, ignore_errors)
 
 
 def _stage_sql(f: int, select: str) -> str:
@@ -315,16 +273,6 @@ def explain_line(raw: bytes, *, expect_meta: bool) -> str | None:
     except ValidationError as exc:
         return explain(exc)
     return None
-
-
-def _fits(kind: str | None, span_kind: str | None, column: str, structure: str | None) -> bool:
-    if structure is None:
-        return True
-    try:
-        parsed = json.loads(structure)
-    except RecursionError:  # nested deeper than Python parses: parse_line decides
-        return False
-    return structure_fits(kind, span_kind, column, parsed)
 
 
 # ---------------------------------------------------------------- one file's staged rows
@@ -350,6 +298,9 @@ class FileIngest:
     lines_read: int = field(default=0, init=False)
     partial: str | None = field(default=None, init=False)
     first_row: int = field(default=-1, init=False)  # its first staged rowid (-1: none staged)
+    # the ordinals (among the non-blank lines of the range) of the lines the check (``scan``)
+    # rejected; None before the scan
+    refused: set[int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.end = self.plan.start
@@ -377,17 +328,64 @@ class FileIngest:
             and plan.size <= SMALL_FILE
         )
 
+    @property
+    def checkable(self) -> bool:
+        """Whether its lines go through the compiled check (``scan``): a file of this schema
+        version, not ``strict`` (pydantic on every line, the slow path)."""
+        return not self.strict and self.migrations.reads_as_is(self.plan.version)
+
+    def scan(self) -> None:
+        """Check every line of the planned range with the checks compiled from the models
+        (``ember.schemas.fast``), a chunk of whole lines at a time; the lines it refuses
+        are judged by pydantic, which rejects them with its explanation (and keeps those
+        it accepts). Sets ``refused``."""
+        plan = self.plan
+        self.refused = set()
+        ordinal = 0  # non-blank lines before the chunk
+        number = plan.base_line  # lines before the chunk
+        offset = plan.start
+        with no_gc():
+            for chunk in line_chunks(plan.path, plan.start, self.end):
+                records, bad = check_lines(chunk, meta_ok=plan.start == 0 and ordinal == 0)
+                if bad:
+                    self._judge(chunk, offset, number, ordinal, set(bad))
+                ordinal += records
+                number += chunk.count(b"\n")
+                offset += len(chunk)
+
+    def _judge(self, chunk: bytes, offset: int, number: int, ordinal: int, bad: set[int]) -> None:
+        """Pydantic's verdict on the lines of ``chunk`` the check refused (``bad``: their
+        ordinals among its non-blank lines); ``offset``, ``number`` and ``ordinal``: the
+        chunk's byte offset, the lines and the non-blank lines before it."""
+        assert self.refused is not None
+        i = -1
+        for line in chunk.split(b"\n"):
+            number += 1
+            if line.strip():
+                i += 1
+                if i in bad:
+                    raw = line.rstrip(b"\r")
+                    first = self.plan.start == 0 and ordinal + i == 0
+                    reason = explain_line(raw, expect_meta=first)
+                    if reason is not None:
+                        self.rejected.append(Rejected(number, offset, reason, raw_text(raw)))
+                        self.refused.add(ordinal + i)
+            offset += len(line) + 1
+
     def read(self) -> None:
-        """Stage this file alone: the fast path, or the slow path when DuckDB refuses it."""
+        """Stage this file alone: checked, then the fast path (the lines as they are), a
+        clean copy without the lines rejected, or the slow path (pydantic on every line)
+        when it is ``strict``, of an older version or DuckDB refuses it."""
         plan = self.plan
         if self.end <= plan.start:
             return
-        if (
-            self.strict
-            or not self.migrations.reads_as_is(plan.version)
-            or find_long_line(plan.path, plan.start, self.end) is not None
-        ):
+        if not self.checkable or find_long_line(plan.path, plan.start, self.end) is not None:
             self._slow_path(self.end)
+            return
+        if self.refused is None:
+            self.scan()
+        if self.refused:
+            self._clean_path(self.end)
         else:
             self._fast_path(self.end)
 
@@ -460,6 +458,32 @@ class FileIngest:
                 out.write(raw)
                 out.write(b"\n")
                 line_map.append((number, offset))
+        self._stage_clean(clean, line_map)
+
+    def _clean_path(self, end: int) -> None:
+        """Stage a copy of the range without the lines ``scan`` rejected."""
+        plan = self.plan
+        refused = self.refused or set()
+        clean = self.tmp / "clean.jsonl"
+        line_map: list[tuple[int, int]] = []
+        number = plan.base_line
+        ordinal = -1
+        with clean.open("wb") as out:
+            for offset, raw in iter_lines(plan.path, plan.start, end):
+                number += 1
+                if not raw.strip():
+                    continue
+                ordinal += 1
+                if ordinal in refused:
+                    continue
+                out.write(raw)
+                out.write(b"\n")
+                line_map.append((number, offset))
+        self._stage_clean(clean, line_map)
+
+    def _stage_clean(self, clean: Path, line_map: list[tuple[int, int]]) -> None:
+        """Stage the checked lines written to ``clean`` (``line_map``: their line numbers and
+        offsets); where DuckDB cannot read a value of one, the others."""
         self.line_map = line_map
         if not line_map:
             return
@@ -647,10 +671,13 @@ def stage(
     works = [FileIngest(con, plan, migrations, tmp, strict, f) for f, plan in enumerate(plans)]
     for w in works:
         w.extent()
-    together = [w for w in works if w.whole]
+        if w.whole:
+            w.scan()
+    # whole small files whose lines all passed the check are read together
+    together = [w for w in works if w.whole and not w.refused]
     _read_together(con, together, tmp)
     for w in works:
-        if not w.whole:
+        if w not in together:
             w.read()
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest($f) AS f, "
@@ -667,94 +694,32 @@ def stage(
     return works
 
 
-def _object_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[int, None, bool]]:
-    """Rows whose objects break the schema: ``(rowid, None, invalid)``.
-
-    Each distinct object is judged once (``_DISTINCT_OBJECTS_SQL``): a value nested too
-    deeply or one its structure does not show (pydantic decides: not ``invalid``), a string
-    that is not an allowed value (``invalid``: the typed read's checks refuse it); and each
-    distinct structure once, by ``checks.structure_fits``: a key or a JSON type its fields
-    do not take. A trace has a few dozen structures. Only when one is found wrong are the
-    objects kept (``_objects``) and joined back to their rows.
-    """
-    misfits = []
-    flagged = False
-    for g in con.execute(_STRUCTURE_GROUPS_SQL).fetchall():
-        kind, span_kind, *structures, flag = g
-        flagged |= bool(flag)
-        if not all(
-            _fits(kind, span_kind, c, st) for c, st in zip(STRUCT_COLUMNS, structures, strict=True)
-        ):
-            misfits.append(g[:-1])
-    if not misfits and not flagged:
-        return []
-    params = {n: [m[i] for m in misfits] for i, n in enumerate(_GROUP_NAMES)}
-    con.execute(_DISTINCT_OBJECTS_SQL)
-    try:
-        rows = con.execute(_OBJECT_ROWS_SQL, params).fetchall()
-    finally:
-        con.execute("DROP TABLE IF EXISTS _objects")
-    return [(r[0], None, r[1]) for r in rows]
-
-
 def check(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> None:
-    """Find the staged rows to reject (one query for the batch), explain them with pydantic,
-    add them to each file's ``rejected`` and delete them from ``_stage``."""
+    """Find the staged rows to reject that no line shows alone (a second meta, the span
+    ids: one query for the batch), add them to each file's ``rejected`` and delete them from
+    ``_stage``. Each line itself was checked before it was staged (``FileIngest.scan``)."""
     problems = con.execute(_CHECKS_SQL).fetchall()
-    problems += _object_rows(con)
     if not problems:
         return
-    by_row: dict[int, str | None] = {}
-    invalid: set[int] = set()
-    for rowid, problem, is_invalid in problems:
+    by_row: dict[int, str] = {}
+    for rowid, problem in problems:
         # a row with two reasons (a second span_end of an id that has no start) says the
         # first in text order, as the Spark ingest does
         before = by_row.get(rowid)
-        if before is None or (problem is not None and problem < before):
+        if before is None or problem < before:
             by_row[rowid] = problem
-        if is_invalid:
-            invalid.add(rowid)
     staged = sorted((w.first_row, w) for w in works if w.first_row >= 0)
     starts = [first for first, _ in staged]
     rows_of: dict[int, list[int]] = {}
     for rowid in sorted(by_row):
         i = bisect.bisect_right(starts, rowid) - 1
         rows_of.setdefault(i, []).append(rowid)
-    rejected_rows = []
-    touched = []
     for i, rowids in rows_of.items():
         w = staged[i][1]
-        touched.append(w)
-        located = w.locate(rowids)
-        unexplained = []
-        for rowid, (line, offset, raw) in located.items():
-            reason = by_row[rowid]
-            if reason is None:
-                reason = explain_line(raw, expect_meta=rowid == w.first_row and w.plan.start == 0)
-            if reason is None:
-                if rowid in invalid:  # pydantic accepts what the typed read's checks refused
-                    unexplained.append(rowid)
-                continue
-            w.rejected.append(Rejected(line, offset, reason, raw_text(raw)))
-            rejected_rows.append(rowid)
-        if unexplained:
-            # the full messages of the SQL checks, for these few rows only
-            for rowid, reason in con.execute(
-                f"SELECT rowid, {_PROBLEM_SQL} FROM {_TYPED_STAGE} "
-                f"WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
-                [unexplained],
-            ).fetchall():
-                line, offset, raw = located[rowid]
-                reason = reason or "refused by the typed read's checks"
-                w.rejected.append(Rejected(line, offset, reason, raw_text(raw)))
-                rejected_rows.append(rowid)
-    for w in touched:
+        for rowid, (line, offset, raw) in w.locate(rowids).items():
+            w.rejected.append(Rejected(line, offset, by_row[rowid], raw_text(raw)))
         w.rejected.sort(key=lambda r: r.line)
-    if rejected_rows:
-        con.execute(
-            "DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))",
-            [sorted(rejected_rows)],
-        )
+    con.execute("DELETE FROM _stage WHERE rowid IN (SELECT unnest(?::BIGINT[]))", [sorted(by_row)])
 
 
 def _read_json_sql_empty() -> str:

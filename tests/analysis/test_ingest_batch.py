@@ -118,9 +118,10 @@ def test_a_batch_gives_the_results_and_rows_of_one_file_at_a_time(
     assert [statuses[n] for n in ("e-nometa.jsonl", "f-copy.jsonl", "g-empty.jsonl")] == [
         "refused"
     ] * 3
-    # the bad file went alone; its batch-mates were read together and lost nothing
+    # the bad line was rejected by the line check: no file took the slow path, and the bad
+    # file's batch-mates lost nothing
     by_name = {Path(r.path).name: r for r in batched}
-    assert by_name["b-garbage.jsonl"].slow_path
+    assert not by_name["b-garbage.jsonl"].slow_path
     assert (by_name["b-garbage.jsonl"].records, by_name["b-garbage.jsonl"].rejected) == (3, 1)
     assert not any(by_name[f"a{i}.jsonl"].slow_path for i in range(6))
     assert all(by_name[f"a{i}.jsonl"].records == 9 for i in range(6))
@@ -270,7 +271,7 @@ def test_a_big_file_in_pieces_gives_the_result_and_rows_of_one_read(tmp_path, mo
     assert trace.stat().st_size > 10 * (64 << 10)  # not vacuous: many pieces
     assert len(pieces) == len(seen) == 1
     assert [_same(r) for r in pieces] == [_same(r) for r in whole]
-    assert (whole[0].rejected, whole[0].slow_path) == (2, True)
+    assert (whole[0].rejected, whole[0].slow_path) == (2, False)
     with (
         connect(tmp_path / "whole.duckdb", read_only=True) as a,
         connect(tmp_path / "pieces.duckdb", read_only=True) as b,
