@@ -363,7 +363,7 @@ def row_invalid_sql(text: bool = False) -> str:
 
     ``text``: the ``STRUCT_COLUMNS`` are JSON text (DuckDB's stage): only their presence is
     checked here; what they hold is checked once per distinct value, their keys and types
-    by ``structure_fits`` (the DuckDB ingest checks each line with ``ember.schemas.fast``
+    by ``structure_fits`` (the DuckDB ingest checks each line with ``ingest.line_check``
     instead).
 
     The same checks as ``row_problem_sql`` without the messages (pydantic gives those),

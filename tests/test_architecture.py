@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import sys
@@ -43,6 +44,31 @@ def test_the_layers_point_one_way():
     assert reads["ember.analysis"] <= {"ember.schemas"}
     assert reads["ember.dashboard"] <= {"ember.analysis", "ember.schemas"}
     assert reads["ember.runtime"] <= {"ember", "ember.schemas", "ember.recorder"}
+
+
+def test_schemas_imports_pydantic_only():
+    """DESIGN: schemas may import pydantic only (and the standard library): every reader of a
+    trace, down to the recorder in a user's process, imports it. (msgspec's compiled line
+    check is ingest's, in analysis.)"""
+    allowed = {"pydantic", "pydantic_core", "annotated_types", "typing_extensions"}
+    outside = set()
+    for module, path in KNOWN.items():
+        if graph.package_of(module) != "ember.schemas":
+            continue
+        tree = ast.parse(path.read_text("utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in allowed | {"ember"}:
+                    outside.add((module, name))
+    assert not outside, sorted(outside)
 
 
 def test_no_new_private_import_across_packages():

@@ -10,7 +10,7 @@ time, and a reader sees whole files only):
    invalid meta, an empty file or a run id that another file already brought are refused
    as a whole (``ingested_files.status = 'refused'``).
 2. The batch is checked and staged: each line by the checks compiled from the pydantic
-   models (``ember.schemas.fast``; pydantic explains what they refuse), then read by DuckDB
+   models (``ingest.line_check``; pydantic explains what they refuse), then read by DuckDB
    kind by kind with each kind's own table types (``ingest.kinds``, the split read), or,
    for a continued file, an older version, ``strict`` or lines DuckDB refuses, into the
    one staging table ``_stage`` (``ingest.read``: its slow path runs pydantic on every
@@ -20,7 +20,7 @@ time, and a reader sees whole files only):
    one statement per table for the whole batch, in one transaction. If that fails, each
    file of the batch is written alone.
 
-Every line is checked against the models before it is stored (``ember.schemas.fast``, with
+Every line is checked against the models before it is stored (``ingest.line_check``, with
 pydantic for what it refuses): types (integers must be JSON integers: ``1.5``, ``"7"`` and
 ``true`` are refused), required fields, allowed values, unknown fields at every level, fields
 of another kind or span kind, and the schema's limits (``ember.schemas.records``: line size,

@@ -5,7 +5,7 @@ continued files, older schema versions, ``strict`` and lines over the size limit
 ``_stage`` path of ``ingest.read``, and so does a batch DuckDB refuses here):
 
 1. One pass in Python over each file's bytes, a chunk of whole lines at a time: the checks
-   compiled from the pydantic models (``ember.schemas.fast``, msgspec) accept a chunk in
+   compiled from the pydantic models (``ingest.line_check``, msgspec) accept a chunk in
    a few C calls; a chunk with a line they refuse is judged line by line, and pydantic
    explains (and rejects) the lines it refuses too. The span ids are checked in the same
    pass (a second span_start or span_end of an id, a span_end before its span_start: the
@@ -27,6 +27,7 @@ from typing import IO, Any
 
 import duckdb
 
+from ember.analysis.ingest.line_check import KIND_OF, decode_chunk, decode_line
 from ember.analysis.ingest.plan import FilePlan, Rejected, iter_lines, raw_text
 from ember.analysis.ingest.read import (
     FileIngest,
@@ -38,7 +39,6 @@ from ember.analysis.ingest.read import (
 )
 from ember.analysis.schema_types import TABLE_COLUMNS
 from ember.schemas import Migrations
-from ember.schemas.fast import KIND_OF, decode_chunk, decode_line
 from ember.schemas.validate import parse_line
 
 __all__ = ["KindFiles", "splittable", "stage_kinds"]

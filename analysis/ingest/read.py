@@ -4,7 +4,7 @@ piece, an older schema version, ``strict``); ``ingest_plan`` says which bytes to
 ``ingest`` and ``lake`` write what is staged.
 
 1. The check: every line of the range goes through the checks compiled from the pydantic
-   models (``FileIngest.scan``, ``ember.schemas.fast``: msgspec, a chunk of lines in a few
+   models (``FileIngest.scan``, ``ingest.line_check``: msgspec, a chunk of lines in a few
    C calls); pydantic judges and explains the lines they refuse, and those it rejects too
    are left out.
 2. The fast path: DuckDB reads the bytes once with ``read_json`` and the column types
@@ -41,6 +41,7 @@ import duckdb
 from pydantic import ValidationError
 
 from ember.analysis.checks import STRUCT_COLUMNS, span_problems_sql
+from ember.analysis.ingest.line_check import check_lines
 from ember.analysis.ingest.plan import (
     RAW_PREFIX_CHARS,
     FilePlan,
@@ -59,7 +60,6 @@ from ember.schemas import (
     TraceVersionError,
     explain,
 )
-from ember.schemas.fast import check_lines
 from ember.schemas.records import MAX_LINE_BYTES
 from ember.schemas.validate import BadLine, parse_line
 
@@ -336,7 +336,7 @@ class FileIngest:
 
     def scan(self) -> None:
         """Check every line of the planned range with the checks compiled from the models
-        (``ember.schemas.fast``), a chunk of whole lines at a time; the lines it refuses
+        (``ingest.line_check``), a chunk of whole lines at a time; the lines it refuses
         are judged by pydantic, which rejects them with its explanation (and keeps those
         it accepts). Sets ``refused``."""
         plan = self.plan

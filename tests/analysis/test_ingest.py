@@ -264,7 +264,7 @@ def test_default_and_strict_reject_what_the_typed_read_does_not_see(tmp_path):
     number_for_text = json.loads(cache_line(6, "hit"))
     number_for_text["source"] = 42
     lines = [meta_line(), json.dumps(unknown), json.dumps(number_for_text)]
-    # the fast path let both through before each line was checked (ember.schemas.fast)
+    # the fast path let both through before each line was checked (ember.analysis.ingest.line_check)
     path, db, r = _one(tmp_path, "strict.jsonl", lines)
     assert (r.records, r.rejected, r.slow_path) == (1, 2, False)
     strict = ingest([path], tmp_path / "s.duckdb", strict=True).files[0]

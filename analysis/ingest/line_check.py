@@ -2,7 +2,7 @@
 
 Ingest checks every line of a trace. Pydantic (``RECORD``) explains a bad line best, but
 parses and validates at ~0.3 M lines/s; the msgspec Structs here, generated from the same
-models at import (``records`` stays the one truth; ``tests/schemas/test_fast.py`` checks
+models at import (``records`` stays the one truth; ``tests/analysis/test_line_check.py`` checks
 that the two agree), check a whole chunk of lines in one C call (``Decoder.decode_lines``)
 at several times that.
 
@@ -30,7 +30,7 @@ from pydantic import BaseModel, Strict
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from . import records as R
+from ember.schemas import records as R
 
 __all__ = [
     "KIND_OF",

@@ -1,4 +1,4 @@
-"""The compiled line check (``ember.schemas.fast``, msgspec) agrees with the pydantic models.
+"""The compiled line check (``ingest.line_check``, msgspec) agrees with the pydantic models.
 
 It is generated from them; what must hold is that it is never looser: a line it accepts is a
 line pydantic accepts (ingest stores what it accepts without asking pydantic). It may refuse
@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ember.schemas import RECORD, fast
+from ember.analysis.ingest import line_check as fast
+from ember.schemas import RECORD
 from ember.schemas import records as R
 from ember.schemas.records import MAX_NESTING, MAX_RUN_NS
-
-from .test_records import ALL_EXAMPLES
+from tests.schemas.test_records import ALL_EXAMPLES
 
 EXAMPLES = sorted(ALL_EXAMPLES)
 
