@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from ember.analysis.imported import Imported, span_end_record, span_start_record
 from ember.schemas import SCHEMA_ID
 from ember.schemas.validate import BadLine, LineError, iter_lines, parse_line, validate_lines
 
@@ -52,11 +53,7 @@ class CandleImportError(ValueError):
 
 
 @dataclass
-class ImportResult:
-    path: str
-    run_id: str
-    records: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+class ImportResult(Imported):
     errors: list[str] = field(default_factory=list)  # 'file:line: why' of each line left out
 
 
@@ -138,15 +135,8 @@ class _Converter:
             start = self.ts(rec, "start_ns")
             span_id = self.span_id(rec["id"], "id")
             self.span_start[rec["id"]] = (start, attrs)
-            return {
-                "kind": "span_start",
-                "ts_ns": start,
-                "span_id": span_id,
-                "parent_id": self.span_id(rec.get("parent_id"), "parent_id"),
-                "name": rec["name"],
-                "span_kind": "op",
-                "attrs": attrs,
-            }
+            parent_id = self.span_id(rec.get("parent_id"), "parent_id")
+            return span_start_record(start, span_id, rec["name"], "op", attrs, parent_id=parent_id)
         if kind == "span_end":
             span_id = self.span_id(rec["id"], "id")
             start, attrs = self.span_start.get(rec["id"], (self.last_ts, {"op_kind": "op"}))
@@ -154,15 +144,7 @@ class _Converter:
             if duration < 0:
                 raise CandleImportError(f"duration_ns: must be >= 0, got {duration}")
             end = self.ts({"end": start + duration}, "end")
-            return {
-                "kind": "span_end",
-                "ts_ns": end,
-                "span_id": span_id,
-                "duration_ns": duration,
-                "status": "ok",
-                "span_kind": "op",
-                "attrs": attrs,
-            }
+            return span_end_record(end, span_id, duration, "op", attrs)
         if kind == "op":
             out = {k: v for k, v in rec.items() if k not in ("timestamp_ns", "span_id")}
             out["ts_ns"] = self.ts({"timestamp_ns": 0, **rec}, "timestamp_ns")

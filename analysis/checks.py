@@ -31,6 +31,7 @@ from .schema_types import (
     DuckType,
     duckdb_type,
     literal_values,
+    per_record_kind,
     strict_fields,
     strip_optional,
     unwrap_annotated,
@@ -333,18 +334,16 @@ def _span_problems(which: int) -> str:
     return f"coalesce({_case(common + _foreign_columns(kind))}, {span_case})"
 
 
+def _record_problems(kind: str) -> str:
+    """SQL: NULL when a row of ``kind`` (not a span) is valid, else its first problem."""
+    conds = _field_problems("", KIND_MODELS[kind], "", skip=frozenset({"kind"}))
+    return _case(conds + _foreign_columns(kind))
+
+
 def row_problem_sql() -> str:
     """SQL over the staging columns: NULL when the row is valid, else the first problem."""
-    whens = []
-    for kind in R.RECORD_KINDS:
-        if kind == "span_start":
-            expr = _span_problems(0)
-        elif kind == "span_end":
-            expr = _span_problems(1)
-        else:
-            conds = _field_problems("", KIND_MODELS[kind], "", skip=frozenset({"kind"}))
-            expr = _case(conds + _foreign_columns(kind))
-        whens.append(f"WHEN '{kind}' THEN {expr}")
+    problems = per_record_kind(_span_problems, _record_problems)
+    whens = [f"WHEN '{kind}' THEN {expr}" for kind, expr in problems.items()]
     return (
         f"CASE kind {' '.join(whens)} "
         f"ELSE 'kind: missing, or not one of {', '.join(R.RECORD_KINDS)}' END"

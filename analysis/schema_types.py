@@ -21,12 +21,15 @@ from __future__ import annotations
 import json
 import types
 import typing
-from typing import Any, Literal, Union
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, Strict
 from pydantic.fields import FieldInfo
 
 from ember.schemas import records as R
+
+_T = TypeVar("_T")
 
 __all__ = [
     "KIND_MODELS",
@@ -37,6 +40,7 @@ __all__ = [
     "duckdb_type",
     "literal_values",
     "model_columns",
+    "per_record_kind",
     "struct_sql",
     "transform_structure",
 ]
@@ -155,19 +159,19 @@ KIND_MODELS: dict[str, type[BaseModel]] = {
 """The model of each record kind other than spans (whose models depend on span_kind)."""
 
 
-def _table_types() -> dict[str, dict[str, DuckType]]:
-    out: dict[str, dict[str, DuckType]] = {}
-    for kind in R.RECORD_KINDS:
-        if kind == "span_start":
-            out[kind] = span_columns(0)
-        elif kind == "span_end":
-            out[kind] = span_columns(1)
-        else:
-            out[kind] = model_columns(KIND_MODELS[kind])
-    return out
+def per_record_kind(span: Callable[[int], _T], other: Callable[[str], _T]) -> dict[str, _T]:
+    """Record kind -> ``span(0)`` for span_start, ``span(1)`` for span_end (their models
+    depend on span_kind), ``other(kind)`` for the rest; in ``RECORD_KINDS`` order."""
+    spans = {"span_start": 0, "span_end": 1}
+    return {kind: span(spans[kind]) if kind in spans else other(kind) for kind in R.RECORD_KINDS}
 
 
-TABLE_TYPES: dict[str, dict[str, DuckType]] = _table_types()
+def _kind_columns() -> dict[str, dict[str, DuckType]]:
+    """Record kind -> its columns, built anew (``_read_types`` merges into them in place)."""
+    return per_record_kind(span_columns, lambda kind: model_columns(KIND_MODELS[kind]))
+
+
+TABLE_TYPES: dict[str, dict[str, DuckType]] = _kind_columns()
 """Record kind -> {column: type description} of its table (before the ingest columns)."""
 
 TABLE_COLUMNS: dict[str, dict[str, str]] = {
@@ -222,13 +226,7 @@ def strict_fields() -> set[str]:
 
 def _read_types() -> dict[str, DuckType]:
     merged: dict[str, DuckType] = {}
-    for kind in R.RECORD_KINDS:
-        if kind == "span_start":
-            cols = span_columns(0)
-        elif kind == "span_end":
-            cols = span_columns(1)
-        else:
-            cols = model_columns(KIND_MODELS[kind])
+    for cols in _kind_columns().values():
         # the same field name in two kinds must have one type; when not (e.g. ``step``:
         # a number for gradients, a name for ops) the read type is VARCHAR and the
         # table of each kind casts it back

@@ -82,6 +82,11 @@ _DEVICE_MEMORY = (
 )
 
 
+def _meta(run_id: str, wall_ns: int = _WALL_NS, tags: str = _BERT_TAGS) -> str:
+    """The meta line of a run (``tags`` as JSON text; default: a BERT model's)."""
+    return _META.format(schema=SCHEMA_ID, run=run_id, wall=wall_ns, tags=tags)
+
+
 def _write_calls(
     path: str | os.PathLike[str], meta: str, records: int, calls: Iterator[list[str]]
 ) -> int:
@@ -189,7 +194,7 @@ def write_trace(
     tag_text = json.dumps(
         tags if tags is not None else {"model": "bert-tiny"}, separators=(",", ":")
     )
-    meta = _META.format(schema=SCHEMA_ID, run=run_id, wall=wall_ns, tags=tag_text)
+    meta = _meta(run_id, wall_ns, tag_text)
     run = _ServingRun(rng, cache_size)
 
     def calls() -> Iterator[list[str]]:
@@ -348,9 +353,7 @@ def write_compile_trace(
     a sweep of ``sizes`` sequence lengths, each call compiling and evicting at both of its
     segments, repeated with later timestamps and fresh span ids. Returns the exact count."""
     rng = random.Random(seed)
-    meta = _META.format(
-        schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS
-    )
+    meta = _meta(run_id)
 
     def calls() -> Iterator[list[str]]:
         t, sid = 1_000, 0
@@ -384,9 +387,7 @@ def write_memory_trace(
     liveness: freed after the next op), one ``op`` record a tensor and a ``device_memory``
     reading. Returns the exact count."""
     rng = random.Random(seed)
-    meta = _META.format(
-        schema=SCHEMA_ID, run=run_id, wall=1_764_403_200_000_000_000, tags=_BERT_TAGS
-    )
+    meta = _meta(run_id)
     state = {"t": 1_000, "sid": 0, "tid": 0, "used": 0}
 
     def calls() -> Iterator[list[str]]:

@@ -56,6 +56,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from ember.analysis.imported import Imported, span_end_record, span_start_record
 from ember.schemas import RECORD, SCHEMA_ID, explain
 
 __all__ = [
@@ -111,11 +112,7 @@ class Entry:
 
 
 @dataclass
-class TorchImportResult:
-    path: str
-    run_id: str
-    records: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
+class TorchImportResult(Imported):
     rejected: list[str] = field(default_factory=list)
     compiles: int = 0
 
@@ -423,7 +420,7 @@ class _Run:
         }
         sid, ts = self.span_id(), self.rel(entry.ts_ns)
         self.records.append(_span_start(ts, sid, "torch.graph_break", "break", attrs))
-        self.records.append(_span_end(ts, sid, 0, "break", attrs))
+        self.records.append(span_end_record(ts, sid, 0, "break", attrs))
 
     def compile_span(self, entry: Entry, comp: _Compile, m: dict[str, Any], backward: bool) -> None:
         fun = self.unique_name(
@@ -449,7 +446,7 @@ class _Run:
         sid, ts = self.span_id(), self.rel(start)
         start_attrs = {"fun_name": fun}
         self.records.append(_span_start(ts, sid, "torch.compile", "jit", start_attrs))
-        record = _span_end(ts + duration, sid, duration, "jit", {**start_attrs, **end})
+        record = span_end_record(ts + duration, sid, duration, "jit", {**start_attrs, **end})
         if error is not None:
             record.update(status=status, error=error)
         self.records.append(record)
@@ -531,32 +528,14 @@ def _end_attrs(m: dict[str, Any], comp: _Compile, fun: str) -> dict[str, Any]:
 
 
 def _span_start(ts: int, sid: int, name: str, kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "span_start",
-        "ts_ns": ts,
-        "span_id": sid,
-        "name": name,
-        "span_kind": kind,
-        "attrs": {k: v for k, v in attrs.items() if k in _START_FIELDS[kind]},
-    }
+    start_attrs = {k: v for k, v in attrs.items() if k in _START_FIELDS[kind]}
+    return span_start_record(ts, sid, name, kind, start_attrs)
 
 
 _START_FIELDS = {
     "jit": {"fun_name"},
     "break": {"position", "node", "op_type", "source", "reason", "user_stack"},
 }
-
-
-def _span_end(ts: int, sid: int, duration: int, kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "span_end",
-        "ts_ns": ts,
-        "span_id": sid,
-        "duration_ns": duration,
-        "status": "ok",
-        "span_kind": kind,
-        "attrs": attrs,
-    }
 
 
 # ---------------------------------------------------------------- writing

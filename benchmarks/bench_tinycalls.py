@@ -28,7 +28,6 @@ shared machine compare rows of one run, not runs.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -40,7 +39,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_realmodels import MODELS, RealModel, model_bytes
+from bench_realmodels import MODELS, RealModel, model_bytes, models_parser, pick_models
 from bench_runtime import interleaved_times
 
 VAD = [m for m in MODELS if m.kind == "vad"]
@@ -154,15 +153,10 @@ def bench(m: RealModel, calls: int) -> dict[str, tuple[float, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", help="comma-separated parts of model names (default: all)")
+    parser = models_parser(__doc__)
     parser.add_argument("--calls", type=int, default=3000, help="timed calls per layer")
     args = parser.parse_args(argv)
-    chosen = VAD
-    if args.models:
-        parts = [p.strip().lower() for p in args.models.split(",") if p.strip()]
-        chosen = [m for m in VAD if any(p in m.name.lower() for p in parts)]
-    for m in chosen:
+    for m in pick_models(VAD, args.models):
         load = os.getloadavg()
         us = bench(m, args.calls)
         load_after = os.getloadavg()

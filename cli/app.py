@@ -138,6 +138,18 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def parse_tags(pairs: list[str], option: str = "--tag") -> dict[str, str]:
+    """``["branch=main"]`` -> ``{"branch": "main"}``; a pair without ``=`` is an error that
+    names ``option``."""
+    tags = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise fail(f"{option} {pair!r}: expected KEY=VALUE, e.g. branch=main", 2)
+        tags[key] = value
+    return tags
+
+
 def _print_version(asked: bool) -> None:
     if asked:
         from ember import __version__

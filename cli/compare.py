@@ -30,7 +30,7 @@ from ember.analysis.db import DEFAULT_DB
 from ember.analysis.gate import RuleError, load_config
 from ember.analysis.lake import LakeError
 
-from .app import app, console, fail, write_out
+from .app import app, console, fail, parse_tags, write_out
 
 
 class CompareFormat(enum.StrEnum):
@@ -82,16 +82,6 @@ def _print_text(c: Comparison) -> None:
     console.print(metrics)
     for i, note in enumerate(notes, 1):
         console.print(f"({i}) {esc(note)}", style="dim", highlight=False)
-
-
-def _tags(values: list[str]) -> dict[str, str]:
-    out = {}
-    for v in values:
-        key, eq, value = v.partition("=")
-        if not eq or not key:
-            raise fail(f"--baseline-tag {v!r}: expected KEY=VALUE, e.g. branch=main", 2)
-        out[key] = value
-    return out
 
 
 # one line per paragraph: rich keeps a help paragraph's line breaks where they are
@@ -147,7 +137,7 @@ def compare(
     if len(runs) > 2:
         raise fail(f"give at most two runs (BASE CANDIDATE), not {len(runs)}", 2)
     base, candidate = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])
-    tags = _tags(baseline_tag)
+    tags = parse_tags(baseline_tag, "--baseline-tag")
     if config is not None and not config.is_file():
         raise fail(f"--config {config}: no such file", 2)
     try:

@@ -14,20 +14,9 @@ from ember.analysis import format as fmt
 from ember.analysis.trends import METRICS, ChangePoint, change_points, describe, series_points
 
 from .analysis import DB_OPTION, open_database, since_time
-from .app import app, console, fail
+from .app import app, console, fail, parse_tags
 
 _METRIC_NAMES = ", ".join(METRICS)
-
-
-def parse_tags(pairs: list[str]) -> dict[str, str]:
-    """``["branch=main"]`` -> ``{"branch": "main"}``; a pair without ``=`` is an error."""
-    tags = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key:
-            raise fail(f"--tag {pair!r}: write it as KEY=VALUE (for example branch=main)", 2)
-        tags[key] = value
-    return tags
 
 
 def trend_lines(

@@ -19,11 +19,14 @@ from ember.analysis import format as fmt
 
 __all__ = [
     "MAX_POINTS",
+    "RUN_TIME",
     "area",
     "bars",
+    "bytes_over_time",
     "downsample_sql",
     "in_size_unit",
     "line",
+    "measure_bars",
     "scatter",
     "show",
 ]
@@ -79,6 +82,34 @@ def in_size_unit(
     return frame.with_columns((pl.col(column) / factor).alias(column)).rename({column: unit}), unit
 
 
+RUN_TIME = "seconds since the run started"
+"""The x title of a chart over ``t_s``, the run's own clock."""
+
+
+def bytes_over_time(
+    mark: Any,
+    frame: pl.DataFrame,
+    *,
+    color: str,
+    title: str,
+    top: float | None = None,
+    **options: Any,
+) -> alt.Chart:
+    """``mark`` (``line``, ``area``) of a frame's ``bytes`` against ``t_s``, one series per
+    ``color``, in the size unit of ``top`` (default: the largest value)."""
+    scaled, unit = in_size_unit(frame, "bytes", top)
+    return mark(
+        scaled,
+        x="t_s:Q",
+        y=f"{unit}:Q",
+        color=color,
+        title=title,
+        x_title=RUN_TIME,
+        y_title=unit,
+        **options,
+    )
+
+
 def largest(values: pl.Series) -> float | None:
     """The largest value of a numeric column (bytes, ns), None when it has none."""
     top = values.max()
@@ -100,32 +131,34 @@ class Labels(TypedDict, total=False):
     tooltip: Sequence[str] | None
 
 
-def _chart(
-    frame: pl.DataFrame, x: str, y: str, color: str | None, labels: Labels, **y_options: Any
-) -> tuple[alt.Chart, dict[str, Any]]:
+class _Axes(TypedDict):
+    x: str
+    y: str
+
+
+class Spec(_Axes, Labels, total=False):
+    """A chart's fields, in Altair's shorthand (``t_s:Q``): ``x``, ``y`` and ``color`` (a
+    colour per group; None: one colour), and its ``Labels``."""
+
+    color: str | None
+
+
+def _chart(frame: pl.DataFrame, spec: Spec, **y_options: Any) -> tuple[alt.Chart, dict[str, Any]]:
     """The chart and the encodings every chart here has: x, y, the tooltip, a colour per
     ``color`` group."""
     enc = {
-        "x": alt.X(x, title=labels.get("x_title")),
-        "y": alt.Y(y, title=labels.get("y_title"), **y_options),
-        "tooltip": _tooltip(frame, labels.get("tooltip")),
+        "x": alt.X(spec["x"], title=spec.get("x_title")),
+        "y": alt.Y(spec["y"], title=spec.get("y_title"), **y_options),
+        "tooltip": _tooltip(frame, spec.get("tooltip")),
     }
-    if color:
+    if color := spec.get("color"):
         enc["color"] = alt.Color(f"{color}:N")
-    return alt.Chart(frame, title=labels.get("title", "")), enc
+    return alt.Chart(frame, title=spec.get("title", "")), enc
 
 
-def line(
-    frame: pl.DataFrame,
-    *,
-    x: str,
-    y: str,
-    color: str | None = None,
-    points: bool = False,
-    **labels: Unpack[Labels],
-) -> alt.Chart:
+def line(frame: pl.DataFrame, *, points: bool = False, **spec: Unpack[Spec]) -> alt.Chart:
     """A line per ``color`` group, zoomable on x."""
-    chart, enc = _chart(frame, x, y, color, labels)
+    chart, enc = _chart(frame, spec)
     return (
         chart.mark_line(point=points, interpolate="step-after")
         .encode(**enc)
@@ -133,9 +166,9 @@ def line(
     )
 
 
-def area(frame: pl.DataFrame, *, x: str, y: str, color: str, **labels: Unpack[Labels]) -> alt.Chart:
+def area(frame: pl.DataFrame, **spec: Unpack[Spec]) -> alt.Chart:
     """Areas stacked by ``color`` (e.g. memory by category), zoomable on x."""
-    chart, enc = _chart(frame, x, y, color, labels, stack="zero")
+    chart, enc = _chart(frame, spec, stack="zero")
     return (
         chart.mark_area(interpolate="step-after", opacity=0.8)
         .encode(**enc)
@@ -143,18 +176,10 @@ def area(frame: pl.DataFrame, *, x: str, y: str, color: str, **labels: Unpack[La
     )
 
 
-def bars(
-    frame: pl.DataFrame,
-    *,
-    x: str,
-    y: str,
-    color: str | None = None,
-    horizontal: bool = False,
-    **labels: Unpack[Labels],
-) -> alt.Chart:
+def bars(frame: pl.DataFrame, *, horizontal: bool = False, **spec: Unpack[Spec]) -> alt.Chart:
     """Bars, side by side per ``color`` group, zoomable."""
-    chart, enc = _chart(frame, x, y, color, labels)
-    if color:
+    chart, enc = _chart(frame, spec)
+    if color := spec.get("color"):
         # side by side, not stacked: the groups are different measures
         if horizontal:
             enc["yOffset"] = alt.YOffset(f"{color}:N")
@@ -163,11 +188,31 @@ def bars(
     return chart.mark_bar().encode(**enc).interactive()
 
 
-def scatter(
-    frame: pl.DataFrame, *, x: str, y: str, color: str | None = None, **labels: Unpack[Labels]
+def measure_bars(
+    frame: pl.DataFrame,
+    category: str,
+    measures: Sequence[str],
+    *,
+    keep: Sequence[str] = (),
+    what: str = "what",
+    value: str = "value",
+    horizontal: bool = False,
+    **labels: Unpack[Labels],
 ) -> alt.Chart:
+    """Bars of the columns ``measures`` per ``category``, side by side, a colour per measure
+    (named in column ``what``, its number in ``value``); ``keep``: more columns for the tooltip."""
+    index = [category, *keep]
+    long = frame.select(*index, *measures).unpivot(
+        index=index, on=list(measures), variable_name=what, value_name=value
+    )
+    along, across = f"{category}:N", f"{value}:Q"
+    x, y = (across, along) if horizontal else (along, across)
+    return bars(long, x=x, y=y, color=what, horizontal=horizontal, **labels)
+
+
+def scatter(frame: pl.DataFrame, **spec: Unpack[Spec]) -> alt.Chart:
     """Points (one per event), zoomable."""
-    chart, enc = _chart(frame, x, y, color, labels)
+    chart, enc = _chart(frame, spec)
     return chart.mark_circle(size=60).encode(**enc).interactive()
 
 

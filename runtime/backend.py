@@ -18,6 +18,7 @@ from ember.runtime.graph.ir import Graph, run_nodes
 from ember.runtime.jit.compiled import CompiledModel
 from ember.runtime.jit.compiled import compile as compile_model
 from ember.runtime.jit.compiled import run as run_model_eager
+from ember.runtime.ops import each_tensor
 
 from .model import Model, load
 
@@ -26,11 +27,7 @@ __all__ = ["EmberBackend", "EmberBackendRep", "to_numpy"]
 
 def to_numpy(value: Any) -> Any:
     """Outputs as the ONNX tests compare them: numpy arrays, lists for sequences."""
-    if isinstance(value, list):
-        return [to_numpy(v) for v in value]
-    if value is None:
-        return None
-    return np.asarray(value)
+    return each_tensor(value, np.asarray)
 
 
 class EmberBackendRep(BackendRep):

@@ -34,6 +34,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -329,34 +330,29 @@ def _fits(kind: str | None, span_kind: str | None, column: str, structure: str |
 # ---------------------------------------------------------------- one file's staged rows
 
 
+@dataclass(eq=False)
 class FileIngest:
     """One planned file in the staging table: file ``f`` of a batch, its rows appended to
     ``_stage`` (``_f = f``), and the lines rejected."""
 
-    def __init__(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        plan: FilePlan,
-        migrations: Migrations,
-        tmp: Path,
-        strict: bool = False,
-        f: int = 0,
-    ):
-        self.con = con
-        self.plan = plan
-        self.migrations = migrations
-        self.strict = strict
-        self.tmp = tmp
-        self.f = f
-        self.rejected: list[Rejected] = []
-        # staged row (rowid - first_row) -> (line, offset) when the slow path wrote the
-        # staged lines itself
-        self.line_map: list[tuple[int, int]] | None = None
-        self.slow_path = False
-        self.end = plan.start
-        self.lines_read = 0
-        self.partial: str | None = None
-        self.first_row = -1  # the rowid of its first staged row (-1: none staged)
+    con: duckdb.DuckDBPyConnection
+    plan: FilePlan
+    migrations: Migrations
+    tmp: Path
+    strict: bool = False
+    f: int = 0
+    rejected: list[Rejected] = field(default_factory=list, init=False)
+    # staged row (rowid - first_row) -> (line, offset) when the slow path wrote the
+    # staged lines itself
+    line_map: list[tuple[int, int]] | None = field(default=None, init=False)
+    slow_path: bool = field(default=False, init=False)
+    end: int = field(init=False)
+    lines_read: int = field(default=0, init=False)
+    partial: str | None = field(default=None, init=False)
+    first_row: int = field(default=-1, init=False)  # its first staged rowid (-1: none staged)
+
+    def __post_init__(self) -> None:
+        self.end = self.plan.start
 
     def extent(self) -> None:
         """Where its complete lines end (``end``, ``lines_read``, a truncated last line)."""

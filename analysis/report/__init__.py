@@ -27,14 +27,14 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from ember.analysis.db import Connection
 from ember.analysis.format import short_path, wrap
 from ember.analysis.runs import resolve_run
 
 from . import builders
-from .builders import Finding, RunSummary, summaries
+from .builders import Finding, FindingKind, RunSummary, summaries
 
 __all__ = [
     "Finding",
@@ -73,26 +73,7 @@ def trace_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 # the order findings of equal cost come in: what to fix before what to know
-_KIND_ORDER = [
-    "errors",
-    "recompile_limit",
-    "graph_break",
-    "break",
-    "thrash",
-    "recompile",
-    "jit_retrace",
-    "outside_jit",
-    "buckets",
-    "evictions",
-    "disk_cache",
-    "disk_miss",
-    "torch_cache",
-    "hub",
-    "eager",
-    "overhead",
-    "memory",
-    "latency",
-]
+_KIND_ORDER = list(get_args(FindingKind))
 
 
 def _advise_buckets(found: list[Finding]) -> list[Finding]:

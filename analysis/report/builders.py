@@ -41,23 +41,24 @@ class RunSummary(RunSummaryRow):
         return self.run_id[:SHORT_ID]
 
 
+# in the order findings of equal cost come in: what to fix before what to know
 FindingKind = Literal[
-    "break",
-    "graph_break",
+    "errors",
     "recompile_limit",
+    "graph_break",
+    "break",
+    "thrash",
     "recompile",
     "jit_retrace",
     "outside_jit",
-    "thrash",
-    "evictions",
     "buckets",
+    "evictions",
     "disk_cache",
     "disk_miss",
     "torch_cache",
     "hub",
     "eager",
     "overhead",
-    "errors",
     "memory",
     "latency",
 ]

@@ -4,8 +4,8 @@
 -- reads: breaks
 --
 -- run_id    VARCHAR  the run
--- node      VARCHAR  the break node ('nonzero_0', 'NonZero')
--- op_type   VARCHAR  the break node ('nonzero_0', 'NonZero')
+-- node      VARCHAR  the break node's name ('nonzero_0')
+-- op_type   VARCHAR  its op ('NonZero')
 -- position  BIGINT   its first position in the sorted graph
 -- reason    VARCHAR  what its value is needed for ('the shape of a Reshape'); any one of them
 -- runs      BIGINT   times it ran (break spans)

@@ -4,20 +4,23 @@
 --
 -- reads: compiles, shape_buckets
 --
--- run_id                  VARCHAR    as in shape_buckets
--- source                  VARCHAR    as in shape_buckets
--- position                BIGINT     as in shape_buckets
--- arg                     VARCHAR    as in shape_buckets
--- dim                     BIGINT     as in shape_buckets
--- distinct_sizes          BIGINT     as in shape_buckets
--- min_size                BIGINT     as in shape_buckets
--- max_size                BIGINT     as in shape_buckets
--- sizes                   BIGINT[]   as in shape_buckets
--- compiles                BIGINT     as in shape_buckets
--- pow2_buckets            BIGINT     as in shape_buckets
--- pow2_sizes              BIGINT[]   as in shape_buckets
--- saved_compiles          BIGINT     as in shape_buckets
--- multiple_of_64_buckets  BIGINT     as in shape_buckets
+-- run_id                  VARCHAR    the run
+-- source                  VARCHAR    the model source (its path or Hub address)
+-- position                BIGINT     the segment position (index in the sorted graph)
+-- arg                     VARCHAR    the input to pad: a segment argument the caller passes
+--                                    ('input_ids')
+-- dim                     BIGINT     the dimension of it whose size varies (0-based)
+-- distinct_sizes          BIGINT     sizes compiled for this dimension (as in `shape_buckets`)
+-- min_size                BIGINT     its smallest size
+-- max_size                BIGINT     its largest size
+-- sizes                   BIGINT[]   its sizes, ascending
+-- compiles                BIGINT     compiles at this position (all their shapes)
+-- pow2_buckets            BIGINT     distinct sizes after padding up to the next power of two
+-- pow2_sizes              BIGINT[]   those power-of-two bucket sizes, ascending
+-- saved_compiles          BIGINT     distinct_sizes - pow2_buckets, always above 0 here: the
+--                                    compiles padding would save (at least, with a cache big enough
+--                                    for the buckets)
+-- multiple_of_64_buckets  BIGINT     distinct sizes after padding up to a multiple of 64 instead
 -- varying_dims            BIGINT     dimensions that vary at this position
 -- varying                 VARCHAR[]  those dimensions, 'x dim 1'
 -- mean_compile_ns         DOUBLE     the mean compile time at this position

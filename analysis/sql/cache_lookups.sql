@@ -2,17 +2,20 @@
 --
 -- reads: tables only
 --
--- run_id        VARCHAR       which compiled function and which segment (graph position)
--- source        VARCHAR       which compiled function and which segment (graph position)
--- position      BIGINT        which compiled function and which segment (graph position)
+-- run_id        VARCHAR       the run
+-- source        VARCHAR       the model source (its path or Hub address); NULL for a model loaded
+--                             from memory (a ModelProto or bytes)
+-- position      BIGINT        the segment position looked up (index in the sorted graph)
 -- seq           BIGINT        1, 2, 3... the order of lookups at this (run, source, position)
--- ts_ns         BIGINT        when (ns since run start; absolute TIMESTAMP_NS, UTC)
--- ts            TIMESTAMP_NS  when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- ts_ns         BIGINT        when the lookup happened (ns since the run started)
+-- ts            TIMESTAMP_NS  ts_ns as an absolute time (TIMESTAMP_NS, UTC)
 -- action        VARCHAR       hit | miss
 -- call_span_id  BIGINT        the call span that looked it up
 -- key           VARCHAR       the cache key (as recorded, or built from shapes and static values)
--- shapes        STRUCT[]      the segment's argument shapes and static values
--- statics       STRUCT[]      the segment's argument shapes and static values
+-- shapes        STRUCT[]      the segment's argument shapes, a list of {name, shape, dtype,
+--                             sequence}
+-- statics       STRUCT[]      the static values the segment reads on the host (part of its key), a
+--                             list of {name, value}; empty when it has none
 -- shapes_text   VARCHAR       the shapes as text: 'input_ids[1,17]:int64'
 -- prev_seq      BIGINT        seq of the previous lookup of the same key here (NULL: its first
 --                             lookup)

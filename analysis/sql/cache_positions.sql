@@ -6,8 +6,8 @@
 -- run_id                   VARCHAR  the run
 -- source                   VARCHAR  the model source (its path or Hub address)
 -- position                 BIGINT   the segment position (index in the sorted graph)
--- hits                     BIGINT   lookups that found / did not find a compiled segment
--- misses                   BIGINT   lookups that found / did not find a compiled segment
+-- hits                     BIGINT   lookups here that found a compiled segment (cache hits)
+-- misses                   BIGINT   lookups here that found none and compiled one (cache misses)
 -- hit_rate                 DOUBLE   hits / (hits + misses)
 -- evictions                BIGINT   segments the cache threw away here
 -- evicted_then_recompiled  BIGINT   of them, compiled again later

@@ -6,14 +6,14 @@
 -- run_id             VARCHAR  the run
 -- source             VARCHAR  the model source (its path or Hub address)
 -- position           BIGINT   the segment position (index in the sorted graph)
--- key                VARCHAR  the key compiled more than once
--- shapes_text        VARCHAR  the key compiled more than once
+-- key                VARCHAR  the cache key compiled more than once here
+-- shapes_text        VARCHAR  its argument shapes as text, 'input_ids[1,17]:int64'
 -- compiles           BIGINT   how often it was compiled (>= 2)
 -- evictions          BIGINT   how often it was evicted
 -- wasted_compiles    BIGINT   compiles - 1: the compiles a large enough cache would have saved
 -- wasted_compile_ns  BIGINT   the time of those compiles (all but the first)
--- first_compile_ns   BIGINT   ts_ns of its first and last compile
--- last_compile_ns    BIGINT   ts_ns of its first and last compile
+-- first_compile_ns   BIGINT   ts_ns of its first compile (ns since the run started)
+-- last_compile_ns    BIGINT   ts_ns of its last compile (ns since the run started)
 -- cache_size         BIGINT   the cache size at this position (from its evict events)
 -- keys_at_position   BIGINT   distinct keys compiled at this position (a cache this big keeps all)
 WITH per_key AS (

@@ -20,8 +20,8 @@
 --                         break_subgraph | compile | overhead | unattributed (a trace without
 --                         segment spans: the segments' time and Ember's own, not recorded apart)
 -- position       BIGINT   the graph position of the segment, break node or compile (NULL: overhead)
--- node           VARCHAR  the break node ('If_0', 'If'); NULL for other parts
--- op_type        VARCHAR  the break node ('If_0', 'If'); NULL for other parts
+-- node           VARCHAR  the break node's name ('If_0') for the break parts; NULL for other parts
+-- op_type        VARCHAR  the break node's op ('If') for the break parts; NULL for other parts
 -- part           VARCHAR  the part for a person: 'segment 0', 'eager segment 31', 'break If_0
 --                         (If)', 'break If_0 (If): host transfer', 'break Loop_0 (Loop): compiled
 --                         program', 'break If_0 (If): subgraph', 'compile 27', 'Ember overhead'

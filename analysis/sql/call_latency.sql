@@ -7,12 +7,13 @@
 -- shapes_text      VARCHAR  the call's input shapes, 'input_ids[1,17]:int64'
 -- calls            BIGINT   finished calls (ok or error)
 -- errors           BIGINT   calls that raised
--- p50_ns           DOUBLE   call duration percentiles (ns)
--- p90_ns           DOUBLE   call duration percentiles (ns)
--- p99_ns           DOUBLE   call duration percentiles (ns)
--- mean_ns          DOUBLE   call duration percentiles (ns)
--- max_ns           BIGINT   call duration percentiles (ns)
--- min_ns           BIGINT   call duration percentiles (ns)
+-- p50_ns           DOUBLE   the median call duration (ns, interpolated; calls that compiled
+--                           included)
+-- p90_ns           DOUBLE   the 90th percentile call duration (ns, interpolated)
+-- p99_ns           DOUBLE   the 99th percentile call duration (ns, interpolated)
+-- mean_ns          DOUBLE   the mean call duration (ns)
+-- max_ns           BIGINT   the longest call (ns)
+-- min_ns           BIGINT   the shortest call (ns)
 -- first_ns         BIGINT   the duration of the first call with these shapes (it usually compiles)
 -- compiling_calls  BIGINT   calls that compiled at least one segment (a cache miss inside the call,
 --                           also inside one of its breaks: _compiling_spans)

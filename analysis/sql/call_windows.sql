@@ -10,9 +10,9 @@
 -- win      INTEGER  the window, 0 .. windows - 1 (by call start)
 -- t_s      DOUBLE   the middle of the window, seconds since the run started
 -- calls    BIGINT   finished calls that started in the window
--- p50_ns   DOUBLE   their duration percentiles (ns, interpolated)
--- p90_ns   DOUBLE   their duration percentiles (ns, interpolated)
--- p99_ns   DOUBLE   their duration percentiles (ns, interpolated)
+-- p50_ns   DOUBLE   the median duration of those calls (ns, interpolated)
+-- p90_ns   DOUBLE   their 90th percentile duration (ns, interpolated)
+-- p99_ns   DOUBLE   their 99th percentile duration (ns, interpolated)
 WITH n AS (
     SELECT 10 AS windows UNION ALL SELECT 25 UNION ALL SELECT 50
     UNION ALL SELECT 100 UNION ALL SELECT 200

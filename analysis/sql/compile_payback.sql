@@ -4,14 +4,16 @@
 --
 -- reads: cache_events, compiles
 --
--- run_id                VARCHAR       as in `compiles`
--- source                VARCHAR       as in `compiles`
--- position              BIGINT        as in `compiles`
--- key                   VARCHAR       as in `compiles`
--- shapes_text           VARCHAR       as in `compiles`
--- compile_index         BIGINT        as in `compiles`
--- ts_ns                 BIGINT        as in `compiles`
--- ts                    TIMESTAMP_NS  as in `compiles`
+-- run_id                VARCHAR       the run
+-- source                VARCHAR       the model source (its path or Hub address)
+-- position              BIGINT        the segment position compiled (index in the sorted graph)
+-- key                   VARCHAR       the compiled segment's cache key (as in `compiles.key`)
+-- shapes_text           VARCHAR       its argument shapes as text, 'input_ids[1,17]:int64'
+-- compile_index         BIGINT        1 for the first compile at this position, then 2, 3... (as in
+--                                     `compiles`)
+-- ts_ns                 BIGINT        when the lookup that compiled it missed (ns since the run
+--                                     started)
+-- ts                    TIMESTAMP_NS  ts_ns as an absolute time (TIMESTAMP_NS, UTC)
 -- compile_ns            BIGINT        time of the compile (segment_compile span)
 -- reuses                BIGINT        cache hits of this key at this position until it was evicted
 -- evicted_ns            BIGINT        when it was evicted (NULL: kept to the end of the run)

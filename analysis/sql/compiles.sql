@@ -4,22 +4,30 @@
 --
 -- reads: cache_lookups, jit_functions, spans
 --
--- run_id            VARCHAR       the run and the model source
--- source            VARCHAR       the run and the model source
+-- run_id            VARCHAR       the run
+-- source            VARCHAR       the model source (its path or Hub address); NULL for a jit
+--                                 compile and for a model loaded from memory (a ModelProto or
+--                                 bytes)
 -- position          BIGINT        the segment's graph position (NULL for a jit compile)
 -- fun_name          VARCHAR       the jitted function (NULL for a segment)
 -- compile_index     BIGINT        1 for the first compile at this position / of this function, then
 --                                 2, 3...
--- ts_ns             BIGINT        when the lookup missed (ns since run start; absolute
---                                 TIMESTAMP_NS, UTC)
--- ts                TIMESTAMP_NS  when the lookup missed (ns since run start; absolute
---                                 TIMESTAMP_NS, UTC)
+-- ts_ns             BIGINT        when the compile began (ns since the run started): the cache
+--                                 lookup that missed; for a compile ahead of time or a jit compile,
+--                                 its span's start
+-- ts                TIMESTAMP_NS  ts_ns as an absolute time (TIMESTAMP_NS, UTC)
 -- call_span_id      BIGINT        the call that compiled (for a compile ahead of time: the compile
 --                                 span)
--- key               VARCHAR       the cache key and what it is made of
--- shapes            STRUCT[]      the cache key and what it is made of
--- statics           STRUCT[]      the cache key and what it is made of
--- shapes_text       VARCHAR       the cache key and what it is made of
+-- key               VARCHAR       the segment's cache key, as recorded ('0cd6cfade450c3a9') or
+--                                 built from shapes and statics (ember_key); for a jit compile the
+--                                 function's name
+-- shapes            STRUCT[]      the segment's argument shapes, a list of {name, shape, dtype,
+--                                 sequence} (NULL for a jit compile)
+-- statics           STRUCT[]      the static values the segment was specialised on (part of its
+--                                 key), a list of {name, value}; NULL for a compile ahead of time
+--                                 and a jit compile
+-- shapes_text       VARCHAR       the argument shapes as text, 'input_ids[1,17]:int64' (NULL for a
+--                                 jit compile)
 -- compile_ns        BIGINT        duration of the segment_compile (or jit) span; NULL if none
 --                                 matched
 -- compiled          BOOLEAN       false when the segment runs eagerly (fewer than 20 nodes after a

@@ -5,8 +5,8 @@
 --
 -- reads: spans
 --
--- run_id       VARCHAR  the run and the model source (NULL for a jitted function)
--- source       VARCHAR  the run and the model source (NULL for a jitted function)
+-- run_id       VARCHAR  the run
+-- source       VARCHAR  the model source (its path or Hub address); NULL for a jitted function
 -- position     BIGINT   the segment's graph position (NULL for a jitted function)
 -- fun_name     VARCHAR  the jitted function (NULL for a segment)
 -- span_id      BIGINT   the segment_compile (or jit) span
@@ -18,22 +18,16 @@
 -- reason       VARCHAR  the key parts that changed (`jaxlib 0.10.1 -> 0.10.2; model 1a.. -> 3c..`),
 --                       else why there was nothing to find: 'new key: not in this cache (a first
 --                       run fills it; a new shape or static value)'
--- model        VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
--- ember        VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
--- runtime      VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
--- jax          VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
--- jaxlib       VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
--- backend      VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
--- device       VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
--- xla_flags    VARCHAR   the parts of the key the compile looked for (model, ember and runtime are
---                       NULL for a jitted function: JAX's key has the program itself instead)
+-- model        VARCHAR  the key's model part: a digest of the model's bytes (first 16 hex); NULL
+--                       for a jitted function (JAX's key has the program itself instead)
+-- ember        VARCHAR  the key's Ember version; NULL for a jitted function
+-- runtime      VARCHAR  the key's digest of ember.runtime's sources (first 16 hex); NULL for a
+--                       jitted function
+-- jax          VARCHAR  the key's JAX version
+-- jaxlib       VARCHAR  the key's jaxlib version
+-- backend      VARCHAR  the key's JAX platform: cpu | gpu | tpu
+-- device       VARCHAR  the key's device kind (JAX's device_kind: 'cpu', 'NVIDIA H100 80GB HBM3')
+-- xla_flags    VARCHAR  the key's XLA_FLAGS environment variable ('' when unset)
 SELECT
     s.run_id,
     s.source,

@@ -3,12 +3,13 @@
 -- reads: compiles
 --
 -- run_id         VARCHAR       the run
--- model          VARCHAR       the model tag; the scenario tag (else the run id)
--- name           VARCHAR       the model tag; the scenario tag (else the run id)
+-- model          VARCHAR       the run's model tag (NULL without one)
+-- name           VARCHAR       the run's scenario tag, else its run id
 -- started_at     TIMESTAMP_NS  when the run started
 -- segments       BIGINT        segment compiles
--- disk_hits      BIGINT        compiled segments loaded from / not found in the disk cache
--- disk_misses    BIGINT        compiled segments loaded from / not found in the disk cache
+-- disk_hits      BIGINT        segment compiles whose program was loaded from the disk cache
+-- disk_misses    BIGINT        segment compiles that looked in the disk cache and did not find
+--                              their program (they compiled it)
 -- disk_segments  BIGINT        compiled segments that looked in a disk cache (hits + misses)
 -- compile_ns     BIGINT        the segment compiles' time
 -- miss_ns        BIGINT        the time of those that missed the disk cache

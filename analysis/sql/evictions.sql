@@ -2,14 +2,16 @@
 --
 -- reads: cache_events
 --
--- run_id         VARCHAR       where (the compiled function and the segment position)
--- source         VARCHAR       where (the compiled function and the segment position)
--- position       BIGINT        where (the compiled function and the segment position)
--- ts_ns          BIGINT        when (ns since run start; absolute TIMESTAMP_NS, UTC)
--- ts             TIMESTAMP_NS  when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- run_id         VARCHAR       the run
+-- source         VARCHAR       the model source (its path or Hub address)
+-- position       BIGINT        the segment position whose cache evicted it (index in the sorted
+--                              graph)
+-- ts_ns          BIGINT        when it was evicted (ns since the run started)
+-- ts             TIMESTAMP_NS  ts_ns as an absolute time (TIMESTAMP_NS, UTC)
 -- call_span_id   BIGINT        the call whose new segment pushed it out
--- key            VARCHAR       the evicted segment's key and argument shapes
--- shapes_text    VARCHAR       the evicted segment's key and argument shapes
+-- key            VARCHAR       the evicted segment's cache key (as in `cache_lookups.key`)
+-- shapes_text    VARCHAR       the evicted segment's argument shapes as text,
+--                              'input_ids[1,17]:int64'
 -- cache_size     BIGINT        the size of the cache at that position (segments it keeps)
 -- compiled_ns    BIGINT        when the evicted segment was compiled (ts_ns of its last miss)
 -- hits           BIGINT        how often it was used (cache hits) between that compile and the

@@ -13,13 +13,14 @@
 -- hits          BIGINT        times the file came from the local cache, current
 -- downloads     BIGINT        times it was downloaded (hub_download spans that ended ok)
 -- failures      BIGINT        downloads or info requests that ended in an error
--- info_fetched  BIGINT        repo_info: metadata from the Hub / from the cache (Hub down)
--- info_saved    BIGINT        repo_info: metadata from the Hub / from the cache (Hub down)
+-- info_fetched  BIGINT        repo_info: metadata requests the Hub answered (0 for a file)
+-- info_saved    BIGINT        repo_info: metadata requests served from Ember's saved copy because
+--                             the Hub failed or was unreachable (0 for a file)
 -- bytes         BIGINT        the file's size (largest seen)
 -- download_ns   BIGINT        time spent downloading it
 -- checks        VARCHAR[]     how the cache found the file current (etag | hash | none | offline)
--- first_ts_ns   BIGINT        when the run first asked for it
--- first_at      TIMESTAMP_NS  when the run first asked for it
+-- first_ts_ns   BIGINT        when the run first asked for it (ns since the run started)
+-- first_at      TIMESTAMP_NS  first_ts_ns as an absolute time (UTC)
 WITH ev AS (
     SELECT run_id, source, revision, 'hit' AS action, bytes, NULL::BIGINT AS duration_ns,
         "check", ts_ns, 'ok' AS status, NULL AS result

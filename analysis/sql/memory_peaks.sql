@@ -3,13 +3,17 @@
 --
 -- reads: peak_memory, spans
 --
--- run_id       VARCHAR              as in peak_memory
--- device       VARCHAR              as in peak_memory
--- series       VARCHAR              as in peak_memory
--- source       VARCHAR              as in peak_memory
--- peak_bytes   BIGINT               as in peak_memory
--- peak_ts_ns   BIGINT               as in peak_memory
--- by_category  MAP(VARCHAR,BIGINT)  as in peak_memory
+-- run_id       VARCHAR              the run
+-- device       VARCHAR              the device ('cpu:0', 'cuda:0', ...)
+-- series       VARCHAR              tensors | used | peak | reserved | rss: the memory_timeline
+--                                   series that peaked (never limit here)
+-- source       VARCHAR              memory (tensor records) | memory_stats (the device's allocator)
+--                                   | live_arrays (on the CPU: live JAX arrays, and the process's
+--                                   RSS)
+-- peak_bytes   BIGINT               the series' highest value (bytes; as in `peak_memory`)
+-- peak_ts_ns   BIGINT               when it was first reached (ns since the run started)
+-- by_category  MAP(VARCHAR,BIGINT)  tensors only: live bytes per category at the peak, as a MAP;
+--                                   NULL for readings
 -- label        VARCHAR              'tensors' | 'RSS' | 'live arrays' | 'device <series>' (the
 --                                   names of run_summary.peak_source)
 -- during       VARCHAR              'call #3' / 'step #1': the call or step the reading was tied

@@ -8,22 +8,23 @@
 --
 -- reads: tables only
 --
--- run_id        VARCHAR       the run and the device ('cpu:0', 'cuda:0', ...)
--- device        VARCHAR       the run and the device ('cpu:0', 'cuda:0', ...)
+-- run_id        VARCHAR       the run
+-- device        VARCHAR       the device ('cpu:0', 'cuda:0', ...)
 -- series        VARCHAR       see above
 -- source        VARCHAR       memory (tensor records) | memory_stats | live_arrays
 -- category      VARCHAR       parameter | input | activation | output | temporary | gradient |
 --                             optimizer_state | unknown (tensor rows); NULL for readings
--- ts_ns         BIGINT        when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- ts_ns         BIGINT        when the change or reading happened (ns since the run started)
 -- delta_bytes   BIGINT        + alloc / - free (tensor rows); NULL for readings
 -- bytes         BIGINT        tensor rows: live bytes of this category on this device after this
 --                             change; readings: the value read
 -- device_bytes  BIGINT        tensor rows: live bytes of all categories on this device; readings:
 --                             bytes
--- tensor_id     VARCHAR       the tensor and the op that made it (tensor rows)
--- op_name       VARCHAR       the tensor and the op that made it (tensor rows)
+-- tensor_id     VARCHAR       the tensor allocated or freed (tensor rows); NULL for readings
+-- op_name       VARCHAR       the op that made the tensor (tensor rows, when recorded); NULL for
+--                             readings
 -- span_id       BIGINT        the enclosing span (a call, a step)
--- ts            TIMESTAMP_NS  when (ns since run start; absolute TIMESTAMP_NS, UTC)
+-- ts            TIMESTAMP_NS  ts_ns as an absolute time (TIMESTAMP_NS, UTC)
 --
 -- Speed: the running sums (bytes, device_bytes of tensor rows) are computed once at ingest
 -- (columns of `memory`: category_live_bytes, device_live_bytes; see analysis/db.py).

@@ -11,8 +11,10 @@
 -- fun_name  VARCHAR  the jitted function (NULL for a segment)
 -- change    VARCHAR  what changed: shape, dtype, rank, static, new_arg, removed_arg,
 --                    after_eviction, same_key, other, or 'jit:...' (what JAX said)
--- arg       VARCHAR  the argument and dimension that changed (NULL where the change has none)
--- dim       BIGINT   the argument and dimension that changed (NULL where the change has none)
+-- arg       VARCHAR  the argument or static value that changed ('input_ids'); NULL where the change
+--                    names none (same_key, other)
+-- dim       BIGINT   the dimension (0-based) of a shape change; NULL for other changes and for a
+--                    JAX retrace (it names whole shapes)
 -- n         BIGINT   recompiles with this cause
 -- example   VARCHAR  the reason of the first of them, in words
 -- lookups   BIGINT   cache lookups at the position (NULL for a jitted function)

@@ -6,9 +6,13 @@
 -- run_id          VARCHAR  the run
 -- source          VARCHAR  the model source (its path or Hub address)
 -- position        BIGINT   the segment position (index in the sorted graph)
--- change          VARCHAR  as in recompiles (one recompile counts once per change it names)
--- arg             VARCHAR  as in recompiles (one recompile counts once per change it names)
--- dim             BIGINT   as in recompiles (one recompile counts once per change it names)
+-- change          VARCHAR  one change a recompile here names (shape | rank | dtype | static |
+--                          new_arg | removed_arg), or its `recompiles.change` when it names none
+--                          (after_eviction, same_key, other); a recompile counts once per change it
+--                          names
+-- arg             VARCHAR  the argument or static value that changed ('input_ids'); NULL where the
+--                          change names none
+-- dim             BIGINT   the dimension (0-based) of a shape change; NULL for other changes
 -- n               BIGINT   recompiles that name this change
 -- after_eviction  BIGINT   of them, recompiles after an eviction
 -- example         VARCHAR  the reason of the first of them

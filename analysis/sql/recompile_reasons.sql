@@ -5,9 +5,12 @@
 -- reads: recompiles
 --
 -- run_id      VARCHAR  the run
--- change      VARCHAR  as in recompiles (the first change a recompile names)
--- arg         VARCHAR  as in recompiles (the first change a recompile names)
--- dim         BIGINT   as in recompiles (the first change a recompile names)
+-- change      VARCHAR  what changed first, as in `recompiles.change` (shape, dtype, static,
+--                      after_eviction, jit:<what>, ...)
+-- arg         VARCHAR  the argument or static value of that first change ('input_ids'); NULL where
+--                      it names none
+-- dim         BIGINT   the dimension (0-based) of that first change when it is a shape change; NULL
+--                      for other changes and for a JAX retrace (it names whole shapes)
 -- recompiles  BIGINT   recompiles with this change
 -- compile_ns  BIGINT   their total compile time (ns; 0 when none was recorded)
 -- example     VARCHAR  one of their reasons (the first in text order)

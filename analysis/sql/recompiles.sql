@@ -3,17 +3,25 @@
 --
 -- reads: compiles
 --
--- run_id                VARCHAR       as in `compiles` (compile_index >= 2 here)
--- source                VARCHAR       as in `compiles` (compile_index >= 2 here)
--- position              BIGINT        as in `compiles` (compile_index >= 2 here)
--- fun_name              VARCHAR       as in `compiles` (compile_index >= 2 here)
--- compile_index         BIGINT        as in `compiles` (compile_index >= 2 here)
--- ts_ns                 BIGINT        as in `compiles` (compile_index >= 2 here)
--- ts                    TIMESTAMP_NS  as in `compiles` (compile_index >= 2 here)
--- call_span_id          BIGINT        as in `compiles` (compile_index >= 2 here)
--- key                   VARCHAR       as in `compiles` (compile_index >= 2 here)
--- shapes_text           VARCHAR       as in `compiles` (compile_index >= 2 here)
--- compile_ns            BIGINT        as in `compiles` (compile_index >= 2 here)
+-- run_id                VARCHAR       the run
+-- source                VARCHAR       the model source (its path or Hub address); NULL for a jitted
+--                                     function
+-- position              BIGINT        the segment position compiled again (NULL for a jitted
+--                                     function)
+-- fun_name              VARCHAR       the jitted function compiled again (NULL for a segment)
+-- compile_index         BIGINT        which compile at this position / of this function: 2, 3...
+--                                     (as in `compiles`; never 1 here)
+-- ts_ns                 BIGINT        when this compile began (ns since the run started;
+--                                     `compiles.ts_ns`)
+-- ts                    TIMESTAMP_NS  ts_ns as an absolute time (TIMESTAMP_NS, UTC)
+-- call_span_id          BIGINT        the call that compiled again (for a jit compile the span it
+--                                     ran in, NULL at the top)
+-- key                   VARCHAR       this compile's cache key (as in `compiles.key`; a jitted
+--                                     function's name)
+-- shapes_text           VARCHAR       this compile's argument shapes as text,
+--                                     'input_ids[1,23]:int64' (NULL for a jitted function)
+-- compile_ns            BIGINT        how long this compile took (ns; NULL if no compile span
+--                                     matched)
 -- previous_key          VARCHAR       the key of the previous compile at this position
 -- previous_shapes_text  VARCHAR       the shapes of the previous compile at this position
 -- after_eviction        BOOLEAN       true when this exact key was compiled before here and the
@@ -29,8 +37,11 @@
 -- arg                   VARCHAR       the input (argument or static value) that changed
 -- dim                   BIGINT        the dimension (0-based) for a shape change (a torch.compile
 --                                     recompile's too), else NULL
--- old_value             VARCHAR       before -> after, as text (a size, a dtype, a static value)
--- new_value             VARCHAR       before -> after, as text (a size, a dtype, a static value)
+-- old_value             VARCHAR       the first change's value before, as text: a size ('17'), a
+--                                     dtype, a rank, a static value, a shape JAX names
+--                                     ('f32[32,8]'); NULL for a new argument
+-- new_value             VARCHAR       the first change's value after, as text ('23'); NULL for a
+--                                     removed argument
 -- changes               STRUCT[]      every change, as a list of {change, arg, dim, old_value,
 --                                     new_value}
 -- reason                VARCHAR       for a person: 'input_ids dim 1: 17 -> 23', several joined by

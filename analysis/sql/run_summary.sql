@@ -3,18 +3,21 @@
 --
 -- reads: compiles, latency_samples, peak_memory
 --
--- run_id                     VARCHAR        from `runs`
+-- run_id                     VARCHAR        the run's id (`runs.run_id`, the trace's meta)
 -- name                       VARCHAR        the run's readable name: its scenario tag, else model
 --                                           tag, else entrypoint
--- started_at                 TIMESTAMP_NS?  from `runs`
+-- started_at                 TIMESTAMP_NS?  when the run started (UTC; `runs.started_at`, from
+--                                           meta.wall_time_ns)
 -- model                      VARCHAR?       the model tag
--- phase                      VARCHAR?       from `runs`
--- host                       VARCHAR?       from `runs`
--- backend                    VARCHAR?       from `runs`
+-- phase                      VARCHAR?       infer | train (`runs.phase`)
+-- host                       VARCHAR?       the host name the run ran on (`runs.host`)
+-- backend                    VARCHAR?       JAX's platform: cpu | gpu | tpu (`runs.backend`)
 -- tags                       VARCHAR?       the tags as JSON text
--- entrypoint                 VARCHAR?       from `runs`
--- file                       VARCHAR?       from `runs`
--- sync                       BOOLEAN?       from `runs`
+-- entrypoint                 VARCHAR?       the command that ran it, its arguments joined, unless
+--                                           the program named one (`runs.entrypoint`)
+-- file                       VARCHAR?       the trace file the run was read from (`runs.file`)
+-- sync                       BOOLEAN?       true: work spans end when their results are ready;
+--                                           false: at dispatch (`runs.sync`; a v1 trace is false)
 -- calls                      BIGINT         finished model calls (call spans that ended, ok or
 --                                           error)
 -- failed_calls               BIGINT         calls that raised
@@ -22,7 +25,8 @@
 -- compiles                   BIGINT         programs compiled: segment compiles XLA compiled
 --                                           (`compiles.compiled` true or unknown) plus compiles of
 --                                           the user's jitted functions
--- compile_ns                 BIGINT         their total time (ns)
+-- compile_ns                 BIGINT         the total time of the compiles counted in `compiles`
+--                                           (ns)
 -- eager_compiles             BIGINT         segments built to run eagerly (node by node: short
 --                                           segments after a break); a cache miss that compiled
 --                                           nothing
@@ -35,7 +39,8 @@
 --                                           jit_functions)
 -- jax_primitives             BIGINT         how many different primitives (or JAX helpers) those
 --                                           compiles were of
--- jax_compile_ns             BIGINT         their total time (ns)
+-- jax_compile_ns             BIGINT         the total time of JAX's compiles of primitives run
+--                                           outside jit (ns)
 -- compiled_keys              BIGINT         different keys compiled, over every compile (segment,
 --                                           eager, jitted function, JAX primitive)
 -- hits                       BIGINT         segment cache hits
@@ -80,12 +85,13 @@
 -- planned_peak_bytes         BIGINT?        the most XLA planned for one run of a compiled segment
 --                                           (arguments + outputs + scratch - aliased,
 --                                           memory_analysis)
--- peak_bytes                 BIGINT?        the headline peak: the device's own reading ('device
---                                           peak', 'device used'), else on the CPU the process
---                                           ('RSS'), else 'tensors', else 'live arrays'
--- peak_source                VARCHAR?       the headline peak: the device's own reading ('device
---                                           peak', 'device used'), else on the CPU the process
---                                           ('RSS'), else 'tensors', else 'live arrays'
+-- peak_bytes                 BIGINT?        the headline peak (bytes): the device's own peak (else
+--                                           used) reading, else on the CPU the process's RSS, else
+--                                           tensors, else live arrays (peak_source says which);
+--                                           NULL without memory data
+-- peak_source                VARCHAR?       which reading peak_bytes is: 'device peak' | 'device
+--                                           used' | 'RSS' | 'tensors' | 'live arrays'; NULL without
+--                                           memory data
 WITH ends AS (
     SELECT run_id,
         count(*) FILTER (WHERE span_kind = 'call') AS calls,

@@ -7,9 +7,10 @@
 -- position        BIGINT   the segment position (index in the sorted graph)
 -- key             VARCHAR  the segment's cache key
 -- start_ns        BIGINT   when it was compiled (ns since the run started)
--- argument_bytes  BIGINT   what one run of it needs
--- output_bytes    BIGINT   what one run of it needs
--- temp_bytes      BIGINT   what one run of it needs
+-- argument_bytes  BIGINT   bytes of its arguments (XLA's argument_bytes; NULL if not reported)
+-- output_bytes    BIGINT   bytes of its outputs (XLA's output_bytes; NULL if not reported)
+-- temp_bytes      BIGINT   scratch bytes one run of it uses (XLA's temp_bytes; NULL if not
+--                          reported)
 -- code_bytes      BIGINT   the generated code
 -- compile_ns      BIGINT   the compile's time
 SELECT run_id, position, start_attrs.key AS key, start_ns,

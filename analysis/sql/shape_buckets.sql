@@ -6,8 +6,8 @@
 -- run_id                  VARCHAR   the run
 -- source                  VARCHAR   the model source (its path or Hub address)
 -- position                BIGINT    the segment position (index in the sorted graph)
--- arg                     VARCHAR   the argument and its (0-based) dimension
--- dim                     BIGINT    the argument and its (0-based) dimension
+-- arg                     VARCHAR   the segment argument's name ('input_ids')
+-- dim                     BIGINT    the dimension of it whose size changed (0-based)
 -- distinct_sizes          BIGINT    sizes compiled for this dimension
 -- min_size                BIGINT    the smallest size of the dimension
 -- max_size                BIGINT    the largest size of the dimension

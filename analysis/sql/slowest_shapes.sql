@@ -3,20 +3,22 @@
 --
 -- reads: call_latency
 --
--- run_id           VARCHAR  as in call_latency
--- source           VARCHAR  as in call_latency
--- shapes_text      VARCHAR  as in call_latency
--- calls            BIGINT   as in call_latency
--- errors           BIGINT   as in call_latency
--- p50_ns           DOUBLE   as in call_latency
--- p90_ns           DOUBLE   as in call_latency
--- p99_ns           DOUBLE   as in call_latency
--- mean_ns          DOUBLE   as in call_latency
--- max_ns           BIGINT   as in call_latency
--- min_ns           BIGINT   as in call_latency
--- first_ns         BIGINT   as in call_latency
--- compiling_calls  BIGINT   as in call_latency
--- p50_warm_ns      DOUBLE   as in call_latency
--- total_ns         BIGINT   as in call_latency
+-- run_id           VARCHAR  the run
+-- source           VARCHAR  the model source of those calls (its path or Hub address)
+-- shapes_text      VARCHAR  the input shapes whose calls have the run's highest p99,
+--                           'input_ids[1,17]:int64'
+-- calls            BIGINT   finished calls with these shapes (ok or error)
+-- errors           BIGINT   of them, calls that raised
+-- p50_ns           DOUBLE   their median duration (ns, interpolated)
+-- p90_ns           DOUBLE   their 90th percentile duration (ns, interpolated)
+-- p99_ns           DOUBLE   their 99th percentile duration (ns, interpolated): the run's highest
+-- mean_ns          DOUBLE   their mean duration (ns)
+-- max_ns           BIGINT   the longest of them (ns)
+-- min_ns           BIGINT   the shortest of them (ns)
+-- first_ns         BIGINT   the duration of the first of them (it usually compiles)
+-- compiling_calls  BIGINT   of them, calls that compiled at least one segment (as in
+--                           `call_latency`)
+-- p50_warm_ns      DOUBLE   the median of those that did not compile (ns; NULL when all did)
+-- total_ns         BIGINT   their summed duration (ns)
 SELECT * FROM call_latency
 QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY p99_ns DESC, shapes_text) = 1

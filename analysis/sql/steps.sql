@@ -9,8 +9,8 @@
 -- steps           BIGINT   step spans with that label (open ones included)
 -- failed          BIGINT   of them, those that ended with status 'error'
 -- open_steps      BIGINT   of them, those without an end (the process stopped inside)
--- first_index     BIGINT   the smallest and largest index given (NULL: none given)
--- last_index      BIGINT   the smallest and largest index given (NULL: none given)
+-- first_index     BIGINT   the smallest index given to these steps (NULL: none given)
+-- last_index      BIGINT   the largest index given to these steps (NULL: none given)
 -- total_ns        BIGINT   the finished ones' summed duration
 -- first_start_ns  BIGINT   when the first one started (ns since the run started): orders labels
 SELECT

@@ -12,8 +12,8 @@
 --                             (as in call_breakdown; a break is whole here: its own time, host
 --                             transfer and subgraph), load | hub_download (outside calls)
 -- position           BIGINT   graph position (segments, breaks, compiles); NULL otherwise
--- node               VARCHAR  the break node
--- op_type            VARCHAR  the break node
+-- node               VARCHAR  the break node's name ('If_0') for a break; NULL for other parts
+-- op_type            VARCHAR  the break node's op ('If') for a break; NULL for other parts
 -- reason             VARCHAR  for a break: what its value is needed for (as in `breaks`: 'the If
 --                             condition', 'the trip count of a Loop')
 -- part               VARCHAR  the part for a person (as in call_breakdown; 'compile 27' counts
@@ -22,18 +22,13 @@
 -- calls_with         BIGINT   calls in which this part took time (0 for parts outside calls)
 -- total_ns           BIGINT   the part's time in the run (ns)
 -- in_calls_ns        BIGINT   the part of total_ns spent inside calls
--- host_transfer_ns   BIGINT   for a break: the parts of total_ns spent moving its inputs to the
---                             host, running compiled programs for its subgraph (an If branch or
---                             Loop that runs compiled at the break), and the rest of its subgraph
---                             (node by node, between programs); NULL when not recorded
--- program_ns         BIGINT   for a break: the parts of total_ns spent moving its inputs to the
---                             host, running compiled programs for its subgraph (an If branch or
---                             Loop that runs compiled at the break), and the rest of its subgraph
---                             (node by node, between programs); NULL when not recorded
--- subgraph_ns        BIGINT   for a break: the parts of total_ns spent moving its inputs to the
---                             host, running compiled programs for its subgraph (an If branch or
---                             Loop that runs compiled at the break), and the rest of its subgraph
---                             (node by node, between programs); NULL when not recorded
+-- host_transfer_ns   BIGINT   for a break: the part of total_ns spent moving its inputs to the
+--                             host; NULL when not recorded and for other parts
+-- program_ns         BIGINT   for a break: the part of total_ns spent running compiled programs for
+--                             its subgraph (an If branch or Loop that runs compiled at the break);
+--                             NULL when none ran and for other parts
+-- subgraph_ns        BIGINT   for a break: the rest of its subgraph's time (node by node, between
+--                             programs); NULL when not recorded and for other parts
 -- share_of_wall      DOUBLE   total_ns / run_summary.wall_ns (the run's wall time up to its last
 --                             span)
 -- share_of_calls     DOUBLE   in_calls_ns / the run's total call time (NULL outside calls)

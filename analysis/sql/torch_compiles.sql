@@ -11,11 +11,12 @@
 -- fun_name             VARCHAR  the compiled function ('f', 'torch_dynamo_resume_in_f_at_38' after
 --                               a graph break, 'loss_fn (backward)' for its backward graph)
 -- defined_at           VARCHAR  file:line of the function
--- ts_ns                BIGINT   when it started (ns since the run began) and how long it took
--- compile_ns           BIGINT   when it started (ns since the run began) and how long it took
--- dynamo_ns            BIGINT   the phases: Dynamo tracing, AOTAutograd, Inductor
--- aot_ns               BIGINT   the phases: Dynamo tracing, AOTAutograd, Inductor
--- inductor_ns          BIGINT   the phases: Dynamo tracing, AOTAutograd, Inductor
+-- ts_ns                BIGINT   when it started (ns since the run began)
+-- compile_ns           BIGINT   how long it took, all phases (ns)
+-- dynamo_ns            BIGINT   its Dynamo tracing time (ns; NULL when the log lacks it)
+-- aot_ns               BIGINT   its AOTAutograd time (ns; NULL when the log lacks it)
+-- inductor_ns          BIGINT   its Inductor (backend compile) time (ns; NULL when the log lacks
+--                               it)
 -- guard_count          BIGINT   guards torch installed on the frame
 -- cache_size           BIGINT   compiled entries the frame had before this compile
 -- fx_graph_cache       VARCHAR  hit | miss | NULL: whether Inductor's FX graph cache had the graph

@@ -4,11 +4,12 @@
 --
 -- reads: run_summary
 --
--- run_id      VARCHAR       the run (from run_summary; tags as JSON text)
--- started_at  TIMESTAMP_NS  the run (from run_summary; tags as JSON text)
--- model       VARCHAR       the run (from run_summary; tags as JSON text)
--- name        VARCHAR       the run (from run_summary; tags as JSON text)
--- tags        VARCHAR       the run (from run_summary; tags as JSON text)
+-- run_id      VARCHAR       the run
+-- started_at  TIMESTAMP_NS  when the run started (UTC; from run_summary)
+-- model       VARCHAR       the run's model tag (NULL without one; from run_summary)
+-- name        VARCHAR       the run's readable name: scenario tag, else model tag, else entrypoint
+--                           (from run_summary)
+-- tags        VARCHAR       the run's tags as JSON text (from run_summary)
 -- metric      VARCHAR       compiles | recompiles | evictions | breaks (graph break nodes run) |
 --                           warm_p50_ns | warm_p99_ns (latency of the calls that compiled nothing)
 --                           | compile_ns (time in compiles) | peak_bytes (the run's headline peak)

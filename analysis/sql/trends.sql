@@ -7,16 +7,20 @@
 -- reads: trend_points
 --
 -- series      VARCHAR       the model tag, else the run's name (scenario tag or entrypoint)
--- metric      VARCHAR       as in trend_points
--- unit        VARCHAR       as in trend_points
--- exact       BOOLEAN       as in trend_points
--- context     VARCHAR       as in trend_points
+-- metric      VARCHAR       which headline number (as in `trend_points`): compiles | recompiles |
+--                           evictions | breaks | warm_p50_ns | warm_p99_ns | compile_ns |
+--                           peak_bytes
+-- unit        VARCHAR       the metric's unit: count | ns | bytes
+-- exact       BOOLEAN       true for counts (a change is a change); false for times and the peak
+--                           (noisy)
+-- context     VARCHAR       what the value must share with another run's to be compared:
+--                           latency_kind for latencies, peak_source for the peak, else NULL
 -- run_index   BIGINT        1 for the series' first run of the metric, 2 for the next, ... (by
 --                           start, then run id)
 -- runs        BIGINT        how many runs the series has a value of the metric for
 -- run_id      VARCHAR       the run
--- started_at  TIMESTAMP_NS  the run
--- tags        VARCHAR       the run
+-- started_at  TIMESTAMP_NS  when the run started (UTC): the series' order
+-- tags        VARCHAR       the run's tags as JSON text
 -- value       DOUBLE        its value (DOUBLE)
 -- previous    DOUBLE        the value of the run before it in the series (NULL for the first)
 SELECT coalesce(model, name) AS series, metric, unit, exact, context,

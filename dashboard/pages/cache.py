@@ -48,19 +48,11 @@ m[4].metric(
     "–" if thrash is None else f"{thrash['position'].n_unique():,}",
 )
 
-charts.show(
-    charts.bars(
-        per_position.with_columns(per_position["position"].cast(str)).unpivot(
-            index="position", on=["hits", "misses", "evictions"], variable_name="what"
-        ),
-        x="position:N",
-        y="value:Q",
-        color="what",
-        title="Lookups and evictions per position",
-        y_title="count",
-    ),
-    key="ember_cache_positions_chart",
-)
+positions = per_position.with_columns(per_position["position"].cast(str))
+title = "Lookups and evictions per position"
+lookups = ["hits", "misses", "evictions"]
+chart = charts.measure_bars(positions, "position", lookups, title=title, y_title="count")
+charts.show(chart, key="ember_cache_positions_chart")
 ui.table(per_position, key="ember_cache_positions")
 
 st.subheader("Thrashing")

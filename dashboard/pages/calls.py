@@ -64,7 +64,7 @@ charts.show(
         y="ms:Q",
         color="percentile",
         title="Call latency over time",
-        x_title="seconds since the run started",
+        x_title=charts.RUN_TIME,
         y_title="ms",
         points=True,
     ),
@@ -121,23 +121,12 @@ by_shape = db.query(
     """,
     run,
 )
-charts.show(
-    charts.bars(
-        by_shape.unpivot(
-            index="shapes",
-            on=["p50_ms", "p90_ms", "p99_ms"],
-            variable_name="percentile",
-            value_name="ms",
-        ),
-        x="ms:Q",
-        y="shapes:N",
-        color="percentile",
-        title="Latency percentiles by input shapes",
-        y_title=None,
-        horizontal=True,
-    ),
-    key="ember_calls_by_shape_chart",
+percentiles = ["p50_ms", "p90_ms", "p99_ms"]
+labels: charts.Labels = {"title": "Latency percentiles by input shapes", "y_title": None}
+chart = charts.measure_bars(
+    by_shape, "shapes", percentiles, what="percentile", value="ms", horizontal=True, **labels
 )
+charts.show(chart, key="ember_calls_by_shape_chart")
 st.caption(
     "`p50_warm` leaves out the calls that compiled a segment; `first` is the first call "
     "with these shapes (it usually compiles)."

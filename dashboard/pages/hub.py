@@ -50,21 +50,14 @@ if failures:
     st.error(f"{failures} Hub request(s) failed in this run.")
 
 if only_files.height:
-    charts.show(
-        charts.bars(
-            only_files.select("path", "hits", "downloads").unpivot(
-                index="path", on=["hits", "downloads"], variable_name="what"
-            ),
-            x="value:Q",
-            y="path:N",
-            color="what",
-            title="Hits against downloads per file",
-            x_title="times",
-            y_title=None,
-            horizontal=True,
-        ),
-        key="ember_hub_chart",
-    )
+    labels: charts.Labels = {
+        "title": "Hits against downloads per file",
+        "x_title": "times",
+        "y_title": None,
+    }
+    measures = ["hits", "downloads"]
+    chart = charts.measure_bars(only_files, "path", measures, horizontal=True, **labels)
+    charts.show(chart, key="ember_hub_chart")
 
 checks = db.query(
     """

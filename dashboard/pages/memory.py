@@ -69,16 +69,8 @@ if tensors and db.has_relation("tensor_samples"):
         device,
     )
     top = charts.largest(stacked.group_by("t_s").agg(pl.col("bytes").sum())["bytes"])
-    stacked, unit = charts.in_size_unit(stacked, "bytes", top)
-    area = charts.area(
-        stacked,
-        x="t_s:Q",
-        y=f"{unit}:Q",
-        color="category",
-        title=f"Live tensor bytes by category on {device}",
-        x_title="seconds since the run started",
-        y_title=unit,
-    )
+    title = f"Live tensor bytes by category on {device}"
+    area = charts.bytes_over_time(charts.area, stacked, color="category", title=title, top=top)
     peak_rule = (
         alt.Chart(pl.DataFrame({"t_s": [tensors["peak_t_s"]], "peak": ["peak"]}))
         .mark_rule(color="red", strokeDash=[4, 3], size=2)
@@ -112,20 +104,11 @@ else:
         default=[s for s in series if s != "rss"] or series,
         key="ember_memory_series",
     )
-    shown, unit = charts.in_size_unit(readings.filter(pl.col("series").is_in(pick)), "bytes")
-    charts.show(
-        charts.line(
-            shown,
-            x="t_s:Q",
-            y=f"{unit}:Q",
-            color="series",
-            title=f"Device memory readings on {device}",
-            x_title="seconds since the run started",
-            y_title=unit,
-            points=readings.height < 200,
-        ),
-        key="ember_memory_readings",
-    )
+    shown = readings.filter(pl.col("series").is_in(pick))
+    title = f"Device memory readings on {device}"
+    points = readings.height < 200
+    chart = charts.bytes_over_time(charts.line, shown, color="series", title=title, points=points)
+    charts.show(chart, key="ember_memory_readings")
 
 # ---- static memory of each compiled segment (memory_analysis of the executable)
 st.subheader("Static memory per compiled segment")

@@ -82,7 +82,7 @@ chart = (
     alt.Chart(data["over_time"], title="Compiles over time per position")
     .mark_point(filled=True, size=80)
     .encode(
-        x=alt.X("t_s:Q", title="seconds since the run started"),
+        x=alt.X("t_s:Q", title=charts.RUN_TIME),
         y=alt.Y("where:N", title="position"),
         color=alt.Color("first:N", title="first compile"),
         shape=alt.Shape("first:N", legend=None),

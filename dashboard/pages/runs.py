@@ -111,21 +111,14 @@ ui.table(
 )
 
 if shown.height > 1:
-    by_start = shown.select("name", "started_at", "compiles", "evictions", "calls")
-    charts.show(
-        charts.bars(
-            by_start.unpivot(
-                index=["name", "started_at"], on=["compiles", "evictions"], variable_name="what"
-            ),
-            x="name:N",
-            y="value:Q",
-            color="what",
-            title="Compiles and evictions per run",
-            x_title="run",
-            y_title="count",
-        ),
-        key="ember_runs_chart",
-    )
+    per_run: charts.Labels = {
+        "title": "Compiles and evictions per run",
+        "x_title": "run",
+        "y_title": "count",
+    }
+    measures = ["compiles", "evictions"]
+    chart = charts.measure_bars(shown, "name", measures, keep=["started_at"], **per_run)
+    charts.show(chart, key="ember_runs_chart")
 
 run = ui.pick_run()
 st.caption(

@@ -75,12 +75,6 @@ class SubgraphValues:
         return self.hwio
 
 
-def _is_host(value: Any) -> bool:
-    if isinstance(value, list):
-        return all(_is_host(v) for v in value)
-    return value is None or ops.is_host(value)
-
-
 class SubgraphState:
     """One subgraph of one break node: its builder, and whether its shapes vary from one
     call to the next inside one run of the node (then it is kept eager: a program per
@@ -139,7 +133,7 @@ def split_outer(
             base[name] = model_base[name]
         elif name not in outer:
             continue  # read by a branch not taken inside it, say: the trace tells
-        elif name in on_host or (name in host and _is_host(outer[name])):
+        elif name in on_host or (name in host and ops.all_on_host(outer[name])):
             statics[name] = to_host(outer[name])
         else:
             outer_args.append(name)

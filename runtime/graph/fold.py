@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["fold_batch_norms"]
 
 
-def _constants(nodes: list[Node], initializers: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def constant_values(nodes: list[Node], initializers: Mapping[str, Any]) -> dict[str, np.ndarray]:
     values = {n: v for n, v in initializers.items() if isinstance(v, np.ndarray)}
     for node in nodes:
         value = node.attrs.get("value")
@@ -41,7 +41,7 @@ def fold_batch_norms(
     """``nodes`` without the BatchNormalizations folded into their Conv; the folded weights
     are added to ``initializers`` under the Conv's name. A Conv whose own output is one of
     the graph's ``outputs`` keeps its BatchNormalization."""
-    consts = _constants(nodes, initializers)
+    consts = constant_values(nodes, initializers)
     readers: dict[str, int] = dict.fromkeys(outputs, 1)
     producer: dict[str, Node] = {}
     for node in nodes:

@@ -39,7 +39,7 @@ from onnx import numpy_helper
 
 from ember.runtime import ops
 from ember.runtime.errors import LoadError, NodeError, UnsupportedOpsError
-from ember.runtime.graph import fold, layout
+from ember.runtime.graph import fold, layout, qdq
 
 __all__ = [
     "Graph",
@@ -110,7 +110,7 @@ class Graph:
         """Sort and resolve ``graph``; raise one ``UnsupportedOpsError`` for all missing ops."""
         missing: dict[tuple[str, str, int], list[str]] = {}
         try:
-            g = _build(graph, dict(opsets), missing, (), base_dir)
+            g = _build(graph, _Loading(dict(opsets), missing, base_dir), ())
         except LoadError as exc:
             if source is None:
                 raise
@@ -131,13 +131,18 @@ class Graph:
         return cls.from_proto(g, {"": opset, node.domain: opset})
 
 
-def _attr_value(
-    attr: onnx.AttributeProto,
-    opsets: dict[str, int],
-    missing: dict[tuple[str, str, int], list[str]],
-    scope: tuple[str, ...],
-    base_dir: str | None,
-) -> Any:
+@dataclass
+class _Loading:
+    """What building a graph and its subgraphs shares: the model's opsets, the ops found
+    missing so far (op -> the nodes, by scope path), the folder of external data."""
+
+    opsets: dict[str, int]
+    missing: dict[tuple[str, str, int], list[str]]
+    base_dir: str | None
+
+
+def _attr_value(attr: onnx.AttributeProto, loading: _Loading, scope: tuple[str, ...]) -> Any:
+    base_dir = loading.base_dir
     A = onnx.AttributeProto
     t = attr.type
     if t == A.FLOAT:
@@ -149,7 +154,7 @@ def _attr_value(
     if t == A.TENSOR:
         return _tensor(attr.t, base_dir)
     if t == A.GRAPH:
-        return _build(attr.g, opsets, missing, scope, base_dir)
+        return _build(attr.g, loading, scope)
     if t == A.SPARSE_TENSOR:
         return _sparse_to_dense(attr.sparse_tensor, base_dir)
     if t == A.TYPE_PROTO:
@@ -163,7 +168,7 @@ def _attr_value(
     if t == A.TENSORS:
         return [_tensor(v, base_dir) for v in attr.tensors]
     if t == A.GRAPHS:
-        return [_build(g, opsets, missing, scope, base_dir) for g in attr.graphs]
+        return [_build(g, loading, scope) for g in attr.graphs]
     if t == A.SPARSE_TENSORS:
         return [_sparse_to_dense(v, base_dir) for v in attr.sparse_tensors]
     if t == A.TYPE_PROTOS:
@@ -187,55 +192,53 @@ def _sparse_to_dense(sp: onnx.SparseTensorProto, base_dir: str | None) -> np.nda
     return dense
 
 
-def _build(
-    graph: onnx.GraphProto,
-    opsets: dict[str, int],
-    missing: dict[tuple[str, str, int], list[str]],
-    scope: tuple[str, ...],
-    base_dir: str | None,
-) -> Graph:
+def _node(n: onnx.NodeProto, i: int, loading: _Loading, scope: tuple[str, ...]) -> Node:
+    """Graph node ``i``: its op looked up at the model's opset (a missing one noted in
+    ``loading.missing``), its attributes read, the outer tensors its subgraphs read."""
+    opsets = loading.opsets
+    domain = "" if n.domain == "ai.onnx" else n.domain
+    opset = opsets.get(domain, opsets.get("", 1) if domain == "" else 1)
+    opdef = ops.lookup(n.op_type, opset, domain)
+    name = n.name or f"{n.op_type}_{i}"
+    if opdef is None:
+        loading.missing.setdefault((domain, n.op_type, opset), []).append(
+            "/".join((*scope, name)) if scope else name
+        )
+    attrs = {a.name: _attr_value(a, loading, (*scope, name, a.name)) for a in n.attribute}
+    if opdef is not None and "num_outputs" not in attrs and _takes_num_outputs(opdef):
+        attrs["num_outputs"] = len(n.output)
+    outer: set[str] = set()
+    for v in attrs.values():
+        subs = [v] if isinstance(v, Graph) else v if isinstance(v, list) else []
+        for s in subs:
+            if isinstance(s, Graph):
+                outer |= s.outer_reads
+    return Node(
+        name=name,
+        op_type=n.op_type,
+        domain=domain,
+        inputs=tuple(n.input),
+        outputs=tuple(n.output),
+        attrs=attrs,
+        opdef=opdef,
+        outer_reads=frozenset(outer),
+    )
+
+
+def _build(graph: onnx.GraphProto, loading: _Loading, scope: tuple[str, ...]) -> Graph:
     initializers: dict[str, Any] = {}
     for t in graph.initializer:
-        initializers[t.name] = _tensor(t, base_dir)
+        initializers[t.name] = _tensor(t, loading.base_dir)
     for st in graph.sparse_initializer:
-        initializers[st.values.name] = _sparse_to_dense(st, base_dir)
+        initializers[st.values.name] = _sparse_to_dense(st, loading.base_dir)
     input_names = [i.name for i in graph.input if i.name not in initializers]
-    nodes: list[Node] = []
-    for i, n in enumerate(graph.node):
-        domain = "" if n.domain == "ai.onnx" else n.domain
-        opset = opsets.get(domain, opsets.get("", 1) if domain == "" else 1)
-        opdef = ops.lookup(n.op_type, opset, domain)
-        name = n.name or f"{n.op_type}_{i}"
-        if opdef is None:
-            missing.setdefault((domain, n.op_type, opset), []).append(
-                "/".join((*scope, name)) if scope else name
-            )
-        attrs = {}
-        for a in n.attribute:
-            attrs[a.name] = _attr_value(a, opsets, missing, (*scope, name, a.name), base_dir)
-        if opdef is not None and "num_outputs" not in attrs and _takes_num_outputs(opdef):
-            attrs["num_outputs"] = len(n.output)
-        outer: set[str] = set()
-        for v in attrs.values():
-            subs = [v] if isinstance(v, Graph) else v if isinstance(v, list) else []
-            for s in subs:
-                if isinstance(s, Graph):
-                    outer |= s.outer_reads
-        nodes.append(
-            Node(
-                name=name,
-                op_type=n.op_type,
-                domain=domain,
-                inputs=tuple(n.input),
-                outputs=tuple(n.output),
-                attrs=attrs,
-                opdef=opdef,
-                outer_reads=frozenset(outer),
-            )
-        )
+    nodes = [_node(n, i, loading, scope) for i, n in enumerate(graph.node)]
     known = set(initializers) | {i.name for i in graph.input}
     _check_single_writer(nodes, set(initializers), known, graph.name)
     nodes = fold.fold_batch_norms(nodes, initializers, [o.name for o in graph.output])
+    nodes = qdq.quantized_matmuls(
+        nodes, initializers, [o.name for o in graph.output], loading.opsets
+    )
     known |= set(initializers)  # the folded weights are initializers now
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
@@ -254,7 +257,7 @@ def _build(
         initializers=initializers,
         input_names=input_names,
         output_names=[o.name for o in graph.output],
-        opsets=dict(opsets),
+        opsets=dict(loading.opsets),
         outer_reads=outer_reads,
         value_info=value_info,
     )

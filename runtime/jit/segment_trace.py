@@ -92,12 +92,6 @@ def cost_of(exe: Any) -> dict[str, float | None] | None:
     }
 
 
-def _is_host_value(v: Any) -> bool:
-    if isinstance(v, list):
-        return all(_is_host_value(x) for x in v)
-    return v is None or ops.is_host(v)
-
-
 def _has_64bit(values: Sequence[Any]) -> bool:
     for v in values:
         if isinstance(v, list):
@@ -224,7 +218,7 @@ def _split_outputs(seg: Segment, env: Mapping[str, Any]) -> tuple[dict[str, Any]
     dynamic: list[str] = []
     for name in seg.outputs:
         v = env[name]
-        if _is_host_value(v):
+        if ops.all_on_host(v):
             host[name] = v
         else:
             dynamic.append(name)

@@ -8,8 +8,10 @@ optional input) and its attributes as keyword parameters with the spec's default
 
 Values are ``numpy.ndarray`` when they are known on the host (initializers, constants,
 shape arithmetic folded from static shapes) and ``jax.Array`` (or a tracer) otherwise;
-``xp(*values)`` picks ``numpy`` when every value is on the host, so shape arithmetic
-stays static inside ``jax.jit``. Ops with several outputs return a tuple.
+``xp(*values)`` picks ``numpy`` when every value is on the host, so an op fed only host
+values returns a host value and shape arithmetic stays static inside ``jax.jit``. Results
+keep the ONNX dtype of their inputs exactly; numpy's reductions and jax's small-integer
+promotion are told the dtype explicitly. Ops with several outputs return a tuple.
 
 Registration carries what graph analysis needs to find graph breaks:
 
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OpDef", "is_host", "lookup", "op", "registered", "xp"]
+__all__ = ["OpDef", "all_on_host", "each_tensor", "is_host", "lookup", "op", "registered", "xp"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,24 @@ def registered() -> dict[tuple[str, str], list[OpDef]]:
 def is_host(value: Any) -> bool:
     """True for a value known on the host (numpy array or Python scalar)."""
     return isinstance(value, (np.ndarray, np.generic, int, float, bool))
+
+
+def all_on_host(value: Any) -> bool:
+    """True for an op value wholly on the host: a host tensor, every item of a sequence
+    (a list), or None (an absent optional)."""
+    if isinstance(value, list):
+        return all(all_on_host(v) for v in value)
+    return value is None or is_host(value)
+
+
+def each_tensor(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert`` applied to an op value's tensors: a sequence (a list) item by item; None
+    (an absent optional) stays None."""
+    if isinstance(value, list):
+        return [each_tensor(v, convert) for v in value]
+    if value is None:
+        return None
+    return convert(value)
 
 
 def xp(*values: Any) -> Any:

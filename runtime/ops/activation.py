@@ -1,9 +1,6 @@
 """Activations and the softmax family.
 
-Each op works on numpy values (host, shape arithmetic) and on jax values alike: ``xp``
-picks the array module, so an op fed only host values returns a host value and stays
-static inside ``jax.jit``. Results keep the ONNX dtype of their inputs exactly; numpy's
-reductions and jax's small-integer promotion are told the dtype explicitly.
+Host and jax values alike, each result in its inputs' ONNX dtype (see ``ember.runtime.ops``).
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ import numpy as np
 
 from ember.runtime.ops import op, xp
 from ember.runtime.ops._common import as_str as _str
-from ember.runtime.ops._common import host as _host
 from ember.runtime.ops.math import astype, erf, widen
 
 Array = Any
@@ -171,13 +167,34 @@ def _flattened_2d(m: Any, x: Array, axis: int, fn: Any) -> Array:
     return fn(m, x.reshape(rows, -1), 1).reshape(x.shape)
 
 
+def _max_along(m: Any, x: Array, axis: int) -> Array:
+    """``max(x, axis, keepdims=True)``; on jax, the axis is first halved by elementwise
+    maxima down to 16 (the halves overlap by one where the length is odd: max does not
+    mind) and only the rest reduced. XLA:CPU's max reduction (NaN-propagating) runs a
+    scalar loop: over the 400 keys of a [1, 6, 400, 400] attention it took 1.26 ms, the
+    halving 0.24 ms; NaNs propagate through ``maximum`` alike."""
+    if m is np:
+        return np.max(x, axis=axis, keepdims=True)
+    from jax import lax
+
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    while n > 16:
+        h = (n + 1) // 2
+        x = m.maximum(
+            lax.slice_in_dim(x, 0, h, axis=axis), lax.slice_in_dim(x, n - h, n, axis=axis)
+        )
+        n = h
+    return m.max(x, axis=axis, keepdims=True)
+
+
 def _softmax(m: Any, x: Array, axis: int) -> Array:
-    e = m.exp(x - m.max(x, axis=axis, keepdims=True))
+    e = m.exp(x - _max_along(m, x, axis))
     return e / m.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(m: Any, x: Array, axis: int) -> Array:
-    shifted = x - m.max(x, axis=axis, keepdims=True)
+    shifted = x - _max_along(m, x, axis)
     return shifted - m.log(m.sum(m.exp(shifted), axis=axis, keepdims=True))
 
 
@@ -188,42 +205,29 @@ def _hardmax(m: Any, x: Array, axis: int) -> Array:
     return (m.expand_dims(idx, axis) == positions).astype(x.dtype)
 
 
-@op("Softmax")
-def softmax_v1(input: Array, *, axis: int = 1) -> Array:
-    """Softmax of the input coerced to 2-D at ``axis`` (rows normalised); opsets 1-12."""
-    m = xp(input)
-    return astype(m, _flattened_2d(m, input, axis, _softmax), input.dtype)
+def _register_normalizer(name: str, fn: Any, what: str) -> None:
+    """``name`` for opsets 1-12 (the input coerced to 2-D at ``axis``, each row taken by
+    ``fn``) and 13+ (``fn`` along ``axis``), in the input's dtype."""
+
+    def per_row(input: Array, *, axis: int = 1) -> Array:
+        m = xp(input)
+        return astype(m, _flattened_2d(m, input, axis, fn), input.dtype)
+
+    def along_axis(input: Array, *, axis: int = -1) -> Array:
+        m = xp(input)
+        return astype(m, fn(m, input, axis), input.dtype)
+
+    snake = fn.__name__.lstrip("_")
+    per_row.__name__, along_axis.__name__ = f"{snake}_v1", snake
+    per_row.__doc__ = f"{what} of each row, the input coerced to 2-D at ``axis``; opsets 1-12."
+    along_axis.__doc__ = f"{what} along ``axis``; opset 13+."
+    op(name)(per_row)
+    op(name, since=13)(along_axis)
 
 
-@op("Softmax", since=13)
-def softmax(input: Array, *, axis: int = -1) -> Array:
-    """Softmax along ``axis``; opset 13+."""
-    m = xp(input)
-    return astype(m, _softmax(m, input, axis), input.dtype)
-
-
-@op("LogSoftmax")
-def log_softmax_v1(input: Array, *, axis: int = 1) -> Array:
-    """Log-softmax of the input coerced to 2-D at ``axis``; opsets 1-12."""
-    m = xp(input)
-    return astype(m, _flattened_2d(m, input, axis, _log_softmax), input.dtype)
-
-
-@op("LogSoftmax", since=13)
-def log_softmax(input: Array, *, axis: int = -1) -> Array:
-    """Log-softmax along ``axis``; opset 13+."""
-    m = xp(input)
-    return astype(m, _log_softmax(m, input, axis), input.dtype)
-
-
-@op("Hardmax")
-def hardmax_v1(input: Array, *, axis: int = 1) -> Array:
-    """One-hot of the row's first maximum, input coerced to 2-D at ``axis``; opsets 1-12."""
-    m = xp(input)
-    return _host(_flattened_2d(m, input, axis, _hardmax))
-
-
-@op("Hardmax", since=13)
-def hardmax(input: Array, *, axis: int = -1) -> Array:
-    """One-hot of the first maximum along ``axis``; opset 13+."""
-    return _host(_hardmax(xp(input), input, axis))
+for _name, _fn, _what in [
+    ("Softmax", _softmax, "Softmax"),
+    ("LogSoftmax", _log_softmax, "Log-softmax"),
+    ("Hardmax", _hardmax, "One-hot of the first maximum"),
+]:
+    _register_normalizer(_name, _fn, _what)

@@ -1,9 +1,6 @@
 """Casts: Cast, CastLike, BitCast, and ONNX's dtype codes.
 
-Each op works on numpy values (host, shape arithmetic) and on jax values alike: ``xp``
-picks the array module, so an op fed only host values returns a host value and stays
-static inside ``jax.jit``. Results keep the ONNX dtype of their inputs exactly; numpy's
-reductions and jax's small-integer promotion are told the dtype explicitly.
+Host and jax values alike, each result in its inputs' ONNX dtype (see ``ember.runtime.ops``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import is_host, op
+from . import each_tensor, is_host, op
 
 __all__ = ["LoopNeedsHost", "if_", "loop", "loop_bounded", "loop_scan_outputs", "scan"]
 
@@ -81,13 +81,9 @@ def if_(cond: Any, *, then_branch: Any, else_branch: Any) -> tuple[Any, ...]:
 
 
 def _as_jax(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_as_jax(x) for x in v]
-    if v is None:
-        return v
     import jax.numpy as jnp
 
-    return jnp.asarray(v)
+    return each_tensor(v, jnp.asarray)
 
 
 def _stack(values: list[Any]) -> Any:

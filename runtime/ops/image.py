@@ -185,18 +185,21 @@ def _roi_samples(roi, height, width, ph, pw, sampling_ratio, spatial_scale, half
     return pos, w, count
 
 
-def _roi_align(
+@op("RoiAlign", since=16, host_inputs=(1,))
+def roi_align(
     X,
     rois,
     batch_indices,
     *,
-    half_pixel,
-    mode,
-    output_height,
-    output_width,
-    sampling_ratio,
-    spatial_scale,
+    coordinate_transformation_mode="half_pixel",
+    mode="avg",
+    output_height=1,
+    output_width=1,
+    sampling_ratio=0,
+    spatial_scale=1.0,
 ):
+    """Average or max of bilinear samples over each region's bins; opset 16+."""
+    half_pixel = coordinate_transformation_mode == "half_pixel"
     x = jnp.asarray(X)
     r = np.asarray(rois, np.float64)
     n_rois = r.shape[0]
@@ -238,56 +241,11 @@ def _roi_align(
 
 
 @op("RoiAlign", since=10, host_inputs=(1,))
-def roi_align_10(
-    X,
-    rois,
-    batch_indices,
-    *,
-    mode="avg",
-    output_height=1,
-    output_width=1,
-    sampling_ratio=0,
-    spatial_scale=1.0,
-):
+def roi_align_10(X, rois, batch_indices, **attributes):
     """Average or max of bilinear samples over each region's bins (no half-pixel); opsets 10-15."""
-    return _roi_align(
-        X,
-        rois,
-        batch_indices,
-        half_pixel=False,
-        mode=mode,
-        output_height=output_height,
-        output_width=output_width,
-        sampling_ratio=sampling_ratio,
-        spatial_scale=spatial_scale,
-    )
-
-
-@op("RoiAlign", since=16, host_inputs=(1,))
-def roi_align(
-    X,
-    rois,
-    batch_indices,
-    *,
-    coordinate_transformation_mode="half_pixel",
-    mode="avg",
-    output_height=1,
-    output_width=1,
-    sampling_ratio=0,
-    spatial_scale=1.0,
-):
-    """Average or max of bilinear samples over each region's bins; opset 16+."""
-    return _roi_align(
-        X,
-        rois,
-        batch_indices,
-        half_pixel=coordinate_transformation_mode == "half_pixel",
-        mode=mode,
-        output_height=output_height,
-        output_width=output_width,
-        sampling_ratio=sampling_ratio,
-        spatial_scale=spatial_scale,
-    )
+    # opset 16 added coordinate_transformation_mode; before it, no half-pixel offset
+    mode = "output_half_pixel"
+    return roi_align(X, rois, batch_indices, coordinate_transformation_mode=mode, **attributes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,6 @@
 """Matrix products: MatMul, MatMulInteger, Gemm, Einsum, Det.
 
-Each op works on numpy values (host, shape arithmetic) and on jax values alike: ``xp``
-picks the array module, so an op fed only host values returns a host value and stays
-static inside ``jax.jit``. Results keep the ONNX dtype of their inputs exactly; numpy's
-reductions and jax's small-integer promotion are told the dtype explicitly.
+Host and jax values alike, each result in its inputs' ONNX dtype (see ``ember.runtime.ops``).
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.runtime.ops import op, xp
+from ember.runtime.ops import is_host, op, xp
 from ember.runtime.ops._common import as_str as _str
 from ember.runtime.ops.math import astype
 
@@ -35,6 +32,8 @@ def matmul_integer(
 ) -> Array:
     """Integer matrix product in int32 after subtracting the zero points; opset 10+."""
     m = xp(A, B, a_zero_point, b_zero_point)
+    if m is not np and _bytes_wide(A) and _bytes_wide(B) and A.ndim >= 2 and B.ndim >= 2:
+        return _int8_matmul(A, B, a_zero_point, b_zero_point)
     a = A.astype(np.int32)
     b = B.astype(np.int32)
     if a_zero_point is not None:
@@ -45,6 +44,56 @@ def matmul_integer(
     if b_zero_point is not None:
         b = b - b_zero_point.astype(np.int32)
     return astype(m, m.matmul(a, b), np.int32)
+
+
+def _bytes_wide(x: Array) -> bool:
+    return np.dtype(x.dtype) in (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _as_int8(x: Array) -> tuple[Array, int]:
+    """``x`` as int8 and the offset taken off: uint8 values less 128 (exact), int8 as is."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    if np.dtype(x.dtype) == np.dtype(np.int8):
+        return x, 0
+    return lax.bitcast_convert_type(jnp.bitwise_xor(x, jnp.uint8(128)), jnp.int8), 128
+
+
+def _zero_point(zp: Array | None, offset: int, per_row: bool) -> Array | int:
+    """The zero point of the int8 operand (``zp - offset``) in int32; 0 where it is none."""
+    if zp is None:
+        return -offset
+    z = zp.astype(np.int32) - offset
+    if is_host(z) and not np.any(z):
+        return 0
+    return z.reshape(-1, 1) if per_row and z.ndim == 1 and z.shape[0] > 1 else z
+
+
+def _int8_matmul(A: Array, B: Array, a_zp: Array | None, b_zp: Array | None) -> Array:
+    """MatMulInteger of 8-bit operands as an int8 x int8 -> int32 dot, exact.
+
+    XLA:CPU runs int8 dots on the CPU's int8 instructions (AMX / VNNI: a 400x1536x384 dot
+    in 0.26 ms against 3.7 ms in float32), but a uint8 or mixed dot, or one in int32, in
+    slow loops. So uint8 operands are shifted to int8 (``a - 128``) and the zero points with
+    them, and with ``a' = a - za``, ``b' = b - zb`` on the int8 values:
+
+        sum_k (a_k - za)(b_k - zb) = a.b - za * colsum(b) - zb * rowsum(a) + K za zb
+    """
+    import jax.numpy as jnp
+
+    a, a_off = _as_int8(A)
+    b, b_off = _as_int8(B)
+    za = _zero_point(a_zp, a_off, per_row=True)
+    zb = _zero_point(b_zp, b_off, per_row=False)
+    acc = jnp.matmul(a, b, preferred_element_type=jnp.int32)
+    if not (isinstance(za, int) and za == 0):
+        acc = acc - za * jnp.sum(b, axis=-2, keepdims=True, dtype=jnp.int32)
+    if not (isinstance(zb, int) and zb == 0):
+        acc = acc - zb * jnp.sum(a, axis=-1, keepdims=True, dtype=jnp.int32)
+        if not (isinstance(za, int) and za == 0):
+            acc = acc + A.shape[-1] * za * zb
+    return acc
 
 
 @op("Gemm")

@@ -1,9 +1,6 @@
 """Elementwise arithmetic, logic and comparisons.
 
-Each op works on numpy values (host, shape arithmetic) and on jax values alike: ``xp``
-picks the array module, so an op fed only host values returns a host value and stays
-static inside ``jax.jit``. Results keep the ONNX dtype of their inputs exactly; numpy's
-reductions and jax's small-integer promotion are told the dtype explicitly.
+Host and jax values alike, each result in its inputs' ONNX dtype (see ``ember.runtime.ops``).
 
 Activations are in ``activation.py``, matrix products in ``linalg.py``, reductions in
 ``reduce.py`` and casts in ``cast.py``; they share the helpers here.
@@ -12,6 +9,7 @@ Activations are in ``activation.py``, matrix products in ``linalg.py``, reductio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,42 +65,59 @@ def _legacy_broadcast(A: Array, B: Array, axis: int | None, broadcast: int) -> A
     return B.reshape(tuple(B.shape) + (1,) * (A.ndim - axis - B.ndim))
 
 
-@op("Add")
-def add(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+def _legacy_broadcasting(
+    name: str, *, consumed_inputs: bool = False
+) -> Callable[[Callable[[Array, Array], Array]], Callable[..., Any]]:
+    """Register ``fn(A, B)`` as the op ``name`` with the attributes it had below opset 7:
+    ``broadcast``/``axis`` (applied before ``fn``) and, for the four arithmetic ops,
+    ``consumed_inputs`` (ignored)."""
+
+    def register(fn: Callable[[Array, Array], Array]) -> Callable[..., Any]:
+        def legacy(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
+            return fn(A, _legacy_broadcast(A, B, axis, broadcast))
+
+        def arithmetic(
+            A: Array,
+            B: Array,
+            *,
+            axis: int | None = None,
+            broadcast: int = 0,
+            consumed_inputs: Any = None,
+        ) -> Array:
+            return fn(A, _legacy_broadcast(A, B, axis, broadcast))
+
+        wrapper = arithmetic if consumed_inputs else legacy
+        wrapper.__name__ = wrapper.__qualname__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        return op(name)(wrapper)
+
+    return register
+
+
+@_legacy_broadcasting("Add", consumed_inputs=True)
+def add(A: Array, B: Array) -> Array:
     """A + B, numpy broadcasting (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).add(A, B))
 
 
-@op("Sub")
-def sub(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+@_legacy_broadcasting("Sub", consumed_inputs=True)
+def sub(A: Array, B: Array) -> Array:
     """A - B, numpy broadcasting (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     return _host(xp(A, B).subtract(A, B))
 
 
-@op("Mul")
-def mul(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+@_legacy_broadcasting("Mul", consumed_inputs=True)
+def mul(A: Array, B: Array) -> Array:
     """A * B (logical and for bool), broadcast (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if np.dtype(A.dtype) == np.bool_:
         return _host(m.logical_and(A, B))
     return _host(m.multiply(A, B))
 
 
-@op("Div")
-def div(
-    A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0, consumed_inputs: Any = None
-) -> Array:
+@_legacy_broadcasting("Div", consumed_inputs=True)
+def div(A: Array, B: Array) -> Array:
     """A / B, integers truncated toward zero (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
     m = xp(A, B)
     if is_int(A.dtype):
         # ONNX integer division truncates toward zero (C semantics); stay in integers so
@@ -226,25 +241,32 @@ def mean(*data_0: Array) -> Array:
 # ------------------------------------------------------------------ logic and compare
 
 
-@op("And")
-def and_(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
-    """Logical A and B (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
-    return _host(xp(A, B).logical_and(A, B))
+def _numpy_binary(name: str, fn_name: str, what: str, since: int, legacy: bool) -> None:
+    """Register numpy's (or jax.numpy's) ``fn_name`` of A and B as the op ``name``;
+    ``legacy``: with the ``broadcast``/``axis`` attributes of opsets below 7."""
+
+    def fn(A: Array, B: Array) -> Array:
+        return _host(getattr(xp(A, B), fn_name)(A, B))
+
+    fn.__name__ = fn_name
+    legacy_note = " (below 7 also ``broadcast``/``axis``)" if legacy else ""
+    fn.__doc__ = f"{what}{legacy_note}; opset {since}+."
+    (_legacy_broadcasting(name) if legacy else op(name, since=since))(fn)
 
 
-@op("Or")
-def or_(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
-    """Logical A or B (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
-    return _host(xp(A, B).logical_or(A, B))
-
-
-@op("Xor")
-def xor(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
-    """Logical A xor B (below 7 also ``broadcast``/``axis``); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
-    return _host(xp(A, B).logical_xor(A, B))
+for _name, _fn, _what, _since, _legacy in [
+    ("And", "logical_and", "Logical A and B", 1, True),
+    ("Or", "logical_or", "Logical A or B", 1, True),
+    ("Xor", "logical_xor", "Logical A xor B", 1, True),
+    ("Less", "less", "A < B elementwise", 1, True),
+    ("Greater", "greater", "A > B elementwise", 1, True),
+    ("LessOrEqual", "less_equal", "A <= B elementwise", 12, False),
+    ("GreaterOrEqual", "greater_equal", "A >= B elementwise", 12, False),
+    ("BitwiseAnd", "bitwise_and", "A & B on integers", 18, False),
+    ("BitwiseOr", "bitwise_or", "A | B on integers", 18, False),
+    ("BitwiseXor", "bitwise_xor", "A ^ B on integers", 18, False),
+]:
+    _numpy_binary(_name, _fn, _what, _since, _legacy)
 
 
 @op("Not")
@@ -253,40 +275,13 @@ def not_(X: Array) -> Array:
     return _host(xp(X).logical_not(X))
 
 
-@op("Equal")
-def equal(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
-    """A == B elementwise (strings compared as text); opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
+@_legacy_broadcasting("Equal")
+def equal(A: Array, B: Array) -> Array:
+    """A == B elementwise, strings as text (below 7 also ``broadcast``/``axis``); opset 1+."""
     m = xp(A, B)
     if A.dtype == object or B.dtype == object or A.dtype.kind in "US":
         return np.asarray(np.asarray(A).astype(str) == np.asarray(B).astype(str))
     return _host(m.equal(A, B))
-
-
-@op("Less")
-def less(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
-    """A < B elementwise; opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
-    return _host(xp(A, B).less(A, B))
-
-
-@op("Greater")
-def greater(A: Array, B: Array, *, axis: int | None = None, broadcast: int = 0) -> Array:
-    """A > B elementwise; opset 1+."""
-    B = _legacy_broadcast(A, B, axis, broadcast)
-    return _host(xp(A, B).greater(A, B))
-
-
-@op("LessOrEqual", since=12)
-def less_or_equal(A: Array, B: Array) -> Array:
-    """A <= B elementwise; opset 12+."""
-    return _host(xp(A, B).less_equal(A, B))
-
-
-@op("GreaterOrEqual", since=12)
-def greater_or_equal(A: Array, B: Array) -> Array:
-    """A >= B elementwise; opset 12+."""
-    return _host(xp(A, B).greater_equal(A, B))
 
 
 @op("BitShift", since=11)
@@ -295,24 +290,6 @@ def bit_shift(X: Array, Y: Array, *, direction: str = "LEFT") -> Array:
     m = xp(X, Y)
     shift = m.left_shift if _str(direction) == "LEFT" else m.right_shift
     return astype(m, shift(X, Y.astype(X.dtype)), X.dtype)
-
-
-@op("BitwiseAnd", since=18)
-def bitwise_and(A: Array, B: Array) -> Array:
-    """A & B on integers; opset 18+."""
-    return _host(xp(A, B).bitwise_and(A, B))
-
-
-@op("BitwiseOr", since=18)
-def bitwise_or(A: Array, B: Array) -> Array:
-    """A | B on integers; opset 18+."""
-    return _host(xp(A, B).bitwise_or(A, B))
-
-
-@op("BitwiseXor", since=18)
-def bitwise_xor(A: Array, B: Array) -> Array:
-    """A ^ B on integers; opset 18+."""
-    return _host(xp(A, B).bitwise_xor(A, B))
 
 
 @op("IsNaN", since=9)

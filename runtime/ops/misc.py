@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from . import op
+from .linalg import matmul_integer
 
 _FP8 = {
     np.dtype(ml_dtypes.float8_e4m3fn),
@@ -148,14 +149,7 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
         b_real = bv.astype(jnp.float32) * jnp.asarray(b_scale, jnp.float32)
         prod = jnp.matmul(a_real, b_real) / jnp.asarray(y_scale, jnp.float32)
         return prod.astype(np.dtype(y_zero_point.dtype))
-    ai = av.astype(jnp.int32)
-    bi = bv.astype(jnp.int32)
-    if a_zero_point is not None:
-        azp = jnp.asarray(a_zero_point).astype(jnp.int32)
-        ai = ai - (azp.reshape(-1, 1) if azp.ndim == 1 and azp.size > 1 else azp)
-    if b_zero_point is not None:
-        bi = bi - jnp.asarray(b_zero_point).astype(jnp.int32)
-    acc = jnp.matmul(ai, bi, preferred_element_type=jnp.int32)
+    acc = matmul_integer(av, bv, a_zero_point, b_zero_point)  # an int8 dot where it can
     sa = jnp.asarray(a_scale)
     if sa.ndim == 1 and sa.size > 1:
         sa = sa.reshape(-1, 1)

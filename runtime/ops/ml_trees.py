@@ -558,6 +558,17 @@ def _plus_base_values(name: str, scores: Array, base: Any, n: int, what: str, dt
     return scores + jnp.asarray(base_a, dtype)
 
 
+def _v1_scores(
+    name: str, forest: _Forest, X: Array, aggregate: int, base: np.ndarray, what: str
+) -> tuple[Array, Array]:
+    """The leaves each row of ``X`` reaches in ``forest`` and the aggregated scores plus
+    ``base`` (one per ``what``: target or class)."""
+    x, dtype = _features(X)
+    leaves = _leaves(forest, x)
+    scores = _aggregate(forest, leaves, aggregate, dtype)
+    return leaves, _plus_base_values(name, scores, base, forest.n_targets, what, dtype)
+
+
 @op("TreeEnsembleRegressor", domain=ML)
 def tree_ensemble_regressor(
     X: Array,
@@ -607,10 +618,8 @@ def tree_ensemble_regressor(
         n_targets,
         "target",
     )
-    x, dtype = _features(X)
-    scores = _aggregate(forest, _leaves(forest, x), aggregate, dtype)
     base = _floats(base_values_as_tensor, base_values)
-    scores = _plus_base_values(name, scores, base, n_targets, "target", dtype)
+    _, scores = _v1_scores(name, forest, X, aggregate, base, "target")
     return _post_transform(scores, transform).astype(jnp.float32)
 
 
@@ -675,11 +684,8 @@ def tree_ensemble_classifier(
         n_classes,
         "class",
     )
-    x, dtype = _features(X)
-    leaves = _leaves(forest, x)
-    scores = _aggregate(forest, leaves, 1, dtype)
     base = _floats(base_values_as_tensor, base_values)
-    scores = _plus_base_values(name, scores, base, n_classes, "class", dtype)
+    leaves, scores = _v1_scores(name, forest, X, 1, base, "class")
     # the label is the first best class among those some leaf voted for
     best = jnp.argmax(jnp.where(_seen(forest, leaves), scores, -jnp.inf), axis=-1)
     if is_strings(labels):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
@@ -51,6 +52,33 @@ def pool_geometry(
         need = (size - 1) * strides_[i] + window
         extra.append(max(0, need - (spatial[i] + pad[i][0] + pad[i][1])))
     return kernel, strides_, pad, extra, dil
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The window attributes the pooling ops share (MaxPool below 8 has no dilations or
+    ceil mode: None and 0)."""
+
+    kernel_shape: Sequence[int]
+    auto_pad: str
+    pads: Sequence[int] | None
+    strides: Sequence[int] | None
+    dilations: Sequence[int] | None = None
+    ceil_mode: int = 0
+
+    def geometry(
+        self, x_shape: Sequence[int]
+    ) -> tuple[list[int], list[int], list[tuple[int, int]], list[int], list[int]]:
+        """``pool_geometry`` of these attributes over an input of ``x_shape``."""
+        return pool_geometry(
+            x_shape,
+            self.kernel_shape,
+            auto_pad=self.auto_pad,
+            pads=self.pads,
+            strides=self.strides,
+            dilations=self.dilations,
+            ceil_mode=self.ceil_mode,
+        )
 
 
 def lowest_value(dtype: Any) -> Any:
@@ -173,18 +201,8 @@ def _max_pool_indices(x, kernel, strides, pad, extra, dil, out_sp, storage_order
     return y, (pos.astype(jnp.int64) + base)
 
 
-def _max_pool(
-    x, kernel_shape, auto_pad, ceil_mode, dilations, pads, strides, storage_order, with_indices
-):
-    kernel, strides_, pad, extra, dil = pool_geometry(
-        x.shape,
-        kernel_shape,
-        auto_pad=auto_pad,
-        pads=pads,
-        strides=strides,
-        dilations=dilations,
-        ceil_mode=ceil_mode,
-    )
+def _max_pool(x, window: _Window, storage_order, with_indices):
+    kernel, strides_, pad, extra, dil = window.geometry(x.shape)
     padding = [(lo, hi + e) for (lo, hi), e in zip(pad, extra, strict=True)]
     y = window_max(x, range(2, x.ndim), kernel, strides_, padding, dil)
     if not with_indices:
@@ -196,7 +214,7 @@ def _max_pool(
 @op("MaxPool")
 def max_pool_1(X, *, auto_pad="NOTSET", kernel_shape=(), pads=None, strides=None):
     """Max over each window (no dilations, indices or ceil mode); opsets 1-7."""
-    return _max_pool(jnp.asarray(X), kernel_shape, auto_pad, 0, None, pads, strides, 0, False)
+    return _max_pool(jnp.asarray(X), _Window(kernel_shape, auto_pad, pads, strides), 0, False)
 
 
 @op("MaxPool", since=8)
@@ -215,31 +233,12 @@ def max_pool(
     # The interpreter passes the node's output count: the Indices gather is only built
     # when a model asks for it.
     """Max over each window, dilated, ceil mode, with optional flat argmax indices; opset 8+."""
-    return _max_pool(
-        jnp.asarray(X),
-        kernel_shape,
-        auto_pad,
-        ceil_mode,
-        dilations,
-        pads,
-        strides,
-        storage_order,
-        num_outputs > 1,
-    )
+    window = _Window(kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    return _max_pool(jnp.asarray(X), window, storage_order, num_outputs > 1)
 
 
-def _avg_or_lp(
-    x, kernel_shape, p, *, auto_pad, ceil_mode, count_include_pad, dilations, pads, strides
-):
-    kernel, strides_, pad, extra, dil = pool_geometry(
-        x.shape,
-        kernel_shape,
-        auto_pad=auto_pad,
-        pads=pads,
-        strides=strides,
-        dilations=dilations,
-        ceil_mode=ceil_mode,
-    )
+def _avg_or_lp(x, window: _Window, p, count_include_pad):
+    kernel, strides_, pad, extra, dil = window.geometry(x.shape)
     vals = x if p is None else jnp.abs(x) ** p
     total = _reduce_window(
         vals, jnp.asarray(0, x.dtype), lax.add, kernel, strides_, pad, extra, dil
@@ -275,17 +274,8 @@ def average_pool(
     strides=None,
 ):
     """Mean over each window, with or without the padding counted; opset 1+."""
-    return _avg_or_lp(
-        jnp.asarray(X),
-        kernel_shape,
-        None,
-        auto_pad=auto_pad,
-        ceil_mode=ceil_mode,
-        count_include_pad=count_include_pad,
-        dilations=dilations,
-        pads=pads,
-        strides=strides,
-    )
+    window = _Window(kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    return _avg_or_lp(jnp.asarray(X), window, None, count_include_pad)
 
 
 @op("LpPool")
@@ -301,17 +291,8 @@ def lp_pool(
     strides=None,
 ):
     """The p-norm over each window; opset 1+."""
-    return _avg_or_lp(
-        jnp.asarray(X),
-        kernel_shape,
-        p,
-        auto_pad=auto_pad,
-        ceil_mode=ceil_mode,
-        count_include_pad=1,
-        dilations=dilations,
-        pads=pads,
-        strides=strides,
-    )
+    window = _Window(kernel_shape, auto_pad, pads, strides, dilations, ceil_mode)
+    return _avg_or_lp(jnp.asarray(X), window, p, 1)
 
 
 def spatial_axes(x) -> tuple[int, ...]:

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 from ember.analysis import VIEW_NAMES
 from ember.analysis.lake.ingest import LAKE_TABLES
@@ -13,6 +18,18 @@ from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 COMPARED = (*LAKE_TABLES, "ingested_files", *VIEW_NAMES)
 # columns that say when, not what
 VOLATILE = {"ingested_files": ["ingested_at"], "rejected_lines": ["ingested_at"]}
+
+
+def require_spark() -> ModuleType:
+    """At the top of a Spark test module: skip it without PySpark, fail it (saying how to
+    install it) without Java. Returns ``pyspark``."""
+    pyspark = pytest.importorskip("pyspark", reason="pip install -e '.[test]' installs PySpark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail(
+            "the Spark tests need Java 17+: apt-get install -y openjdk-17-jre-headless",
+            pytrace=False,
+        )
+    return pyspark
 
 
 def bad_corpus(path: Path, run_id: str = "bad-run") -> Path:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 
@@ -24,32 +22,13 @@ from typer.testing import CliRunner
 from ember.analysis import DatabaseBusyError, connect, ingest
 from ember.analysis.synthetic import write_trace
 from ember.cli.main import app
-
-HOLD = textwrap.dedent(
-    """
-    import sys, time
-    from ember.analysis import connect
-    con = connect(sys.argv[1])
-    print("ready", flush=True)
-    time.sleep(60)
-    """
-)
-
-INGEST = textwrap.dedent(
-    """
-    import sys
-    from ember.analysis import ingest
-    ingest(sys.argv[2:], sys.argv[1])
-    """
-)
+from tests import recordings
 
 
 @pytest.fixture
 def writer_holding(tmp_path):
     db = tmp_path / "busy.duckdb"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(db)], stdout=subprocess.PIPE, text=True
-    )
+    proc = recordings.start("hold_database", str(db), "60", stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         yield db, proc.pid
@@ -149,7 +128,7 @@ def test_a_reader_during_an_ingest_sees_whole_files_only(tmp_path):
         counts[f"run{i}"] = write_trace(path, 20_000, run_id=f"run{i}", seed=i)
         files.append(str(path))
     db = tmp_path / "c.duckdb"
-    proc = subprocess.Popen([sys.executable, "-c", INGEST, str(db), *files])
+    proc = recordings.start("ingest_files", str(db), *files)
     observations = []
     try:
         while True:
@@ -187,21 +166,9 @@ def test_a_reader_during_an_ingest_sees_whole_files_only(tmp_path):
     print("runs seen by the reader:", sorted({len(stored) for stored, _ in observations}))
 
 
-READER = textwrap.dedent(
-    """
-    import sys, time
-    from ember.analysis import connect
-    con = connect(sys.argv[1], read_only=True)
-    print("ready", flush=True)
-    time.sleep(float(sys.argv[2]))
-    con.close()
-    """
-)
-
-
 def _hold_for_reading(db, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", READER, str(db), str(seconds)], stdout=subprocess.PIPE, text=True
+    proc = recordings.start(
+        "hold_database", str(db), str(seconds), "--read-only", stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -245,49 +212,6 @@ def test_ember_query_has_a_wait_and_says_what_holds_the_file(writer_holding):
 
 # ---------------------------------------------------------------- all at once
 
-RECORDER = textwrap.dedent(
-    """
-    import sys, time
-    from ember.recorder import record
-    from pathlib import Path
-    path, seconds, ingested = sys.argv[1], float(sys.argv[2]), Path(sys.argv[3])
-    with record(path, run_id="live", flush_interval=0.05) as rec:
-        # at least `seconds`, and on until an ingest has run while recording (importing the
-        # CLI alone can take seconds on a loaded machine), at most a minute
-        start = time.monotonic()
-        i = 0
-        while time.monotonic() < start + seconds or (
-            not ingested.exists() and time.monotonic() < start + 60
-        ):
-            with rec.step("forward", index=i):
-                rec.memory("alloc", f"a{i}", 1000, dtype="float32", device="cpu:0")
-                rec.memory("free", f"a{i}", 1000, dtype="float32", device="cpu:0")
-            i += 1
-            if i % 50 == 0:
-                time.sleep(0.005)
-    """
-)
-
-INGEST_LOOP = textwrap.dedent(
-    """
-    import sys, time
-    from pathlib import Path
-    import typer.main
-    from ember.cli.main import app
-    path, db, stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    command = typer.main.get_command(app)
-    runs = 0
-    while True:
-        last = stop.exists()
-        command(["ingest", path, "--db", db], standalone_mode=False)  # raises on failure
-        runs += 1
-        Path(stop.with_suffix(".ingested")).touch()
-        if last:
-            break
-    print(runs, flush=True)
-    """
-)
-
 
 def test_recording_ingesting_and_reading_at_once_lose_and_repeat_nothing(tmp_path):
     # the README's promise: ingest keeps adding a run that is still being recorded while
@@ -296,11 +220,14 @@ def test_recording_ingesting_and_reading_at_once_lose_and_repeat_nothing(tmp_pat
     # the end every line of the trace is in the database once.
     trace, db, stop = tmp_path / "live.jsonl", tmp_path / "live.duckdb", tmp_path / "stop"
     ingested = stop.with_suffix(".ingested")  # the ingest loop's sign that one ingest ran
-    recorder = subprocess.Popen([sys.executable, "-c", RECORDER, str(trace), "4", str(ingested)])
+    recorder = recordings.start("live_recording", str(trace), "4", str(ingested))
     while not trace.exists():
         time.sleep(0.01)
-    ingester = subprocess.Popen(
-        [sys.executable, "-c", INGEST_LOOP, str(trace), str(db), str(stop)],
+    ingester = recordings.start(
+        "ingest_loop",
+        str(trace),
+        str(db),
+        str(stop),
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -8,7 +8,9 @@ import importlib
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -86,19 +88,31 @@ def _same(r: FileResult) -> dict:
     return {k: v for k, v in dataclasses.asdict(r).items() if k != "seconds"}
 
 
-def _one_at_a_time(files: list[Path], ingest_one) -> list[dict]:
-    return [_same(r) for path in files for r in ingest_one(path).files]
+@pytest.fixture(params=[256, 3], ids=["one-batch", "batches-of-3"])
+def batch_files(request: pytest.FixtureRequest) -> int:
+    """How many files a batch holds at the most (``BATCH_FILES``)."""
+    return request.param
 
 
-@pytest.mark.parametrize("batch_files", [256, 3])
+def _batched_as_one_at_a_time(
+    corpus: Path, ingest_into: Callable[[list[Path], Path], Any], batched: Path, single: Path
+) -> tuple[list[Path], list[FileResult]]:
+    """The bad corpus written to ``corpus``, ingested as a folder into ``batched`` and file by
+    file into ``single``: the results must be the same. The files and the batch's results."""
+    files = _corpus(corpus)
+    results = ingest_into([corpus], batched).files
+    one_at_a_time = [_same(r) for path in files for r in ingest_into([path], single).files]
+    assert [_same(r) for r in results] == one_at_a_time
+    return files, results
+
+
 def test_a_batch_gives_the_results_and_rows_of_one_file_at_a_time(
     tmp_path, monkeypatch, batch_files
 ):
     monkeypatch.setattr(ingest_module, "BATCH_FILES", batch_files)
-    files = _corpus(tmp_path / "traces")
-    batched = ingest([tmp_path / "traces"], tmp_path / "batched.duckdb").files
-    single = _one_at_a_time(files, lambda p: ingest([p], tmp_path / "single.duckdb"))
-    assert [_same(r) for r in batched] == single
+    _, batched = _batched_as_one_at_a_time(
+        tmp_path / "traces", ingest, tmp_path / "batched.duckdb", tmp_path / "single.duckdb"
+    )
     statuses = {Path(r.path).name: r.status for r in batched}
     assert statuses["d-partial.jsonl"] == "partial"
     assert [statuses[n] for n in ("e-nometa.jsonl", "f-copy.jsonl", "g-empty.jsonl")] == [
@@ -126,15 +140,13 @@ def test_a_batch_gives_the_results_and_rows_of_one_file_at_a_time(
     assert {r.status for r in again} == {"unchanged", "refused"}
 
 
-@pytest.mark.parametrize("batch_files", [256, 3])
 def test_a_lake_batch_gives_the_results_and_rows_of_one_file_at_a_time(
     tmp_path, monkeypatch, batch_files
 ):
     monkeypatch.setattr(lake_module, "BATCH_FILES", batch_files)
-    files = _corpus(tmp_path / "traces")
-    batched = ingest_lake([tmp_path / "traces"], tmp_path / "batched").files
-    single = _one_at_a_time(files, lambda p: ingest_lake([p], tmp_path / "single"))
-    assert [_same(r) for r in batched] == single
+    files, _ = _batched_as_one_at_a_time(
+        tmp_path / "traces", ingest_lake, tmp_path / "batched", tmp_path / "single"
+    )
     ingest(files, tmp_path / "file.duckdb")
     with (
         connect_lake(tmp_path / "batched") as a,

@@ -4,8 +4,6 @@ lake as DuckDB's, and every view gives the same rows on DuckDB (file), DuckDB (l
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,24 +13,19 @@ import pytest
 
 from ember.analysis import VIEW_NAMES, connect, ingest
 from ember.analysis.lake.ingest import connect_lake, ingest_lake, ingested_files
+from ember.analysis.lake.spark.job import ingest_spark, register_lake, spark_schema, spark_session
 from ember.analysis.torch_trace import import_torch_trace
 from ember.schemas import records as R
 from tests.analysis.lake_parity import (
     bad_corpus,
     differences,
     duck_rows,
+    require_spark,
     spans_and_depth_corpus,
     view_differences,
 )
 
-pytest.importorskip("pyspark", reason="pip install -e '.[test]' installs PySpark")
-if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-    pytest.fail(
-        "the Spark tests need Java 17+: apt-get install -y openjdk-17-jre-headless",
-        pytrace=False,
-    )
-
-from ember.analysis.lake.spark.job import ingest_spark, register_lake, spark_schema, spark_session
+require_spark()
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,16 +27,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark", reason="pip install -e '.[test]' installs PySpark")
-if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-    pytest.fail(
-        "the Spark tests need Java 17+: apt-get install -y openjdk-17-jre-headless",
-        pytrace=False,
-    )
+from tests.analysis.lake_parity import bad_corpus, require_spark
 
-import pyspark
-
-from tests.analysis.lake_parity import bad_corpus
+pyspark = require_spark()
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent

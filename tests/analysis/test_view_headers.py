@@ -38,6 +38,20 @@ def test_each_header_lists_the_views_columns_in_order_with_their_types(con):
         assert all(c.meaning for c in header.columns), f"sql/{name}.sql: a column without meaning"
 
 
+def test_no_two_columns_of_a_view_share_a_meaning():
+    # each column says what it holds; a group's words given to each member ('the run and
+    # the model source' on run_id and source) tell a reader neither
+    shared: dict[tuple[str, str], list[str]] = {}
+    for name, header in VIEW_HEADERS.items():
+        by_meaning: dict[str, list[str]] = {}
+        for col in header.columns:
+            by_meaning.setdefault(col.meaning, []).append(col.name)
+        shared.update({(name, m): cols for m, cols in by_meaning.items() if len(cols) > 1})
+    assert not shared, "\n".join(
+        f"sql/{v}.sql: {cols} all say {m!r}" for (v, m), cols in shared.items()
+    )
+
+
 def test_each_header_names_the_views_its_sql_reads():
     for name, header in VIEW_HEADERS.items():
         tree = sqlglot.parse_one(view_sql(name), read="duckdb")

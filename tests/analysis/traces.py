@@ -86,28 +86,15 @@ def record_bus_trace(path: Path, *, run_id: str = "bus-run") -> Path:
             s.set(node_count=12, opset=17)
         # memory: a parameter, then per step an activation alloc/free pair
         rec.memory("alloc", "w0", 4000, dtype="float32", device="cpu:0", category="parameter")
+        activation = {"dtype": "float32", "device": "cpu:0", "category": "activation"}
         for step in range(3):
             with rec.step("forward", index=step):
-                rec.memory(
-                    "alloc",
-                    f"a{step}",
-                    1000 * (step + 1),
-                    dtype="float32",
-                    device="cpu:0",
-                    category="activation",
-                    op_name="MatMul",
-                )
+                size = 1000 * (step + 1)
+                rec.memory("alloc", f"a{step}", size, **activation, op_name="MatMul")
                 rec.device_memory(
                     "cpu:0", "live_arrays", used_bytes=5000 + 1000 * step, rss_bytes=10_000_000
                 )
-                rec.memory(
-                    "free",
-                    f"a{step}",
-                    1000 * (step + 1),
-                    dtype="float32",
-                    device="cpu:0",
-                    category="activation",
-                )
+                rec.memory("free", f"a{step}", size, **activation)
         # a call that fails
         try:
             with bus.span("ember.call", {"source": src, "shapes": _shapes(5)}):

@@ -9,55 +9,23 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from ember.analysis import connect
-from ember.analysis.ingest.database import ingest
 from ember.cli.record import child_command
 from ember.record import Program, UsageError, parse_args, trace_path
 from ember.schemas import validate_file
+from tests.cli.conftest import ingested, wait_until_ready
 
-TRAIN = textwrap.dedent(
-    """
-    import sys, time
-    from pathlib import Path
-    import jax
-    import jax.numpy as jnp
-
-    @jax.jit
-    def train_step(w, x):
-        return w - 0.1 * jax.grad(lambda w: ((x @ w) ** 2).mean())(w)
-
-    w = jnp.ones((4,))
-    for n in [8, 8, 16, 16]:
-        w = train_step(w, jnp.ones((n, 4)))
-    w.block_until_ready()
-
-    @jax.jit
-    def evaluate(w):  # compiled once, outside any step: still the user's jit
-        return (w ** 2).sum()
-
-    evaluate(w).block_until_ready()
-    print("args", sys.argv[1:])
-    if "--fail" in sys.argv:
-        raise RuntimeError("the data loader broke")
-    if "--hang" in sys.argv:
-        Path(sys.argv[-1]).write_text("ready")
-        time.sleep(120)
-    """
-)
+TRAIN = Path(__file__).parent / "programs" / "train.py"
 
 
 def _ember_record(tmp_path: Path, *args: str, **popen: object) -> subprocess.Popen[str]:
-    script = tmp_path / "train.py"
-    script.write_text(TRAIN)
     cmd = [sys.executable, "-m", "ember.cli.main", "record", "--out", str(tmp_path / "out")]
     return subprocess.Popen(
-        [*cmd, "--", "python", str(script), *args],
+        [*cmd, "--", "python", str(TRAIN), *args],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -101,9 +69,7 @@ def test_an_unmodified_program_records_its_retrace_with_the_reason(tmp_path):
     assert meta["tags"]["git_commit"] == commit
     assert validate_file(trace).ok
 
-    db = tmp_path / "t.duckdb"
-    assert ingest([trace], db).rejected == 0
-    with connect(db, read_only=True) as con:
+    with connect(ingested(tmp_path, [trace]), read_only=True) as con:
         rows = con.sql(
             "SELECT arg, old_value, new_value, reason FROM recompiles "
             "WHERE fun_name = 'train_step' AND NOT outside_jit"
@@ -133,11 +99,7 @@ def test_a_program_that_raises_leaves_a_valid_trace_and_its_traceback(tmp_path):
 def test_sigterm_closes_the_trace(tmp_path):
     ready = tmp_path / "ready"
     child = _ember_record(tmp_path, "--hang", str(ready))
-    deadline = time.monotonic() + 300
-    while not ready.exists():
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until_ready(child, ready)
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 128 + signal.SIGTERM, err

@@ -11,15 +11,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ember import autorecord
 from ember.analysis import connect
-from ember.analysis.ingest.database import ingest
 from ember.schemas import validate_file
+from tests.cli.conftest import ember_record, ingested, wait_until_ready
 
 PROGRAM = Path(__file__).parent / "programs" / "spawn_train.py"
 
@@ -77,9 +76,7 @@ def test_the_program_and_its_spawn_child_each_write_a_trace(hook, tmp_path):
     metas = _metas(traces)
     assert len({m["pid"] for m in metas}) == 2
     assert {m["tags"]["recorded_by"] for m in metas} == {"EMBER_TRACE"}
-    db = tmp_path / "t.duckdb"
-    assert ingest(traces, db).rejected == 0
-    with connect(db, read_only=True) as con:
+    with connect(ingested(tmp_path, traces), read_only=True) as con:
         reasons = con.sql(
             "SELECT fun_name, reason FROM recompiles WHERE NOT outside_jit ORDER BY fun_name"
         ).rows()
@@ -119,11 +116,7 @@ def test_sigterm_closes_a_hooked_trace(hook, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 300
-    while not ready.exists():
-        assert child.poll() is None, child.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until_ready(child, ready)
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 128 + signal.SIGTERM, err
@@ -136,14 +129,7 @@ def test_sigterm_closes_a_hooked_trace(hook, tmp_path):
 
 def test_a_process_ember_record_runs_is_recorded_once(hook, tmp_path):
     # `ember record` sets EMBER_TRACE for its child: the hook must not record it twice
-    done = subprocess.run(
-        [sys.executable, "-m", "ember.cli.main", "record", "--out", str(tmp_path / "out")]
-        + ["--", "python", str(PROGRAM)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = ember_record(tmp_path, PROGRAM, out=tmp_path / "out")
     assert done.returncode == 0, done.stderr
     traces = sorted((tmp_path / "out").glob("*.jsonl"))
     recorders = sorted(m["tags"].get("recorded_by", "ember.record") for m in _metas(traces))

@@ -5,34 +5,20 @@ top-level jitted calls are its steps, named after the function or as ``--step`` 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ember.analysis import connect
-from ember.analysis.ingest.database import ingest
+from tests.cli.conftest import record_and_ingest
 
 SCRIPT = Path(__file__).parent / "programs" / "nnx_train.py"
 
 
 def _record(tmp_path: Path, *options: str) -> Path:
     """Run the script under ``ember record``; the database its one trace was ingested into."""
-    out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "ember.cli.main", "record", "--out", str(out), *options]
-        + ["--", "python", str(SCRIPT)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done, db = record_and_ingest(tmp_path, SCRIPT, options=options)
     assert "final loss" in done.stdout  # the script ran to its end, as written
-    (trace,) = out.glob("nnx_train-*.jsonl")
-    db = tmp_path / "t.duckdb"
-    assert ingest([trace], db).rejected == 0
     return db
 
 

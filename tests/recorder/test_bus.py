@@ -9,6 +9,18 @@ import pytest
 
 from ember.recorder import bus
 
+# the events of a call and of a segment; the order they come in when the segment ran
+# inside the call
+CALL_AND_SEGMENT = [
+    f"ember.{span}.{at}" for span in ("call", "segment") for at in ("start", "stop")
+]
+SEGMENT_INSIDE_CALL = [
+    "ember.call.start",
+    "ember.segment.start",
+    "ember.segment.stop",
+    "ember.call.stop",
+]
+
 
 @pytest.fixture
 def seen():
@@ -194,19 +206,11 @@ def test_a_span_ended_by_its_body_and_a_child_sent_after_it_ran(seen):
     # a whole-graph call: the body says when its results were ready (``end``) and sends its
     # one segment's events once it ran (``emit_span``), a child of the call with its times
     events, listen = seen
-    listen(
-        "t", ["ember.call.start", "ember.call.stop", "ember.segment.start", "ember.segment.stop"]
-    )
+    listen("t", CALL_AND_SEGMENT)
     with bus.span("ember.call", {"source": "m"}) as call:
         bus.emit_span("ember.segment", {"position": 0}, call.start + 10, call.start + 30)
         call.end = call.start + 40
-    names = [n for n, _, _ in events]
-    assert names == [
-        "ember.call.start",
-        "ember.segment.start",
-        "ember.segment.stop",
-        "ember.call.stop",
-    ]
+    assert [n for n, _, _ in events] == SEGMENT_INSIDE_CALL
     _, (_, seg_m1, seg_md), (_, seg_m2, seg_md2), (_, call_m, _) = events
     assert (
         seg_md
@@ -230,9 +234,7 @@ def test_emit_span_sends_its_children_inside_it_and_its_stop_metadata_at_the_sto
     # a recorded whole-graph call: the call and its segment sent once the call ran, in the
     # order and with the ids ``span`` would give them
     events, listen = seen
-    listen(
-        "t", ["ember.call.start", "ember.call.stop", "ember.segment.start", "ember.segment.stop"]
-    )
+    listen("t", CALL_AND_SEGMENT)
     listen("run", ["ember.run.start"])
     with bus.span("ember.run", {}) as outer:
         events.clear()
@@ -244,13 +246,7 @@ def test_emit_span_sends_its_children_inside_it_and_its_stop_metadata_at_the_sto
             stop_metadata={"dispatch_ns": 30},
             children=[("ember.segment", {"position": 0}, 110, 190)],
         )
-    names = [n for n, _, _ in events]
-    assert names == [
-        "ember.call.start",
-        "ember.segment.start",
-        "ember.segment.stop",
-        "ember.call.stop",
-    ]
+    assert [n for n, _, _ in events] == SEGMENT_INSIDE_CALL
     (_, m1, call_md), (_, _, seg_md), (_, seg_m, _), (_, m2, stop_md) = events
     assert call_md == {"source": "m", "span_id": call_md["span_id"], "parent_id": outer.span_id}
     assert stop_md == {**call_md, "dispatch_ns": 30}

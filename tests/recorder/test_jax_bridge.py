@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
-import textwrap
 import time
 
 import jax
@@ -25,6 +22,7 @@ from ember.recorder.jax import (
     watch_compiles,
 )
 from ember.schemas import validate_file
+from tests import recordings
 
 
 def _read(path):
@@ -43,19 +41,7 @@ def _jit_spans(records, fun_name=None):
 
 
 def test_importing_the_recorder_does_not_import_jax(tmp_path):
-    code = textwrap.dedent(
-        f"""
-        import sys
-        import ember.recorder
-        with ember.recorder.record({str(tmp_path / "t.jsonl")!r}) as rec:
-            rec.gradient("params", "w", "present", 1.0)
-        assert "jax" not in sys.modules, "importing ember.recorder imported jax"
-        import ember.recorder.jax
-        assert "jax" in sys.modules
-        print("ok")
-        """
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = recordings.run("no_jax_until_asked", str(tmp_path / "t.jsonl"), check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -408,22 +394,9 @@ def test_watch_compiles_inside_a_plain_recording(tmp_path):
 
 def test_persistent_cache_miss_then_hit(tmp_path):
     # A fresh process: JAX decides once per process whether the disk cache is used.
-    code = textwrap.dedent(
-        f"""
-        import json, jax, jax.numpy as jnp
-        jax.config.update("jax_compilation_cache_dir", {str(tmp_path / "cache")!r})
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        from ember.recorder.jax import ProfileSession
-        def cached_fn(x):
-            return jnp.sin(x) * 2
-        with ProfileSession({str(tmp_path / "c.jsonl")!r}, phase="infer"):
-            jax.jit(cached_fn)(jnp.ones(4)).block_until_ready()
-            jax.clear_caches()
-            jax.jit(cached_fn)(jnp.ones(4)).block_until_ready()
-        """
+    out = recordings.run(
+        "persistent_cache", str(tmp_path / "cache"), str(tmp_path / "c.jsonl"), check=False
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     path = tmp_path / "c.jsonl"
     spans = _jit_spans(_read(path), "cached_fn")

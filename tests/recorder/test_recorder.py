@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -16,6 +15,7 @@ import pytest
 
 from ember.recorder import TraceWriteError, TraceWriteWarning, bus, record
 from ember.schemas import SCHEMA_ID, validate_file
+from tests import recordings
 
 
 def lines(path):
@@ -250,23 +250,9 @@ def test_calls_from_threads_write_each_record_once(tmp_path):
     assert validate_file(path).ok
 
 
-CHILD = textwrap.dedent(
-    """
-    import sys
-    from ember.recorder import record
-    with record(sys.argv[1], flush_interval=0.01) as rec:
-        print("ready", flush=True)
-        i = 0
-        while True:
-            rec.op("loop", dtype="float32", device="cpu", duration_ns=i, inputs=["t"] * 50)
-            i += 1
-    """
-)
-
-
 def test_sigkill_leaves_at_most_a_partial_last_line(tmp_path):
     path = tmp_path / "killed.jsonl"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE)
+    child = recordings.start("record_until_killed", str(path), stdout=subprocess.PIPE)
     assert child.stdout.readline().strip() == b"ready"
     time.sleep(0.5)
     os.kill(child.pid, signal.SIGKILL)
@@ -333,32 +319,10 @@ def test_an_error_in_the_block_is_not_hidden_by_a_failed_trace():
     ]
 
 
-FILLING_DISK = textwrap.dedent(
-    """
-    import resource, signal, sys
-    from ember.recorder import TraceWriteError, record
-    # a file size limit: writes past 20,000 bytes fail with EFBIG, as a disk that fills up
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
-    try:
-        with record(sys.argv[1]) as rec:
-            for i in range(2000):
-                rec.edge("a", "b", i)
-                if i % 100 == 0:
-                    rec.flush()
-            print("still running", flush=True)
-    except TraceWriteError as exc:
-        print("lost", exc)
-    """
-)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
 def test_a_disk_that_fills_mid_run_keeps_whole_lines_and_counts_the_rest(tmp_path):
     path = tmp_path / "filling.jsonl"
-    child = subprocess.run(
-        [sys.executable, "-c", FILLING_DISK, str(path)], capture_output=True, text=True, timeout=120
-    )
+    child = recordings.run("filling_disk", str(path), timeout=120, check=False)
     assert child.returncode == 0, child.stderr
     out = child.stdout.splitlines()
     assert out[0] == "still running"
@@ -400,29 +364,12 @@ def test_paths_that_cannot_be_written_fail_at_record_saying_why(tmp_path):
     assert not [h for h in bus.list_handlers() if h.startswith("ember.recorder.")]
 
 
-HOLD_SCRIPT = """
-import sys, time
-from ember.recorder import record
-path, run_id, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
-try:
-    with record(path, run_id=run_id) as rec:
-        print("recording", flush=True)
-        for i in range(400):
-            with rec.span("step", i=i):
-                pass
-        time.sleep(hold)
-except Exception as exc:
-    print(type(exc).__name__, exc, flush=True)
-    sys.exit(3)
-"""
-
-
 def _recorder_process(path, run_id: str, hold: float):
-    import subprocess
-    import sys
-
-    return subprocess.Popen(
-        [sys.executable, "-c", HOLD_SCRIPT, str(path), run_id, str(hold)],
+    return recordings.start(
+        "hold_recording",
+        str(path),
+        run_id,
+        str(hold),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,5 +1,7 @@
-"""Recording programs the tests run in a fresh process, as a user's job would run:
-``python -m tests.recordings.<name> ARGS`` from the checkout (``run`` does that on the CPU).
+"""Programs the tests run in a fresh process, as a user's job would run (recordings, and
+the processes that hold a trace or a database while a test looks on):
+``python -m tests.recordings.<name> ARGS`` from the checkout (``run`` does that on the CPU
+and waits; ``start`` starts it and returns the process).
 
 Each is a module with a ``main(argv)`` so that ruff and mypy read it like any code. The test
 process itself never imports jax (the analysis layer must work without it); these do.
@@ -11,8 +13,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DISK_LENGTHS", "REPO", "SWEEP", "run"]
+__all__ = ["DISK_LENGTHS", "REPO", "SWEEP", "command", "run", "start"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,16 +29,29 @@ SWEEP = [17, 23, 31, 17, 23, 23]
 DISK_LENGTHS = [8, 12, 16, 8]
 
 
-def run(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``python -m tests.recordings.<module> ARGS`` in a fresh process on the CPU; raises
-    ``CalledProcessError`` (with its output) when it fails."""
+def command(module: str, *args: str) -> list[str]:
+    """``python -m tests.recordings.<module> ARGS``, to be run in ``REPO``."""
+    return [sys.executable, "-m", f"tests.recordings.{module}", *args]
+
+
+def run(
+    module: str, *args: str, timeout: float = 600, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.recordings.<module> ARGS`` in a fresh process on the CPU, its output
+    captured; with ``check``, raises ``CalledProcessError`` (with its output) when it fails."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     return subprocess.run(
-        [sys.executable, "-m", f"tests.recordings.{module}", *args],
-        check=True,
+        command(module, *args),
+        check=check,
         cwd=REPO,
         env=env,
         timeout=timeout,
         capture_output=True,
         text=True,
     )
+
+
+def start(module: str, *args: str, **popen: Any) -> subprocess.Popen[Any]:
+    """``python -m tests.recordings.<module> ARGS`` started in a fresh process; ``popen`` are
+    ``subprocess.Popen``'s options (``stdout``, ``text``, ``env`` ...)."""
+    return subprocess.Popen(command(module, *args), cwd=REPO, **popen)

@@ -1,10 +1,12 @@
-"""Fixtures of the runtime tests: event capture. Helpers that build models and run the
-reference are in ``tests/runtime/models.py``."""
+"""Fixtures of the runtime tests: event capture, and freeing by reference counting alone.
+Helpers that build models and run the reference are in ``tests/runtime/models.py``."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -42,3 +44,14 @@ def ember_events() -> Iterator[Events]:
         yield got
     finally:
         bus.detach(handler_id)
+
+
+@contextmanager
+def no_cycle_collector() -> Iterator[None]:
+    """The cycle collector off inside the block: what is freed there is freed by reference
+    counting, at once, not by a collection of cycles."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -36,6 +36,15 @@ def make_model(
     return model
 
 
+def one_relu(shape: list[Any]) -> onnx.ModelProto:
+    """One Relu from the input ``x`` to the output ``y``, both of ``shape``."""
+    return make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [tensor("x", shape=shape)],
+        [tensor("y", shape=shape)],
+    )
+
+
 def tensor(name: str, elem: int = TensorProto.FLOAT, shape: list[Any] | None = None) -> Any:
     return helper.make_tensor_value_info(name, elem, shape)
 

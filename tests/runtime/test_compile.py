@@ -14,6 +14,7 @@ import ember.runtime as rt
 from ember.recorder import bus
 from ember.recorder.log import log_compiles
 from ember.runtime.errors import InputError, NodeError
+from tests.runtime.conftest import no_cycle_collector
 from tests.runtime.models import const, make_model, reference, tensor
 
 
@@ -328,7 +329,6 @@ def test_conv_weights_of_any_rank_are_not_copied_into_the_kernel_layout_per_call
 
 @pytest.mark.parametrize("rows", [2, "n"], ids=["compiled-ahead", "registered-per-call"])
 def test_a_dropped_compiled_model_frees_its_device_parameters_at_once(rows):
-    import gc
     import weakref
 
     nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
@@ -342,12 +342,9 @@ def test_a_dropped_compiled_model_frees_its_device_parameters_at_once(rows):
         compiled(x=np.ones((2, 256), np.float32))
     assert compiled.program_for({"x": np.ones((2, 256), np.float32)}) is not None
     model_ref = weakref.ref(compiled)
-    gc.disable()  # freed by reference counting, not by a collection of cycles
-    try:
+    with no_cycle_collector():
         del compiled
         assert model_ref() is None
-    finally:
-        gc.enable()
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,59 @@ def test_512_bit_vectors_are_an_option_xla_cpu_accepts_with_the_same_values() ->
     assert ("xla_cpu_prefer_vector_width" in xla_cpu.COMPILER_OPTIONS) is avx512
 
 
+def _stem_16_channels():
+    """YOLOv8n's and PP-LCNet's first stage at a small size: a stride-2 3x3 Conv to 16
+    channels + SiLU (Sigmoid, Mul), then a 16-channel depthwise 3x3 Conv + HardSwish and a
+    1x1 Conv: the 16-channel NHWC loops that LLVM's -O3 vectorised across width."""
+    c = 16
+    nodes = [
+        _weights("w0", randn(c, 3, 3, 3)),
+        _weights("b0", randn(c)),
+        _weights("wd", randn(c, 1, 3, 3)),
+        _weights("bd", randn(c)),
+        _weights("w2", randn(8, c, 1, 1)),
+        helper.make_node("Conv", ["x", "w0", "b0"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["a"], ["sa"]),
+        helper.make_node("Mul", ["a", "sa"], ["s"]),
+        helper.make_node("Conv", ["s", "wd", "bd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["d"], ["h"]),
+        helper.make_node("Conv", ["h", "w2"], ["y"]),
+    ]
+    model = make_model(
+        nodes, [tensor("x", shape=[1, 3, 40, 36])], [tensor("y", shape=[1, 8, 20, 18])], opset=17
+    )
+    return model, {"x": randn(1, 3, 40, 36)}
+
+
+def test_llvm_o2_is_an_option_xla_cpu_accepts_and_16_channel_stages_match_onnxruntime() -> None:
+    import jax
+
+    from ember.runtime.jit import xla_cpu
+
+    # runtime/xla_cpu.py compiles every segment at LLVM -O2 on XLA:CPU: the option must
+    # exist under this name (XLA rejects an unknown one) and change no value
+    model, feeds = _stem_16_channels()
+    if jax.default_backend() == "cpu":
+        assert xla_cpu.compiler_options() == xla_cpu.COMPILER_OPTIONS
+        assert xla_cpu.COMPILER_OPTIONS["xla_backend_optimization_level"] == "2"
+    got = np.asarray(rt.compile(rt.load(model))(feeds)["y"])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(["y"], feeds)
+    assert got.shape == want.shape == (1, 8, 20, 18)
+    assert np.max(np.abs(got - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
+
+    def silu_hardswish(x):  # the same loops in plain JAX, at -O2 and at XLA's default
+        y = x * jax.nn.sigmoid(x)
+        return y * jax.numpy.clip(y / 6 + 0.5, 0, 1)
+
+    x = randn(1, 20, 18, 16)
+    lowered = jax.jit(silu_hardswish).lower(x)
+    o2 = lowered.compile(compiler_options={"xla_backend_optimization_level": "2"})
+    y = x / (1 + np.exp(-x))
+    np.testing.assert_allclose(np.asarray(o2(x)), y * np.clip(y / 6 + 0.5, 0, 1), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(o2(x)), np.asarray(lowered.compile()(x)), rtol=1e-6)
+
+
 def _se_block(hardswish: str, reader: str = ""):
     """1x1 Conv -> Relu -> depthwise 3x3 Conv (+ a per-channel Add of a rank-3 constant) ->
     HardSwish (the op, or paddle2onnx's Add/Clip/Mul/Div) -> squeeze-excitation

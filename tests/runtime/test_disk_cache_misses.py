@@ -26,6 +26,44 @@ def _forget_jax_cache(cache_dir):
             entry.unlink()
 
 
+def _cold_then_warm(
+    tmp_path, monkeypatch, cold: dict[str, str], warm: dict[str, str], xla_flags: str = ""
+) -> tuple[list[dict], list[dict]]:
+    """The token filter run twice on one cache folder: with the platform's key parts as
+    ``cold`` says (trace cold.jsonl), then as ``warm`` says, with ``XLA_FLAGS=xla_flags`` when
+    given and JAX's own entries removed (warm.jsonl). Each run's segment compiles."""
+    real = diskcache._platform_parts()
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, **cold})
+    first = _run(token_filter_model(), tmp_path / "xla", tmp_path / "cold.jsonl")
+    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, **warm})
+    if xla_flags:
+        monkeypatch.setenv("XLA_FLAGS", xla_flags)
+    _forget_jax_cache(tmp_path / "xla")
+    return first, _run(token_filter_model(), tmp_path / "xla", tmp_path / "warm.jsonl")
+
+
+NEW_KEY = "new key: not in this cache (a first run fills it; a new shape or static value)"
+
+
+def _ingested(folder, traces):
+    """A connection to ``folder/ember.duckdb`` with ``traces`` ingested."""
+    from ember.analysis import connect, ingest
+
+    db = folder / "ember.duckdb"
+    ingest(traces, db)
+    return connect(db)
+
+
+def _misses(con, columns: str, order: str) -> list[tuple]:
+    """The rows of ``disk_cache_misses`` (the trace file's name, then ``columns``) in the
+    order of the file's name, then ``order``."""
+    rows = con.sql(
+        f"SELECT r.file, {columns} FROM disk_cache_misses m JOIN runs r USING (run_id) "
+        f"ORDER BY r.file, {order}"
+    )
+    return [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
+
+
 def _run(model, cache_dir, trace):
     with record(trace):
         compiled = rt.compile(model, cache_dir=cache_dir)
@@ -34,50 +72,35 @@ def _run(model, cache_dir, trace):
 
 
 def test_a_cache_filled_by_another_jaxlib_names_that_version_change(tmp_path, monkeypatch):
-    model = token_filter_model()
-    real = diskcache._platform_parts()
     # the first run as another jaxlib would have filled the cache
-    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jaxlib": "0.10.1"})
-    cold = _run(model, tmp_path / "xla", tmp_path / "cold.jsonl")
+    cold, warm = _cold_then_warm(tmp_path, monkeypatch, {"jaxlib": "0.10.1"}, {"jaxlib": "0.10.2"})
     assert [a["disk_key"]["jaxlib"] for a in cold] == ["0.10.1", "0.10.1"]
     assert all(a["disk_miss"] is None for a in cold)  # an empty cache: nothing changed
-    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jaxlib": "0.10.2"})
-    _forget_jax_cache(tmp_path / "xla")
-    warm = _run(model, tmp_path / "xla", tmp_path / "warm.jsonl")
     assert [a["disk_cache"] for a in warm] == ["miss", "miss"]
     assert [a["disk_miss"] for a in warm] == ["jaxlib 0.10.1 -> 0.10.2"] * 2
     # the same versions again: loaded, nothing to explain
-    again = _run(model, tmp_path / "xla", tmp_path / "again.jsonl")
+    again = _run(token_filter_model(), tmp_path / "xla", tmp_path / "again.jsonl")
     assert [(a["disk_cache"], a["disk_miss"]) for a in again] == [("hit", None)] * 2
 
     # the view says it per run: the cold run's misses are new keys, the warm run's a jaxlib
-    from ember.analysis import connect, ingest
-
-    db = tmp_path / "ember.duckdb"
-    ingest([tmp_path / "cold.jsonl", tmp_path / "warm.jsonl", tmp_path / "again.jsonl"], db)
-    rows = connect(db).sql(
-        "SELECT r.file, m.position, m.changed, m.reason, m.jaxlib FROM disk_cache_misses m "
-        "JOIN runs r USING (run_id) ORDER BY r.file, m.position"
-    )
-    got = [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
-    new_key = "new key: not in this cache (a first run fills it; a new shape or static value)"
+    con = _ingested(tmp_path, [tmp_path / n for n in ("cold.jsonl", "warm.jsonl", "again.jsonl")])
+    got = _misses(con, "m.position, m.changed, m.reason, m.jaxlib", "m.position")
     assert got == [
-        ("cold.jsonl", 0, False, new_key, "0.10.1"),
-        ("cold.jsonl", 27, False, new_key, "0.10.1"),
+        ("cold.jsonl", 0, False, NEW_KEY, "0.10.1"),
+        ("cold.jsonl", 27, False, NEW_KEY, "0.10.1"),
         ("warm.jsonl", 0, True, "jaxlib 0.10.1 -> 0.10.2", "0.10.2"),
         ("warm.jsonl", 27, True, "jaxlib 0.10.1 -> 0.10.2", "0.10.2"),
     ]
 
 
 def test_another_ember_version_and_xla_flags_are_named_too(tmp_path, monkeypatch):
-    model = token_filter_model()
-    real = diskcache._platform_parts()
-    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "ember": "0.0.9"})
-    _run(model, tmp_path / "xla", tmp_path / "cold.jsonl")
-    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "ember": "0.1.0"})
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
-    _forget_jax_cache(tmp_path / "xla")
-    warm = _run(model, tmp_path / "xla", tmp_path / "warm.jsonl")
+    _, warm = _cold_then_warm(
+        tmp_path,
+        monkeypatch,
+        {"ember": "0.0.9"},
+        {"ember": "0.1.0"},
+        xla_flags="--xla_cpu_enable_fast_math=false",
+    )
     assert warm[0]["disk_miss"] == (
         "ember 0.0.9 -> 0.1.0; xla_flags (none) -> --xla_cpu_enable_fast_math=false"
     )
@@ -91,19 +114,10 @@ def test_changed_parts_lists_every_part_that_differs_in_key_order():
 
 
 def test_the_report_names_the_version_that_emptied_the_cache(tmp_path, monkeypatch):
-    from ember.analysis import connect, ingest
     from ember.analysis.report import findings
 
-    model = token_filter_model()
-    real = diskcache._platform_parts()
-    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jax": "0.10.1"})
-    _run(model, tmp_path / "xla", tmp_path / "cold.jsonl")
-    monkeypatch.setattr(diskcache, "_platform_parts", lambda: {**real, "jax": "0.10.2"})
-    _forget_jax_cache(tmp_path / "xla")
-    _run(model, tmp_path / "xla", tmp_path / "warm.jsonl")
-    db = tmp_path / "ember.duckdb"
-    ingest([tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"], db)
-    con = connect(db)
+    _cold_then_warm(tmp_path, monkeypatch, {"jax": "0.10.1"}, {"jax": "0.10.2"})
+    con = _ingested(tmp_path, [tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"])
     texts = {f.run_id: f.text for f in findings(con, limit=50) if f.kind == "disk_miss"}
     runs = dict(con.sql("SELECT file, run_id FROM runs").iter_rows())
     warm = texts[runs[str(tmp_path / "warm.jsonl")]]
@@ -116,7 +130,6 @@ def test_the_view_has_jax_persistent_cache_misses_once_each(tmp_path, monkeypatc
     with that reason; the jit compiles inside a segment's compile are not rows of their own."""
     import jax
 
-    from ember.analysis import connect, ingest
     from ember.recorder import jax_compiles as jc
     from ember.recorder.jax import watch_compiles
 
@@ -135,18 +148,12 @@ def test_the_view_has_jax_persistent_cache_misses_once_each(tmp_path, monkeypatc
 
     run("cold.jsonl", "0.10.1")
     run("warm.jsonl", "0.10.2")
-    db = tmp_path / "ember.duckdb"
-    ingest(sorted(tmp_path.glob("*.jsonl")), db)
-    rows = connect(db).sql(
-        "SELECT r.file, m.fun_name, m.position, m.changed, m.reason FROM disk_cache_misses m "
-        "JOIN runs r USING (run_id) ORDER BY r.file, m.position NULLS FIRST"
-    )
-    got = [(f.rsplit("/", 1)[-1], *rest) for f, *rest in rows.iter_rows()]
-    new_key = "new key: not in this cache (a first run fills it; a new shape or static value)"
+    con = _ingested(tmp_path, sorted(tmp_path.glob("*.jsonl")))
+    got = _misses(con, "m.fun_name, m.position, m.changed, m.reason", "m.position NULLS FIRST")
     assert got == [
-        ("cold.jsonl", "<lambda>", None, False, new_key),
-        ("model-cold.jsonl", None, 0, False, new_key),
-        ("model-cold.jsonl", None, 27, False, new_key),
+        ("cold.jsonl", "<lambda>", None, False, NEW_KEY),
+        ("model-cold.jsonl", None, 0, False, NEW_KEY),
+        ("model-cold.jsonl", None, 27, False, NEW_KEY),
         ("warm.jsonl", "<lambda>", None, True, "jaxlib 0.10.1 -> 0.10.2"),
     ]
 

@@ -7,7 +7,6 @@ Models are built with onnx.helper; the If model is ``vad_like_model`` of test_co
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 import weakref
@@ -19,7 +18,8 @@ from onnx import TensorProto, helper
 
 import ember.runtime as rt
 from ember.recorder import bus
-from tests.runtime.models import make_model, reference, tensor
+from tests.runtime.conftest import no_cycle_collector
+from tests.runtime.models import make_model, one_relu, reference, tensor
 from tests.runtime.test_control_flow import CHUNK, HIDDEN, vad_like_model
 
 
@@ -138,11 +138,7 @@ CALLS = ("ember.call.start", "ember.call.stop")
 @pytest.mark.parametrize("which", ["compiled-ahead", "if-per-condition"])
 def test_calls_emit_events_exactly_while_someone_listens(which):
     if which == "compiled-ahead":
-        proto = make_model(
-            [helper.make_node("Relu", ["x"], ["y"])],
-            [tensor("x", shape=[3])],
-            [tensor("y", shape=[3])],
-        )
+        proto = one_relu([3])
         feeds_of = [{"x": np.array([-1.0, 0.0, 1.0], np.float32)}] * 2
     else:
         proto = vad_like_model()
@@ -174,11 +170,7 @@ def test_a_handler_attached_while_a_checked_call_decides_sees_the_next_calls(mon
     # ``bus.listening`` for the last time: the direct call it then installs (or registers)
     # must not outlive that attach. The interleaving is made here by attaching from inside
     # that ``bus.listening`` question.
-    proto = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=[rows])],
-        [tensor("y", shape=[rows])],
-    )
+    proto = one_relu([rows])
     compiled = rt.compile(proto)
     x = np.array([-1.0, 0.0, 1.0], np.float32)
     seen: list[str] = []
@@ -284,12 +276,9 @@ def test_a_dropped_model_with_an_if_frees_its_programs_and_memo_at_once():
         compiled(_vad_feeds(np.array(sr, np.int64)))
     assert len(compiled._fast.programs) == 2
     model_ref = weakref.ref(compiled)
-    gc.disable()  # freed by reference counting, not by a collection of cycles
-    try:
+    with no_cycle_collector():
         del compiled
         assert model_ref() is None
-    finally:
-        gc.enable()
 
 
 def test_an_int64_input_of_a_32_bit_program_is_refused_on_every_path():
@@ -389,11 +378,7 @@ def test_a_recorded_whole_graph_call_holds_its_segment_and_ends_at_its_results(t
 
     from ember.recorder import record
 
-    model = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=[4, 8])],
-        [tensor("y", shape=[4, 8])],
-    )
+    model = one_relu([4, 8])
     compiled = rt.compile(model)
     x = np.full((4, 8), -1.0, np.float32)
     compiled(x=x)
@@ -436,11 +421,7 @@ def test_a_recorded_direct_call_that_fails_ends_its_call_span_with_the_error(tmp
 
     from ember.recorder import record
 
-    model = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=[4, 8])],
-        [tensor("y", shape=[4, 8])],
-    )
+    model = one_relu([4, 8])
     compiled = rt.compile(model)
     x = jnp.ones((4, 8), jnp.float32)
     compiled(x=x)

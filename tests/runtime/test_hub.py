@@ -91,8 +91,19 @@ def _hits(files, check):
     ]
 
 
+def _repo_dir(tmp_path: Path) -> Path:
+    """The repository's folder in the test's Hugging Face cache."""
+    return tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}"
+
+
 def _snapshot(tmp_path, commit):
-    return tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}" / "snapshots" / commit
+    return _repo_dir(tmp_path) / "snapshots" / commit
+
+
+def _main(local_hub) -> tuple[str, dict[str, bytes]]:
+    """The commit the repository's main branch is at, and its files."""
+    commit = local_hub.repos[REPO].branches["main"]
+    return commit, local_hub.repos[REPO].commits[commit].files
 
 
 def _first_load(local_hub) -> tuple[Path, str]:
@@ -202,7 +213,7 @@ def test_download_model_validates_before_any_request(
 
 
 def test_first_load_downloads_model_external_data_and_config(local_hub, events, tmp_path):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     path, commit = _first_load(local_hub)
     seen, _ = events
     assert seen == [
@@ -271,7 +282,7 @@ def test_first_load_downloads_model_external_data_and_config(local_hub, events, 
 
 
 def test_second_load_hits_with_etag_check(local_hub, events):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     first, _ = _first_load(local_hub)
     seen, _ = events
     seen.clear()
@@ -310,9 +321,7 @@ def test_changed_file_downloads_again_and_unchanged_files_come_from_the_cache(
     assert (path.parent / "model.onnx.data").read_bytes() == new_data
     # the old commit's snapshot is intact
     assert (old_path.parent / "model.onnx.data").read_bytes() != new_data
-    assert (
-        tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}" / "refs" / "main"
-    ).read_text() == new_commit
+    assert (_repo_dir(tmp_path) / "refs" / "main").read_text() == new_commit
     assert old_commit != new_commit
     # and once saved, the next load is all ETag hits
     seen.clear()
@@ -321,7 +330,7 @@ def test_changed_file_downloads_again_and_unchanged_files_come_from_the_cache(
 
 
 def test_stopped_hub_uses_saved_metadata_and_cached_files(local_hub, events):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     first, _ = _first_load(local_hub)
     local_hub.stop()
     seen, _ = events
@@ -349,7 +358,7 @@ def test_hub_error_status_uses_saved_metadata(local_hub, events, error):
 
 
 def test_commit_revision_with_saved_metadata_sends_no_request_and_no_info_event(local_hub, events):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     first, commit = _first_load(local_hub)
     seen, handler = events
     seen.clear()
@@ -361,7 +370,7 @@ def test_commit_revision_with_saved_metadata_sends_no_request_and_no_info_event(
 
 
 def test_commit_revision_without_saved_metadata_asks_the_hub_once(local_hub, events):
-    commit = local_hub.repos[REPO].branches["main"]
+    commit, _ = _main(local_hub)
     seen, handler = events
     handler.revision = commit
     download_model(REPO, MODEL, revision=commit)
@@ -376,7 +385,7 @@ def test_commit_revision_without_saved_metadata_asks_the_hub_once(local_hub, eve
 
 @pytest.mark.parametrize("how", ["env", "option"])
 def test_offline_uses_the_cache_without_a_check(local_hub, events, monkeypatch, how):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     first, _ = _first_load(local_hub)
     seen, _ = events
     seen.clear()
@@ -403,7 +412,7 @@ def test_offline_reads_files_other_hugging_face_tools_downloaded(local_hub, even
 
     for name in (MODEL, DATA):
         hf_hub_download(REPO, name, cache_dir=tmp_path / "hf-cache", endpoint=local_hub.endpoint)
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     seen, _ = events
     path = download_model(REPO, MODEL, offline=True)
     # no saved metadata: huggingface_hub's refs/main and snapshot say what is cached
@@ -419,7 +428,7 @@ def test_files_without_saved_etag_are_hashed_once(local_hub, events, tmp_path):
     """Files another tool put in the cache have no saved ETag: check ``hash``, then ``etag``."""
     from huggingface_hub import hf_hub_download
 
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     for name in (MODEL, DATA, CONFIG):
         hf_hub_download(REPO, name, cache_dir=tmp_path / "hf-cache", endpoint=local_hub.endpoint)
     seen, _ = events
@@ -437,7 +446,7 @@ def test_files_without_saved_etag_are_hashed_once(local_hub, events, tmp_path):
 
 
 def test_file_without_etag_in_the_metadata_is_used_without_check(local_hub, events):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     local_hub.no_etag(REPO, CONFIG)
     _first_load(local_hub)
     seen, _ = events
@@ -454,8 +463,7 @@ def test_file_without_etag_in_the_metadata_is_used_without_check(local_hub, even
 
 
 def test_corrupted_lfs_download_is_detected_and_not_kept(local_hub, events, tmp_path):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
-    commit = local_hub.repos[REPO].branches["main"]
+    commit, files = _main(local_hub)
     local_hub.corrupt(REPO, DATA)
     with pytest.raises(HubIntegrityError, match=r"sha256 [0-9a-f]{64} but the repository lists"):
         download_model(REPO, MODEL)
@@ -464,7 +472,7 @@ def test_corrupted_lfs_download_is_detected_and_not_kept(local_hub, events, tmp_
         ("download.start", f"hf://{REPO}/{DATA}"),
         ("download.exception", f"hf://{REPO}/{DATA}", "HubIntegrityError"),
     ]
-    repo_dir = tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}"
+    repo_dir = _repo_dir(tmp_path)
     sha = hashlib.sha256(files[DATA]).hexdigest()
     assert not (_snapshot(tmp_path, commit) / DATA).exists()
     assert not (repo_dir / "blobs" / sha).exists()
@@ -484,20 +492,19 @@ def test_corrupted_lfs_download_is_detected_and_not_kept(local_hub, events, tmp_
 
 
 def test_corrupted_regular_file_fails_its_git_blob_hash(local_hub, events, tmp_path):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
-    commit = local_hub.repos[REPO].branches["main"]
+    commit, files = _main(local_hub)
     local_hub.corrupt(REPO, CONFIG)
     with pytest.raises(HubIntegrityError, match=r"git blob sha1 [0-9a-f]{40} but the repository"):
         download_model(REPO, MODEL)
     assert events[0][-1] == ("download.exception", f"hf://{REPO}/{CONFIG}", "HubIntegrityError")
-    repo_dir = tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}"
+    repo_dir = _repo_dir(tmp_path)
     assert not (_snapshot(tmp_path, commit) / CONFIG).exists()
     assert not (repo_dir / "blobs" / git_blob_id(files[CONFIG])).exists()
     assert list((repo_dir / "blobs").iterdir()) == []  # model and data moved to the snapshot
 
 
 def test_damaged_cached_file_is_hashed_and_downloaded_again(local_hub, events):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
+    _, files = _main(local_hub)
     path, _ = _first_load(local_hub)
     data = path.parent / "model.onnx.data"
     data.write_bytes(b"\0" * len(files[DATA]))  # same size, other bytes: the saved ETag is stale
@@ -514,8 +521,7 @@ def test_damaged_cached_file_is_hashed_and_downloaded_again(local_hub, events):
 
 
 def test_partial_file_left_by_a_killed_download_is_not_taken_as_good(local_hub, events, tmp_path):
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
-    commit = local_hub.repos[REPO].branches["main"]
+    commit, files = _main(local_hub)
     path, _ = _first_load(local_hub)
     # a process killed after the move but before Ember saved the ETag, with a short file
     marker = path.parent.parent.parent.parent / "ember" / "etags" / commit / f"{DATA}.json"
@@ -560,8 +566,7 @@ def test_hub_outage_during_a_download_keeps_nothing(local_hub, events, tmp_path)
 
     (A 5xx or a dropped connection would do the same after huggingface_hub's ~25 s of
     retries, too slow for a unit test.)"""
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
-    commit = local_hub.repos[REPO].branches["main"]
+    commit, files = _main(local_hub)
     download_model(REPO, MODEL)  # saves the metadata
     snap = _snapshot(tmp_path, commit)
     for name in (MODEL, DATA, CONFIG):
@@ -608,7 +613,7 @@ def test_revision_with_a_slash_is_saved_and_referenced_like_huggingface_hub(
     assert path == _snapshot(tmp_path, commit) / MODEL
     assert seen[1] == ("info.stop", f"hf://{REPO}", "fetched")
     assert local_hub.requests[0] == ("GET", f"/api/models/{REPO}/revision/refs%2Fpr%2F1")
-    repo_dir = tmp_path / "hf-cache" / f"models--{REPO.replace('/', '--')}"
+    repo_dir = _repo_dir(tmp_path)
     assert (repo_dir / "refs" / "refs" / "pr" / "1").read_text() == commit
     saved = json.loads((repo_dir / "ember" / "revisions" / "refs%2Fpr%2F1.json").read_text())
     assert saved["commit"] == commit
@@ -638,8 +643,7 @@ def test_runtime_load_of_a_hub_source_records_a_valid_trace(local_hub, tmp_path)
     """``ember.runtime.load("hf://...")`` end to end: Hub events nest in the load span."""
     import ember.runtime as rt
 
-    files = local_hub.repos[REPO].commits[local_hub.repos[REPO].branches["main"]].files
-    commit = local_hub.repos[REPO].branches["main"]
+    commit, files = _main(local_hub)
     trace = tmp_path / "run.jsonl"
     with record(trace):
         model = rt.load(f"hf://{REPO}/{MODEL}")

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 import ember.runtime as rt
 from ember.recorder import bus
 from ember.runtime.errors import InputError
-from tests.runtime.models import make_model, tensor
+from tests.runtime.models import make_model, one_relu, tensor
 
 
 def _step_model():
@@ -58,11 +58,7 @@ def test_a_string_that_names_no_output_keeps_the_dtype_error():
 def test_inputs_given_positionally_are_an_input_error_that_says_how_to_call(rows, recorded):
     # compiled([x]) or compiled(x) failed with "list indices must be integers", "unhashable
     # type" or "no attribute 'items'", depending on the path the call took
-    proto = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=[rows])],
-        [tensor("y", shape=[rows])],
-    )
+    proto = one_relu([rows])
     compiled = rt.compile(proto)
     x = np.ones(3, np.float32)
     events = []
@@ -97,19 +93,13 @@ def test_inputs_given_positionally_are_an_input_error_that_says_how_to_call(rows
 def test_input_specs_the_model_refuses_are_an_input_error_at_compile(spec, problem):
     # The program compiled ahead for such specs was called straight with inputs that the
     # model refuses (a float64 array into a float32 model ran, in float64)
-    proto = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])], [tensor("x", shape=[3])], [tensor("y", shape=[3])]
-    )
+    proto = one_relu([3])
     with pytest.raises(InputError, match=f"input_specs: {problem}; the model expects: x: float32"):
         rt.compile(proto, {"x": spec})
     with pytest.raises(InputError, match=f"input_specs: {problem}"):
         rt.compile(proto, [spec])
     # a spec that names the model's own shape, or fills in a dynamic dim, is fine
     rt.compile(proto, {"x": (3,)})
-    dynamic = make_model(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        [tensor("x", shape=["n"])],
-        [tensor("y", shape=["n"])],
-    )
+    dynamic = one_relu(["n"])
     compiled = rt.compile(dynamic, {"x": (5,)})
     assert compiled.program_for({"x": np.ones(5, np.float32)}) is not None

@@ -245,20 +245,36 @@ def test_an_empty_file_or_bytes_is_a_load_error(tmp_path):
         rt.load(onnx.ModelProto())
 
 
+def _refused_at_load(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    match: str,
+    *,
+    initializers: list[onnx.TensorProto] | None = None,
+    saved_in: Path | None = None,
+) -> pytest.ExceptionInfo[LoadError]:
+    """A model of these nodes (onnx's checker skipped) is refused at load with a message that
+    matches ``match``; loaded from ``saved_in/m.onnx`` when given, else as a ModelProto."""
+    model = make_model(nodes, inputs, outputs, initializers, check=False)
+    source: onnx.ModelProto | Path = model
+    if saved_in is not None:
+        source = saved_in / "m.onnx"
+        onnx.save(model, source)
+    with pytest.raises(LoadError, match=match) as info:
+        rt.load(source)
+    return info
+
+
 def test_a_value_nothing_produces_is_a_load_error_naming_the_node(tmp_path):
-    model = make_model(
+    _refused_at_load(
         [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
         [tensor("x", shape=[3])],
         [tensor("y", shape=[3])],
-        check=False,
-    )
-    onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(
-        LoadError,
-        match=r"m.onnx: node 'add' \(Add\) reads 'ghost', which is not a graph input, an "
+        r"m.onnx: node 'add' \(Add\) reads 'ghost', which is not a graph input, an "
         "initializer or the output of any node",
-    ):
-        rt.load(tmp_path / "m.onnx")
+        saved_in=tmp_path,
+    )
 
 
 def test_a_subgraph_reading_a_value_nothing_produces_is_a_load_error():
@@ -268,25 +284,21 @@ def test_a_subgraph_reading_a_value_nothing_produces_is_a_load_error():
     other = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["e"])], "else", [], [tensor("e", shape=[3])]
     )
-    model = make_model(
+    _refused_at_load(
         [helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
         [tensor("c", TensorProto.BOOL, []), tensor("x", shape=[3])],
         [tensor("y", shape=[3])],
-        check=False,
+        r"node 'if' \(If\) reads \(in a subgraph\) 'ghost'",
     )
-    with pytest.raises(LoadError, match=r"node 'if' \(If\) reads \(in a subgraph\) 'ghost'"):
-        rt.load(model)
 
 
 def test_an_output_nothing_produces_is_a_load_error():
-    model = make_model(
+    _refused_at_load(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
         [tensor("x", shape=[3])],
         [tensor("y", shape=[3]), tensor("z", shape=[3])],
-        check=False,
+        "graph output 'z' is not produced by any node",
     )
-    with pytest.raises(LoadError, match="graph output 'z' is not produced by any node"):
-        rt.load(model)
 
 
 def test_external_data_shorter_than_its_tensor_names_the_tensor_and_file(tmp_path):
@@ -321,19 +333,14 @@ def test_external_data_without_a_length_reads_the_tensor_and_checks_it(tmp_path)
 def test_a_tensor_whose_bytes_do_not_fit_its_dims_is_a_load_error():
     w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
     w.dims[:] = [16]
-    model = make_model(
+    _refused_at_load(
         [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
         [tensor("x", shape=[16])],
         [tensor("y", shape=[16])],
-        [w],
-        check=False,
-    )
-    with pytest.raises(
-        LoadError,
-        match=r"tensor 'w' has 16 bytes of data, but its dims \[16\] and type "
+        r"tensor 'w' has 16 bytes of data, but its dims \[16\] and type "
         "TensorProto.FLOAT need 64",
-    ):
-        rt.load(model)
+        initializers=[w],
+    )
 
 
 @pytest.mark.parametrize(("key", "value"), [("offset", "abc"), ("length", "-4")])
@@ -368,38 +375,31 @@ def test_an_opset_newer_than_the_op_library_warns_and_still_runs(tmp_path):
 
 
 def test_two_nodes_writing_one_tensor_is_a_load_error_naming_both(tmp_path):
-    model = make_model(
+    _refused_at_load(
         [
             helper.make_node("Relu", ["x"], ["y"], name="first"),
             helper.make_node("Neg", ["x"], ["y"], name="second"),
         ],
         [tensor("x", shape=[3])],
         [tensor("y", shape=[3])],
-        check=False,
-    )
-    onnx.save(model, tmp_path / "m.onnx")
-    with pytest.raises(
-        LoadError,
-        match=r"m.onnx: graph 'g': tensor 'y' is written by two nodes, 'first' \(Relu\) and "
+        r"m.onnx: graph 'g': tensor 'y' is written by two nodes, 'first' \(Relu\) and "
         r"'second' \(Neg\)",
-    ):
-        rt.load(tmp_path / "m.onnx")
+        saved_in=tmp_path,
+    )
 
 
 def test_a_node_writing_a_graph_input_is_a_load_error():
-    model = make_model(
+    _refused_at_load(
         [helper.make_node("Neg", ["x"], ["x"], name="overwrite")],
         [tensor("x", shape=[3])],
         [tensor("x", shape=[3])],
-        check=False,
+        r"tensor 'x' is a graph input and written by node ",
     )
-    with pytest.raises(LoadError, match=r"tensor 'x' is a graph input and written by node "):
-        rt.load(model)
 
 
 def test_a_cycle_is_a_load_error_naming_a_node_on_it():
     # a -> b -> c -> a, and d after the cycle (stuck too, but not on it)
-    model = make_model(
+    info = _refused_at_load(
         [
             helper.make_node("Add", ["x", "c"], ["a"], name="node_a"),
             helper.make_node("Relu", ["a"], ["b"], name="node_b"),
@@ -408,10 +408,8 @@ def test_a_cycle_is_a_load_error_naming_a_node_on_it():
         ],
         [tensor("x", shape=[3])],
         [tensor("y", shape=[3])],
-        check=False,
+        "has a cycle",
     )
-    with pytest.raises(LoadError, match="has a cycle") as info:
-        rt.load(model)
     message = str(info.value)
     assert "node_a -> node_b -> node_c -> node_a" in " ".join(message.split()).replace("'", "")
     assert "after" not in message

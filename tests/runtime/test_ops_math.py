@@ -68,6 +68,32 @@ def test_legacy_broadcast_aligns_b_at_axis_before_opset_7() -> None:
     assert y.shape == (2, 3, 4)
 
 
+@pytest.mark.parametrize(
+    ("op_type", "reference_op"),
+    [
+        ("Sub", np.subtract),
+        ("Div", np.divide),
+        ("Less", np.less),
+        ("Greater", np.greater),
+        ("Equal", np.equal),
+    ],
+)
+def test_legacy_broadcast_of_the_compare_and_arithmetic_ops(op_type: str, reference_op) -> None:
+    a, b = randn(2, 3, 4), randn(3) + 5
+    (y,) = run_op(op_type, [a, b], {"broadcast": 1, "axis": 1}, opset=6)
+    np.testing.assert_allclose(y, reference_op(a, b[:, None]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("op_type", "reference_op"),
+    [("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)],
+)
+def test_legacy_broadcast_of_the_logic_ops(op_type: str, reference_op) -> None:
+    a, b = randn(2, 3, 4) > 0, np.array([True, False, True])
+    (y,) = run_op(op_type, [a, b], {"broadcast": 1, "axis": 1}, opset=6)
+    np.testing.assert_array_equal(y, reference_op(a, b[:, None]))
+
+
 def test_pow_keeps_the_base_type() -> None:
     (y,) = assert_matches(
         "Pow", [np.array([1, 2, 3], np.int32), np.array([2.0, 0.5, 3], np.float32)]

@@ -13,6 +13,7 @@ import ember.runtime as rt
 from tests.runtime.models import reference
 
 ML = "ai.onnx.ml"
+F32, F64, I64, STR = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.STRING
 rng = np.random.default_rng(7)
 
 
@@ -78,8 +79,8 @@ STRINGS = np.array([["a", "b", "zz"], ["c", "a", ""]], dtype=object)
 @pytest.mark.parametrize("ml_opset", [2, 4])
 def test_label_encoder_strings_to_ints_with_and_without_default(ml_opset: int) -> None:
     attrs = {"keys_strings": ["a", "b", "c"], "values_int64s": [10, 11, 12]}
-    inputs = {"x": (TensorProto.STRING, [2, 3])}
-    out = (TensorProto.INT64, [2, 3])
+    inputs = {"x": (STR, [2, 3])}
+    out = (I64, [2, 3])
     no_default = assert_like_ort(
         ml_model("LabelEncoder", inputs, out, attrs, ml_opset=ml_opset), {"x": STRINGS}
     )
@@ -93,8 +94,8 @@ def test_label_encoder_strings_to_ints_with_and_without_default(ml_opset: int) -
 
 def test_label_encoder_ints_to_strings_with_default() -> None:
     attrs = {"keys_int64s": [3, 1, 2], "values_strings": ["three", "one", "two"]}
-    inputs = {"x": (TensorProto.INT64, [5])}
-    out = (TensorProto.STRING, [5])
+    inputs = {"x": (I64, [5])}
+    out = (STR, [5])
     x = np.array([1, 2, 3, 4, -1], np.int64)
     got = assert_like_ort(ml_model("LabelEncoder", inputs, out, attrs, ml_opset=2), {"x": x})
     assert got.tolist() == ["one", "two", "three", "_Unused", "_Unused"]
@@ -106,18 +107,14 @@ def test_label_encoder_ints_to_strings_with_default() -> None:
 def test_label_encoder_v1_classes_both_directions() -> None:
     classes = {"classes_strings": ["cat", "dog", "eel"]}
     to_int = ml_model(
-        "LabelEncoder",
-        {"x": (TensorProto.STRING, [4])},
-        (TensorProto.INT64, [4]),
-        {**classes, "default_int64": -7},
-        ml_opset=1,
+        "LabelEncoder", {"x": (STR, [4])}, (I64, [4]), {**classes, "default_int64": -7}, ml_opset=1
     )
     words = np.array(["dog", "eel", "cow", "cat"], dtype=object)
     assert assert_like_ort(to_int, {"x": words}).tolist() == [1, 2, -7, 0]
     to_str = ml_model(
         "LabelEncoder",
-        {"x": (TensorProto.INT64, [4])},
-        (TensorProto.STRING, [4]),
+        {"x": (I64, [4])},
+        (STR, [4]),
         {**classes, "default_string": "none"},
         ml_opset=1,
     )
@@ -131,13 +128,7 @@ def test_label_encoder_tensor_attributes_keep_the_value_type() -> None:
         "values_tensor": numpy_helper.from_array(np.array([-1.5, -5, -9], np.float64)),
         "default_tensor": numpy_helper.from_array(np.array([300], np.float64)),
     }
-    model = ml_model(
-        "LabelEncoder",
-        {"x": (TensorProto.INT64, [6])},
-        (TensorProto.DOUBLE, [6]),
-        attrs,
-        ml_opset=4,
-    )
+    model = ml_model("LabelEncoder", {"x": (I64, [6])}, (F64, [6]), attrs, ml_opset=4)
     x = np.array([9, 5, 1, 0, 9, 2], np.int64)
     got = assert_like_ort(model, {"x": x})
     assert got.dtype == np.float64
@@ -145,9 +136,7 @@ def test_label_encoder_tensor_attributes_keep_the_value_type() -> None:
     # int16 values (onnxruntime has no kernel for them): the output is int16 too
     attrs["values_tensor"] = numpy_helper.from_array(np.array([-1, -5, -9], np.int16))
     attrs["default_tensor"] = numpy_helper.from_array(np.array([300], np.int16))
-    model = ml_model(
-        "LabelEncoder", {"x": (TensorProto.INT64, [6])}, (TensorProto.INT16, [6]), attrs, ml_opset=4
-    )
+    model = ml_model("LabelEncoder", {"x": (I64, [6])}, (TensorProto.INT16, [6]), attrs, ml_opset=4)
     got, _ = run_both(model, {"x": x})
     assert got.dtype == np.int16
     assert got.tolist() == [-9, -5, -1, 300, -9, 300]
@@ -159,9 +148,7 @@ def test_label_encoder_float_keys_match_nan() -> None:
         "values_floats": [1.0, 99.0, 3.0],
         "default_float": -2.0,
     }
-    model = ml_model(
-        "LabelEncoder", {"x": (TensorProto.FLOAT, [5])}, (TensorProto.FLOAT, [5]), attrs, ml_opset=4
-    )
+    model = ml_model("LabelEncoder", {"x": (F32, [5])}, (F32, [5]), attrs, ml_opset=4)
     x = np.array([0.5, np.nan, 2.0, 3.0, -0.0], np.float32)
     got = assert_like_ort(model, {"x": x})
     assert got.tolist() == [1.0, 99.0, 3.0, -2.0, -2.0]
@@ -171,9 +158,7 @@ def test_label_encoder_repeated_key_takes_the_last_value() -> None:
     # the spec (ai.onnx.ml 4): "If a key is repeated, the last key takes precedence";
     # onnxruntime 1.32 keeps the first, so this follows the spec text
     attrs = {"keys_int64s": [1, 2, 1], "values_int64s": [10, 20, 30]}
-    model = ml_model(
-        "LabelEncoder", {"x": (TensorProto.INT64, [3])}, (TensorProto.INT64, [3]), attrs, ml_opset=4
-    )
+    model = ml_model("LabelEncoder", {"x": (I64, [3])}, (I64, [3]), attrs, ml_opset=4)
     got, _ = run_both(model, {"x": np.array([1, 2, 3], np.int64)})
     assert got.tolist() == [30, 20, -1]
 
@@ -181,8 +166,8 @@ def test_label_encoder_repeated_key_takes_the_last_value() -> None:
 def test_numeric_label_encoder_is_traced_and_string_output_breaks_the_graph() -> None:
     numeric = ml_model(
         "LabelEncoder",
-        {"x": (TensorProto.INT64, [4])},
-        (TensorProto.INT64, [4]),
+        {"x": (I64, [4])},
+        (I64, [4]),
         {"keys_int64s": [2, 4], "values_int64s": [20, 40]},
         ml_opset=2,
         pre=[helper.make_node("Add", ["x", "x"], ["x2"])],
@@ -195,8 +180,8 @@ def test_numeric_label_encoder_is_traced_and_string_output_breaks_the_graph() ->
     # a computed value mapped to strings: the node runs on the host, as a break
     to_strings = ml_model(
         "LabelEncoder",
-        {"x": (TensorProto.INT64, [4])},
-        (TensorProto.STRING, [4]),
+        {"x": (I64, [4])},
+        (STR, [4]),
         {"keys_int64s": [2, 4], "values_strings": ["two", "four"]},
         ml_opset=2,
         pre=[helper.make_node("Add", ["x", "x"], ["x2"])],
@@ -215,11 +200,7 @@ def test_binarizer_threshold_matches_onnxruntime() -> None:
     x = (rng.standard_normal((3, 4, 5)) * 2).astype(np.float32)
     x.flat[0] = 0.25  # equal to the threshold: not above it, so 0
     model = ml_model(
-        "Binarizer",
-        {"x": (TensorProto.FLOAT, [3, 4, 5])},
-        (TensorProto.FLOAT, [3, 4, 5]),
-        {"threshold": 0.25},
-        ml_opset=1,
+        "Binarizer", {"x": (F32, [3, 4, 5])}, (F32, [3, 4, 5]), {"threshold": 0.25}, ml_opset=1
     )
     got = assert_like_ort(model, {"x": x})
     assert got.flat[0] == 0
@@ -228,7 +209,7 @@ def test_binarizer_threshold_matches_onnxruntime() -> None:
 
 @pytest.mark.parametrize(
     ("elem", "dtype", "threshold"),
-    [(TensorProto.DOUBLE, np.float64, -1.0), (TensorProto.INT64, np.int64, 2.0)],
+    [(F64, np.float64, -1.0), (I64, np.int64, 2.0)],
 )
 def test_binarizer_other_types_and_nan(elem: int, dtype: Any, threshold: float) -> None:
     # onnxruntime implements only float (and rejects NaN); the spec maps every value that is
@@ -245,9 +226,7 @@ def test_binarizer_other_types_and_nan(elem: int, dtype: Any, threshold: float) 
 
 
 def test_binarizer_default_threshold() -> None:
-    model = ml_model(
-        "Binarizer", {"x": (TensorProto.FLOAT, [3])}, (TensorProto.FLOAT, [3]), {}, ml_opset=1
-    )
+    model = ml_model("Binarizer", {"x": (F32, [3])}, (F32, [3]), {}, ml_opset=1)
     got = assert_like_ort(model, {"x": np.array([-1.0, 0.0, 1e-6], np.float32)})
     assert got.tolist() == [0.0, 0.0, 1.0]
 
@@ -261,8 +240,8 @@ def test_array_feature_extractor_picks_from_the_last_axis(shape: list[int], indi
     y = np.array(indices, np.int64)
     model = ml_model(
         "ArrayFeatureExtractor",
-        {"x": (TensorProto.FLOAT, shape), "i": (TensorProto.INT64, list(y.shape))},
-        (TensorProto.FLOAT, None),
+        {"x": (F32, shape), "i": (I64, list(y.shape))},
+        (F32, None),
         {},
         ml_opset=1,
     )
@@ -276,8 +255,8 @@ def test_array_feature_extractor_on_strings() -> None:
     x = np.array([["a", "b", "c"], ["d", "e", "f"]], dtype=object)
     model = ml_model(
         "ArrayFeatureExtractor",
-        {"x": (TensorProto.STRING, [2, 3]), "i": (TensorProto.INT64, [2])},
-        (TensorProto.STRING, None),
+        {"x": (STR, [2, 3]), "i": (I64, [2])},
+        (STR, None),
         {},
         ml_opset=1,
     )
@@ -433,7 +412,7 @@ def test_tree_ensemble_aggregates_and_post_transforms(aggregate: int) -> None:
 
     def model(transform: int) -> onnx.ModelProto:
         attrs["post_transform"] = transform
-        shapes = ({"x": (TensorProto.FLOAT, [64, 4])}, (TensorProto.FLOAT, [64, 3]))
+        shapes = ({"x": (F32, [64, 4])}, (F32, [64, 3]))
         return ml_model("TreeEnsemble", *shapes, attrs, ml_opset=5)
 
     scores = assert_like_ort(model(0), {"x": x}, rtol=1e-5, atol=1e-6)
@@ -465,13 +444,7 @@ def test_tree_ensemble_double_probit_and_set_membership() -> None:
         "n_targets": 1,
         "post_transform": 4,
     }
-    model = ml_model(
-        "TreeEnsemble",
-        {"x": (TensorProto.DOUBLE, [5, 2])},
-        (TensorProto.DOUBLE, [5, 1]),
-        attrs,
-        ml_opset=5,
-    )
+    model = ml_model("TreeEnsemble", {"x": (F64, [5, 2])}, (F64, [5, 1]), attrs, ml_opset=5)
     x = np.array([[4, 0], [4, 1], [5, 0], [np.nan, 0], [7, -3]], np.float64)
     # onnxruntime's probit approximates erfinv to about 1e-4; Ember's is exact
     got = assert_like_ort(model, {"x": x}, rtol=1e-3, atol=1e-3)
@@ -494,11 +467,7 @@ def test_tree_ensemble_regressor_matches_onnxruntime(aggregate: str, transform: 
         post_transform=transform,
     )
     model = ml_model(
-        "TreeEnsembleRegressor",
-        {"x": (TensorProto.FLOAT, [32, 3])},
-        (TensorProto.FLOAT, [32, 3]),
-        attrs,
-        ml_opset=3,
+        "TreeEnsembleRegressor", {"x": (F32, [32, 3])}, (F32, [32, 3]), attrs, ml_opset=3
     )
     assert_like_ort(model, {"x": features(32, 3, np.float32)}, rtol=1e-5, atol=1e-6)
 
@@ -508,11 +477,7 @@ def test_tree_ensemble_regressor_double_input_single_target() -> None:
     attrs = v1_attrs(trees, "target")
     attrs.update(n_targets=1, aggregate_function="AVERAGE")
     model = ml_model(
-        "TreeEnsembleRegressor",
-        {"x": (TensorProto.DOUBLE, [40, 2])},
-        (TensorProto.FLOAT, [40, 1]),
-        attrs,
-        ml_opset=1,
+        "TreeEnsembleRegressor", {"x": (F64, [40, 2])}, (F32, [40, 1]), attrs, ml_opset=1
     )
     assert_like_ort(model, {"x": features(40, 2, np.float64)}, rtol=1e-6, atol=1e-6)
 
@@ -524,10 +489,10 @@ def classifier_model(attrs: dict[str, Any], label_type: int, rows: int) -> onnx.
     graph = helper.make_graph(
         [node],
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 3])],
+        [helper.make_tensor_value_info("x", F32, [rows, 3])],
         [
             helper.make_tensor_value_info("label", label_type, [rows]),
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, None]),
+            helper.make_tensor_value_info("y", F32, [rows, None]),
         ],
     )
     model = helper.make_model(
@@ -538,13 +503,13 @@ def classifier_model(attrs: dict[str, Any], label_type: int, rows: int) -> onnx.
 
 
 @pytest.mark.parametrize("transform", ["NONE", "SOFTMAX", "LOGISTIC"])
-@pytest.mark.parametrize("label_type", [TensorProto.INT64, TensorProto.STRING])
+@pytest.mark.parametrize("label_type", [I64, STR])
 def test_tree_ensemble_classifier_labels_and_scores(transform: str, label_type: int) -> None:
     trees = random_forest(n_trees=6, n_features=3, n_targets=4, depth=3, targets_per_leaf=4)
     attrs = v1_attrs(trees, "class")
     attrs["post_transform"] = transform
     attrs["base_values"] = [0.1, 0.0, -0.2, 0.3]
-    if label_type == TensorProto.STRING:
+    if label_type == STR:
         attrs["classlabels_strings"] = ["ant", "bee", "cat", "dog"]
     else:
         attrs["classlabels_int64s"] = [10, 20, 30, 40]
@@ -560,7 +525,7 @@ def test_tree_ensemble_classifier_with_two_classes_is_refused_with_a_way_out() -
     trees = random_forest(n_trees=2, n_features=3, n_targets=1, depth=2)
     attrs = v1_attrs(trees, "class")
     attrs["classlabels_int64s"] = [0, 1]
-    model = classifier_model(attrs, TensorProto.INT64, 2)
+    model = classifier_model(attrs, I64, 2)
     with pytest.raises(rt.NodeError, match=r"'ml_node' \(TreeEnsembleClassifier\).*2 classes"):
         rt.run(model, {"x": np.zeros((2, 3), np.float32)})
 
@@ -572,8 +537,8 @@ def test_tree_ensemble_classifier_with_two_classes_is_refused_with_a_way_out() -
 def test_label_encoder_with_two_key_lists_names_the_node_and_the_fix() -> None:
     model = ml_model(
         "LabelEncoder",
-        {"x": (TensorProto.INT64, [2])},
-        (TensorProto.INT64, [2]),
+        {"x": (I64, [2])},
+        (I64, [2]),
         {"keys_int64s": [1], "keys_strings": ["a"], "values_int64s": [5]},
         ml_opset=2,
     )
@@ -593,16 +558,12 @@ def test_tree_ensemble_base_values_of_the_wrong_count_are_a_node_error(kind: str
     if kind == "target":
         attrs["n_targets"] = 3
         model = ml_model(
-            "TreeEnsembleRegressor",
-            {"x": (TensorProto.FLOAT, [2, 3])},
-            (TensorProto.FLOAT, [2, 3]),
-            attrs,
-            ml_opset=3,
+            "TreeEnsembleRegressor", {"x": (F32, [2, 3])}, (F32, [2, 3]), attrs, ml_opset=3
         )
         want = r"\(TreeEnsembleRegressor\).*2 base_values for 3 targets; give one per target"
     else:
         attrs["classlabels_int64s"] = [0, 1, 2]
-        model = classifier_model(attrs, TensorProto.INT64, 2)
+        model = classifier_model(attrs, I64, 2)
         want = r"\(TreeEnsembleClassifier\).*2 base_values for 3 classes; give one per class"
     with pytest.raises(rt.NodeError, match=want):
         rt.run(model, {"x": np.zeros((2, 3), np.float32)})
@@ -612,13 +573,7 @@ def test_tree_ensemble_unknown_aggregate_function_is_a_node_error() -> None:
     trees = random_forest(n_trees=1, n_features=2, n_targets=1, depth=2)
     attrs = v5_attrs(trees, 1, np.float32)
     attrs["aggregate_function"] = 7
-    model = ml_model(
-        "TreeEnsemble",
-        {"x": (TensorProto.FLOAT, [3, 2])},
-        (TensorProto.FLOAT, [3, 1]),
-        attrs,
-        ml_opset=5,
-    )
+    model = ml_model("TreeEnsemble", {"x": (F32, [3, 2])}, (F32, [3, 1]), attrs, ml_opset=5)
     with pytest.raises(
         rt.NodeError,
         match=r"'ml_node' \(TreeEnsemble\).*aggregate_function=7.*"
@@ -640,13 +595,7 @@ def test_tree_ensemble_cycle_is_reported() -> None:
         "leaf_targetids": [0],
         "leaf_weights": numpy_helper.from_array(np.array([1.0], np.float32)),
     }
-    model = ml_model(
-        "TreeEnsemble",
-        {"x": (TensorProto.FLOAT, [1, 1])},
-        (TensorProto.FLOAT, [1, 1]),
-        attrs,
-        ml_opset=5,
-    )
+    model = ml_model("TreeEnsemble", {"x": (F32, [1, 1])}, (F32, [1, 1]), attrs, ml_opset=5)
     with pytest.raises(rt.NodeError, match="form a cycle"):
         rt.run(model, {"x": np.zeros((1, 1), np.float32)})
 
@@ -654,8 +603,8 @@ def test_tree_ensemble_cycle_is_reported() -> None:
 def test_array_feature_extractor_index_out_of_range() -> None:
     model = ml_model(
         "ArrayFeatureExtractor",
-        {"x": (TensorProto.FLOAT, [2, 3])},
-        (TensorProto.FLOAT, None),
+        {"x": (F32, [2, 3])},
+        (F32, None),
         {},
         ml_opset=1,
         pre=[
@@ -694,12 +643,6 @@ def test_tree_ensemble_feature_beyond_the_input_is_a_node_error() -> None:
     trees = random_forest(n_trees=2, n_features=5, n_targets=1, depth=3)
     attrs = v5_attrs(trees, 1, np.float32)
     attrs["nodes_featureids"] = [4] * len(attrs["nodes_featureids"])
-    model = ml_model(
-        "TreeEnsemble",
-        {"x": (TensorProto.FLOAT, [3, 2])},
-        (TensorProto.FLOAT, [3, 1]),
-        attrs,
-        ml_opset=5,
-    )
+    model = ml_model("TreeEnsemble", {"x": (F32, [3, 2])}, (F32, [3, 1]), attrs, ml_opset=5)
     with pytest.raises(rt.NodeError, match="compares feature 4, but X has 2 features"):
         rt.compile(model)({"x": np.zeros((3, 2), np.float32)})

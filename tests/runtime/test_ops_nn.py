@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -11,6 +13,31 @@ from tests.runtime.models import make_model, reference, tensor
 from tests.runtime.op_check import assert_matches, run_op
 
 rng = np.random.default_rng(0)
+
+
+def _ours_and_onnxruntimes(
+    op_type: str,
+    feeds: dict[str, np.ndarray | None],
+    attrs: dict[str, Any],
+    *,
+    opset: int | None = None,
+    outputs: tuple[str, ...] = ("y",),
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first output of Ember's ``op_type`` on the float32 ``feeds`` (``None``: an input
+    left out), and onnxruntime's from a one-node model. Without ``opset``, Ember's op is
+    ``run_op``'s default (opset 22) and the model's opset 17."""
+    got = run_op(op_type, list(feeds.values()), attrs, **({"opset": opset} if opset else {}))
+    given = {n: v for n, v in feeds.items() if v is not None}
+    node = helper.make_node(
+        op_type, [n if v is not None else "" for n, v in feeds.items()], list(outputs), **attrs
+    )
+    model = make_model(
+        [node],
+        [tensor(n, shape=list(v.shape)) for n, v in given.items()],
+        [tensor(n, shape=list(o.shape)) for n, o in zip(outputs, got, strict=False)],
+        opset=opset or 17,
+    )
+    return got[0], reference(model, given)[outputs[0]]
 
 
 def randn(*shape: int, dtype: type = np.float32) -> np.ndarray:
@@ -84,15 +111,9 @@ def test_conv_explicit_asymmetric_pads_1d() -> None:
 def test_conv_transpose_output_shape_and_groups_against_onnxruntime() -> None:
     x, w = randn(1, 4, 5, 5), randn(4, 3, 3, 3)
     attrs = {"group": 2, "strides": [2, 2], "output_shape": [10, 11]}
-    (y,) = run_op("ConvTranspose", [x, w], attrs)
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
-    model = make_model(
-        [node],
-        [tensor("x", shape=[1, 4, 5, 5]), tensor("w", shape=[4, 3, 3, 3])],
-        [tensor("y", shape=[1, 6, 10, 11])],
-    )
+    y, want = _ours_and_onnxruntimes("ConvTranspose", {"x": x, "w": w}, attrs)
     assert y.shape == (1, 6, 10, 11)
-    np.testing.assert_allclose(y, reference(model, {"x": x, "w": w})["y"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
 
 
 def test_conv_transpose_pads_output_padding_dilations() -> None:
@@ -653,29 +674,16 @@ def test_max_pool_builds_indices_only_when_the_node_has_two_outputs() -> None:
 def test_resize_10_nearest_rounds_like_onnxruntime(scales: list[float]) -> None:
     x = randn(1, 2, 7, 9)
     s = np.array(scales, np.float32)
-    (y,) = run_op("Resize", [x, s], {"mode": "nearest"}, opset=10)
-    node = helper.make_node("Resize", ["x", "s"], ["y"], mode="nearest")
-    model = make_model(
-        [node],
-        [tensor("x", shape=[1, 2, 7, 9]), tensor("s", shape=[4])],
-        [tensor("y", shape=list(y.shape))],
-        opset=10,
-    )
-    np.testing.assert_array_equal(y, reference(model, {"x": x, "s": s})["y"])
+    y, want = _ours_and_onnxruntimes("Resize", {"x": x, "s": s}, {"mode": "nearest"}, opset=10)
+    np.testing.assert_array_equal(y, want)
 
 
 def test_conv_transpose_same_with_unit_kernel_never_pads_negatively() -> None:
     x, w = randn(1, 2, 6, 7), randn(2, 3, 1, 1)
     attrs = {"strides": [2, 2], "auto_pad": "SAME_UPPER"}
-    (y,) = run_op("ConvTranspose", [x, w], attrs)
-    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
-    model = make_model(
-        [node],
-        [tensor("x", shape=[1, 2, 6, 7]), tensor("w", shape=[2, 3, 1, 1])],
-        [tensor("y", shape=[1, 3, 11, 13])],
-    )
+    y, want = _ours_and_onnxruntimes("ConvTranspose", {"x": x, "w": w}, attrs)
     assert y.shape == (1, 3, 11, 13)
-    np.testing.assert_allclose(y, reference(model, {"x": x, "w": w})["y"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -685,44 +693,27 @@ def test_resize_nearest_picks_the_pixels_onnxruntime_picks(mode: str, scale: flo
     x = np.arange(7, dtype=np.float32).reshape(1, 1, 1, 7)
     s = np.array([1, 1, 1, scale], np.float32)
     attrs = {"mode": "nearest", "coordinate_transformation_mode": mode, "nearest_mode": "floor"}
-    (y,) = run_op("Resize", [x, None, s, None], attrs, opset=19)
-    node = helper.make_node("Resize", ["x", "", "s"], ["y"], **attrs)
-    model = make_model(
-        [node],
-        [tensor("x", shape=[1, 1, 1, 7]), tensor("s", shape=[4])],
-        [tensor("y", shape=list(y.shape))],
-        opset=19,
-    )
-    np.testing.assert_array_equal(y, reference(model, {"x": x, "s": s})["y"])
+    feeds = {"x": x, "roi": None, "s": s, "sizes": None}
+    y, want = _ours_and_onnxruntimes("Resize", feeds, attrs, opset=19)
+    np.testing.assert_array_equal(y, want)
 
 
 def test_grid_sample_cubic_border_clamps_taps_like_onnxruntime() -> None:
     x = randn(1, 2, 5, 6)
     grid = rng.uniform(-1.4, 1.4, (1, 4, 7, 2)).astype(np.float32)
     attrs = {"mode": "cubic", "padding_mode": "border"}
-    (y,) = run_op("GridSample", [x, grid], attrs, opset=20)
-    node = helper.make_node("GridSample", ["x", "g"], ["y"], **attrs)
-    model = make_model(
-        [node],
-        [tensor("x", shape=[1, 2, 5, 6]), tensor("g", shape=[1, 4, 7, 2])],
-        [tensor("y", shape=[1, 2, 4, 7])],
-        opset=20,
-    )
-    np.testing.assert_allclose(y, reference(model, {"x": x, "g": grid})["y"], rtol=1e-4, atol=1e-5)
+    y, want = _ours_and_onnxruntimes("GridSample", {"x": x, "g": grid}, attrs, opset=20)
+    assert y.shape == (1, 2, 4, 7)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
 
 
 def test_recurrent_activation_alphas_are_consumed_by_the_functions_that_take_them() -> None:
     attrs = {"activations": ["Sigmoid", "LeakyRelu"], "activation_alpha": [0.2], "hidden_size": 3}
     x, w, r = randn(4, 2, 3), randn(1, 9, 3), randn(1, 9, 3)
-    (y, _y_h) = run_op("GRU", [x, w, r], attrs, opset=14)
-    node = helper.make_node("GRU", ["x", "w", "r"], ["y", "y_h"], **attrs)
-    model = make_model(
-        [node],
-        [tensor("x", shape=[4, 2, 3]), tensor("w", shape=[1, 9, 3]), tensor("r", shape=[1, 9, 3])],
-        [tensor("y", shape=[4, 1, 2, 3]), tensor("y_h", shape=[1, 2, 3])],
-        opset=14,
-    )
-    np.testing.assert_allclose(y, reference(model, {"x": x, "w": w, "r": r})["y"], atol=1e-5)
+    feeds = {"x": x, "w": w, "r": r}
+    y, want = _ours_and_onnxruntimes("GRU", feeds, attrs, opset=14, outputs=("y", "y_h"))
+    assert y.shape == (4, 1, 2, 3)
+    np.testing.assert_allclose(y, want, atol=1e-5)
 
 
 def test_attention_sliding_window_of_zero_attends_only_to_itself() -> None:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 import uuid
 
@@ -16,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
+from tests import recordings
 from tests.runtime.models import (
     const,
     make_model,
@@ -93,6 +91,11 @@ def relu_model(dim: object = "n") -> onnx.ModelProto:
     return make_model(nodes, [tensor("x", shape=[dim])], [tensor("y", shape=[dim])])
 
 
+# the events of a segment's cache miss and compile, and of a graph break's host part
+SEGMENT_COMPILED = ["ember.cache.miss", "ember.segment.compile.start", "ember.segment.compile.stop"]
+BREAK = ["ember.break.start", "ember.break.stop"]
+
+
 def _strip(events, keep=("span_id", "parent_id")):
     """(name, metadata without span ids) for comparing sequences."""
     return [(n, {k: v for k, v in md.items() if k not in keep}) for n, _, md in events]
@@ -139,14 +142,9 @@ def test_nonzero_feeding_reshape_events_and_outputs(ember_events):
     names = [n for n, _ in got]
     assert names == [
         "ember.call.start",
-        "ember.cache.miss",
-        "ember.segment.compile.start",
-        "ember.segment.compile.stop",
-        "ember.break.start",
-        "ember.break.stop",
-        "ember.cache.miss",
-        "ember.segment.compile.start",
-        "ember.segment.compile.stop",
+        *SEGMENT_COMPILED,
+        *BREAK,
+        *SEGMENT_COMPILED,
         "ember.call.stop",
     ]
     assert got[0][1] == {
@@ -198,14 +196,12 @@ def test_nonzero_feeding_reshape_events_and_outputs(ember_events):
     )
     assert np.asarray(out["y"]).shape == (2, 3)
     got = _strip(ember_events)
-    assert [n for n, _ in got] == [
+    names = [n for n, _ in got]
+    assert names == [
         "ember.call.start",
         "ember.cache.hit",
-        "ember.break.start",
-        "ember.break.stop",
-        "ember.cache.miss",
-        "ember.segment.compile.start",
-        "ember.segment.compile.stop",
+        *BREAK,
+        *SEGMENT_COMPILED,
         "ember.call.stop",
     ]
     assert got[1][1]["key"] == miss0["key"]
@@ -451,41 +447,13 @@ def test_a_smaller_cache_size_evicts_down_to_it_at_the_next_insert(ember_events)
 # disk cache
 
 
-_DISK_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    import ember.runtime as rt
-    from ember.recorder import bus
-    from jax import monitoring
-    stops = []
-    bus.attach("t", ["ember.segment.compile.stop"], lambda n, m, md: stops.append(
-        {"position": md["position"], "compiled": md["compiled"],
-         "disk_cache": md["disk_cache"]}))
-    # programs handed to XLA's compiler through the persistent cache
-    xla = []
-    monitoring.register_event_listener(lambda event, **kw: xla.append(event)
-        if event == "/jax/compilation_cache/compile_requests_use_cache" else None)
-    compiled = rt.compile(sys.argv[1], cache_dir=sys.argv[2])
-    data = np.arange(6, dtype=np.float32)
-    out = compiled({"x": np.array([0, 1, 0, 0, 0, 0], np.float32), "data": data})
-    print(json.dumps({"stops": stops, "y": np.asarray(out["y"]).tolist(), "xla": len(xla)}))
-    """
-)
-
-
 def test_second_process_reads_every_segment_from_the_disk_cache(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(nonzero_reshape_model(extra_adds=20), path)
     cache = tmp_path / "cache"
 
     def run_process() -> dict:
-        proc = subprocess.run(
-            [sys.executable, "-c", _DISK_SCRIPT, str(path), str(cache)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = recordings.run("segment_disk_cache", str(path), str(cache), timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
