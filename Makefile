@@ -67,9 +67,14 @@ browser:
 	bash tests/dashboard/install_browser.sh
 
 # The conformance count runs before pytest so that pytest's summary is the last line.
+# pytest runs on every logical core (pytest-xdist; psutil counts them): 18 minutes one test
+# at a time on a 2-core CI machine. `make test PYTEST_WORKERS=0` runs it in one process.
+# --dist loadfile: a file's tests run in one worker, so that a module's fixtures (a Spark
+# session, recorded runs) are made once, not once per worker.
+PYTEST_WORKERS ?= logical
 test: $(TEST_STAMP) lint browser
 	$(BIN)/python -m ember.runtime.conformance
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 conformance: $(TEST_STAMP)
 	$(BIN)/python -m ember.runtime.conformance

@@ -82,7 +82,22 @@ def _drop_stdout() -> None:
     os.close(devnull)
 
 
-class _PipeConsole(Console):
+class _SizedConsole(Console):
+    """rich's Console, sized at each print from the terminal and ``COLUMNS``/``LINES``.
+
+    rich reads ``COLUMNS`` and ``LINES`` once, when a console is made, and keeps them for
+    good. The consoles below are made when this module is imported, so the width of whatever
+    environment imported it first (a test runner's worker, a parent process) stuck to every
+    later command in the process, whatever ``COLUMNS`` said then. A width or height given
+    to the constructor is kept."""
+
+    def __init__(self, *, width: int | None = None, height: int | None = None, **kwargs: Any):
+        super().__init__(width=width, height=height, **kwargs)
+        # None: rich's `size` asks the terminal and the environment at each print
+        self._width, self._height = width, height
+
+
+class _PipeConsole(_SizedConsole):
     """rich's Console, but a reader that stops reading ends the output, not the command
     (rich's own ``on_broken_pipe`` exits 1)."""
 
@@ -113,7 +128,7 @@ def _flush_stdout() -> None:
 
 
 console = _PipeConsole()
-err_console = Console(stderr=True)
+err_console = _SizedConsole(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
