@@ -27,3 +27,5 @@ SELECT r.run_id, json_extract_string(r.tags, '$.model') AS model,
         AND c.disk_cache = 'miss'), 0) AS BIGINT) AS miss_ns
 FROM runs r JOIN compiles c ON c.run_id = r.run_id
 GROUP BY ALL
+-- a run whose compiles were all of jitted functions has no segment: no row
+HAVING count(c.position) > 0

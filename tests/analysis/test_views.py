@@ -487,3 +487,16 @@ def test_disk_cache_misses_names_the_key_part_that_changed(con):
     assert con.sql("SELECT count(*) AS n FROM disk_cache_misses WHERE run_id = 'sweep'")[
         "n"
     ].to_list() == [0]
+
+
+def test_disk_cache_runs_has_a_row_only_for_runs_with_segment_compiles(con):
+    # bus-run compiled only a jitted function (loss_fn): no segment, so no row
+    assert (
+        con.sql("SELECT count(*) AS n FROM compiles WHERE run_id = 'bus-run'")["n"].to_list()[0] > 0
+    )
+    assert con.sql(
+        "SELECT count(*) AS n FROM compiles WHERE run_id = 'bus-run' AND position IS NOT NULL"
+    )["n"].to_list() == [0]
+    rows = con.sql("SELECT run_id, segments FROM disk_cache_runs ORDER BY run_id").rows()
+    assert rows and all(segments > 0 for _, segments in rows), rows
+    assert "bus-run" not in {run_id for run_id, _ in rows}
