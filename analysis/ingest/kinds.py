@@ -21,17 +21,17 @@ continued files, older schema versions, ``strict`` and lines over the size limit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import duckdb
 
 from ember.analysis.ingest.line_check import KIND_OF, decode_chunk, decode_line
-from ember.analysis.ingest.plan import FilePlan, Rejected, iter_lines, raw_text
+from ember.analysis.ingest.plan import FilePlan, Rejected, locate_lines, raw_text
 from ember.analysis.ingest.read import (
     FileIngest,
     explain_line,
+    files_table,
     find_long_line,
     line_chunks,
     no_gc,
@@ -143,7 +143,7 @@ def split_file(w: FileIngest, out: KindFiles) -> None:
         number += chunk.count(b"\n")
         offset += len(chunk)
     if late:
-        for o, (line_no, at, raw) in _locate(plan, w.end, sorted(late)).items():
+        for o, (line_no, at, raw) in locate_lines(plan, w.end, sorted(late)).items():
             w.rejected.append(Rejected(line_no, at, late[o], raw_text(raw)))
     w.rejected.sort(key=lambda r: r.line)
 
@@ -213,26 +213,6 @@ def _judge_chunk(
     return lines, records, kept
 
 
-def _locate(plan: FilePlan, end: int, ordinals: list[int]) -> dict[int, tuple[int, int, bytes]]:
-    """Line number, offset and bytes of the non-blank lines ``ordinals`` (sorted)."""
-    out: dict[int, tuple[int, int, bytes]] = {}
-    wanted: Iterator[int] = iter(ordinals)
-    target = next(wanted, None)
-    ordinal = -1
-    number = plan.base_line
-    for offset, raw in iter_lines(plan.path, plan.start, end):
-        number += 1
-        if not raw.strip():
-            continue
-        ordinal += 1
-        if ordinal == target:
-            out[target] = (number, offset, raw)
-            target = next(wanted, None)
-            if target is None:
-                break
-    return out
-
-
 class SplitRefused(Exception):
     """DuckDB refused a kind's lines that the checks accepted: the batch goes the other way."""
 
@@ -268,17 +248,7 @@ def stage_kinds(
     except duckdb.Error as exc:
         drop_kinds(con)
         raise SplitRefused(str(exc)) from None
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest($f) AS f, "
-        "unnest($file) AS file, unnest($run_id) AS run_id, unnest($start) AS start, "
-        "unnest($start) = 0 AS from_start, -1 AS first_row)",
-        {
-            "f": [w.f for w in works],
-            "file": [str(w.plan.path) for w in works],
-            "run_id": [w.plan.run_id for w in works],
-            "start": [w.plan.start for w in works],
-        },
-    )
+    files_table(con, works, [-1] * len(works))
     return works, out.counts
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "Previous",
     "claim",
     "expand_paths",
+    "locate_lines",
     "plan_file",
 ]
 
@@ -269,6 +270,30 @@ def iter_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
                 continue
             yield offset, line.rstrip(b"\r\n") if line.endswith(b"\n") else line
             offset += len(line)
+
+
+def locate_lines(
+    plan: FilePlan, end: int, ordinals: list[int], first: int = 0
+) -> dict[int, tuple[int, int, bytes]]:
+    """Line number, byte offset and bytes of the non-blank lines of ``plan``'s range up to
+    ``end`` whose ordinals are ``ordinals`` (sorted; the range's first non-blank line is
+    ``first``)."""
+    out: dict[int, tuple[int, int, bytes]] = {}
+    wanted = iter(ordinals)
+    target = next(wanted, None)
+    ordinal = first - 1
+    number = plan.base_line
+    for offset, raw in iter_lines(plan.path, plan.start, end):
+        number += 1
+        if not raw.strip():
+            continue
+        ordinal += 1
+        if ordinal == target:
+            out[target] = (number, offset, raw)
+            target = next(wanted, None)
+            if target is None:
+                break
+    return out
 
 
 @dataclass

@@ -48,6 +48,7 @@ from ember.analysis.ingest.plan import (
     FileResult,
     Rejected,
     iter_lines,
+    locate_lines,
     raw_text,
     read_extent,
     read_range,
@@ -547,21 +548,7 @@ class FileIngest:
                     out[rowid] = (line, offset, f.readline(MAX_LINE_BYTES + 1).rstrip(b"\r\n"))
             return out
         # the fast path staged the file as it is: row n is the n-th non-blank line
-        wanted = iter(rowids)
-        target = next(wanted, None)
-        ordinal = self.first_row - 1
-        number = self.plan.base_line
-        for offset, raw in iter_lines(self.plan.path, self.plan.start, self.end):
-            number += 1
-            if not raw.strip():
-                continue
-            ordinal += 1
-            if ordinal == target:
-                out[target] = (number, offset, raw)
-                target = next(wanted, None)
-                if target is None:
-                    break
-        return out
+        return locate_lines(self.plan, self.end, rowids, self.first_row)
 
     @property
     def message(self) -> str | None:
@@ -679,18 +666,7 @@ def stage(
     for w in works:
         if w not in together:
             w.read()
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest($f) AS f, "
-        "unnest($file) AS file, unnest($run_id) AS run_id, unnest($start) AS start, "
-        "unnest($start) = 0 AS from_start, unnest($first_row) AS first_row)",
-        {
-            "f": [w.f for w in works],
-            "file": [str(w.plan.path) for w in works],
-            "run_id": [w.plan.run_id for w in works],
-            "start": [w.plan.start for w in works],
-            "first_row": [w.first_row for w in works],
-        },
-    )
+    files_table(con, works, [w.first_row for w in works])
     return works
 
 
@@ -725,3 +701,22 @@ def check(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> None:
 def _read_json_sql_empty() -> str:
     cols = ", ".join(f'NULL::{t} AS "{c}"' for c, t in STAGE_COLUMNS.items())
     return f"SELECT {cols} WHERE false"
+
+
+def files_table(
+    con: duckdb.DuckDBPyConnection, works: list[FileIngest], first_rows: list[int]
+) -> None:
+    """``_files``: one row per file of the batch (its number ``f``, path, run, start, and the
+    stage's row of its first line; -1 where rows are numbered per kind)."""
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _files AS SELECT * FROM (SELECT unnest($f) AS f, "
+        "unnest($file) AS file, unnest($run_id) AS run_id, unnest($start) AS start, "
+        "unnest($start) = 0 AS from_start, unnest($first_row) AS first_row)",
+        {
+            "f": [w.f for w in works],
+            "file": [str(w.plan.path) for w in works],
+            "run_id": [w.plan.run_id for w in works],
+            "start": [w.plan.start for w in works],
+            "first_row": first_rows,
+        },
+    )
