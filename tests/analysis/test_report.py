@@ -235,9 +235,13 @@ def test_cli_prints_a_headline_and_sentences(report_db):
     assert "6 calls · 11 compiles (" in out
     assert "cache 1 hits/11 misses/7 evictions · peak " in out
     assert " MiB RSS · call p50 " in out
+    assert "position 0 compiled 5 times in 6 lookups" in out
     assert "• position 0 thrashed: 2 segments were compiled again after eviction" in out
+    # position 0 thrashes with cache size 2; a cache of 3 would fix it
     assert "cache_size 2 -> 3 removes them (cache_what_if)" in out
     assert "input_ids dim 1 changed 4 times (17 -> 23 -> 31 -> 17 -> 23)" in out
+    assert "peak memory" in out
+    assert "slowest shape" in out
     assert "bus-aaaa" not in out  # one run only
 
 

@@ -56,9 +56,9 @@ DATA = REPO / "tests" / "data"
 
 
 def checked_in(name: str, folder: Path) -> Path:
-    """A copy of the checked-in trace ``tests/data/<name>`` in ``folder`` (tests may write
-    next to their traces)."""
-    target = folder / name
+    """A copy of the checked-in trace ``tests/data/<name>`` in ``folder``, under the file's
+    own name (tests may write next to their traces)."""
+    target = folder / Path(name).name
     target.write_bytes((DATA / name).read_bytes())
     return target
 

@@ -4,7 +4,6 @@ the path, a non-zero exit and no traceback (issue 25, item 11)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -14,8 +13,8 @@ from typer.testing import CliRunner
 
 from ember.analysis import ingest
 from ember.cli.main import app
-from tests.analysis.traces import symbolic_matmul
-from tests.cli.test_analysis_commands import CANDLE
+from tests.analysis.traces import checked_in, symbolic_matmul
+from tests.cli.test_analysis_commands import CANDLE_TRACE
 
 DATA = Path(__file__).parent.parent / "data"
 TRACE = str(DATA / "sweep.jsonl")
@@ -34,7 +33,7 @@ def place(tmp_path_factory):
     return {
         "db": str(db),
         "run": run_id,
-        "candle": str(candle_trace(root / "candle.jsonl")),
+        "candle": str(checked_in(CANDLE_TRACE, root)),
         "model": str(symbolic_matmul(root / "model.onnx")),
         "out": str(root / "out"),
         "missing": str(root / "missing"),
@@ -70,11 +69,6 @@ WRITERS = [
     ("run MODEL --calls 1 --record BAD", ("folder", "proc")),
 ]
 CASES = [(cmd, kind) for cmd, kinds in READERS + WRITERS for kind in kinds]
-
-
-def candle_trace(path: Path) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in CANDLE))
-    return path
 
 
 class Hung(Exception):
