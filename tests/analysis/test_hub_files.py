@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ember.analysis import connect, ingest
 from ember.recorder import record
 from ember.runtime.hub.loader import download_model, parse_hub_source
+from tests.analysis.databases import ingested, query_rows
 from tests.runtime.hub_models import model_files
 from tests.runtime.hub_server import LocalHub
 
@@ -50,17 +50,15 @@ def hub_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     download_model(hub.repo_id, hub.filename, revision=hub.revision or "main")
     finally:
         server.stop()
-    db = tmp / "hub.duckdb"
-    assert ingest([trace], db).rejected == 0
-    return db
+    return ingested(tmp, [trace])
 
 
 def test_repository_and_path_of_every_kind_of_source(hub_db):
-    with connect(hub_db, read_only=True) as con:
-        rows = con.sql(
-            "SELECT repo, path, what, revision, hits, downloads, info_fetched FROM hub_files "
-            "ORDER BY repo, revision, path NULLS FIRST"
-        ).rows()
+    rows = query_rows(
+        hub_db,
+        "SELECT repo, path, what, revision, hits, downloads, info_fetched FROM hub_files "
+        "ORDER BY repo, revision, path NULLS FIRST",
+    )
     files = ["config.json", "onnx/model.onnx", "onnx/model.onnx.data"]
     assert rows == [
         (REPO, None, "repo_info", "main", 0, 0, 1),
@@ -75,8 +73,7 @@ def test_repository_and_path_of_every_kind_of_source(hub_db):
 
 
 def test_one_part_ids_carry_the_revision_that_ends_them(hub_db):
-    with connect(hub_db, read_only=True) as con:
-        sources = con.sql("SELECT source FROM hub_files WHERE repo = 'gpt2' ORDER BY source").rows()
+    sources = query_rows(hub_db, "SELECT source FROM hub_files WHERE repo = 'gpt2' ORDER BY source")
     assert [s for (s,) in sources] == [
         "hf://gpt2@main",
         "hf://gpt2@main/config.json",
@@ -86,12 +83,12 @@ def test_one_part_ids_carry_the_revision_that_ends_them(hub_db):
 
 
 def test_the_macro_reads_sources_written_by_hand(hub_db):
-    with connect(hub_db, read_only=True) as con:
-        got = con.sql(
-            "SELECT s, ember_hub_parts(s).repo AS repo, ember_hub_parts(s).path AS path "
-            "FROM (VALUES ('hf://acme/tiny-mlp@refs/pr/1/onnx/model.onnx'), "
-            "('hf://acme/tiny-mlp@v1.0'), ('hf://acme/tiny-mlp/model@v2.onnx')) t(s) ORDER BY s"
-        ).rows()
+    got = query_rows(
+        hub_db,
+        "SELECT s, ember_hub_parts(s).repo AS repo, ember_hub_parts(s).path AS path "
+        "FROM (VALUES ('hf://acme/tiny-mlp@refs/pr/1/onnx/model.onnx'), "
+        "('hf://acme/tiny-mlp@v1.0'), ('hf://acme/tiny-mlp/model@v2.onnx')) t(s) ORDER BY s",
+    )
     assert got == [
         ("hf://acme/tiny-mlp/model@v2.onnx", REPO, "model@v2.onnx"),
         ("hf://acme/tiny-mlp@refs/pr/1/onnx/model.onnx", REPO, MODEL),

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ember.analysis import connect, ingest
+from ember.analysis import ingest
 from ember.analysis.ingest.database import MAX_LINE_BYTES
 from ember.analysis.schema_types import TABLE_COLUMNS, duckdb_type
 from ember.schemas import MIGRATIONS, SCHEMA_ID, validate_file
+from tests.analysis.databases import query_rows
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
 
@@ -25,13 +26,8 @@ def _one(tmp_path: Path, name: str, lines: list, **kw):
     return path, db, summary.files[0]
 
 
-def _rows(db: Path, sql: str, params=None) -> list[tuple]:
-    with connect(db, read_only=True) as con:
-        return con.duck.execute(sql, params or []).fetchall()
-
-
 def _rejected(db: Path) -> list[tuple]:
-    return _rows(db, "SELECT line, reason, raw FROM rejected_lines ORDER BY line")
+    return query_rows(db, "SELECT line, reason, raw FROM rejected_lines ORDER BY line")
 
 
 def _valid(n: int) -> list[str]:
@@ -59,9 +55,9 @@ def test_duckdb_types_come_from_the_pydantic_models():
 def test_a_valid_file_goes_in_whole(tmp_path):
     path, db, r = _one(tmp_path, "ok.jsonl", [meta_line(), *_valid(3)])
     assert (r.status, r.records, r.rejected, r.slow_path) == ("ok", 4, 0, False)
-    assert _rows(db, "SELECT count(*) FROM cache") == [(3,)]
-    assert _rows(db, "SELECT run_id, host, file FROM runs") == [("r1", "test", str(path))]
-    row = _rows(db, "SELECT status, offset_bytes, lines, records FROM ingested_files")
+    assert query_rows(db, "SELECT count(*) FROM cache") == [(3,)]
+    assert query_rows(db, "SELECT run_id, host, file FROM runs") == [("r1", "test", str(path))]
+    row = query_rows(db, "SELECT status, offset_bytes, lines, records FROM ingested_files")
     assert row == [("ok", path.stat().st_size, 4, 4)]
 
 
@@ -85,8 +81,8 @@ def test_truncated_last_line_is_rejected_then_read_when_the_file_grows(tmp_path)
     r2 = ingest([path], db).files[0]
     assert (r2.status, r2.continued, r2.records, r2.rejected) == ("ok", True, 2, 0)
     assert _rejected(db) == []
-    assert _rows(db, "SELECT count(*) FROM cache") == [(4,)]
-    assert _rows(db, "SELECT records, rejected, lines FROM ingested_files") == [(5, 0, 5)]
+    assert query_rows(db, "SELECT count(*) FROM cache") == [(4,)]
+    assert query_rows(db, "SELECT records, rejected, lines FROM ingested_files") == [(5, 0, 5)]
 
 
 def test_an_over_long_partial_last_line_keeps_the_lines_before_it(tmp_path):
@@ -110,27 +106,42 @@ def test_binary_garbage_line_is_rejected_and_the_rest_kept(tmp_path):
     assert line == 3
     assert reason.startswith(("not valid JSON", "not UTF-8"))
     assert raw.startswith("\\x00\\x01")  # undecodable bytes are escaped, not lost
-    assert _rows(db, "SELECT count(*) FROM cache") == [(3,)]
+    assert query_rows(db, "SELECT count(*) FROM cache") == [(3,)]
 
 
-def test_non_utf8_text_is_rejected(tmp_path):
-    bad = b'{"kind":"cache","ts_ns":5,"action":"hit","position":0,"shapes":[],"key":"\xff\xfe"}'
-    _path, db, r = _one(tmp_path, "u.jsonl", [meta_line(), bad, *_valid(1)])
+NON_UTF8 = b'{"kind":"cache","ts_ns":5,"action":"hit","position":0,"shapes":[],"key":"\xff\xfe"}'
+WRONG_TYPE = cache_line(5, "hit").replace('"position": 0', '"position": "first"')
+
+
+# one bad line among good ones: (the lines, the bad one's number, how its reason starts,
+# and what the rejected row shows of it: in its reason or in its raw text)
+@pytest.mark.parametrize(
+    ("lines", "line", "reason_start", "shown"),
+    [
+        pytest.param(
+            [meta_line(), NON_UTF8, *_valid(1)],
+            2,
+            "not UTF-8",
+            ("raw", "\\xff\\xfe"),
+            id="non-utf8-text",
+        ),
+        pytest.param(
+            [meta_line(), *_valid(1), WRONG_TYPE],
+            3,
+            "position: Input should be a valid integer",
+            ("reason", '"first"'),
+            id="wrong-types-explained-by-pydantic",
+        ),
+    ],
+)
+def test_a_bad_line_is_rejected_saying_why(tmp_path, lines, line, reason_start, shown):
+    _path, db, r = _one(tmp_path, "bad.jsonl", lines)
     assert (r.records, r.rejected) == (2, 1)
-    [(line, reason, raw)] = _rejected(db)
-    assert line == 2
-    assert reason.startswith("not UTF-8")
-    assert "\\xff\\xfe" in raw
-
-
-def test_wrong_types_are_explained_by_pydantic(tmp_path):
-    wrong = cache_line(5, "hit").replace('"position": 0', '"position": "first"')
-    _path, db, r = _one(tmp_path, "w.jsonl", [meta_line(), *_valid(1), wrong])
-    assert (r.records, r.rejected) == (2, 1)
-    [(line, reason, _)] = _rejected(db)
-    assert line == 3
-    assert reason.startswith("position: Input should be a valid integer")
-    assert '"first"' in reason
+    [(at, reason, raw)] = _rejected(db)
+    assert at == line
+    assert reason.startswith(reason_start)
+    where, text = shown
+    assert text in {"reason": reason, "raw": raw}[where]
 
 
 def test_a_missing_required_field_is_found_by_the_typed_read_checks(tmp_path):
@@ -164,22 +175,22 @@ def test_newer_schema_version_refuses_the_file_naming_both_versions(tmp_path):
     assert "ember.trace/9" in r.message
     assert SCHEMA_ID in r.message
     assert "upgrade Ember" in r.message
-    assert _rows(db, "SELECT count(*) FROM cache") == [(0,)]
-    assert _rows(db, "SELECT status, message FROM ingested_files") == [("refused", r.message)]
+    assert query_rows(db, "SELECT count(*) FROM cache") == [(0,)]
+    assert query_rows(db, "SELECT status, message FROM ingested_files") == [("refused", r.message)]
 
 
 def test_missing_meta_refuses_the_file(tmp_path):
     _path, db, r = _one(tmp_path, "nm.jsonl", _valid(2))
     assert r.status == "refused"
     assert r.message.startswith("missing 'meta': the first record must be 'meta'")
-    assert _rows(db, "SELECT count(*) FROM runs") == [(0,)]
+    assert query_rows(db, "SELECT count(*) FROM runs") == [(0,)]
 
 
 def test_two_meta_lines(tmp_path):
     _path, db, r = _one(tmp_path, "2m.jsonl", [meta_line(), *_valid(1), meta_line("r2")])
     assert (r.records, r.rejected) == (2, 1)
     assert _rejected(db)[0][:2] == (3, "a second 'meta' record; one file is one run")
-    assert _rows(db, "SELECT run_id FROM runs") == [("r1",)]
+    assert query_rows(db, "SELECT run_id FROM runs") == [("r1",)]
 
 
 def test_span_end_without_start(tmp_path):
@@ -189,7 +200,7 @@ def test_span_end_without_start(tmp_path):
     _path, db, r = _one(tmp_path, "s.jsonl", lines)
     assert (r.records, r.rejected) == (3, 1)
     assert _rejected(db)[0][:2] == (4, "span_end without a span_start (span_id 99)")
-    assert _rows(db, "SELECT span_id, status FROM spans") == [(1, "ok")]
+    assert query_rows(db, "SELECT span_id, status FROM spans") == [(1, "ok")]
 
 
 def test_a_run_id_seen_in_another_file_is_refused(tmp_path):
@@ -201,7 +212,7 @@ def test_a_run_id_seen_in_another_file_is_refused(tmp_path):
     assert a.status == "ok"
     assert b.status == "refused"
     assert f"run same is already in the database from {first}" in b.message
-    assert _rows(db, "SELECT count(*) FROM cache") == [(2,)]
+    assert query_rows(db, "SELECT count(*) FROM cache") == [(2,)]
 
 
 def test_a_line_over_16_mb_is_rejected(tmp_path):
@@ -270,7 +281,7 @@ def test_default_and_strict_reject_what_the_typed_read_does_not_see(tmp_path):
     strict = ingest([path], tmp_path / "s.duckdb", strict=True).files[0]
     assert (strict.records, strict.rejected, strict.slow_path) == (1, 2, True)
     for d in (db, tmp_path / "s.duckdb"):
-        reasons = _rows(d, "SELECT line, reason FROM rejected_lines ORDER BY 1")
+        reasons = query_rows(d, "SELECT line, reason FROM rejected_lines ORDER BY 1")
         assert reasons[0] == (
             2,
             "colour: unknown field (check the spelling, or the schema version)",
@@ -286,7 +297,7 @@ def test_the_same_file_twice_is_not_duplicated(tmp_path):
     path, db, _r = _one(tmp_path, "i.jsonl", [meta_line(), *_valid(3)])
     again = ingest([path, tmp_path], db).files  # the file, then its folder
     assert [f.status for f in again] == ["unchanged"]
-    assert _rows(db, "SELECT count(*) FROM cache") == [(3,)]
+    assert query_rows(db, "SELECT count(*) FROM cache") == [(3,)]
 
 
 def test_a_replaced_file_replaces_its_rows(tmp_path):
@@ -294,8 +305,8 @@ def test_a_replaced_file_replaces_its_rows(tmp_path):
     write_lines(path, [meta_line("new"), *_valid(1)])
     r2 = ingest([path], db).files[0]
     assert (r2.status, r2.replaced, r2.records) == ("ok", True, 2)
-    assert _rows(db, "SELECT run_id FROM runs") == [("new",)]
-    assert _rows(db, "SELECT run_id, count(*) FROM cache GROUP BY ALL") == [("new", 1)]
+    assert query_rows(db, "SELECT run_id FROM runs") == [("new",)]
+    assert query_rows(db, "SELECT run_id, count(*) FROM cache GROUP BY ALL") == [("new", 1)]
 
 
 def test_folders_and_globs(tmp_path):
@@ -330,8 +341,8 @@ def test_an_older_version_is_upgraded_by_a_registered_migration(tmp_path):
     db = tmp_path / "t.duckdb"
     r = ingest([path], db, migrations=migrations).files[0]
     assert (r.status, r.records, r.rejected) == ("ok", 2, 0)
-    assert _rows(db, "SELECT position FROM cache") == [(7,)]
-    assert _rows(db, "SELECT schema, schema_version, sync FROM runs, ingested_files") == [
+    assert query_rows(db, "SELECT position FROM cache") == [(7,)]
+    assert query_rows(db, "SELECT schema, schema_version, sync FROM runs, ingested_files") == [
         (SCHEMA_ID, 0, False)
     ]
     # without the migration the same file is refused with both versions named
@@ -348,7 +359,7 @@ def test_a_version_1_trace_is_ingested_as_dispatch_only(tmp_path):
     db = tmp_path / "t.duckdb"
     results = ingest([v1, v2], db).files
     assert [(r.status, r.records, r.rejected) for r in results] == [("ok", 2, 0)] * 2
-    assert _rows(db, "SELECT run_id, schema, sync FROM runs ORDER BY run_id") == [
+    assert query_rows(db, "SELECT run_id, schema, sync FROM runs ORDER BY run_id") == [
         ("new", SCHEMA_ID, True),
         ("old", SCHEMA_ID, False),
     ]

@@ -9,20 +9,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-from ember.analysis import connect, ingest
+from ember.analysis import ingest
 from ember.analysis.synthetic import write_trace
+from tests.analysis.databases import query_rows
 from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 
 # the modules: ``_count_lines`` plans, ``_cleaned`` guards the read path's work folders
 plan_module = importlib.import_module("ember.analysis.ingest.plan")
 read_module = importlib.import_module("ember.analysis.ingest.read")
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    with connect(db, read_only=True) as con:
-        return con.duck.execute(sql).fetchall()
 
 
 def test_a_file_that_grows_while_it_is_read_is_read_up_to_its_recorded_offset(
@@ -49,14 +44,14 @@ def test_a_file_that_grows_while_it_is_read_is_read_up_to_its_recorded_offset(
     db = tmp_path / "t.duckdb"
     first = ingest([path], db).files[0]
     assert (first.status, first.records, first.rejected) == ("ok", 6, 0)
-    assert _rows(db, "SELECT offset_bytes, lines, records FROM ingested_files") == [
+    assert query_rows(db, "SELECT offset_bytes, lines, records FROM ingested_files") == [
         (first.bytes_read, 6, 6)
     ]
     second = ingest([path], db).files[0]
     assert (second.continued, second.records) == (True, 4)
     lines = len(path.read_text().splitlines())
-    assert _rows(db, "SELECT lines, records FROM ingested_files") == [(lines, lines)]
-    ts = [t for (t,) in _rows(db, "SELECT ts_ns FROM cache ORDER BY ts_ns")]
+    assert query_rows(db, "SELECT lines, records FROM ingested_files") == [(lines, lines)]
+    ts = [t for (t,) in query_rows(db, "SELECT ts_ns FROM cache ORDER BY ts_ns")]
     assert ts == [1, 2, 3, 4, 5, 100, 101, 102, 103]
 
 
@@ -123,7 +118,7 @@ def test_duplicate_span_ids_from_concatenated_traces_are_rejected(tmp_path):
     db = tmp_path / "t.duckdb"
     r = ingest([path], db).files[0]
     assert (r.records, r.rejected, r.slow_path) == (5, 4, False)
-    assert _rows(db, "SELECT line, reason FROM rejected_lines ORDER BY line") == [
+    assert query_rows(db, "SELECT line, reason FROM rejected_lines ORDER BY line") == [
         (
             6,
             "a second span_start of span_id 1 (span ids are unique in a run; were two "
@@ -145,7 +140,7 @@ def test_duplicate_span_ids_from_concatenated_traces_are_rejected(tmp_path):
             "traces concatenated?)",
         ),
     ]
-    assert _rows(db, "SELECT span_id, duration_ns FROM spans ORDER BY 1") == [(1, 1), (2, 1)]
+    assert query_rows(db, "SELECT span_id, duration_ns FROM spans ORDER BY 1") == [(1, 1), (2, 1)]
     # and when the copy is appended to a file already ingested: its starts are seen as
     # duplicates of the stored ones, and its ends, whose starts are rejected, too
     grown = write_lines(tmp_path / "grown.jsonl", [meta_line("g"), *body])

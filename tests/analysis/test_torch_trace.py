@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ember.analysis import connect
 from ember.analysis.torch_trace import import_torch_trace, parse_recompile_reason
 from ember.cli.main import app
+from tests.analysis.databases import query_rows
 
 DATA = Path(__file__).parents[1] / "data" / "torch"
 LOGS = ["recompile", "break", "limit", "train", "cached", "rank_0", "rank_1"]
@@ -42,11 +42,6 @@ def torch_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return db, runs
 
 
-def _rows(db: Path, sql: str, *params: object) -> list[tuple]:
-    with connect(db, read_only=True) as con:
-        return con.execute(sql, list(params)).fetchall()
-
-
 @pytest.mark.parametrize("name", LOGS)
 def test_each_checked_in_log_imports_with_nothing_rejected(tmp_path, name):
     result = import_torch_trace(DATA / f"{name}.log", tmp_path / "out.jsonl")
@@ -67,14 +62,14 @@ def test_each_checked_in_log_imports_with_nothing_rejected(tmp_path, name):
 
 def test_recompile_reason_becomes_a_typed_shape_change(torch_db):
     db, runs = torch_db
-    rows = _rows(
+    rows = query_rows(
         db,
         "SELECT fun_name, compile_index, change, arg, dim, old_value, new_value, reason "
         "FROM recompiles WHERE run_id = ?",
         runs["recompile"],
     )
     assert rows == [("scale", 2, "jit:shape", "x", 0, "8", "16", "x dim 0: 8 -> 16")]
-    (span,) = _rows(
+    (span,) = query_rows(
         db,
         "SELECT end_attrs.retrace_reason, end_attrs.compile_id, end_attrs.guard_count, "
         "end_attrs.cache_size, end_attrs.defined_at FROM spans "
@@ -124,7 +119,7 @@ def test_report_says_a_graph_break_and_the_recompile_limit(torch_db):
 def test_torch_compiles_view(torch_db):
     db, runs = torch_db
     by_run: dict[str, list[tuple]] = {}
-    for run_id, *row in _rows(
+    for run_id, *row in query_rows(
         db,
         "SELECT run_id, rank, compile_id, fun_name, guard_count, cache_size, fx_graph_cache, "
         "aot_autograd_cache, failed, recompile_limit_hit, outcome FROM torch_compiles "
@@ -160,7 +155,7 @@ def test_torch_compiles_view(torch_db):
 def test_fx_graph_and_aotautograd_cache_lookups_with_their_keys(torch_db):
     db, runs = torch_db
     lookups = {
-        name: _rows(
+        name: query_rows(
             db,
             "SELECT compile_id, l.cache, l.action, l.key, l.time_saved_ns "
             "FROM (SELECT compile_id, ts_ns, unnest(cache_lookups) AS l FROM torch_compiles "
@@ -197,7 +192,7 @@ def test_fx_graph_and_aotautograd_cache_lookups_with_their_keys(torch_db):
 
 def test_compiles_have_phases_and_the_second_process_hits_the_fx_graph_cache(torch_db):
     db, runs = torch_db
-    rows = _rows(
+    rows = query_rows(
         db,
         "SELECT run_id, compile_index, disk_cache FROM compiles "
         "WHERE fun_name = 'scale' ORDER BY run_id, compile_index",
@@ -206,7 +201,7 @@ def test_compiles_have_phases_and_the_second_process_hits_the_fx_graph_cache(tor
     assert by_run[(runs["recompile"], 1)] == "miss"
     assert by_run[(runs["cached"], 1)] == "hit"
     assert by_run[(runs["cached"], 2)] == "hit"
-    phases = _rows(
+    phases = query_rows(
         db,
         "SELECT end_attrs.tracing_ns, end_attrs.lowering_ns, end_attrs.backend_compile_ns, "
         "duration_ns FROM spans WHERE run_id = ? AND span_kind = 'jit' ORDER BY start_ns",
@@ -221,7 +216,7 @@ def test_compiles_have_phases_and_the_second_process_hits_the_fx_graph_cache(tor
 
 def test_a_graph_break_is_a_break_with_torch_reason(torch_db):
     db, runs = torch_db
-    rows = _rows(
+    rows = query_rows(
         db,
         "SELECT source, position, node, op_type, reason FROM breaks WHERE run_id = ?",
         runs["break"],
@@ -231,7 +226,7 @@ def test_a_graph_break_is_a_break_with_torch_reason(torch_db):
     assert (source, position, op_type) == ("f", 0, "Data-dependent branching")
     assert node.endswith("make_logs.py:38")
     assert "if my_tensor.sum() > 0" in reason
-    (stack,) = _rows(db, "SELECT user_stack FROM breaks WHERE run_id = ?", runs["break"])[0]
+    (stack,) = query_rows(db, "SELECT user_stack FROM breaks WHERE run_id = ?", runs["break"])[0]
     assert [frame.rsplit("/", 1)[-1] for frame in stack] == [
         "make_logs.py:91 in <module>",
         "make_logs.py:87 in main",
@@ -239,13 +234,17 @@ def test_a_graph_break_is_a_break_with_torch_reason(torch_db):
         "make_logs.py:38 in f",
     ]
     # the two resume frames (one per branch) are two functions, not a recompile
-    funs = _rows(db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY ts_ns", runs["break"])
+    funs = query_rows(
+        db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY ts_ns", runs["break"]
+    )
     assert [f for (f,) in funs] == [
         "f",
         "torch_dynamo_resume_in_f_at_38",
         "torch_dynamo_resume_in_f_at_38 [frame 2]",
     ]
-    assert _rows(db, "SELECT count(*) FROM recompiles WHERE run_id = ?", runs["break"]) == [(0,)]
+    assert query_rows(db, "SELECT count(*) FROM recompiles WHERE run_id = ?", runs["break"]) == [
+        (0,)
+    ]
 
 
 def test_compare_fails_a_run_with_a_new_graph_break(torch_db):
@@ -288,7 +287,7 @@ def test_compare_rules_on_recompiles_and_compile_time_of_torch_runs(torch_db):
 
 def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_db):
     db, runs = torch_db
-    rows = _rows(
+    rows = query_rows(
         db,
         "SELECT end_attrs.compile_id, status, end_attrs.recompile_limit, "
         "end_attrs.recompile_limit_hit, end_attrs.retrace_reason, start_attrs.fun_name "
@@ -301,7 +300,7 @@ def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_
         ("0/2", "error", 2, True, "guard failed: 0/1: k == 1", "g"),
     ]
     # the recompiles view says so: torch's analogue of a re-compile after an eviction
-    assert _rows(
+    assert query_rows(
         db,
         "SELECT compile_index, change, reason FROM recompiles WHERE run_id = ? ORDER BY 1",
         runs["limit"],
@@ -317,14 +316,16 @@ def test_the_recompile_limit_is_a_failed_compile_that_falls_back_to_eager(torch_
 
 def test_backward_is_its_own_compile_and_makes_the_run_a_training_run(torch_db):
     db, runs = torch_db
-    funs = _rows(db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY 1", runs["train"])
+    funs = query_rows(
+        db, "SELECT fun_name FROM compiles WHERE run_id = ? ORDER BY 1", runs["train"]
+    )
     assert funs == [("loss_fn",), ("loss_fn (backward)",)]
-    assert _rows(db, "SELECT phase FROM runs WHERE run_id = ?", runs["train"]) == [("train",)]
+    assert query_rows(db, "SELECT phase FROM runs WHERE run_id = ?", runs["train"]) == [("train",)]
 
 
 def test_each_rank_is_a_run_tagged_with_its_rank_and_job(torch_db):
     db, runs = torch_db
-    rows = _rows(
+    rows = query_rows(
         db,
         "SELECT json_extract_string(tags, '$.rank'), json_extract_string(tags, '$.job') "
         "FROM runs WHERE run_id IN (?, ?) ORDER BY 1",
@@ -396,7 +397,7 @@ def test_cli_imports_a_folder_and_exits_1_on_rejected_lines(tmp_path):
     assert r.exit_code == 0, r.output
     assert "3 compiles" in _flat(r.output)
     assert "0 rejected" in _flat(r.output)
-    assert _rows(db, "SELECT count(*) FROM compiles") == [(3,)]
+    assert query_rows(db, "SELECT count(*) FROM compiles") == [(3,)]
     path, entry_line, _ = _corrupt(tmp_path)
     bad = runner.invoke(app, ["import", "torch-trace", str(path), "--out", str(tmp_path / "o")])
     assert bad.exit_code == 1

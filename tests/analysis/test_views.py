@@ -5,9 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
+
 from ember.analysis import VIEW_NAMES, connect, ingest
 from ember.analysis.db import view_sql
-from tests.analysis.traces import checked_in
+from tests.analysis.databases import ingested, query_rows
+from tests.analysis.traces import checked_in, meta_line, write_lines
 from tests.recordings import SWEEP
 
 
@@ -95,26 +98,82 @@ def test_cache_what_if_shows_the_size_that_removes_the_recompiles(con):
     assert [r["smallest_size_without_recompiles"] for r in rows] == [3, 3, 3]
 
 
-def test_compile_payback_counts_the_reuses_before_eviction(con):
-    rows = con.sql(
+# Views whose rows on the recorded traces are known whole: what a row says, the query, and
+# the rows it must give
+VIEW_ROWS = {
+    "compile_payback_counts_the_reuses_before_eviction": (
         "SELECT compile_index, shapes_text, reuses, evicted_ns IS NOT NULL AS evicted, paid_back"
-        " FROM compile_payback WHERE run_id = 'sweep' AND position = 0 ORDER BY compile_index"
-    ).rows()
-    assert rows == [
-        (1, "input_ids[1,17]:int64", 0, True, False),
-        (2, "input_ids[1,23]:int64", 0, True, False),
-        (3, "input_ids[1,31]:int64", 0, True, False),
-        (4, "input_ids[1,17]:int64", 0, False, False),
-        (5, "input_ids[1,23]:int64", 1, False, True),  # the last call reused it
-    ]
-
-
-def test_shape_buckets_pad_the_sequence_length(con):
-    row = con.sql(
+        " FROM compile_payback WHERE run_id = 'sweep' AND position = 0 ORDER BY compile_index",
+        [
+            (1, "input_ids[1,17]:int64", 0, True, False),
+            (2, "input_ids[1,23]:int64", 0, True, False),
+            (3, "input_ids[1,31]:int64", 0, True, False),
+            (4, "input_ids[1,17]:int64", 0, False, False),
+            (5, "input_ids[1,23]:int64", 1, False, True),  # the last call reused it
+        ],
+    ),
+    "shape_buckets_pad_the_sequence_length": (
         "SELECT sizes, pow2_sizes, saved_compiles FROM shape_buckets "
-        "WHERE run_id = 'sweep' AND position = 0 AND arg = 'input_ids' AND dim = 1"
-    ).rows()
-    assert row == [([17, 23, 31], [32], 2)]
+        "WHERE run_id = 'sweep' AND position = 0 AND arg = 'input_ids' AND dim = 1",
+        [([17, 23, 31], [32], 2)],
+    ),
+    "hub_files": (
+        "SELECT source, repo, path, what, hits, downloads, info_fetched, bytes, checks "
+        "FROM hub_files WHERE run_id = 'bus-run' ORDER BY source",
+        [
+            ("hf://acme/tiny", "acme/tiny", None, "repo_info", 0, 0, 1, None, None),
+            (
+                "hf://acme/tiny/config.json",
+                "acme/tiny",
+                "config.json",
+                "file",
+                1,
+                0,
+                0,
+                1234,
+                ["etag"],
+            ),
+            (
+                "hf://acme/tiny/onnx/model.onnx",
+                "acme/tiny",
+                "onnx/model.onnx",
+                "file",
+                0,
+                1,
+                0,
+                5_000_000,
+                None,
+            ),
+        ],
+    ),
+    "hub_totals": (
+        "SELECT files, bytes, hits, downloads, info_saved, failures FROM hub_totals "
+        "WHERE run_id = 'bus-run'",
+        [(2, 5_001_234, 1, 1, 0, 0)],
+    ),
+    "jit_retraces_are_recompiles_with_jax_reason": (
+        "SELECT fun_name, compile_index, change, arg, old_value, new_value, after_eviction, "
+        "reason FROM recompiles WHERE run_id = 'bus-run'",
+        [
+            (
+                "loss_fn",
+                2,
+                "jit:shape",
+                "x",
+                "f32[8,3]",
+                "f32[16,3]",
+                False,
+                "x shape: f32[8,3] -> f32[16,3]",
+            ),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", VIEW_ROWS)
+def test_view_rows(con, case):
+    sql, want = VIEW_ROWS[case]
+    assert con.sql(sql).rows() == want
 
 
 def test_call_latency_per_input_shape(con):
@@ -252,58 +311,7 @@ def test_peak_memory_says_when_and_by_category(con):
     assert peak[0][:4] == (7000, {"activation": 3000, "parameter": 4000}, "step", 2)
 
 
-def test_hub_files(con):
-    rows = con.sql(
-        "SELECT source, repo, path, what, hits, downloads, info_fetched, bytes, checks "
-        "FROM hub_files WHERE run_id = 'bus-run' ORDER BY source"
-    ).rows()
-    assert rows == [
-        ("hf://acme/tiny", "acme/tiny", None, "repo_info", 0, 0, 1, None, None),
-        ("hf://acme/tiny/config.json", "acme/tiny", "config.json", "file", 1, 0, 0, 1234, ["etag"]),
-        (
-            "hf://acme/tiny/onnx/model.onnx",
-            "acme/tiny",
-            "onnx/model.onnx",
-            "file",
-            0,
-            1,
-            0,
-            5_000_000,
-            None,
-        ),
-    ]
-    totals = con.sql(
-        "SELECT files, bytes, hits, downloads, info_saved, failures FROM hub_totals "
-        "WHERE run_id = 'bus-run'"
-    ).rows()
-    assert totals == [(2, 5_001_234, 1, 1, 0, 0)]
-
-
-def test_jit_retraces_are_recompiles_with_jax_reason(con):
-    rows = con.sql(
-        "SELECT fun_name, compile_index, change, arg, old_value, new_value, after_eviction, "
-        "reason FROM recompiles WHERE run_id = 'bus-run'"
-    ).rows()
-    assert rows == [
-        (
-            "loss_fn",
-            2,
-            "jit:shape",
-            "x",
-            "f32[8,3]",
-            "f32[16,3]",
-            False,
-            "x shape: f32[8,3] -> f32[16,3]",
-        ),
-    ]
-
-
 def test_spans_have_absolute_times_and_show_open_spans(tmp_path):
-    import json
-
-    from ember.analysis import connect, ingest
-    from tests.analysis.traces import meta_line, write_lines
-
     start = {
         "kind": "span_start",
         "ts_ns": 2_000_000_000,
@@ -313,17 +321,14 @@ def test_spans_have_absolute_times_and_show_open_spans(tmp_path):
         "attrs": {"compiler": "jax.jit"},
     }
     path = write_lines(tmp_path / "crash.jsonl", [meta_line("crash"), json.dumps(start)])
-    db = tmp_path / "c.duckdb"
-    ingest([path], db)
-    with connect(db, read_only=True) as c:
-        rows = c.sql("SELECT status, end_ns, CAST(started_at AS VARCHAR) FROM spans").rows()
+    db = ingested(tmp_path, [path])
+    rows = query_rows(db, "SELECT status, end_ns, CAST(started_at AS VARCHAR) FROM spans")
     # the process died inside the compile: the span is open; 2 s after the anchor
     assert rows == [("open", None, "2025-11-29 08:00:02")]
 
 
 def test_recompile_reasons_for_dtype_static_value_and_new_argument(tmp_path):
     """Cache events as the runtime emits them (through the bus and the real recorder)."""
-    from ember.analysis import connect, ingest
     from ember.recorder import bus, record
 
     def miss(shapes, statics):
@@ -343,12 +348,10 @@ def test_recompile_reasons_for_dtype_static_value_and_new_argument(tmp_path):
         miss(x16, perm)  # dtype
         miss(x16, [{"name": "perm", "value": [1, 0]}])  # a static value
         miss(x16 + [{"name": "mask", "shape": [2], "dtype": "bool"}], [])  # a new input
-    db = tmp_path / "k.duckdb"
-    ingest([path], db)
-    with connect(db, read_only=True) as con:
-        rows = con.sql(
-            "SELECT change, arg, old_value, new_value, reason FROM recompiles ORDER BY ts_ns"
-        ).rows()
+    rows = query_rows(
+        ingested(tmp_path, [path]),
+        "SELECT change, arg, old_value, new_value, reason FROM recompiles ORDER BY ts_ns",
+    )
     assert rows == [
         ("dtype", "x", "float32", "float16", "x dtype: float32 -> float16"),
         ("static", "perm", "[0,1]", "[1,0]", "static perm: [0,1] -> [1,0]"),
@@ -369,7 +372,6 @@ def test_the_analysis_layer_never_imports_jax():
 
 
 def test_a_key_compiled_again_without_eviction_is_not_blamed_on_the_cache(tmp_path):
-    from ember.analysis import connect, ingest
     from ember.recorder import bus, record
 
     shapes = [{"name": "x", "shape": [4], "dtype": "float32"}]
@@ -381,10 +383,8 @@ def test_a_key_compiled_again_without_eviction_is_not_blamed_on_the_cache(tmp_pa
                 {"count": 1},
                 {"source": "m.onnx", "position": 0, "shapes": shapes, "key": "k1"},
             )
-    db = tmp_path / "t.duckdb"
-    ingest([path], db)
-    with connect(db, read_only=True) as con:
-        rows = con.sql("SELECT change, after_eviction, reason FROM recompiles").rows()
+    db = ingested(tmp_path, [path])
+    rows = query_rows(db, "SELECT change, after_eviction, reason FROM recompiles")
     assert rows == [
         (
             "same_key",

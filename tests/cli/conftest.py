@@ -9,16 +9,15 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from ember.analysis.ingest.database import ingest
 from tests.analysis.conftest import bus_trace, sweep_trace, views_db
+from tests.analysis.databases import ingested
 
 __all__ = [
     "bus_trace",
     "ember_record",
-    "ingested",
     "record_and_ingest",
     "sweep_trace",
     "views_db",
@@ -46,13 +45,6 @@ def ember_record(
         text=True,
         timeout=300,
     )
-
-
-def ingested(tmp_path: Path, traces: Iterable[Path]) -> Path:
-    """``tmp_path/t.duckdb`` with ``traces`` ingested, none of them rejected."""
-    db = tmp_path / "t.duckdb"
-    assert ingest(list(traces), db).rejected == 0
-    return db
 
 
 def record_and_ingest(

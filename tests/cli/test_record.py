@@ -17,7 +17,8 @@ from ember.analysis import connect
 from ember.cli.record import child_command
 from ember.record import Program, UsageError, parse_args, trace_path
 from ember.schemas import validate_file
-from tests.cli.conftest import ingested, wait_until_ready
+from tests.analysis.databases import ingested
+from tests.cli.conftest import wait_until_ready
 
 TRAIN = Path(__file__).parent / "programs" / "train.py"
 

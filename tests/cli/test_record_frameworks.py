@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ember.analysis import connect
+from tests.analysis.databases import query_rows
 from tests.cli.conftest import record_and_ingest
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -16,12 +16,11 @@ def test_scan_checkpoint_pmap_and_shard_map_under_ember_record(tmp_path):
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     # the trace folder from the environment
     _, db = record_and_ingest(tmp_path, PROGRAMS / "transforms.py", env=env, out_from_env=True)
-    with connect(db, read_only=True) as con:
-        reasons = con.sql(
-            "SELECT fun_name, reason FROM recompiles WHERE NOT outside_jit ORDER BY fun_name"
-        ).rows()
-        compiles = dict(con.sql("SELECT fun_name, count(*) FROM compiles GROUP BY fun_name").rows())
-        devices = con.sql("SELECT devices FROM runs").item()
+    reasons = query_rows(
+        db, "SELECT fun_name, reason FROM recompiles WHERE NOT outside_jit ORDER BY fun_name"
+    )
+    compiles = dict(query_rows(db, "SELECT fun_name, count(*) FROM compiles GROUP BY fun_name"))
+    [(devices,)] = query_rows(db, "SELECT devices FROM runs")
     assert reasons == [
         # JAX explains no pmap cache miss (pmap runs as a jit of its own `_fun`): the bridge
         # names the program's function and compares the call with the previous one
@@ -38,16 +37,17 @@ def test_scan_checkpoint_pmap_and_shard_map_under_ember_record(tmp_path):
 def test_jit_nnx_jit_and_equinox_retraces_name_their_arguments(tmp_path):
     program = PROGRAMS / "frameworks.py"
     _, db = record_and_ingest(tmp_path, program)
-    with connect(db, read_only=True) as con:
-        reasons = con.sql(
-            "SELECT fun_name, reason FROM recompiles WHERE NOT outside_jit "
-            "AND fun_name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY ts_ns"
-        ).rows()
-        sites = con.sql(
-            "SELECT DISTINCT end_attrs.called_at, end_attrs.defined_at FROM spans "
-            "WHERE span_kind = 'jit' AND start_attrs.fun_name = 'eqx_step'"
-        ).rows()
-        steps = dict(con.sql("SELECT step, steps FROM steps").rows())
+    reasons = query_rows(
+        db,
+        "SELECT fun_name, reason FROM recompiles WHERE NOT outside_jit "
+        "AND fun_name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY ts_ns",
+    )
+    sites = query_rows(
+        db,
+        "SELECT DISTINCT end_attrs.called_at, end_attrs.defined_at FROM spans "
+        "WHERE span_kind = 'jit' AND start_attrs.fun_name = 'eqx_step'",
+    )
+    steps = dict(query_rows(db, "SELECT step, steps FROM steps"))
     assert reasons == [
         ("jit_step", "batch['x'] shape: f32[4,3] -> f32[8,3]; batch['y'] shape: f32[4] -> f32[8]"),
         ("jit_step", "mode static: 'train' -> 'eval'"),

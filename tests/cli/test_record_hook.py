@@ -18,7 +18,8 @@ import pytest
 from ember import autorecord
 from ember.analysis import connect
 from ember.schemas import validate_file
-from tests.cli.conftest import ember_record, ingested, wait_until_ready
+from tests.analysis.databases import ingested
+from tests.cli.conftest import ember_record, wait_until_ready
 
 PROGRAM = Path(__file__).parent / "programs" / "spawn_train.py"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.analysis import connect
+from tests.analysis.databases import query_rows
 from tests.cli.conftest import record_and_ingest
 
 SCRIPT = Path(__file__).parent / "programs" / "nnx_train.py"
@@ -28,15 +28,16 @@ def labelled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_retraces_are_in_recompiles_with_their_reasons(labelled):
-    with connect(labelled, read_only=True) as con:
-        rows = con.sql(
-            "SELECT arg, old_value, new_value, reason FROM recompiles "
-            "WHERE fun_name = 'train_step' AND NOT outside_jit ORDER BY compile_index"
-        ).rows()
-        said = con.sql(
-            "SELECT retrace_reason FROM compiles WHERE fun_name = 'train_step' "
-            "AND compile_index > 1 ORDER BY compile_index"
-        ).rows()
+    rows = query_rows(
+        labelled,
+        "SELECT arg, old_value, new_value, reason FROM recompiles "
+        "WHERE fun_name = 'train_step' AND NOT outside_jit ORDER BY compile_index",
+    )
+    said = query_rows(
+        labelled,
+        "SELECT retrace_reason FROM compiles WHERE fun_name = 'train_step' "
+        "AND compile_index > 1 ORDER BY compile_index",
+    )
     # x and y as train_step names them (not args[0][2]); the model and the optimizer, the
     # same graph state each time, are not a reason
     assert rows == [
@@ -60,21 +61,20 @@ def test_the_retraces_are_in_recompiles_with_their_reasons(labelled):
 
 
 def test_the_fused_step_records_as_train_when_labelled(labelled):
-    with connect(labelled, read_only=True) as con:
-        steps = con.sql("SELECT step, steps, failed, first_index, last_index FROM steps").rows()
-        # the compiles happen inside the step that needed them
-        parents = con.sql(
-            "SELECT count(*) FROM spans j JOIN spans s ON j.parent_id = s.span_id "
-            "AND j.run_id = s.run_id WHERE j.span_kind = 'jit' "
-            "AND j.start_attrs.fun_name = 'train_step' AND s.span_kind = 'step'"
-        ).item()
+    steps = query_rows(labelled, "SELECT step, steps, failed, first_index, last_index FROM steps")
+    # the compiles happen inside the step that needed them
+    parents = query_rows(
+        labelled,
+        "SELECT count(*) FROM spans j JOIN spans s ON j.parent_id = s.span_id "
+        "AND j.run_id = s.run_id WHERE j.span_kind = 'jit' "
+        "AND j.start_attrs.fun_name = 'train_step' AND s.span_kind = 'step'",
+    )
     assert steps == [("train", 5, 0, 0, 4)]
-    assert parents == 3
+    assert parents == [(3,)]
 
 
 def test_without_labels_the_top_level_jitted_calls_are_the_steps(tmp_path):
     db = _record(tmp_path)
-    with connect(db, read_only=True) as con:
-        steps = con.sql("SELECT step, steps, first_index, last_index FROM steps").rows()
+    steps = query_rows(db, "SELECT step, steps, first_index, last_index FROM steps")
     # jax.random's own jitted helpers are JAX's, not the program's steps
     assert steps == [("train_step", 5, 0, 4)]
