@@ -246,12 +246,13 @@ def test_memory_of_a_run_with_device_readings_only_is_shown_over_time(
 
 def test_recompiles_page_shows_reasons_what_if_and_buckets(app_env: Path) -> None:
     at = open_page("recompiles.py", run="small-cache")
-    assert metrics(at) == {
+    cards = metrics(at)
+    assert cards.pop("Compile time")  # a duration: how long this machine took
+    assert cards == {
         "Compiles": "12",
         "Recompiles": "10",
         "After eviction": "4",
         "Distinct keys": str(2 * len(DISTINCT)),
-        "Compile time": metrics(at)["Compile time"],
     }
     reasons = table(at, "change", "arg", "recompiles", "example")
     counts = {(r.change, r.arg): r.recompiles for r in reasons.itertuples()}

@@ -54,6 +54,16 @@ def const(name: str, value: Any) -> onnx.NodeProto:
     return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(arr, name))
 
 
+def sum_is_positive(x: str = "x", cond: str = "positive") -> list[onnx.NodeProto]:
+    """``cond = ReduceSum(x) > 0``: a condition the data decides, computed in the program
+    (an ``If`` on it needs its value on the host, a break)."""
+    return [
+        const("zero", np.array(0.0, np.float32)),
+        helper.make_node("ReduceSum", [x], ["total"], keepdims=0, name="sum"),
+        helper.make_node("Greater", ["total", "zero"], [cond], name="Greater_0"),
+    ]
+
+
 def scan_body(nodes: list[onnx.NodeProto]) -> onnx.GraphProto:
     """A Loop body of three floats: (iter, cond_in, v_in[3]) -> (cond_out, v_out[3],
     scan_out[3]); ``nodes`` compute the three outputs."""

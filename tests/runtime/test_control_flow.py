@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
-from tests.runtime.models import const, make_model, reference, scan_body, tensor
+from tests.runtime.models import const, make_model, reference, scan_body, sum_is_positive, tensor
 
 HIDDEN = 16
 CHUNK = 64
@@ -68,19 +68,24 @@ def _branch(tag: str, seed: int, depth: int = 8, batch: object = 1) -> onnx.Grap
     )
 
 
+def _cell_if(cond: str, outputs: list[str], batch: object = 1) -> onnx.NodeProto:
+    """If(cond, then: cell A, else: cell B): two recurrent cells of other weights."""
+    return helper.make_node(
+        "If",
+        [cond],
+        outputs,
+        name="If_0",
+        then_branch=_branch("then", 1, batch=batch),
+        else_branch=_branch("else", 2, batch=batch),
+    )
+
+
 def vad_like_model(batch: object = 1) -> onnx.ModelProto:
     """out, stateN = If(sr == 16000, then: cell A, else: cell B) over x [batch, 64]."""
     nodes = [
         const("sr16k", np.array(16000, np.int64)),
         helper.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="Equal_0"),
-        helper.make_node(
-            "If",
-            ["is16k"],
-            ["if_out", "if_state"],
-            name="If_0",
-            then_branch=_branch("then", 1, batch=batch),
-            else_branch=_branch("else", 2, batch=batch),
-        ),
+        _cell_if("is16k", ["if_out", "if_state"], batch=batch),
         helper.make_node("Identity", ["if_out"], ["output"]),
         helper.make_node("Identity", ["if_state"], ["stateN"]),
     ]
@@ -153,19 +158,7 @@ def test_the_recompile_reason_names_the_condition(tmp_path):
 def test_an_if_on_a_device_condition_compiles_its_branch_after_a_short_break(ember_events):
     # the condition reads the data itself (a batch of any size): computed in the program,
     # brought to the host, and the If starts the next segment with the condition as a static
-    nodes = [
-        const("zero", np.array(0.0, np.float32)),
-        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
-        helper.make_node("Greater", ["total", "zero"], ["positive"], name="Greater_0"),
-        helper.make_node(
-            "If",
-            ["positive"],
-            ["output", "stateN"],
-            name="If_0",
-            then_branch=_branch("then", 1),
-            else_branch=_branch("else", 2),
-        ),
-    ]
+    nodes = [*sum_is_positive(), _cell_if("positive", ["output", "stateN"])]
     proto = make_model(
         nodes,
         [tensor("x", shape=["batch", CHUNK]), tensor("state", shape=[2, "batch", HIDDEN])],
@@ -546,11 +539,9 @@ def _if_reshape_model() -> onnx.ModelProto:
         return helper.make_graph(nodes, tag, [], [tensor(tag + "_y", shape=["r", "c"])])
 
     nodes = [
-        const("zero", np.array(0.0, np.float32)),
+        *sum_is_positive(),
         const("minus_one", np.array([-1], np.int64)),
         const("axes0", np.array([0], np.int64)),
-        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
-        helper.make_node("Greater", ["total", "zero"], ["positive"], name="Greater_0"),
         helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0, name="max"),
         helper.make_node("Cast", ["mx"], ["cols0"], to=TensorProto.INT64, name="cast"),
         helper.make_node("Unsqueeze", ["cols0", "axes0"], ["cols"], name="unsqueeze"),
@@ -610,9 +601,7 @@ def test_a_subgraph_that_cannot_be_one_program_is_kept_eager_and_says_why(segmen
         [helper.make_node("Identity", ["x"], ["e_y"])], "else", [], [tensor("e_y", shape=[4])]
     )
     nodes = [
-        const("zero", np.array(0.0, np.float32)),
-        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0, name="sum"),
-        helper.make_node("Greater", ["total", "zero"], ["positive"], name="Greater_0"),
+        *sum_is_positive(),
         helper.make_node(
             "If", ["positive"], ["y"], name="If_0", then_branch=then_g, else_branch=else_g
         ),

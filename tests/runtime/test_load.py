@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -245,60 +246,102 @@ def test_an_empty_file_or_bytes_is_a_load_error(tmp_path):
         rt.load(onnx.ModelProto())
 
 
-def _refused_at_load(
-    nodes: list[onnx.NodeProto],
-    inputs: list[onnx.ValueInfoProto],
-    outputs: list[onnx.ValueInfoProto],
-    match: str,
-    *,
-    initializers: list[onnx.TensorProto] | None = None,
-    saved_in: Path | None = None,
-) -> pytest.ExceptionInfo[LoadError]:
-    """A model of these nodes (onnx's checker skipped) is refused at load with a message that
-    matches ``match``; loaded from ``saved_in/m.onnx`` when given, else as a ModelProto."""
-    model = make_model(nodes, inputs, outputs, initializers, check=False)
+@dataclass
+class Malformed:
+    """A graph onnx's checker is skipped for, and the load error that must match ``match``;
+    loaded from ``m.onnx`` (the message starts with that path) when ``saved``, else as a
+    ModelProto."""
+
+    nodes: list[onnx.NodeProto]
+    inputs: list[onnx.ValueInfoProto]
+    outputs: list[onnx.ValueInfoProto]
+    match: str
+    initializers: list[onnx.TensorProto] = field(default_factory=list)
+    saved: bool = False
+
+
+def _refused_at_load(graph: Malformed, folder: Path) -> pytest.ExceptionInfo[LoadError]:
+    model = make_model(graph.nodes, graph.inputs, graph.outputs, graph.initializers, check=False)
     source: onnx.ModelProto | Path = model
-    if saved_in is not None:
-        source = saved_in / "m.onnx"
+    if graph.saved:
+        source = folder / "m.onnx"
         onnx.save(model, source)
-    with pytest.raises(LoadError, match=match) as info:
+    with pytest.raises(LoadError, match=graph.match) as info:
         rt.load(source)
     return info
 
 
-def test_a_value_nothing_produces_is_a_load_error_naming_the_node(tmp_path):
-    _refused_at_load(
-        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
-        [tensor("x", shape=[3])],
-        [tensor("y", shape=[3])],
-        r"m.onnx: node 'add' \(Add\) reads 'ghost', which is not a graph input, an "
-        "initializer or the output of any node",
-        saved_in=tmp_path,
-    )
+def _short_tensor() -> onnx.TensorProto:
+    """``w``, 4 floats of data under dims [16]."""
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    w.dims[:] = [16]
+    return w
 
 
-def test_a_subgraph_reading_a_value_nothing_produces_is_a_load_error():
+def _if_reading_a_ghost() -> onnx.NodeProto:
+    """An If whose then-branch reads ``ghost``, which nothing makes; its else-branch ``x``."""
     then = helper.make_graph(
         [helper.make_node("Identity", ["ghost"], ["t"])], "then", [], [tensor("t", shape=[3])]
     )
     other = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["e"])], "else", [], [tensor("e", shape=[3])]
     )
-    _refused_at_load(
-        [helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
-        [tensor("c", TensorProto.BOOL, []), tensor("x", shape=[3])],
-        [tensor("y", shape=[3])],
+    return helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)
+
+
+X3, Y3 = [tensor("x", shape=[3])], [tensor("y", shape=[3])]
+MALFORMED = {
+    "a_value_nothing_produces_names_the_node": Malformed(
+        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
+        X3,
+        Y3,
+        r"m.onnx: node 'add' \(Add\) reads 'ghost', which is not a graph input, an "
+        "initializer or the output of any node",
+        saved=True,
+    ),
+    "a_subgraph_reading_a_value_nothing_produces": Malformed(
+        [_if_reading_a_ghost()],
+        [tensor("c", TensorProto.BOOL, []), *X3],
+        Y3,
         r"node 'if' \(If\) reads \(in a subgraph\) 'ghost'",
-    )
-
-
-def test_an_output_nothing_produces_is_a_load_error():
-    _refused_at_load(
+    ),
+    "an_output_nothing_produces": Malformed(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
-        [tensor("x", shape=[3])],
-        [tensor("y", shape=[3]), tensor("z", shape=[3])],
+        X3,
+        [*Y3, tensor("z", shape=[3])],
         "graph output 'z' is not produced by any node",
-    )
+    ),
+    "a_tensor_whose_bytes_do_not_fit_its_dims": Malformed(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        [tensor("x", shape=[16])],
+        [tensor("y", shape=[16])],
+        r"tensor 'w' has 16 bytes of data, but its dims \[16\] and type "
+        "TensorProto.FLOAT need 64",
+        initializers=[_short_tensor()],
+    ),
+    "two_nodes_writing_one_tensor_names_both": Malformed(
+        [
+            helper.make_node("Relu", ["x"], ["y"], name="first"),
+            helper.make_node("Neg", ["x"], ["y"], name="second"),
+        ],
+        X3,
+        Y3,
+        r"m.onnx: graph 'g': tensor 'y' is written by two nodes, 'first' \(Relu\) and "
+        r"'second' \(Neg\)",
+        saved=True,
+    ),
+    "a_node_writing_a_graph_input": Malformed(
+        [helper.make_node("Neg", ["x"], ["x"], name="overwrite")],
+        X3,
+        [tensor("x", shape=[3])],
+        r"tensor 'x' is a graph input and written by node ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_a_malformed_graph_is_a_load_error_that_says_what_is_wrong(case, tmp_path):
+    _refused_at_load(MALFORMED[case], tmp_path)
 
 
 def test_external_data_shorter_than_its_tensor_names_the_tensor_and_file(tmp_path):
@@ -328,19 +371,6 @@ def test_external_data_without_a_length_reads_the_tensor_and_checks_it(tmp_path)
     (tmp_path / "weights.bin").write_bytes(b"x" * 8 + w.tobytes()[:20])
     with pytest.raises(ExternalDataError, match=r"needs 24 bytes of 'weights\.bin' from offset 8"):
         rt.load(tmp_path / "m.onnx")
-
-
-def test_a_tensor_whose_bytes_do_not_fit_its_dims_is_a_load_error():
-    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
-    w.dims[:] = [16]
-    _refused_at_load(
-        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
-        [tensor("x", shape=[16])],
-        [tensor("y", shape=[16])],
-        r"tensor 'w' has 16 bytes of data, but its dims \[16\] and type "
-        "TensorProto.FLOAT need 64",
-        initializers=[w],
-    )
 
 
 @pytest.mark.parametrize(("key", "value"), [("offset", "abc"), ("length", "-4")])
@@ -374,42 +404,15 @@ def test_an_opset_newer_than_the_op_library_warns_and_still_runs(tmp_path):
     np.testing.assert_array_equal(np.asarray(rt.compile(loaded)(x=x)["y"]), 2 * x)
 
 
-def test_two_nodes_writing_one_tensor_is_a_load_error_naming_both(tmp_path):
-    _refused_at_load(
-        [
-            helper.make_node("Relu", ["x"], ["y"], name="first"),
-            helper.make_node("Neg", ["x"], ["y"], name="second"),
-        ],
-        [tensor("x", shape=[3])],
-        [tensor("y", shape=[3])],
-        r"m.onnx: graph 'g': tensor 'y' is written by two nodes, 'first' \(Relu\) and "
-        r"'second' \(Neg\)",
-        saved_in=tmp_path,
-    )
-
-
-def test_a_node_writing_a_graph_input_is_a_load_error():
-    _refused_at_load(
-        [helper.make_node("Neg", ["x"], ["x"], name="overwrite")],
-        [tensor("x", shape=[3])],
-        [tensor("x", shape=[3])],
-        r"tensor 'x' is a graph input and written by node ",
-    )
-
-
-def test_a_cycle_is_a_load_error_naming_a_node_on_it():
+def test_a_cycle_is_a_load_error_naming_a_node_on_it(tmp_path):
     # a -> b -> c -> a, and d after the cycle (stuck too, but not on it)
-    info = _refused_at_load(
-        [
-            helper.make_node("Add", ["x", "c"], ["a"], name="node_a"),
-            helper.make_node("Relu", ["a"], ["b"], name="node_b"),
-            helper.make_node("Neg", ["b"], ["c"], name="node_c"),
-            helper.make_node("Relu", ["c"], ["y"], name="after"),
-        ],
-        [tensor("x", shape=[3])],
-        [tensor("y", shape=[3])],
-        "has a cycle",
-    )
+    cycle = [
+        helper.make_node("Add", ["x", "c"], ["a"], name="node_a"),
+        helper.make_node("Relu", ["a"], ["b"], name="node_b"),
+        helper.make_node("Neg", ["b"], ["c"], name="node_c"),
+        helper.make_node("Relu", ["c"], ["y"], name="after"),
+    ]
+    info = _refused_at_load(Malformed(cycle, X3, Y3, "has a cycle"), tmp_path)
     message = str(info.value)
     assert "node_a -> node_b -> node_c -> node_a" in " ".join(message.split()).replace("'", "")
     assert "after" not in message

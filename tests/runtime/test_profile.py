@@ -203,22 +203,17 @@ def _independent_live_sets(proto: onnx.ModelProto, order: list[str], sizes: dict
     outputs = {o.name for o in g.output}
     by_output = {n.output[0]: n for n in g.node}
     nodes = [by_output[o] for o in order]
+    # the step that makes each value (-1: a graph input) and the last step that reads it
     born = {i.name: -1 for i in g.input if i.name not in params}
-    readers: dict[str, list[int]] = {}
-    for k, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                born[o] = k
-        for i in n.input:
-            if i:
-                readers.setdefault(i, []).append(k)
+    born |= {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    last_read = {i: k for k, n in enumerate(nodes) for i in n.input if i}
     best = sum(sizes[p] for p in params)
     for k in range(len(nodes)):
         live = set(params)
         for v, b in born.items():
             if b > k:
                 continue
-            if v in outputs or b == k or any(r >= k for r in readers.get(v, [])):
+            if v in outputs or b == k or last_read.get(v, -1) >= k:
                 live.add(v)
         best = max(best, sum(sizes[v] for v in live))
     end = sum(sizes[v] for v in params | outputs)

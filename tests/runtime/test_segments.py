@@ -20,6 +20,7 @@ from tests.runtime.models import (
     nonzero_reshape_model,
     reference,
     scan_body,
+    sum_is_positive,
     tensor,
 )
 
@@ -38,11 +39,9 @@ def if_model() -> onnx.ModelProto:
         [tensor("e", shape=["2n"])],
     )
     nodes = [
-        const("zero", np.array(0.0, np.float32)),
-        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
-        helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
+        *sum_is_positive(),
         helper.make_node(
-            "If", ["cond"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch
+            "If", ["positive"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch
         ),
     ]
     return make_model(nodes, [tensor("x", shape=["n"])], [tensor("y", shape=["m"])])
