@@ -130,3 +130,5 @@ def test_the_readme_module_table_lists_every_module():
     assert modules - rows == set(), "modules without a row in the README's module table"
     named = {r for r in rows if r.endswith(".py") or (ROOT / r / "__init__.py").exists()}
     assert named - modules == set(), "rows of the README's module table that name no module"
+    # the other rows (SQL, JSON schema folders, data files) must name a path that is there
+    assert {r for r in rows if not (ROOT / r).exists()} == set(), "rows naming a missing path"

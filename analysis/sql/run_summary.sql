@@ -92,8 +92,11 @@
 -- peak_source                VARCHAR?       which reading peak_bytes is: 'device peak' | 'device
 --                                           used' | 'RSS' | 'tensors' | 'live arrays'; NULL without
 --                                           memory data
-WITH ends AS (
-    SELECT run_id,
+WITH
+-- each CTE that counts has one row a run (runs LEFT JOIN what it counts): a run without
+-- such records counts 0 there, so the SELECT below lists its columns as they are
+ends AS (
+    SELECT r.run_id,
         count(*) FILTER (WHERE span_kind = 'call') AS calls,
         count(*) FILTER (WHERE span_kind = 'call' AND status = 'error') AS failed_calls,
         count(*) FILTER (WHERE span_kind = 'step') AS steps,
@@ -117,14 +120,14 @@ WITH ends AS (
             + coalesce(attrs.memory.temp_bytes, 0) - coalesce(attrs.memory.alias_bytes, 0)
         ) FILTER (WHERE span_kind = 'segment_compile' AND attrs.memory IS NOT NULL) AS BIGINT)
             AS planned_peak_bytes
-    FROM span_end GROUP BY run_id
+    FROM runs r LEFT JOIN span_end s ON s.run_id = r.run_id GROUP BY r.run_id
 ),
 cache_counts AS (
-    SELECT run_id,
+    SELECT r.run_id,
         count(*) FILTER (WHERE action = 'hit') AS hits,
         count(*) FILTER (WHERE action = 'miss') AS misses,
         count(*) FILTER (WHERE action = 'evict') AS evictions
-    FROM cache GROUP BY run_id
+    FROM runs r LEFT JOIN cache c ON c.run_id = r.run_id GROUP BY r.run_id
 ),
 comp AS (
     -- compiles.outside_jit is jit_functions.internal for the function (read here rather
@@ -136,24 +139,26 @@ comp AS (
     FROM compiles c
 ),
 comp_counts AS (
-    SELECT run_id,
+    -- a run without compiles: one row of NULLs here, which no filter below lets through
+    SELECT r.run_id,
         count(*) FILTER (WHERE NOT internal AND NOT eager) AS compiles,
-        coalesce(sum(compile_ns) FILTER (WHERE NOT internal AND NOT eager), 0) AS compile_ns,
+        CAST(coalesce(sum(compile_ns) FILTER (WHERE NOT internal AND NOT eager), 0) AS BIGINT)
+            AS compile_ns,
         count(*) FILTER (WHERE eager) AS eager_compiles,
-        coalesce(sum(compile_ns) FILTER (WHERE eager), 0) AS eager_compile_ns,
+        CAST(coalesce(sum(compile_ns) FILTER (WHERE eager), 0) AS BIGINT) AS eager_compile_ns,
         count(*) FILTER (WHERE NOT internal AND NOT eager AND compile_index > 1) AS recompiles,
         count(*) FILTER (WHERE internal) AS jax_compiles,
         count(DISTINCT fun_name) FILTER (WHERE internal) AS jax_primitives,
-        coalesce(sum(compile_ns) FILTER (WHERE internal), 0) AS jax_compile_ns,
+        CAST(coalesce(sum(compile_ns) FILTER (WHERE internal), 0) AS BIGINT) AS jax_compile_ns,
         count(DISTINCT key) AS compiled_keys,
         count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'hit') AS disk_hits,
         count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'miss') AS disk_misses
-    FROM comp GROUP BY run_id
+    FROM runs r LEFT JOIN comp k ON k.run_id = r.run_id GROUP BY r.run_id
 ),
-after_eviction AS (
+missed_after_eviction AS (
     -- a miss of a key compiled here before, evicted since its previous miss (the cache's
     -- eviction count of the key, kept at ingest, went up); eager positions left out
-    SELECT m.run_id, count(*) AS recompiled_after_eviction
+    SELECT m.run_id
     FROM (
         SELECT run_id, position, evictions,
             lag(evictions) OVER (PARTITION BY run_id, source, position, lookup_key
@@ -165,19 +170,22 @@ after_eviction AS (
         WHERE span_kind = 'segment_compile' AND attrs.compiled = false
     ) eager ON eager.run_id = m.run_id AND eager.position = m.position
     WHERE m.evictions > m.evictions_at_previous_miss
-    GROUP BY m.run_id
+),
+after_eviction AS (
+    SELECT r.run_id, count(m.run_id) AS recompiled_after_eviction
+    FROM runs r LEFT JOIN missed_after_eviction m ON m.run_id = r.run_id GROUP BY r.run_id
 ),
 warm AS (
-    SELECT run_id,
+    SELECT r.run_id,
         count(*) FILTER (WHERE compiled AND NOT loaded) AS compiling_calls,
         count(*) FILTER (WHERE loaded) AS loaded_calls,
         count(*) FILTER (WHERE warm) AS warm_calls,
         quantile_cont(duration_ns, 0.5) FILTER (WHERE warm) AS warm_p50_ns,
         quantile_cont(duration_ns, 0.99) FILTER (WHERE warm) AS warm_p99_ns
-    FROM (
+    FROM runs r LEFT JOIN (
         SELECT *, NOT compiled AND status IS DISTINCT FROM 'error' AS warm
         FROM latency_samples
-    ) samples GROUP BY run_id
+    ) s ON s.run_id = r.run_id GROUP BY r.run_id
 ),
 peaks AS (
     SELECT run_id,
@@ -203,26 +211,26 @@ SELECT
     r.entrypoint,
     r.file,
     r.sync,
-    coalesce(e.calls, 0) AS calls,
-    coalesce(e.failed_calls, 0) AS failed_calls,
-    coalesce(e.steps, 0) AS steps,
-    coalesce(k.compiles, 0) AS compiles,
-    CAST(coalesce(k.compile_ns, 0) AS BIGINT) AS compile_ns,
-    coalesce(k.eager_compiles, 0) AS eager_compiles,
-    CAST(coalesce(k.eager_compile_ns, 0) AS BIGINT) AS eager_compile_ns,
-    coalesce(k.recompiles, 0) AS recompiles,
-    coalesce(a.recompiled_after_eviction, 0) AS recompiled_after_eviction,
-    coalesce(k.jax_compiles, 0) AS jax_compiles,
-    coalesce(k.jax_primitives, 0) AS jax_primitives,
-    CAST(coalesce(k.jax_compile_ns, 0) AS BIGINT) AS jax_compile_ns,
-    coalesce(k.compiled_keys, 0) AS compiled_keys,
-    coalesce(c.hits, 0) AS hits,
-    coalesce(c.misses, 0) AS misses,
-    coalesce(c.evictions, 0) AS evictions,
+    e.calls,
+    e.failed_calls,
+    e.steps,
+    k.compiles,
+    k.compile_ns,
+    k.eager_compiles,
+    k.eager_compile_ns,
+    k.recompiles,
+    a.recompiled_after_eviction,
+    k.jax_compiles,
+    k.jax_primitives,
+    k.jax_compile_ns,
+    k.compiled_keys,
+    c.hits,
+    c.misses,
+    c.evictions,
     CASE WHEN c.hits + c.misses > 0 THEN c.hits / (c.hits + c.misses) END AS hit_rate,
-    coalesce(k.disk_hits, 0) AS disk_hits,
-    coalesce(k.disk_misses, 0) AS disk_misses,
-    coalesce(e.breaks, 0) AS breaks,
+    k.disk_hits,
+    k.disk_misses,
+    e.breaks,
     e.graph_break,
     CASE WHEN e.calls > 0 THEN 'call' WHEN e.steps > 0 THEN 'step' END AS latency_of,
     CASE WHEN e.calls > 0 OR e.steps > 0
@@ -231,9 +239,9 @@ SELECT
     CASE WHEN e.calls > 0 THEN e.call_p90_ns ELSE e.step_p90_ns END AS p90_ns,
     CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE e.step_p99_ns END AS p99_ns,
     CASE WHEN e.calls > 0 THEN e.call_mean_ns ELSE e.step_mean_ns END AS mean_ns,
-    coalesce(w.compiling_calls, 0) AS compiling_calls,
-    coalesce(w.loaded_calls, 0) AS loaded_calls,
-    coalesce(w.warm_calls, 0) AS warm_calls,
+    w.compiling_calls,
+    w.loaded_calls,
+    w.warm_calls,
     w.warm_p50_ns,
     w.warm_p99_ns,
     CAST(CASE WHEN e.calls > 0 THEN e.call_total_ns ELSE e.step_total_ns END AS BIGINT)

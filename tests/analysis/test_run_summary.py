@@ -237,3 +237,24 @@ def test_a_position_that_recompiles_on_every_call_carries_the_bucket_advice(tmp_
     assert "x dim 1 changed on every call (5 -> 9 -> 13 -> 17 -> 21)" in first.text
     assert first.text.endswith("; padding x dim 1 to 8/16/32 would compile 3 times instead of 5")
     assert [f for f in r.findings if f.kind == "buckets"] == []  # said once, in the action
+
+
+def test_a_run_with_only_its_meta_counts_zero_and_measures_nothing(tmp_path):
+    # each count of run_summary comes from a CTE over runs LEFT JOIN its records: a run that
+    # recorded nothing still has its row, with 0 for every count (the header's BIGINT
+    # columns, never NULL) and NULL for every number that is measured
+    from ember.analysis.views import VIEW_HEADERS
+    from tests.analysis.traces import meta_line, write_lines
+
+    db = tmp_path / "m.duckdb"
+    assert ingest([write_lines(tmp_path / "m.jsonl", [meta_line("quiet")])], db).rejected == 0
+    with connect(db, read_only=True) as con:
+        types = dict(con.sql("SELECT column_name, column_type FROM (DESCRIBE run_summary)").rows())
+        [row] = con.sql("SELECT * FROM run_summary").to_dicts()
+    columns = VIEW_HEADERS["run_summary"].columns
+    counts = [c.name for c in columns if c.type == "BIGINT" and not c.nullable]
+    assert len(counts) == 22
+    assert {c: (row[c], types[c]) for c in counts} == {c: (0, "BIGINT") for c in counts}
+    measured = [c.name for c in columns if c.nullable and c.type in ("BIGINT", "DOUBLE")]
+    assert {c: row[c] for c in measured} == {c: None for c in measured}
+    assert (row["latency_of"], row["latency_kind"], row["peak_source"]) == (None, None, None)
