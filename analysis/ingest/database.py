@@ -17,8 +17,12 @@ time, and a reader sees whole files only):
    line of a file DuckDB refuses).
 3. Here: the staged rows go into the record tables (with the columns derived at ingest),
    the rejected lines into ``rejected_lines``, and what was read into ``ingested_files``,
-   one statement per table for the whole batch, in one transaction. If that fails, each
-   file of the batch is written alone.
+   in one transaction. From ``_stage``: one statement per table for the whole batch. The
+   split read opens the transaction before its check and inserts each segment's rows
+   (but cache and memory, numbered over the batch, inserted last) while the next segment
+   is checked (``_split``); it commits after the check of the batch's last line, and a
+   DuckDB error rolls it back and takes ``_stage``. If the transaction fails, each file
+   of the batch is written alone.
 
 Every line is checked against the models before it is stored (``ingest.line_check``, with
 pydantic for what it refuses): types (integers must be JSON integers: ``1.5``, ``"7"`` and

@@ -12,7 +12,7 @@ continued files, older schema versions, ``strict`` and lines over the size limit
    pass (a second span_start or span_end of an id, a span_end before its span_start: the
    rules of ``checks.span_problems_sql``). The accepted lines go, as they are, to one
    JSONL file per record kind of the current *segment* (``KindFiles``: about
-   ``SEGMENT_BYTES`` of the batch's lines, cut between chunks).
+   ``SEGMENT_BYTES`` of accepted lines, cut between chunks).
 2. DuckDB reads each kind's file of a segment with that kind's own table types
    (``TABLE_COLUMNS``: objects as their STRUCTs, integers as BIGINT) as ``_stage_<kind>``
    (a view over the segment's file, which the caller's ``take`` inserts at once, in the
@@ -22,14 +22,15 @@ continued files, older schema versions, ``strict`` and lines over the size limit
    read into one table; a kind's own columns are a few, and no JSON is parsed twice.
 
 Steps 1 and 2 overlap: while DuckDB reads segment k (in a worker thread,
-``concurrent.futures``; DuckDB releases the GIL while it runs a statement, msgspec holds it
-while it decodes), this thread checks segment k + 1. On a quiet machine DuckDB's read uses
-both cores, and the check, run first, was a second of one core on a 90 MB trace that the
-read did not share. Nothing is weakened: what a line's check rejects never reaches a
-segment (a bad line in segment k + 1 rejects only itself, as before), the segments' rows go
-into an open transaction that is committed only after every line of the batch was checked
-(``ingest.database``), and an error of DuckDB's read of any segment sends the whole batch
-to the ``_stage`` path after a rollback (``SplitRefused``).
+``concurrent.futures``; DuckDB releases the GIL while it runs a statement but for a moment
+between its tasks, msgspec holds it while it decodes a chunk), this thread checks segment
+k + 1. Run first, the check was ~1 s of one core on a 90 MB compile-heavy trace while the
+other core idled, and DuckDB's own ``read_json``, the yardstick, uses both. Nothing is
+weakened: what a line's check rejects never reaches a segment (a bad line in segment k + 1
+rejects only itself, as before), the segments' rows go into an open transaction that is
+committed only after every line of the batch was checked (``ingest.database``), and an
+error of DuckDB's read of any segment sends the whole batch to the ``_stage`` path after a
+rollback (``SplitRefused``).
 
 Memory: the check holds one chunk (``SPLIT_CHUNK_BYTES``) and its decoded records; at most
 two segments' kind files exist on disk (the one DuckDB reads and the one being written: a
@@ -74,10 +75,10 @@ __all__ = [
 ]
 
 SEGMENT_BYTES = 16 << 20
-"""The lines of a batch go to DuckDB in segments of about this many bytes (whole chunks of
-``SPLIT_CHUNK_BYTES``): DuckDB reads one while the next is checked. Smaller segments overlap
-more of the check (the first segment's check and the last one's read are not overlapped);
-larger ones make fewer statements."""
+"""The accepted lines of a batch go to DuckDB in segments of about this many bytes (whole
+chunks of ``SPLIT_CHUNK_BYTES``): DuckDB reads one while the next is checked. Smaller
+segments overlap more of the check (the first segment's check and the last one's read are
+not overlapped); larger ones make fewer statements."""
 
 SPLIT_CHUNK_BYTES = 1 << 20
 """The check decodes this many bytes of lines in one call (``line_check.decode_chunk``),
