@@ -17,8 +17,12 @@ time, and a reader sees whole files only):
    line of a file DuckDB refuses).
 3. Here: the staged rows go into the record tables (with the columns derived at ingest),
    the rejected lines into ``rejected_lines``, and what was read into ``ingested_files``,
-   one statement per table for the whole batch, in one transaction. If that fails, each
-   file of the batch is written alone.
+   in one transaction. From ``_stage``: one statement per table for the whole batch. The
+   split read opens the transaction before its check and inserts each segment's rows
+   (but cache and memory, numbered over the batch, inserted last) while the next segment
+   is checked (``_split``); it commits after the check of the batch's last line, and a
+   DuckDB error rolls it back and takes ``_stage``. If the transaction fails, each file
+   of the batch is written alone.
 
 Every line is checked against the models before it is stored (``ingest.line_check``, with
 pydantic for what it refuses): types (integers must be JSON integers: ``1.5``, ``"7"`` and
@@ -71,7 +75,14 @@ from ember.analysis.derived import (
     counted,
 )
 from ember.analysis.ingest.batch import batch_then_each
-from ember.analysis.ingest.kinds import SplitRefused, drop_kinds, splittable, stage_kinds
+from ember.analysis.ingest.kinds import (
+    ORDERED_KINDS,
+    SplitRefused,
+    drop_kinds,
+    split_works,
+    splittable,
+    stage_kinds,
+)
 from ember.analysis.ingest.plan import (
     FilePlan,
     FileResult,
@@ -417,44 +428,43 @@ _DONE_TYPES = {
 }
 
 
-def _write(
-    con: duckdb.DuckDBPyConnection,
-    works: list[FileIngest],
-    kinds: dict[str, list[int]] | None = None,
-) -> list[int]:
-    """Write a staged and checked batch in one transaction; the records of each file.
-
-    ``kinds``: the batch was staged by kind (``ingest.kinds``): the rows of each file in each
-    kind's staging table; else it is in ``_stage``."""
-    plans = [w.plan for w in works]
-    files = [str(p.path) for p in plans]
-    runs = [p.run_id for p in plans]
-    typed = kinds is not None
-    if kinds is None:
-        staged = dict(con.execute("SELECT _f, count(*) FROM _stage GROUP BY _f").fetchall())
-        records = [staged.get(w.f, 0) for w in works]
-    else:
-        records = [sum(counts[w.f] for counts in kinds.values()) for w in works]
-        kinds = {k: c for k, c in kinds.items() if sum(c)}
+@contextlib.contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One transaction: committed if the block ends, else rolled back."""
     con.execute("BEGIN TRANSACTION")
     try:
-        _delete_replaced(con, plans)
-        inserts = TYPED_INSERTS if typed else _INSERTS
-        if kinds is None or "meta" in kinds:
-            con.execute(inserts["runs"], {"files": files})
-        for kind in RECORD_TABLES:
-            if kinds is not None and kind not in kinds:
-                continue  # no staging table: no rows of this kind
-            con.execute(inserts[kind], {"runs": runs})
-        _insert_rejected(con, works)
-        _upsert_ingested(con, _ingested_rows(con, works, records))
+        yield
         con.execute("COMMIT")
     except BaseException:
         # (an interrupt that lands just after the commit leaves no transaction to roll back)
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         raise
+
+
+def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]:
+    """Write a batch staged in ``_stage`` and checked, in one transaction; the records of
+    each file."""
+    plans = [w.plan for w in works]
+    files = [str(p.path) for p in plans]
+    runs = [p.run_id for p in plans]
+    staged = dict(con.execute("SELECT _f, count(*) FROM _stage GROUP BY _f").fetchall())
+    records = [staged.get(w.f, 0) for w in works]
+    with _transaction(con):
+        _delete_replaced(con, plans)
+        con.execute(_INSERTS["runs"], {"files": files})
+        for kind in RECORD_TABLES:
+            con.execute(_INSERTS[kind], {"runs": runs})
+        _write_files(con, works, records)
     return records
+
+
+def _write_files(
+    con: duckdb.DuckDBPyConnection, works: list[FileIngest], records: list[int]
+) -> None:
+    """The batch's rejected lines and its ``ingested_files`` rows (``records``: of each file)."""
+    _insert_rejected(con, works)
+    _upsert_ingested(con, _ingested_rows(con, works, records))
 
 
 def _delete_replaced(con: duckdb.DuckDBPyConnection, plans: list[FilePlan]) -> None:
@@ -589,20 +599,37 @@ def _split(
     tmp: Path,
     strict: bool,
 ) -> tuple[list[FileIngest], list[int]] | None:
-    """The batch staged by kind and written (``ingest.kinds``), or None where it takes the
-    ``_stage`` path (a continued file, an older version, ``strict``, a line over the
-    limit, or DuckDB refused a kind's lines)."""
+    """The batch checked, staged by kind and written in one transaction (``ingest.kinds``:
+    each segment's rows are inserted while the next segment is checked; the transaction is
+    committed after the last line of the batch was checked), or None, rolled back, where
+    it takes the ``_stage`` path (a continued file, an older version, ``strict``, a line
+    over the limit, or DuckDB refused a kind's lines)."""
     if not splittable(batch, migrations, strict):
         return None
+    works = split_works(con, batch, migrations, tmp)
+    if works is None:
+        return None
+    files = [str(p.path) for p in batch]
+    runs = [p.run_id for p in batch]
+
+    def take(kind: str) -> None:  # a segment's rows of a kind that is not ordered
+        if kind == "meta":
+            con.execute(TYPED_INSERTS["runs"], {"files": files})
+        else:
+            con.execute(TYPED_INSERTS[kind], {"runs": runs})
+
     try:
-        staged = stage_kinds(con, batch, migrations, tmp)
+        with _transaction(con):
+            _delete_replaced(con, batch)
+            kinds = stage_kinds(con, works, tmp, take)
+            for kind in RECORD_TABLES:
+                if kind in ORDERED_KINDS and kind in kinds:
+                    con.execute(TYPED_INSERTS[kind], {"runs": runs})
+            records = [sum(counts[w.f] for counts in kinds.values()) for w in works]
+            _write_files(con, works, records)
     except SplitRefused:
+        drop_kinds(con)
         return None
-    if staged is None:
-        return None
-    works, kinds = staged
-    try:
-        return works, _write(con, works, kinds)
     except duckdb.InterruptException:
         raise
     except duckdb.Error:
@@ -610,6 +637,7 @@ def _split(
         # goes through ``_stage``, whose slow path finds and rejects those lines
         drop_kinds(con)
         return None
+    return works, records
 
 
 def _ingest_planned(

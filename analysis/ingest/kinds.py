@@ -1,4 +1,5 @@
-"""The split read: a batch of trace files checked line by line and read by DuckDB kind by kind.
+"""The split read: a batch of trace files checked line by line and read by DuckDB kind by kind,
+the check of one segment of the batch overlapping DuckDB's read of the segment before.
 
 The DuckDB-file ingest's fast path for files read from their start (``ingest.database``;
 continued files, older schema versions, ``strict`` and lines over the size limit take the
@@ -10,17 +11,37 @@ continued files, older schema versions, ``strict`` and lines over the size limit
    explains (and rejects) the lines it refuses too. The span ids are checked in the same
    pass (a second span_start or span_end of an id, a span_end before its span_start: the
    rules of ``checks.span_problems_sql``). The accepted lines go, as they are, to one
-   JSONL file per record kind (``KindFiles``).
-2. DuckDB reads each kind's file with that kind's own table types (``TABLE_COLUMNS``:
-   objects as their STRUCTs, integers as BIGINT) as ``_stage_<kind>`` (a view its insert
-   reads once; a table for cache and memory, whose inserts number rows by their order),
-   which the inserts (``database.TYPED_INSERTS``) take as they are. Reading every line with the
-   union of every kind's columns cost more than DuckDB's whole read into one table; a
-   kind's own columns are a few, and no JSON is parsed twice by DuckDB.
+   JSONL file per record kind of the current *segment* (``KindFiles``: about
+   ``SEGMENT_BYTES`` of accepted lines, cut between chunks).
+2. DuckDB reads each kind's file of a segment with that kind's own table types
+   (``TABLE_COLUMNS``: objects as their STRUCTs, integers as BIGINT) as ``_stage_<kind>``
+   (a view over the segment's file, which the caller's ``take`` inserts at once, in the
+   batch's open transaction; for cache and memory, whose inserts number the rows of the
+   whole batch by their order, rows appended to a table the caller inserts at the end).
+   Reading every line with the union of every kind's columns cost more than DuckDB's whole
+   read into one table; a kind's own columns are a few, and no JSON is parsed twice.
+
+Steps 1 and 2 overlap: while DuckDB reads segment k (in a worker thread,
+``concurrent.futures``; DuckDB releases the GIL while it runs a statement but for a moment
+between its tasks, msgspec holds it while it decodes a chunk), this thread checks segment
+k + 1. Run first, the check was ~1 s of one core on a 90 MB compile-heavy trace while the
+other core idled, and DuckDB's own ``read_json``, the yardstick, uses both. Nothing is
+weakened: what a line's check rejects never reaches a segment (a bad line in segment k + 1
+rejects only itself, as before), the segments' rows go into an open transaction that is
+committed only after every line of the batch was checked (``ingest.database``), and an
+error of DuckDB's read of any segment sends the whole batch to the ``_stage`` path after a
+rollback (``SplitRefused``).
+
+Memory: the check holds one chunk (``SPLIT_CHUNK_BYTES``) and its decoded records; at most
+two segments' kind files exist on disk (the one DuckDB reads and the one being written: a
+segment is deleted once read), so the temporary disk is ~2 x ``SEGMENT_BYTES``, not the
+batch; DuckDB holds the batch's uncommitted rows, as its one-statement read did.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,7 +62,30 @@ from ember.analysis.schema_types import TABLE_COLUMNS
 from ember.schemas import Migrations
 from ember.schemas.validate import parse_line
 
-__all__ = ["KindFiles", "splittable", "stage_kinds"]
+__all__ = [
+    "ORDERED_KINDS",
+    "SEGMENT_BYTES",
+    "SPLIT_CHUNK_BYTES",
+    "KindFiles",
+    "SplitRefused",
+    "drop_kinds",
+    "split_works",
+    "splittable",
+    "stage_kinds",
+]
+
+SEGMENT_BYTES = 16 << 20
+"""The accepted lines of a batch go to DuckDB in segments of about this many bytes (whole
+chunks of ``SPLIT_CHUNK_BYTES``): DuckDB reads one while the next is checked. Smaller
+segments overlap more of the check (the first segment's check and the last one's read are
+not overlapped); larger ones make fewer statements."""
+
+SPLIT_CHUNK_BYTES = 1 << 20
+"""The check decodes this many bytes of lines in one call (``line_check.decode_chunk``),
+holding the GIL: DuckDB's thread takes the GIL between the tasks of a statement, so a
+long call stalls the read it overlaps (an 8 MiB chunk was ~90 ms in one call, 1 MiB ~5-10 ms;
+1 MiB chunks also decoded the compile-heavy trace in less CPU time than 8 MiB ones, their
+records staying in the CPU's caches)."""
 
 _AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
 
@@ -81,18 +125,21 @@ class _Accepted:
 
 
 class KindFiles:
-    """The accepted lines of a batch, one JSONL file per record kind in ``tmp``, and how many
-    rows of each file (``f``) each holds. With more than one file in the batch each line
-    gets its file's number (``"_f"``) in front: a kind's rows are read in one go."""
+    """The accepted lines of one segment of a batch, one JSONL file per record kind in
+    ``tmp``, and how many rows of each file (``f``) each holds. With more than one file in
+    the batch each line gets its file's number (``"_f"``) in front: a kind's rows are read
+    in one go."""
 
-    def __init__(self, tmp: Path, files: int) -> None:
+    def __init__(self, tmp: Path, files: int, segment: int = 0) -> None:
         self.tmp = tmp
         self.files = files
+        self.segment = segment
+        self.size = 0  # bytes written
         self.counts: dict[str, list[int]] = {}
         self._out: dict[str, IO[bytes]] = {}
 
     def path(self, kind: str) -> Path:
-        return self.tmp / f"kind-{kind}.jsonl"
+        return self.tmp / f"kind-{kind}-{self.segment}.jsonl"
 
     def add(self, kind: str, f: int, lines: list[bytes]) -> None:
         out = self._out.get(kind)
@@ -102,13 +149,21 @@ class KindFiles:
         if self.files > 1:
             head = b'{"_f":%d,' % f
             lines = [head + line.lstrip()[1:] for line in lines]
-        out.write(b"\n".join(lines))
+        data = b"\n".join(lines)
+        out.write(data)
         out.write(b"\n")
+        self.size += len(data) + 1
         self.counts[kind][f] += len(lines)
 
     def close(self) -> None:
         for out in self._out.values():
             out.close()
+
+    def remove(self) -> None:
+        """Close and delete its files (read, or not to be read)."""
+        self.close()
+        for kind in self.counts:
+            self.path(kind).unlink(missing_ok=True)
 
 
 def splittable(plans: list[FilePlan], migrations: Migrations, strict: bool) -> bool:
@@ -118,7 +173,7 @@ def splittable(plans: list[FilePlan], migrations: Migrations, strict: bool) -> b
     return not strict and all(p.start == 0 and migrations.reads_as_is(p.version) for p in plans)
 
 
-def split_file(w: FileIngest, out: KindFiles) -> None:
+def split_file(w: FileIngest, out: Segments) -> None:
     """Check the lines of one planned file and add the accepted ones to ``out``; the
     rejected ones (with pydantic's reason, or a span-id rule's) to ``w.rejected``."""
     plan = w.plan
@@ -127,7 +182,7 @@ def split_file(w: FileIngest, out: KindFiles) -> None:
     ordinal = 0  # non-blank lines before the chunk
     number = plan.base_line
     offset = plan.start
-    for chunk in line_chunks(plan.path, plan.start, w.end):
+    for chunk in line_chunks(plan.path, plan.start, w.end, SPLIT_CHUNK_BYTES):
         decoded = decode_chunk(chunk, meta_ok=ordinal == 0)
         kept: list[int] | None = None  # the ordinals in the chunk of ``lines``, when not all
         if decoded is None:
@@ -139,6 +194,7 @@ def split_file(w: FileIngest, out: KindFiles) -> None:
             late[ordinal + (i if kept is None else kept[i])] = why
         for kind, group in groups.items():
             out.add(kind, w.f, group)
+        out.chunk_done()
         ordinal += len(lines) if kept is None else _count_records(chunk)
         number += chunk.count(b"\n")
         offset += len(chunk)
@@ -217,47 +273,128 @@ class SplitRefused(Exception):
     """DuckDB refused a kind's lines that the checks accepted: the batch goes the other way."""
 
 
-def stage_kinds(
-    con: duckdb.DuckDBPyConnection,
-    plans: list[FilePlan],
-    migrations: Migrations,
-    tmp: Path,
-) -> tuple[list[FileIngest], dict[str, list[int]]] | None:
-    """Stage a batch by kind (the module doc): ``_stage_<kind>`` for each kind it holds
-    (``_f`` and the kind's table columns, in file order), and ``_files`` as
-    ``ingest.read.stage`` makes it. Returns the files and the rows of each file in each
-    kind's table; None (nothing staged) when a file has a line over the size limit."""
+ORDERED_KINDS = frozenset({"cache", "memory"})
+"""The kinds whose inserts number the batch's rows by their order (``rowid``): each segment's
+rows are appended to the table ``_stage_<kind>``, which the caller inserts after the last
+segment; every other kind is a view over one segment, inserted by ``take`` at once."""
+
+
+class Segments:
+    """The segments of a batch (the module doc): the one the check writes (``current``) and
+    the read of the one before, by one worker thread, at most one at a time. ``close``
+    waits for that read, if any: ``con`` is this thread's again."""
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, tmp: Path, files: int, take: Callable[[str], None]
+    ) -> None:
+        self.con = con
+        self.take = take
+        self.current = KindFiles(tmp, files)
+        self.counts: dict[str, list[int]] = {}  # of the segments handed over
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ember-ingest-read")
+        self._reading: Future[None] | None = None
+        self._staged: set[str] = set()  # the ordered kinds whose table exists (reader only)
+        self._closing = False
+
+    def add(self, kind: str, f: int, lines: list[bytes]) -> None:
+        self.current.add(kind, f, lines)
+
+    def chunk_done(self) -> None:
+        """A chunk's lines were added: a full segment goes to DuckDB."""
+        if self.current.size >= SEGMENT_BYTES:
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        """Close the current segment and start its read, once the one before is read (its
+        error, DuckDB's, is raised here); a new segment is written from here on."""
+        done = self.current
+        done.close()
+        self.wait()
+        for kind, counts in done.counts.items():
+            total = self.counts.setdefault(kind, [0] * done.files)
+            for f, n in enumerate(counts):
+                total[f] += n
+        self.current = KindFiles(done.tmp, done.files, done.segment + 1)
+        if done.counts:
+            self._reading = self._reader.submit(self._read, done)
+
+    def wait(self) -> None:
+        """Wait for the read under way, if any; raise its error."""
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.result()
+
+    def close(self) -> None:
+        """Wait for the read under way, if any. One still under way here (the batch is given
+        up: an error, Ctrl-C) starts no further statement: ``con.interrupt()`` stops only
+        the statement running when it is called."""
+        self._closing = True
+        self._reader.shutdown(wait=True, cancel_futures=True)
+
+    def _read(self, segment: KindFiles) -> None:
+        """In the reader thread: each kind of ``segment`` staged, and inserted by ``take``
+        where it is not an ordered kind; the segment's files deleted."""
+        try:
+            for kind in segment.counts:
+                if self._closing:
+                    return
+                _read_kind(self.con, segment, kind, append=kind in self._staged)
+                if kind in ORDERED_KINDS:
+                    self._staged.add(kind)
+                else:
+                    self.take(kind)
+        finally:
+            segment.remove()
+
+
+def split_works(
+    con: duckdb.DuckDBPyConnection, plans: list[FilePlan], migrations: Migrations, tmp: Path
+) -> list[FileIngest] | None:
+    """The files of a batch for ``stage_kinds``, where each one's complete lines end, and
+    ``_files`` as ``ingest.read.stage`` makes it; None when a file has a line over the size
+    limit (the ``_stage`` path)."""
     works = [FileIngest(con, plan, migrations, tmp, False, f) for f, plan in enumerate(plans)]
     for w in works:
         w.extent()
         if find_long_line(w.plan.path, w.plan.start, w.end) is not None:
             return None
-    out = KindFiles(tmp, len(works))
+    files_table(con, works, [-1] * len(works))
+    return works
+
+
+def stage_kinds(
+    con: duckdb.DuckDBPyConnection,
+    works: list[FileIngest],
+    tmp: Path,
+    take: Callable[[str], None],
+) -> dict[str, list[int]]:
+    """Check and stage a batch by kind and segment (the module doc), the check of a segment
+    overlapping DuckDB's read of the one before; ``take(kind)`` (in the reader thread, on
+    ``con``) inserts the segment's ``_stage_<kind>`` of each kind not in ``ORDERED_KINDS``;
+    those are whole in ``_stage_<kind>`` (``_f`` and the kind's table columns, in file
+    order) on return. Returns the rows of each file (``f``) in each kind. Raises
+    ``SplitRefused`` when DuckDB refused a segment's lines (``con`` used by this thread
+    only again, whatever is raised)."""
+    out = Segments(con, tmp, len(works), take)
     try:
         with no_gc():
             for w in works:
                 if w.end > w.plan.start:
                     split_file(w, out)
-    finally:
-        out.close()
-    try:
-        for kind in out.counts:
-            _read_kind(con, out, kind)
+        out.hand_over()
+        out.wait()
     except duckdb.InterruptException:
         raise
     except duckdb.Error as exc:
-        drop_kinds(con)
         raise SplitRefused(str(exc)) from None
-    files_table(con, works, [-1] * len(works))
-    return works, out.counts
+    finally:
+        out.close()
+    return out.counts
 
 
-# the kinds whose inserts number rows by their order (``rowid``): staged in a table; the others
-# in a view, which their insert reads once
-_ORDERED = frozenset({"cache", "memory"})
-
-
-def _read_kind(con: duckdb.DuckDBPyConnection, out: KindFiles, kind: str) -> None:
+def _read_kind(
+    con: duckdb.DuckDBPyConnection, out: KindFiles, kind: str, append: bool = False
+) -> None:
     columns = dict(TABLE_COLUMNS[kind])
     f_sql = "_f"
     if out.files > 1:
@@ -265,15 +402,16 @@ def _read_kind(con: duckdb.DuckDBPyConnection, out: KindFiles, kind: str) -> Non
     else:
         f_sql = "0::INTEGER AS _f"
     names = ", ".join(f'"{c}"' for c in TABLE_COLUMNS[kind])
-    what = "TABLE" if kind in _ORDERED else "VIEW"
-    con.execute(
-        f"CREATE OR REPLACE TEMP {what} _stage_{kind} AS SELECT {f_sql}, {names} "
-        f"FROM ({read_json_sql(out.path(kind), columns)})"
-    )
+    select = f"SELECT {f_sql}, {names} FROM ({read_json_sql(out.path(kind), columns)})"
+    if append:
+        con.execute(f"INSERT INTO _stage_{kind} {select}")
+        return
+    what = "TABLE" if kind in ORDERED_KINDS else "VIEW"
+    con.execute(f"CREATE OR REPLACE TEMP {what} _stage_{kind} AS {select}")
 
 
 def drop_kinds(con: duckdb.DuckDBPyConnection) -> None:
     """Drop the kinds' staging tables and views."""
     for kind in TABLE_COLUMNS:
-        what = "TABLE" if kind in _ORDERED else "VIEW"
+        what = "TABLE" if kind in ORDERED_KINDS else "VIEW"
         con.execute(f"DROP {what} IF EXISTS _stage_{kind}")

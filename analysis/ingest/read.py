@@ -174,14 +174,16 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def line_chunks(path: Path, start: int, end: int) -> Iterator[bytes]:
-    """The bytes ``[start, end)`` of a file in chunks of whole lines of about ``CHUNK_BYTES``
-    (``end`` is a line's end; a line longer than a chunk is one chunk)."""
+def line_chunks(path: Path, start: int, end: int, size: int | None = None) -> Iterator[bytes]:
+    """The bytes ``[start, end)`` of a file in chunks of whole lines of about ``size`` bytes
+    (``CHUNK_BYTES`` by default; ``end`` is a line's end; a line longer than a chunk is one
+    chunk)."""
+    size = CHUNK_BYTES if size is None else size
     with path.open("rb") as f:
         pos = start
         f.seek(pos)
         while pos < end:
-            buf = f.read(min(CHUNK_BYTES, end - pos))
+            buf = f.read(min(size, end - pos))
             if not buf:
                 return
             if pos + len(buf) < end:

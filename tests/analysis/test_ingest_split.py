@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from pathlib import Path
 
 from ember.analysis import connect, ingest
 from ember.analysis.db import RECORD_TABLES
@@ -36,14 +37,27 @@ def _results(summary) -> list[tuple]:
     ]
 
 
-def test_the_split_read_stores_what_the_stage_read_stores(tmp_path, monkeypatch):
-    traces = tmp_path / "traces"
+def write_shapes(traces: Path, records: int) -> None:
+    """Into the new folder ``traces``: a trace of each shape (``records`` each) and two bad
+    ones."""
     traces.mkdir()
-    write_compile_trace(traces / "compile.jsonl", 3000, run_id="compile", seed=1)
-    write_memory_trace(traces / "memory.jsonl", 3000, run_id="memory", seed=1)
-    write_trace(traces / "repetitive.jsonl", 3000, run_id="repetitive", seed=1)
+    write_compile_trace(traces / "compile.jsonl", records, run_id="compile", seed=1)
+    write_memory_trace(traces / "memory.jsonl", records, run_id="memory", seed=1)
+    write_trace(traces / "repetitive.jsonl", records, run_id="repetitive", seed=1)
     bad_corpus(traces / "bad.jsonl")
     spans_and_depth_corpus(traces / "spans.jsonl")
+
+
+def assert_same_tables(a: Path, b: Path) -> None:
+    """The databases ``a`` and ``b`` hold the same rows, table by table, in each file's order."""
+    tables_a, tables_b = _tables(a), _tables(b)
+    for name in tables_a:
+        assert tables_a[name] == tables_b[name], name
+
+
+def test_the_split_read_stores_what_the_stage_read_stores(tmp_path, monkeypatch):
+    traces = tmp_path / "traces"
+    write_shapes(traces, 3000)
     split_calls = []
     real = kinds.split_file
     monkeypatch.setattr(kinds, "split_file", lambda *a: split_calls.append(a) or real(*a))
@@ -55,6 +69,4 @@ def test_the_split_read_stores_what_the_stage_read_stores(tmp_path, monkeypatch)
     assert _results(split) == _results(staged)
     assert split.rejected > 5
     assert split.records > 9000
-    a, b = _tables(tmp_path / "split.duckdb"), _tables(tmp_path / "stage.duckdb")
-    for name in a:
-        assert a[name] == b[name], name
+    assert_same_tables(tmp_path / "split.duckdb", tmp_path / "stage.duckdb")

@@ -1,0 +1,146 @@
+"""The split read in segments (``ingest.kinds``): DuckDB reads segment k in a worker thread
+while the next one is checked. With segments of a few kilobytes (many per file), it stores
+what the ``_stage`` read stores; a bad line checked while an earlier segment is being read
+rejects that line only, with the same file, line and reason; DuckDB refusing a later
+segment after earlier ones were inserted rolls the batch back and takes the ``_stage`` read,
+with no row twice."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ember.analysis import connect, ingest
+from ember.analysis.ingest.plan import raw_text
+from ember.analysis.synthetic import write_compile_trace, write_trace
+from tests.analysis.test_ingest_split import _results, assert_same_tables, write_shapes
+
+database = importlib.import_module("ember.analysis.ingest.database")
+kinds = importlib.import_module("ember.analysis.ingest.kinds")
+
+
+@pytest.fixture
+def small_segments(monkeypatch):
+    """Chunks of 4 KiB, each its own segment; the segments each read handed over, counted."""
+    monkeypatch.setattr(kinds, "SPLIT_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(kinds, "SEGMENT_BYTES", 1)
+    read: list[int] = []
+    real = kinds.Segments._read
+
+    def counted(self, segment):
+        read.append(segment.segment)
+        return real(self, segment)
+
+    monkeypatch.setattr(kinds.Segments, "_read", counted)
+    return read
+
+
+def _stage_read(monkeypatch, paths, db):
+    monkeypatch.setattr(database, "splittable", lambda *a: False)
+    summary = ingest(paths, db)
+    monkeypatch.undo()
+    return summary
+
+
+def test_many_segments_store_what_the_stage_read_stores(tmp_path, monkeypatch, small_segments):
+    traces = tmp_path / "traces"
+    write_shapes(traces, 2000)
+    split = ingest([traces], tmp_path / "split.duckdb")
+    assert len(small_segments) > 50  # not vacuous: many segments, read one after another
+    assert small_segments == sorted(small_segments)
+    staged = _stage_read(monkeypatch, [traces], tmp_path / "stage.duckdb")
+    assert _results(split) == _results(staged)
+    assert split.rejected > 5
+    assert_same_tables(tmp_path / "split.duckdb", tmp_path / "stage.duckdb")
+
+
+def _with_bad_line(path: Path, after: int) -> tuple[int, str]:
+    """Replace the first line that starts past byte ``after`` of a trace with its record with
+    ``ts_ns`` as text; returns its line number and text."""
+    lines = path.read_bytes().split(b"\n")
+    i = 0
+    offset = 0
+    while offset <= after:
+        offset += len(lines[i]) + 1
+        i += 1
+    bad = json.dumps({**json.loads(lines[i]), "ts_ns": "soon"})
+    lines[i] = bad.encode()
+    path.write_bytes(b"\n".join(lines))
+    return i + 1, bad
+
+
+def test_a_bad_line_checked_while_an_earlier_segment_is_read_rejects_only_itself(
+    tmp_path, monkeypatch, small_segments
+):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    first = traces / "a.jsonl"
+    write_trace(first, 1500, run_id="a", seed=1)
+    write_trace(traces / "b.jsonl", 1500, run_id="b", seed=2)
+    total = sum(1 for line in first.read_bytes().split(b"\n") if line.strip())
+    # a line of the second chunk (4 KiB each), so of segment 1: the check reaches it while
+    # DuckDB reads segment 0, which here waits until the chunk with the bad line was judged
+    line, bad = _with_bad_line(first, 4096 + 200)
+    judged = threading.Event()
+    judge = kinds._judge_chunk
+
+    def judging(*a):
+        out = judge(*a)
+        judged.set()
+        return out
+
+    read_kind = kinds._read_kind
+    waited: list[bool] = []
+
+    def slow_first_read(con, out, kind, append=False):
+        if out.segment == 0 and not waited:
+            waited.append(judged.wait(60))
+        return read_kind(con, out, kind, append)
+
+    monkeypatch.setattr(kinds, "_judge_chunk", judging)
+    monkeypatch.setattr(kinds, "_read_kind", slow_first_read)
+    split = ingest([traces], tmp_path / "split.duckdb")
+    assert waited == [True]  # the bad line was judged while segment 0 was being read
+    assert len(small_segments) > 10
+    by_file = {Path(f.path).name: f for f in split.files}
+    a, b = by_file["a.jsonl"], by_file["b.jsonl"]
+    assert (a.status, a.records, a.rejected) == ("ok", total - 1, 1)
+    assert (b.status, b.rejected) == ("ok", 0)
+    with connect(tmp_path / "split.duckdb", read_only=True) as con:
+        rows = con.sql("SELECT file, line, raw, reason FROM rejected_lines").rows()
+        assert [r[:3] for r in rows] == [(str(first), line, raw_text(bad.encode()))]
+        assert "ts_ns" in rows[0][3]
+    staged = _stage_read(monkeypatch, [traces], tmp_path / "stage.duckdb")
+    assert _results(split) == _results(staged)
+    assert_same_tables(tmp_path / "split.duckdb", tmp_path / "stage.duckdb")
+
+
+def test_duckdb_refusing_a_later_segment_rolls_back_and_takes_the_stage_read(
+    tmp_path, monkeypatch, small_segments
+):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write_compile_trace(traces / "compile.jsonl", 1500, run_id="compile", seed=1)
+    write_trace(traces / "repetitive.jsonl", 1500, run_id="repetitive", seed=1)
+    read_kind = kinds._read_kind
+    refused: list[int] = []
+
+    def refuse_segment_5(con, out, kind, append=False):
+        if out.segment == 5:
+            refused.append(out.segment)
+            raise duckdb.ConversionException("injected: a value DuckDB cannot cast")
+        return read_kind(con, out, kind, append)
+
+    monkeypatch.setattr(kinds, "_read_kind", refuse_segment_5)
+    split = ingest([traces], tmp_path / "split.duckdb")
+    assert refused == [5]  # segments 0-4 were inserted (uncommitted) before
+    assert all(f.status == "ok" for f in split.files)
+    staged = _stage_read(monkeypatch, [traces], tmp_path / "stage.duckdb")
+    assert _results(split) == _results(staged)
+    # rolled back: no row of segments 0-4 twice
+    assert_same_tables(tmp_path / "split.duckdb", tmp_path / "stage.duckdb")
