@@ -9,9 +9,13 @@ JAX's defaults and ONNX's layout.
   85 -> 57, inception_v1 47 -> 37, alexnet 32 -> 24; vgg19 311 -> 326), so convolutions
   stay XLA's. Dots do go to YNNPACK (``INDIVIDUAL_DOT``): XLA's own dot computes
   ``A @ B.T`` slowly, and ddddocr's CRNN head, a Gemm of (32, 1024) by a 8210x1024 weight,
-  took 72 ms a call there against 5.7 ms in onnxruntime (load ~7). Only on CPUs with
-  AVX-512: on an AVX2-only AMD EPYC this option gave wrong results (see below). The
-  options are given per compile, so the rest of the process keeps JAX's defaults.
+  took 72 ms a call there against 5.7 ms in onnxruntime (load ~7). On an AVX2-only AMD
+  EPYC too: magika b1 10.1 ms a call with the option, 38.2 without (onnxruntime 9.5), the
+  CRNN 42 against 49 (onnxruntime 25). The options are given per compile, so the rest of
+  the process keeps JAX's defaults. (With XLA's own convolutions, onnx's light squeezenet
+  breaks a tie differently: its constant weights make all 1000 logits equal, about 9.5e9,
+  where float32 values are 1024 apart, so a one-ulp difference in the summation order
+  makes its softmax one-hot; ``tests/runtime/test_backend.py`` compares its logits.)
 - **512-bit vectors.** On a CPU with AVX-512, XLA:CPU is told to prefer 512-bit vectors in
   the loops it emits (its default is 256): the elementwise fusions of convolution nets (the
   depthwise taps, activations, transposes) do half the instructions. Measured on the PP-OCR
@@ -57,14 +61,12 @@ def _has_avx512() -> bool:
         return False
 
 
-COMPILER_OPTIONS: dict[str, str | bool] = {"xla_backend_optimization_level": "2"}
+COMPILER_OPTIONS: dict[str, str | bool] = {
+    "xla_backend_optimization_level": "2",
+    "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+}
 if _has_avx512():
     COMPILER_OPTIONS["xla_cpu_prefer_vector_width"] = "512"
-    # Only where it was measured and checked. On an AVX2-only CPU (AMD EPYC, Zen 3; jaxlib
-    # 0.10.2) this option gave wrong results (onnx's light squeezenet: every class 0.0 but
-    # one at 0.124 where the expected output is 0.001 each), while XLA's defaults (YNNPACK
-    # for convolutions and dots) were right; there they stay.
-    COMPILER_OPTIONS["xla_cpu_experimental_ynn_fusion_type"] = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
 
 
 def compiler_options() -> dict[str, str | bool] | None:
