@@ -246,7 +246,6 @@ def validate_lines(
         try:
             record = RECORD.validate_python(data)
         except ValidationError as exc:
-            spans.see(data)
             yield number, LineError(path, number, explain(exc))
             continue
         why = spans.see(data)
@@ -259,7 +258,9 @@ _AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
 class _SpanIds:
     """The rules across lines of span ids, as ingest applies them (``span_problems_sql``):
     a second span_start of an id, a second span_end of an id, a span_end before any
-    span_start of its id. Every span record counts, valid or not (ingest sees them all)."""
+    span_start of its id. Only the records that pass their own checks count: ingest
+    stores those alone and applies the rules to what it stores (a span_start rejected for
+    a bad field does not make a valid one of its id after it a second start)."""
 
     def __init__(self) -> None:
         self.started: set[int] = set()

@@ -189,3 +189,31 @@ def test_mutated_traces_never_crash_and_lose_no_valid_line(base_lines, data):
         fresh = folder / "b.duckdb"
         ingest([path], fresh)
         assert _tables(fresh) == before
+
+
+def test_a_span_start_rejected_for_a_field_leaves_its_id_to_the_valid_one_after_it(
+    base_lines, tmp_path
+):
+    """Found by the fuzz above: a span_start whose attrs are no object is rejected, and the
+    valid span_start of the same id after it is the span's start. ``validate`` counted the
+    rejected one, calling the valid one a second start, while every ingest path (which
+    applies the span-id rules to the lines it stores) stored it."""
+    start = next(json.loads(x) for x in base_lines if json.loads(x)["kind"] == "span_start")
+    end = next(
+        json.loads(x)
+        for x in base_lines
+        if json.loads(x)["kind"] == "span_end" and json.loads(x)["span_id"] == start["span_id"]
+    )
+    bad = {**start, "attrs": [[start["attrs"]]]}
+    lines = [base_lines[0], *(json.dumps(r).encode() for r in (bad, start, end))]
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    report = validate_file(path)
+    assert [e.line for e in report.errors] == [2]
+    assert "attrs" in report.errors[0].message
+    for strict in (False, True):
+        db = tmp_path / f"strict-{strict}.duckdb"
+        result = ingest([path], db, strict=strict).files[0]
+        assert (result.records, result.rejected) == (3, 1)
+        assert list(_rejected(db)) == [2]
