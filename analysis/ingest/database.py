@@ -11,8 +11,8 @@ time, and a reader sees whole files only):
    as a whole (``ingested_files.status = 'refused'``).
 2. The batch is checked and staged: each line by the checks compiled from the pydantic
    models (``ingest.line_check``; pydantic explains what they refuse), then read by DuckDB
-   kind by kind with each kind's own table types (``ingest.kinds``, the split read), or,
-   for a continued file, an older version, ``strict`` or lines DuckDB refuses, into the
+   kind by kind with each kind's own table types (``ingest.kinds``, the split read; a
+   continued file too), or, for an older version, ``strict`` or lines DuckDB refuses, into the
    one staging table ``_stage`` (``ingest.read``: its slow path runs pydantic on every
    line of a file DuckDB refuses).
 3. Here: the staged rows go into the record tables (with the columns derived at ingest),
@@ -602,7 +602,7 @@ def _split(
     """The batch checked, staged by kind and written in one transaction (``ingest.kinds``:
     each segment's rows are inserted while the next segment is checked; the transaction is
     committed after the last line of the batch was checked), or None, rolled back, where
-    it takes the ``_stage`` path (a continued file, an older version, ``strict``, a line
+    it takes the ``_stage`` path (an older version, ``strict``, a line
     over the limit, or DuckDB refused a kind's lines)."""
     if not splittable(batch, migrations, strict):
         return None

@@ -1,9 +1,11 @@
 """The split read: a batch of trace files checked line by line and read by DuckDB kind by kind,
 the check of one segment of the batch overlapping DuckDB's read of the segment before.
 
-The DuckDB-file ingest's fast path for files read from their start (``ingest.database``;
-continued files, older schema versions, ``strict`` and lines over the size limit take the
-``_stage`` path of ``ingest.read``, and so does a batch DuckDB refuses here):
+The DuckDB-file ingest's fast path (``ingest.database``; older schema versions, ``strict``
+and lines over the size limit take the ``_stage`` path of ``ingest.read``, and so does a
+batch DuckDB refuses here). A continued file (one that grew, or a big file's later piece)
+takes it too: its span-id rules start from the span ids its run already stored
+(``prior_starts``), as ``_stage``'s ``_prior_spans`` do:
 
 1. One pass in Python over each file's bytes, a chunk of whole lines at a time: the checks
    compiled from the pydantic models (``ingest.line_check``, msgspec) accept a chunk in
@@ -91,16 +93,22 @@ _AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
 
 
 class SpanIds:
-    """The span-id rules of one file read from its start, line by line, as
-    ``checks.span_problems_sql`` has them (and ``ember validate``): a second span_start of
-    an id, a second span_end of an id, a span_end before any span_start of its id."""
+    """The span-id rules of one file, line by line, as ``checks.span_problems_sql`` has them
+    (and ``ember validate``): a second span_start of an id, a second span_end of an id, a
+    span_end before any span_start of its id. A continued file starts from the span_start
+    ids its run stored (``prior``): a span_start of one of those is a second one, and so is
+    a span_end of one after such a span_start (``restarted``)."""
 
-    def __init__(self) -> None:
-        self.started: set[int] = set()
+    def __init__(self, prior: frozenset[int] = frozenset()) -> None:
+        self.started: set[int] = set(prior)
         self.ended: set[int] = set()
+        self.prior = prior
+        self.restarted: set[int] = set()
 
     def start(self, span_id: int) -> str | None:
         if span_id in self.started:
+            if span_id in self.prior:
+                self.restarted.add(span_id)
             return f"a second span_start of span_id {span_id}{_AGAIN}"
         self.started.add(span_id)
         return None
@@ -109,6 +117,8 @@ class SpanIds:
         if span_id in self.ended:
             return f"a second span_end of span_id {span_id}{_AGAIN}"
         self.ended.add(span_id)
+        if span_id in self.restarted:
+            return f"a second span_end of span_id {span_id}{_AGAIN}"
         if span_id not in self.started:
             return f"span_end without a span_start (span_id {span_id})"
         return None
@@ -167,23 +177,38 @@ class KindFiles:
 
 
 def splittable(plans: list[FilePlan], migrations: Migrations, strict: bool) -> bool:
-    """Whether a batch can take the split read: every file read from its start (the span
-    ids of a continued file's run are in the database), of this schema version, and not
+    """Whether a batch can take the split read: every file of this schema version, and not
     ``strict``."""
-    return not strict and all(p.start == 0 and migrations.reads_as_is(p.version) for p in plans)
+    return not strict and all(migrations.reads_as_is(p.version) for p in plans)
 
 
-def split_file(w: FileIngest, out: Segments) -> None:
+def prior_starts(
+    con: duckdb.DuckDBPyConnection, works: list[FileIngest]
+) -> dict[int, frozenset[int]]:
+    """The span_start ids already stored for the run of each continued file (``f``) of the
+    batch (``_stage``'s ``_prior_spans``)."""
+    out: dict[int, frozenset[int]] = {}
+    for w in works:
+        if w.plan.start > 0:
+            rows = con.execute(
+                "SELECT span_id FROM span_start WHERE run_id = ?", [w.plan.run_id]
+            ).fetchall()
+            out[w.f] = frozenset(r[0] for r in rows)
+    return out
+
+
+def split_file(w: FileIngest, out: Segments, prior: frozenset[int] = frozenset()) -> None:
     """Check the lines of one planned file and add the accepted ones to ``out``; the
-    rejected ones (with pydantic's reason, or a span-id rule's) to ``w.rejected``."""
+    rejected ones (with pydantic's reason, or a span-id rule's) to ``w.rejected``.
+    ``prior``: the span_start ids its run stored (a continued file)."""
     plan = w.plan
-    spans = SpanIds()
+    spans = SpanIds(prior)
     late: dict[int, str] = {}  # ordinal -> a span-id rule's reason
     ordinal = 0  # non-blank lines before the chunk
     number = plan.base_line
     offset = plan.start
     for chunk in line_chunks(plan.path, plan.start, w.end, SPLIT_CHUNK_BYTES):
-        decoded = decode_chunk(chunk, meta_ok=ordinal == 0)
+        decoded = decode_chunk(chunk, meta_ok=plan.start == 0 and ordinal == 0)
         kept: list[int] | None = None  # the ordinals in the chunk of ``lines``, when not all
         if decoded is None:
             lines, records, kept = _judge_chunk(w, chunk, offset, number, ordinal)
@@ -211,7 +236,7 @@ def _group(
     (The hot loop of ingest: one pass, the span-id rules inlined where a line keeps them.)"""
     groups: dict[str, list[bytes]] = {}
     problems: list[tuple[int, str]] = []
-    started, ended = spans.started, spans.ended
+    started, ended, restarted = spans.started, spans.ended, spans.restarted
     for i, r in enumerate(records):
         kind = KIND_OF.get(type(r)) or r.kind
         if kind == "span_start":
@@ -222,7 +247,7 @@ def _group(
             started.add(sid)
         elif kind == "span_end":
             sid = r.span_id
-            if sid in ended or sid not in started:
+            if sid in ended or sid not in started or sid in restarted:
                 problems.append((i, spans.end(sid) or ""))
                 continue
             ended.add(sid)
@@ -375,12 +400,13 @@ def stage_kinds(
     order) on return. Returns the rows of each file (``f``) in each kind. Raises
     ``SplitRefused`` when DuckDB refused a segment's lines (``con`` used by this thread
     only again, whatever is raised)."""
+    priors = prior_starts(con, works)  # before the reader thread shares ``con``
     out = Segments(con, tmp, len(works), take)
     try:
         with no_gc():
             for w in works:
                 if w.end > w.plan.start:
-                    split_file(w, out)
+                    split_file(w, out, priors.get(w.f, frozenset()))
         out.hand_over()
         out.wait()
     except duckdb.InterruptException:

@@ -144,3 +144,91 @@ def test_duckdb_refusing_a_later_segment_rolls_back_and_takes_the_stage_read(
     assert _results(split) == _results(staged)
     # rolled back: no row of segments 0-4 twice
     assert_same_tables(tmp_path / "split.duckdb", tmp_path / "stage.duckdb")
+
+
+def _grow_with_span_rules(path: Path) -> None:
+    """Append to a trace (its first half ingested): a second span_start of an id its first
+    half stored, then a span_end of that id (both rejected, as ``_stage``'s ``_prior_spans``
+    rule has it), a second meta (rejected), then a new span (kept)."""
+    lines = [json.loads(x) for x in path.read_bytes().splitlines()]
+    start = next(r for r in lines if r["kind"] == "span_start")
+    end = next(r for r in lines if r["kind"] == "span_end" and r["span_id"] == start["span_id"])
+    new_id = max(r["span_id"] for r in lines if r["kind"] == "span_start") + 1
+    extra = [
+        start,
+        end,
+        lines[0],
+        {**start, "span_id": new_id},
+        {**end, "span_id": new_id},
+    ]
+    with path.open("ab") as f:
+        f.write(b"".join(json.dumps(r).encode() + b"\n" for r in extra))
+
+
+def test_a_continued_file_takes_the_split_read_and_stores_what_the_stage_read_stores(
+    tmp_path, monkeypatch, small_segments
+):
+    whole = tmp_path / "whole"
+    write_shapes(whole, 1500)
+    # (bad.jsonl's second half has a line over the size limit: that batch takes ``_stage``)
+    (whole / "bad.jsonl").unlink()
+    dbs = {"split": tmp_path / "split.duckdb", "stage": tmp_path / "stage.duckdb"}
+    summaries: dict[str, list] = {"split": [], "stage": []}
+    traces = {way: tmp_path / way for way in dbs}
+    for folder in traces.values():
+        folder.mkdir()
+        for src in sorted(whole.iterdir()):
+            data = src.read_bytes()
+            cut = data.index(b"\n", len(data) // 2) + 1  # the first half, whole lines
+            (folder / src.name).write_bytes(data[:cut])
+    for step in ("first half", "grown"):
+        for way, folder in traces.items():
+            if step == "grown":
+                for src in sorted(whole.iterdir()):
+                    data = src.read_bytes()
+                    cut = data.index(b"\n", len(data) // 2) + 1
+                    with (folder / src.name).open("ab") as f:
+                        f.write(data[cut:])
+                    if src.name == "compile.jsonl":
+                        _grow_with_span_rules(folder / src.name)
+            read = small_segments.copy()
+            if way == "split":
+                summaries[way].append(_results(ingest([folder], dbs[way])))
+                assert len(small_segments) > len(read)  # it took the split read
+            else:
+                with monkeypatch.context() as m:  # (undoes its own patch only)
+                    m.setattr(database, "splittable", lambda *a: False)
+                    summaries[way].append(_results(ingest([folder], dbs[way])))
+    assert [len(s) for s in summaries["split"]] == [4, 4]
+    # the same results but the path, which names each folder
+    for split, stage in zip(summaries["split"], summaries["stage"], strict=True):
+        assert [r[1:] for r in split] == [r[1:] for r in stage]
+    grown = {r[0].rsplit("/", 1)[-1]: r for r in summaries["split"][1]}
+    assert grown["compile.jsonl"][1:4] == ("ok", 750, 3)  # the second half and a new span
+    with connect(dbs["split"], read_only=True) as con:
+        reasons = [
+            r[0]
+            for r in con.duck.execute(
+                "SELECT reason FROM rejected_lines WHERE file LIKE '%compile.jsonl' ORDER BY line"
+            ).fetchall()
+        ]
+    assert [r.split(" of span_id")[0] for r in reasons] == [
+        "a second span_start",
+        "a second span_end",
+        "a second 'meta' record; one file is one run",
+    ]
+    _same_but_paths(dbs["split"], dbs["stage"])
+
+
+def _same_but_paths(a: Path, b: Path) -> None:
+    """The two databases hold the same rows, table by table, with the folder in each path
+    (``/split/``, ``/stage/``) made the same."""
+    from tests.analysis.test_ingest_split import _tables
+
+    def norm(tables):
+        return repr(tables).replace("/split/", "/X/").replace("/stage/", "/X/")
+
+    ta, tb = _tables(a), _tables(b)
+    assert ta.keys() == tb.keys()
+    for name in ta:
+        assert norm(ta[name]) == norm(tb[name]), name
