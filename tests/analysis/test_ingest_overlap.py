@@ -232,33 +232,3 @@ def _same_but_paths(a: Path, b: Path) -> None:
     assert ta.keys() == tb.keys()
     for name in ta:
         assert norm(ta[name]) == norm(tb[name]), name
-
-
-def test_a_long_run_that_grew_by_a_few_lines_looks_up_only_their_span_ids(tmp_path, monkeypatch):
-    # a continued file asks the database for the stored span_starts of the ids it names,
-    # not for all of its run's (2 M of them took 0.7 s and 300 MiB to fetch)
-    trace = tmp_path / "run.jsonl"
-    write_trace(trace, 3000, run_id="long", seed=1)
-    db = tmp_path / "t.duckdb"
-    ingest([trace], db)
-    lines = [json.loads(x) for x in trace.read_bytes().splitlines()]
-    ids = [r["span_id"] for r in lines if r["kind"] == "span_start"]
-    assert len(ids) > 500
-    top = max(ids)
-    start = next(r for r in lines if r["kind"] == "span_start")
-    end = next(r for r in lines if r["kind"] == "span_end" and r["span_id"] == start["span_id"])
-    grown = [{**start, "span_id": top + 1}, {**end, "span_id": top + 1}, start]
-    with trace.open("ab") as f:
-        f.write(b"".join(json.dumps(r).encode() + b"\n" for r in grown))
-    asked: list[set[int]] = []
-    real = kinds.StoredStarts.add_to
-
-    def counted(self, spans, records):
-        before = set(self.asked)
-        real(self, spans, records)
-        asked.append(self.asked - before)
-
-    monkeypatch.setattr(kinds.StoredStarts, "add_to", counted)
-    result = ingest([trace], db).files[0]
-    assert (result.continued, result.records, result.rejected) == (True, 2, 1)
-    assert set().union(*asked) == {top + 1, start["span_id"]}
