@@ -98,14 +98,12 @@ class SpanIds:
     (and ``ember validate``): a second span_start of an id, a second span_end of an id, a
     span_end before any span_start of its id. For a continued file, the span_start ids its
     run stored are added as the file names them (``prior``, ``StoredStarts``): a span_start
-    of one of those is a second one, and so is a span_end of one after such a span_start
-    (``restarted``)."""
+    of one of those is a second one, and so is a span_end of one after such a span_start."""
 
     def __init__(self) -> None:
         self.started: set[int] = set()
         self.ended: set[int] = set()
         self.prior: set[int] = set()
-        self.restarted: set[int] = set()
 
     def stored(self, span_ids: list[int]) -> None:
         """Span ids whose span_start the run stored (a continued file)."""
@@ -115,7 +113,9 @@ class SpanIds:
     def start(self, span_id: int) -> str | None:
         if span_id in self.started:
             if span_id in self.prior:
-                self.restarted.add(span_id)
+                # ``span_problems_sql``: an end after a stored span's second start is a
+                # second end, as if this one had ended it
+                self.ended.add(span_id)
             return f"a second span_start of span_id {span_id}{_AGAIN}"
         self.started.add(span_id)
         return None
@@ -124,8 +124,6 @@ class SpanIds:
         if span_id in self.ended:
             return f"a second span_end of span_id {span_id}{_AGAIN}"
         self.ended.add(span_id)
-        if span_id in self.restarted:
-            return f"a second span_end of span_id {span_id}{_AGAIN}"
         if span_id not in self.started:
             return f"span_end without a span_start (span_id {span_id})"
         return None
@@ -255,7 +253,7 @@ def _group(
     (The hot loop of ingest: one pass, the span-id rules inlined where a line keeps them.)"""
     groups: dict[str, list[bytes]] = {}
     problems: list[tuple[int, str]] = []
-    started, ended, restarted = spans.started, spans.ended, spans.restarted
+    started, ended = spans.started, spans.ended
     for i, r in enumerate(records):
         kind = KIND_OF.get(type(r)) or r.kind
         if kind == "span_start":
@@ -266,7 +264,7 @@ def _group(
             started.add(sid)
         elif kind == "span_end":
             sid = r.span_id
-            if sid in ended or sid not in started or sid in restarted:
+            if sid in ended or sid not in started:
                 problems.append((i, spans.end(sid) or ""))
                 continue
             ended.add(sid)

@@ -62,8 +62,8 @@ def _has_avx512() -> bool:
 
 
 COMPILER_OPTIONS: dict[str, str | bool] = {
-    "xla_backend_optimization_level": "2",
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+    "xla_backend_optimization_level": "2",
 }
 if _has_avx512():
     COMPILER_OPTIONS["xla_cpu_prefer_vector_width"] = "512"

@@ -168,44 +168,36 @@ def _grow_with_span_rules(path: Path) -> None:
 def test_a_continued_file_takes_the_split_read_and_stores_what_the_stage_read_stores(
     tmp_path, monkeypatch, small_segments
 ):
-    whole = tmp_path / "whole"
-    write_shapes(whole, 1500)
+    traces = tmp_path / "traces"
+    write_shapes(traces, 1500)
     # (bad.jsonl's second half has a line over the size limit: that batch takes ``_stage``)
-    (whole / "bad.jsonl").unlink()
-    dbs = {"split": tmp_path / "split.duckdb", "stage": tmp_path / "stage.duckdb"}
-    summaries: dict[str, list] = {"split": [], "stage": []}
-    traces = {way: tmp_path / way for way in dbs}
-    for folder in traces.values():
-        folder.mkdir()
-        for src in sorted(whole.iterdir()):
-            data = src.read_bytes()
-            cut = data.index(b"\n", len(data) // 2) + 1  # the first half, whole lines
-            (folder / src.name).write_bytes(data[:cut])
+    (traces / "bad.jsonl").unlink()
+    rest = {}
+    for path in traces.iterdir():  # the first half, whole lines; the rest after
+        data = path.read_bytes()
+        cut = data.index(b"\n", len(data) // 2) + 1
+        path.write_bytes(data[:cut])
+        rest[path] = data[cut:]
+    split_db, stage_db = tmp_path / "split.duckdb", tmp_path / "stage.duckdb"
+    results = []
     for step in ("first half", "grown"):
-        for way, folder in traces.items():
-            if step == "grown":
-                for src in sorted(whole.iterdir()):
-                    data = src.read_bytes()
-                    cut = data.index(b"\n", len(data) // 2) + 1
-                    with (folder / src.name).open("ab") as f:
-                        f.write(data[cut:])
-                    if src.name == "compile.jsonl":
-                        _grow_with_span_rules(folder / src.name)
-            read = small_segments.copy()
-            if way == "split":
-                summaries[way].append(_results(ingest([folder], dbs[way])))
-                assert len(small_segments) > len(read)  # it took the split read
-            else:
-                with monkeypatch.context() as m:  # (undoes its own patch only)
-                    m.setattr(database, "splittable", lambda *a: False)
-                    summaries[way].append(_results(ingest([folder], dbs[way])))
-    assert [len(s) for s in summaries["split"]] == [4, 4]
-    # the same results but the path, which names each folder
-    for split, stage in zip(summaries["split"], summaries["stage"], strict=True):
-        assert [r[1:] for r in split] == [r[1:] for r in stage]
-    grown = {r[0].rsplit("/", 1)[-1]: r for r in summaries["split"][1]}
-    assert grown["compile.jsonl"][1:4] == ("ok", 750, 3)  # the second half and a new span
-    with connect(dbs["split"], read_only=True) as con:
+        if step == "grown":
+            for path, data in rest.items():
+                with path.open("ab") as f:
+                    f.write(data)
+            _grow_with_span_rules(traces / "compile.jsonl")
+        read = len(small_segments)
+        split = ingest([traces], split_db)
+        assert len(small_segments) > read  # it took the split read
+        with monkeypatch.context() as m:  # (undoes its own patch only)
+            m.setattr(database, "splittable", lambda *a: False)
+            staged = ingest([traces], stage_db)
+        assert _results(split) == _results(staged)
+        results.append(split)
+    assert [f.continued for f in results[1].files] == [True] * 4
+    grown = next(f for f in results[1].files if f.path.endswith("compile.jsonl"))
+    assert (grown.status, grown.records, grown.rejected) == ("ok", 750, 3)
+    with connect(split_db, read_only=True) as con:
         reasons = [
             r[0]
             for r in con.duck.execute(
@@ -217,18 +209,4 @@ def test_a_continued_file_takes_the_split_read_and_stores_what_the_stage_read_st
         "a second span_end",
         "a second 'meta' record; one file is one run",
     ]
-    _same_but_paths(dbs["split"], dbs["stage"])
-
-
-def _same_but_paths(a: Path, b: Path) -> None:
-    """The two databases hold the same rows, table by table, with the folder in each path
-    (``/split/``, ``/stage/``) made the same."""
-    from tests.analysis.test_ingest_split import _tables
-
-    def norm(tables):
-        return repr(tables).replace("/split/", "/X/").replace("/stage/", "/X/")
-
-    ta, tb = _tables(a), _tables(b)
-    assert ta.keys() == tb.keys()
-    for name in ta:
-        assert norm(ta[name]) == norm(tb[name]), name
+    assert_same_tables(split_db, stage_db)
