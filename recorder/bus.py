@@ -11,6 +11,12 @@ Cost: ``emit`` with no handler for the event is one dict lookup on a snapshot di
 ``span`` with no handler for its three events is a flag check, because ``emit`` sits on
 the call path of every model call.
 
+Spans sent after they ended (``emit_span``: a whole-graph call and its segment) may go to a
+*span handler* (``attach_spans``) as one call, ``fn(span, children)``, in place of their
+start and stop events for the event handlers it names: the recorder writes a recorded
+call's four records from one such call, where the events were four handler calls and
+eight dicts a call.
+
 Thread-safety: ``attach`` and ``detach`` take a lock and publish a new immutable
 snapshot of the routing table; ``emit`` reads the current snapshot without locking, so
 concurrent emits never block each other and never see a half-updated table.
@@ -29,9 +35,13 @@ from types import TracebackType
 from typing import Any
 
 __all__ = [
+    "SPANS_SENT",
+    "CompletedSpan",
     "Handler",
     "SpanHandle",
+    "SpanHandler",
     "attach",
+    "attach_spans",
     "current_span_id",
     "detach",
     "emit",
@@ -51,11 +61,27 @@ log = logging.getLogger("ember.recorder")
 Handler = Callable[[str, dict[str, Any], Mapping[str, Any]], None]
 """``fn(event_name, measurements, metadata)``."""
 
+CompletedSpan = tuple[str, int, int | None, Mapping[str, Any], int, int, Mapping[str, Any] | None]
+"""A span sent after it ended: ``(prefix, span_id, parent_id, metadata, start, end,
+stop_metadata)``, the times ``time.monotonic_ns()``; ``metadata`` is the sender's (without
+the ids), ``stop_metadata`` what its stop adds (None: nothing)."""
+
+SpanHandler = Callable[[CompletedSpan, tuple[CompletedSpan, ...]], None]
+"""``fn(span, children)``: a span ``emit_span`` sent and its children, in the order of
+their events (``span`` starts first and stops last; each child starts and stops in turn)."""
+
 _lock = threading.Lock()
 # handler_id -> (event names, fn); the source of truth, changed under _lock.
 _handlers: dict[str, tuple[frozenset[str], Handler]] = {}
+# handler_id -> (span handler, the event handler ids it replaces), changed under _lock.
+_span_handlers: dict[str, tuple[SpanHandler, frozenset[str]]] = {}
 # event name -> tuple of (handler_id, fn); rebuilt on every attach/detach, read lock-free.
 _routes: dict[str, tuple[tuple[str, Handler], ...]] = {}
+# While a span handler is attached: the span handlers, and the event routes less the
+# handlers they replace (what ``emit_span``'s spans still send events to); else None.
+_completed: (
+    tuple[tuple[tuple[str, SpanHandler], ...], dict[str, tuple[tuple[str, Handler], ...]]] | None
+) = None
 
 generation = 0
 """Changes whenever a handler is attached or detached. A hot path may remember what
@@ -74,12 +100,19 @@ _current_span: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 
 
 def _rebuild_routes() -> None:
-    global _routes, generation
+    global _routes, _completed, generation
     routes: dict[str, list[tuple[str, Handler]]] = {}
     for handler_id, (names, fn) in _handlers.items():
         for name in names:
             routes.setdefault(name, []).append((handler_id, fn))
     _routes = {name: tuple(hs) for name, hs in routes.items()}
+    if _span_handlers:
+        replaced = frozenset().union(*(ids for _, ids in _span_handlers.values()))
+        rest = {n: tuple(h for h in hs if h[0] not in replaced) for n, hs in _routes.items()}
+        span_fns = tuple((handler_id, fn) for handler_id, (fn, _) in _span_handlers.items())
+        _completed = (span_fns, {n: hs for n, hs in rest.items() if hs})
+    else:
+        _completed = None
     generation += 1
 
 
@@ -125,27 +158,51 @@ def attach(handler_id: str, event_names: Iterable[str], fn: Handler) -> None:
     if not names:
         raise ValueError(f"attach({handler_id!r}): give at least one event name")
     with _lock:
-        if handler_id in _handlers:
-            raise ValueError(
-                f"handler {handler_id!r} is already attached; detach({handler_id!r}) first"
-            )
+        _check_free(handler_id)
         _handlers[handler_id] = (names, fn)
         _rebuild_routes()
 
 
-def detach(handler_id: str) -> bool:
-    """Remove a handler. Returns False if it was not attached."""
+def attach_spans(handler_id: str, fn: SpanHandler, *, replacing: Iterable[str] = ()) -> None:
+    """Call ``fn(span, children)`` for each span ``emit_span`` sends (see ``SpanHandler``),
+    in place of those spans' start and stop events for the event handlers ``replacing``
+    names (the caller's own, which still get the events of ``span`` and ``emit``).
+
+    Raises ``ValueError`` if ``handler_id`` is already attached, as ``attach`` does.
+    """
     with _lock:
-        if _handlers.pop(handler_id, None) is None:
+        _check_free(handler_id)
+        _span_handlers[handler_id] = (fn, frozenset(replacing))
+        _rebuild_routes()
+
+
+def _check_free(handler_id: str) -> None:
+    if handler_id in _handlers or handler_id in _span_handlers:
+        raise ValueError(
+            f"handler {handler_id!r} is already attached; detach({handler_id!r}) first"
+        )
+
+
+def detach(handler_id: str) -> bool:
+    """Remove a handler (an event or a span handler). Returns False if it was not attached."""
+    with _lock:
+        if _handlers.pop(handler_id, None) is None and _span_handlers.pop(handler_id, None) is None:
             return False
         _rebuild_routes()
         return True
 
 
+SPANS_SENT = "emit_span"
+"""What ``list_handlers`` says a span handler (``attach_spans``) listens to."""
+
+
 def list_handlers() -> dict[str, frozenset[str]]:
-    """The attached handler ids and the events each listens to."""
+    """The attached handler ids and the events each listens to (``SPANS_SENT`` for a span
+    handler)."""
     with _lock:
-        return {hid: names for hid, (names, _) in _handlers.items()}
+        out = {hid: names for hid, (names, _) in _handlers.items()}
+        out.update((hid, frozenset([SPANS_SENT])) for hid in _span_handlers)
+        return out
 
 
 def _failed(handler_id: str, event_name: str, exc: BaseException) -> None:
@@ -344,14 +401,39 @@ def _emit_span(
     children: Iterable[tuple[str, Mapping[str, Any], int, int]] = (),
 ) -> None:
     """``emit_span`` with its parent span's id given (``parent``)."""
-    routes = _routes
-    names = _span_names.get(event_prefix) or _name_span(event_prefix)
-    start_route, stop_route = routes.get(names[0]), routes.get(names[1])
-    if not start_route and not stop_route:
-        for prefix, md, t0, t1 in children:  # nobody listens to it: its children are its parent's
-            _emit_span(prefix, md, t0, t1, parent)
-        return
+    completed = _completed
+    if completed is None:
+        routes = _routes
+        names = _span_names.get(event_prefix) or _name_span(event_prefix)
+        if names[0] not in routes and names[1] not in routes:
+            for prefix, md, t0, t1 in children:  # nobody listens: its children are its parent's
+                _emit_span(prefix, md, t0, t1, parent)
+            return
+    else:
+        routes = completed[1]
     span_id = next(_span_ids)
+    span = (event_prefix, span_id, parent, metadata, start, end, stop_metadata)
+    kids = tuple([(p, next(_span_ids), span_id, md, t0, t1, None) for p, md, t0, t1 in children])
+    if completed is not None:
+        for handler_id, fn in completed[0]:
+            try:
+                fn(span, kids)
+            except Exception as exc:  # a handler must never break the caller
+                _failed(handler_id, event_prefix, exc)
+        if not routes:  # no event handler is left to send events to
+            return
+    _span_events(routes, span, kids)
+
+
+def _span_events(
+    routes: Mapping[str, tuple[tuple[str, Handler], ...]],
+    span: CompletedSpan,
+    kids: tuple[CompletedSpan, ...] = (),
+) -> None:
+    """The start and stop events of a span that ended (and of its children, between them)."""
+    prefix, span_id, parent, metadata, start, end, stop_metadata = span
+    names = _span_names.get(prefix) or _name_span(prefix)
+    start_route, stop_route = routes.get(names[0]), routes.get(names[1])
     meta = {**metadata, "span_id": span_id, "parent_id": parent}
     if start_route:
         m = {"system_time": time.time_ns(), "monotonic_time": start}
@@ -360,8 +442,8 @@ def _emit_span(
                 fn(names[0], m, meta)
             except Exception as exc:  # a handler must never break the caller
                 _failed(handler_id, names[0], exc)
-    for prefix, md, t0, t1 in children:
-        _emit_span(prefix, md, t0, t1, span_id)
+    for kid in kids:
+        _span_events(routes, kid)
     if stop_route:
         stop_md = {**meta, **stop_metadata} if stop_metadata else meta
         m = {"duration": end - start, "monotonic_time": end}

@@ -47,6 +47,7 @@ from ember.schemas import records as R
 
 from . import bus
 from . import events as E
+from .span_lines import SpanLines
 from .writer import (
     ENCODE_OPTIONS,
     TraceWriteError,
@@ -73,8 +74,9 @@ SPANS: dict[str, str] = E.SPANS
 # ``Recorder._span_handler``): their metadata is made by the runtime and never changed
 # after the event, so keeping it until then is safe (a user's attributes may change).
 DEFERRED = frozenset({"call", "segment"})
-# Deferred events are written in batches of about this many, at the end of a call (outside
-# its span), and at least at each flush (every ``flush_interval``), as the file's buffer is.
+# Deferred events (and spans sent after they ended, a call and its segment each) are written
+# in batches of about this many, at the end of a call (outside its span), and at least at
+# each flush (every ``flush_interval``), as the file's buffer is.
 DRAIN_AT = 256
 
 # point event -> (record model, fixed fields)
@@ -187,8 +189,10 @@ class Recorder:
             "tags": {str(k): str(v) for k, v in (tags or {}).items()},
             "sync": sync,
         }
-        # the deferred events of the open call (see ``_span_handler``), and who drains them
-        self._pending: list[tuple[Any, dict[str, Any], Mapping[str, Any]]] = []
+        # the deferred events of the open call and the spans sent after they ended (see
+        # ``_span_handler``, ``_on_spans``): ``(encode, a, b)``, whose line(s) are
+        # ``encode(a, b)``; and who drains them
+        self._pending: list[tuple[Callable[[Any, Any], bytes], Any, Any]] = []
         self._drain_lock = threading.Lock()
         self._writer = TraceWriter(
             self.path, flush_interval=flush_interval, before_flush=self._drain
@@ -201,6 +205,13 @@ class Recorder:
             bus.attach(f"{self._handler_id}:{name}", [name], self._span_handler(name))
         for name, spec in _POINT_FIELDS.items():
             bus.attach(f"{self._handler_id}:{name}", [name], self._point_handler(*spec))
+        # spans sent after they ended (a whole-graph call) come as one call, not as events
+        self._span_lines = SpanLines(self._t0, SPANS, DEFERRED, _SPAN_FIELDS, self._span_builder)
+        bus.attach_spans(
+            f"{self._handler_id}:spans",
+            self._on_spans,
+            replacing=[f"{self._handler_id}:{name}" for name in _SPAN_EVENT_NAMES],
+        )
         self._synced = False
         if sync:
             bus.request_sync()
@@ -275,20 +286,32 @@ class Recorder:
                 )
 
             return on_span
+
+        def encode(measurements: dict[str, Any], md: Mapping[str, Any]) -> bytes:
+            return dumps(build(measurements, md), default=encode_default, option=ENCODE_OPTIONS)
+
         keep = pending.append
         if prefix != E.CALL or phase == "start":
 
             def on_deferred(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
-                keep((build, measurements, md))
+                keep((encode, measurements, md))
 
             return on_deferred
 
         def on_call_end(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
-            keep((build, measurements, md))
+            keep((encode, measurements, md))
             if len(pending) >= DRAIN_AT:
                 drain()
 
         return on_call_end
+
+    def _on_spans(self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]) -> None:
+        """A span sent after it ended, with its children (``bus.attach_spans``): kept, as a
+        call's deferred events are, and written by ``_drain`` (``SpanLines``)."""
+        pending = self._pending
+        pending.append((self._span_lines, span, kids))
+        if len(pending) >= DRAIN_AT:
+            self._drain()
 
     def _span_builder(
         self, prefix: str, phase: str
@@ -368,17 +391,12 @@ class Recorder:
                 return
             batch = pending[:n]
             del pending[:n]
-            dumps = orjson.dumps
             lines = []
-            for build, measurements, md in batch:
+            for encode, a, b in batch:
                 try:
-                    lines.append(
-                        dumps(
-                            build(measurements, md), default=encode_default, option=ENCODE_OPTIONS
-                        )
-                    )
+                    lines.append(encode(a, b))
                 except Exception as exc:
-                    log.error("ember: a %s record could not be written: %s", md, exc)
+                    log.error("ember: a record could not be written (%r, %r): %s", a, b, exc)
             if self._writer.closed:  # an event that came after the recording closed
                 return
             self._writer.append(b"".join(lines))
@@ -490,6 +508,7 @@ class Recorder:
             bus.release_sync()
         for name in EVENT_NAMES:
             bus.detach(f"{self._handler_id}:{name}")
+        bus.detach(f"{self._handler_id}:spans")
         self._drain()
         self._writer.close()
 

@@ -247,17 +247,20 @@ class RecordedCall:
     with ``finish`` and ``failed``.
     """
 
-    __slots__ = ("generation", "segment", "shapes", "source", "state_ref")
+    __slots__ = ("describe", "generation", "segment", "source", "state_ref")
 
     def __init__(
         self,
         state_ref: Callable[[], WholeGraphCall | None],
         source: str | None,
-        shapes: Callable[[Mapping[str, Any]], list[dict[str, Any]]],
+        describe: Callable[[Mapping[str, Any]], dict[str, Any]],
     ) -> None:
         self.state_ref = state_ref  # the owner by weak reference (no cycle through try_call)
         self.source = source
-        self.shapes = shapes  # the call span's ``shapes`` of the inputs
+        # the call span's metadata (``source``, the inputs' ``shapes``), made once per input
+        # names where the inputs were checked; never changed once sent (a recorder keeps
+        # its encoded attributes by the object, ``recorder.span_lines``)
+        self.describe = describe
         # the segment span's metadata while it is listened to (None: not), as of the bus's
         # ``generation`` (what is listened to changes only with it)
         self.generation = -1
@@ -295,7 +298,7 @@ class RecordedCall:
             # the span ends at the results; the dispatch time goes with it
             stop = {"dispatch_ns": ready - start}
             ready = time.monotonic_ns()
-        meta = {"source": self.source, "shapes": self.shapes(inputs)}
+        meta = self.describe(inputs)
         generation = bus.generation
         if generation != self.generation:  # read before ``listening``, as the checked call
             listened = bus.listening(*_SEGMENT_SPAN)
@@ -310,7 +313,7 @@ class RecordedCall:
 
     def failed(self, inputs: Mapping[str, Any], start: int, exc: BaseException) -> None:
         """Record a call that raised ``exc``."""
-        meta = {"source": self.source, "shapes": self.shapes(inputs)}
+        meta = self.describe(inputs)
         bus.emit_span_exception(E.CALL, meta, start, exc)
 
 
@@ -372,23 +375,23 @@ class WholeGraphCall:
         dtypes = tuple(dtype for _, _, dtype in signature)
         single = arg_names[0] if len(arg_names) == 1 else None
         unchecked = self.unchecked
-        # The call span's ``shapes`` by the inputs' names in the caller's order: inputs that
+        # The call span's metadata by the inputs' names in the caller's order: inputs that
         # passed ``_fits`` have the signature's shapes and dtypes, so a recorded call
         # describes them once (a model with unchecked inputs, whose shapes may vary, always).
-        described: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        described: dict[tuple[str, ...], dict[str, Any]] = {}
 
-        def call_shapes(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        def call_metadata(inputs: Mapping[str, Any]) -> dict[str, Any]:
             if unchecked:
-                return describe_shapes(inputs)
+                return {"source": source, "shapes": describe_shapes(inputs)}
             names = tuple(inputs)
-            shapes = described.get(names)
-            if shapes is None:
+            meta = described.get(names)
+            if meta is None:
                 if len(described) >= 8:
                     described.clear()
-                shapes = described[names] = describe_shapes(inputs)
-            return shapes
+                meta = described[names] = {"source": source, "shapes": describe_shapes(inputs)}
+            return meta
 
-        recording = RecordedCall(state_ref, source, call_shapes)
+        recording = RecordedCall(state_ref, source, call_metadata)
 
         def checked(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
             if len(inputs) != n_inputs:

@@ -280,3 +280,78 @@ def test_emit_span_exception_sends_the_start_and_the_exception_as_span_does(seen
     assert exc_md["reason"] == "RuntimeError: the program failed"
     assert "the program failed" in exc_md["stacktrace"]
     assert m["duration"] == m["monotonic_time"] - 5
+
+
+@pytest.fixture
+def spans_seen():
+    got = []
+    yield got, lambda span, kids: got.append((span, kids))
+    bus.detach("test-spans")
+
+
+def test_a_span_handler_gets_a_sent_span_and_its_children_in_one_call(seen, spans_seen):
+    # a recorded whole-graph call: the span handler gets it whole, in place of the events
+    # of the handler it replaces; another handler still gets the events, with the same ids
+    events, listen = seen
+    got, on_spans = spans_seen
+    listen("mine", CALL_AND_SEGMENT)
+    listen("other", ["ember.segment.start"])
+    bus.attach_spans("test-spans", on_spans, replacing=["mine"])
+    assert bus.list_handlers()["test-spans"] == frozenset([bus.SPANS_SENT])
+    with bus.span("ember.run", {}):
+        outer = bus.current_span_id()
+        call_md, seg_md, stop = {"source": "m"}, {"position": 0}, {"dispatch_ns": 30}
+        bus.emit_span(
+            "ember.call", call_md, 100, 200, stop_metadata=stop,
+            children=[("ember.segment", seg_md, 110, 190)],
+        )  # fmt: skip
+    ((span, kids),) = got
+    call_id = span[1]
+    assert span == ("ember.call", call_id, outer, call_md, 100, 200, stop)
+    assert span[3] is call_md  # the sender's metadata itself (a recorder keeps it by identity)
+    assert kids == (("ember.segment", call_id + 1, call_id, seg_md, 110, 190, None),)
+    ((name, m, md),) = events  # only the handler not replaced
+    assert (name, m["monotonic_time"]) == ("ember.segment.start", 110)
+    assert md == {"position": 0, "span_id": call_id + 1, "parent_id": call_id}
+
+
+def test_a_span_handler_does_not_replace_the_events_of_live_spans(seen, spans_seen):
+    events, listen = seen
+    got, on_spans = spans_seen
+    listen("mine", CALL_AND_SEGMENT)
+    bus.attach_spans("test-spans", on_spans, replacing=["mine"])
+    with bus.span("ember.call", {"source": "m"}):
+        bus.emit_span("ember.segment", {"position": 0}, 1, 2)
+    assert [n for n, _, _ in events] == ["ember.call.start", "ember.call.stop"]
+    assert [span[0] for span, _ in got] == ["ember.segment"]
+
+
+def test_a_detached_span_handler_gives_the_events_back(seen, spans_seen):
+    events, listen = seen
+    got, on_spans = spans_seen
+    listen("mine", CALL_AND_SEGMENT)
+    bus.attach_spans("test-spans", on_spans, replacing=["mine"])
+    with pytest.raises(ValueError, match="already attached"):
+        bus.attach_spans("test-spans", on_spans)
+    with pytest.raises(ValueError, match="already attached"):
+        bus.attach("test-spans", ["e.x"], print)
+    assert bus.detach("test-spans") is True
+    bus.emit_span("ember.call", {}, 1, 9, children=[("ember.segment", {}, 2, 8)])
+    assert got == []
+    assert [n for n, _, _ in events] == SEGMENT_INSIDE_CALL
+
+
+def test_a_span_handler_that_raises_is_detached_and_logged(seen, spans_seen, caplog):
+    events, listen = seen
+    listen("mine", CALL_AND_SEGMENT)
+
+    def broken(span, kids):
+        raise RuntimeError("boom")
+
+    bus.attach_spans("test-spans", broken, replacing=["mine"])
+    with caplog.at_level(logging.ERROR, logger="ember.recorder"):
+        bus.emit_span("ember.call", {}, 1, 9)  # the caller never sees the error
+    assert "test-spans" not in bus.list_handlers()
+    assert "boom" in caplog.text
+    bus.emit_span("ember.call", {}, 1, 9)  # the replaced handler gets the events again
+    assert [n for n, _, _ in events] == ["ember.call.start", "ember.call.stop"]

@@ -1,0 +1,160 @@
+"""The trace lines of spans sent after they ended (``bus.emit_span``, to ``bus.attach_spans``).
+
+A recorded whole-graph call is four lines: its call span's start, its segment's start and
+end, then its end. Built as record dicts and encoded by orjson one by one they cost more
+than the tiny call itself (~7.6 us a call on the Intel host, 2026-12-02). Here each line of
+a call or segment span comes from a template of its span kind, with the numbers put in and
+the attributes encoded once per metadata object: the runtime makes a call's and a
+segment's metadata once per input shapes and never changes it after sending it (the
+recorder's ``DEFERRED`` kinds), so its encoded attributes are kept by the object's
+identity (with a reference to the object, so the identity is not reused). Every other span
+kind is encoded by the recorder's record builders, as its events would be. The lines are
+the builders' lines, key for key (``tests/recorder/test_span_lines.py`` compares them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from ember.recorder import bus
+
+from .writer import ENCODE_OPTIONS, encode_default
+
+__all__ = ["SpanLines"]
+
+Build = Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]
+"""A record builder: ``build(measurements, metadata) -> record`` (``Recorder._span_builder``)."""
+
+_START = (
+    b'{"kind":"span_start","ts_ns":%d,"span_id":%d,"parent_id":PARENT,"name":NAME,'
+    b'"span_kind":KIND,"attrs":%b}\n'
+)
+_END = (
+    b'{"kind":"span_end","ts_ns":%d,"span_id":%d,"duration_ns":%d,"status":"ok",'
+    b'"span_kind":KIND,"attrs":%b}\n'
+)
+_KEPT = 256  # encoded attributes kept (by metadata object); all dropped when full
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, default=encode_default)
+
+
+class _Templated:
+    """The line templates and attribute fields of one span kind (one span prefix)."""
+
+    __slots__ = ("attrs", "child", "end", "end_fields", "root", "start_fields", "t0")
+
+    def __init__(
+        self, prefix: str, kind: str, fields: tuple[frozenset[str], frozenset[str]], t0: int
+    ) -> None:
+        name, span_kind = _dumps(prefix).replace(b"%", b"%%"), _dumps(kind).replace(b"%", b"%%")
+        start = _START.replace(b"NAME", name).replace(b"KIND", span_kind)
+        self.root = start.replace(b"PARENT", b"null")  # a span without a parent
+        self.child = start.replace(b"PARENT", b"%d")
+        self.end = _END.replace(b"KIND", span_kind)
+        self.start_fields, self.end_fields = fields
+        self.t0 = t0
+        # id(metadata) -> (metadata, start attrs, end attrs, end attrs as a dict); holding the
+        # metadata keeps its id from being reused while the entry lives
+        self.attrs: dict[int, tuple[Mapping[str, Any], bytes, bytes, dict[str, Any]]] = {}
+
+    def lines(self, span: bus.CompletedSpan) -> tuple[bytes, bytes]:
+        """The span's start and end lines."""
+        _, span_id, parent, md, start, end, stop_md = span
+        hit = self.attrs.get(id(md))
+        if hit is None:
+            hit = self._encode(md)
+        _, start_attrs, end_attrs, end_dict = hit
+        if stop_md:
+            if self.end_fields.issuperset(stop_md) and stop_md.keys().isdisjoint(end_dict):
+                # the stop's fields after the start's, as the builder's merged dict has them
+                more = _dumps(stop_md)
+                end_attrs = end_attrs[:-1] + b"," + more[1:] if end_dict else more
+            else:
+                merged = {**end_dict, **stop_md}
+                end_attrs = _dumps({k: v for k, v in merged.items() if k in self.end_fields})
+        t0 = self.t0
+        ts = start - t0 if start > t0 else 0
+        if parent is None:
+            first = self.root % (ts, span_id, start_attrs)
+        else:
+            first = self.child % (ts, span_id, parent, start_attrs)
+        return first, self.end % (end - t0 if end > t0 else 0, span_id, end - start, end_attrs)
+
+    def _encode(
+        self, md: Mapping[str, Any]
+    ) -> tuple[Mapping[str, Any], bytes, bytes, dict[str, Any]]:
+        start = {k: v for k, v in md.items() if k in self.start_fields}
+        end = {k: v for k, v in md.items() if k in self.end_fields}
+        if len(self.attrs) >= _KEPT:
+            self.attrs.clear()
+        hit = self.attrs[id(md)] = (md, _dumps(start), _dumps(end), end)
+        return hit
+
+
+class SpanLines:
+    """``lines(span, children) -> bytes``: the lines of a span sent after it ended and of
+    its children (``bus.SpanHandler``'s arguments), in the order of their events.
+
+    ``kinds``: span prefix -> span kind (``SPANS``); ``templated``: the span kinds encoded
+    from templates (their metadata is never changed after it is sent), with ``fields``:
+    span kind -> (start attribute fields, end attribute fields); ``builder(prefix, phase)``
+    the record builder of the others; ``t0``: the run's start (``time.monotonic_ns()``).
+    """
+
+    def __init__(
+        self,
+        t0: int,
+        kinds: Mapping[str, str],
+        templated: frozenset[str],
+        fields: Mapping[str, tuple[frozenset[str], frozenset[str]]],
+        builder: Callable[[str, str], Build],
+    ) -> None:
+        self._t0 = t0
+        self._kinds = kinds
+        self._builder = builder
+        self._templates = {
+            prefix: _Templated(prefix, kind, fields[kind], t0)
+            for prefix, kind in kinds.items()
+            if kind in templated
+        }
+        self._built_by: dict[tuple[str, str], Build] = {}
+
+    def __call__(self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]) -> bytes:
+        templates = self._templates
+        t = templates.get(span[0])
+        first, last = t.lines(span) if t is not None else self._built(span)
+        if not kids:
+            return first + last
+        lines = [first]
+        for kid in kids:
+            t = templates.get(kid[0])
+            lines += t.lines(kid) if t is not None else self._built(kid)
+        lines.append(last)
+        return b"".join(lines)
+
+    def _built(self, span: bus.CompletedSpan) -> tuple[bytes, bytes]:
+        """The lines of a span kind without a template, from the recorder's record builder."""
+        prefix, span_id, parent, md, start, end, stop_md = span
+        if prefix not in self._kinds:  # a span the recorder does not record
+            return b"", b""
+        meta = {**md, "span_id": span_id, "parent_id": parent}
+        stop_meta = {**meta, **stop_md} if stop_md else meta
+        first = self._build(prefix, "start")({"monotonic_time": start}, meta)
+        last = self._build(prefix, "stop")(
+            {"duration": end - start, "monotonic_time": end}, stop_meta
+        )
+        return (
+            orjson.dumps(first, default=encode_default, option=ENCODE_OPTIONS),
+            orjson.dumps(last, default=encode_default, option=ENCODE_OPTIONS),
+        )
+
+    def _build(self, prefix: str, phase: str) -> Build:
+        build = self._built_by.get((prefix, phase))
+        if build is None:
+            build = self._built_by[prefix, phase] = self._builder(prefix, phase)
+        return build

@@ -1,0 +1,108 @@
+"""The lines of spans sent after they ended (``recorder.span_lines``) are the record
+builders' lines: a recording writes the same file whether its span handler takes a sent
+span whole or its event handlers get the span's events."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+
+import numpy as np
+import orjson
+import pytest
+
+from ember.recorder import bus, record
+from ember.schemas.validate import validate_file
+
+CALL = {"source": "m.onnx", "shapes": [{"name": "x", "shape": [4, 8], "dtype": "float32"}]}
+SEGMENT = {"source": "m.onnx", "position": 0, "stop": "end", "compiled": True, "key": "ab12"}
+
+CASES = {
+    "a call and its segment, synced": (CALL, {"dispatch_ns": 30}, [("ember.segment", SEGMENT)]),
+    "a call without a stop": (CALL, None, [("ember.segment", SEGMENT)]),
+    "no children": (CALL, {"dispatch_ns": 7}, []),
+    # the stop gives again a field of the start: the merged value, in the start's place
+    "a stop that overrides": (CALL, {"source": "other.onnx", "dispatch_ns": 1}, []),
+    # metadata that is not a field of the record is left out, at the start and at the end
+    "fields that are not attributes": ({**CALL, "note": 1}, {"dispatch_ns": 3, "x": 2}, []),
+    "numpy values": (
+        {"source": None, "shapes": [{"name": "x", "shape": [np.int64(4)], "dtype": "float32"}]},
+        {"dispatch_ns": np.int64(9)},
+        [],
+    ),
+    # (not a valid trace: only the encoding of empty attributes is compared)
+    "empty metadata": ({}, {"dispatch_ns": 5}, [("ember.segment", {})]),
+    # kinds without a template: the builders' own lines (a user span keeps its name)
+    "a user span inside a step": (
+        {"step": "train", "index": 3},
+        None,
+        [("ember.user", {"name": "load batch", "rows": 8})],
+    ),
+    "a span the recorder does not record": (CALL, None, [("my.own", {"a": 1})]),
+}
+
+
+def _sent_twice(tmp_path, md, stop, kids, start):
+    """Lines of the same span sent with the recorder's span handler, then with its events."""
+    prefix = "ember.step" if "step" in md else "ember.call"
+    children = [(p, m, start + 10 + i, start + 20 + i) for i, (p, m) in enumerate(kids)]
+    path = tmp_path / "t.jsonl"
+    with record(path) as rec:
+        handlers = bus.list_handlers()
+        (spans_id,) = [h for h in handlers if rec.run_id in h and handlers[h] == {bus.SPANS_SENT}]
+        with bus.span("ember.run", {"source": "m.onnx"}):
+            bus.emit_span(prefix, md, start, start + 100, stop_metadata=stop, children=children)
+            rec.flush()
+            bus.detach(spans_id)
+            bus.emit_span(prefix, md, start, start + 100, stop_metadata=stop, children=children)
+    assert validate_file(path).ok or not md
+    lines = path.read_bytes().splitlines()[2:-1]  # less meta and the run span
+    half = len(lines) // 2
+    return _renumbered(lines[:half]), _renumbered(lines[half:])
+
+
+def _renumbered(lines: list[bytes]) -> list[bytes]:
+    """The lines, their span ids numbered from 1 in the order the spans start (a parent
+    outside the lines keeps its id): the bytes to compare."""
+    new = itertools.count(1)
+    ids: dict[bytes, bytes] = {}
+    for line in lines:
+        if line.startswith(b'{"kind":"span_start"'):
+            (span_id,) = re.findall(rb'"span_id":(\d+)', line)
+            ids[span_id] = b"%d" % next(new)
+
+    def renumber(match: re.Match[bytes]) -> bytes:
+        return match[1] + ids.get(match[2], match[2])
+
+    return [re.sub(rb'("(?:span|parent)_id":)(\d+)', renumber, line) for line in lines]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_sent_span_is_written_as_its_events_would_be(tmp_path, case):
+    md, stop, kids = CASES[case]
+    by_span_handler, by_events = _sent_twice(tmp_path, md, stop, kids, time.monotonic_ns())
+    assert by_span_handler == by_events  # byte for byte, but for the span ids
+    assert len(by_events) == 2 + 2 * sum(p != "my.own" for p, _ in kids)
+
+
+def test_a_span_that_started_before_the_recording_starts_at_zero(tmp_path):
+    by_span_handler, by_events = _sent_twice(tmp_path, CALL, None, [], start=1)
+    assert by_span_handler == by_events
+    assert [orjson.loads(line)["ts_ns"] for line in by_events] == [0, 0]
+
+
+def test_metadata_changed_between_calls_is_written_as_it_was_sent(tmp_path):
+    # the attributes are kept by the metadata object: a new object is encoded anew
+    path = tmp_path / "t.jsonl"
+    with record(path):
+        first = dict(CALL)
+        bus.emit_span("ember.call", first, 10, 20)
+        bus.emit_span("ember.call", {**CALL, "source": "b.onnx"}, 30, 40)
+        bus.emit_span("ember.call", first, 50, 60)
+    starts = [
+        r["attrs"]["source"]
+        for r in map(orjson.loads, path.read_bytes().splitlines())
+        if r["kind"] == "span_start"
+    ]
+    assert starts == ["m.onnx", "b.onnx", "m.onnx"]
