@@ -30,23 +30,50 @@ Build = Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]
 
 _START = (
     b'{"kind":"span_start","ts_ns":%d,"span_id":%d,"parent_id":PARENT,"name":NAME,'
-    b'"span_kind":KIND,"attrs":%b}\n'
+    b'"span_kind":KIND,"attrs":ATTRS}\n'
 )
 _END = (
     b'{"kind":"span_end","ts_ns":%d,"span_id":%d,"duration_ns":%d,"status":"ok",'
-    b'"span_kind":KIND,"attrs":%b}\n'
+    b'"span_kind":KIND,"attrs":ATTRS}\n'
 )
-_KEPT = 256  # encoded attributes kept (by metadata object); all dropped when full
+_KEPT = 256  # metadata objects whose lines are kept; all dropped when full
 
 
 def _dumps(value: Any) -> bytes:
     return orjson.dumps(value, default=encode_default)
 
 
-class _Templated:
-    """The line templates and attribute fields of one span kind (one span prefix)."""
+def _escaped(attrs: dict[str, Any]) -> bytes:
+    """``attrs`` encoded for a template (a ``%`` in them is no placeholder)."""
+    return _dumps(attrs).replace(b"%", b"%%")
 
-    __slots__ = ("attrs", "child", "end", "end_fields", "root", "start_fields", "t0")
+
+class _Lines:
+    """The line templates of one metadata object of a span kind, its attributes encoded in
+    them: ``root % (ts, span_id)``, ``child % (ts, span_id, parent_id)``, ``end % (ts,
+    span_id, duration)``; ``stops``: the end's template by the stop's keys, for stops of
+    int values (``% (ts, span_id, duration, *values)``; b"": none fits that stop)."""
+
+    __slots__ = ("child", "end", "end_attrs", "end_json", "md", "root", "stops")
+
+    def __init__(
+        self, md: Mapping[str, Any], kind: _Templated, start: dict[str, Any], end: dict[str, Any]
+    ) -> None:
+        self.md = md  # held: its id is not reused while these lines are kept
+        start_json = _escaped(start)
+        self.root = kind.root.replace(b"ATTRS", start_json)
+        self.child = kind.child.replace(b"ATTRS", start_json)
+        self.end_json = _escaped(end)
+        self.end = kind.end.replace(b"ATTRS", self.end_json)
+        self.end_attrs = end
+        self.stops: dict[tuple[str, ...], bytes] = {}
+
+
+class _Templated:
+    """The line templates and attribute fields of one span kind (one span prefix), and the
+    lines of the metadata objects it met (by identity)."""
+
+    __slots__ = ("by_md", "child", "end", "end_fields", "root", "start_fields", "t0")
 
     def __init__(
         self, prefix: str, kind: str, fields: tuple[frozenset[str], frozenset[str]], t0: int
@@ -58,42 +85,52 @@ class _Templated:
         self.end = _END.replace(b"KIND", span_kind)
         self.start_fields, self.end_fields = fields
         self.t0 = t0
-        # id(metadata) -> (metadata, start attrs, end attrs, end attrs as a dict); holding the
-        # metadata keeps its id from being reused while the entry lives
-        self.attrs: dict[int, tuple[Mapping[str, Any], bytes, bytes, dict[str, Any]]] = {}
+        self.by_md: dict[int, _Lines] = {}
 
     def lines(self, span: bus.CompletedSpan) -> tuple[bytes, bytes]:
         """The span's start and end lines."""
         _, span_id, parent, md, start, end, stop_md = span
-        hit = self.attrs.get(id(md))
-        if hit is None:
-            hit = self._encode(md)
-        _, start_attrs, end_attrs, end_dict = hit
-        if stop_md:
-            if self.end_fields.issuperset(stop_md) and stop_md.keys().isdisjoint(end_dict):
-                # the stop's fields after the start's, as the builder's merged dict has them
-                more = _dumps(stop_md)
-                end_attrs = end_attrs[:-1] + b"," + more[1:] if end_dict else more
-            else:
-                merged = {**end_dict, **stop_md}
-                end_attrs = _dumps({k: v for k, v in merged.items() if k in self.end_fields})
+        one = self.by_md.get(id(md))
+        if one is None:
+            one = self._lines_of(md)
         t0 = self.t0
         ts = start - t0 if start > t0 else 0
-        if parent is None:
-            first = self.root % (ts, span_id, start_attrs)
-        else:
-            first = self.child % (ts, span_id, parent, start_attrs)
-        return first, self.end % (end - t0 if end > t0 else 0, span_id, end - start, end_attrs)
+        first = one.root % (ts, span_id) if parent is None else one.child % (ts, span_id, parent)
+        ts = end - t0 if end > t0 else 0
+        if not stop_md:
+            return first, one.end % (ts, span_id, end - start)
+        keys = tuple(stop_md)
+        template = one.stops.get(keys)
+        if template is None:
+            template = one.stops[keys] = self._stop_template(one, keys)
+        values = tuple(stop_md.values())
+        for v in values:
+            if type(v) is not int:  # (%d would write a float or a bool as an int)
+                template = b""
+                break
+        if not template:  # the end's attributes merged as the builder merges them
+            merged = {**one.end_attrs, **stop_md}
+            attrs = {k: v for k, v in merged.items() if k in self.end_fields}
+            return first, self.end.replace(b"ATTRS", _escaped(attrs)) % (ts, span_id, end - start)
+        return first, template % (ts, span_id, end - start, *values)
 
-    def _encode(
-        self, md: Mapping[str, Any]
-    ) -> tuple[Mapping[str, Any], bytes, bytes, dict[str, Any]]:
+    def _lines_of(self, md: Mapping[str, Any]) -> _Lines:
         start = {k: v for k, v in md.items() if k in self.start_fields}
         end = {k: v for k, v in md.items() if k in self.end_fields}
-        if len(self.attrs) >= _KEPT:
-            self.attrs.clear()
-        hit = self.attrs[id(md)] = (md, _dumps(start), _dumps(end), end)
-        return hit
+        if len(self.by_md) >= _KEPT:
+            self.by_md.clear()
+        one = self.by_md[id(md)] = _Lines(md, self, start, end)
+        return one
+
+    def _stop_template(self, one: _Lines, keys: tuple[str, ...]) -> bytes:
+        """The end's template for a stop of these keys (int values, after the start's
+        fields, as the builder's merged dict has them); b"" where a key is not an end
+        attribute or is one of the start's."""
+        if not self.end_fields.issuperset(keys) or not one.end_attrs.keys().isdisjoint(keys):
+            return b""
+        more = b",".join(_dumps(k).replace(b"%", b"%%") + b":%d" for k in keys)
+        attrs = one.end_json[:-1] + (b"," if one.end_attrs else b"") + more + b"}"
+        return self.end.replace(b"ATTRS", attrs)
 
 
 class SpanLines:

@@ -31,8 +31,11 @@ CASES = {
         {"dispatch_ns": np.int64(9)},
         [],
     ),
-    # (not a valid trace: only the encoding of empty attributes is compared)
+    # (not valid traces, NOT_VALID: only the encoding is compared)
     "empty metadata": ({}, {"dispatch_ns": 5}, [("ember.segment", {})]),
+    "a stop that is not an int": (CALL, {"dispatch_ns": 2.5}, []),
+    "a stop that is a bool": (CALL, {"dispatch_ns": True}, []),
+    "a percent sign": ({**CALL, "source": "100%d.onnx"}, {"dispatch_ns": 4}, []),
     # kinds without a template: the builders' own lines (a user span keeps its name)
     "a user span inside a step": (
         {"step": "train", "index": 3},
@@ -41,9 +44,10 @@ CASES = {
     ),
     "a span the recorder does not record": (CALL, None, [("my.own", {"a": 1})]),
 }
+NOT_VALID = {"empty metadata", "a stop that is not an int", "a stop that is a bool"}
 
 
-def _sent_twice(tmp_path, md, stop, kids, start):
+def _sent_twice(tmp_path, md, stop, kids, start, valid=True):
     """Lines of the same span sent with the recorder's span handler, then with its events."""
     prefix = "ember.step" if "step" in md else "ember.call"
     children = [(p, m, start + 10 + i, start + 20 + i) for i, (p, m) in enumerate(kids)]
@@ -56,7 +60,7 @@ def _sent_twice(tmp_path, md, stop, kids, start):
             rec.flush()
             bus.detach(spans_id)
             bus.emit_span(prefix, md, start, start + 100, stop_metadata=stop, children=children)
-    assert validate_file(path).ok or not md
+    assert validate_file(path).ok or not valid
     lines = path.read_bytes().splitlines()[2:-1]  # less meta and the run span
     half = len(lines) // 2
     return _renumbered(lines[:half]), _renumbered(lines[half:])
@@ -81,7 +85,9 @@ def _renumbered(lines: list[bytes]) -> list[bytes]:
 @pytest.mark.parametrize("case", CASES)
 def test_a_sent_span_is_written_as_its_events_would_be(tmp_path, case):
     md, stop, kids = CASES[case]
-    by_span_handler, by_events = _sent_twice(tmp_path, md, stop, kids, time.monotonic_ns())
+    by_span_handler, by_events = _sent_twice(
+        tmp_path, md, stop, kids, time.monotonic_ns(), valid=case not in NOT_VALID
+    )
     assert by_span_handler == by_events  # byte for byte, but for the span ids
     assert len(by_events) == 2 + 2 * sum(p != "my.own" for p, _ in kids)
 
