@@ -386,7 +386,9 @@ def emit_span(
     ``SpanHandle.stop_metadata``); ``children`` are spans that ran inside it, ``(prefix,
     metadata, start, end)`` each, sent between its start and its stop as its children. The
     events are those of ``span`` (the same measurements, metadata and order; the start's
-    ``system_time`` taken now).
+    ``system_time`` taken now). A span handler (``attach_spans``) gets ``metadata`` and each
+    child's itself: neither side may change them after the call (a recorder keeps what it
+    encoded of them by their identity).
     """
     _emit_span(event_prefix, metadata, start, end, _current_span.get(), stop_metadata, children)
 

@@ -39,8 +39,11 @@ _END = (
 _KEPT = 256  # metadata objects whose lines are kept; all dropped when full
 
 
+_ATTRS_OPTIONS = ENCODE_OPTIONS & ~orjson.OPT_APPEND_NEWLINE  # numpy arrays as lists, too
+
+
 def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value, default=encode_default)
+    return orjson.dumps(value, default=encode_default, option=_ATTRS_OPTIONS)
 
 
 def _escaped(attrs: dict[str, Any]) -> bytes:

@@ -31,6 +31,11 @@ CASES = {
         {"dispatch_ns": np.int64(9)},
         [],
     ),
+    "a numpy array": (
+        {"source": None, "shapes": [{"name": "x", "shape": np.array([4, 8]), "dtype": "f4"}]},
+        None,
+        [],
+    ),
     # (not valid traces, NOT_VALID: only the encoding is compared)
     "empty metadata": ({}, {"dispatch_ns": 5}, [("ember.segment", {})]),
     "a stop that is not an int": (CALL, {"dispatch_ns": 2.5}, []),
