@@ -617,14 +617,15 @@ def span_problems_sql(stage: str, order: str, prior: str, file: str | None = Non
 
     Span ids are unique in a run. Rejected: a second span_start of an id (in the file, or
     after the rows of its run already stored) and a second span_end of an id (in the file,
-    or the end of a span_start rejected as a second one), which is what concatenated traces
-    have; and a span_end before any span_start of its id. One rendering for every engine
-    (DuckDB runs it as it is, Spark through ``spark_sql.to_spark``): ``stage`` is the staged
-    rows (``kind``, ``span_id``, ``order``), ``order`` their order in the file, ``prior``
-    the span ids already stored for the run (``span_id``, and ``file``), ``file`` the
-    column that tells the files of a batch apart (None: one file). Equality joins on the
-    first row of each id: comparing every start of an id with every end of it was
-    quadratic in the copies of a duplicated id.
+    any end of an id whose end its run already stored, or the end of a span_start rejected
+    as a second one), which is what concatenated traces have; and a span_end before any
+    span_start of its id. One rendering for every engine (DuckDB runs it as it is, Spark
+    through ``spark_sql.to_spark``): ``stage`` is the staged rows (``kind``, ``span_id``,
+    ``order``), ``order`` their order in the file, ``prior`` the span records already
+    stored for the run (``kind``, 'span_start' or 'span_end', ``span_id``, and ``file``),
+    ``file`` the column that tells the files of a batch apart (None: one file). Equality
+    joins on the first row of each id: comparing every start of an id with every end of it
+    was quadratic in the copies of a duplicated id.
     """
     keys = f"{file}, " if file else ""
     on = (lambda a, b: f" AND {a}.{file} = {b}.{file}") if file else (lambda a, b: "")
@@ -637,8 +638,9 @@ LEFT JOIN (
     SELECT {keys}kind, span_id, min({order}) AS first FROM {stage}
     WHERE kind IN ('span_start', 'span_end') GROUP BY {keys}kind, span_id HAVING count(*) > 1
 ) AS d ON d.kind = x.kind AND d.span_id = x.span_id{on("d", "x")}
-LEFT JOIN (SELECT DISTINCT {keys}span_id FROM {prior}) AS p
-    ON x.kind = 'span_start' AND p.span_id = x.span_id{on("p", "x")}
+LEFT JOIN (SELECT DISTINCT {keys}kind, span_id FROM {prior}) AS p
+    -- a start or an end its run already stored: this one is a second one
+    ON p.kind = x.kind AND p.span_id = x.span_id{on("p", "x")}
 WHERE x.{order} <> d.first OR p.span_id IS NOT NULL
 UNION ALL
 SELECT {f"e.{file}, " if file else ""}e.{order},
@@ -650,7 +652,7 @@ LEFT JOIN (
     SELECT {keys}span_id, min({order}) AS first FROM {stage}
     WHERE kind = 'span_start' GROUP BY {keys}span_id
 ) AS s ON s.span_id = e.span_id{on("s", "e")}
-LEFT JOIN (SELECT DISTINCT {keys}span_id FROM {prior}) AS p
+LEFT JOIN (SELECT DISTINCT {keys}span_id FROM {prior} WHERE kind = 'span_start') AS p
     ON p.span_id = e.span_id{on("p", "e")}
 WHERE e.kind = 'span_end' AND CASE
     -- started before this file: its start here, if any, was rejected as a second one

@@ -585,10 +585,15 @@ def _refuse(con: duckdb.DuckDBPyConnection, path: Path, message: str) -> None:
     )
 
 
+# the span records the run of each continued file stored (``checks.span_problems_sql``'s
+# ``prior``: a second start, or a second end, of one of their ids is rejected)
 _PRIOR_SPANS_SQL = """
 CREATE OR REPLACE TEMP VIEW _prior_spans AS
-SELECT b.f AS _f, s.span_id FROM span_start s JOIN _files b ON s.run_id = b.run_id
-WHERE NOT b.from_start
+SELECT b.f AS _f, 'span_start' AS kind, s.span_id
+FROM span_start s JOIN _files b ON s.run_id = b.run_id WHERE NOT b.from_start
+UNION ALL
+SELECT b.f AS _f, 'span_end' AS kind, e.span_id
+FROM span_end e JOIN _files b ON e.run_id = b.run_id WHERE NOT b.from_start
 """
 
 

@@ -4,8 +4,8 @@ the check of one segment of the batch overlapping DuckDB's read of the segment b
 The DuckDB-file ingest's fast path (``ingest.database``; older schema versions, ``strict``
 and lines over the size limit take the ``_stage`` path of ``ingest.read``, and so does a
 batch DuckDB refuses here). A continued file (one that grew, or a big file's later piece)
-takes it too: its span-id rules know the span_start ids its run already stored
-(``StoredStarts``), as ``_stage``'s ``_prior_spans`` do:
+takes it too: its span-id rules know the span_start and span_end ids its run already
+stored (``StoredSpans``), as ``_stage``'s ``_prior_spans`` do:
 
 1. One pass in Python over each file's bytes, a chunk of whole lines at a time: the checks
    compiled from the pydantic models (``ingest.line_check``, msgspec) accept a chunk in
@@ -96,9 +96,10 @@ _AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
 class SpanIds:
     """The span-id rules of one file, line by line, as ``checks.span_problems_sql`` has them
     (and ``ember validate``): a second span_start of an id, a second span_end of an id, a
-    span_end before any span_start of its id. For a continued file, the span_start ids its
-    run stored are added as the file names them (``prior``, ``StoredStarts``): a span_start
-    of one of those is a second one, and so is a span_end of one after such a span_start."""
+    span_end before any span_start of its id. For a continued file, the span ids its run
+    stored are added as the file names them (``StoredSpans``): a span_start of an id whose
+    start is stored (``prior``) is a second one, and so is a span_end of one after such a
+    span_start; a span_end of an id whose end is stored is a second one."""
 
     def __init__(self) -> None:
         self.started: set[int] = set()
@@ -109,6 +110,10 @@ class SpanIds:
         """Span ids whose span_start the run stored (a continued file)."""
         self.prior.update(span_ids)
         self.started.update(span_ids)
+
+    def stored_ends(self, span_ids: list[int]) -> None:
+        """Span ids whose span_end the run stored (a continued file): ended already."""
+        self.ended.update(span_ids)
 
     def start(self, span_id: int) -> str | None:
         if span_id in self.started:
@@ -190,29 +195,45 @@ def splittable(plans: list[FilePlan], migrations: Migrations, strict: bool) -> b
 _SPAN_KINDS = frozenset({"span_start", "span_end"})
 
 
-class StoredStarts:
-    """The span_start ids a continued file's run stored, as one sorted array (8 bytes an
-    id; fetched as Python ints, two million of them took 0.6 s and 300 MiB, as an array 0.1 s
-    and 16 MB), which each chunk's span ids are looked up in. Read before the reader thread
-    shares the batch's connection."""
+def _stored_ids(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> np.ndarray:
+    """The span ids of ``table`` (span_start or span_end) a run stored, sorted."""
+    got = con.execute(f"SELECT span_id FROM {table} WHERE run_id = ?", [run_id])
+    return np.sort(np.asarray(got.fetchnumpy()["span_id"], dtype=np.int64))
+
+
+def _among(ids: np.ndarray, wanted: np.ndarray) -> list[int]:
+    """The ids of ``wanted`` that the sorted ``ids`` hold."""
+    if not len(ids):
+        return []
+    at = np.searchsorted(ids, wanted).clip(max=len(ids) - 1)
+    return wanted[ids[at] == wanted].tolist()
+
+
+class StoredSpans:
+    """The span_start and the span_end ids a continued file's run stored, each as one
+    sorted array (8 bytes an id; fetched as Python ints, two million of them took 0.6 s and
+    300 MiB, as an array 0.1 s and 16 MB: two million of each, 0.1 s and 32 MB), which each
+    chunk's span ids are looked up in. Read before the reader thread shares the batch's
+    connection."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, run_id: str) -> None:
-        got = con.execute("SELECT span_id FROM span_start WHERE run_id = ?", [run_id])
-        self.ids = np.sort(np.asarray(got.fetchnumpy()["span_id"], dtype=np.int64))
+        self.starts = _stored_ids(con, "span_start", run_id)
+        self.ends = _stored_ids(con, "span_end", run_id)
 
     def add_to(self, spans: SpanIds, records: list[Any]) -> None:
-        """Tell ``spans`` which span ids of ``records`` (span records) the run stored."""
-        if not len(self.ids):
+        """Tell ``spans`` which span ids of ``records`` (span records) the run stored a
+        start, or an end, of."""
+        if not len(self.starts) and not len(self.ends):
             return
         ids = [r.span_id for r in records if (KIND_OF.get(type(r)) or r.kind) in _SPAN_KINDS]
         if not ids:
             return
         wanted = np.asarray(ids, dtype=np.int64)
-        at = np.searchsorted(self.ids, wanted).clip(max=len(self.ids) - 1)
-        spans.stored(wanted[self.ids[at] == wanted].tolist())
+        spans.stored(_among(self.starts, wanted))
+        spans.stored_ends(_among(self.ends, wanted))
 
 
-def split_file(w: FileIngest, out: Segments, stored: StoredStarts | None = None) -> None:
+def split_file(w: FileIngest, out: Segments, stored: StoredSpans | None = None) -> None:
     """Check the lines of one planned file and add the accepted ones to ``out``; the
     rejected ones (with pydantic's reason, or a span-id rule's) to ``w.rejected``.
     ``stored``: what its run stored, for a continued file."""
@@ -418,7 +439,7 @@ def stage_kinds(
     ``SplitRefused`` when DuckDB refused a segment's lines (``con`` used by this thread
     only again, whatever is raised)."""
     # before the reader thread shares ``con``
-    stored = {w.f: StoredStarts(con, w.plan.run_id) for w in works if w.plan.start > 0}
+    stored = {w.f: StoredSpans(con, w.plan.run_id) for w in works if w.plan.start > 0}
     out = Segments(con, tmp, len(works), take)
     try:
         with no_gc():

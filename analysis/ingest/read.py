@@ -223,7 +223,8 @@ CHUNK_BYTES = 8 << 20
 the chunk and its decoded records)."""
 
 # the rows whose span id is a second one or has no start, per staged file (``_f``), after
-# the span ids stored before a continued file (``_prior_spans``): ``checks.span_problems_sql``
+# the span records stored before a continued file (``_prior_spans``: ``_f``, ``kind``,
+# ``span_id``): ``checks.span_problems_sql``
 # (span_id is staged as JSON: compared as the integer it is)
 _SPAN_STAGE = "(SELECT rowid, _f, kind, TRY_CAST(span_id AS BIGINT) AS span_id FROM _stage)"
 _SPAN_PROBLEMS_SQL = (

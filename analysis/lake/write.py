@@ -4,8 +4,8 @@
 module makes each file's rows of each lake table from it, one query per table for the
 whole batch (``stage_output``): the stored columns (``lake_columns``), each record's
 ``line`` in its file, and the run, ingest and partition columns (``tag``).
-``prepare_prior_spans`` gives the checks the span ids already in the lake of each continued
-file's run. Committing the tables is ``lake_commit``'s.
+``prepare_prior_spans`` gives the checks the span records already in the lake of each
+continued file's run. Committing the tables is ``lake_commit``'s.
 """
 
 from __future__ import annotations
@@ -166,48 +166,63 @@ def rejected_table(file: str, rejected: list[Any]) -> Any:
     )
 
 
-def _span_files(state: LakeState, runs: Mapping[str, str | None]) -> list[str]:
-    """The committed files of ``span_start`` that may hold rows of ``runs`` (id -> date)."""
+_SPAN_TABLES = ("span_start", "span_end")
+
+
+def _span_files(state: LakeState, table: str, runs: Mapping[str, str | None]) -> list[str]:
+    """The committed files of ``table`` (a span table) that may hold rows of ``runs`` (id ->
+    date)."""
     from deltalake import DeltaTable
 
-    return files_of_runs(DeltaTable(str(state.root / "span_start")), runs)
+    return files_of_runs(DeltaTable(str(state.root / table)), runs)
 
 
-def prior_span_ids(state: LakeState, lp: LakePlan) -> list[int]:
-    """The span ids already in the lake of a continued file's run (its committed ingests)."""
+def prior_spans(state: LakeState, lp: LakePlan) -> list[tuple[str, int]]:
+    """The span records already in the lake of a continued file's run (its committed
+    ingests): ``(kind, span_id)``, kind the table, 'span_start' or 'span_end'."""
     ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
-    files = _span_files(state, {lp.plan.run_id: lp.run_date})
-    if not ids or not files:
+    if not ids:
         return []
+    out: list[tuple[str, int]] = []
     con = duckdb.connect(":memory:")
     try:
-        rows = con.execute(
-            "SELECT span_id FROM read_parquet($f, hive_partitioning = false) "
-            "WHERE list_contains($ids, _ingest)",
-            {"f": files, "ids": ids},
-        ).fetchall()
+        for table in _SPAN_TABLES:
+            files = _span_files(state, table, {lp.plan.run_id: lp.run_date})
+            if not files:
+                continue
+            rows = con.execute(
+                "SELECT span_id FROM read_parquet($f, hive_partitioning = false) "
+                "WHERE list_contains($ids, _ingest)",
+                {"f": files, "ids": ids},
+            ).fetchall()
+            out += [(table, r[0]) for r in rows]
     finally:
         con.close()
-    return [r[0] for r in rows]
+    return out
 
 
 def prepare_prior_spans(
     con: duckdb.DuckDBPyConnection, state: LakeState, batch: list[LakePlan]
 ) -> None:
-    """``_prior_spans`` for the checks: the span ids already in the lake of each continued
-    file's run (the rows of its committed ingests), by its place in the batch."""
+    """``_prior_spans`` for the checks (``checks.span_problems_sql``'s ``prior``): the span
+    records already in the lake of each continued file's run (the rows of its committed
+    ingests), by its place in the batch (``_f``), with their ``kind``."""
     reads = []
     continued = [(f, lp) for f, lp in enumerate(batch) if lp.plan.start > 0]
     runs = {lp.plan.run_id: lp.run_date for _, lp in continued}
-    uris = _span_files(state, runs) if continued else []
-    for f, lp in continued:
-        ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
-        if uris and ids:
-            files = "[" + ", ".join(sql_literal(u) for u in uris) + "]"
-            inside = ", ".join(sql_literal(i) for i in ids)
-            reads.append(
-                f"SELECT {f}::INTEGER AS _f, span_id FROM read_parquet({files}, "
-                f"hive_partitioning = false, union_by_name = true) WHERE _ingest IN ({inside})"
-            )
-    reads.append("SELECT NULL::INTEGER AS _f, NULL::BIGINT AS span_id WHERE false")
+    for table in _SPAN_TABLES if continued else ():
+        uris = _span_files(state, table, runs)
+        for f, lp in continued:
+            ids = [r["ingest"] for r in state.streams.get(lp.fid, [])]
+            if uris and ids:
+                files = "[" + ", ".join(sql_literal(u) for u in uris) + "]"
+                inside = ", ".join(sql_literal(i) for i in ids)
+                reads.append(
+                    f"SELECT {f}::INTEGER AS _f, '{table}' AS kind, span_id "
+                    f"FROM read_parquet({files}, hive_partitioning = false, "
+                    f"union_by_name = true) WHERE _ingest IN ({inside})"
+                )
+    reads.append(
+        "SELECT NULL::INTEGER AS _f, NULL::VARCHAR AS kind, NULL::BIGINT AS span_id WHERE false"
+    )
     con.execute(f"CREATE OR REPLACE TEMP VIEW _prior_spans AS {' UNION ALL '.join(reads)}")

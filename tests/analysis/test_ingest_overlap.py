@@ -19,6 +19,7 @@ from ember.analysis import connect, ingest
 from ember.analysis.ingest.plan import raw_text
 from ember.analysis.synthetic import write_compile_trace, write_trace
 from tests.analysis.test_ingest_split import _results, assert_same_tables, write_shapes
+from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 
 database = importlib.import_module("ember.analysis.ingest.database")
 kinds = importlib.import_module("ember.analysis.ingest.kinds")
@@ -210,3 +211,106 @@ def test_a_continued_file_takes_the_split_read_and_stores_what_the_stage_read_st
         "a second 'meta' record; one file is one run",
     ]
     assert_same_tables(split_db, stage_db)
+
+
+_AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
+
+
+def _span_ends_and_rejections(db: Path) -> tuple[list[int], list[tuple[int, str]]]:
+    with connect(db, read_only=True) as con:
+        ends = con.duck.execute("SELECT span_id FROM span_end ORDER BY rowid").fetchall()
+        rejected = con.duck.execute("SELECT line, reason FROM rejected_lines ORDER BY line")
+        return [e for (e,) in ends], rejected.fetchall()
+
+
+def test_a_span_end_of_a_span_whose_end_its_run_stored_is_a_second_one_on_both_reads(
+    tmp_path, monkeypatch, small_segments
+):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    path = traces / "t.jsonl"
+    lines = [
+        meta_line("r1"),
+        span_line("span_start", 1, 10),
+        span_line("span_end", 1, 20),
+        span_line("span_start", 5, 30),
+    ]
+    growths = [
+        # line 5: an end of span 1, whose end is stored (rejected); line 6: span 5's first
+        [span_line("span_end", 1, 40), span_line("span_end", 5, 50)],
+        # line 7: an end of span 5, whose end the growth before stored (rejected)
+        [
+            span_line("span_end", 5, 60),
+            span_line("span_start", 6, 70),
+            span_line("span_end", 6, 80),
+        ],
+    ]
+    split_db, stage_db = tmp_path / "split.duckdb", tmp_path / "stage.duckdb"
+    counts = []
+    for more in [[], *growths]:
+        lines += more
+        write_lines(path, lines)
+        read = len(small_segments)
+        split = ingest([traces], split_db)
+        assert len(small_segments) > read  # it took the split read
+        with monkeypatch.context() as m:  # (undoes its own patch only)
+            m.setattr(database, "splittable", lambda *a: False)
+            staged = ingest([traces], stage_db)
+        assert _results(split) == _results(staged)
+        counts += [(f.status, f.continued, f.records, f.rejected) for f in split.files]
+    assert counts == [("ok", False, 4, 0), ("ok", True, 1, 1), ("ok", True, 2, 1)]
+    for db in (split_db, stage_db):
+        assert _span_ends_and_rejections(db) == (
+            [1, 5, 6],
+            [
+                (5, f"a second span_end of span_id 1{_AGAIN}"),
+                (7, f"a second span_end of span_id 5{_AGAIN}"),
+            ],
+        )
+    assert_same_tables(split_db, stage_db)
+
+
+def _spans_across_pieces(path: Path) -> Path:
+    """A trace whose spans 1 and 2 start (and 1 ends) in its first 64 KiB, and whose last
+    lines end 1 again (rejected), end 2 (kept) and start 1 again (rejected)."""
+    lines = [
+        meta_line("big"),
+        span_line("span_start", 1, 1),
+        span_line("span_end", 1, 2),
+        span_line("span_start", 2, 3),
+        *(cache_line(10 + i, "hit") for i in range(2000)),
+        span_line("span_end", 1, 5000),
+        span_line("span_end", 2, 5001),
+        span_line("span_start", 1, 5002),
+    ]
+    return write_lines(path, lines)
+
+
+@pytest.mark.parametrize("read", ["split", "stage"])
+def test_a_big_files_later_piece_knows_the_span_ends_its_first_piece_stored(
+    tmp_path, monkeypatch, read
+):
+    trace = _spans_across_pieces(tmp_path / "big.jsonl")
+    whole = ingest([trace], tmp_path / "whole.duckdb")
+    monkeypatch.setattr(database, "PIECE_BYTES", 64 << 10)
+    if read == "stage":
+        monkeypatch.setattr(database, "splittable", lambda *a: False)
+    later: list[int] = []  # the starts of the pieces the split read took after the first
+    split_file = kinds.split_file
+    monkeypatch.setattr(
+        kinds, "split_file", lambda w, *a: later.append(w.plan.start) or split_file(w, *a)
+    )
+    pieces = ingest([trace], tmp_path / "pieces.duckdb")
+    assert trace.stat().st_size > 2 * (64 << 10)  # not vacuous: the last lines in a later piece
+    # every piece took the read asked for
+    assert len(later) > 2 if read == "split" else later == []
+    assert _results(pieces) == _results(whole)
+    assert [(f.records, f.rejected) for f in whole.files] == [(2005, 2)]
+    assert _span_ends_and_rejections(tmp_path / "pieces.duckdb") == (
+        [1, 2],
+        [
+            (2005, f"a second span_end of span_id 1{_AGAIN}"),
+            (2007, f"a second span_start of span_id 1{_AGAIN}"),
+        ],
+    )
+    assert_same_tables(tmp_path / "whole.duckdb", tmp_path / "pieces.duckdb")

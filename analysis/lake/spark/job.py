@@ -78,7 +78,7 @@ from ember.analysis.lake.spark.schema import spark_schema as spark_schema
 from ember.analysis.lake.spark.schema import spark_session as spark_session
 from ember.analysis.lake.spark.schema import spark_type as spark_type
 from ember.analysis.lake.spark.sql import to_spark
-from ember.analysis.lake.write import prior_span_ids, tag
+from ember.analysis.lake.write import prior_spans, tag
 from ember.analysis.schema_types import READ_COLUMNS, field_defaults
 from ember.schemas import MIGRATIONS, Migrations
 from ember.schemas.records import MAX_LINE_BYTES, MAX_NESTING
@@ -322,13 +322,17 @@ def _register_file_views(spark: Any, state: LakeState, planned: list[_Planned]) 
     from pyspark.sql import types as T
 
     # the first record of a file read from its start may be its meta; the span_starts of
-    # a continued run already in the lake count for its span_ends
+    # a continued run already in the lake count for its span_ends, and its span_ends make
+    # another end of their ids a second one
     firsts = {p.idx: (p.lp.plan.start == 0) for p in planned}
     prior = [
-        (p.idx, s) for p in planned if p.lp.plan.start > 0 for s in prior_span_ids(state, p.lp)
+        (p.idx, kind, s)
+        for p in planned
+        if p.lp.plan.start > 0
+        for kind, s in prior_spans(state, p.lp)
     ]
     spark.createDataFrame(
-        prior, _struct(_file=T.IntegerType(), span_id=T.LongType())
+        prior, _struct(_file=T.IntegerType(), kind=T.StringType(), span_id=T.LongType())
     ).createOrReplaceTempView("_prior_spans")
     spark.createDataFrame(
         [(i, f) for i, f in firsts.items()],
