@@ -15,7 +15,9 @@ Spans sent after they ended (``emit_span``: a whole-graph call and its segment) 
 *span handler* (``attach_spans``) as one call, ``fn(span, children)``, in place of their
 start and stop events for the event handlers it names: the recorder writes a recorded
 call's four records from one such call, where the events were four handler calls and
-eight dicts a call.
+eight dicts a call. Only spans whose events no other handler listens to go that way: what
+another handler does inside an event (``track_device_memory`` records a reading at a
+call's stop) then keeps its place between the span's records.
 
 Thread-safety: ``attach`` and ``detach`` take a lock and publish a new immutable
 snapshot of the routing table; ``emit`` reads the current snapshot without locking, so
@@ -77,11 +79,12 @@ _handlers: dict[str, tuple[frozenset[str], Handler]] = {}
 _span_handlers: dict[str, tuple[SpanHandler, frozenset[str]]] = {}
 # event name -> tuple of (handler_id, fn); rebuilt on every attach/detach, read lock-free.
 _routes: dict[str, tuple[tuple[str, Handler], ...]] = {}
-# While a span handler is attached: the span handlers, and the event routes less the
-# handlers they replace (what ``emit_span``'s spans still send events to); else None.
-_completed: (
-    tuple[tuple[tuple[str, SpanHandler], ...], dict[str, tuple[tuple[str, Handler], ...]]] | None
-) = None
+# While a span handler is attached: the span handlers; the span prefixes whose sent spans
+# go to them (those whose start and stop events only the handlers they replace listen to);
+# and the prefixes whose events other handlers listen to (a sent span with a child of
+# those is sent as events). Else None.
+_SentRoutes = tuple[tuple[tuple[str, SpanHandler], ...], frozenset[str], frozenset[str]]
+_completed: _SentRoutes | None = None
 
 generation = 0
 """Changes whenever a handler is attached or detached. A hot path may remember what
@@ -106,14 +109,23 @@ def _rebuild_routes() -> None:
         for name in names:
             routes.setdefault(name, []).append((handler_id, fn))
     _routes = {name: tuple(hs) for name, hs in routes.items()}
-    if _span_handlers:
-        replaced = frozenset().union(*(ids for _, ids in _span_handlers.values()))
-        rest = {n: tuple(h for h in hs if h[0] not in replaced) for n, hs in _routes.items()}
-        span_fns = tuple((handler_id, fn) for handler_id, (fn, _) in _span_handlers.items())
-        _completed = (span_fns, {n: hs for n, hs in rest.items() if hs})
-    else:
-        _completed = None
+    _completed = _sent_spans_routes() if _span_handlers else None
     generation += 1
+
+
+def _sent_spans_routes() -> _SentRoutes:
+    """``_completed``: where spans sent after they ended go, from ``_routes``."""
+    replaced = frozenset().union(*(ids for _, ids in _span_handlers.values()))
+    theirs, shared = set(), set()
+    for name, hs in _routes.items():
+        prefix, _, phase = name.rpartition(".")
+        if phase == "start" or phase == "stop":
+            if all(handler_id in replaced for handler_id, _ in hs):
+                theirs.add(prefix)
+            else:
+                shared.add(prefix)
+    span_fns = tuple((handler_id, fn) for handler_id, (fn, _) in _span_handlers.items())
+    return span_fns, frozenset(theirs - shared), frozenset(shared)
 
 
 def listening(*event_names: str) -> bool:
@@ -167,6 +179,11 @@ def attach_spans(handler_id: str, fn: SpanHandler, *, replacing: Iterable[str] =
     """Call ``fn(span, children)`` for each span ``emit_span`` sends (see ``SpanHandler``),
     in place of those spans' start and stop events for the event handlers ``replacing``
     names (the caller's own, which still get the events of ``span`` and ``emit``).
+
+    A sent span goes to ``fn`` when only those handlers listen to its start and stop and
+    to its children's; where another handler listens to any of them, every handler gets
+    the span's events instead, as without ``fn`` (so what that handler does inside an
+    event keeps its place among theirs).
 
     Raises ``ValueError`` if ``handler_id`` is already attached, as ``attach`` does.
     """
@@ -404,38 +421,19 @@ def _emit_span(
 ) -> None:
     """``emit_span`` with its parent span's id given (``parent``)."""
     completed = _completed
-    if completed is None:
-        routes = _routes
-        names = _span_names.get(event_prefix) or _name_span(event_prefix)
-        if names[0] not in routes and names[1] not in routes:
-            for prefix, md, t0, t1 in children:  # nobody listens: its children are its parent's
-                _emit_span(prefix, md, t0, t1, parent)
+    if completed is not None and event_prefix in completed[1]:
+        kids = children if type(children) is tuple else tuple(children)
+        if _send_whole(completed, event_prefix, metadata, start, end, parent, stop_metadata, kids):
             return
-    else:
-        routes = completed[1]
-    span_id = next(_span_ids)
-    span = (event_prefix, span_id, parent, metadata, start, end, stop_metadata)
-    kids = tuple([(p, next(_span_ids), span_id, md, t0, t1, None) for p, md, t0, t1 in children])
-    if completed is not None:
-        for handler_id, fn in completed[0]:
-            try:
-                fn(span, kids)
-            except Exception as exc:  # a handler must never break the caller
-                _failed(handler_id, event_prefix, exc)
-        if not routes:  # no event handler is left to send events to
-            return
-    _span_events(routes, span, kids)
-
-
-def _span_events(
-    routes: Mapping[str, tuple[tuple[str, Handler], ...]],
-    span: CompletedSpan,
-    kids: tuple[CompletedSpan, ...] = (),
-) -> None:
-    """The start and stop events of a span that ended (and of its children, between them)."""
-    prefix, span_id, parent, metadata, start, end, stop_metadata = span
-    names = _span_names.get(prefix) or _name_span(prefix)
+        children = kids
+    routes = _routes
+    names = _span_names.get(event_prefix) or _name_span(event_prefix)
     start_route, stop_route = routes.get(names[0]), routes.get(names[1])
+    if not start_route and not stop_route:
+        for prefix, md, t0, t1 in children:  # nobody listens to it: its children are its parent's
+            _emit_span(prefix, md, t0, t1, parent)
+        return
+    span_id = next(_span_ids)
     meta = {**metadata, "span_id": span_id, "parent_id": parent}
     if start_route:
         m = {"system_time": time.time_ns(), "monotonic_time": start}
@@ -444,8 +442,8 @@ def _span_events(
                 fn(names[0], m, meta)
             except Exception as exc:  # a handler must never break the caller
                 _failed(handler_id, names[0], exc)
-    for kid in kids:
-        _span_events(routes, kid)
+    for prefix, md, t0, t1 in children:
+        _emit_span(prefix, md, t0, t1, span_id)
     if stop_route:
         stop_md = {**meta, **stop_metadata} if stop_metadata else meta
         m = {"duration": end - start, "monotonic_time": end}
@@ -454,6 +452,34 @@ def _span_events(
                 fn(names[1], m, stop_md)
             except Exception as exc:
                 _failed(handler_id, names[1], exc)
+
+
+def _send_whole(
+    completed: _SentRoutes,
+    event_prefix: str,
+    metadata: Mapping[str, Any],
+    start: int,
+    end: int,
+    parent: int | None,
+    stop_metadata: Mapping[str, Any] | None,
+    children: tuple[tuple[str, Mapping[str, Any], int, int], ...],
+) -> bool:
+    """Send a span whose events only the span handlers' own listen to, and its children,
+    to the span handlers (``_completed``); False where another handler listens to a
+    child, which then gets the events of them all (``_emit_span``)."""
+    shared = completed[2]
+    for child in children:
+        if child[0] in shared:
+            return False
+    span_id = next(_span_ids)
+    span = (event_prefix, span_id, parent, metadata, start, end, stop_metadata)
+    kids = tuple([(p, next(_span_ids), span_id, md, t0, t1, None) for p, md, t0, t1 in children])
+    for handler_id, fn in completed[0]:
+        try:
+            fn(span, kids)
+        except Exception as exc:  # a handler must never break the caller
+            _failed(handler_id, event_prefix, exc)
+    return True
 
 
 def emit_span_exception(

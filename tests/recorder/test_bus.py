@@ -291,11 +291,11 @@ def spans_seen():
 
 def test_a_span_handler_gets_a_sent_span_and_its_children_in_one_call(seen, spans_seen):
     # a recorded whole-graph call: the span handler gets it whole, in place of the events
-    # of the handler it replaces; another handler still gets the events, with the same ids
+    # of the handler it replaces (another handler of other events changes nothing)
     events, listen = seen
     got, on_spans = spans_seen
     listen("mine", CALL_AND_SEGMENT)
-    listen("other", ["ember.segment.start"])
+    listen("other", ["ember.cache.hit", "ember.run.start"])
     bus.attach_spans("test-spans", on_spans, replacing=["mine"])
     assert bus.list_handlers()["test-spans"] == frozenset([bus.SPANS_SENT])
     with bus.span("ember.run", {}):
@@ -310,9 +310,7 @@ def test_a_span_handler_gets_a_sent_span_and_its_children_in_one_call(seen, span
     assert span == ("ember.call", call_id, outer, call_md, 100, 200, stop)
     assert span[3] is call_md  # the sender's metadata itself (a recorder keeps it by identity)
     assert kids == (("ember.segment", call_id + 1, call_id, seg_md, 110, 190, None),)
-    ((name, m, md),) = events  # only the handler not replaced
-    assert (name, m["monotonic_time"]) == ("ember.segment.start", 110)
-    assert md == {"position": 0, "span_id": call_id + 1, "parent_id": call_id}
+    assert [name for name, _, _ in events] == ["ember.run.start"]  # the live span's, only
 
 
 def test_a_span_handler_does_not_replace_the_events_of_live_spans(seen, spans_seen):
@@ -355,3 +353,51 @@ def test_a_span_handler_that_raises_is_detached_and_logged(seen, spans_seen, cap
     assert "boom" in caplog.text
     bus.emit_span("ember.call", {}, 1, 9)  # the replaced handler gets the events again
     assert [n for n, _, _ in events] == ["ember.call.start", "ember.call.stop"]
+
+
+def test_another_handler_of_a_sent_span_gets_its_events_as_without_a_span_handler(seen, spans_seen):
+    # where a handler the span handler does not replace listens to a sent span or to one of
+    # its children, every handler gets that span's events, in their order: the span handler
+    # does not get it (its lines would be written apart from what the other one emits)
+    events, listen = seen
+    got, on_spans = spans_seen
+    listen("mine", CALL_AND_SEGMENT)
+    listen("other", ["ember.segment.stop"])
+    bus.attach_spans("test-spans", on_spans, replacing=["mine"])
+    bus.emit_span("ember.call", {}, 1, 9, children=[("ember.segment", {}, 2, 8)])
+    assert got == []
+    names = [n for n, _, _ in events]
+    assert names == SEGMENT_INSIDE_CALL[:3] + ["ember.segment.stop", "ember.call.stop"]
+    bus.detach("other")  # the span handler's alone again
+    bus.emit_span("ember.call", {}, 1, 9, children=[("ember.segment", {}, 2, 8)])
+    assert [span[0] for span, _ in got] == ["ember.call"]
+    assert len(events) == 5
+
+
+def test_a_handler_detached_for_raising_gets_no_more_events_of_a_sent_span(seen, spans_seen):
+    _, listen = seen
+    _, on_spans = spans_seen
+    listen("mine", CALL_AND_SEGMENT)
+    raised = []
+
+    def broken(name, m, md):
+        raised.append(name)
+        raise RuntimeError("boom")
+
+    bus.attach("broken", ["ember.call.start", "ember.segment.start"], broken)
+    bus.attach_spans("test-spans", on_spans, replacing=["mine"])
+    bus.emit_span("ember.call", {}, 1, 9, children=[("ember.segment", {}, 2, 8)])
+    assert raised == ["ember.call.start"]  # detached at once, as on the event path
+    assert "broken" not in bus.list_handlers()
+
+
+def test_the_children_of_a_sent_span_nobody_listens_to_are_its_parents(seen, spans_seen):
+    _, listen = seen
+    got, on_spans = spans_seen
+    listen("mine", CALL_AND_SEGMENT)
+    bus.attach_spans("test-spans", on_spans, replacing=["mine"])
+    with bus.span("ember.run", {}):
+        outer = bus.current_span_id()
+        bus.emit_span("my.own", {}, 1, 9, children=[("ember.segment", {"position": 0}, 2, 8)])
+    ((span, kids),) = got  # the segment alone, a child of the open span
+    assert (span[0], span[2], kids) == ("ember.segment", outer, ())

@@ -52,12 +52,14 @@ CASES = {
 NOT_VALID = {"empty metadata", "a stop that is not an int", "a stop that is a bool"}
 
 
-def _sent_twice(tmp_path, md, stop, kids, start, valid=True):
-    """Lines of the same span sent with the recorder's span handler, then with its events."""
+def _sent_twice(tmp_path, md, stop, kids, start, valid=True, then=lambda: None):
+    """Lines of the same span sent with the recorder's span handler, then with its events
+    (``then()`` runs once the recording is open)."""
     prefix = "ember.step" if "step" in md else "ember.call"
     children = [(p, m, start + 10 + i, start + 20 + i) for i, (p, m) in enumerate(kids)]
     path = tmp_path / "t.jsonl"
     with record(path) as rec:
+        then()
         handlers = bus.list_handlers()
         (spans_id,) = [h for h in handlers if rec.run_id in h and handlers[h] == {bus.SPANS_SENT}]
         with bus.span("ember.run", {"source": "m.onnx"}):
@@ -117,3 +119,62 @@ def test_metadata_changed_between_calls_is_written_as_it_was_sent(tmp_path):
         if r["kind"] == "span_start"
     ]
     assert starts == ["m.onnx", "b.onnx", "m.onnx"]
+
+
+def _edge_on(event: str) -> None:
+    """Attach a handler of another id that writes a record (an edge, at the event's time)
+    from inside a span's event, as ``track_device_memory`` does at a call's stop."""
+
+    def on_event(name, measurements, md):
+        bus.emit(
+            "ember.edge",
+            {"monotonic_time": measurements["monotonic_time"]},
+            {"from_span": name, "to_span": "x", "duration_ns": 1},
+        )
+
+    bus.attach("test-edges", [event], on_event)
+
+
+@pytest.mark.parametrize(
+    ("event", "attached"),
+    [
+        ("ember.call.stop", "before the recording"),  # track_device_memory(), then record()
+        ("ember.call.stop", "inside the recording"),
+        ("ember.segment.stop", "inside the recording"),
+        ("ember.call.start", "inside the recording"),
+    ],
+)
+def test_a_record_written_from_another_handler_of_a_sent_span_keeps_its_place(
+    tmp_path, event, attached
+):
+    # another handler of the span's events gets them as it did, and what it records lands
+    # between the span's lines where its event came: the lines are the events' lines
+    before = attached == "before the recording"
+    if before:
+        _edge_on(event)
+    try:
+        by_span_handler, by_events = _sent_twice(
+            tmp_path, CALL, {"dispatch_ns": 3}, [("ember.segment", SEGMENT)],
+            time.monotonic_ns(), then=(lambda: None) if before else lambda: _edge_on(event),
+        )  # fmt: skip
+    finally:
+        bus.detach("test-edges")
+    assert by_span_handler == by_events
+    kinds = [orjson.loads(line)["kind"] for line in by_events]
+    assert sorted(kinds) == ["edge"] + ["span_end"] * 2 + ["span_start"] * 2
+
+
+def test_the_children_of_a_sent_span_nobody_records_are_its_parents(tmp_path):
+    # a span of a prefix the recorder does not record: its children are the enclosing
+    # span's, as its events have them (no parent_id of a span the trace does not hold)
+    path = tmp_path / "t.jsonl"
+    start = time.monotonic_ns()
+    with record(path), bus.span("ember.run", {"source": "m.onnx"}):
+        run_id = bus.current_span_id()
+        bus.emit_span(
+            "my.own", {"a": 1}, start, start + 50,
+            children=[("ember.segment", SEGMENT, start + 1, start + 2)],
+        )  # fmt: skip
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    (segment,) = [r for r in records if r["kind"] == "span_start" and r["span_kind"] == "segment"]
+    assert segment["parent_id"] == run_id
