@@ -14,6 +14,7 @@ the builders' lines, key for key (``tests/recorder/test_span_lines.py`` compares
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,8 @@ from ember.recorder import bus
 from .writer import ENCODE_OPTIONS, encode_default
 
 __all__ = ["SpanLines"]
+
+log = logging.getLogger("ember.recorder")
 
 Build = Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]]
 """A record builder: ``build(measurements, metadata) -> record`` (``Recorder._span_builder``)."""
@@ -37,9 +40,19 @@ _END = (
     b'"span_kind":KIND,"attrs":ATTRS}\n'
 )
 _KEPT = 256  # metadata objects whose lines are kept; all dropped when full
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the ints orjson encodes
 
 
 _ATTRS_OPTIONS = ENCODE_OPTIONS & ~orjson.OPT_APPEND_NEWLINE  # numpy arrays as lists, too
+
+
+_Record = tuple[Build, dict[str, Any], Mapping[str, Any]]
+"""A record to build: ``(build, measurements, metadata)``."""
+
+
+def _encoded(build: Build, measurements: dict[str, Any], md: Mapping[str, Any]) -> bytes:
+    """A record's line, as the recorder's event handlers write it."""
+    return orjson.dumps(build(measurements, md), default=encode_default, option=ENCODE_OPTIONS)
 
 
 def _dumps(value: Any) -> bytes:
@@ -108,7 +121,8 @@ class _Templated:
             template = one.stops[keys] = self._stop_template(one, keys)
         values = tuple(stop_md.values())
         for v in values:
-            if type(v) is not int:  # (%d would write a float or a bool as an int)
+            # %d would write a float or a bool as an int, and an int orjson refuses
+            if type(v) is not int or not _INT_MIN <= v <= _INT_MAX:
                 template = b""
                 break
         if not template:  # the end's attributes merged as the builder merges them
@@ -165,6 +179,12 @@ class SpanLines:
         self._built_by: dict[tuple[str, str], Build] = {}
 
     def __call__(self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]) -> bytes:
+        try:
+            return self._lines(span, kids)
+        except Exception:  # something orjson cannot encode: lose only the records holding it
+            return self._record_by_record(span, kids)
+
+    def _lines(self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]) -> bytes:
         templates = self._templates
         t = templates.get(span[0])
         first, last = t.lines(span) if t is not None else self._built(span)
@@ -179,19 +199,42 @@ class SpanLines:
 
     def _built(self, span: bus.CompletedSpan) -> tuple[bytes, bytes]:
         """The lines of a span kind without a template, from the recorder's record builder."""
-        prefix, span_id, parent, md, start, end, stop_md = span
-        if prefix not in self._kinds:  # a span the recorder does not record
+        records = self._records(span)
+        if not records:  # a span the recorder does not record
             return b"", b""
+        return _encoded(*records[0]), _encoded(*records[1])
+
+    def _records(self, span: bus.CompletedSpan) -> list[_Record]:
+        """The span's start and end records, unencoded, as its events would be built (none
+        for a span the recorder does not record)."""
+        prefix, span_id, parent, md, start, end, stop_md = span
+        if prefix not in self._kinds:
+            return []
         meta = {**md, "span_id": span_id, "parent_id": parent}
         stop_meta = {**meta, **stop_md} if stop_md else meta
-        first = self._build(prefix, "start")({"monotonic_time": start}, meta)
-        last = self._build(prefix, "stop")(
-            {"duration": end - start, "monotonic_time": end}, stop_meta
-        )
-        return (
-            orjson.dumps(first, default=encode_default, option=ENCODE_OPTIONS),
-            orjson.dumps(last, default=encode_default, option=ENCODE_OPTIONS),
-        )
+        return [
+            (self._build(prefix, "start"), {"monotonic_time": start}, meta),
+            (
+                self._build(prefix, "stop"),
+                {"duration": end - start, "monotonic_time": end},
+                stop_meta,
+            ),
+        ]
+
+    def _record_by_record(
+        self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]
+    ) -> bytes:
+        """The lines from the record builders, each encoded alone: one that cannot be is
+        logged and left out, as the event path does, and the others are written."""
+        outer = self._records(span)
+        records = outer[:1] + [r for kid in kids for r in self._records(kid)] + outer[1:]
+        lines = []
+        for build, measurements, md in records:
+            try:
+                lines.append(_encoded(build, measurements, md))
+            except Exception as exc:
+                log.error("ember: a record could not be written (%r): %s", md, exc)
+        return b"".join(lines)
 
     def _build(self, prefix: str, phase: str) -> Build:
         build = self._built_by.get((prefix, phase))

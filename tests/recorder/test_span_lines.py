@@ -48,8 +48,31 @@ CASES = {
         [("ember.user", {"name": "load batch", "rows": 8})],
     ),
     "a span the recorder does not record": (CALL, None, [("my.own", {"a": 1})]),
+    # what orjson cannot encode: the records that hold it are lost (logged), the others kept
+    "an int past 64 bits in the stop": (CALL, {"dispatch_ns": 2**64}, [("ember.segment", SEGMENT)]),
+    "an int past 64 bits, merged": (
+        {**CALL, "dispatch_ns": 1},
+        {"dispatch_ns": -(2**63) - 1},
+        [("ember.segment", SEGMENT)],
+    ),
+    "a dict with an int key in the call's": (
+        {**CALL, "shapes": [{1: "x"}]},
+        {"dispatch_ns": 1},
+        [("ember.segment", SEGMENT)],
+    ),
+    "a dict with an int key in the segment's": (
+        CALL,
+        {"dispatch_ns": 1},
+        [("ember.segment", {**SEGMENT, "key": {2: "k"}})],
+    ),
 }
 NOT_VALID = {"empty metadata", "a stop that is not an int", "a stop that is a bool"}
+LOST = {  # case -> the records not written
+    "an int past 64 bits in the stop": 1,
+    "an int past 64 bits, merged": 1,
+    "a dict with an int key in the call's": 2,
+    "a dict with an int key in the segment's": 2,
+}
 
 
 def _sent_twice(tmp_path, md, stop, kids, start, valid=True, then=lambda: None):
@@ -74,17 +97,15 @@ def _sent_twice(tmp_path, md, stop, kids, start, valid=True, then=lambda: None):
 
 
 def _renumbered(lines: list[bytes]) -> list[bytes]:
-    """The lines, their span ids numbered from 1 in the order the spans start (a parent
-    outside the lines keeps its id): the bytes to compare."""
+    """The lines, their span ids (and parent ids) numbered from 1 in the order they are
+    first named: the bytes to compare."""
     new = itertools.count(1)
     ids: dict[bytes, bytes] = {}
-    for line in lines:
-        if line.startswith(b'{"kind":"span_start"'):
-            (span_id,) = re.findall(rb'"span_id":(\d+)', line)
-            ids[span_id] = b"%d" % next(new)
 
     def renumber(match: re.Match[bytes]) -> bytes:
-        return match[1] + ids.get(match[2], match[2])
+        if match[2] not in ids:
+            ids[match[2]] = b"%d" % next(new)
+        return match[1] + ids[match[2]]
 
     return [re.sub(rb'("(?:span|parent)_id":)(\d+)', renumber, line) for line in lines]
 
@@ -96,7 +117,7 @@ def test_a_sent_span_is_written_as_its_events_would_be(tmp_path, case):
         tmp_path, md, stop, kids, time.monotonic_ns(), valid=case not in NOT_VALID
     )
     assert by_span_handler == by_events  # byte for byte, but for the span ids
-    assert len(by_events) == 2 + 2 * sum(p != "my.own" for p, _ in kids)
+    assert len(by_events) == 2 + 2 * sum(p != "my.own" for p, _ in kids) - LOST.get(case, 0)
 
 
 def test_a_span_that_started_before_the_recording_starts_at_zero(tmp_path):
