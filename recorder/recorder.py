@@ -205,7 +205,8 @@ class Recorder:
             bus.attach(f"{self._handler_id}:{name}", [name], self._span_handler(name))
         for name, spec in _POINT_FIELDS.items():
             bus.attach(f"{self._handler_id}:{name}", [name], self._point_handler(*spec))
-        # spans sent after they ended (a whole-graph call) come as one call, not as events
+        # spans sent after they ended (a whole-graph call) come as one call, not as events,
+        # while no other handler listens to their events (``bus.attach_spans``)
         self._span_lines = SpanLines(self._t0, SPANS, DEFERRED, _SPAN_FIELDS, self._span_builder)
         bus.attach_spans(
             f"{self._handler_id}:spans",
