@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
-from ember.analysis import VIEW_NAMES
-from ember.analysis.lake.ingest import LAKE_TABLES
-from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
+from ember.analysis import VIEW_NAMES, connect, ingest
+from ember.analysis.lake.ingest import LAKE_TABLES, connect_lake
+from tests.analysis.traces import cache_line, meta_line, run_span, span_line, write_lines
 
 # what every engine must agree on: the tables, the manifest's view of the files, the views
 COMPARED = (*LAKE_TABLES, "ingested_files", *VIEW_NAMES)
@@ -147,3 +149,36 @@ def view_differences(con, spark, names) -> list[str]:
         for name in names
         for d in _difference(name, duck_rows(con, name), spark_rows(spark, name))
     ]
+
+
+def check_a_grown_file_rejects_a_second_stored_end(
+    tmp_path: Path, ingest_into: Callable[[list[Path], Path], Any]
+) -> None:
+    """A file ingested into a lake by ``ingest_into(paths, lake)`` grows by a second end of a
+    span whose end the lake holds (rejected) and the first end of another (stored): the lake
+    then holds what one ingest of the whole file into a DuckDB file stores."""
+    lines = [
+        meta_line("r1"),
+        span_line("span_start", 1, 10),
+        span_line("span_end", 1, 20),
+        span_line("span_start", 5, 30),
+    ]
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    lake = tmp_path / "lake"
+    ingest_into([path], lake)
+    # line 5 ends span 1 again (its end is in the lake), line 6 ends span 5 (the first end)
+    write_lines(path, [*lines, span_line("span_end", 1, 40), span_line("span_end", 5, 50)])
+    grown = ingest_into([path], lake).files[0]
+    assert (grown.status, grown.continued, grown.records, grown.rejected) == ("ok", True, 1, 1)
+    whole = tmp_path / "whole.duckdb"
+    ingest([path], whole)
+    with connect(whole, read_only=True) as a, connect_lake(lake) as b:
+        assert differences(a, b) == []  # what one ingest of the whole file stores
+        assert b.sql("SELECT span_id FROM span_end ORDER BY ts_ns").rows() == [(1,), (5,)]
+        assert b.sql("SELECT line, reason FROM rejected_lines").rows() == [
+            (
+                5,
+                "a second span_end of span_id 1 (span ids are unique in a run; were two "
+                "traces concatenated?)",
+            )
+        ]

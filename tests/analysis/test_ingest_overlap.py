@@ -166,6 +166,19 @@ def _grow_with_span_rules(path: Path) -> None:
         f.write(b"".join(json.dumps(r).encode() + b"\n" for r in extra))
 
 
+def _both_reads(traces, split_db, stage_db, monkeypatch, small_segments):
+    """``traces`` ingested into ``split_db`` by the split read (checked: it took it) and into
+    ``stage_db`` by ``_stage``, with the same results; the split read's summary."""
+    read = len(small_segments)
+    split = ingest([traces], split_db)
+    assert len(small_segments) > read  # it took the split read
+    with monkeypatch.context() as m:  # (undoes its own patch only)
+        m.setattr(database, "splittable", lambda *a: False)
+        staged = ingest([traces], stage_db)
+    assert _results(split) == _results(staged)
+    return split
+
+
 def test_a_continued_file_takes_the_split_read_and_stores_what_the_stage_read_stores(
     tmp_path, monkeypatch, small_segments
 ):
@@ -187,13 +200,7 @@ def test_a_continued_file_takes_the_split_read_and_stores_what_the_stage_read_st
                 with path.open("ab") as f:
                     f.write(data)
             _grow_with_span_rules(traces / "compile.jsonl")
-        read = len(small_segments)
-        split = ingest([traces], split_db)
-        assert len(small_segments) > read  # it took the split read
-        with monkeypatch.context() as m:  # (undoes its own patch only)
-            m.setattr(database, "splittable", lambda *a: False)
-            staged = ingest([traces], stage_db)
-        assert _results(split) == _results(staged)
+        split = _both_reads(traces, split_db, stage_db, monkeypatch, small_segments)
         results.append(split)
     assert [f.continued for f in results[1].files] == [True] * 4
     grown = next(f for f in results[1].files if f.path.endswith("compile.jsonl"))
@@ -250,13 +257,7 @@ def test_a_span_end_of_a_span_whose_end_its_run_stored_is_a_second_one_on_both_r
     for more in [[], *growths]:
         lines += more
         write_lines(path, lines)
-        read = len(small_segments)
-        split = ingest([traces], split_db)
-        assert len(small_segments) > read  # it took the split read
-        with monkeypatch.context() as m:  # (undoes its own patch only)
-            m.setattr(database, "splittable", lambda *a: False)
-            staged = ingest([traces], stage_db)
-        assert _results(split) == _results(staged)
+        split = _both_reads(traces, split_db, stage_db, monkeypatch, small_segments)
         counts += [(f.status, f.continued, f.records, f.rejected) for f in split.files]
     assert counts == [("ok", False, 4, 0), ("ok", True, 1, 1), ("ok", True, 2, 1)]
     for db in (split_db, stage_db):

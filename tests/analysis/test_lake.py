@@ -27,8 +27,14 @@ from ember.analysis.lake.ingest import (
     lake_columns,
     run_key,
 )
-from tests.analysis.lake_parity import _norm, bad_corpus, differences, table
-from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
+from tests.analysis.lake_parity import (
+    _norm,
+    bad_corpus,
+    check_a_grown_file_rejects_a_second_stored_end,
+    differences,
+    table,
+)
+from tests.analysis.traces import cache_line, meta_line, write_lines
 
 REPO = Path(__file__).resolve().parents[2]
 EMBER = [sys.executable, "-m", "ember.cli.main"]
@@ -158,31 +164,7 @@ def test_a_grown_file_continues_with_the_same_rows_as_one_ingest(tmp_path, sweep
 
 
 def test_a_grown_file_rejects_a_second_end_of_a_span_whose_end_is_in_the_lake(tmp_path):
-    lines = [
-        meta_line("r1"),
-        span_line("span_start", 1, 10),
-        span_line("span_end", 1, 20),
-        span_line("span_start", 5, 30),
-    ]
-    path = write_lines(tmp_path / "t.jsonl", lines)
-    lake = tmp_path / "lake"
-    ingest_lake([path], lake)
-    # line 5 ends span 1 again (its end is in the lake), line 6 ends span 5 (the first end)
-    write_lines(path, [*lines, span_line("span_end", 1, 40), span_line("span_end", 5, 50)])
-    grown = ingest_lake([path], lake).files[0]
-    assert (grown.status, grown.continued, grown.records, grown.rejected) == ("ok", True, 1, 1)
-    whole = tmp_path / "whole.duckdb"
-    ingest([path], whole)
-    with connect(whole, read_only=True) as a, connect_lake(lake) as b:
-        assert differences(a, b) == []  # what one ingest of the whole file stores
-        assert b.sql("SELECT span_id FROM span_end ORDER BY ts_ns").rows() == [(1,), (5,)]
-        assert b.sql("SELECT line, reason FROM rejected_lines").rows() == [
-            (
-                5,
-                "a second span_end of span_id 1 (span ids are unique in a run; were two "
-                "traces concatenated?)",
-            )
-        ]
+    check_a_grown_file_rejects_a_second_stored_end(tmp_path, ingest_lake)
 
 
 def test_a_re_recorded_file_replaces_its_old_run_in_one_commit(tmp_path):

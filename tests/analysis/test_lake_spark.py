@@ -18,6 +18,7 @@ from ember.analysis.torch_trace import import_torch_trace
 from ember.schemas import records as R
 from tests.analysis.lake_parity import (
     bad_corpus,
+    check_a_grown_file_rejects_a_second_stored_end,
     differences,
     duck_rows,
     require_spark,
@@ -245,27 +246,6 @@ while time.time() - t0 < 240:
 def test_a_grown_file_on_spark_rejects_a_second_end_of_a_span_whose_end_is_in_the_lake(
     tmp_path, spark
 ):
-    from tests.analysis.traces import meta_line, span_line, write_lines
-
-    lines = [
-        meta_line("r1"),
-        span_line("span_start", 1, 10),
-        span_line("span_end", 1, 20),
-        span_line("span_start", 5, 30),
-    ]
-    path = write_lines(tmp_path / "t.jsonl", lines)
-    lake = tmp_path / "lake"
-    ingest_spark([path], lake, spark=spark)
-    # line 5 ends span 1 again (its end is in the lake), line 6 ends span 5 (the first end)
-    write_lines(path, [*lines, span_line("span_end", 1, 40), span_line("span_end", 5, 50)])
-    grown = ingest_spark([path], lake, spark=spark).files[0]
-    assert (grown.status, grown.continued, grown.records, grown.rejected) == ("ok", True, 1, 1)
-    whole = tmp_path / "whole.duckdb"
-    ingest([path], whole)
-    with connect(whole, read_only=True) as a, connect_lake(lake) as b:
-        assert differences(a, b) == []  # what one ingest of the whole file stores
-        assert b.sql("SELECT span_id FROM span_end ORDER BY ts_ns").rows() == [(1,), (5,)]
-        assert [r for (r,) in b.sql("SELECT reason FROM rejected_lines").rows()] == [
-            "a second span_end of span_id 1 (span ids are unique in a run; were two "
-            "traces concatenated?)"
-        ]
+    check_a_grown_file_rejects_a_second_stored_end(
+        tmp_path, lambda paths, lake: ingest_spark(paths, lake, spark=spark)
+    )
