@@ -25,6 +25,7 @@ Point events carry the record's fields as metadata; ``monotonic_time`` gives ``t
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
@@ -47,7 +48,7 @@ from ember.schemas import records as R
 
 from . import bus
 from . import events as E
-from .span_lines import SpanLines
+from .span_lines import SpanLines, encode_built
 from .writer import (
     ENCODE_OPTIONS,
     TraceWriteError,
@@ -288,9 +289,7 @@ class Recorder:
 
             return on_span
 
-        def encode(measurements: dict[str, Any], md: Mapping[str, Any]) -> bytes:
-            return dumps(build(measurements, md), default=encode_default, option=ENCODE_OPTIONS)
-
+        encode = functools.partial(encode_built, build)
         keep = pending.append
         if prefix != E.CALL or phase == "start":
 

@@ -24,7 +24,7 @@ from ember.recorder import bus
 
 from .writer import ENCODE_OPTIONS, encode_default
 
-__all__ = ["SpanLines"]
+__all__ = ["SpanLines", "encode_built"]
 
 log = logging.getLogger("ember.recorder")
 
@@ -50,8 +50,8 @@ _Record = tuple[Build, dict[str, Any], Mapping[str, Any]]
 """A record to build: ``(build, measurements, metadata)``."""
 
 
-def _encoded(build: Build, measurements: dict[str, Any], md: Mapping[str, Any]) -> bytes:
-    """A record's line, as the recorder's event handlers write it."""
+def encode_built(build: Build, measurements: dict[str, Any], md: Mapping[str, Any]) -> bytes:
+    """A record's line, built by ``build`` and encoded as the recorder writes every line."""
     return orjson.dumps(build(measurements, md), default=encode_default, option=ENCODE_OPTIONS)
 
 
@@ -168,7 +168,6 @@ class SpanLines:
         fields: Mapping[str, tuple[frozenset[str], frozenset[str]]],
         builder: Callable[[str, str], Build],
     ) -> None:
-        self._t0 = t0
         self._kinds = kinds
         self._builder = builder
         self._templates = {
@@ -202,7 +201,7 @@ class SpanLines:
         records = self._records(span)
         if not records:  # a span the recorder does not record
             return b"", b""
-        return _encoded(*records[0]), _encoded(*records[1])
+        return encode_built(*records[0]), encode_built(*records[1])
 
     def _records(self, span: bus.CompletedSpan) -> list[_Record]:
         """The span's start and end records, unencoded, as its events would be built (none
@@ -231,7 +230,7 @@ class SpanLines:
         lines = []
         for build, measurements, md in records:
             try:
-                lines.append(_encoded(build, measurements, md))
+                lines.append(encode_built(build, measurements, md))
             except Exception as exc:
                 log.error("ember: a record could not be written (%r): %s", md, exc)
         return b"".join(lines)
