@@ -392,11 +392,20 @@ class Recorder:
             batch = pending[:n]
             del pending[:n]
             lines = []
+            span_lines, sent = self._span_lines, []
             for encode, a, b in batch:
+                if encode is span_lines:  # sent spans in a row are written together
+                    sent.append((a, b))
+                    continue
+                if sent:
+                    lines.append(span_lines.many(sent))
+                    sent = []
                 try:
                     lines.append(encode(a, b))
                 except Exception as exc:
                     log.error("ember: a record could not be written (%r, %r): %s", a, b, exc)
+            if sent:
+                lines.append(span_lines.many(sent))
             if self._writer.closed:  # an event that came after the recording closed
                 return
             self._writer.append(b"".join(lines))

@@ -10,12 +10,19 @@ recorder's ``DEFERRED`` kinds), so its encoded attributes are kept by the object
 identity (with a reference to the object, so the identity is not reused). Every other span
 kind is encoded by the recorder's record builders, as its events would be. The lines are
 the builders' lines, key for key (``tests/recorder/test_span_lines.py`` compares them).
+
+A drain writes up to ``DRAIN_AT`` sent spans at once (``SpanLines.many``). A call with one
+segment, whose four lines come from templates, has one *pair* template: its four templates
+joined, filled by one ``%`` of its twelve or so ints. One ``bytes %`` costs more to start
+than to fill (on the Intel host, 2026-12-03: 1.9 us for one pair, 0.7 us a pair when 64 are
+filled at once), so consecutive calls of the same pair template are filled together, by
+one ``%`` of the template repeated.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -25,6 +32,9 @@ from ember.recorder import bus
 from .writer import ENCODE_OPTIONS, encode_default
 
 __all__ = ["SpanLines", "encode_built"]
+
+Sent = tuple["bus.CompletedSpan", tuple["bus.CompletedSpan", ...]]
+"""A span sent after it ended and its children, as a span handler gets them."""
 
 log = logging.getLogger("ember.recorder")
 
@@ -41,6 +51,15 @@ _END = (
 )
 _KEPT = 256  # metadata objects whose lines are kept; all dropped when full
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # the ints orjson encodes
+
+
+def _ints(values: Iterable[Any]) -> bool:
+    """Whether ``%d`` writes ``values`` as orjson does: ints it encodes (``%d`` would write
+    a float or a bool as an int, and an int past 64 bits that orjson refuses)."""
+    for v in values:  # noqa: SIM110 (all() of a generator costs more than these checks)
+        if type(v) is not int or not _INT_MIN <= v <= _INT_MAX:
+            return False
+    return True
 
 
 _ATTRS_OPTIONS = ENCODE_OPTIONS & ~orjson.OPT_APPEND_NEWLINE  # numpy arrays as lists, too
@@ -106,30 +125,33 @@ class _Templated:
     def lines(self, span: bus.CompletedSpan) -> tuple[bytes, bytes]:
         """The span's start and end lines."""
         _, span_id, parent, md, start, end, stop_md = span
-        one = self.by_md.get(id(md))
-        if one is None:
-            one = self._lines_of(md)
+        one = self.lines_of(md)
         t0 = self.t0
         ts = start - t0 if start > t0 else 0
         first = one.root % (ts, span_id) if parent is None else one.child % (ts, span_id, parent)
         ts = end - t0 if end > t0 else 0
         if not stop_md:
             return first, one.end % (ts, span_id, end - start)
-        keys = tuple(stop_md)
-        template = one.stops.get(keys)
-        if template is None:
-            template = one.stops[keys] = self._stop_template(one, keys)
-        values = tuple(stop_md.values())
-        for v in values:
-            # %d would write a float or a bool as an int, and an int orjson refuses
-            if type(v) is not int or not _INT_MIN <= v <= _INT_MAX:
-                template = b""
-                break
+        template = self.stop_template(one, tuple(stop_md)) if _ints(stop_md.values()) else b""
         if not template:  # the end's attributes merged as the builder merges them
             merged = {**one.end_attrs, **stop_md}
             attrs = {k: v for k, v in merged.items() if k in self.end_fields}
             return first, self.end.replace(b"ATTRS", _escaped(attrs)) % (ts, span_id, end - start)
-        return first, template % (ts, span_id, end - start, *values)
+        return first, template % (ts, span_id, end - start, *stop_md.values())
+
+    def lines_of(self, md: Mapping[str, Any]) -> _Lines:
+        """The templates of the metadata object ``md``, kept by its identity."""
+        one = self.by_md.get(id(md))
+        return one if one is not None else self._lines_of(md)
+
+    def stop_template(self, one: _Lines, keys: tuple[str, ...]) -> bytes:
+        """The end's template for a stop of these keys, of int values (``% (ts, span_id,
+        duration, *values)``); b"" where a key is not an end attribute or is one of the
+        start's."""
+        template = one.stops.get(keys)
+        if template is None:
+            template = one.stops[keys] = self._stop_template(one, keys)
+        return template
 
     def _lines_of(self, md: Mapping[str, Any]) -> _Lines:
         start = {k: v for k, v in md.items() if k in self.start_fields}
@@ -176,12 +198,101 @@ class SpanLines:
             if kind in templated
         }
         self._built_by: dict[tuple[str, str], Build] = {}
+        self._t0 = t0
+        # the pair templates (``_pair``): (span prefix, child prefix, id of the span's
+        # metadata, id of the child's, whether the span has no parent, the stop's keys)
+        # -> (both metadata objects, held, and the template; b"": none)
+        self._pairs: dict[tuple[Any, ...], tuple[Any, Any, bytes]] = {}
 
     def __call__(self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]) -> bytes:
         try:
             return self._lines(span, kids)
         except Exception:  # something orjson cannot encode: lose only the records holding it
             return self._record_by_record(span, kids)
+
+    def many(self, sent: Sequence[Sent]) -> bytes:
+        """The lines of spans sent one after another (a drain's), in their order: each
+        one's ``self(span, kids)``, joined. Calls in a row of one pair template (a call and
+        its one segment) are filled by one ``%``."""
+        out: list[bytes] = []
+        run: list[Sent] = []  # the open run: calls of the pair template ``template``
+        template, values = b"", list[Any]()  # the run's template and its values, in order
+        for one in sent:
+            try:
+                pair = self._pair(*one)
+            except Exception:  # something orjson cannot encode: self() writes the rest
+                pair = None
+            if run and (pair is None or pair[0] is not template):
+                out.append(self._fill(template, run, values))
+                run, values = [], []
+            if pair is None:
+                out.append(self(*one))
+                continue
+            template = pair[0]
+            run.append(one)
+            values += pair[1]
+        if run:
+            out.append(self._fill(template, run, values))
+        return b"".join(out)
+
+    def _fill(self, template: bytes, run: list[Sent], values: list[Any]) -> bytes:
+        try:
+            return (template * len(run)) % tuple(values)
+        except Exception:  # not expected (the values are ints): each call on its own
+            return b"".join(self(*one) for one in run)
+
+    def _pair(
+        self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]
+    ) -> tuple[bytes, tuple[Any, ...]] | None:
+        """A span with one child, both of template kinds and the child without stop
+        metadata: its pair template (its start, the child's start and end, its end: the
+        templates ``lines`` uses, joined) and the values that fill it. None for any other."""
+        if len(kids) != 1:
+            return None
+        prefix, span_id, parent, md, start, end, stop_md = span
+        kid_prefix, kid_id, kid_parent, kid_md, kid_start, kid_end, kid_stop = kids[0]
+        if kid_stop or kid_parent is None:
+            return None
+        root = parent is None
+        keys = tuple(stop_md) if stop_md else ()
+        # by the metadata objects' identity: the entry holds both, so neither id is reused
+        key = (prefix, kid_prefix, id(md), id(kid_md), root, keys)
+        pair = self._pairs.get(key)
+        if pair is None:
+            pair = self._new_pair(key, span, kids[0])
+        template = pair[2]
+        if not template:
+            return None
+        if stop_md and not _ints(stop_md.values()):
+            return None
+        t0 = self._t0
+        ts, kid_ts = (start - t0 if start > t0 else 0), (kid_start - t0 if kid_start > t0 else 0)
+        ends, kid_ends = (end - t0 if end > t0 else 0), (kid_end - t0 if kid_end > t0 else 0)
+        values: tuple[Any, ...] = (ts, span_id) if root else (ts, span_id, parent)
+        values += (kid_ts, kid_id, kid_parent, kid_ends, kid_id, kid_end - kid_start)
+        values += (ends, span_id, end - start)
+        if stop_md:
+            values += tuple(stop_md.values())
+        return template, values
+
+    def _new_pair(
+        self, key: tuple[Any, ...], span: bus.CompletedSpan, kid: bus.CompletedSpan
+    ) -> tuple[Any, Any, bytes]:
+        """The pair template of ``key`` (``_pair``'s), kept with both metadata objects; b""
+        where the span or its child has no template, or no end template takes the stop."""
+        prefix, _, parent, md, _, _, stop_md = span
+        t, k = self._templates.get(prefix), self._templates.get(kid[0])
+        template = b""
+        if t is not None and k is not None:
+            one, child = t.lines_of(md), k.lines_of(kid[3])
+            last = t.stop_template(one, tuple(stop_md)) if stop_md else one.end
+            if last:
+                template = (one.root if parent is None else one.child) + child.child
+                template += child.end + last
+        if len(self._pairs) >= _KEPT:
+            self._pairs.clear()
+        pair = self._pairs[key] = (md, kid[3], template)
+        return pair
 
     def _lines(self, span: bus.CompletedSpan, kids: tuple[bus.CompletedSpan, ...]) -> bytes:
         templates = self._templates

@@ -199,3 +199,57 @@ def test_the_children_of_a_sent_span_nobody_records_are_its_parents(tmp_path):
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     (segment,) = [r for r in records if r["kind"] == "span_start" and r["span_kind"] == "segment"]
     assert segment["parent_id"] == run_id
+
+
+def test_calls_sent_in_a_row_are_written_as_their_events_would_be(tmp_path, monkeypatch):
+    # One drain writes every call sent since the last: a run of calls of one pair template
+    # is filled by one %. Whatever breaks a run (another template, a stop no template
+    # takes, a call without its segment, a record that is lost) keeps its place.
+    from ember.recorder.span_lines import SpanLines
+
+    other = {**CALL, "source": "b.onnx"}
+    sends = [
+        (CALL, {"dispatch_ns": 1}, 1),
+        (CALL, {"dispatch_ns": 2}, 1),
+        (CALL, {"dispatch_ns": 3}, 1),
+        (CALL, {"dispatch_ns": 2.5}, 1),  # a float: the builders' line
+        (other, {"dispatch_ns": 4}, 1),
+        (CALL, {"dispatch_ns": 5}, 1),
+        (CALL, None, 1),  # no stop metadata: another end template
+        (CALL, {"dispatch_ns": 6}, 0),  # no segment
+        (CALL, {"dispatch_ns": 2**64}, 1),  # lost: orjson refuses it
+        (CALL, {"dispatch_ns": 7}, 2),  # two segments
+        (CALL, {"dispatch_ns": 8}, 1),
+    ]
+    runs: list[int] = []
+    fill = SpanLines._fill
+    monkeypatch.setattr(
+        SpanLines, "_fill", lambda self, t, run, v: runs.append(len(run)) or fill(self, t, run, v)
+    )
+
+    def send_all(start: int) -> None:
+        for i, (md, stop, segments) in enumerate(sends):
+            t = start + 1000 * i
+            kids = [("ember.segment", SEGMENT, t + 10 + j, t + 20 + j) for j in range(segments)]
+            bus.emit_span("ember.call", md, t, t + 100, stop_metadata=stop, children=kids)
+
+    path = tmp_path / "t.jsonl"
+    start = time.monotonic_ns()
+    with record(path) as rec:
+        handlers = bus.list_handlers()
+        (spans_id,) = [h for h in handlers if rec.run_id in h and handlers[h] == {bus.SPANS_SENT}]
+        send_all(start)  # no parent
+        with bus.span("ember.run", {"source": "m.onnx"}):
+            send_all(start)  # inside a span
+        rec.flush()
+        half = len(path.read_bytes().splitlines())
+        bus.detach(spans_id)
+        send_all(start)
+        with bus.span("ember.run", {"source": "m.onnx"}):
+            send_all(start)
+    lines = [line for line in path.read_bytes().splitlines() if b'"span_kind":"run"' not in line]
+    half -= 2  # the first run span's lines
+    by_span_handler, by_events = _renumbered(lines[1:half]), _renumbered(lines[half:])
+    assert by_span_handler == by_events  # byte for byte, but for the span ids
+    assert len(by_events) == 2 * (4 * 11 - 2 + 2 - 1)
+    assert runs == [3, 1, 1, 1, 1] * 2  # calls 1-3 in one %; the others alone or not at all
