@@ -617,10 +617,12 @@ def span_problems_sql(stage: str, order: str, prior: str, file: str | None = Non
 
     Span ids are unique in a run. Rejected: a second span_start of an id (in the file, or
     after the rows of its run already stored) and a second span_end of an id (in the file,
-    any end of an id whose end its run already stored, or the end of a span_start rejected
-    as a second one), which is what concatenated traces have; and a span_end before any
-    span_start of its id. One rendering for every engine (DuckDB runs it as it is, Spark
-    through ``spark_sql.to_spark``): ``stage`` is the staged rows (``kind``, ``span_id``,
+    or any end of an id whose end its run already stored), which is what concatenated
+    traces have; and a span_end before any span_start of its id. A file ingested as it
+    grows thus stores what one ingest of the whole file stores.
+
+    One rendering for every engine (DuckDB runs it as it is, Spark through
+    ``spark_sql.to_spark``): ``stage`` is the staged rows (``kind``, ``span_id``,
     ``order``), ``order`` their order in the file, ``prior`` the span records already
     stored for the run (``kind``, 'span_start' or 'span_end', ``span_id``, and ``file``),
     ``file`` the column that tells the files of a batch apart (None: one file). Equality
@@ -644,9 +646,7 @@ LEFT JOIN (SELECT DISTINCT {keys}kind, span_id FROM {prior}) AS p
 WHERE x.{order} <> d.first OR p.span_id IS NOT NULL
 UNION ALL
 SELECT {f"e.{file}, " if file else ""}e.{order},
-    CASE WHEN s.first < e.{order}
-        THEN 'a second span_end of span_id ' || e.span_id || {_AGAIN}
-        ELSE 'span_end without a span_start (span_id ' || e.span_id || ')' END AS reason
+    'span_end without a span_start (span_id ' || e.span_id || ')' AS reason
 FROM {stage} AS e
 LEFT JOIN (
     SELECT {keys}span_id, min({order}) AS first FROM {stage}
@@ -654,8 +654,6 @@ LEFT JOIN (
 ) AS s ON s.span_id = e.span_id{on("s", "e")}
 LEFT JOIN (SELECT DISTINCT {keys}span_id FROM {prior} WHERE kind = 'span_start') AS p
     ON p.span_id = e.span_id{on("p", "e")}
-WHERE e.kind = 'span_end' AND CASE
-    -- started before this file: its start here, if any, was rejected as a second one
-    WHEN p.span_id IS NOT NULL THEN s.first < e.{order}
-    ELSE s.first IS NULL OR s.first > e.{order} END
+-- an end with no start before it, here or stored before this file
+WHERE e.kind = 'span_end' AND p.span_id IS NULL AND (s.first IS NULL OR s.first > e.{order})
 """

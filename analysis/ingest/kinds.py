@@ -98,17 +98,15 @@ class SpanIds:
     (and ``ember validate``): a second span_start of an id, a second span_end of an id, a
     span_end before any span_start of its id. For a continued file, the span ids its run
     stored are added as the file names them (``StoredSpans``): a span_start of an id whose
-    start is stored (``prior``) is a second one, and so is a span_end of one after such a
-    span_start; a span_end of an id whose end is stored is a second one."""
+    start is stored is a second one, and a span_end of an id whose end is stored is a second
+    one. So a file ingested as it grows stores what one ingest of the whole file stores."""
 
     def __init__(self) -> None:
         self.started: set[int] = set()
         self.ended: set[int] = set()
-        self.prior: set[int] = set()
 
     def stored(self, span_ids: list[int]) -> None:
         """Span ids whose span_start the run stored (a continued file)."""
-        self.prior.update(span_ids)
         self.started.update(span_ids)
 
     def stored_ends(self, span_ids: list[int]) -> None:
@@ -117,10 +115,6 @@ class SpanIds:
 
     def start(self, span_id: int) -> str | None:
         if span_id in self.started:
-            if span_id in self.prior:
-                # ``span_problems_sql``: an end after a stored span's second start is a
-                # second end, as if this one had ended it
-                self.ended.add(span_id)
             return f"a second span_start of span_id {span_id}{_AGAIN}"
         self.started.add(span_id)
         return None

@@ -155,8 +155,9 @@ def check_a_grown_file_rejects_a_second_stored_end(
     tmp_path: Path, ingest_into: Callable[[list[Path], Path], Any]
 ) -> None:
     """A file ingested into a lake by ``ingest_into(paths, lake)`` grows by a second end of a
-    span whose end the lake holds (rejected) and the first end of another (stored): the lake
-    then holds what one ingest of the whole file into a DuckDB file stores."""
+    span whose end the lake holds (rejected), a second start of another (rejected) and that
+    one's first end (stored): the lake then holds what one ingest of the whole file into a
+    DuckDB file stores."""
     lines = [
         meta_line("r1"),
         span_line("span_start", 1, 10),
@@ -166,19 +167,19 @@ def check_a_grown_file_rejects_a_second_stored_end(
     path = write_lines(tmp_path / "t.jsonl", lines)
     lake = tmp_path / "lake"
     ingest_into([path], lake)
-    # line 5 ends span 1 again (its end is in the lake), line 6 ends span 5 (the first end)
-    write_lines(path, [*lines, span_line("span_end", 1, 40), span_line("span_end", 5, 50)])
+    # line 5 ends span 1 again (its end is in the lake), line 6 starts span 5 again, line 7
+    # ends span 5 (the first end)
+    more = [span_line("span_end", 1, 40), span_line("span_start", 5, 45)]
+    write_lines(path, [*lines, *more, span_line("span_end", 5, 50)])
     grown = ingest_into([path], lake).files[0]
-    assert (grown.status, grown.continued, grown.records, grown.rejected) == ("ok", True, 1, 1)
+    assert (grown.status, grown.continued, grown.records, grown.rejected) == ("ok", True, 1, 2)
     whole = tmp_path / "whole.duckdb"
     ingest([path], whole)
     with connect(whole, read_only=True) as a, connect_lake(lake) as b:
         assert differences(a, b) == []  # what one ingest of the whole file stores
         assert b.sql("SELECT span_id FROM span_end ORDER BY ts_ns").rows() == [(1,), (5,)]
-        assert b.sql("SELECT line, reason FROM rejected_lines").rows() == [
-            (
-                5,
-                "a second span_end of span_id 1 (span ids are unique in a run; were two "
-                "traces concatenated?)",
-            )
+        again = " (span ids are unique in a run; were two traces concatenated?)"
+        assert b.sql("SELECT line, reason FROM rejected_lines ORDER BY line").rows() == [
+            (5, f"a second span_end of span_id 1{again}"),
+            (6, f"a second span_start of span_id 5{again}"),
         ]

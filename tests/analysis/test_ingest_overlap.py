@@ -149,8 +149,8 @@ def test_duckdb_refusing_a_later_segment_rolls_back_and_takes_the_stage_read(
 
 def _grow_with_span_rules(path: Path) -> None:
     """Append to a trace (its first half ingested): a second span_start of an id its first
-    half stored, then a span_end of that id (both rejected, as ``_stage``'s ``_prior_spans``
-    rule has it), a second meta (rejected), then a new span (kept)."""
+    half stored, then a second span_end of that id (both rejected: the file holds its start
+    and its end already), a second meta (rejected), then a new span (kept)."""
     lines = [json.loads(x) for x in path.read_bytes().splitlines()]
     start = next(r for r in lines if r["kind"] == "span_start")
     end = next(r for r in lines if r["kind"] == "span_end" and r["span_id"] == start["span_id"])
@@ -243,9 +243,15 @@ def test_a_span_end_of_a_span_whose_end_its_run_stored_is_a_second_one_on_both_r
         span_line("span_start", 5, 30),
     ]
     growths = [
-        # line 5: an end of span 1, whose end is stored (rejected); line 6: span 5's first
-        [span_line("span_end", 1, 40), span_line("span_end", 5, 50)],
-        # line 7: an end of span 5, whose end the growth before stored (rejected)
+        # line 5: an end of span 1, whose end is stored (rejected); line 6: span 5's start
+        # again (rejected); line 7: span 5's first end (kept, as one ingest of the whole
+        # file keeps it: the second start is rejected, not taken as a span of its own)
+        [
+            span_line("span_end", 1, 40),
+            span_line("span_start", 5, 45),
+            span_line("span_end", 5, 50),
+        ],
+        # line 8: an end of span 5, whose end the growth before stored (rejected)
         [
             span_line("span_end", 5, 60),
             span_line("span_start", 6, 70),
@@ -259,13 +265,16 @@ def test_a_span_end_of_a_span_whose_end_its_run_stored_is_a_second_one_on_both_r
         write_lines(path, lines)
         split = _both_reads(traces, split_db, stage_db, monkeypatch, small_segments)
         counts += [(f.status, f.continued, f.records, f.rejected) for f in split.files]
-    assert counts == [("ok", False, 4, 0), ("ok", True, 1, 1), ("ok", True, 2, 1)]
-    for db in (split_db, stage_db):
+    assert counts == [("ok", False, 4, 0), ("ok", True, 1, 2), ("ok", True, 2, 1)]
+    whole = tmp_path / "whole.duckdb"
+    ingest([traces], whole)
+    for db in (split_db, stage_db, whole):  # what one ingest of the whole file stores
         assert _span_ends_and_rejections(db) == (
             [1, 5, 6],
             [
                 (5, f"a second span_end of span_id 1{_AGAIN}"),
-                (7, f"a second span_end of span_id 5{_AGAIN}"),
+                (6, f"a second span_start of span_id 5{_AGAIN}"),
+                (8, f"a second span_end of span_id 5{_AGAIN}"),
             ],
         )
     assert_same_tables(split_db, stage_db)
