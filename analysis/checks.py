@@ -618,8 +618,9 @@ def span_problems_sql(stage: str, order: str, prior: str, file: str | None = Non
     Span ids are unique in a run. Rejected: a second span_start of an id (in the file, or
     after the rows of its run already stored) and a second span_end of an id (in the file,
     or any end of an id whose end its run already stored), which is what concatenated
-    traces have; and a span_end before any span_start of its id. A file ingested as it
-    grows thus stores what one ingest of the whole file stores.
+    traces have; and a span_end before any span_start of its id, which counts for nothing
+    after (the end of a span that starts later is its first). A file ingested as it grows
+    thus stores what one ingest of the whole file stores.
 
     One rendering for every engine (DuckDB runs it as it is, Spark through
     ``spark_sql.to_spark``): ``stage`` is the staged rows (``kind``, ``span_id``,
@@ -631,29 +632,39 @@ def span_problems_sql(stage: str, order: str, prior: str, file: str | None = Non
     """
     keys = f"{file}, " if file else ""
     on = (lambda a, b: f" AND {a}.{file} = {b}.{file}") if file else (lambda a, b: "")
+    first_starts = (
+        f"SELECT {keys}span_id, min({order}) AS first FROM {stage} "
+        f"WHERE kind = 'span_start' GROUP BY {keys}span_id"
+    )
+    stored_starts = f"SELECT DISTINCT {keys}span_id FROM {prior} WHERE kind = 'span_start'"
     return f"""
 SELECT {f"x.{file}, " if file else ""}x.{order},
     'a second ' || x.kind || ' of span_id ' || x.span_id || {_AGAIN} AS reason
 FROM {stage} AS x
 LEFT JOIN (
-    -- the ids seen more than once (a hash aggregate: a valid file has none to join)
-    SELECT {keys}kind, span_id, min({order}) AS first FROM {stage}
-    WHERE kind IN ('span_start', 'span_end') GROUP BY {keys}kind, span_id HAVING count(*) > 1
+    -- the ids started more than once: their first start (a hash aggregate: a valid file
+    -- has none to join)
+    SELECT {keys}'span_start' AS kind, span_id, min({order}) AS first FROM {stage}
+    WHERE kind = 'span_start' GROUP BY {keys}span_id HAVING count(*) > 1
+    UNION ALL
+    -- the ids ended more than once after a start: their first such end
+    SELECT {f"e.{file}, " if file else ""}'span_end' AS kind, e.span_id, min(e.{order})
+    FROM {stage} AS e
+    LEFT JOIN ({first_starts}) AS s ON s.span_id = e.span_id{on("s", "e")}
+    LEFT JOIN ({stored_starts}) AS p ON p.span_id = e.span_id{on("p", "e")}
+    WHERE e.kind = 'span_end' AND (p.span_id IS NOT NULL OR s.first < e.{order})
+    GROUP BY {f"e.{file}, " if file else ""}e.span_id HAVING count(*) > 1
 ) AS d ON d.kind = x.kind AND d.span_id = x.span_id{on("d", "x")}
 LEFT JOIN (SELECT DISTINCT {keys}kind, span_id FROM {prior}) AS p
     -- a start or an end its run already stored: this one is a second one
     ON p.kind = x.kind AND p.span_id = x.span_id{on("p", "x")}
-WHERE x.{order} <> d.first OR p.span_id IS NOT NULL
+WHERE x.{order} > d.first OR p.span_id IS NOT NULL
 UNION ALL
 SELECT {f"e.{file}, " if file else ""}e.{order},
     'span_end without a span_start (span_id ' || e.span_id || ')' AS reason
 FROM {stage} AS e
-LEFT JOIN (
-    SELECT {keys}span_id, min({order}) AS first FROM {stage}
-    WHERE kind = 'span_start' GROUP BY {keys}span_id
-) AS s ON s.span_id = e.span_id{on("s", "e")}
-LEFT JOIN (SELECT DISTINCT {keys}span_id FROM {prior} WHERE kind = 'span_start') AS p
-    ON p.span_id = e.span_id{on("p", "e")}
+LEFT JOIN ({first_starts}) AS s ON s.span_id = e.span_id{on("s", "e")}
+LEFT JOIN ({stored_starts}) AS p ON p.span_id = e.span_id{on("p", "e")}
 -- an end with no start before it, here or stored before this file
 WHERE e.kind = 'span_end' AND p.span_id IS NULL AND (s.first IS NULL OR s.first > e.{order})
 """

@@ -258,9 +258,10 @@ _AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
 class _SpanIds:
     """The rules across lines of span ids, as ingest applies them (``span_problems_sql``):
     a second span_start of an id, a second span_end of an id, a span_end before any
-    span_start of its id. Only the records that pass their own checks count: ingest
-    stores those alone and applies the rules to what it stores (a span_start rejected for
-    a bad field does not make a valid one of its id after it a second start)."""
+    span_start of its id. Only the records that pass their own checks count: ingest stores
+    those alone and applies the rules to what it stores (a span_start rejected for a bad
+    field does not make a valid one of its id after it a second start, nor does a span_end
+    rejected for having no start make the end of a span that starts later a second end)."""
 
     def __init__(self) -> None:
         self.started: set[int] = set()
@@ -275,12 +276,11 @@ class _SpanIds:
                 return f"a second span_start of span_id {span_id}{_AGAIN}"
             self.started.add(span_id)
             return None
-        again = span_id in self.ended
-        self.ended.add(span_id)
-        if again:
-            return f"a second span_end of span_id {span_id}{_AGAIN}"
-        if span_id not in self.started:
+        if span_id not in self.started:  # counts for nothing: a later start's end is its first
             return f"span_end without a span_start (span_id {span_id})"
+        if span_id in self.ended:
+            return f"a second span_end of span_id {span_id}{_AGAIN}"
+        self.ended.add(span_id)
         return None
 
 

@@ -96,10 +96,11 @@ _AGAIN = " (span ids are unique in a run; were two traces concatenated?)"
 class SpanIds:
     """The span-id rules of one file, line by line, as ``checks.span_problems_sql`` has them
     (and ``ember validate``): a second span_start of an id, a second span_end of an id, a
-    span_end before any span_start of its id. For a continued file, the span ids its run
-    stored are added as the file names them (``StoredSpans``): a span_start of an id whose
-    start is stored is a second one, and a span_end of an id whose end is stored is a second
-    one. So a file ingested as it grows stores what one ingest of the whole file stores."""
+    span_end before any span_start of its id (which makes no later end a second one). For
+    a continued file, the span ids its run stored are added as the file names them
+    (``StoredSpans``): a span_start of an id whose start is stored is a second one, and a
+    span_end of an id whose end is stored is a second one. So a file ingested as it grows
+    stores what one ingest of the whole file stores."""
 
     def __init__(self) -> None:
         self.started: set[int] = set()
@@ -120,11 +121,11 @@ class SpanIds:
         return None
 
     def end(self, span_id: int) -> str | None:
+        if span_id not in self.started:  # counts for nothing: a later start's end is its first
+            return f"span_end without a span_start (span_id {span_id})"
         if span_id in self.ended:
             return f"a second span_end of span_id {span_id}{_AGAIN}"
         self.ended.add(span_id)
-        if span_id not in self.started:
-            return f"span_end without a span_start (span_id {span_id})"
         return None
 
 

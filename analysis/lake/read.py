@@ -178,7 +178,12 @@ def attach_lake(
     )
     con.execute(
         f"""CREATE OR REPLACE VIEW ingested_files AS
-        SELECT f.file, f.run_id, f.status, f.message, f.offset_bytes, f.lines, f.records,
+        SELECT f.file, f.run_id, f.status,
+            -- a file read in pieces: the rejected lines of all of them, as a database says
+            CASE WHEN f.status = 'ok' AND r.n > 0
+                THEN r.n || ' line(s) rejected; see rejected_lines' ELSE f.message END
+                AS message,
+            f.offset_bytes, f.lines, f.records,
             CAST(coalesce(r.n, 0) AS BIGINT) AS rejected, f.first_line_hash,
             f.schema_version, CAST(f.ingested_at AS TIMESTAMP) AS ingested_at,
             CAST(f.size_bytes AS BIGINT) AS size_bytes

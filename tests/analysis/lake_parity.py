@@ -154,32 +154,37 @@ def view_differences(con, spark, names) -> list[str]:
 def check_a_grown_file_rejects_a_second_stored_end(
     tmp_path: Path, ingest_into: Callable[[list[Path], Path], Any]
 ) -> None:
-    """A file ingested into a lake by ``ingest_into(paths, lake)`` grows by a second end of a
-    span whose end the lake holds (rejected), a second start of another (rejected) and that
-    one's first end (stored): the lake then holds what one ingest of the whole file into a
-    DuckDB file stores."""
+    """A file ingested into a lake by ``ingest_into(paths, lake)``, with an end of a span
+    that has no start (rejected), grows by a second end of a span whose end the lake holds
+    (rejected), a second start of another (rejected) and that one's first end (stored), and
+    by the start and end of the span that had no start (stored): the lake then holds what
+    one ingest of the whole file into a DuckDB file stores."""
     lines = [
         meta_line("r1"),
         span_line("span_start", 1, 10),
         span_line("span_end", 1, 20),
         span_line("span_start", 5, 30),
+        span_line("span_end", 9, 35),
     ]
     path = write_lines(tmp_path / "t.jsonl", lines)
     lake = tmp_path / "lake"
     ingest_into([path], lake)
-    # line 5 ends span 1 again (its end is in the lake), line 6 starts span 5 again, line 7
-    # ends span 5 (the first end)
+    # line 6 ends span 1 again (its end is in the lake), line 7 starts span 5 again, line 8
+    # ends span 5 (the first end), lines 9-10 start and end span 9
     more = [span_line("span_end", 1, 40), span_line("span_start", 5, 45)]
-    write_lines(path, [*lines, *more, span_line("span_end", 5, 50)])
+    more += [span_line("span_end", 5, 50), span_line("span_start", 9, 52)]
+    write_lines(path, [*lines, *more, span_line("span_end", 9, 54)])
     grown = ingest_into([path], lake).files[0]
-    assert (grown.status, grown.continued, grown.records, grown.rejected) == ("ok", True, 1, 2)
+    assert (grown.status, grown.continued, grown.records, grown.rejected) == ("ok", True, 3, 2)
     whole = tmp_path / "whole.duckdb"
     ingest([path], whole)
     with connect(whole, read_only=True) as a, connect_lake(lake) as b:
         assert differences(a, b) == []  # what one ingest of the whole file stores
-        assert b.sql("SELECT span_id FROM span_end ORDER BY ts_ns").rows() == [(1,), (5,)]
+        ends = b.sql("SELECT span_id FROM span_end ORDER BY ts_ns").rows()
+        assert ends == [(1,), (5,), (9,)]
         again = " (span ids are unique in a run; were two traces concatenated?)"
         assert b.sql("SELECT line, reason FROM rejected_lines ORDER BY line").rows() == [
-            (5, f"a second span_end of span_id 1{again}"),
-            (6, f"a second span_start of span_id 5{again}"),
+            (5, "span_end without a span_start (span_id 9)"),
+            (6, f"a second span_end of span_id 1{again}"),
+            (7, f"a second span_start of span_id 5{again}"),
         ]

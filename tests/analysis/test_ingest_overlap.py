@@ -18,6 +18,7 @@ import pytest
 from ember.analysis import connect, ingest
 from ember.analysis.ingest.plan import raw_text
 from ember.analysis.synthetic import write_compile_trace, write_trace
+from ember.schemas.validate import validate_file
 from tests.analysis.test_ingest_split import _results, assert_same_tables, write_shapes
 from tests.analysis.traces import cache_line, meta_line, span_line, write_lines
 
@@ -241,17 +242,21 @@ def test_a_span_end_of_a_span_whose_end_its_run_stored_is_a_second_one_on_both_r
         span_line("span_start", 1, 10),
         span_line("span_end", 1, 20),
         span_line("span_start", 5, 30),
+        span_line("span_end", 9, 35),  # no start (rejected): it counts for nothing after
     ]
     growths = [
-        # line 5: an end of span 1, whose end is stored (rejected); line 6: span 5's start
-        # again (rejected); line 7: span 5's first end (kept, as one ingest of the whole
-        # file keeps it: the second start is rejected, not taken as a span of its own)
+        # line 6: an end of span 1, whose end is stored (rejected); line 7: span 5's start
+        # again (rejected); line 8: span 5's first end (kept, as one ingest of the whole
+        # file keeps it: the second start is rejected, not taken as a span of its own);
+        # lines 9-10: span 9, its first end after its start (kept)
         [
             span_line("span_end", 1, 40),
             span_line("span_start", 5, 45),
             span_line("span_end", 5, 50),
+            span_line("span_start", 9, 52),
+            span_line("span_end", 9, 54),
         ],
-        # line 8: an end of span 5, whose end the growth before stored (rejected)
+        # line 11: an end of span 5, whose end the growth before stored (rejected)
         [
             span_line("span_end", 5, 60),
             span_line("span_start", 6, 70),
@@ -265,18 +270,23 @@ def test_a_span_end_of_a_span_whose_end_its_run_stored_is_a_second_one_on_both_r
         write_lines(path, lines)
         split = _both_reads(traces, split_db, stage_db, monkeypatch, small_segments)
         counts += [(f.status, f.continued, f.records, f.rejected) for f in split.files]
-    assert counts == [("ok", False, 4, 0), ("ok", True, 1, 2), ("ok", True, 2, 1)]
+    assert counts == [("ok", False, 4, 1), ("ok", True, 3, 2), ("ok", True, 2, 1)]
     whole = tmp_path / "whole.duckdb"
     ingest([traces], whole)
     for db in (split_db, stage_db, whole):  # what one ingest of the whole file stores
         assert _span_ends_and_rejections(db) == (
-            [1, 5, 6],
+            [1, 5, 9, 6],
             [
-                (5, f"a second span_end of span_id 1{_AGAIN}"),
-                (6, f"a second span_start of span_id 5{_AGAIN}"),
-                (8, f"a second span_end of span_id 5{_AGAIN}"),
+                (5, "span_end without a span_start (span_id 9)"),
+                (6, f"a second span_end of span_id 1{_AGAIN}"),
+                (7, f"a second span_start of span_id 5{_AGAIN}"),
+                (11, f"a second span_end of span_id 5{_AGAIN}"),
             ],
         )
+    # and ember validate says the same of each line
+    assert [(e.line, e.message) for e in validate_file(path).errors] == (
+        _span_ends_and_rejections(whole)[1]
+    )
     assert_same_tables(split_db, stage_db)
 
 
