@@ -70,11 +70,16 @@ browser:
 # pytest runs on every logical core (pytest-xdist; psutil counts them): 18 minutes one test
 # at a time on a 2-core CI machine. `make test PYTEST_WORKERS=0` runs it in one process.
 # --dist loadfile: a file's tests run in one worker, so that a module's fixtures (a Spark
-# session, recorded runs) are made once, not once per worker.
+# session, recorded runs) are made once, not once per worker. --no-loadscope-reorder: the
+# files go to the workers in collection order; xdist's default order (most tests first)
+# left the one-test files, the slowest of the suite (the Spark cluster, 5 min; the demo;
+# the browsers), for the end, and one worker ran them while the other idled: 1854 s on
+# 2 cores where collection order (tests/analysis, holding the Spark and lake files, first)
+# balances the workers to ~1660 s.
 PYTEST_WORKERS ?= logical
 test: $(TEST_STAMP) lint browser
 	$(BIN)/python -m ember.runtime.conformance
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 conformance: $(TEST_STAMP)
 	$(BIN)/python -m ember.runtime.conformance

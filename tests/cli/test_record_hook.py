@@ -33,7 +33,10 @@ def _ember(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
+# Once for the module: the tests only run programs with the hook in place (none installs,
+# removes or edits it), so each did not need its own install and two uninstalls (~20 s a
+# test on a loaded 2-core CI machine); the install and uninstall are checked here as before.
+@pytest.fixture(scope="module")
 def hook():
     if autorecord.hook_path().exists():
         pytest.skip(f"{autorecord.hook_path()} is installed already: not touching it")
