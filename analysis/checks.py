@@ -628,17 +628,29 @@ def span_problems_sql(stage: str, order: str, prior: str, file: str | None = Non
     stored for the run (``kind``, 'span_start' or 'span_end', ``span_id``, and ``file``),
     ``file`` the column that tells the files of a batch apart (None: one file). Equality
     joins on the first row of each id: comparing every start of an id with every end of it
-    was quadratic in the copies of a duplicated id.
+    was quadratic in the copies of a duplicated id. The ends are joined with their id's
+    first start once (``ends``), for both the second ends and the ends without a start.
     """
     keys = f"{file}, " if file else ""
     on = (lambda a, b: f" AND {a}.{file} = {b}.{file}") if file else (lambda a, b: "")
-    first_starts = (
-        f"SELECT {keys}span_id, min({order}) AS first FROM {stage} "
-        f"WHERE kind = 'span_start' GROUP BY {keys}span_id"
-    )
-    stored_starts = f"SELECT DISTINCT {keys}span_id FROM {prior} WHERE kind = 'span_start'"
+    fx = f"x.{file}, " if file else ""
+    fe = f"e.{file}, " if file else ""
     return f"""
-SELECT {f"x.{file}, " if file else ""}x.{order},
+WITH ends AS (
+    -- every end, and whether a start of its id came before it (here or stored)
+    SELECT {fe}e.{order}, e.span_id,
+        p.span_id IS NOT NULL OR coalesce(s.first < e.{order}, false) AS started
+    FROM {stage} AS e
+    LEFT JOIN (
+        SELECT {keys}span_id, min({order}) AS first FROM {stage}
+        WHERE kind = 'span_start' GROUP BY {keys}span_id
+    ) AS s ON s.span_id = e.span_id{on("s", "e")}
+    LEFT JOIN (
+        SELECT DISTINCT {keys}span_id FROM {prior} WHERE kind = 'span_start'
+    ) AS p ON p.span_id = e.span_id{on("p", "e")}
+    WHERE e.kind = 'span_end'
+)
+SELECT {fx}x.{order},
     'a second ' || x.kind || ' of span_id ' || x.span_id || {_AGAIN} AS reason
 FROM {stage} AS x
 LEFT JOIN (
@@ -648,23 +660,15 @@ LEFT JOIN (
     WHERE kind = 'span_start' GROUP BY {keys}span_id HAVING count(*) > 1
     UNION ALL
     -- the ids ended more than once after a start: their first such end
-    SELECT {f"e.{file}, " if file else ""}'span_end' AS kind, e.span_id, min(e.{order})
-    FROM {stage} AS e
-    LEFT JOIN ({first_starts}) AS s ON s.span_id = e.span_id{on("s", "e")}
-    LEFT JOIN ({stored_starts}) AS p ON p.span_id = e.span_id{on("p", "e")}
-    WHERE e.kind = 'span_end' AND (p.span_id IS NOT NULL OR s.first < e.{order})
-    GROUP BY {f"e.{file}, " if file else ""}e.span_id HAVING count(*) > 1
+    SELECT {keys}'span_end' AS kind, span_id, min({order}) FROM ends
+    WHERE started GROUP BY {keys}span_id HAVING count(*) > 1
 ) AS d ON d.kind = x.kind AND d.span_id = x.span_id{on("d", "x")}
 LEFT JOIN (SELECT DISTINCT {keys}kind, span_id FROM {prior}) AS p
     -- a start or an end its run already stored: this one is a second one
     ON p.kind = x.kind AND p.span_id = x.span_id{on("p", "x")}
 WHERE x.{order} > d.first OR p.span_id IS NOT NULL
 UNION ALL
-SELECT {f"e.{file}, " if file else ""}e.{order},
-    'span_end without a span_start (span_id ' || e.span_id || ')' AS reason
-FROM {stage} AS e
-LEFT JOIN ({first_starts}) AS s ON s.span_id = e.span_id{on("s", "e")}
-LEFT JOIN ({stored_starts}) AS p ON p.span_id = e.span_id{on("p", "e")}
 -- an end with no start before it, here or stored before this file
-WHERE e.kind = 'span_end' AND p.span_id IS NULL AND (s.first IS NULL OR s.first > e.{order})
+SELECT {keys}{order}, 'span_end without a span_start (span_id ' || span_id || ')' AS reason
+FROM ends WHERE NOT started
 """
