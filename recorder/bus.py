@@ -407,7 +407,19 @@ def emit_span(
     child's itself: neither side may change them after the call (a recorder keeps what it
     encoded of them by their identity).
     """
-    _emit_span(event_prefix, metadata, start, end, _current_span.get(), stop_metadata, children)
+    completed = _completed
+    parent = _current_span.get()
+    if (
+        completed is not None
+        and type(children) is tuple
+        and event_prefix in completed[1]
+        # a recorded call's path, one call less deep (``_emit_span`` sends it alike)
+        and _send_whole(
+            completed, event_prefix, metadata, start, end, parent, stop_metadata, children
+        )
+    ):
+        return
+    _emit_span(event_prefix, metadata, start, end, parent, stop_metadata, children)
 
 
 def _emit_span(

@@ -261,19 +261,23 @@ class SpanLines:
         if pair is None:
             pair = self._new_pair(key, span, kids[0])
         template = pair[2]
-        if not template:
-            return None
-        if stop_md and not _ints(stop_md.values()):
+        if not template or (stop_md and not _ints(stop_md.values())):
             return None
         t0 = self._t0
-        ts, kid_ts = (start - t0 if start > t0 else 0), (kid_start - t0 if kid_start > t0 else 0)
-        ends, kid_ends = (end - t0 if end > t0 else 0), (kid_end - t0 if kid_end > t0 else 0)
-        values: tuple[Any, ...] = (ts, span_id) if root else (ts, span_id, parent)
-        values += (kid_ts, kid_id, kid_parent, kid_ends, kid_id, kid_end - kid_start)
-        values += (ends, span_id, end - start)
+        # the builders' ts_ns: since the run's start, never below 0
+        ts, ends = (start - t0 if start > t0 else 0), (end - t0 if end > t0 else 0)
+        kid_ts, kid_ends = (
+            (kid_start - t0 if kid_start > t0 else 0),
+            (kid_end - t0 if kid_end > t0 else 0),
+        )
+        kid = (kid_ts, kid_id, kid_parent, kid_ends, kid_id, kid_end - kid_start, ends, span_id)
         if stop_md:
-            values += tuple(stop_md.values())
-        return template, values
+            if root:
+                return template, (ts, span_id, *kid, end - start, *stop_md.values())
+            return template, (ts, span_id, parent, *kid, end - start, *stop_md.values())
+        if root:
+            return template, (ts, span_id, *kid, end - start)
+        return template, (ts, span_id, parent, *kid, end - start)
 
     def _new_pair(
         self, key: tuple[Any, ...], span: bus.CompletedSpan, kid: bus.CompletedSpan
