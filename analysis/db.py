@@ -113,25 +113,28 @@ def _fill_sql(table: str, columns: dict[str, str], computed: str) -> str:
     return f"UPDATE {table} SET {sets}\nFROM ({computed}) AS w\nWHERE {table}.rowid = w.rid"
 
 
-# the derived columns of the rows already in a table, from their ts_ns and rowid (only
-# the columns they are computed from: the upgrade's table has the derived ones, NULL)
-_FILL_MEMORY_RUNNING = _fill_sql(
-    "memory",
-    MEMORY_RUNNING_COLUMNS,
-    memory_sums_sql(
-        "(SELECT rowid AS rid, run_id, device, category, action, bytes, ts_ns FROM memory) AS m",
-        "rid",
-    ),
-)
-_FILL_CACHE_ORDER = _fill_sql(
-    "cache",
-    CACHE_ORDER_COLUMNS,
-    cache_order_sql(
-        "(SELECT rowid AS rid, run_id, source, position, lookup_key, action, ts_ns"
-        " FROM cache) AS m",
-        "rid",
-    ),
-)
+# what the columns computed from a run's rows in order are computed from, by table
+_ORDERED_SOURCES = {
+    "memory": (MEMORY_RUNNING_COLUMNS, "run_id, device, category, action, bytes, ts_ns"),
+    "cache": (CACHE_ORDER_COLUMNS, "run_id, source, position, lookup_key, action, ts_ns"),
+}
+ORDERED_TABLES = tuple(_ORDERED_SOURCES)
+"""The tables with columns computed from their run's rows in order (``analysis.derived``)."""
+
+
+def refill_ordered_sql(table: str, where: str = "") -> str:
+    """UPDATE of ``table``'s columns computed from its run's rows in order (the cache order
+    columns, the memory running sums) over the rows ``where`` selects (whole runs; "": all),
+    from their ts_ns and rowid (file order): only the columns they are computed from are
+    read (an upgraded table has the computed ones, NULL)."""
+    columns, read = _ORDERED_SOURCES[table]
+    src = f"(SELECT rowid AS rid, {read} FROM {table}{f' WHERE {where}' if where else ''}) AS m"
+    computed = memory_sums_sql(src, "rid") if table == "memory" else cache_order_sql(src, "rid")
+    return _fill_sql(table, columns, computed)
+
+
+_FILL_MEMORY_RUNNING = refill_ordered_sql("memory")
+_FILL_CACHE_ORDER = refill_ordered_sql("cache")
 
 
 def record_columns(kind: str) -> dict[str, str]:

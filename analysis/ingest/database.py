@@ -58,11 +58,13 @@ from ember.analysis.checks import STRUCT_COLUMNS
 from ember.analysis.db import (
     DEFAULT_DB,
     DERIVED_COLUMNS,
+    ORDERED_TABLES,
     RECORD_TABLES,
     RUNS_COLUMNS,
     Connection,
     connect,
     record_columns,
+    refill_ordered_sql,
 )
 from ember.analysis.derived import (
     CACHE_KEY,
@@ -452,9 +454,11 @@ def _write(con: duckdb.DuckDBPyConnection, works: list[FileIngest]) -> list[int]
     records = [staged.get(w.f, 0) for w in works]
     with _transaction(con):
         _delete_replaced(con, plans)
+        stored = _StoredEnds(con, plans)
         con.execute(_INSERTS["runs"], {"files": files})
         for kind in RECORD_TABLES:
             con.execute(_INSERTS[kind], {"runs": runs})
+        stored.refill(con)
         _write_files(con, works, records)
     return records
 
@@ -465,6 +469,47 @@ def _write_files(
     """The batch's rejected lines and its ``ingested_files`` rows (``records``: of each file)."""
     _insert_rejected(con, works)
     _upsert_ingested(con, _ingested_rows(con, works, records))
+
+
+class _StoredEnds:
+    """What the runs of a batch's continued files stored in the ordered tables, noted before
+    the batch's rows are inserted: each table's last rowid and each run's latest ts_ns.
+
+    A continued file's rows are numbered on from its run's stored rows (the cache order
+    columns, the memory running sums), which is what one ingest of the whole file gives as
+    long as they do not go back in time. A growth with a row earlier than a stored one
+    (another thread's record written late) changes the numbers of the stored rows after
+    it: ``refill`` then computes the run's columns again over all its rows."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, plans: list[FilePlan]) -> None:
+        runs = [p.run_id for p in plans if p.continued]
+        self.ends: dict[str, tuple[int, dict[str, int]]] = {}
+        for table in ORDERED_TABLES if runs else ():
+            last = con.execute(f"SELECT coalesce(max(rowid), -1) FROM {table}").fetchone()
+            ends = con.execute(
+                f"SELECT run_id, max(ts_ns) FROM {table} "
+                "WHERE run_id IN (SELECT unnest(CAST($runs AS VARCHAR[]))) GROUP BY run_id",
+                {"runs": runs},
+            ).fetchall()
+            if ends:
+                self.ends[table] = (last[0] if last else -1, dict(ends))
+
+    def refill(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Compute the ordered columns again for the runs whose new rows go back in time."""
+        for table, (last, ends) in self.ends.items():
+            late = con.execute(
+                f"SELECT DISTINCT t.run_id FROM {table} AS t JOIN (SELECT "
+                "unnest(CAST($runs AS VARCHAR[])) AS run_id, unnest(CAST($ends AS BIGINT[])) "
+                "AS ts_ns) AS s ON s.run_id = t.run_id WHERE t.rowid > $last AND t.ts_ns < s.ts_ns",
+                {"runs": list(ends), "ends": list(ends.values()), "last": last},
+            ).fetchall()
+            if late:
+                con.execute(
+                    refill_ordered_sql(
+                        table, "run_id IN (SELECT unnest(CAST($late AS VARCHAR[])))"
+                    ),
+                    {"late": [r for (r,) in late]},
+                )
 
 
 def _delete_replaced(con: duckdb.DuckDBPyConnection, plans: list[FilePlan]) -> None:
@@ -626,10 +671,12 @@ def _split(
     try:
         with _transaction(con):
             _delete_replaced(con, batch)
+            stored = _StoredEnds(con, batch)
             kinds = stage_kinds(con, works, tmp, take)
             for kind in RECORD_TABLES:
                 if kind in ORDERED_KINDS and kind in kinds:
                     con.execute(TYPED_INSERTS[kind], {"runs": runs})
+            stored.refill(con)
             records = [sum(counts[w.f] for counts in kinds.values()) for w in works]
             _write_files(con, works, records)
     except SplitRefused:

@@ -334,3 +334,39 @@ def test_a_big_files_later_piece_knows_the_span_ends_its_first_piece_stored(
         ],
     )
     assert_same_tables(tmp_path / "whole.duckdb", tmp_path / "pieces.duckdb")
+
+
+def _memory_line(ts: int, action: str, nbytes: int, tensor: str) -> str:
+    rec = {"kind": "memory", "ts_ns": ts, "tensor_id": tensor, "device": "cpu:0"}
+    rec |= {"bytes": nbytes, "action": action, "dtype": "float32", "category": "activation"}
+    return json.dumps(rec)
+
+
+@pytest.mark.parametrize("read", ["split", "stage"])
+def test_a_growth_with_earlier_timestamps_than_stored_rows_is_numbered_as_one_ingest(
+    tmp_path, monkeypatch, read
+):
+    # rows a run stored, then rows of its growth that happened between them (another
+    # thread's records, written late): the cache order columns and the memory running
+    # sums of every row of the run are those one ingest of the whole file gives
+    if read == "stage":
+        monkeypatch.setattr(database, "splittable", lambda *a: False)
+    lines = [meta_line("r1"), cache_line(10, "miss"), cache_line(30, "hit")]
+    lines += [_memory_line(10, "alloc", 100, "a"), _memory_line(30, "alloc", 1000, "b")]
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    grown_db, whole_db = tmp_path / "grown.duckdb", tmp_path / "whole.duckdb"
+    ingest([path], grown_db)
+    more = [cache_line(20, "miss", n=5), cache_line(40, "hit", n=5)]
+    more += [_memory_line(20, "alloc", 10, "c"), _memory_line(25, "free", 100, "a")]
+    write_lines(path, [*lines, *more])
+    grown = ingest([path], grown_db).files[0]
+    assert (grown.status, grown.continued, grown.records) == ("ok", True, 4)
+    ingest([path], whole_db)
+    assert_same_tables(grown_db, whole_db)
+    with connect(grown_db, read_only=True) as con:
+        live = con.duck.execute(
+            "SELECT ts_ns, device_live_bytes FROM memory ORDER BY ts_ns"
+        ).fetchall()
+        order = con.duck.execute("SELECT ts_ns, ord, seq, life FROM cache ORDER BY ts_ns")
+        assert live == [(10, 100), (20, 110), (25, 10), (30, 1010)]
+        assert order.fetchall() == [(10, 1, 1, 1), (20, 2, 2, 1), (30, 3, 3, 1), (40, 4, 4, 1)]
