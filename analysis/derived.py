@@ -85,9 +85,10 @@ FROM (
 
 def memory_sums_sql(src: str, order: str) -> str:
     """``src`` with the memory running sums, over all of its rows (``order`` as for
-    ``cache_order_sql``)."""
+    ``cache_order_sql``). A sum past 64 bits is NULL, as ingest stores it (a run with one
+    must not stop the others)."""
     sums = ",\n    ".join(
-        f"CAST(sum({MEMORY_DELTA}) OVER (PARTITION BY {', '.join(per)} ORDER BY ts_ns, {order}"
+        f"TRY_CAST(sum({MEMORY_DELTA}) OVER (PARTITION BY {', '.join(per)} ORDER BY ts_ns, {order}"
         f"\n        {RUNNING}) AS BIGINT) AS {c}"
         for c, per in MEMORY_SUMS.items()
     )

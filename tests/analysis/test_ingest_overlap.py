@@ -370,3 +370,26 @@ def test_a_growth_with_earlier_timestamps_than_stored_rows_is_numbered_as_one_in
         order = con.duck.execute("SELECT ts_ns, ord, seq, life FROM cache ORDER BY ts_ns")
         assert live == [(10, 100), (20, 110), (25, 10), (30, 1010)]
         assert order.fetchall() == [(10, 1, 1, 1), (20, 2, 2, 1), (30, 3, 3, 1), (40, 4, 4, 1)]
+
+
+@pytest.mark.parametrize("read", ["split", "stage"])
+def test_a_growth_back_in_time_past_64_bit_live_bytes_stores_null_sums_as_one_ingest(
+    tmp_path, monkeypatch, read
+):
+    # the running sums computed again over the run (above) are NULL past 2**63 - 1, as
+    # ingest stores them: they raised a ConversionException out of ingest()
+    if read == "stage":
+        monkeypatch.setattr(database, "splittable", lambda *a: False)
+    lines = [meta_line("r1"), _memory_line(50, "alloc", 2**62, "a")]
+    lines.append(_memory_line(60, "alloc", 2**62, "b"))
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    grown_db, whole_db = tmp_path / "grown.duckdb", tmp_path / "whole.duckdb"
+    ingest([path], grown_db)
+    write_lines(path, [*lines, _memory_line(20, "alloc", 5, "c")])
+    grown = ingest([path], grown_db).files[0]
+    assert (grown.status, grown.continued, grown.records) == ("ok", True, 1)
+    ingest([path], whole_db)
+    assert_same_tables(grown_db, whole_db)
+    with connect(grown_db, read_only=True) as con:
+        live = con.duck.execute("SELECT ts_ns, device_live_bytes FROM memory ORDER BY ts_ns")
+        assert live.fetchall() == [(20, 5), (50, 2**62 + 5), (60, None)]
