@@ -75,11 +75,12 @@ LOST = {  # case -> the records not written
 }
 
 
-def _sent_twice(tmp_path, md, stop, kids, start, valid=True, then=lambda: None):
+def _sent_twice(tmp_path, md, stop, kids, start, valid=True, then=lambda: None, container=list):
     """Lines of the same span sent with the recorder's span handler, then with its events
-    (``then()`` runs once the recording is open)."""
+    (``then()`` runs once the recording is open; ``container``: of the children, a tuple
+    as the runtime sends them, or any iterable)."""
     prefix = "ember.step" if "step" in md else "ember.call"
-    children = [(p, m, start + 10 + i, start + 20 + i) for i, (p, m) in enumerate(kids)]
+    children = container((p, m, start + 10 + i, start + 20 + i) for i, (p, m) in enumerate(kids))
     path = tmp_path / "t.jsonl"
     with record(path) as rec:
         then()
@@ -110,11 +111,12 @@ def _renumbered(lines: list[bytes]) -> list[bytes]:
     return [re.sub(rb'("(?:span|parent)_id":)(\d+)', renumber, line) for line in lines]
 
 
+@pytest.mark.parametrize("container", [list, tuple])
 @pytest.mark.parametrize("case", CASES)
-def test_a_sent_span_is_written_as_its_events_would_be(tmp_path, case):
+def test_a_sent_span_is_written_as_its_events_would_be(tmp_path, case, container):
     md, stop, kids = CASES[case]
     by_span_handler, by_events = _sent_twice(
-        tmp_path, md, stop, kids, time.monotonic_ns(), valid=case not in NOT_VALID
+        tmp_path, md, stop, kids, time.monotonic_ns(), case not in NOT_VALID, container=container
     )
     assert by_span_handler == by_events  # byte for byte, but for the span ids
     assert len(by_events) == 2 + 2 * sum(p != "my.own" for p, _ in kids) - LOST.get(case, 0)
