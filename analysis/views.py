@@ -27,6 +27,7 @@ report, compare, the dashboard and the CLI read them).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -40,6 +41,7 @@ __all__ = [
     "parse_header",
     "row_class_source",
     "view_rows_source",
+    "views_read_by",
 ]
 
 
@@ -172,6 +174,25 @@ VIEW_HEADERS: dict[str, ViewHeader] = _read_headers()
 
 VIEW_NAMES: tuple[str, ...] = tuple(VIEW_HEADERS)
 """The views in dependency order: the order they are created in."""
+
+
+def views_read_by(names: Iterable[str]) -> tuple[str, ...]:
+    """The views ``names`` and every view they read, directly or through others, in
+    dependency order: what must exist for them to be queried."""
+    wanted: set[str] = set()
+
+    def add(name: str) -> None:
+        if name not in VIEW_HEADERS:
+            raise ValueError(f"there is no view {name!r}; the views: {', '.join(VIEW_NAMES)}")
+        if name not in wanted:
+            wanted.add(name)
+            for read in VIEW_HEADERS[name].reads:
+                add(read)
+
+    for name in names:
+        add(name)
+    return tuple(name for name in VIEW_NAMES if name in wanted)
+
 
 RETIRED_VIEWS: tuple[str, ...] = tuple(
     f"_{name}"

@@ -18,6 +18,7 @@ from ember.analysis.views import (
     ViewHeaderError,
     parse_header,
     view_rows_source,
+    views_read_by,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,23 @@ def test_a_view_comes_after_the_views_it_reads():
     for name in VIEW_NAMES:
         assert set(VIEW_HEADERS[name].reads) <= seen, name
         seen.add(name)
+
+
+def test_the_views_a_view_reads_are_found_through_the_views_between():
+    # what must exist to query run_summary: the views it names and theirs, in order
+    needed = views_read_by(["run_summary"])
+    assert needed[-1] == "run_summary"
+    assert set(VIEW_HEADERS["run_summary"].reads) < set(needed)  # more than the direct reads
+    for i, name in enumerate(needed):
+        assert set(VIEW_HEADERS[name].reads) <= set(needed[:i]), name
+    assert len(needed) < len(VIEW_NAMES)
+    # and no other: each is read by a view after it
+    for i, name in enumerate(needed[:-1]):
+        assert any(name in VIEW_HEADERS[later].reads for later in needed[i + 1 :]), name
+    assert views_read_by(["run_summary", "run_summary"]) == needed
+    assert views_read_by([]) == ()
+    with pytest.raises(ValueError, match="there is no view 'nope'; the views: "):
+        views_read_by(["nope"])
 
 
 def test_run_summary_columns_not_marked_nullable_are_never_null(con):

@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ember.analysis.lake.ingest import LAKE_TABLES, lake_columns
 from ember.analysis.lake.spark.sql import spark_tables, spark_views
 from ember.analysis.schema_types import KIND_MODELS, READ_COLUMNS, model_columns
+from ember.analysis.views import views_read_by
 
 # ---------------------------------------------------------------- the schema
 
@@ -154,10 +156,13 @@ def register_lake(
     errors: dict[str, str] | None = None,
     *,
     computed: bool = True,
+    views: Iterable[str] | None = None,
 ) -> list[str]:
     """Create the lake's tables and every view as temporary views of ``spark``; returns
     the names of the views, in order. With ``errors``, a view Spark refuses (and the views
-    that read it) is left out and its error recorded there instead of raised.
+    that read it) is left out and its error recorded there instead of raised. ``views``:
+    only these views and the views they read (``views_read_by``), not all of them (each
+    view costs Spark a job to compute, or an analysis of every view it reads to register).
 
     Each view is computed once, here, in dependency order, and its rows kept by the
     executors (``localCheckpoint``): a view that reads another then reads those rows.
@@ -196,7 +201,10 @@ def register_lake(
     for table, sql in spark_tables(stored).items():
         spark.sql(f"CREATE OR REPLACE TEMP VIEW {table} AS {sql}")
     names = []
+    wanted = None if views is None else set(views_read_by(views))
     for name, sql in spark_views().items():
+        if wanted is not None and name not in wanted:
+            continue
         try:
             if computed:
                 spark.sql(sql).localCheckpoint().createOrReplaceTempView(name)
