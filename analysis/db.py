@@ -113,10 +113,19 @@ def _fill_sql(table: str, columns: dict[str, str], computed: str) -> str:
     return f"UPDATE {table} SET {sets}\nFROM ({computed}) AS w\nWHERE {table}.rowid = w.rid"
 
 
-# what the columns computed from a run's rows in order are computed from, by table
+# by table: the columns computed from a run's rows in order, the columns they are computed
+# from, and the SQL that computes them (``analysis.derived``)
 _ORDERED_SOURCES = {
-    "memory": (MEMORY_RUNNING_COLUMNS, "run_id, device, category, action, bytes, ts_ns"),
-    "cache": (CACHE_ORDER_COLUMNS, "run_id, source, position, lookup_key, action, ts_ns"),
+    "memory": (
+        MEMORY_RUNNING_COLUMNS,
+        "run_id, device, category, action, bytes, ts_ns",
+        memory_sums_sql,
+    ),
+    "cache": (
+        CACHE_ORDER_COLUMNS,
+        "run_id, source, position, lookup_key, action, ts_ns",
+        cache_order_sql,
+    ),
 }
 ORDERED_TABLES = tuple(_ORDERED_SOURCES)
 """The tables with columns computed from their run's rows in order (``analysis.derived``)."""
@@ -127,10 +136,9 @@ def refill_ordered_sql(table: str, where: str = "") -> str:
     columns, the memory running sums) over the rows ``where`` selects (whole runs; "": all),
     from their ts_ns and rowid (file order): only the columns they are computed from are
     read (an upgraded table has the computed ones, NULL)."""
-    columns, read = _ORDERED_SOURCES[table]
+    columns, read, computed = _ORDERED_SOURCES[table]
     src = f"(SELECT rowid AS rid, {read} FROM {table}{f' WHERE {where}' if where else ''}) AS m"
-    computed = memory_sums_sql(src, "rid") if table == "memory" else cache_order_sql(src, "rid")
-    return _fill_sql(table, columns, computed)
+    return _fill_sql(table, columns, computed(src, "rid"))
 
 
 _FILL_MEMORY_RUNNING = refill_ordered_sql("memory")

@@ -50,6 +50,7 @@ from typing import IO, Any
 import duckdb
 import numpy as np
 
+from ember.analysis.db import ORDERED_TABLES
 from ember.analysis.ingest.line_check import KIND_OF, decode_chunk, decode_line
 from ember.analysis.ingest.plan import FilePlan, Rejected, locate_lines, raw_text
 from ember.analysis.ingest.read import (
@@ -331,7 +332,7 @@ class SplitRefused(Exception):
     """DuckDB refused a kind's lines that the checks accepted: the batch goes the other way."""
 
 
-ORDERED_KINDS = frozenset({"cache", "memory"})
+ORDERED_KINDS = frozenset(ORDERED_TABLES)
 """The kinds whose inserts number the batch's rows by their order (``rowid``): each segment's
 rows are appended to the table ``_stage_<kind>``, which the caller inserts after the last
 segment; every other kind is a view over one segment, inserted by ``take`` at once."""

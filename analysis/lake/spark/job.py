@@ -452,8 +452,9 @@ def _stage_tables(spark: Any, planned: list[_Planned], staging: Path) -> dict[tu
     ).collect():
         if r["kind"] in table_of:  # an unknown kind's rows are rejected lines, not in _valid
             counts[(r["_file"], table_of[r["kind"]])] = r["n"]
+    present = {table for _, table in counts}
     for table in ("runs", *RECORD_TABLES):
-        if any(t == table for (_, t) in counts):
+        if table in present:
             _lake_rows(spark, table).repartition("_file").write.partitionBy("_file").parquet(
                 str(staging / table), compression="zstd"
             )
