@@ -48,6 +48,11 @@ CASES = {
         [("ember.user", {"name": "load batch", "rows": 8})],
     ),
     "a span the recorder does not record": (CALL, None, [("my.own", {"a": 1})]),
+    "two children": (
+        {"step": "train", "index": 3},
+        None,
+        [("ember.user", {"name": "load", "rows": 8}), ("ember.user", {"name": "step"})],
+    ),
     # what orjson cannot encode: the records that hold it are lost (logged), the others kept
     "an int past 64 bits in the stop": (CALL, {"dispatch_ns": 2**64}, [("ember.segment", SEGMENT)]),
     "an int past 64 bits, merged": (
