@@ -92,12 +92,13 @@ def _depthwise_shift_add(
     widths = [(0, 0)] * x.ndim
     for a, p in zip(spatial, pad, strict=True):
         widths[a] = p
-    # The padded input is written once (a barrier XLA does not fuse through): otherwise
-    # XLA:CPU fused the taps of a depthwise Conv that feeds this one (through elementwise
-    # ops) into each of these taps, and computed it again per tap: a chain of depthwise
-    # Convs cost exponentially in its length (4 with SiLU on 128x56x56: 26 ms a call,
-    # 4.9 ms with the barrier; one: 0.9 ms). Where the input's producer is not a
-    # depthwise Conv, XLA wrote the padded input once already (the pad fusions).
+    # The padded input goes through an optimization barrier, so the taps read it as a
+    # value of its own, computed once. Without it XLA:CPU fused the taps of a depthwise
+    # Conv that feeds this one (through elementwise ops) into each of these taps and
+    # computed them again per tap: a chain of depthwise Convs cost exponentially in its
+    # length (4 with SiLU on 128x56x56: 26 ms a call, 4.9 ms with the barrier; one: 0.9 ms;
+    # ``test_depthwise_convs_in_a_chain_read_each_tap_once``). Where the input's producer is
+    # not a depthwise Conv, XLA wrote the padded input once already (the pad fusions).
     x = lax.optimization_barrier(jnp.pad(x, widths))
     kernel = w.shape[2:]
     out_size = [
