@@ -16,13 +16,18 @@ segment, whose four lines come from templates, has one *pair* template: its four
 joined, filled by one ``%`` of its twelve or so ints. One ``bytes %`` costs more to start
 than to fill (on the Intel host, 2026-12-03: 1.9 us for one pair, 0.7 us a pair when 64 are
 filled at once), so consecutive calls of the same pair template are filled together, by
-one ``%`` of the template repeated.
+one ``%`` of the template repeated. A drain whose calls all have one pair template (the
+usual drain: one model called in a loop) takes their values column by column (``zip`` and
+``map``, no Python frame per call): 1.0 us a call where ``_pair`` for each costs 1.7 (Intel
+host, 2026-12-03).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, repeat
+from operator import itemgetter, sub
 from typing import Any
 
 import orjson
@@ -214,6 +219,13 @@ class SpanLines:
         """The lines of spans sent one after another (a drain's), in their order: each
         one's ``self(span, kids)``, joined. Calls in a row of one pair template (a call and
         its one segment) are filled by one ``%``."""
+        if len(sent) > 1:
+            try:
+                whole = self._one_template(sent)
+            except Exception:  # something a template cannot take: call by call below
+                whole = None
+            if whole is not None:
+                return whole
         out: list[bytes] = []
         run: list[Sent] = []  # the open run: calls of the pair template ``template``
         template, values = b"", list[Any]()  # the run's template and its values, in order
@@ -278,6 +290,71 @@ class SpanLines:
         if root:
             return template, (ts, span_id, *kid, end - start)
         return template, (ts, span_id, parent, *kid, end - start)
+
+    def _one_template(self, sent: Sequence[Sent]) -> bytes | None:
+        """The lines of calls that all have the first one's pair template (``_pair``), filled
+        from their values taken column by column; None where one differs in any way the
+        template depends on, or starts before the run (its ``ts_ns`` would be clamped)."""
+        spans, kids = zip(*sent, strict=True)
+        if spans[0][3] is not spans[-1][3]:  # two shapes at least: not worth the columns
+            return None
+        if set(map(len, kids)) != {1}:
+            return None
+        prefixes, ids, parents, mds, starts, ends, stops = zip(*spans, strict=True)
+        kid_prefixes, kid_ids, kid_parents, kid_mds, kid_starts, kid_ends, kid_stops = zip(
+            *map(itemgetter(0), kids), strict=True
+        )
+        n = len(sent)
+        if (
+            len(set(map(id, mds))) != 1  # by identity, as the template is kept
+            or len(set(map(id, kid_mds))) != 1
+            or prefixes.count(prefixes[0]) != n
+            or kid_prefixes.count(kid_prefixes[0]) != n
+            or kid_stops.count(None) != n
+            or kid_parents.count(None)
+        ):
+            return None
+        root = parents[0] is None
+        if parents.count(None) != (n if root else 0):
+            return None
+        t0 = self._t0
+        if min(min(starts), min(ends), min(kid_starts), min(kid_ends)) <= t0:
+            return None
+        first = self._pair(*sent[0])
+        if first is None:
+            return None
+        stop = stops[0]
+        keys = tuple(stop) if stop else ()
+        stop_values: list[list[Any]] = []
+        if keys:
+            if len(set(map(tuple, stops))) != 1:  # (a None among them: TypeError)
+                return None
+            for key in keys:
+                column = list(map(itemgetter(key), stops))
+                if set(map(type, column)) != {int} or not (
+                    min(column) >= _INT_MIN and max(column) <= _INT_MAX
+                ):
+                    return None
+                stop_values.append(column)
+        elif stops.count(None) + stops.count({}) != n:
+            return None
+        since = repeat(t0)
+        columns = [
+            map(sub, starts, since),
+            ids,
+            *([] if root else [parents]),
+            map(sub, kid_starts, since),
+            kid_ids,
+            kid_parents,
+            map(sub, kid_ends, since),
+            kid_ids,
+            map(sub, kid_ends, kid_starts),
+            map(sub, ends, since),
+            ids,
+            map(sub, ends, starts),
+            *stop_values,
+        ]
+        return (first[0] * n) % tuple(chain.from_iterable(zip(*columns, strict=True)))
 
     def _new_pair(
         self, key: tuple[Any, ...], span: bus.CompletedSpan, kid: bus.CompletedSpan
