@@ -216,7 +216,10 @@ def run(
 
     from ember.recorder import TraceWriteError, record
     from ember.runtime import EmberRuntimeError
+    from ember.runtime.jit.xla_cpu import run_inline
     from ember.runtime.workload import run_workload
+
+    run_inline()  # before the recording starts JAX's backend to name it
 
     overrides, sweep_spec, tags = _parse_workload(input, sweep, tag)
     trace = record_path or default_trace_path(model)

@@ -564,6 +564,7 @@ def compile(
     shapes; otherwise segments compile on the calls that need them. ``cache_size`` is the
     number of segments kept per position; ``cache_dir`` keeps compiled programs on disk.
     """
+    xla_cpu.run_inline()  # before anything starts JAX's CPU client (``xla_cpu``)
     model = as_model(model)
     meta = {"source": model.source, "compiler": "jax.jit"}
     with bus.span(E.COMPILE, meta) as span:
@@ -584,6 +585,7 @@ def run(model: Model | Any, inputs: Mapping[str, Any] | None = None, /, **kwargs
     """Interpret ``model`` eagerly, one op at a time; outputs by name. Emits ``ember.run``."""
     import jax
 
+    xla_cpu.run_inline()
     model = as_model(model)
     if inputs is None:
         inputs = kwargs

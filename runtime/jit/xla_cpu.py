@@ -35,6 +35,19 @@ JAX's defaults and ONNX's layout.
   times (JAX's profiler, 40 calls) add to 1,255-1,317 -> 834-1,108 us on PP-LCNet and
   2,659-2,671 -> 2,072-2,359 us on YOLOv8n; convolutions and dots unchanged. Compiles
   are faster too. The A/B over every model of ``bench_realmodels.py`` is in the README.
+- **Programs run in the calling thread.** JAX's CPU client runs a program whose cost
+  analysis counts fewer than 1,000 flops in the calling thread and hands every other one to
+  its own thread pool; the caller then waits for that thread. On the 2-vCPU Intel host
+  (2026-12-03) the hand-off and the wake-up cost ~30 us a program: ``a + 1`` on 32 floats
+  6 us a call, on 1,024 floats 36 us (6.3 us run inline), a 64x64 dot 61 us (11.5 inline).
+  Ember's models are called and read at once, so it asks JAX to run them inline
+  (``jax_cpu_enable_async_dispatch=False``; the GIL is released meanwhile): silero-vad
+  104 -> 56 us a call (onnxruntime 96), openwakeword's hey_jarvis 198 -> 129 us. Large
+  models did not change beyond the noise (YOLOv8n 22-24 ms either way): a numpy input of
+  theirs is copied in on JAX's threads, and the program then waits for it there as before.
+  It is a setting of JAX's CPU client, made when the client starts: ``run_inline`` sets it
+  only where nothing has started JAX's backends yet, and ``EMBER_CPU_ASYNC_DISPATCH=1``
+  keeps JAX's default.
 - **HWIO weights.** XLA:CPU convolves with HWIO kernels (spatial dimensions first, then
   input and output channels); a parameter in ONNX's OIHW layout was copied into that layout
   on every call (resnet50: 100 MB a call; silero-vad's op-15 export, whose 1-D STFT
@@ -46,6 +59,7 @@ JAX's defaults and ONNX's layout.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -67,6 +81,27 @@ COMPILER_OPTIONS: dict[str, str | bool] = {
 }
 if _has_avx512():
     COMPILER_OPTIONS["xla_cpu_prefer_vector_width"] = "512"
+
+
+ASYNC_DISPATCH_ENV = "EMBER_CPU_ASYNC_DISPATCH"
+"""Set to ``1``: Ember leaves JAX's CPU client to run programs on its own threads."""
+
+
+def run_inline() -> bool:
+    """Ask JAX's CPU client to run programs in the calling thread (see the module
+    docstring), where JAX's backends have not started yet and ``EMBER_CPU_ASYNC_DISPATCH``
+    is not ``1``. Returns whether the client runs them inline (as far as JAX tells)."""
+    import jax
+    from jax._src import xla_bridge
+
+    # JAX's own flag and whether its client started: no public reader of either
+    flag = getattr(xla_bridge, "_CPU_ENABLE_ASYNC_DISPATCH", None)
+    started = getattr(xla_bridge, "backends_are_initialized", None)
+    if flag is None or started is None:  # another JAX: left as it is
+        return False
+    if os.environ.get(ASYNC_DISPATCH_ENV, "").strip() != "1" and flag.value and not started():
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    return not flag.value
 
 
 def compiler_options() -> dict[str, str | bool] | None:

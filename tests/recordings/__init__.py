@@ -35,16 +35,20 @@ def command(module: str, *args: str) -> list[str]:
 
 
 def run(
-    module: str, *args: str, timeout: float = 600, check: bool = True
+    module: str,
+    *args: str,
+    timeout: float = 600,
+    check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m tests.recordings.<module> ARGS`` in a fresh process on the CPU, its output
-    captured; with ``check``, raises ``CalledProcessError`` (with its output) when it fails."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    captured; with ``check``, raises ``CalledProcessError`` (with its output) when it fails.
+    ``env``: more environment variables for it."""
     return subprocess.run(
         command(module, *args),
         check=check,
         cwd=REPO,
-        env=env,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})},
         timeout=timeout,
         capture_output=True,
         text=True,
