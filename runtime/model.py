@@ -23,6 +23,7 @@ from onnx import external_data_helper, helper
 from ember.recorder import bus
 from ember.recorder import events as E
 from ember.runtime.graph.ir import Graph
+from ember.runtime.jit import xla_cpu
 
 from .errors import ExternalDataError, LoadError, NewerOpsetWarning
 
@@ -185,6 +186,7 @@ def load(
     ``("hf", "owner/repo", "path.onnx")``), downloaded at ``revision`` (the one the source
     names, else ``"main"``). Emits the ``ember.load`` span.
     """
+    xla_cpu.run_inline()  # Ember's first call, usually: before a recording starts JAX
     hub = _parse_hub(source) if isinstance(source, (str, tuple)) else None
     if hub is not None and hub.revision is not None:
         if revision is not None and revision != hub.revision:

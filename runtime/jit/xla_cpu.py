@@ -45,9 +45,10 @@ JAX's defaults and ONNX's layout.
   104 -> 56 us a call (onnxruntime 96), openwakeword's hey_jarvis 198 -> 129 us. Large
   models did not change beyond the noise (YOLOv8n 22-24 ms either way): a numpy input of
   theirs is copied in on JAX's threads, and the program then waits for it there as before.
-  It is a setting of JAX's CPU client, made when the client starts: ``run_inline`` sets it
-  only where nothing has started JAX's backends yet, and ``EMBER_CPU_ASYNC_DISPATCH=1``
-  keeps JAX's default.
+  It is a setting of JAX's CPU client, read when the client starts: ``run_inline`` sets it
+  only where nothing has started JAX's backends yet (a program that did keeps its client),
+  and ``EMBER_CPU_ASYNC_DISPATCH=1`` keeps JAX's default (Ember cannot tell JAX's default
+  from a program's own ``jax.config.update`` of it to True).
 - **HWIO weights.** XLA:CPU convolves with HWIO kernels (spatial dimensions first, then
   input and output channels); a parameter in ONNX's OIHW layout was copied into that layout
   on every call (resnet50: 100 MB a call; silero-vad's op-15 export, whose 1-D STFT
@@ -84,13 +85,17 @@ if _has_avx512():
 
 
 ASYNC_DISPATCH_ENV = "EMBER_CPU_ASYNC_DISPATCH"
-"""Set to ``1``: Ember leaves JAX's CPU client to run programs on its own threads."""
+"""``1`` (or ``true``, ``yes``, ``on``): Ember leaves JAX's CPU client to run programs on
+its own threads."""
 
 
-def run_inline() -> bool:
+def run_inline() -> None:
     """Ask JAX's CPU client to run programs in the calling thread (see the module
     docstring), where JAX's backends have not started yet and ``EMBER_CPU_ASYNC_DISPATCH``
-    is not ``1``. Returns whether the client runs them inline (as far as JAX tells)."""
+    does not opt out. ``load()``, ``compile()`` and ``run()`` call it: a recording opened
+    after ``load()`` starts JAX's backend (to name it) with the setting already made."""
+    if os.environ.get(ASYNC_DISPATCH_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        return
     import jax
     from jax._src import xla_bridge
 
@@ -98,10 +103,9 @@ def run_inline() -> bool:
     flag = getattr(xla_bridge, "_CPU_ENABLE_ASYNC_DISPATCH", None)
     started = getattr(xla_bridge, "backends_are_initialized", None)
     if flag is None or started is None:  # another JAX: left as it is
-        return False
-    if os.environ.get(ASYNC_DISPATCH_ENV, "").strip() != "1" and flag.value and not started():
+        return
+    if flag.value and not started():  # the client reads it when it starts
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-    return not flag.value
 
 
 def compiler_options() -> dict[str, str | bool] | None:
