@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import orjson
@@ -319,7 +320,7 @@ def test_a_drain_of_calls_of_one_template_is_written_as_their_events_would_be(
     monkeypatch.setattr(SpanLines, "_one_template", spy)
 
     def send_all(start: int) -> None:
-        with bus.span("ember.run", {"source": "m.onnx"}) if inside else _nothing():
+        with bus.span("ember.run", {"source": "m.onnx"}) if inside else nullcontext():
             for i, (md, stop) in enumerate(calls):
                 t = start + 1000 * i
                 kids = (("ember.segment", SEGMENT, t + 10, t + 20 + i),)
@@ -356,11 +357,3 @@ def test_a_drain_of_calls_that_started_before_the_recording_starts_them_at_zero(
     assert len(records) == 40
     assert {r["ts_ns"] for r in records if r["kind"] == "span_start"} == {0}
     assert validate_file(path).ok
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
