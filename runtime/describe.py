@@ -4,17 +4,18 @@
   compile events, ``{name, shape, dtype}`` per value (a sequence lists its elements);
 - ``describe_statics``: the ``statics`` metadata, ``{name, value}`` per static value, an
   ``If`` condition named for its node (``If_0 condition``);
-- ``shape_key`` / ``static_key``: the hashable parts of a segment's cache key (a static
+- ``segment_key``: a segment's cache key, of ``shape_key`` / ``static_key`` parts (a static
   value's key holds its bytes, so equal values give equal keys), ``key_hex`` its short name.
 
-They run on every call that someone records, and ``static_key`` on every direct call of a
-model whose control flow specialises on an input: keep them cheap.
+They run on every call that someone records, the keys on every call of a model with graph
+breaks, and ``static_key`` on every direct call of a model whose control flow specialises
+on an input: keep them cheap.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ __all__ = [
     "describe_value",
     "dtype_name",
     "key_hex",
+    "segment_key",
     "shape_key",
     "static_key",
 ]
@@ -45,6 +47,9 @@ def describe_value(name: str, value: Any) -> dict[str, Any]:
 
 
 _DTYPE_NAMES: dict[Any, str] = {}
+_DTYPE_CODES: dict[np.dtype[Any], str] = {}
+# types whose ``shape`` is a tuple and ``dtype`` a numpy dtype (jax's array type is learnt)
+_ARRAY_TYPES: set[type] = {np.ndarray}  # dtype.str is computed on every read (0.3 us)
 
 
 def dtype_name(value: Any) -> str:
@@ -85,10 +90,16 @@ def describe_statics(
 
 def shape_key(value: Any) -> Any:
     """The hashable shape and dtype of an argument (of each element of a sequence)."""
+    if type(value) in _ARRAY_TYPES:  # most arguments: their shape is already a tuple of ints
+        dt = value.dtype
+        name = _DTYPE_NAMES.get(dt)
+        return (value.shape, name if name is not None else dtype_name(value))
     if isinstance(value, list):
         return ("seq", tuple(shape_key(v) for v in value))
     if value is None:
         return None
+    if type(getattr(value, "shape", None)) is tuple and hasattr(value, "dtype"):
+        _ARRAY_TYPES.add(type(value))  # jax's arrays: the next one takes the path above
     return (tuple(np.shape(value)), dtype_name(value))
 
 
@@ -98,10 +109,30 @@ def static_key(value: Any) -> Any:
         return ("seq", tuple(static_key(v) for v in value))
     if value is None:
         return None
-    a = np.asarray(value)
-    if a.dtype == object:
+    a = value if type(value) is np.ndarray else np.asarray(value)
+    dt = a.dtype
+    if dt.hasobject:
         return (a.shape, "object", tuple(a.reshape(-1).tolist()))
-    return (a.shape, a.dtype.str, a.tobytes())
+    code = _DTYPE_CODES.get(dt)
+    if code is None:
+        code = _DTYPE_CODES[dt] = dt.str
+    return (a.shape, code, a.tobytes())
+
+
+def segment_key(
+    position: int | None,
+    arg_names: Sequence[str],
+    args: Sequence[Any],
+    static_names: Sequence[str],
+    statics: Mapping[str, Any],
+) -> tuple[Any, ...]:
+    """A segment's cache key: its position, its arguments' ``shape_key`` and its statics'
+    ``static_key``, each by name."""
+    return (
+        position,
+        tuple([(n, shape_key(a)) for n, a in zip(arg_names, args, strict=True)]),
+        tuple([(n, static_key(statics[n])) for n in static_names]),
+    )
 
 
 def key_hex(key: tuple[Any, ...]) -> str:

@@ -7,7 +7,7 @@ way the model is called.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,8 +37,43 @@ def expected(model: Model) -> str:
     return "the model expects: " + "; ".join(str(s) for s in model.inputs)
 
 
-def check_inputs(model: Model, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate names, ranks, static dims and dtypes; arrays as given (lists -> numpy)."""
+def check_inputs(
+    model: Model, inputs: Mapping[str, Any], accepted: set[Hashable] | None = None
+) -> dict[str, Any]:
+    """Validate names, ranks, static dims and dtypes; arrays as given (lists -> numpy).
+
+    ``accepted`` (a compiled model's own set) remembers the names, types, shapes and dtypes
+    of arrays that passed as they were: inputs like them pass again without the checks
+    (a few us of a call on a model with graph breaks)."""
+    signature = _signature(inputs) if accepted is not None else None
+    if signature is not None and accepted is not None and signature in accepted:
+        return dict(inputs)
+    out = _checked(model, inputs)
+    if (
+        signature is not None
+        and accepted is not None
+        and len(accepted) < _ACCEPTED_MAX
+        and all(out[n] is v for n, v in inputs.items())
+    ):
+        accepted.add(signature)
+    return out
+
+
+# signatures a model remembers; a caller of many shapes checks the rest each call
+_ACCEPTED_MAX = 64
+
+
+def _signature(inputs: Any) -> tuple[Any, ...] | None:
+    """The names, types, shapes and dtypes of ``inputs``; None unless all are arrays."""
+    try:
+        signature = tuple([(n, type(v), v.shape, v.dtype) for n, v in inputs.items()])
+        hash(signature)
+    except (AttributeError, TypeError):  # not a mapping, or a value that is not an array
+        return None
+    return signature
+
+
+def _checked(model: Model, inputs: Any) -> dict[str, Any]:
     if not isinstance(inputs, Mapping):
         raise InputError(
             f"the inputs are a {type(inputs).__name__}, not a dict of arrays by input name: "

@@ -21,7 +21,7 @@ from ember.recorder import bus
 from ember.recorder import events as E
 from ember.runtime import ops
 from ember.runtime.breaks.plan import SHAPE_OPS, Plan, Segment
-from ember.runtime.describe import shape_key, static_key
+from ember.runtime.describe import segment_key
 from ember.runtime.graph.ir import Graph, Node, to_host
 from ember.runtime.jit.fastpath import block
 from ember.runtime.jit.segment_build import ModelValues, SegmentBuilder
@@ -277,11 +277,7 @@ class WholeLoop:
         pieces: list[list[tuple[Any, int]]] = [[] for _ in self.out_names[n_carried:]]
         done = 0
         while True:
-            key = (
-                builder.at,
-                tuple((n, shape_key(a)) for n, a in zip(names, args, strict=True)),
-                tuple((n, static_key(statics[n])) for n in seg.statics),
-            )
+            key = segment_key(builder.at, names, args, seg.statics, statics)
             with lock:
                 entry = builder.lookup_or_build(seg, key, args, statics, values)
             if entry.exe is None:  # one program cannot run it (its compile span says why)

@@ -57,7 +57,7 @@ from ember.recorder import bus
 from ember.recorder import events as E
 from ember.runtime.breaks.plan import Plan, Segment
 from ember.runtime.breaks.programs import SubgraphState, WholeLoop, observed, split_outer
-from ember.runtime.describe import shape_key, static_key
+from ember.runtime.describe import segment_key
 from ember.runtime.graph.ir import Graph, Node, Subgraph, run_node, to_host
 from ember.runtime.jit.segment_build import ModelValues, SegmentBuilder
 from ember.runtime.jit.segment_trace import Entry
@@ -157,11 +157,7 @@ class CompiledSubgraph(Subgraph):
         statics = dict(self._fixed)
         for i, name in self._static_idx:
             statics[name] = to_host(inputs[i])
-        key = (
-            self.at,
-            tuple((n, shape_key(a)) for n, a in zip(seg.args, args, strict=True)),
-            tuple((n, static_key(statics[n])) for n in seg.statics),
-        )
+        key = segment_key(self.at, seg.args, args, seg.statics, statics)
         last = self._last
         if last is not None and self._quiet and key == last.key:
             entry = last  # the next iteration of a body that keeps its shapes: no lookup
@@ -195,10 +191,7 @@ class CompiledSubgraph(Subgraph):
     ) -> tuple[Any, ...]:
         if entry.exe is None:  # kept eager: the nodes one by one, as a plain Subgraph
             return Subgraph(self.graph, {**self.outer, **statics})(*inputs)
-        if self._param_values:
-            outs = entry.exe(self._param_values, *args)
-        else:
-            outs = entry.exe(*args)
+        outs = entry.run(self._param_values, args)
         got = dict(entry.host_outputs)
         got.update(zip(entry.dynamic_outputs, outs, strict=True))
         return tuple(got[n] for n in self.graph.output_names)

@@ -82,7 +82,7 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,7 +91,7 @@ from ember.recorder import bus
 from ember.recorder import events as E
 from ember.runtime.breaks.plan import PARAM_MIN_SIZE, Plan, Segment, analyse
 from ember.runtime.breaks.subgraphs import BreakSubgraphs
-from ember.runtime.describe import describe_shapes, shape_key, static_key
+from ember.runtime.describe import describe_shapes, segment_key
 from ember.runtime.graph.ir import Node, run_node, run_nodes, to_host
 from ember.runtime.inputs import as_model, check_inputs, resolve_specs, to_device
 from ember.runtime.jit import xla_cpu
@@ -139,6 +139,8 @@ class CompiledModel:
         self._input_specs = {s.name: s for s in model.inputs}
         self._output_names = tuple(model.output_names)
         self._n_inputs = len(self._input_names)
+        # input signatures check_inputs passed as given (see there)
+        self._accepted: set[Hashable] = set()
         self._lock = threading.RLock()
         self._params: dict[str, Any] = {}
         self._forced: dict[int, str] = {}
@@ -212,6 +214,15 @@ class CompiledModel:
                     self._steps.append(by_start.pop(start))
             if pos is not None:
                 self._steps.append(pos)
+        # per sync break, the values it brings to the host (an If's condition)
+        self._sync_reads: dict[int, tuple[str, ...]] = {}
+        for pos, info in plan.breaks.items():
+            node = self.graph.nodes[pos]
+            if info.sync:
+                host_inputs = node.opdef.host_inputs if node.opdef else ()
+                self._sync_reads[pos] = tuple(
+                    node.inputs[i] for i in host_inputs if i < len(node.inputs) and node.inputs[i]
+                )
 
     def _unchecked(self, seg: Segment) -> tuple[TensorSpec, ...]:
         """The model's inputs that are not arguments of ``seg``'s program."""
@@ -357,7 +368,7 @@ class CompiledModel:
         if bus.listening(_CALL_START, _CALL_STOP, _CALL_EXCEPTION):
             meta["shapes"] = describe_shapes(dict(inputs)) if isinstance(inputs, Mapping) else []
         with bus.span(E.CALL, meta) as span:
-            values = check_inputs(self.model, inputs)
+            values = check_inputs(self.model, inputs, self._accepted)
             for _ in range(len(self.graph.nodes) + 1):
                 try:
                     result = self._run_segments(values)
@@ -403,21 +414,24 @@ class CompiledModel:
                     self._run_segment(step, env, segments)
                     continue
                 node = self.graph.nodes[step]
+                conditions = self._sync_reads.get(step)
+                if conditions is not None and not breaks:
+                    # only the condition comes to the host; the If runs in the next segment
+                    for name in conditions:
+                        env[name] = to_host(env[name])
+                    continue
                 meta = {
                     "source": source,
                     "position": step,
                     "node": node.name,
                     "op_type": node.op_type,
                 }
-                if self.plan.breaks[step].sync:
-                    # only the condition comes to the host; the If runs in the next segment
+                if conditions is not None:
                     with bus.span(E.BREAK, meta) as span:
                         t0 = time.monotonic_ns()
-                        for i in node.opdef.host_inputs if node.opdef else ():
-                            if i < len(node.inputs) and node.inputs[i]:
-                                env[node.inputs[i]] = to_host(env[node.inputs[i]])
-                        if breaks:
-                            span.set(host_transfer_ns=time.monotonic_ns() - t0)
+                        for name in conditions:
+                            env[name] = to_host(env[name])
+                        span.set(host_transfer_ns=time.monotonic_ns() - t0)
                     continue
                 needs_host = self.plan.needs_host
                 with bus.span(E.BREAK, meta) as span:
@@ -434,11 +448,7 @@ class CompiledModel:
     ) -> tuple[tuple[Any, ...], list[Any], dict[str, Any]]:
         args = [env[n] for n in seg.args]
         statics = {n: to_host(env[n]) for n in seg.statics}
-        key = (
-            seg.position,
-            tuple((n, shape_key(a)) for n, a in zip(seg.args, args, strict=True)),
-            tuple((n, static_key(statics[n])) for n in seg.statics),
-        )
+        key = segment_key(seg.position, seg.args, args, seg.statics, statics)
         return key, args, statics
 
     def _run_segment(self, seg: Segment, env: dict[str, Any], observe: bool = False) -> None:
@@ -475,10 +485,7 @@ class CompiledModel:
             local.update(statics)
             run_nodes(self.graph, local, seg.position, seg.stop)
             return [env.get(n) for n in seg.outputs]
-        if seg.params:
-            outs = entry.exe(self._params_for(seg), *args)
-        else:
-            outs = entry.exe(*args)
+        outs = entry.run(self._params_for(seg), args)
         fast = self._fast
         if seg is self._spec_seg and isinstance(fast, SpecializedCalls):
             fast.register(entry, statics, args, lambda: self._params_for(seg), self._consts or {})

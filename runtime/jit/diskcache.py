@@ -203,6 +203,12 @@ class StoredProgram:
     dynamic_outputs: tuple[str, ...]
     host_outputs: dict[str, Any]
     needs_x64: bool
+    forwards: tuple[int, ...] | None = None
+
+
+def _forwards(stored: Any) -> tuple[int, ...] | None:
+    """A stored entry's ``forwards`` (None, so the program runs, where it has none)."""
+    return None if stored is None else tuple(int(i) for i in stored)
 
 
 @functools.cache
@@ -403,6 +409,7 @@ class ProgramStore:
                 dynamic_outputs=tuple(entry["dynamic_outputs"]),
                 host_outputs=entry["host_outputs"],
                 needs_x64=bool(entry["needs_x64"]),
+                forwards=_forwards(entry.get("forwards")),
             )
         except Exception as exc:  # a bad entry costs a compile, never the call
             log.warning(
@@ -436,6 +443,7 @@ class ProgramStore:
                     "dynamic_outputs": list(program.dynamic_outputs),
                     "host_outputs": program.host_outputs,
                     "needs_x64": program.needs_x64,
+                    "forwards": program.forwards,
                 },
                 protocol=pickle.HIGHEST_PROTOCOL,
             )

@@ -237,6 +237,7 @@ class SegmentBuilder:
                 dynamic_outputs=stored.dynamic_outputs,
                 host_outputs=stored.host_outputs,
                 needs_x64=stored.needs_x64,
+                forwards=stored.forwards,
             )
             return CompileResult(
                 entry,
@@ -268,7 +269,11 @@ class SegmentBuilder:
             saved = store.save(
                 digest,
                 StoredProgram(
-                    entry.exe, entry.dynamic_outputs, entry.host_outputs, entry.needs_x64
+                    entry.exe,
+                    entry.dynamic_outputs,
+                    entry.host_outputs,
+                    entry.needs_x64,
+                    entry.forwards,
                 ),
             )
             if saved:

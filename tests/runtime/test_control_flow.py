@@ -797,3 +797,96 @@ def test_a_body_run_node_by_node_at_a_break_is_not_a_compiled_program(tmp_path):
     assert part["subgraph_ns"] >= eager
     (finding,) = [f for f in r.findings if f.kind == "break"]
     assert "runs its body from the host" in finding.text
+
+
+def _gate_model(passed: str) -> onnx.ModelProto:
+    """A wake-word gate (openwakeword's hey_jarvis): ``score = Sigmoid(x @ W)``; If the
+    score's sum is positive a verifier (``Tanh`` 20 times) runs, else the branch passes ``passed`` on
+    (the score, computed in the program, or the input ``x`` itself)."""
+    rng = np.random.default_rng(0)
+    # x is too large for the prelude to compute the condition on the host: a sync break
+    # a verifier of 20 nodes: the segment the If starts is compiled, not run eagerly
+    chain = [helper.make_node("Tanh", ["score"], ["v0"])]
+    chain += [helper.make_node("Tanh", [f"v{k}"], [f"v{k + 1}"]) for k in range(18)]
+    then = helper.make_graph(
+        [*chain, helper.make_node("Tanh", ["v18"], ["verified"])],
+        "then",
+        [],
+        [tensor("verified", shape=[1, 8])],
+    )
+    orelse = helper.make_graph(
+        [helper.make_node("Identity", [passed], ["same"])],
+        "else",
+        [],
+        [tensor("same", shape=[1, 8])],
+    )
+    nodes = [
+        const("W", np.abs(rng.standard_normal((2048, 8))).astype(np.float32)),
+        helper.make_node("MatMul", ["x", "W"], ["mm"]),
+        helper.make_node("Sigmoid", ["mm"], ["score"]),
+        *sum_is_positive("mm"),
+        helper.make_node(
+            "If", ["positive"], ["y"], name="If_0", then_branch=then, else_branch=orelse
+        ),
+    ]
+    return make_model(nodes, [tensor("x", shape=[1, 2048])], [tensor("y", shape=["a", "b"])])
+
+
+def _gate_feeds(taken: bool) -> dict[str, np.ndarray]:
+    """Inputs on which the gate's If takes ``then_branch`` (True) or ``else_branch``."""
+    return {"x": np.full((1, 2048), 0.01 if taken else -0.01, np.float32)}
+
+
+class _Counting:
+    """A compiled program that counts its calls."""
+
+    def __init__(self, exe: Any) -> None:
+        self.exe, self.calls = exe, 0
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls += 1
+        return self.exe(*args)
+
+
+def _if_entries(compiled: Any) -> dict[bool, Any]:
+    """The cached programs at the If (its sync break) by their condition's value."""
+    (at,) = [b["position"] for b in compiled.breaks]
+    entries = compiled._builder.segments._positions[at].values()
+    return {bool(np.frombuffer(e.key[2][0][1][2], np.bool_)[0]): e for e in entries}
+
+
+def test_a_branch_that_only_passes_a_device_value_on_runs_no_program(tmp_path):
+    # hey_jarvis's If runs its verifier only on a detection; its other branch is Identity
+    # of the score. The segment the If starts compiled to a program that copied the score
+    # out (~5 us of a 70 us call); now the score is the output, and the program not run.
+    proto = _gate_model("score")
+    compiled = rt.compile(proto, cache_dir=tmp_path)
+    feeds = {taken: _gate_feeds(taken) for taken in (False, True)}
+    for f in feeds.values():
+        np.testing.assert_allclose(
+            np.asarray(compiled(f)["y"]), reference(proto, f)["y"], atol=1e-5
+        )
+    entries = _if_entries(compiled)
+    assert entries[False].forwards == (0,) and entries[True].forwards is None
+    counting = {taken: _Counting(e.exe) for taken, e in entries.items()}
+    for taken, e in entries.items():
+        e.exe = counting[taken]
+    for taken in (False, True, False):
+        out = compiled(feeds[taken])["y"]
+        np.testing.assert_allclose(np.asarray(out), reference(proto, feeds[taken])["y"], atol=1e-5)
+    assert (counting[False].calls, counting[True].calls) == (0, 1)
+    # the program store keeps what the program passes on: a new process's model skips it too
+    again = rt.compile(proto, cache_dir=tmp_path)
+    again(feeds[False])
+    assert _if_entries(again)[False].forwards == (0,)
+
+
+def test_a_branch_that_passes_a_numpy_input_on_still_runs_its_program():
+    # the caller's own array must not come back as the output (they may write to it next)
+    proto = _gate_model("x")
+    compiled = rt.compile(proto)
+    feeds = _gate_feeds(False)
+    out = compiled(feeds)["y"]
+    assert out is not feeds["x"] and not isinstance(out, np.ndarray)
+    np.testing.assert_array_equal(np.asarray(out), feeds["x"])
+    assert _if_entries(compiled)[False].forwards == (1,)

@@ -103,3 +103,41 @@ def test_input_specs_the_model_refuses_are_an_input_error_at_compile(spec, probl
     dynamic = one_relu(["n"])
     compiled = rt.compile(dynamic, {"x": (5,)})
     assert compiled.program_for({"x": np.ones(5, np.float32)}) is not None
+
+
+def _break_model():
+    """out = x + state, then a Reshape to a shape computed from x's values: a graph break,
+    so every call goes through the checked path."""
+    return make_model(
+        [
+            helper.make_node("Add", ["x", "state"], ["out0"]),
+            helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT64),
+            helper.make_node("Abs", ["xi"], ["shape"]),
+            helper.make_node("Reshape", ["out0", "shape"], ["out"]),
+        ],
+        [tensor("x", shape=[1]), tensor("state", shape=[2])],
+        [tensor("out", shape=["n"])],
+    )
+
+
+def test_inputs_like_ones_that_passed_skip_the_checks_but_others_are_still_checked():
+    # a model with breaks remembers the signatures (names, types, shapes, dtypes) of arrays
+    # that passed as given; anything else is checked, converted or refused as before
+    compiled = rt.compile(_break_model())
+    assert compiled.graph_break
+    x, state = np.array([2.0], np.float32), np.array([1.0, 2.0], np.float32)
+    for _ in range(2):
+        out = compiled(x=x, state=state)["out"]
+        np.testing.assert_array_equal(np.asarray(out), [3.0, 4.0])
+    assert len(compiled._accepted) == 1
+    with pytest.raises(InputError, match=r"input 'state' has dtype float64, expected float32"):
+        compiled(x=x, state=state.astype(np.float64))
+    with pytest.raises(InputError, match=r"input 'x' has shape \[2\], but dim 0 must be 1"):
+        compiled(x=np.ones(2, np.float32), state=state)
+    with pytest.raises(InputError, match=r"missing input\(s\) \['state'\]"):
+        compiled(x=x)
+    # converted inputs (big-endian data) pass but are not remembered
+    big = state.astype(">f4")
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(compiled(x=x, state=big)["out"]), [3, 4])
+    assert len(compiled._accepted) == 1
