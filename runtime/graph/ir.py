@@ -39,7 +39,7 @@ from onnx import numpy_helper
 
 from ember.runtime import ops
 from ember.runtime.errors import LoadError, NodeError, UnsupportedOpsError
-from ember.runtime.graph import fold, layout, qdq
+from ember.runtime.graph import fold, layout, one_hot, qdq
 
 __all__ = [
     "Graph",
@@ -239,6 +239,7 @@ def _build(graph: onnx.GraphProto, loading: _Loading, scope: tuple[str, ...]) ->
     nodes = qdq.quantized_matmuls(
         nodes, initializers, [o.name for o in graph.output], loading.opsets
     )
+    nodes = one_hot.one_hot_products(nodes, initializers, [o.name for o in graph.output])
     known |= set(initializers)  # the folded weights are initializers now
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)

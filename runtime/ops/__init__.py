@@ -34,7 +34,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OpDef", "all_on_host", "each_tensor", "is_host", "lookup", "op", "registered", "xp"]
+__all__ = [
+    "EMBER_DOMAIN",
+    "OpDef",
+    "all_on_host",
+    "each_tensor",
+    "is_host",
+    "lookup",
+    "op",
+    "registered",
+    "xp",
+]
+
+EMBER_DOMAIN = "ai.ember"
+"""The domain of ops that only Ember's own graph rewrites put in a graph
+(``OneHotMatMul``; see ``ember.runtime.graph``)."""
 
 
 @dataclass(frozen=True)

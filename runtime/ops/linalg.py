@@ -1,4 +1,4 @@
-"""Matrix products: MatMul, MatMulInteger, Gemm, Einsum, Det.
+"""Matrix products: MatMul, MatMulInteger, Gemm, Einsum, Det, and Ember's OneHotMatMul.
 
 Host and jax values alike, each result in its inputs' ONNX dtype (see ``ember.runtime.ops``).
 """
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.runtime.ops import is_host, op, xp
+from ember.runtime.ops import EMBER_DOMAIN, is_host, op, xp
 from ember.runtime.ops._common import as_str as _str
 from ember.runtime.ops.math import astype
 
@@ -124,6 +124,24 @@ def gemm(
     if C is not None and beta != 0.0:
         result = result + (C if beta == 1.0 else beta * C)
     return astype(m, result, A.dtype)
+
+
+@op("OneHotMatMul", domain=EMBER_DOMAIN)
+def one_hot_matmul(X: Array, R: Array, W: Array, *, to: int) -> Array:
+    """MatMul(Cast(Equal(X, R)), W) for R = 0..K-1: the rows of W that X picks; opset 1+.
+
+    Only Ember's own rewrite (``graph/one_hot.py``) writes this op."""
+    m = xp(X, R, W)
+    k = W.shape[0]
+    if X.ndim == 0 or X.shape[-1] != 1 or X.ndim < R.ndim:  # not one id per row: as written
+        from ember.runtime.ops.cast import cast
+        from ember.runtime.ops.math import equal
+
+        return matmul(cast(equal(X, R), to=to), W)
+    ids = X[..., 0]
+    rows = m.take(W, m.clip(ids, 0, k - 1), axis=0)
+    inside = ((ids >= 0) & (ids < k))[..., None]
+    return astype(m, m.where(inside, rows, m.zeros((), W.dtype)), W.dtype)
 
 
 @op("Einsum", since=12)

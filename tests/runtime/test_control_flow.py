@@ -801,8 +801,8 @@ def test_a_body_run_node_by_node_at_a_break_is_not_a_compiled_program(tmp_path):
 
 def _gate_model(passed: str) -> onnx.ModelProto:
     """A wake-word gate (openwakeword's hey_jarvis): ``score = Sigmoid(x @ W)``; If the
-    score's sum is positive a verifier (``Tanh`` 20 times) runs, else the branch passes ``passed`` on
-    (the score, computed in the program, or the input ``x`` itself)."""
+    score's sum is positive a verifier (``Tanh`` 20 times) runs, else the branch passes
+    ``passed`` on (the score, computed in the program, or the input ``x`` itself)."""
     rng = np.random.default_rng(0)
     # x is too large for the prelude to compute the condition on the host: a sync break
     # a verifier of 20 nodes: the segment the If starts is compiled, not run eagerly
@@ -867,7 +867,8 @@ def test_a_branch_that_only_passes_a_device_value_on_runs_no_program(tmp_path):
             np.asarray(compiled(f)["y"]), reference(proto, f)["y"], atol=1e-5
         )
     entries = _if_entries(compiled)
-    assert entries[False].forwards == (0,) and entries[True].forwards is None
+    assert entries[False].forwards == (0,)
+    assert entries[True].forwards is None
     counting = {taken: _Counting(e.exe) for taken, e in entries.items()}
     for taken, e in entries.items():
         e.exe = counting[taken]
@@ -887,6 +888,7 @@ def test_a_branch_that_passes_a_numpy_input_on_still_runs_its_program():
     compiled = rt.compile(proto)
     feeds = _gate_feeds(False)
     out = compiled(feeds)["y"]
-    assert out is not feeds["x"] and not isinstance(out, np.ndarray)
+    assert out is not feeds["x"]
+    assert not isinstance(out, np.ndarray)
     np.testing.assert_array_equal(np.asarray(out), feeds["x"])
     assert _if_entries(compiled)[False].forwards == (1,)
