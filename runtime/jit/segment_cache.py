@@ -42,8 +42,8 @@ class SegmentCache(Generic[T]):
 
     def get(self, position: int, key: Hashable) -> T | None:
         """The entry of ``key`` at ``position`` (now the most recently used), or None."""
-        cache = self._positions.setdefault(position, collections.OrderedDict())
-        entry = cache.get(key)
+        cache = self._positions.get(position)
+        entry = cache.get(key) if cache is not None else None
         if entry is None:
             return None
         cache.move_to_end(key)
