@@ -892,3 +892,101 @@ def test_a_branch_that_passes_a_numpy_input_on_still_runs_its_program():
     assert not isinstance(out, np.ndarray)
     np.testing.assert_array_equal(np.asarray(out), feeds["x"])
     assert _if_entries(compiled)[False].forwards == (1,)
+
+
+def _counter_loop() -> onnx.ModelProto:
+    """paddle2onnx's decoders (SLANet-plus): a Loop on a trip count computed on the device
+    whose body carries its own step counter and reads ``Slice(table, starts=counter,
+    ends=min(rows, counter + 1))``: a value read on the host, so the body runs node by
+    node; each step adds the row it reads (of ``2 * table``, computed before the Loop) to
+    an accumulator (and emits it as a scan output)."""
+    body = helper.make_graph(
+        [
+            const("b_one", np.array([1], np.int64)),
+            const("b_axis", np.array([0], np.int64)),
+            helper.make_node("Shape", ["tbl"], ["b_shape"]),
+            helper.make_node("Slice", ["b_shape", "b_axis", "b_one"], ["b_rows"]),
+            helper.make_node("Add", ["count_in", "b_one"], ["b_next"]),
+            helper.make_node("Min", ["b_rows", "b_next"], ["b_end"]),
+            helper.make_node("Slice", ["tbl", "count_in", "b_end", "b_axis"], ["b_row"]),
+            helper.make_node("Tanh", ["b_row"], ["b_t"]),
+            helper.make_node("Add", ["acc_in", "b_t"], ["acc_out"]),
+            helper.make_node("Identity", ["b_next"], ["count_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["b_t"], ["scan_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("count_in", TensorProto.INT64, [1]),
+            tensor("acc_in", shape=[1, 4]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("count_out", TensorProto.INT64, [1]),
+            tensor("acc_out", shape=[1, 4]),
+            tensor("scan_out", shape=[1, 4]),
+        ],
+    )
+    nodes = [
+        const("zero", np.array([0], np.int64)),
+        const("acc0", np.zeros((1, 4), np.float32)),
+        const("true", np.array(True)),
+        const("two", np.array(2.0, np.float32)),
+        # computed before the Loop: a jax array the body reads from the enclosing scope
+        helper.make_node("Mul", ["table", "two"], ["tbl"]),
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Cast", ["total"], ["trips"], to=TensorProto.INT64),
+        helper.make_node(
+            "Loop",
+            ["trips", "true", "zero", "acc0"],
+            ["count", "acc", "rows"],
+            body=body,
+            name="Loop_0",
+        ),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[3]), tensor("table", shape=[6, 4])],
+        [
+            tensor("count", TensorProto.INT64, [1]),
+            tensor("acc", shape=[1, 4]),
+            tensor("rows", shape=["n", 1, 4]),
+        ],
+    )
+
+
+def test_a_body_that_reads_its_counter_on_the_host_runs_on_numpy_on_the_cpu(
+    ember_events, monkeypatch
+):
+    # SLANet-plus: 199 steps of ~300 nodes took 9 ms a step through JAX's eager dispatch;
+    # on numpy ~2 ms. The values stay the reference's, and so do the break's events.
+    from ember.runtime.graph import ir
+
+    seen: list[type] = []  # what the body's Tanh was given, step by step
+    run_node = ir.run_node
+
+    def spy(node: Any, env: Any, *args: Any) -> Any:
+        if node.op_type == "Tanh":
+            seen.append(type(env[node.inputs[0]]))
+        return run_node(node, env, *args)
+
+    monkeypatch.setattr(ir, "run_node", spy)
+    table = np.random.default_rng(3).standard_normal((6, 4)).astype(np.float32)
+    proto = _counter_loop()
+    compiled = rt.compile(proto)
+    for trips in (4, 2, 6):
+        feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table}
+        out, want = compiled(feeds), reference(proto, feeds)  # onnxruntime stacks the rows
+        for name in ("count", "acc", "rows"):
+            np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-6, atol=1e-6)
+        assert out["rows"].shape == (trips, 1, 4)
+    (brk,) = compiled.breaks
+    assert brk["op_type"] == "Loop"
+    # every step of the body ran on numpy
+    assert len(seen) >= 12
+    assert set(seen) == {np.ndarray}
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), brk["position"])
+    assert compiles[0]["compiled"] is False
+    assert "reads on the host" in compiles[0]["reason"]
