@@ -73,11 +73,12 @@ def one_hot_products(
             or not np.all(np.isfinite(table))
         ):
             continue
-        if onnx_dtype(cast.attrs.get("to", 0)) != table.dtype:
-            continue  # not a valid MatMul as written: leave it to say so
         equal = producer.get(cast.inputs[0])
         if equal is None or equal.op_type != "Equal" or equal.domain or equal.attrs:
             continue
+        to = cast.attrs.get("to")
+        if not isinstance(to, int) or onnx_dtype(to) != table.dtype:
+            continue  # Cast-1's ``to`` is a name; another type is no valid MatMul as written
         if readers.get(equal.outputs[0]) != 1 or len(equal.inputs) != 2:
             continue
         a, b = equal.inputs

@@ -139,6 +139,10 @@ def one_hot_matmul(X: Array, R: Array, W: Array, *, to: int) -> Array:
 
         return matmul(cast(equal(X, R), to=to), W)
     ids = X[..., 0]
+    if k - 1 >= np.iinfo(ids.dtype).max:
+        # K itself does not fit the ids' type (uint8 ids of a 256-row table): compared in
+        # that type, ``ids < K`` wraps to ``ids < 0`` and would drop every row
+        ids = ids.astype(np.int64 if k > np.iinfo(np.int32).max else np.int32)
     rows = m.take(W, m.clip(ids, 0, k - 1), axis=0)
     inside = ((ids >= 0) & (ids < k))[..., None]
     return astype(m, m.where(inside, rows, m.zeros((), W.dtype)), W.dtype)

@@ -76,6 +76,42 @@ def test_a_one_hot_product_is_one_lookup_with_the_reference_values(range_first, 
     np.testing.assert_array_equal(np.asarray(rt.run(model, {"ids": ids})["y"]), want)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "k"), [(TensorProto.UINT8, 256), (TensorProto.INT8, 128), (TensorProto.INT16, 300)]
+)
+def test_a_table_as_long_as_the_ids_type_can_count_keeps_every_row(dtype, k):
+    # uint8 ids of a 256-row table (a byte embedding): compared in uint8, ids < 256 wrapped
+    # to ids < 0, and every row came out zero (found by review)
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    table = np.arange(k * 2, dtype=np.float32).reshape(k, 2) + 1
+    model = make_model(
+        [
+            helper.make_node("Equal", ["ids", "range"], ["hot"]),
+            helper.make_node("Cast", ["hot"], ["hot_f"], to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["hot_f", "table"], ["y"]),
+        ],
+        [tensor("ids", dtype, [4, 1])],
+        [tensor("y", shape=[4, 2])],
+        [_init("range", np.arange(k).astype(np_dtype)), _init("table", table)],
+    )
+    assert _op_types(model) == ["OneHotMatMul"]
+    info = np.iinfo(np_dtype)
+    ids = np.array([[0], [min(k - 1, info.max)], [7], [max(info.min, -1)]], np_dtype)
+    (want,) = ReferenceEvaluator(model).run(None, {"ids": ids})
+    np.testing.assert_array_equal(np.asarray(rt.compile(model)({"ids": ids})["y"]), want)
+    np.testing.assert_array_equal(np.asarray(rt.run(model, {"ids": ids})["y"]), want)
+
+
+def test_a_cast_of_opset_one_names_its_type_and_is_left_alone():
+    # Cast-1's ``to`` is a string ("FLOAT"): the rewrite raised ValueError at load (review)
+    model = _embedding()
+    model.opset_import[0].version = 5
+    cast = model.graph.node[1]
+    del cast.attribute[:]
+    cast.attribute.append(helper.make_attribute("to", "FLOAT"))
+    assert _op_types(model) == ["Equal", "Cast", "MatMul"]
+
+
 def test_ids_whose_last_axis_is_not_one_are_computed_as_written():
     # Equal(ids [2, K], range [1, K]) is no one-hot of ids: the op runs the three ops
     model = _embedding(ids_shape=(2, K), range_shape=(1, K))
