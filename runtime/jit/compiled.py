@@ -205,24 +205,28 @@ class CompiledModel:
                 prelude_shapes=tuple(sorted(read - values)),
                 unchecked=self._unchecked(seg0),
             )
-        # The call as a list of steps: a Segment, or the position of a break node.
-        self._steps: list[Segment | int] = []
-        by_start = {s.position: s for s in plan.segments}
-        for pos in [*sorted(plan.breaks), None]:
-            for start in list(by_start):
-                if pos is None or start < pos:
-                    self._steps.append(by_start.pop(start))
-            if pos is not None:
-                self._steps.append(pos)
         # per sync break, the values it brings to the host (an If's condition)
-        self._sync_reads: dict[int, tuple[str, ...]] = {}
+        sync_reads: dict[int, tuple[str, ...]] = {}
         for pos, info in plan.breaks.items():
             node = self.graph.nodes[pos]
             if info.sync:
                 host_inputs = node.opdef.host_inputs if node.opdef else ()
-                self._sync_reads[pos] = tuple(
+                sync_reads[pos] = tuple(
                     node.inputs[i] for i in host_inputs if i < len(node.inputs) and node.inputs[i]
                 )
+        self._sync_reads = sync_reads
+        # The call as a list of steps: a Segment, or the position of a break node; built
+        # aside and set once, after the sync reads it names (a call running meanwhile reads
+        # the old list or the new one)
+        steps: list[Segment | int] = []
+        by_start = {s.position: s for s in plan.segments}
+        for pos in [*sorted(plan.breaks), None]:
+            for start in list(by_start):
+                if pos is None or start < pos:
+                    steps.append(by_start.pop(start))
+            if pos is not None:
+                steps.append(pos)
+        self._steps = steps
 
     def _unchecked(self, seg: Segment) -> tuple[TensorSpec, ...]:
         """The model's inputs that are not arguments of ``seg``'s program."""

@@ -256,6 +256,9 @@ class SegmentBuilder:
             self.cache_dir,
             values._hwio_params(),
             self._prelude_set,
+            # a top-level segment may hand back what the model computed, not the caller's
+            # inputs; a subgraph's arguments may be either, so its programs always run
+            frozenset(seg.args) - set(self.graph.input_names) if self.at is None else frozenset(),
         )
         # A program that JAX's persistent cache gave back is not stored: serialized again it
         # does not run (XLA:CPU: "Function ... not found"); the next process reads it from

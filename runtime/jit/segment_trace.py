@@ -54,8 +54,8 @@ class Entry:
         """The program's dynamic outputs for ``args`` (after ``param_values`` when the
         segment has parameters). A program that only passes arguments through (an ``If``
         specialised on its identity branch, say) is not run when those arguments are
-        already device arrays: its outputs are them (jax arrays are immutable), without
-        the ~5 us of a dispatch."""
+        already device arrays the model computed: its outputs are them (jax arrays are
+        immutable), without the ~5 us of a dispatch."""
         forwards = self.forwards
         if forwards is not None and _all_device_arrays(args, forwards):
             return [args[i] for i in forwards]
@@ -76,10 +76,12 @@ def _all_device_arrays(args: Sequence[Any], forwards: tuple[int, ...]) -> bool:
     return all(isinstance(args[i], jax.Array) for i in forwards)
 
 
-def forwarded(outs: Sequence[Any], args: Sequence[Any]) -> tuple[int, ...] | None:
+def forwarded(
+    outs: Sequence[Any], args: Sequence[Any], names: Sequence[str], passable: frozenset[str]
+) -> tuple[int, ...] | None:
     """Per traced output, the index of the traced argument it is, or None when some output
-    is computed (or none is the argument itself)."""
-    index = {id(a): i for i, a in enumerate(args)}
+    is computed or is an argument not named in ``passable``."""
+    index = {id(a): i for i, (a, n) in enumerate(zip(args, names, strict=True)) if n in passable}
     found = tuple(index.get(id(o), -1) for o in outs)
     return None if -1 in found else found
 
@@ -167,8 +169,12 @@ def trace_segment(
     cache_dir: str | None,
     hwio: frozenset[str] = frozenset(),
     prelude: frozenset[int] = frozenset(),
+    passable: frozenset[str] = frozenset(),
 ) -> CompileResult:
     """Trace and compile ``seg`` for ``args``: the entry (without key) and compile facts.
+
+    ``passable`` names the arguments the entry may give back as its outputs without running
+    its program (``Entry.run``): values the model computed, never a caller's own array.
 
     ``hwio`` names the convolution weights kept on the device as HWIO (see
     ``CompiledModel._hwio_params``); the program reads them back as ONNX's OIHW.
@@ -192,7 +198,7 @@ def trace_segment(
         _run_segment_nodes(graph, seg, env, base_env, prelude)
         box["host"], box["dynamic"] = _split_outputs(seg, env)
         outs = tuple(env[n] for n in box["dynamic"])
-        box["forwards"] = forwarded(outs, arg_values)
+        box["forwards"] = forwarded(outs, arg_values, seg.args, passable)
         return outs
 
     param_values = tuple(params[n] for n in seg.params)

@@ -882,16 +882,24 @@ def test_a_branch_that_only_passes_a_device_value_on_runs_no_program(tmp_path):
     assert _if_entries(again)[False].forwards == (0,)
 
 
-def test_a_branch_that_passes_a_numpy_input_on_still_runs_its_program():
-    # the caller's own array must not come back as the output (they may write to it next)
+@pytest.mark.parametrize("as_jax", [False, True])
+def test_a_branch_that_passes_the_callers_input_on_still_runs_its_program(as_jax):
+    # the caller's own array must not come back as the output: a numpy one they may write
+    # to next, a jax one they may delete or donate (which deleted their input too: review)
+    import jax
+    import jax.numpy as jnp
+
     proto = _gate_model("x")
     compiled = rt.compile(proto)
     feeds = _gate_feeds(False)
-    out = compiled(feeds)["y"]
-    assert out is not feeds["x"]
+    x = jnp.asarray(feeds["x"]) if as_jax else feeds["x"]
+    out = compiled({"x": x})["y"]
+    assert out is not x
     assert not isinstance(out, np.ndarray)
     np.testing.assert_array_equal(np.asarray(out), feeds["x"])
-    assert _if_entries(compiled)[False].forwards == (1,)
+    assert _if_entries(compiled)[False].forwards is None
+    jax.jit(lambda a: a * 2, donate_argnums=0)(out)  # the output's buffer given away
+    np.testing.assert_array_equal(np.asarray(x), feeds["x"])
 
 
 def _counter_loop() -> onnx.ModelProto:
