@@ -23,7 +23,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ember.runtime.graph.ir import Node
 
-__all__ = ["fold_batch_norms"]
+__all__ = ["constant_values", "fold_batch_norms", "wiring"]
 
 
 def constant_values(nodes: list[Node], initializers: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -35,13 +35,9 @@ def constant_values(nodes: list[Node], initializers: Mapping[str, Any]) -> dict[
     return values
 
 
-def fold_batch_norms(
-    nodes: list[Node], initializers: dict[str, Any], outputs: Iterable[str] = ()
-) -> list[Node]:
-    """``nodes`` without the BatchNormalizations folded into their Conv; the folded weights
-    are added to ``initializers`` under the Conv's name. A Conv whose own output is one of
-    the graph's ``outputs`` keeps its BatchNormalization."""
-    consts = constant_values(nodes, initializers)
+def wiring(nodes: list[Node], outputs: Iterable[str]) -> tuple[dict[str, int], dict[str, Node]]:
+    """How many readers each value has (a graph output counts as one) and which node
+    writes it: what a rewrite checks before it removes a node."""
     readers: dict[str, int] = dict.fromkeys(outputs, 1)
     producer: dict[str, Node] = {}
     for node in nodes:
@@ -50,6 +46,17 @@ def fold_batch_norms(
         for out in node.outputs:
             if out:
                 producer[out] = node
+    return readers, producer
+
+
+def fold_batch_norms(
+    nodes: list[Node], initializers: dict[str, Any], outputs: Iterable[str] = ()
+) -> list[Node]:
+    """``nodes`` without the BatchNormalizations folded into their Conv; the folded weights
+    are added to ``initializers`` under the Conv's name. A Conv whose own output is one of
+    the graph's ``outputs`` keeps its BatchNormalization."""
+    consts = constant_values(nodes, initializers)
+    readers, producer = wiring(nodes, outputs)
     removed: set[int] = set()
     for bn in nodes:
         if bn.op_type != "BatchNormalization" or len(bn.inputs) != 5:

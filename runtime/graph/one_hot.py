@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.runtime import ops
-from ember.runtime.graph.fold import constant_values
+from ember.runtime.graph.fold import constant_values, wiring
 from ember.runtime.ops import EMBER_DOMAIN
 from ember.runtime.ops.cast import onnx_dtype
 
@@ -47,14 +47,7 @@ def one_hot_products(
     """``nodes`` with every ``MatMul(Cast(Equal(X, range)), table)`` of the module docstring
     as one ``OneHotMatMul`` node, where the Equal and the Cast have no other reader."""
     consts = constant_values(nodes, initializers)
-    readers: dict[str, int] = dict.fromkeys(outputs, 1)
-    producer: dict[str, Node] = {}
-    for node in nodes:
-        for name in node.reads():
-            readers[name] = readers.get(name, 0) + 1
-        for out in node.outputs:
-            if out:
-                producer[out] = node
+    readers, producer = wiring(nodes, outputs)
     replaced: dict[int, Node] = {}
     removed: set[int] = set()
     for mm in nodes:

@@ -207,11 +207,11 @@ class CompiledModel:
             )
         # per sync break, the values it brings to the host (an If's condition)
         sync_reads: dict[int, tuple[str, ...]] = {}
-        for pos, info in plan.breaks.items():
-            node = self.graph.nodes[pos]
+        for at, info in plan.breaks.items():
+            node = self.graph.nodes[at]
             if info.sync:
                 host_inputs = node.opdef.host_inputs if node.opdef else ()
-                sync_reads[pos] = tuple(
+                sync_reads[at] = tuple(
                     node.inputs[i] for i in host_inputs if i < len(node.inputs) and node.inputs[i]
                 )
         self._sync_reads = sync_reads

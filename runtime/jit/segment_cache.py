@@ -43,7 +43,9 @@ class SegmentCache(Generic[T]):
     def get(self, position: int, key: Hashable) -> T | None:
         """The entry of ``key`` at ``position`` (now the most recently used), or None."""
         cache = self._positions.get(position)
-        entry = cache.get(key) if cache is not None else None
+        if cache is None:
+            return None
+        entry = cache.get(key)
         if entry is None:
             return None
         cache.move_to_end(key)
