@@ -59,6 +59,7 @@ from ember.runtime.breaks.plan import Plan, Segment
 from ember.runtime.breaks.programs import SubgraphState, WholeLoop, observed, split_outer
 from ember.runtime.describe import segment_key
 from ember.runtime.graph.ir import Graph, Node, Subgraph, run_node, to_host
+from ember.runtime.jit import xla_cpu
 from ember.runtime.jit.segment_build import ModelValues, SegmentBuilder
 from ember.runtime.jit.segment_trace import Entry
 from ember.runtime.ops.control import loop_scan_outputs
@@ -77,12 +78,6 @@ def _traced(values: Sequence[Any]) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in values)
 
 
-def _on_cpu() -> bool:
-    import jax
-
-    return jax.default_backend() == "cpu"
-
-
 class CompiledSubgraph(Subgraph):
     """A subgraph bound to its enclosing scope, a ``graph.Subgraph`` (``body(*inputs) ->
     outputs``) whose calls run its compiled program (see the module docstring); run node by
@@ -93,7 +88,6 @@ class CompiledSubgraph(Subgraph):
         "_fixed",
         "_last",
         "_lock",
-        "_numpy",
         "_observe",
         "_outer_args",
         "_param_values",
@@ -131,8 +125,6 @@ class CompiledSubgraph(Subgraph):
         # nobody listens to cache hits: an iteration with the last one's key skips the lookup
         self._quiet = not bus.listening(E.CACHE_HIT)
         self._source = builder.source
-        # run node by node, the subgraph computes on numpy (see ``_nodes``)
-        self._numpy = _on_cpu()
         formal = graph.input_names
         self._static_idx = tuple((i, formal[i]) for i in sorted(static_inputs))
         self._arg_idx = tuple(i for i in range(len(formal)) if i not in static_inputs)
@@ -193,11 +185,11 @@ class CompiledSubgraph(Subgraph):
     def _nodes(self, inputs: Sequence[Any], statics: Mapping[str, Any]) -> tuple[Any, ...]:
         """The subgraph's nodes one by one, ``statics`` over its outer values.
 
-        On the CPU they run on numpy: JAX's eager dispatch costs ~40 us an op, numpy's
-        ~5 us, and a jax array on the CPU is already in host memory (``to_host`` is a view).
-        A Loop whose body reads a carried counter on the host (paddle2onnx's decoders:
-        SLANet-plus's 199 steps of ~300 nodes) runs its body ~5x faster so."""
-        if not self._numpy:
+        On the CPU they run on numpy (``xla_cpu.eager_on_numpy``): a Loop whose body reads
+        a carried counter on the host (paddle2onnx's decoders: SLANet-plus's 199 steps of
+        ~300 nodes) runs its body ~5x faster so."""
+        reads = [self.outer[n] for n in self.graph.outer_reads if n in self.outer]
+        if not xla_cpu.eager_on_numpy([*reads, *inputs]):
             return Subgraph(self.graph, {**self.outer, **statics} if statics else self.outer)(
                 *inputs
             )

@@ -487,6 +487,9 @@ class CompiledModel:
         if entry.exe is None:  # eager segment
             local = env
             local.update(statics)
+            if xla_cpu.eager_on_numpy([env[n] for n in seg.args]):
+                for name in seg.args:  # its nodes compute on numpy (see xla_cpu)
+                    env[name] = to_host(env[name])
             run_nodes(self.graph, local, seg.position, seg.stop)
             return [env.get(n) for n in seg.outputs]
         outs = entry.run(self._params_for(seg), args)

@@ -49,6 +49,13 @@ JAX's defaults and ONNX's layout.
   only where nothing has started JAX's backends yet (a program that did keeps its client),
   and ``EMBER_CPU_ASYNC_DISPATCH=1`` keeps JAX's default (Ember cannot tell JAX's default
   from a program's own ``jax.config.update`` of it to True).
+- **Nodes run one by one compute on numpy.** What runs eagerly (a segment of fewer than 20
+  nodes after a break, a Loop body or If branch that cannot be one program) went through
+  JAX's eager dispatch, ~40 us an op; numpy takes ~5, and a jax array on the CPU is host
+  memory already (``to_host`` is a view). ``eager_on_numpy`` says when: on the CPU, and
+  while no value is larger than ``EAGER_NUMPY_MAX`` elements (numpy's loops use one core).
+  The demo model with a tail of 18 nodes after its NonZero: 339 -> 158 us a call;
+  SLANet-plus, whose decoder body runs eagerly at each of 199 steps: 1.85 -> 0.37 s.
 - **HWIO weights.** XLA:CPU convolves with HWIO kernels (spatial dimensions first, then
   input and output channels); a parameter in ONNX's OIHW layout was copied into that layout
   on every call (resnet50: 100 MB a call; silero-vad's op-15 export, whose 1-D STFT
@@ -60,11 +67,30 @@ JAX's defaults and ONNX's layout.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+
+EAGER_NUMPY_MAX = 1 << 20
+"""The most elements a value may hold for nodes run one by one to compute on numpy."""
+
+
+@functools.cache
+def _cpu_backend() -> bool:
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+def eager_on_numpy(values: Iterable[Any]) -> bool:
+    """Whether nodes run one by one on ``values`` should compute on numpy (see the module
+    docstring): JAX's default backend is the CPU and none of them is large."""
+    return _cpu_backend() and all(
+        getattr(v, "size", 0) <= EAGER_NUMPY_MAX for v in values if not isinstance(v, list)
+    )
 
 
 def _has_avx512() -> bool:

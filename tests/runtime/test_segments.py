@@ -722,3 +722,63 @@ def test_unreadable_stored_weights_are_laid_out_again_and_replaced(tmp_path, cap
         again = rt.compile(proto, cache_dir=tmp_path)
     np.testing.assert_allclose(np.asarray(again(x=x)["y"]), want, rtol=1e-4, atol=1e-3)
     assert not caplog.text
+
+
+@pytest.mark.parametrize("layers", [5, 7])
+def test_a_short_segment_after_a_break_runs_on_numpy_on_the_cpu(layers, monkeypatch):
+    # the demo model with 5 dense layers after its NonZero: 18 nodes, run one by one each
+    # call, through JAX's eager dispatch (339 us a call) and now numpy (156 us); with 7
+    # layers the tail is compiled and its nodes never run one by one
+    from onnx.reference import ReferenceEvaluator
+
+    from ember.runtime.examples import token_filter_model
+    from ember.runtime.graph import ir
+
+    seen: list[type] = []  # what each Tanh of the tail was given
+    run_node = ir.run_node
+
+    def spy(node, env, *args):
+        if node.op_type == "Tanh" and node.name.startswith("dec"):
+            seen.append(type(env[node.inputs[0]]))
+        return run_node(node, env, *args)
+
+    monkeypatch.setattr(ir, "run_node", spy)
+    proto = token_filter_model(layers=layers)
+    compiled = rt.compile(proto)
+    ref = ReferenceEvaluator(proto)
+    for seed in range(3):
+        feeds = {"input_ids": np.random.default_rng(seed).integers(0, 64, (2, 16))}
+        (want,) = ref.run(None, feeds)
+        got = compiled(feeds)["pooled"]
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    eager = {
+        position: {e.exe is None for e in entries.values()}
+        for position, entries in compiled._builder.segments._positions.items()
+    }
+    (tail,) = [p for p in eager if p > 0]
+    assert eager == {0: {False}, tail: {layers == 5}}  # one entry per count of kept tokens
+    assert set(seen) == ({np.ndarray} if layers == 5 else set())
+    assert len(seen) == (3 * layers if layers == 5 else 0)
+
+
+def test_a_short_segment_on_values_larger_than_the_numpy_bound_stays_on_jax(monkeypatch):
+    # numpy's loops use one core: above EAGER_NUMPY_MAX elements the nodes keep JAX's
+    # eager dispatch (here the bound is made smaller than the kept tokens)
+    from ember.runtime.examples import token_filter_model
+    from ember.runtime.graph import ir
+    from ember.runtime.jit import xla_cpu
+
+    seen: list[type] = []
+    run_node = ir.run_node
+
+    def spy(node, env, *args):
+        if node.op_type == "Tanh" and node.name.startswith("dec"):
+            seen.append(type(env[node.inputs[0]]))
+        return run_node(node, env, *args)
+
+    monkeypatch.setattr(ir, "run_node", spy)
+    monkeypatch.setattr(xla_cpu, "EAGER_NUMPY_MAX", 4)
+    compiled = rt.compile(token_filter_model(layers=5))
+    compiled({"input_ids": np.random.default_rng(0).integers(0, 64, (2, 16))})
+    assert seen
+    assert np.ndarray not in set(seen)
