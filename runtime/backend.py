@@ -1,8 +1,10 @@
 """``EmberBackend``: the runtime as an ``onnx.backend.base.Backend``.
 
 ``prepare(model)`` loads and compiles the model (``mode="compile"``, the default) or keeps it
-for eager interpretation (``mode="eager"``); ``run`` takes inputs in graph-input order (or a
-dict) and returns numpy outputs in graph-output order, as the ONNX backend tests expect.
+for eager interpretation (``mode="eager"``: node by node on JAX arrays; ``mode="numpy"``:
+node by node on numpy arrays, as the runtime runs short segments and subgraphs on the CPU,
+``xla_cpu.eager_on_numpy``); ``run`` takes inputs in graph-input order (or a dict) and
+returns numpy outputs in graph-output order, as the ONNX backend tests expect.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from ember.runtime.jit.compiled import compile as compile_model
 from ember.runtime.jit.compiled import run as run_model_eager
 from ember.runtime.ops import each_tensor
 
+from .inputs import check_inputs
 from .model import Model, load
 
-__all__ = ["EmberBackend", "EmberBackendRep", "to_numpy"]
+__all__ = ["MODES", "EmberBackend", "EmberBackendRep", "to_numpy"]
+
+MODES = ("compile", "eager", "numpy")
+"""How a prepared model runs: compiled, node by node on JAX, node by node on numpy."""
 
 
 def to_numpy(value: Any) -> Any:
@@ -30,10 +36,21 @@ def to_numpy(value: Any) -> Any:
     return each_tensor(value, np.asarray)
 
 
+def _run_on_numpy(model: Model, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's nodes one by one on the checked inputs as given (numpy)."""
+    import jax
+
+    env: dict[str, Any] = dict(model.graph.initializers)
+    env.update(check_inputs(model, feeds))
+    with jax.enable_x64(True):
+        run_nodes(model.graph, env)
+    return {n: env[n] for n in model.output_names}
+
+
 class EmberBackendRep(BackendRep):
     def __init__(self, model: Model, mode: str = "compile") -> None:
-        if mode not in ("compile", "eager"):
-            raise ValueError(f"mode must be 'compile' or 'eager', not {mode!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.model = model
         self.mode = mode
         self.compiled: CompiledModel | None = compile_model(model) if mode == "compile" else None
@@ -52,6 +69,8 @@ class EmberBackendRep(BackendRep):
         feeds = self._feeds(inputs)
         if self.compiled is not None:
             outputs = self.compiled(feeds)
+        elif self.mode == "numpy":
+            outputs = _run_on_numpy(self.model, feeds)
         else:
             outputs = run_model_eager(self.model, feeds)
         names = self.model.output_names
@@ -59,7 +78,7 @@ class EmberBackendRep(BackendRep):
 
 
 class EmberBackend(Backend):
-    """ONNX models on JAX through Ember (``mode="compile"`` or ``"eager"``)."""
+    """ONNX models on JAX through Ember (``mode="compile"``, ``"eager"`` or ``"numpy"``)."""
 
     @classmethod
     def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:

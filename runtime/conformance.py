@@ -3,7 +3,8 @@
 Runs the test cases that the installed ``onnx`` package ships: the node cases it builds in
 memory (``onnx.backend.test.case.node``) and the model cases of ``simple``,
 ``pytorch-converted`` and ``pytorch-operator`` from its data folder. Each case goes through
-``EmberBackend`` (compiled by default, ``--mode eager`` to interpret) and is compared the
+``EmberBackend`` (compiled by default; ``--mode eager`` interprets on JAX, ``--mode numpy`` on
+numpy, as short segments and subgraphs run on the CPU) and is compared the
 way ONNX's own runner compares (``Runner.assert_similar_outputs``).
 
 Prints ``N passed, M failed`` per kind and the failures grouped by op, and writes nothing
@@ -346,11 +347,13 @@ def report(results: list[Result], out: Any = None) -> dict[str, tuple[int, int]]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .backend import MODES
+
     parser = argparse.ArgumentParser(
         prog="python -m ember.runtime.conformance", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated case kinds")
-    parser.add_argument("--mode", choices=("compile", "eager"), default="compile")
+    parser.add_argument("--mode", choices=MODES, default="compile")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--timeout", type=int, default=60, help="seconds per case")
     parser.add_argument("--floor", type=int, default=None, help="minimum node passes")
