@@ -188,12 +188,12 @@ class CompiledSubgraph(Subgraph):
         On the CPU they run on numpy (``xla_cpu.eager_on_numpy``): a Loop whose body reads
         a carried counter on the host (paddle2onnx's decoders: SLANet-plus's 199 steps of
         ~300 nodes) runs its body ~5x faster so."""
-        reads = [self.outer[n] for n in self.graph.outer_reads if n in self.outer]
-        if not xla_cpu.eager_on_numpy([*reads, *inputs]):
+        reads = {n: self.outer[n] for n in self.graph.outer_reads if n in self.outer}
+        if not xla_cpu.eager_on_numpy([*reads.values(), *inputs]):
             return Subgraph(self.graph, {**self.outer, **statics} if statics else self.outer)(
                 *inputs
             )
-        outer = {n: to_host(self.outer[n]) for n in self.graph.outer_reads if n in self.outer}
+        outer = {n: to_host(v) for n, v in reads.items()}
         outer.update(statics)
         return Subgraph(self.graph, outer)(*(to_host(v) for v in inputs))
 

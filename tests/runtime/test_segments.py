@@ -724,17 +724,11 @@ def test_unreadable_stored_weights_are_laid_out_again_and_replaced(tmp_path, cap
     assert not caplog.text
 
 
-@pytest.mark.parametrize("layers", [5, 7])
-def test_a_short_segment_after_a_break_runs_on_numpy_on_the_cpu(layers, monkeypatch):
-    # the demo model with 5 dense layers after its NonZero: 18 nodes, run one by one each
-    # call, through JAX's eager dispatch (339 us a call) and now numpy (156 us); with 7
-    # layers the tail is compiled and its nodes never run one by one
-    from onnx.reference import ReferenceEvaluator
-
-    from ember.runtime.examples import token_filter_model
+def _tail_inputs_seen(monkeypatch: pytest.MonkeyPatch) -> list[type]:
+    """The types of what each Tanh of the demo model's tail is given when run one by one."""
     from ember.runtime.graph import ir
 
-    seen: list[type] = []  # what each Tanh of the tail was given
+    seen: list[type] = []
     run_node = ir.run_node
 
     def spy(node, env, *args):
@@ -743,6 +737,19 @@ def test_a_short_segment_after_a_break_runs_on_numpy_on_the_cpu(layers, monkeypa
         return run_node(node, env, *args)
 
     monkeypatch.setattr(ir, "run_node", spy)
+    return seen
+
+
+@pytest.mark.parametrize("layers", [5, 7])
+def test_a_short_segment_after_a_break_runs_on_numpy_on_the_cpu(layers, monkeypatch):
+    # the demo model with 5 dense layers after its NonZero: 18 nodes, run one by one each
+    # call, through JAX's eager dispatch (339 us a call) and now numpy (156 us); with 7
+    # layers the tail is compiled and its nodes never run one by one
+    from onnx.reference import ReferenceEvaluator
+
+    from ember.runtime.examples import token_filter_model
+
+    seen = _tail_inputs_seen(monkeypatch)
     proto = token_filter_model(layers=layers)
     compiled = rt.compile(proto)
     ref = ReferenceEvaluator(proto)
@@ -765,18 +772,9 @@ def test_a_short_segment_on_values_larger_than_the_numpy_bound_stays_on_jax(monk
     # numpy's loops use one core: above EAGER_NUMPY_MAX elements the nodes keep JAX's
     # eager dispatch (here the bound is made smaller than the kept tokens)
     from ember.runtime.examples import token_filter_model
-    from ember.runtime.graph import ir
     from ember.runtime.jit import xla_cpu
 
-    seen: list[type] = []
-    run_node = ir.run_node
-
-    def spy(node, env, *args):
-        if node.op_type == "Tanh" and node.name.startswith("dec"):
-            seen.append(type(env[node.inputs[0]]))
-        return run_node(node, env, *args)
-
-    monkeypatch.setattr(ir, "run_node", spy)
+    seen = _tail_inputs_seen(monkeypatch)
     monkeypatch.setattr(xla_cpu, "EAGER_NUMPY_MAX", 4)
     compiled = rt.compile(token_filter_model(layers=5))
     compiled({"input_ids": np.random.default_rng(0).integers(0, 64, (2, 16))})
