@@ -126,13 +126,24 @@ def segment_key(
     args: Sequence[Any],
     static_names: Sequence[str],
     statics: Mapping[str, Any],
+    static_keys: Mapping[str, Any] | None = None,
 ) -> tuple[Any, ...]:
     """A segment's cache key: its position, its arguments' ``shape_key`` and its statics'
-    ``static_key``, each by name."""
+    ``static_key``, each by name (taken from ``static_keys`` where it has them: statics
+    that stay the same over many calls, keyed once)."""
+    if static_keys:
+        keyed = tuple(
+            [
+                (n, static_keys[n] if n in static_keys else static_key(statics[n]))
+                for n in static_names
+            ]
+        )
+    else:
+        keyed = tuple([(n, static_key(statics[n])) for n in static_names])
     return (
         position,
         tuple([(n, shape_key(a)) for n, a in zip(arg_names, args, strict=True)]),
-        tuple([(n, static_key(statics[n])) for n in static_names]),
+        keyed,
     )
 
 

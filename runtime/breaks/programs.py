@@ -76,31 +76,57 @@ class SubgraphValues:
 
 
 class SubgraphState:
-    """One subgraph of one break node: its builder, and whether its shapes vary from one
-    call to the next inside one run of the node (then it is kept eager: a program per
-    iteration would cost a compile per iteration)."""
+    """One subgraph of one break node: its builder, whether its shapes vary from one call
+    to the next inside one run of the node (then it is kept eager: a program per iteration
+    would cost a compile per iteration), and the shapes its programs speculate on
+    (``jit.speculate``): the nodes, the shapes an eager run saw (None: not yet seen), and
+    how many runs checked them and found them wrong."""
 
-    __slots__ = ("builder", "on_host", "varying")
+    __slots__ = ("builder", "checked", "missed", "on_host", "seen", "speculated", "varying")
 
     def __init__(self, builder: SegmentBuilder, body: Graph | None = None) -> None:
         self.builder = builder
         self.varying = False
         self.on_host = _outer_on_host(body if body is not None else builder.graph)
+        self.speculated: tuple[Node, ...] | None = None
+        self.seen: dict[str, Any] | None = None
+        self.checked = 0
+        self.missed = 0
+
+    def guard_held(self, held: bool) -> None:
+        """Count one run of a speculating program; a subgraph whose speculations fail for
+        more than one step in eight (after a few) is kept eager from then on."""
+        self.checked += 1
+        if not held:
+            self.missed += 1
+            if self.missed >= 4 and self.missed * 8 > self.checked:
+                self.varying = True
 
 
 def _outer_on_host(graph: Graph) -> frozenset[str]:
     """The outer values that nodes of ``graph`` read on the host (a ``Reshape``'s shape
     computed outside): static values of its program. Found backwards from the ops' host
-    inputs, like the graph analysis's ``needs_host``; not the data of a value-shaped op
-    (``NonZero``): as a static it would compile a program per input, so such a subgraph
-    stays eager."""
+    inputs, like the graph analysis's ``needs_host``, through nodes that read no value
+    computed from the subgraph's own inputs: such a node runs in the program whatever its
+    outer values are, so they stay arguments (a decoder step's ``If`` on its attention,
+    made static, would key the program by the encoder's features). Not the data of a
+    value-shaped op (``NonZero``): as a static it would compile a program per input, so
+    such a subgraph stays eager."""
+    varying = set(graph.input_names)
+    for node in graph.nodes:
+        if node.op_type not in SHAPE_OPS and any(n in varying for n in node.reads()):
+            varying.update(o for o in node.outputs if o)
     needs: set[str] = set()
     for node in reversed(graph.nodes):
         opdef = node.opdef
         if opdef is None:
             continue
         needs.update(node.inputs[i] for i in opdef.host_inputs if i < len(node.inputs))
-        if node.op_type not in SHAPE_OPS and any(o in needs for o in node.outputs if o):
+        if (
+            node.op_type not in SHAPE_OPS
+            and any(o in needs for o in node.outputs if o)
+            and not any(n in varying for n in node.reads())
+        ):
             needs.update(node.reads())
     return frozenset(needs & graph.outer_reads)
 

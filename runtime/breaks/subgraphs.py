@@ -57,9 +57,9 @@ from ember.recorder import bus
 from ember.recorder import events as E
 from ember.runtime.breaks.plan import Plan, Segment
 from ember.runtime.breaks.programs import SubgraphState, WholeLoop, observed, split_outer
-from ember.runtime.describe import segment_key
+from ember.runtime.describe import segment_key, static_key
 from ember.runtime.graph.ir import Graph, Node, Subgraph, run_node, to_host
-from ember.runtime.jit import xla_cpu
+from ember.runtime.jit import speculate, xla_cpu
 from ember.runtime.jit.segment_build import ModelValues, SegmentBuilder
 from ember.runtime.jit.segment_trace import Entry
 from ember.runtime.ops.control import loop_scan_outputs
@@ -78,6 +78,12 @@ def _traced(values: Sequence[Any]) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in values)
 
 
+def _on_device(value: Any) -> Any:
+    import jax
+
+    return jax.device_put(value) if type(value) is np.ndarray else value
+
+
 class CompiledSubgraph(Subgraph):
     """A subgraph bound to its enclosing scope, a ``graph.Subgraph`` (``body(*inputs) ->
     outputs``) whose calls run its compiled program (see the module docstring); run node by
@@ -86,6 +92,7 @@ class CompiledSubgraph(Subgraph):
     __slots__ = (
         "_arg_idx",
         "_fixed",
+        "_fixed_keys",
         "_last",
         "_lock",
         "_observe",
@@ -96,6 +103,9 @@ class CompiledSubgraph(Subgraph):
         "_source",
         "_state",
         "_static_idx",
+        "_switches",
+        "_through",
+        "_through_idx",
         "_values",
         "at",
         "builder",
@@ -118,6 +128,7 @@ class CompiledSubgraph(Subgraph):
         super().__init__(graph, outer)
         self._state = state
         self._last: Entry | None = None
+        self._switches = 0
         builder = self.builder = state.builder
         self.at = builder.at if builder.at is not None else 0
         self._lock = lock
@@ -135,13 +146,33 @@ class CompiledSubgraph(Subgraph):
         self._outer_args = [outer[n] for n in outer_args]
         self._param_values = tuple(self._values.params[n] for n in params)
         self._values.base.update(graph.initializers)
-        self._seg = Segment(
+        # outputs that are inputs as given (a Loop's weights carried through each step):
+        # not program outputs, which XLA would copy every step
+        self._through = tuple(
+            (name, formal.index(name))
+            for name in dict.fromkeys(graph.output_names)
+            if name in formal
+        )
+        self._through_idx = frozenset(i for _, i in self._through)
+        args = tuple(formal[i] for i in self._arg_idx) + tuple(outer_args)
+        if state.speculated is None:
+            state.speculated = speculate.candidates(graph, (*args, *params))
+        if state.seen is not None:
+            statics.update(state.seen)
+        self._seg = self._segment(args, tuple(params))
+
+    def _segment(self, args: tuple[str, ...], params: tuple[str, ...]) -> Segment:
+        """The segment its programs compile, with the statics in ``_fixed`` (keyed once)."""
+        self._fixed_keys = {n: static_key(v) for n, v in self._fixed.items()}
+        return Segment(
             position=0,
             stop=None,
-            args=tuple(formal[i] for i in self._arg_idx) + tuple(outer_args),
-            statics=tuple(sorted({*statics, *(n for _, n in self._static_idx)})),
-            params=tuple(params),
-            outputs=tuple(dict.fromkeys(graph.output_names)),
+            args=args,
+            statics=tuple(sorted({*self._fixed, *(n for _, n in self._static_idx)})),
+            params=params,
+            outputs=tuple(
+                n for n in dict.fromkeys(self.graph.output_names) if n not in self.graph.input_names
+            ),
             compiled=True,
             reason=None,
         )
@@ -150,15 +181,25 @@ class CompiledSubgraph(Subgraph):
         if len(inputs) != len(self.graph.input_names) or _traced(inputs):
             # under a trace (or called wrongly: Subgraph says how) the nodes join the trace
             return super().__call__(*inputs)
-        if self._state.varying:
+        state = self._state
+        if state.varying:
             return self._eager(inputs)
+        if state.speculated and state.seen is None:
+            # shapes to speculate on (``jit.speculate``): this run, eager, notes them
+            return self._eager(inputs, note=True)
         seg = self._seg
+        through = self._through_idx
+        if through and any(type(inputs[i]) is np.ndarray for i in through):
+            # values an eager step left on the host and passed on as they are (weights
+            # carried through each step): on the device once, not copied there by the
+            # program of every later step
+            inputs = tuple(_on_device(v) if i in through else v for i, v in enumerate(inputs))
         args = [inputs[i] for i in self._arg_idx]
         args.extend(self._outer_args)
         statics = dict(self._fixed)
         for i, name in self._static_idx:
             statics[name] = to_host(inputs[i])
-        key = segment_key(self.at, seg.args, args, seg.statics, statics)
+        key = segment_key(self.at, seg.args, args, seg.statics, statics, self._fixed_keys)
         last = self._last
         if last is not None and self._quiet and key == last.key:
             entry = last  # the next iteration of a body that keeps its shapes: no lookup
@@ -167,35 +208,50 @@ class CompiledSubgraph(Subgraph):
                 entry = self.builder.lookup_or_build(seg, key, args, statics, self._values)
         self._last = entry
         if last is not None and entry is not last:
-            # another program inside one run of the node: its shapes change per iteration
-            self._state.varying = True
+            # another program inside one run of the node: a carried value that took its
+            # shape in the first step may (a scalar becomes [1]); a third one means its
+            # shapes change per iteration
+            self._switches += 1
+            if self._switches > 1:
+                state.varying = True
         if not self._observe:
             return self._run(entry, inputs, args, statics)
         return observed(
             self._source, self.at, entry, lambda: self._run(entry, inputs, args, statics)
         )
 
-    def _eager(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
-        """The nodes one by one (a subgraph whose shapes vary per iteration), in a segment
-        span that says so."""
+    def _eager(self, inputs: Sequence[Any], note: bool = False) -> tuple[Any, ...]:
+        """The nodes one by one (a subgraph whose shapes vary per iteration, or a run that
+        ``note``s the shapes to speculate on), in a segment span that says so."""
         if not self._observe:
-            return self._nodes(inputs, {})
-        return observed(self._source, self.at, None, lambda: self._nodes(inputs, {}))
+            return self._nodes(inputs, {}, note)
+        return observed(self._source, self.at, None, lambda: self._nodes(inputs, {}, note))
 
-    def _nodes(self, inputs: Sequence[Any], statics: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The subgraph's nodes one by one, ``statics`` over its outer values.
+    def _nodes(
+        self, inputs: Sequence[Any], statics: Mapping[str, Any], note: bool = False
+    ) -> tuple[Any, ...]:
+        """The subgraph's nodes one by one, ``statics`` over its outer values; with
+        ``note``, the shapes of the nodes to speculate on become static values of its
+        programs from the next call on.
 
         On the CPU they run on numpy (``xla_cpu.eager_on_numpy``): a Loop whose body reads
         a carried counter on the host (paddle2onnx's decoders: SLANet-plus's 199 steps of
         ~300 nodes) runs its body ~5x faster so."""
         reads = {n: self.outer[n] for n in self.graph.outer_reads if n in self.outer}
-        if not xla_cpu.eager_on_numpy([*reads.values(), *inputs]):
-            return Subgraph(self.graph, {**self.outer, **statics} if statics else self.outer)(
-                *inputs
-            )
-        outer = {n: to_host(v) for n, v in reads.items()}
-        outer.update(statics)
-        return Subgraph(self.graph, outer)(*(to_host(v) for v in inputs))
+        outer: Mapping[str, Any]
+        if xla_cpu.eager_on_numpy([*reads.values(), *inputs]):
+            outer = {**{n: to_host(v) for n, v in reads.items()}, **statics}
+            inputs = [to_host(v) for v in inputs]
+        else:
+            outer = {**self.outer, **statics} if statics else self.outer
+        env = Subgraph(self.graph, outer).values(inputs)
+        state = self._state
+        if note and state.speculated:
+            with self._lock:
+                state.seen = speculate.observe(state.speculated, env)
+                self._fixed.update(state.seen)
+                self._seg = self._segment(self._seg.args, self._seg.params)
+        return tuple(env[n] for n in self.graph.output_names)
 
     def _run(
         self,
@@ -209,6 +265,13 @@ class CompiledSubgraph(Subgraph):
         outs = entry.run(self._param_values, args)
         got = dict(entry.host_outputs)
         got.update(zip(entry.dynamic_outputs, outs, strict=True))
+        for name, i in self._through:
+            got[name] = inputs[i]
+        if entry.guarded:
+            held = bool(np.asarray(got[speculate.GUARDS]))  # waits for the step
+            self._state.guard_held(held)
+            if not held:  # a shape it speculated on is not this step's: run it as written
+                return self._nodes(inputs, statics)
         return tuple(got[n] for n in self.graph.output_names)
 
 

@@ -29,7 +29,7 @@ values keep their ONNX dtypes.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from onnx import numpy_helper
 
 from ember.runtime import ops
 from ember.runtime.errors import LoadError, NodeError, UnsupportedOpsError
-from ember.runtime.graph import fold, layout, one_hot, qdq
+from ember.runtime.graph import fold, hoist, layout, one_hot, qdq
 
 __all__ = [
     "Graph",
@@ -241,6 +241,7 @@ def _build(graph: onnx.GraphProto, loading: _Loading, scope: tuple[str, ...]) ->
     )
     nodes = one_hot.one_hot_products(nodes, initializers, [o.name for o in graph.output])
     known |= set(initializers)  # the folded weights are initializers now
+    nodes = hoist.loop_invariants(nodes, known)
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
     layout.mark_nhwc_regions(nodes, initializers, [o.name for o in graph.output])
@@ -399,6 +400,11 @@ class Subgraph:
         return self.graph.output_names
 
     def __call__(self, *inputs: Any) -> tuple[Any, ...]:
+        env = self.values(inputs)
+        return tuple(env[n] for n in self.graph.output_names)
+
+    def values(self, inputs: Sequence[Any]) -> dict[str, Any]:
+        """Every value of one run of the subgraph on ``inputs``, by name."""
         g = self.graph
         env: dict[str, Any] = {n: self.outer[n] for n in g.outer_reads if n in self.outer}
         env.update(g.initializers)
@@ -408,8 +414,7 @@ class Subgraph:
                 f"{g.input_names}, got {len(inputs)}"
             )
         env.update(zip(g.input_names, inputs, strict=True))
-        run_nodes(g, env)
-        return tuple(env[n] for n in g.output_names)
+        return run_nodes(g, env)
 
 
 def _bind_attrs(node: Node, env: Mapping[str, Any]) -> dict[str, Any]:

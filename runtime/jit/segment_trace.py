@@ -21,7 +21,7 @@ from ember.runtime.describe import key_hex
 from ember.runtime.graph.channels_last import ChannelsLastEnv
 from ember.runtime.graph.channels_last import run_node as run_channels_last
 from ember.runtime.graph.ir import Graph, run_node
-from ember.runtime.jit import xla_cpu
+from ember.runtime.jit import speculate, xla_cpu
 from ember.runtime.jit.diskcache import disk_cache
 
 __all__ = [
@@ -60,6 +60,11 @@ class Entry:
         if forwards is not None and _all_device_arrays(args, forwards):
             return [args[i] for i in forwards]
         return self.exe(param_values, *args) if param_values else self.exe(*args)
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the program speculated on shapes: its last output says if they held."""
+        return self.dynamic_outputs[-1:] == (speculate.GUARDS,)
 
     @property
     def key_hex(self) -> str:
@@ -195,9 +200,14 @@ def trace_segment(
         for name, value in zip(seg.params, param_values, strict=True):
             env[name] = xla_cpu.read_hwio(value) if name in hwio else value
         env.update(zip(seg.args, arg_values, strict=True))
-        _run_segment_nodes(graph, seg, env, base_env, prelude)
+        guards = _run_segment_nodes(graph, seg, env, base_env, prelude)
         box["host"], box["dynamic"] = _split_outputs(seg, env)
         outs = tuple(env[n] for n in box["dynamic"])
+        if guards:  # shapes the program speculated on: whether they held, as one output
+            import jax.numpy as jnp
+
+            box["dynamic"] = (*box["dynamic"], speculate.GUARDS)
+            outs = (*outs, jnp.all(jnp.stack([jnp.asarray(g) for g in guards])))
         box["forwards"] = forwarded(outs, arg_values, seg.args, passable)
         return outs
 
@@ -222,19 +232,28 @@ def _run_segment_nodes(
     env: dict[str, Any],
     base_env: Mapping[str, Any],
     prelude: frozenset[int],
-) -> None:
+) -> list[Any]:
     """Run the segment's nodes on ``env`` (while tracing); a node that reads a traced
-    value on the host raises ``NeedsHost`` (it becomes a break)."""
+    value on the host raises ``NeedsHost`` (it becomes a break). A node whose output shapes
+    a static value gives (``speculate.seen_name``) is computed for them: returns the traced
+    guards that say whether they held."""
+    guards: list[Any] = []
     for node in graph.nodes[seg.position : seg.stop]:
         if node.position in prelude or (
             node.outputs and all(o in base_env for o in node.outputs if o)
         ):
             continue  # folded once per model (constants), or computed by the prelude
+        seen = env.get(speculate.seen_name(node)) if node.op_type in speculate.OPS else None
         try:
-            if isinstance(env, ChannelsLastEnv):
+            if seen is not None:
+                outs, ok = speculate.run(node, env, seen)
+                if ok is not True:
+                    guards.append(ok)
+            elif isinstance(env, ChannelsLastEnv):
                 run_channels_last(node, env)
                 continue
-            outs = run_node(node, env)
+            else:
+                outs = run_node(node, env)
         except Exception as exc:
             if _needs_concrete(exc):
                 raise NeedsHost(
@@ -245,6 +264,7 @@ def _run_segment_nodes(
         for name, value in zip(node.outputs, outs, strict=False):
             if name:
                 env[name] = value
+    return guards
 
 
 def _split_outputs(seg: Segment, env: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -180,6 +180,8 @@ def _scan_loop(
 
 def _keep_dtype(new: Any, old: Any) -> Any:
     # Loop-carried values keep their dtype (ONNX requires it; numpy may widen).
+    if new is old:  # passed through the step (a decoder's weights): ~30 a step
+        return new
     if isinstance(new, list) or new is None or old is None or isinstance(old, list):
         return new
     dt = getattr(old, "dtype", None)

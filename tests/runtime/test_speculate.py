@@ -1,0 +1,295 @@
+"""Loop bodies compiled for the shapes a run saw (runtime/jit/speculate.py) and loop-invariant
+nodes moved out of bodies (runtime/graph/hoist.py): the values stay onnxruntime's, a step
+whose shapes differ from those seen runs as written, and what moves out of a body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ember.runtime as rt
+from tests.runtime.models import const, make_model, reference, tensor
+
+
+def _at(events: list[dict[str, Any]], position: int) -> list[dict[str, Any]]:
+    return [e for e in events if e["position"] == position]
+
+
+@pytest.fixture
+def segment_events(ember_events: Any) -> Any:
+    """``ember_events`` with the segment spans too (one per run of a segment)."""
+    from ember.recorder import bus
+
+    names = ["ember.segment.start", "ember.segment.stop", "ember.segment.exception"]
+    bus.attach("test-speculate-segments", names, lambda n, m, md: ember_events.append((n, m, md)))
+    try:
+        yield ember_events
+    finally:
+        bus.detach("test-speculate-segments")
+
+
+def _window_loop(rows: int) -> onnx.ModelProto:
+    """A Loop on a device trip count whose body sums the ``rows`` rows of ``2 * table`` from
+    its carried counter on (fewer near the end: ``ends = min(len, counter + rows)``)."""
+    body = helper.make_graph(
+        [
+            const("b_rows", np.array([rows], np.int64)),
+            const("b_one", np.array([1], np.int64)),
+            const("b_axis", np.array([0], np.int64)),
+            helper.make_node("Shape", ["tbl"], ["b_shape"]),
+            helper.make_node("Slice", ["b_shape", "b_axis", "b_one"], ["b_len"]),
+            helper.make_node("Add", ["count_in", "b_rows"], ["b_far"]),
+            helper.make_node("Min", ["b_len", "b_far"], ["b_end"]),
+            helper.make_node("Slice", ["tbl", "count_in", "b_end", "b_axis"], ["b_cut"]),
+            helper.make_node("ReduceSum", ["b_cut", "b_axis"], ["b_sum"], keepdims=1),
+            helper.make_node("Tanh", ["b_sum"], ["b_t"]),
+            helper.make_node("Add", ["acc_in", "b_t"], ["acc_out"]),
+            helper.make_node("Add", ["count_in", "b_one"], ["count_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["b_t"], ["scan_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("count_in", TensorProto.INT64, [1]),
+            tensor("acc_in", shape=[1, 4]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("count_out", TensorProto.INT64, [1]),
+            tensor("acc_out", shape=[1, 4]),
+            tensor("scan_out", shape=[1, 4]),
+        ],
+    )
+    nodes = [
+        const("zero", np.array([0], np.int64)),
+        const("acc0", np.zeros((1, 4), np.float32)),
+        const("true", np.array(True)),
+        const("two", np.array(2.0, np.float32)),
+        helper.make_node("Mul", ["table", "two"], ["tbl"]),
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Cast", ["total"], ["trips"], to=TensorProto.INT64),
+        helper.make_node(
+            "Loop", ["trips", "true", "zero", "acc0"], ["count", "acc", "sums"], body=body
+        ),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[3]), tensor("table", shape=[6, 4])],
+        [
+            tensor("count", TensorProto.INT64, [1]),
+            tensor("acc", shape=[1, 4]),
+            tensor("sums", shape=["n", 1, 4]),
+        ],
+    )
+
+
+def _eager_tanh(monkeypatch: pytest.MonkeyPatch) -> list[type]:
+    """The types the body's Tanh is given, run by run: numpy eagerly, tracers when traced."""
+    from ember.runtime.graph import ir
+
+    seen: list[type] = []
+    run_node = ir.run_node
+
+    def spy(node: Any, env: Any, *args: Any) -> Any:
+        if node.op_type == "Tanh":
+            seen.append(type(env[node.inputs[0]]))
+        return run_node(node, env, *args)
+
+    monkeypatch.setattr(ir, "run_node", spy)
+    return seen
+
+
+def test_a_step_whose_slice_is_shorter_than_the_one_seen_runs_as_written(
+    ember_events: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two rows a step, seen in the first step; from counter 5 on the table has one row left,
+    # then none: the program's guard says so and those steps run node by node
+    seen = _eager_tanh(monkeypatch)
+    table = np.random.default_rng(5).standard_normal((6, 4)).astype(np.float32)
+    proto = _window_loop(rows=2)
+    compiled = rt.compile(proto)
+    for trips in (7, 3, 6):
+        feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table}
+        out, want = compiled(feeds), reference(proto, feeds)
+        for name in ("count", "acc", "sums"):
+            np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-6, atol=1e-6)
+    # eager: the first step (it notes the shapes), counters 5 and 6 of the first call and
+    # counter 5 of the third: the other twelve steps ran in the program
+    assert seen.count(np.ndarray) == 4
+    (brk,) = compiled.breaks
+    compiled_bodies = [
+        c
+        for c in _at(ember_events.of("ember.segment.compile.stop"), brk["position"])
+        if c["compiled"]
+    ]
+    assert len(compiled_bodies) == 1
+
+
+def _flag_loop() -> onnx.ModelProto:
+    """paddle2onnx's decoders end their Loop with an ``If`` whose branches give a scalar and
+    a ``[1]``: here ``done = sum(acc * w) > limit`` (``w`` computed before the Loop)."""
+    then_branch = helper.make_graph(
+        [const("t_done", np.array(True))], "then", [], [tensor("t_done", TensorProto.BOOL, [])]
+    )
+    else_branch = helper.make_graph(
+        [
+            const("e_zero", np.array([0], np.int64)),
+            helper.make_node("Cast", ["cond_in"], ["e_c"], to=TensorProto.INT64),
+            helper.make_node("Mul", ["e_c", "e_zero"], ["e_m"]),
+            helper.make_node("Cast", ["e_m"], ["e_done"], to=TensorProto.BOOL),
+        ],
+        "else",
+        [],
+        [tensor("e_done", TensorProto.BOOL, [1])],
+    )
+    body = helper.make_graph(
+        [
+            const("b_one", np.array(1.0, np.float32)),
+            helper.make_node("Add", ["acc_in", "b_one"], ["acc_out"]),
+            helper.make_node("Mul", ["acc_out", "w"], ["b_w"]),
+            helper.make_node("ReduceSum", ["b_w"], ["b_s"], keepdims=0),
+            helper.make_node("Greater", ["b_s", "limit"], ["b_over"]),
+            helper.make_node(
+                "If", ["b_over"], ["b_done"], then_branch=then_branch, else_branch=else_branch
+            ),
+            helper.make_node("Not", ["b_done"], ["cond_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("acc_in", shape=[4]),
+        ],
+        [tensor("cond_out", TensorProto.BOOL, None), tensor("acc_out", shape=[4])],
+    )
+    nodes = [
+        const("max_trips", np.array(100, np.int64)),
+        const("true", np.array(True)),
+        const("acc0", np.zeros(4, np.float32)),
+        helper.make_node("Abs", ["weights"], ["w"]),
+        helper.make_node("Loop", ["max_trips", "true", "acc0"], ["acc"], body=body),
+    ]
+    return make_model(
+        nodes,
+        [tensor("weights", shape=[4]), tensor("limit", shape=[])],
+        [tensor("acc", shape=[4])],
+    )
+
+
+def test_an_if_whose_branches_differ_in_shape_compiles_and_its_flip_runs_as_written(
+    segment_events: Any,
+) -> None:
+    # the steps take the else branch ([1]) until the last one (a scalar): the body is one
+    # program for the shapes seen, and the last step runs node by node. The weights read
+    # inside the If's condition stay an argument: new weights run the same program (they
+    # were a static value of its key, a compile per input)
+    ember_events = segment_events
+    proto = _flag_loop()
+    compiled = rt.compile(proto)
+    rng = np.random.default_rng(7)
+    for limit in (9.0, 20.0, 14.0):
+        feeds = {
+            "weights": rng.uniform(0.5, 1.5, 4).astype(np.float32),
+            "limit": np.array(limit, np.float32),
+        }
+        out, want = compiled(feeds), reference(proto, feeds)
+        np.testing.assert_allclose(np.asarray(out["acc"]), want["acc"])
+        assert float(np.asarray(out["acc"])[0]) > 1  # more than one step ran
+    (brk,) = compiled.breaks
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), brk["position"])
+    # two programs: the first step's condition is a scalar, the later steps' a [1]
+    assert [c["compiled"] for c in compiles].count(True) == 2
+    runs = _at(ember_events.of("ember.segment.stop"), brk["position"])
+    assert sum(r["compiled"] for r in runs) > len(runs) // 2
+
+
+def _hoist_model(extra: list[onnx.NodeProto], reads: str = "wt") -> onnx.ModelProto:
+    """A Loop of 3 steps carrying ``w`` through unchanged; its body transposes it (and runs
+    ``extra``) and multiplies the carried ``h`` by ``reads``."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Transpose", ["w_in"], ["wt"], perm=[1, 0]),
+            *extra,
+            helper.make_node("MatMul", ["h_in", reads], ["h_mm"]),
+            helper.make_node("Tanh", ["h_mm"], ["h_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("w_in", shape=[4, 4]),
+            tensor("h_in", shape=[1, 4]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("w_in", shape=[4, 4]),
+            tensor("h_out", shape=[1, 4]),
+        ],
+    )
+    nodes = [
+        const("trips", np.array(3, np.int64)),
+        const("true", np.array(True)),
+        helper.make_node("Loop", ["trips", "true", "w", "h"], ["w_last", "h_last"], body=body),
+    ]
+    return make_model(
+        nodes,
+        [tensor("w", shape=[4, 4]), tensor("h", shape=[1, 4])],
+        [tensor("w_last", shape=[4, 4]), tensor("h_last", shape=[1, 4])],
+    )
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(11)
+    return {
+        "w": rng.standard_normal((4, 4)).astype(np.float32),
+        "h": rng.standard_normal((1, 4)).astype(np.float32),
+    }
+
+
+def _ops(graph: Any) -> list[str]:
+    return [n.op_type for n in graph.nodes]
+
+
+def test_a_node_of_values_the_body_passes_through_moves_in_front_of_the_loop() -> None:
+    proto = _hoist_model([])
+    model = rt.load(proto)
+    (loop,) = [n for n in model.graph.nodes if n.op_type == "Loop"]
+    assert "Transpose" in _ops(model.graph)  # in front of the Loop, reading its input "w"
+    (moved,) = [n for n in model.graph.nodes if n.op_type == "Transpose"]
+    assert moved.inputs == ("w",)
+    assert moved.position < loop.position
+    assert _ops(loop.attrs["body"]) == ["MatMul", "Tanh", "Identity"]
+    assert "wt" in loop.outer_reads
+    out, want = rt.compile(proto)(_feeds()), reference(proto, _feeds())
+    for name in ("w_last", "h_last"):
+        np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-6, atol=1e-6)
+
+
+def test_random_nodes_and_nodes_of_carried_values_stay_in_the_body() -> None:
+    # a random value differs per step; the MatMul reads h, which changes per step
+    noise = helper.make_node("RandomUniformLike", ["w_in"], ["w_noise"], seed=1.0)
+    scaled = helper.make_node("Mul", ["wt", "w_noise"], ["w_mixed"])
+    model = rt.load(_hoist_model([noise, scaled], reads="w_mixed"))
+    (loop,) = [n for n in model.graph.nodes if n.op_type == "Loop"]
+    body_ops = _ops(loop.attrs["body"])
+    assert "RandomUniformLike" in body_ops
+    assert "Mul" in body_ops
+    assert "MatMul" in body_ops
+    assert "Transpose" not in body_ops  # it alone reads only what passes through
+
+
+def test_a_body_value_named_like_one_outside_stays_in_the_body() -> None:
+    # the moved Transpose's output would take a name the enclosing graph already has
+    proto = _hoist_model([])
+    proto.graph.node.insert(0, const("wt", np.ones((4, 4), np.float32)))
+    proto.graph.output.append(tensor("wt", shape=[4, 4]))
+    model = rt.load(proto)
+    (loop,) = [n for n in model.graph.nodes if n.op_type == "Loop"]
+    assert "Transpose" in _ops(loop.attrs["body"])
