@@ -37,6 +37,11 @@ subgraph's nodes one by one:
   the host by the subgraph (a ``Reshape``'s shape computed outside) or host values of the
   model's plan, and constants of the model are baked in (large ones passed as the model's
   device parameters).
+- A ``Slice``, ``Range`` or ``If`` whose output shape depends on a value of the program (a
+  decoder's step counter) does not keep it eager: the first run is eager and notes those
+  shapes, and the programs are compiled for them with a guard (``jit.speculate``); a step
+  whose guard fails runs node by node, and a subgraph whose guards fail often stays eager.
+  Outputs that are inputs as given (weights a Loop carries through) are not program outputs.
 - A subgraph that cannot be one program (a node in it reads a traced value on the host, a
   ``NonZero``) is kept eager: its compile span says ``compiled: false`` with the reason, the
   cache keeps the eager entry, and it runs node by node as before; so does a body whose
