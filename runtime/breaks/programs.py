@@ -84,10 +84,15 @@ class SubgraphState:
 
     __slots__ = ("builder", "checked", "missed", "on_host", "seen", "speculated", "varying")
 
-    def __init__(self, builder: SegmentBuilder, body: Graph | None = None) -> None:
+    def __init__(
+        self,
+        builder: SegmentBuilder,
+        body: Graph | None = None,
+        static_inputs: frozenset[str] = frozenset(),
+    ) -> None:
         self.builder = builder
         self.varying = False
-        self.on_host = _outer_on_host(body if body is not None else builder.graph)
+        self.on_host = _outer_on_host(body if body is not None else builder.graph, static_inputs)
         self.speculated: tuple[Node, ...] | None = None
         self.seen: dict[str, Any] | None = None
         self.checked = 0
@@ -103,7 +108,7 @@ class SubgraphState:
                 self.varying = True
 
 
-def _outer_on_host(graph: Graph) -> frozenset[str]:
+def _outer_on_host(graph: Graph, static_inputs: frozenset[str] = frozenset()) -> frozenset[str]:
     """The outer values that nodes of ``graph`` read on the host (a ``Reshape``'s shape
     computed outside): static values of its program. Found backwards from the ops' host
     inputs, like the graph analysis's ``needs_host``, through nodes that read no value
@@ -111,8 +116,9 @@ def _outer_on_host(graph: Graph) -> frozenset[str]:
     outer values are, so they stay arguments (a decoder step's ``If`` on its attention,
     made static, would key the program by the encoder's features). Not the data of a
     value-shaped op (``NonZero``): as a static it would compile a program per input, so
-    such a subgraph stays eager."""
-    varying = set(graph.input_names)
+    such a subgraph stays eager. ``static_inputs``: formal inputs that are static values of
+    the program (a Loop body's condition), known on the host like the outer values."""
+    varying = set(graph.input_names) - static_inputs
     for node in graph.nodes:
         if node.op_type not in SHAPE_OPS and any(n in varying for n in node.reads()):
             varying.update(o for o in node.outputs if o)

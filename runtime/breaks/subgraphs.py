@@ -326,7 +326,14 @@ class BreakSubgraphs:
         found = self._subgraphs.get((node.position, attr))
         if found is None or found.builder.graph is not graph:
             builder = self._new_builder(node, attr, graph, dict([label]))
-            found = self._subgraphs[(node.position, attr)] = SubgraphState(builder)
+            formal = graph.input_names
+            # a Loop body's condition is a static value of its programs (``bind``)
+            static = (
+                frozenset(formal[_LOOP_COND : _LOOP_COND + 1])
+                if node.op_type == "Loop"
+                else frozenset()
+            )
+            found = self._subgraphs[(node.position, attr)] = SubgraphState(builder, None, static)
         return found
 
     def runner(

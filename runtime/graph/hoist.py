@@ -110,8 +110,11 @@ def _hoist(loop: Node, body: Graph, taken: set[str]) -> tuple[list[Node], Node]:
     if any(c.outputs[0] in taken for c in needed):
         return [], loop  # a constant's name is taken outside: leave the body as it is
     gone = {id(n) for n in (*moving, *needed)}
+    # named for their Loop: a body's node names may repeat names of the enclosing graph
+    # (a node's name keys its profile and its speculated shapes)
     moved = [
-        replace(n, inputs=tuple(outer_of.get(i, i) for i in n.inputs)) for n in (*needed, *moving)
+        replace(n, name=f"{loop.name}/{n.name}", inputs=tuple(outer_of.get(i, i) for i in n.inputs))
+        for n in (*needed, *moving)
     ]
     kept = [n for n in body.nodes if id(n) not in gone]
     for position, node in enumerate(kept):

@@ -146,19 +146,25 @@ def _slice(
 
 
 def _range(start: Any, limit: Any, delta: Any, *, shape: tuple[int, ...]) -> tuple[Any, Any]:
-    """``start, start + delta, ...`` (below ``limit``) of ``shape``: ``arange`` times delta."""
+    """``start, start + delta, ...`` (below ``limit``) of ``shape``: ``arange`` times delta.
+    Floats count and step in double, as the eager op (``ops.tensor.range_``) and
+    onnxruntime do: in float32, ``ceil((1.3 - 0.1) / 0.3)`` is 4 where double gives 5."""
     import jax.numpy as jnp
 
     s, lim, d = (jnp.reshape(v, ()) for v in (start, limit, delta))
     (length,) = shape
-    if jnp.issubdtype(s.dtype, jnp.integer):
+    dtype = s.dtype
+    if jnp.issubdtype(dtype, jnp.integer):
         up = (lim - s + d - 1) // jnp.where(d == 0, 1, d)
         down = (s - lim - d - 1) // jnp.where(d == 0, 1, -d)
         real = jnp.where(d > 0, up, down)
+        values = s + jnp.arange(length, dtype=dtype) * d
     else:
+        s, lim, d = (v.astype(jnp.float64) for v in (s, lim, d))
         real = jnp.ceil((lim - s) / d)
+        values = s + jnp.arange(length, dtype=jnp.float64) * d
     ok = (jnp.maximum(real, 0) == length) & (d != 0)
-    return (s + jnp.arange(length, dtype=s.dtype) * d).astype(s.dtype), ok
+    return values.astype(dtype), ok
 
 
 def _if(cond: Any, then_branch: Any, else_branch: Any, shapes: list[tuple[int, ...]]) -> Any:

@@ -264,6 +264,7 @@ def test_a_node_of_values_the_body_passes_through_moves_in_front_of_the_loop() -
     assert "Transpose" in _ops(model.graph)  # in front of the Loop, reading its input "w"
     (moved,) = [n for n in model.graph.nodes if n.op_type == "Transpose"]
     assert moved.inputs == ("w",)
+    assert moved.name == f"{loop.name}/Transpose_0"
     assert moved.position < loop.position
     assert _ops(loop.attrs["body"]) == ["MatMul", "Tanh", "Identity"]
     assert "wt" in loop.outer_reads
@@ -293,3 +294,145 @@ def test_a_body_value_named_like_one_outside_stays_in_the_body() -> None:
     model = rt.load(proto)
     (loop,) = [n for n in model.graph.nodes if n.op_type == "Loop"]
     assert "Transpose" in _ops(loop.attrs["body"])
+
+
+def _range_loop() -> onnx.ModelProto:
+    """A Loop on a device trip count whose body makes ``Range(0.1 i, 0.1 i + 1.2, 0.3)``
+    (4 values, then 5 where double precision counts them: float32 says 4) and emits its
+    length."""
+
+    def f(name: str, value: float) -> onnx.NodeProto:
+        return const(name, np.array(value, np.float32))
+
+    body = helper.make_graph(
+        [
+            f("a", 0.1),
+            f("b", 1.2),
+            f("d", 0.3),
+            const("one", np.array(1, np.int64)),
+            helper.make_node("Cast", ["i_in"], ["i_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["i_f", "a"], ["s"]),
+            helper.make_node("Add", ["s", "b"], ["lim"]),
+            helper.make_node("Range", ["s", "lim", "d"], ["r"]),
+            helper.make_node("Shape", ["r"], ["n"]),
+            helper.make_node("ReduceSum", ["r"], ["total"], keepdims=0),
+            helper.make_node("Add", ["i_in", "one"], ["i_out"]),
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+        ],
+        "body",
+        [
+            tensor("it", TensorProto.INT64, []),
+            tensor("cond", TensorProto.BOOL, []),
+            tensor("i_in", TensorProto.INT64, []),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("i_out", TensorProto.INT64, []),
+            tensor("n", TensorProto.INT64, [1]),
+            tensor("total", shape=[]),
+        ],
+    )
+    return make_model(
+        [
+            const("t", np.array(True)),
+            const("i0", np.array(0, np.int64)),
+            helper.make_node("ReduceSum", ["x"], ["tot"], keepdims=0),
+            helper.make_node("Cast", ["tot"], ["trips"], to=TensorProto.INT64),
+            helper.make_node(
+                "Loop", ["trips", "t", "i0"], ["i_last", "lengths", "totals"], body=body
+            ),
+        ],
+        [tensor("x", shape=[1])],
+        [
+            tensor("i_last", TensorProto.INT64, []),
+            tensor("lengths", TensorProto.INT64, ["n", 1]),
+            tensor("totals", shape=["n"]),
+        ],
+    )
+
+
+def test_a_float_range_counts_its_length_as_onnxruntime_does() -> None:
+    # the guard counted in float32 (4 values at step 1) and held against the 4 seen
+    proto = _range_loop()
+    compiled = rt.compile(proto)
+    for trips in (4, 4, 3):
+        feeds = {"x": np.array([trips], np.float32)}
+        out, want = compiled(feeds), reference(proto, feeds)
+        np.testing.assert_array_equal(np.asarray(out["lengths"]).ravel(), [4, 5, 5, 4][:trips])
+        np.testing.assert_array_equal(np.asarray(out["lengths"]), want["lengths"])
+        np.testing.assert_allclose(np.asarray(out["totals"]), want["totals"], rtol=1e-6)
+
+
+def test_moved_nodes_are_named_for_their_loop() -> None:
+    # two Loops with the same body: the first one's Transpose moves out, named for it (the
+    # body's "Transpose_0" is a name the graph may hold already); the second one's output
+    # "wt" is then a name of the enclosing graph, so it stays in its body
+    proto = _hoist_model([])
+    second = onnx.NodeProto()
+    second.CopyFrom(proto.graph.node[2])
+    second.name, second.output[:] = "Loop_b", ["w_last_b", "h_last_b"]
+    proto.graph.node[2].name = "Loop_a"
+    proto.graph.node.append(second)
+    model = rt.load(proto)
+    moved = [n.name for n in model.graph.nodes if n.op_type == "Transpose"]
+    assert moved == ["Loop_a/Transpose_0"]
+    (loop_b,) = [n for n in model.graph.nodes if n.name == "Loop_b"]
+    assert "Transpose" in _ops(loop_b.attrs["body"])
+    names = [n.name for n in model.graph.nodes]
+    assert len(names) == len(set(names))
+
+
+def test_a_body_reading_outer_shapes_by_its_condition_compiles(segment_events: Any) -> None:
+    # Reshape(table, Where(cond, Shape(table), Shape(flat))): the body's condition is a
+    # static value, so the shapes it picks between are statics too (they were arguments,
+    # the Reshape read them on the host and the body stayed eager)
+    body = helper.make_graph(
+        [
+            helper.make_node("Where", ["cond_in", "rows_cols", "flat_len"], ["b_shape"]),
+            helper.make_node("Reshape", ["tbl", "b_shape"], ["b_tbl"]),
+            helper.make_node("ReduceSum", ["b_tbl"], ["b_sum"], keepdims=0),
+            helper.make_node("Add", ["acc_in", "b_sum"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("acc_in", shape=[]),
+        ],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("acc_out", shape=[])],
+    )
+    nodes = [
+        const("true", np.array(True)),
+        const("acc0", np.array(0.0, np.float32)),
+        const("two", np.array(2.0, np.float32)),
+        const("minus_one", np.array([-1], np.int64)),
+        helper.make_node("Mul", ["table", "two"], ["tbl"]),
+        # the shapes times a one computed from the data: device values, not host ones
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Div", ["total", "total"], ["one_f"]),
+        helper.make_node("Cast", ["one_f"], ["one"], to=TensorProto.INT64),
+        helper.make_node("Shape", ["table"], ["shape_rc"]),
+        helper.make_node("Mul", ["shape_rc", "one"], ["rows_cols"]),
+        helper.make_node("Reshape", ["table", "minus_one"], ["flat"]),
+        helper.make_node("Shape", ["flat"], ["flat1"]),
+        helper.make_node("Concat", ["flat1", "minus_one"], ["shape_flat"], axis=0),
+        helper.make_node("Mul", ["shape_flat", "one"], ["flat_len"]),
+        helper.make_node("Cast", ["total"], ["trips"], to=TensorProto.INT64),
+        helper.make_node("Loop", ["trips", "true", "acc0"], ["acc"], body=body),
+    ]
+    proto = make_model(
+        nodes,
+        [tensor("x", shape=[3]), tensor("table", shape=[6, 4])],
+        [tensor("acc", shape=[])],
+    )
+    compiled = rt.compile(proto)
+    table = np.random.default_rng(2).standard_normal((6, 4)).astype(np.float32)
+    for trips in (3, 5):
+        feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table}
+        out, want = compiled(feeds), reference(proto, feeds)
+        np.testing.assert_allclose(np.asarray(out["acc"]), want["acc"], rtol=1e-5)
+    (brk,) = compiled.breaks
+    runs = _at(segment_events.of("ember.segment.stop"), brk["position"])
+    assert runs
+    assert all(r["compiled"] for r in runs)
