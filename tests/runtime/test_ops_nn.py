@@ -152,6 +152,38 @@ def test_conv_transpose_pads_output_padding_dilations() -> None:
     assert_matches("ConvTranspose", [x, w, b], attrs)
 
 
+@pytest.mark.parametrize(
+    ("x_shape", "kernel", "attrs"),
+    [
+        # CenterNet's learned bilinear upsampling: 4x4 taps, stride 2, pads 1
+        ((1, 4, 5, 6), (4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ((2, 3, 5, 5), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
+        ((1, 2, 4, 4), (2, 2), {"strides": [3, 3]}),  # a phase that no tap reaches: zeros
+        ((1, 2, 7), (5,), {"strides": [2], "pads": [2, 1]}),
+        ((1, 2, 3, 4, 4), (2, 3, 3), {"strides": [1, 2, 2], "pads": [0, 1, 1, 0, 0, 1]}),
+        ((1, 3, 6, 6), (4, 4), {"strides": [2, 2], "pads": [3, 0, 2, 1]}),
+        ((1, 3, 5, 5), (3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+        ((1, 3, 5, 5), (3, 3), {"strides": [2, 2], "output_shape": [10, 10]}),
+    ],
+)
+def test_depthwise_conv_transpose_runs_as_phases(
+    x_shape: tuple[int, ...], kernel: tuple[int, ...], attrs: dict[str, Any]
+) -> None:
+    # one channel per group: no grouped convolution (XLA:CPU's is a slow generic loop)
+    import jax
+
+    channels = x_shape[1]
+    x, w, b = randn(*x_shape), randn(channels, 1, *kernel), randn(channels)
+    attrs = {"group": channels, **attrs}
+    # onnxruntime's (onnx's reference evaluator adds a grouped ConvTranspose's bias wrongly)
+    y, want = _ours_and_onnxruntimes("ConvTranspose", {"x": x, "w": w, "b": b}, attrs)
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    fn = lookup("ConvTranspose", 22).fn
+    jaxpr = jax.make_jaxpr(lambda x, w, b: fn(x, w, b, **attrs))(x, w, b)
+    assert "conv_general_dilated" not in str(jaxpr)
+
+
 def test_conv_integer_subtracts_zero_points() -> None:
     x = rng.integers(0, 255, (1, 2, 5, 5)).astype(np.uint8)
     w = rng.integers(0, 255, (3, 2, 2, 2)).astype(np.uint8)
