@@ -112,3 +112,63 @@ def nonzero_reshape_model(extra_adds: int = 0) -> onnx.ModelProto:
         [tensor("x", shape=[6]), tensor("data", shape=[6])],
         [tensor("y", shape=["rows", "cols"])],
     )
+
+
+def counter_loop(rows: int = 1) -> onnx.ModelProto:
+    """paddle2onnx's decoders (SLANet-plus): a Loop on a trip count computed on the device
+    whose body carries its own step counter and reads ``Slice(tbl, starts=counter,
+    ends=min(len, counter + rows))`` (fewer rows near the end), a value read on the host;
+    each step adds the sum of the rows it reads (of ``tbl = 2 * table``, computed before the
+    Loop) to an accumulator, and emits it as a scan output."""
+    body = helper.make_graph(
+        [
+            const("b_rows", np.array([rows], np.int64)),
+            const("b_one", np.array([1], np.int64)),
+            const("b_axis", np.array([0], np.int64)),
+            helper.make_node("Shape", ["tbl"], ["b_shape"]),
+            helper.make_node("Slice", ["b_shape", "b_axis", "b_one"], ["b_len"]),
+            helper.make_node("Add", ["count_in", "b_rows"], ["b_far"]),
+            helper.make_node("Min", ["b_len", "b_far"], ["b_end"]),
+            helper.make_node("Slice", ["tbl", "count_in", "b_end", "b_axis"], ["b_cut"]),
+            helper.make_node("ReduceSum", ["b_cut", "b_axis"], ["b_sum"], keepdims=1),
+            helper.make_node("Tanh", ["b_sum"], ["b_t"]),
+            helper.make_node("Add", ["acc_in", "b_t"], ["acc_out"]),
+            helper.make_node("Add", ["count_in", "b_one"], ["count_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["b_t"], ["scan_out"]),
+        ],
+        "body",
+        [
+            tensor("iter", TensorProto.INT64, []),
+            tensor("cond_in", TensorProto.BOOL, []),
+            tensor("count_in", TensorProto.INT64, [1]),
+            tensor("acc_in", shape=[1, 4]),
+        ],
+        [
+            tensor("cond_out", TensorProto.BOOL, []),
+            tensor("count_out", TensorProto.INT64, [1]),
+            tensor("acc_out", shape=[1, 4]),
+            tensor("scan_out", shape=[1, 4]),
+        ],
+    )
+    nodes = [
+        const("zero", np.array([0], np.int64)),
+        const("acc0", np.zeros((1, 4), np.float32)),
+        const("true", np.array(True)),
+        const("two", np.array(2.0, np.float32)),
+        helper.make_node("Mul", ["table", "two"], ["tbl"]),
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Cast", ["total"], ["trips"], to=TensorProto.INT64),
+        helper.make_node(
+            "Loop", ["trips", "true", "zero", "acc0"], ["count", "acc", "sums"], body=body
+        ),
+    ]
+    return make_model(
+        nodes,
+        [tensor("x", shape=[3]), tensor("table", shape=[6, 4])],
+        [
+            tensor("count", TensorProto.INT64, [1]),
+            tensor("acc", shape=[1, 4]),
+            tensor("sums", shape=["n", 1, 4]),
+        ],
+    )

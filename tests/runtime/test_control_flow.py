@@ -15,7 +15,15 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
-from tests.runtime.models import const, make_model, reference, scan_body, sum_is_positive, tensor
+from tests.runtime.models import (
+    const,
+    counter_loop,
+    make_model,
+    reference,
+    scan_body,
+    sum_is_positive,
+    tensor,
+)
 
 HIDDEN = 16
 CHUNK = 64
@@ -904,69 +912,6 @@ def test_a_branch_that_passes_the_callers_input_on_still_runs_its_program(as_jax
     np.testing.assert_array_equal(np.asarray(x), feeds["x"])
 
 
-def _counter_loop() -> onnx.ModelProto:
-    """paddle2onnx's decoders (SLANet-plus): a Loop on a trip count computed on the device
-    whose body carries its own step counter and reads ``Slice(table, starts=counter,
-    ends=min(rows, counter + 1))``: a value read on the host, so the body runs node by
-    node; each step adds the row it reads (of ``2 * table``, computed before the Loop) to
-    an accumulator (and emits it as a scan output)."""
-    body = helper.make_graph(
-        [
-            const("b_one", np.array([1], np.int64)),
-            const("b_axis", np.array([0], np.int64)),
-            helper.make_node("Shape", ["tbl"], ["b_shape"]),
-            helper.make_node("Slice", ["b_shape", "b_axis", "b_one"], ["b_rows"]),
-            helper.make_node("Add", ["count_in", "b_one"], ["b_next"]),
-            helper.make_node("Min", ["b_rows", "b_next"], ["b_end"]),
-            helper.make_node("Slice", ["tbl", "count_in", "b_end", "b_axis"], ["b_row"]),
-            helper.make_node("Tanh", ["b_row"], ["b_t"]),
-            helper.make_node("Add", ["acc_in", "b_t"], ["acc_out"]),
-            helper.make_node("Identity", ["b_next"], ["count_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-            helper.make_node("Identity", ["b_t"], ["scan_out"]),
-        ],
-        "body",
-        [
-            tensor("iter", TensorProto.INT64, []),
-            tensor("cond_in", TensorProto.BOOL, []),
-            tensor("count_in", TensorProto.INT64, [1]),
-            tensor("acc_in", shape=[1, 4]),
-        ],
-        [
-            tensor("cond_out", TensorProto.BOOL, []),
-            tensor("count_out", TensorProto.INT64, [1]),
-            tensor("acc_out", shape=[1, 4]),
-            tensor("scan_out", shape=[1, 4]),
-        ],
-    )
-    nodes = [
-        const("zero", np.array([0], np.int64)),
-        const("acc0", np.zeros((1, 4), np.float32)),
-        const("true", np.array(True)),
-        const("two", np.array(2.0, np.float32)),
-        # computed before the Loop: a jax array the body reads from the enclosing scope
-        helper.make_node("Mul", ["table", "two"], ["tbl"]),
-        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
-        helper.make_node("Cast", ["total"], ["trips"], to=TensorProto.INT64),
-        helper.make_node(
-            "Loop",
-            ["trips", "true", "zero", "acc0"],
-            ["count", "acc", "rows"],
-            body=body,
-            name="Loop_0",
-        ),
-    ]
-    return make_model(
-        nodes,
-        [tensor("x", shape=[3]), tensor("table", shape=[6, 4])],
-        [
-            tensor("count", TensorProto.INT64, [1]),
-            tensor("acc", shape=[1, 4]),
-            tensor("rows", shape=["n", 1, 4]),
-        ],
-    )
-
-
 def test_a_body_that_reads_its_counter_on_the_host_compiles_for_the_row_it_saw(
     ember_events, monkeypatch
 ):
@@ -986,14 +931,14 @@ def test_a_body_that_reads_its_counter_on_the_host_compiles_for_the_row_it_saw(
 
     monkeypatch.setattr(ir, "run_node", spy)
     table = np.random.default_rng(3).standard_normal((6, 4)).astype(np.float32)
-    proto = _counter_loop()
+    proto = counter_loop()
     compiled = rt.compile(proto)
     for trips in (4, 2, 6):
         feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table}
         out, want = compiled(feeds), reference(proto, feeds)  # onnxruntime stacks the rows
-        for name in ("count", "acc", "rows"):
+        for name in ("count", "acc", "sums"):
             np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-6, atol=1e-6)
-        assert out["rows"].shape == (trips, 1, 4)
+        assert out["sums"].shape == (trips, 1, 4)
     (brk,) = compiled.breaks
     assert brk["op_type"] == "Loop"
     # one step ran on numpy (the first: it noted the shapes), the other eleven in a program
@@ -1003,4 +948,4 @@ def test_a_body_that_reads_its_counter_on_the_host_compiles_for_the_row_it_saw(
     assert "reads on the host" in compiles[0]["reason"]  # the whole Loop as one program
     misses = _at(ember_events.of("ember.cache.miss"), brk["position"])
     body_statics = misses[-1]["statics"]  # the body's program, keyed by the row's shape
-    assert {"name": "Slice_6 shape seen", "value": [[1, 4]]} in body_statics
+    assert {"name": "Slice_7 shape seen", "value": [[1, 4]]} in body_statics

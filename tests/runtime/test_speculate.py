@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ember.runtime as rt
-from tests.runtime.models import const, make_model, reference, tensor
+from tests.runtime.models import const, counter_loop, make_model, reference, tensor
 
 
 def _at(events: list[dict[str, Any]], position: int) -> list[dict[str, Any]]:
@@ -30,63 +30,6 @@ def segment_events(ember_events: Any) -> Any:
         yield ember_events
     finally:
         bus.detach("test-speculate-segments")
-
-
-def _window_loop(rows: int) -> onnx.ModelProto:
-    """A Loop on a device trip count whose body sums the ``rows`` rows of ``2 * table`` from
-    its carried counter on (fewer near the end: ``ends = min(len, counter + rows)``)."""
-    body = helper.make_graph(
-        [
-            const("b_rows", np.array([rows], np.int64)),
-            const("b_one", np.array([1], np.int64)),
-            const("b_axis", np.array([0], np.int64)),
-            helper.make_node("Shape", ["tbl"], ["b_shape"]),
-            helper.make_node("Slice", ["b_shape", "b_axis", "b_one"], ["b_len"]),
-            helper.make_node("Add", ["count_in", "b_rows"], ["b_far"]),
-            helper.make_node("Min", ["b_len", "b_far"], ["b_end"]),
-            helper.make_node("Slice", ["tbl", "count_in", "b_end", "b_axis"], ["b_cut"]),
-            helper.make_node("ReduceSum", ["b_cut", "b_axis"], ["b_sum"], keepdims=1),
-            helper.make_node("Tanh", ["b_sum"], ["b_t"]),
-            helper.make_node("Add", ["acc_in", "b_t"], ["acc_out"]),
-            helper.make_node("Add", ["count_in", "b_one"], ["count_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-            helper.make_node("Identity", ["b_t"], ["scan_out"]),
-        ],
-        "body",
-        [
-            tensor("iter", TensorProto.INT64, []),
-            tensor("cond_in", TensorProto.BOOL, []),
-            tensor("count_in", TensorProto.INT64, [1]),
-            tensor("acc_in", shape=[1, 4]),
-        ],
-        [
-            tensor("cond_out", TensorProto.BOOL, []),
-            tensor("count_out", TensorProto.INT64, [1]),
-            tensor("acc_out", shape=[1, 4]),
-            tensor("scan_out", shape=[1, 4]),
-        ],
-    )
-    nodes = [
-        const("zero", np.array([0], np.int64)),
-        const("acc0", np.zeros((1, 4), np.float32)),
-        const("true", np.array(True)),
-        const("two", np.array(2.0, np.float32)),
-        helper.make_node("Mul", ["table", "two"], ["tbl"]),
-        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
-        helper.make_node("Cast", ["total"], ["trips"], to=TensorProto.INT64),
-        helper.make_node(
-            "Loop", ["trips", "true", "zero", "acc0"], ["count", "acc", "sums"], body=body
-        ),
-    ]
-    return make_model(
-        nodes,
-        [tensor("x", shape=[3]), tensor("table", shape=[6, 4])],
-        [
-            tensor("count", TensorProto.INT64, [1]),
-            tensor("acc", shape=[1, 4]),
-            tensor("sums", shape=["n", 1, 4]),
-        ],
-    )
 
 
 def _eager_tanh(monkeypatch: pytest.MonkeyPatch) -> list[type]:
@@ -112,7 +55,7 @@ def test_a_step_whose_slice_is_shorter_than_the_one_seen_runs_as_written(
     # then none: the program's guard says so and those steps run node by node
     seen = _eager_tanh(monkeypatch)
     table = np.random.default_rng(5).standard_normal((6, 4)).astype(np.float32)
-    proto = _window_loop(rows=2)
+    proto = counter_loop(rows=2)
     compiled = rt.compile(proto)
     for trips in (7, 3, 6):
         feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table}
