@@ -17,7 +17,6 @@ from onnx import TensorProto, helper
 import ember.runtime as rt
 from tests.runtime.models import (
     const,
-    counter_loop,
     make_model,
     reference,
     scan_body,
@@ -910,42 +909,3 @@ def test_a_branch_that_passes_the_callers_input_on_still_runs_its_program(as_jax
     assert _if_entries(compiled)[False].forwards is None
     jax.jit(lambda a: a * 2, donate_argnums=0)(out)  # the output's buffer given away
     np.testing.assert_array_equal(np.asarray(x), feeds["x"])
-
-
-def test_a_body_that_reads_its_counter_on_the_host_compiles_for_the_row_it_saw(
-    ember_events, monkeypatch
-):
-    # SLANet-plus: 199 steps of ~300 nodes ran node by node (9 ms a step on JAX's eager
-    # ops, ~2 ms on numpy). Now the first step runs on numpy and notes the shape of the row
-    # its Slice cut; every later step is one program that cuts a row of that shape where the
-    # counter says (jit/speculate.py). The values stay the reference's.
-    from ember.runtime.graph import ir
-
-    seen: list[type] = []  # what the body's Tanh was given: numpy eagerly, a tracer traced
-    run_node = ir.run_node
-
-    def spy(node: Any, env: Any, *args: Any) -> Any:
-        if node.op_type == "Tanh":
-            seen.append(type(env[node.inputs[0]]))
-        return run_node(node, env, *args)
-
-    monkeypatch.setattr(ir, "run_node", spy)
-    table = np.random.default_rng(3).standard_normal((6, 4)).astype(np.float32)
-    proto = counter_loop()
-    compiled = rt.compile(proto)
-    for trips in (4, 2, 6):
-        feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table}
-        out, want = compiled(feeds), reference(proto, feeds)  # onnxruntime stacks the rows
-        for name in ("count", "acc", "sums"):
-            np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-6, atol=1e-6)
-        assert out["sums"].shape == (trips, 1, 4)
-    (brk,) = compiled.breaks
-    assert brk["op_type"] == "Loop"
-    # one step ran on numpy (the first: it noted the shapes), the other eleven in a program
-    assert seen.count(np.ndarray) == 1
-    compiles = _at(ember_events.of("ember.segment.compile.stop"), brk["position"])
-    assert [c["compiled"] for c in compiles] == [False, True]
-    assert "reads on the host" in compiles[0]["reason"]  # the whole Loop as one program
-    misses = _at(ember_events.of("ember.cache.miss"), brk["position"])
-    body_statics = misses[-1]["statics"]  # the body's program, keyed by the row's shape
-    assert {"name": "Slice_7 shape seen", "value": [[1, 4]]} in body_statics

@@ -48,6 +48,35 @@ def _eager_tanh(monkeypatch: pytest.MonkeyPatch) -> list[type]:
     return seen
 
 
+def test_a_body_that_reads_its_counter_on_the_host_compiles_for_the_row_it_saw(
+    ember_events: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SLANet-plus: 199 steps of ~300 nodes ran node by node (9 ms a step on JAX's eager
+    # ops, ~2 ms on numpy). Now the first step runs on numpy and notes the shape of the row
+    # its Slice cut; every later step is one program that cuts a row of that shape where the
+    # counter says (jit/speculate.py). The values stay the reference's.
+    seen = _eager_tanh(monkeypatch)
+    table = np.random.default_rng(3).standard_normal((6, 4)).astype(np.float32)
+    proto = counter_loop()
+    compiled = rt.compile(proto)
+    for trips in (4, 2, 6):
+        feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table}
+        out, want = compiled(feeds), reference(proto, feeds)  # onnxruntime stacks the rows
+        for name in ("count", "acc", "sums"):
+            np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-6, atol=1e-6)
+        assert out["sums"].shape == (trips, 1, 4)
+    (brk,) = compiled.breaks
+    assert brk["op_type"] == "Loop"
+    # one step ran on numpy (the first: it noted the shapes), the other eleven in a program
+    assert seen.count(np.ndarray) == 1
+    compiles = _at(ember_events.of("ember.segment.compile.stop"), brk["position"])
+    assert [c["compiled"] for c in compiles] == [False, True]
+    assert "reads on the host" in compiles[0]["reason"]  # the whole Loop as one program
+    misses = _at(ember_events.of("ember.cache.miss"), brk["position"])
+    body_statics = misses[-1]["statics"]  # the body's program, keyed by the row's shape
+    assert {"name": "Slice_7 shape seen", "value": [[1, 4]]} in body_statics
+
+
 def test_a_step_whose_slice_is_shorter_than_the_one_seen_runs_as_written(
     ember_events: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
