@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ember.runtime import ops
 from ember.runtime.graph.ir import Graph, Node
 
 __all__ = [
@@ -73,17 +74,20 @@ as small) may be read on the host by the prelude that computes an ``If`` conditi
 
 # Ops whose outputs depend only on the *shape* of their input.
 SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+def computed_from(graph: Graph, names: AbstractSet[str]) -> set[str]:
+    """``names`` and every value of ``graph`` computed from them: the values whose *values*
+    follow them (a Shape or Size of one depends on its shape only, and is not)."""
+    found = set(names)
+    for node in graph.nodes:
+        if node.op_type not in SHAPE_OPS and any(n in found for n in node.reads()):
+            found.update(o for o in node.outputs if o)
+    return found
+
+
 # Ops that never give host-known values, whatever their inputs.
-NEVER_HOST_OPS = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-    }
-)
+NEVER_HOST_OPS = ops.RANDOM_OPS
 
 _CONTROL_REASONS = {
     ("If", 0): "the If condition",

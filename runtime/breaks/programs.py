@@ -20,7 +20,7 @@ import numpy as np
 from ember.recorder import bus
 from ember.recorder import events as E
 from ember.runtime import ops
-from ember.runtime.breaks.plan import SHAPE_OPS, Plan, Segment
+from ember.runtime.breaks.plan import SHAPE_OPS, Plan, Segment, computed_from
 from ember.runtime.describe import segment_key
 from ember.runtime.graph.ir import Graph, Node, to_host
 from ember.runtime.jit.fastpath import block
@@ -118,10 +118,7 @@ def _outer_on_host(graph: Graph, static_inputs: frozenset[str] = frozenset()) ->
     value-shaped op (``NonZero``): as a static it would compile a program per input, so
     such a subgraph stays eager. ``static_inputs``: formal inputs that are static values of
     the program (a Loop body's condition), known on the host like the outer values."""
-    varying = set(graph.input_names) - static_inputs
-    for node in graph.nodes:
-        if node.op_type not in SHAPE_OPS and any(n in varying for n in node.reads()):
-            varying.update(o for o in node.outputs if o)
+    varying = computed_from(graph, set(graph.input_names) - static_inputs)
     needs: set[str] = set()
     for node in reversed(graph.nodes):
         opdef = node.opdef

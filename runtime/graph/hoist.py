@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from ember.runtime import ops
 from ember.runtime.graph.layout import CHANNELS_LAST, NHWC
 
 if TYPE_CHECKING:
@@ -28,18 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["loop_invariants"]
 
-# ops whose value differs between two runs on the same inputs
-_RANDOM = frozenset(
-    {
-        "Bernoulli",
-        "Dropout",
-        "Multinomial",
-        "RandomNormal",
-        "RandomNormalLike",
-        "RandomUniform",
-        "RandomUniformLike",
-    }
-)
 # a Loop body's formal inputs before its carried values: (iteration number, condition)
 _CARRIED_FROM = 2
 
@@ -87,13 +76,11 @@ def _hoist(loop: Node, body: Graph, taken: set[str]) -> tuple[list[Node], Node]:
             invariant.add(node.outputs[0])
             continue
         if (
-            node.op_type in _RANDOM
+            node.opdef is None
+            or node.opdef.subgraphs
+            or node.op_type in ops.RANDOM_OPS
+            or node.op_type == "Dropout"  # random where its training_mode is on
             or not node.inputs
-            or node.outer_reads
-            or any(
-                _is_graph(v) or (isinstance(v, list) and v and _is_graph(v[0]))
-                for v in node.attrs.values()
-            )
             or CHANNELS_LAST in node.attrs
             or NHWC in node.attrs
             or not all(n in invariant for n in node.inputs if n)

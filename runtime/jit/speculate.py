@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.runtime.breaks.plan import computed_from
 from ember.runtime.graph.ir import Graph, Node, Subgraph, run_node
 
 __all__ = ["GUARDS", "OPS", "candidates", "observe", "run", "seen_name"]
@@ -33,8 +34,6 @@ GUARDS = "ember: speculated shapes hold"
 
 # a Slice before opset 10 takes its bounds as attributes: never traced
 OPS = frozenset({"Slice", "Range", "If"})
-# ops whose outputs are known on the host whatever their inputs' values
-_SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
 def seen_name(node: Node) -> str:
@@ -45,21 +44,14 @@ def seen_name(node: Node) -> str:
 def candidates(graph: Graph, traced: Iterable[str]) -> tuple[Node, ...]:
     """The nodes of ``graph`` that would read a value computed from ``traced`` (a program's
     arguments) on the host and that ``run`` can compute for a seen shape."""
-    device = set(traced)
-    found: list[Node] = []
-    for node in graph.nodes:
-        opdef = node.opdef
-        if opdef is None or node.op_type in _SHAPE_OPS:
-            continue
-        reads = node.reads()
-        if not any(n in device for n in reads):
-            continue
-        device.update(o for o in node.outputs if o)
-        if node.op_type in OPS and opdef.host_inputs:
-            host = [node.inputs[i] for i in opdef.host_inputs if i < len(node.inputs)]
-            if any(n in device for n in host):
-                found.append(node)
-    return tuple(found)
+    device = computed_from(graph, set(traced))
+    return tuple(
+        node
+        for node in graph.nodes
+        if node.op_type in OPS
+        and node.opdef is not None
+        and any(node.inputs[i] in device for i in node.opdef.host_inputs if i < len(node.inputs))
+    )
 
 
 def observe(nodes: Sequence[Node], env: Mapping[str, Any]) -> dict[str, list[np.ndarray]]:
@@ -137,7 +129,7 @@ def _slice(
         begin[axis], spans[axis] = start, span
         if step > 1:
             strided.append((axis, span, step))
-    out = lax.dynamic_slice(data, [jnp.asarray(b, starts.dtype) for b in begin], spans)
+    out = lax.dynamic_slice(data, begin, spans)
     for axis, span, step in strided:
         out = lax.slice_in_dim(out, 0, span, step, axis)
     if tuple(out.shape) != shape:

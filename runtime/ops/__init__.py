@@ -36,6 +36,7 @@ import numpy as np
 
 __all__ = [
     "EMBER_DOMAIN",
+    "RANDOM_OPS",
     "OpDef",
     "all_on_host",
     "each_tensor",
@@ -49,6 +50,19 @@ __all__ = [
 EMBER_DOMAIN = "ai.ember"
 """The domain of ops that only Ember's own graph rewrites put in a graph
 (``OneHotMatMul``; see ``ember.runtime.graph``)."""
+
+RANDOM_OPS = frozenset(
+    {
+        "Bernoulli",
+        "Multinomial",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+    }
+)
+"""Ops that draw random numbers: two runs on the same inputs differ (never host-known
+values, never moved out of a Loop, and the conformance cases that hold one say so)."""
 
 
 @dataclass(frozen=True)
