@@ -131,19 +131,11 @@ def segment_key(
     """A segment's cache key: its position, its arguments' ``shape_key`` and its statics'
     ``static_key``, each by name (taken from ``static_keys`` where it has them: statics
     that stay the same over many calls, keyed once)."""
-    if static_keys:
-        keyed = tuple(
-            [
-                (n, static_keys[n] if n in static_keys else static_key(statics[n]))
-                for n in static_names
-            ]
-        )
-    else:
-        keyed = tuple([(n, static_key(statics[n])) for n in static_names])
+    keyed = static_keys or {}
     return (
         position,
         tuple([(n, shape_key(a)) for n, a in zip(arg_names, args, strict=True)]),
-        keyed,
+        tuple([(n, keyed[n] if n in keyed else static_key(statics[n])) for n in static_names]),
     )
 
 

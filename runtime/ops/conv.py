@@ -336,26 +336,42 @@ def conv_transpose(
             pad.append(_split_pad(total, auto_pad))
     else:  # VALID or explicit pads (SAME always has a target)
         pad = auto_pads(auto_pad, pads, in_sp, kernel, strides_, dil)
-    c_in, c_out_g = w.shape[0], w.shape[1]
-    if (
-        group == c_in
-        and c_out_g == 1
+    depthwise = (
+        group == w.shape[0]
+        and w.shape[1] == 1
         and all(d == 1 for d in dil)
         and all(p >= 0 for pp in pad for p in pp)
         and x.dtype in (jnp.float32, jnp.float64)
         and w.dtype == x.dtype
         and int(np.prod(kernel)) <= _SHIFT_ADD_MAX_TAPS
-    ):
+    )
+    if depthwise:
         out_size = [
             strides_[i] * (in_sp[i] - 1) + out_pad[i] + kernel[i] - pad[i][0] - pad[i][1]
             for i in range(n)
         ]
         y = _depthwise_transposed(x, w, strides_, pad, out_size)
-        if B is not None:
-            y = y + jnp.reshape(B, (1, -1) + (1,) * n)
-        return y
-    # A transposed conv is a conv over the stride-dilated input with the flipped kernel
-    # whose in/out channel axes are swapped within each group.
+    else:
+        y = _transposed_as_conv(x, w, group, strides_, dil, pad, out_pad)
+    if B is not None:
+        y = y + jnp.reshape(B, (1, -1) + (1,) * n)
+    return y
+
+
+def _transposed_as_conv(
+    x: Any,
+    w: Any,
+    group: int,
+    strides: Sequence[int],
+    dil: Sequence[int],
+    pad: Sequence[tuple[int, int]],
+    out_pad: Sequence[int],
+) -> Any:
+    """A transposed conv as a conv over the stride-dilated input with the flipped kernel
+    whose in/out channel axes are swapped within each group."""
+    n = x.ndim - 2
+    kernel = list(w.shape[2:])
+    c_in, c_out_g = w.shape[0], w.shape[1]
     wg = w.reshape((group, c_in // group, c_out_g) + tuple(kernel))
     wg = jnp.swapaxes(wg, 1, 2).reshape((group * c_out_g, c_in // group) + tuple(kernel))
     wg = jnp.flip(wg, axis=tuple(range(2, 2 + n)))
@@ -370,7 +386,7 @@ def conv_transpose(
         wg,
         window_strides=[1] * n,
         padding=conv_pad,
-        lhs_dilation=strides_,
+        lhs_dilation=strides,
         rhs_dilation=dil,
         feature_group_count=group,
     )
@@ -379,8 +395,6 @@ def conv_transpose(
             (slice(None), slice(None))
             + tuple(slice(a, y.shape[2 + i] - b) for i, (a, b) in enumerate(crop))
         ]
-    if B is not None:
-        y = y + jnp.reshape(B, (1, -1) + (1,) * n)
     return y
 
 

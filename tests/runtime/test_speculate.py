@@ -408,3 +408,36 @@ def test_a_body_reading_outer_shapes_by_its_condition_compiles(segment_events: A
     runs = _at(segment_events.of("ember.segment.stop"), brk["position"])
     assert runs
     assert all(r["compiled"] for r in runs)
+
+
+def test_values_a_body_passes_through_are_not_outputs_of_its_program() -> None:
+    # SLANet-plus carries ~25 weights through its decoder's body unchanged: as outputs of
+    # the body's program XLA copied each one every step
+    proto = counter_loop()
+    loop = proto.graph.node[-1]
+    body = loop.attribute[0].g
+    body.input.append(tensor("scale_in", shape=[1, 4]))
+    body.output.insert(3, tensor("scale_in", shape=[1, 4]))
+    (emit,) = [n for n in body.node if n.output[0] == "scan_out"]
+    emit.CopyFrom(helper.make_node("Mul", ["b_t", "scale_in"], ["scan_out"]))
+    loop.input.append("scale")
+    loop.output.insert(3, "scale_last")
+    proto.graph.input.append(tensor("scale", shape=[1, 4]))
+    proto.graph.output.append(tensor("scale_last", shape=[1, 4]))
+    compiled = rt.compile(proto)
+    rng = np.random.default_rng(4)
+    table = rng.standard_normal((6, 4)).astype(np.float32)
+    scale = rng.standard_normal((1, 4)).astype(np.float32)
+    for trips in (4, 5):
+        feeds = {"x": np.array([trips, 0, 0], np.float32), "table": table, "scale": scale}
+        out, want = compiled(feeds), reference(proto, feeds)
+        for name in ("count", "acc", "sums", "scale_last"):
+            np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-6, atol=1e-6)
+    (brk,) = compiled.breaks
+    programs = [
+        e for e in compiled._builder.segments._positions[brk["position"]].values() if e.guarded
+    ]
+    assert programs
+    for entry in programs:
+        assert "scale_in" not in entry.dynamic_outputs
+        assert "acc_out" in entry.dynamic_outputs
