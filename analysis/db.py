@@ -331,12 +331,21 @@ def init_schema(con: duckdb.DuckDBPyConnection) -> None:
     defer = _can_defer_binding(con)
     con.execute("BEGIN TRANSACTION")
     try:
+        # a new database's tables are made with the current columns: nothing to upgrade
+        # (comparing each table with the schema was a quarter of making one)
+        new = (
+            row is None
+            and not con.execute(
+                "SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() LIMIT 1"
+            ).fetchall()
+        )
         for stmt in table_ddl():
             con.execute(stmt)
         con.execute(view_sql("macros"))
-        _add_derived_columns(con)
-        _add_running_columns(con)
-        _upgrade_columns(con)
+        if not new:
+            _add_derived_columns(con)
+            _add_running_columns(con)
+            _upgrade_columns(con)
         _create_views(con, defer)
         con.execute("CREATE OR REPLACE TABLE ember_schema (hash VARCHAR)")
         con.execute("INSERT INTO ember_schema VALUES (?)", [current])

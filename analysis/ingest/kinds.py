@@ -257,6 +257,7 @@ def split_file(w: FileIngest, out: Segments, stored: StoredSpans | None = None) 
         ordinal += len(lines) if kept is None else _count_records(chunk)
         number += chunk.count(b"\n")
         offset += len(chunk)
+    w.lines_read = number - plan.base_line
     if late:
         for o, (line_no, at, raw) in locate_lines(plan, w.end, sorted(late)).items():
             w.rejected.append(Rejected(line_no, at, late[o], raw_text(raw)))
@@ -414,7 +415,7 @@ def split_works(
     limit (the ``_stage`` path)."""
     works = [FileIngest(con, plan, migrations, tmp, False, f) for f, plan in enumerate(plans)]
     for w in works:
-        w.extent()
+        w.extent(count=False)  # ``split_file`` counts the lines as it checks them
         if find_long_line(w.plan.path, w.plan.start, w.end) is not None:
             return None
     files_table(con, works, [-1] * len(works))

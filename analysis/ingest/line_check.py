@@ -244,8 +244,11 @@ def _may_be_too_deep(obj: Any) -> bool:
     ``Any`` values can. The record counts as 1 and a span's attrs as 2, so a field's value
     is at most 2 below the record: a value that nests ``MAX_NESTING - 2`` deep or more goes
     to pydantic's exact rule (``parse_line``)."""
-    paths = _ANY_PATHS[type(obj)]
-    return any(_depth(getattr(obj, f)) + 2 > R.MAX_NESTING for f in paths if getattr(obj, f))
+    for f in _ANY_PATHS[type(obj)]:
+        value = getattr(obj, f)
+        if value and _depth(value) + 2 > R.MAX_NESTING:
+            return True
+    return False
 
 
 _ANY_PATHS: dict[type, tuple[str, ...]] = {
@@ -265,22 +268,37 @@ def _records_ok(records: list[Any], meta_ok: bool) -> bool:
     """Whether decoded records are all accepted: their span attrs by their span kind's
     Struct (grouped, one ``decode_lines`` a group), their ``Any`` values not too deep, and
     no ``meta`` but the first when ``meta_ok``."""
-    attrs: dict[tuple[type, str], list[msgspec.Raw]] = {}
+    starts: dict[str, list[msgspec.Raw]] = {}  # span kind -> attrs, of span_start records
+    ends: dict[str, list[msgspec.Raw]] = {}
+    any_paths = _ANY_PATHS
     metas = 0
+    # (the hot loop of the check: a record costs a few dict lookups, no call)
     for r in records:
         cls = type(r)
         if cls is _SPAN_START or cls is _SPAN_END:
-            group = attrs.get((cls, r.span_kind))
+            by_kind = starts if cls is _SPAN_START else ends
+            group = by_kind.get(r.span_kind)
             if group is None:
-                group = attrs[(cls, r.span_kind)] = []
+                group = by_kind[r.span_kind] = []
             group.append(r.attrs)
         elif cls is _META:
             metas += 1
-        elif cls in _ANY_PATHS and _may_be_too_deep(r):
-            return False
+        else:
+            paths = any_paths.get(cls)
+            if paths:
+                for f in paths:
+                    value = getattr(r, f)
+                    if value and _depth(value) + 2 > R.MAX_NESTING:
+                        return False
     if metas and not (meta_ok and metas == 1 and type(records[0]) is _META):
         return False
-    for (cls, span_kind), raws in attrs.items():
+    return _attrs_ok(_SPAN_START, starts) and _attrs_ok(_SPAN_END, ends)
+
+
+def _attrs_ok(cls: type, attrs: dict[str, list[msgspec.Raw]]) -> bool:
+    """Whether the span attrs of records of ``cls`` (span_start or span_end), by span kind,
+    are accepted by their span kind's Struct (one ``decode_lines`` a span kind)."""
+    for span_kind, raws in attrs.items():
         decoder = _ATTRS.get((cls, span_kind))
         if decoder is None:
             return False

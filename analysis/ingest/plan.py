@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic import ValidationError
 
@@ -169,18 +169,26 @@ def first_line(path: Path, size: int) -> bytes:
     return b""
 
 
-def read_extent(plan: FilePlan) -> tuple[int, int, Rejected | None]:
+@overload
+def read_extent(
+    plan: FilePlan, count: Literal[True] = True
+) -> tuple[int, int, Rejected | None]: ...
+@overload
+def read_extent(plan: FilePlan, count: bool) -> tuple[int, int | None, Rejected | None]: ...
+def read_extent(plan: FilePlan, count: bool = True) -> tuple[int, int | None, Rejected | None]:
     """What of ``plan``'s bytes to read: ``(end, lines, truncated)``.
 
     ``end`` is the offset after the last complete line, or the file's end when its last line is a
-    whole record without its newline (a hand-made file); ``lines`` counts the lines before ``end``;
+    whole record without its newline (a hand-made file); ``lines`` counts the lines before ``end``
+    (None when not ``count`` and the file ends with a newline: a reader that passes over the
+    lines counts them itself, rather than in one more pass over the file's bytes);
     ``truncated`` is the rejected partial last line (the writer stopped mid-line), read again
     when the file grows. Shared by the DuckDB ingest and the Spark ingest of the lake.
     """
     end, tail, tail_length = _end_of_complete_lines(plan.path, plan.start, plan.size)
-    lines = _count_lines(plan.path, plan.start, end)
     if not tail.strip():
-        return end, lines, None
+        return end, _count_lines(plan.path, plan.start, end) if count else None, None
+    lines = _count_lines(plan.path, plan.start, end)
     if tail_length <= MAX_LINE_BYTES:
         try:
             if isinstance(parse_line(tail), dict):

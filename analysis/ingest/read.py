@@ -309,15 +309,18 @@ class FileIngest:
     def __post_init__(self) -> None:
         self.end = self.plan.start
 
-    def extent(self) -> None:
-        """Where its complete lines end (``end``, ``lines_read``, a truncated last line)."""
+    def extent(self, count: bool = True) -> None:
+        """Where its complete lines end (``end``, ``lines_read``, a truncated last line);
+        ``count``: False where the caller counts the lines as it reads them and sets
+        ``lines_read`` itself (``read_extent``)."""
         plan = self.plan
-        end, lines, truncated = read_extent(plan)
+        end, lines, truncated = read_extent(plan, count)
         if truncated is not None:
             self.partial = truncated.reason
             self.rejected.append(truncated)
         self.end = end
-        self.lines_read = lines
+        if lines is not None:
+            self.lines_read = lines
 
     @property
     def whole(self) -> bool:

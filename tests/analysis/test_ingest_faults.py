@@ -23,24 +23,25 @@ read_module = importlib.import_module("ember.analysis.ingest.read")
 def test_a_file_that_grows_while_it_is_read_is_read_up_to_its_recorded_offset(
     tmp_path, monkeypatch
 ):
-    # a recorder appends right after ingest looked at the file's size (here: while ingest
-    # counts its lines), before DuckDB reads it. DuckDB read the appended lines too while
-    # offset_bytes kept the old end, so the next ingest stored them a second time.
+    # a recorder appends right after ingest looked at the file's size (here: once ingest
+    # found where its complete lines end), before DuckDB reads it. DuckDB read the appended
+    # lines too while offset_bytes kept the old end, so the next ingest stored them a second
+    # time.
     path = write_lines(
         tmp_path / "live.jsonl", [meta_line(), *(cache_line(i, "hit") for i in range(1, 6))]
     )
     appended = [cache_line(i, "hit") for i in range(100, 104)]
-    count_lines = plan_module._count_lines
+    end_of_lines = plan_module._end_of_complete_lines
 
-    def count_then_append(*args):
-        n = count_lines(*args)
+    def find_end_then_append(*args):
+        found = end_of_lines(*args)
         if appended:
             with path.open("a") as f:
                 f.write("".join(line + "\n" for line in appended))
             appended.clear()
-        return n
+        return found
 
-    monkeypatch.setattr(plan_module, "_count_lines", count_then_append)
+    monkeypatch.setattr(plan_module, "_end_of_complete_lines", find_end_then_append)
     db = tmp_path / "t.duckdb"
     first = ingest([path], db).files[0]
     assert (first.status, first.records, first.rejected) == ("ok", 6, 0)
