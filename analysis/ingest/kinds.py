@@ -239,6 +239,7 @@ def split_file(w: FileIngest, out: Segments, stored: StoredSpans | None = None) 
     ordinal = 0  # non-blank lines before the chunk
     number = plan.base_line
     offset = plan.start
+    chunk = b"\n"  # the last chunk read (none: no line to add below)
     for chunk in line_chunks(plan.path, plan.start, w.end, SPLIT_CHUNK_BYTES):
         decoded = decode_chunk(chunk, meta_ok=plan.start == 0 and ordinal == 0)
         kept: list[int] | None = None  # the ordinals in the chunk of ``lines``, when not all
@@ -257,7 +258,9 @@ def split_file(w: FileIngest, out: Segments, stored: StoredSpans | None = None) 
         ordinal += len(lines) if kept is None else _count_records(chunk)
         number += chunk.count(b"\n")
         offset += len(chunk)
-    w.lines_read = number - plan.base_line
+    # the lines read: their newlines, and a last line that is a whole record without one
+    # (``read_extent`` reads up to the file's end then)
+    w.lines_read = number - plan.base_line + (not chunk.endswith(b"\n"))
     if late:
         for o, (line_no, at, raw) in locate_lines(plan, w.end, sorted(late)).items():
             w.rejected.append(Rejected(line_no, at, late[o], raw_text(raw)))

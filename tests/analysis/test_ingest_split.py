@@ -70,3 +70,29 @@ def test_the_split_read_stores_what_the_stage_read_stores(tmp_path, monkeypatch)
     assert split.rejected > 5
     assert split.records > 9000
     assert_same_tables(tmp_path / "split.duckdb", tmp_path / "stage.duckdb")
+
+
+def test_a_last_line_without_its_newline_is_counted_as_the_stage_read_counts_it(
+    tmp_path, monkeypatch
+):
+    # the split read counts a file's lines as it checks them; a last line that is a whole
+    # record without its newline is a line too (it was left out: ``lines`` one short)
+    from tests.analysis.traces import cache_line, meta_line, write_lines
+
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        [meta_line(), *(cache_line(i, "hit") for i in range(1, 6))],
+        newline_at_end=False,
+    )
+    split_calls = []
+    real = kinds.split_file
+    monkeypatch.setattr(kinds, "split_file", lambda *a: split_calls.append(a) or real(*a))
+    split = ingest([path], tmp_path / "split.duckdb")
+    assert len(split_calls) == 1
+    monkeypatch.setattr(database, "splittable", lambda *a: False)
+    staged = ingest([path], tmp_path / "stage.duckdb")
+    assert (split.files[0].records, split.files[0].rejected) == (6, 0)
+    with connect(tmp_path / "split.duckdb", read_only=True) as con:
+        assert con.sql("SELECT lines, records FROM ingested_files").rows() == [(6, 6)]
+    assert _results(split) == _results(staged)
+    assert_same_tables(tmp_path / "split.duckdb", tmp_path / "stage.duckdb")
