@@ -66,6 +66,10 @@ def test_conv_groups_dilations_strides_same_upper() -> None:
         ((2, 6, 2, 9), (6, 1, 5, 5), {"group": 6, "pads": [2, 2, 2, 2]}),
         # stride 2 over one row padded by 1 and 3 steps over it: every tap reads padding
         ((1, 3, 1, 4), (3, 1, 1, 3), {"group": 3, "pads": [1, 1, 3, 1], "strides": [2, 1]}),
+        # one input channel, group 1 (a spectrogram's first layer): shifted multiply-adds
+        ((2, 1, 12, 9), (5, 1, 3, 3), {"pads": [0, 1, 0, 1]}),
+        ((1, 1, 11, 10), (4, 1, 3, 2), {"strides": [2, 2], "dilations": [1, 2]}),
+        ((1, 1, 9), (3, 1, 1), {}),  # 1-D, one tap
         # grouped 1x1: one batched matmul
         ((2, 8, 7, 6), (12, 2, 1, 1), {"group": 4}),
         ((1, 8, 9, 9), (8, 4, 1, 1), {"group": 2, "strides": [2, 3]}),
@@ -89,6 +93,7 @@ def test_grouped_and_depthwise_conv_rewrites_match_onnxruntime(x_shape, w_shape,
     ("x_shape", "w_shape", "group", "grouped_conv_left"),
     [
         ((1, 6, 9, 8), (6, 1, 3, 3), 6, False),  # depthwise: shifted multiply-adds
+        ((1, 1, 9, 8), (6, 1, 3, 3), 1, False),  # one input channel: shifted multiply-adds
         ((1, 8, 7, 6), (12, 2, 1, 1), 4, False),  # grouped 1x1: a batched matmul
         ((1, 8, 6, 6), (4, 4, 3, 3), 2, True),  # grouped 3x3: XLA's grouped convolution
     ],
