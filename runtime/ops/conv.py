@@ -90,8 +90,8 @@ def _depthwise_shift_add(
     ch = x.ndim - 1 if channels_last else 1  # the channel axis of the computation
     if channels_last:
         x = jnp.transpose(x, (0, *range(2, n + 2), 1))
-    if multiplier > 1:  # each input channel feeds ``multiplier`` output channels
-        x = jnp.repeat(x, multiplier, axis=ch)
+    if multiplier > 1 and x.shape[ch] > 1:  # each input channel feeds ``multiplier`` outputs
+        x = jnp.repeat(x, multiplier, axis=ch)  # (one input channel: the taps broadcast it)
     spatial = list(range(1, n + 1)) if channels_last else list(range(2, n + 2))
     sizes = [x.shape[a] for a in spatial]
     widths = [(0, 0)] * x.ndim
@@ -132,6 +132,7 @@ def _depthwise_shift_add(
         out = term if out is None else out + term
     if out is None:  # every tap reads padding only
         shape = list(x.shape)
+        shape[ch] = w.shape[0]
         for a, o in zip(spatial, out_size, strict=True):
             shape[a] = o
         out = jnp.zeros(shape, x.dtype)

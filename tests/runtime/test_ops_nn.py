@@ -70,6 +70,7 @@ def test_conv_groups_dilations_strides_same_upper() -> None:
         ((2, 1, 12, 9), (5, 1, 3, 3), {"pads": [0, 1, 0, 1]}),
         ((1, 1, 11, 10), (4, 1, 3, 2), {"strides": [2, 2], "dilations": [1, 2]}),
         ((1, 1, 9), (3, 1, 1), {}),  # 1-D, one tap
+        ((1, 1, 1, 4), (3, 1, 1, 3), {"pads": [1, 1, 3, 1], "strides": [2, 1]}),  # padding only
         # grouped 1x1: one batched matmul
         ((2, 8, 7, 6), (12, 2, 1, 1), {"group": 4}),
         ((1, 8, 9, 9), (8, 4, 1, 1), {"group": 2, "strides": [2, 3]}),
