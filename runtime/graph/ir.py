@@ -244,6 +244,7 @@ def _build(graph: onnx.GraphProto, loading: _Loading, scope: tuple[str, ...]) ->
     nodes = hoist.loop_invariants(nodes, known)
     nodes = _toposort(nodes, known, graph.name)
     layout.mark_channels_last(nodes)
+    layout.mark_pooled(nodes)
     layout.mark_nhwc_regions(nodes, initializers, [o.name for o in graph.output])
     produced = set(known)
     reads: set[str] = set()

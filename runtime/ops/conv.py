@@ -151,7 +151,19 @@ def _grouped_pointwise(x, w, group, strides):
     return jnp.einsum("goc,bgcp->bgop", ws, xs).reshape(b, c_out, *spatial)
 
 
-def _conv(x, w, *, auto_pad, dilations, group, pads, strides, preferred=None, channels_last=False):
+def _conv(
+    x,
+    w,
+    *,
+    auto_pad,
+    dilations,
+    group,
+    pads,
+    strides,
+    preferred=None,
+    channels_last=False,
+    pooled=False,
+):
     n = x.ndim - 2
     kernel = list(w.shape[2:])
     strides_ = ints_or_default(strides, n, 1)
@@ -159,8 +171,14 @@ def _conv(x, w, *, auto_pad, dilations, group, pads, strides, preferred=None, ch
     pad = auto_pads(auto_pad, pads, x.shape[2:], kernel, strides_, dil)
     plain_float = preferred is None and x.dtype in (jnp.float32, jnp.float64) and w.dtype == x.dtype
     if plain_float and all(p >= 0 for pp in pad for p in pp):
-        # one input channel per group: depthwise, or (group 1) a one-channel input
-        if w.shape[1] == 1 and int(np.prod(kernel)) <= _SHIFT_ADD_MAX_TAPS:
+        # one input channel per group: depthwise, or (group 1) a one-channel input that no
+        # pool reads (``graph/layout.POOLED``) and, in 2-D or 3-D, not a strided kernel of
+        # more than 9 taps (a 7x7 stride-2 stem on 8x1x128x128: 2.4 ms as XLA's convolution,
+        # 6 ms as taps)
+        taps = w.shape[1] == 1 and x.shape[1] == group
+        if group == 1 and (pooled or (n > 1 and max(strides_) > 1 and np.prod(kernel) > 9)):
+            taps = False
+        if taps and int(np.prod(kernel)) <= _SHIFT_ADD_MAX_TAPS:
             return _depthwise_shift_add(x, w, strides_, dil, pad, channels_last)
         if group > 1 and all(k == 1 for k in kernel) and all(p == (0, 0) for p in pad):
             return _grouped_pointwise(x, w, group, strides_)
@@ -188,11 +206,13 @@ def conv(
     pads=None,
     strides=None,
     _ember_channels_last=0,
+    _ember_pooled=0,
 ):
     """N-d convolution of X by W (+ bias B): pads, strides, dilations, groups; opset 1+.
 
-    ``_ember_channels_last`` is Ember's own hint, set at load (``runtime/layout.py``): a
-    depthwise Conv between convolutions computes on NHWC.
+    ``_ember_channels_last`` and ``_ember_pooled`` are Ember's own hints, set at load
+    (``runtime/graph/layout.py``): a depthwise Conv between convolutions computes on NHWC; a
+    Conv whose output a pool reads keeps XLA's convolution for a one-channel input.
     """
     y = _conv(
         jnp.asarray(X),
@@ -203,6 +223,7 @@ def conv(
         pads=pads,
         strides=strides,
         channels_last=bool(_ember_channels_last),
+        pooled=bool(_ember_pooled),
     )
     if B is not None:
         y = y + jnp.reshape(B, (1, -1) + (1,) * (y.ndim - 2))

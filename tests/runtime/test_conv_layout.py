@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 import ember.runtime as rt
 from ember.runtime.graph.ir import run_node
-from ember.runtime.graph.layout import CHANNELS_LAST, NHWC
+from ember.runtime.graph.layout import CHANNELS_LAST, NHWC, POOLED
 from tests.runtime.models import make_model, tensor
 
 rng = np.random.default_rng(3)
@@ -347,3 +347,86 @@ def test_squeeze_excitation_region_left_alone_when_a_value_is_read_elsewhere(
         value = np.asarray(got[name])
         assert value.shape == want.shape
         assert np.max(np.abs(value - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
+
+
+@pytest.mark.parametrize(
+    ("after", "pooled", "shape"),
+    [
+        (["Relu", "MaxPool"], True, [2, 6, 5, 6]),  # a pool reads it through an elementwise op
+        (["AveragePool"], True, [2, 6, 5, 6]),
+        (["Relu", "Conv"], False, [2, 4, 10, 12]),  # a Conv reads it: the taps stay NCHW
+        (["Relu"], False, [2, 6, 10, 12]),  # the graph's output
+    ],
+)
+def test_pooled_hint_on_a_one_channel_conv_and_values_match_onnxruntime(
+    after: list[str], pooled: bool, shape: list[int]
+) -> None:
+    # A one-channel Conv is shifted multiply-adds (ops/conv.py) unless a pool reads it:
+    # XLA:CPU lays the pool's input channels-last, where the taps' loop did not vectorise
+    nodes = [
+        _weights("w", randn(6, 1, 3, 3)),
+        helper.make_node("Conv", ["x", "w"], ["v0"], pads=[1, 1, 1, 1], name="c"),
+    ]
+    for i, op in enumerate(after):
+        attrs: dict = {"kernel_shape": [2, 2], "strides": [2, 2]} if op.endswith("Pool") else {}
+        inputs = [f"v{i}"]
+        if op == "Conv":
+            nodes.append(_weights("w2", randn(4, 6, 1, 1)))
+            inputs.append("w2")
+        nodes.append(helper.make_node(op, inputs, [f"v{i + 1}"], **attrs))
+    nodes.append(helper.make_node("Identity", [f"v{len(after)}"], ["y"]))
+    model = make_model(
+        nodes, [tensor("x", shape=[2, 1, 10, 12])], [tensor("y", shape=shape)], opset=17
+    )
+    loaded = rt.load(model)
+    (conv,) = [n for n in loaded.graph.nodes if n.name == "c"]
+    assert bool(conv.attrs.get(POOLED)) is pooled
+    feeds = {"x": randn(2, 1, 10, 12)}
+    got = np.asarray(rt.compile(loaded)(feeds)["y"])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(["y"], feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("w_shape", "attrs", "convolution"),
+    [
+        ((6, 1, 3, 3), {"pads": [1, 1, 1, 1]}, False),  # shifted multiply-adds
+        ((6, 1, 3, 3), {"pads": [1, 1, 1, 1], "_ember_pooled": 1}, True),  # a pool reads it
+        ((6, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, False),
+        # a strided kernel of more than 9 taps: XLA's convolution (a 7x7 stride-2 stem)
+        ((6, 1, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, True),
+    ],
+)
+def test_one_channel_conv_keeps_a_convolution_where_a_pool_reads_it_or_a_large_kernel_strides(
+    w_shape, attrs, convolution
+) -> None:
+    import jax
+
+    from ember.runtime.ops.conv import conv
+
+    x, w = randn(2, 1, 16, 16), randn(*w_shape)
+    lowered = jax.jit(lambda x, w: conv(x, w, **attrs)).lower(x, w)
+    assert ("convolution" in lowered.as_text()) is convolution
+    plain = {k: v for k, v in attrs.items() if not k.startswith("_ember")}
+    got = np.asarray(jax.jit(lambda x, w: conv(x, w, **attrs))(x, w))
+    want = np.asarray(
+        jax.jit(
+            lambda x, w: jax.lax.conv_general_dilated(
+                x,
+                w,
+                plain.get("strides", [1, 1]),
+                [(3, 3)] * 2 if w_shape[2] == 7 else [(1, 1)] * 2,
+            )
+        )(x, w)
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_of_one_input_channel_on_a_many_channel_input_is_refused() -> None:
+    # group 1, three input channels, a weight of one: an invalid model (onnxruntime refuses
+    # it), not a depthwise conv
+    from ember.runtime.ops.conv import conv
+
+    with pytest.raises((TypeError, ValueError)):
+        conv(randn(1, 3, 8, 8), randn(3, 1, 3, 3), pads=[1, 1, 1, 1])
