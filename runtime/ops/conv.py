@@ -171,14 +171,14 @@ def _conv(
     pad = auto_pads(auto_pad, pads, x.shape[2:], kernel, strides_, dil)
     plain_float = preferred is None and x.dtype in (jnp.float32, jnp.float64) and w.dtype == x.dtype
     if plain_float and all(p >= 0 for pp in pad for p in pp):
+        n_taps = int(np.prod(kernel))
         # one input channel per group: depthwise, or (group 1) a one-channel input that no
         # pool reads (``graph/layout.POOLED``) and, in 2-D or 3-D, not a strided kernel of
         # more than 9 taps (a 7x7 stride-2 stem on 8x1x128x128: 2.4 ms as XLA's convolution,
         # 6 ms as taps)
-        taps = w.shape[1] == 1 and x.shape[1] == group
-        if group == 1 and (pooled or (n > 1 and max(strides_) > 1 and np.prod(kernel) > 9)):
-            taps = False
-        if taps and int(np.prod(kernel)) <= _SHIFT_ADD_MAX_TAPS:
+        ungrouped_slow = pooled or (n > 1 and max(strides_) > 1 and n_taps > 9)
+        as_taps = w.shape[1] == 1 and x.shape[1] == group and n_taps <= _SHIFT_ADD_MAX_TAPS
+        if as_taps and (group > 1 or not ungrouped_slow):
             return _depthwise_shift_add(x, w, strides_, dil, pad, channels_last)
         if group > 1 and all(k == 1 for k in kernel) and all(p == (0, 0) for p in pad):
             return _grouped_pointwise(x, w, group, strides_)
