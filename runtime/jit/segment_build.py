@@ -38,6 +38,7 @@ from ember.recorder import events as E
 from ember.runtime.breaks.plan import Plan, Segment
 from ember.runtime.describe import describe_statics, describe_value, key_hex
 from ember.runtime.graph.ir import Graph
+from ember.runtime.jit import xla_cpu
 from ember.runtime.jit.diskcache import ProgramStore, StoredProgram
 from ember.runtime.jit.segment_cache import SegmentCache
 from ember.runtime.jit.segment_trace import (
@@ -175,6 +176,7 @@ class SegmentBuilder:
             if seg.compiled:
                 try:
                     result = self._build(seg, key, statics, args, values)
+                    xla_cpu.keep_buffers(result.memory)
                 except NeedsHost as exc:
                     found = exc
                 except Exception as exc:

@@ -64,12 +64,30 @@ JAX's defaults and ONNX's layout.
   convolution weight of any spatial rank that only Conv reads is stored on the device as
   HWIO (``oihw_to_hwio``) and the program reads it back through a transpose
   (``read_hwio``), which XLA folds into the convolution.
+- **A program's buffers stay in the process between calls.** XLA:CPU allocates a
+  program's temporaries and outputs with ``malloc`` on every call. glibc hands a freed
+  block of more than its mmap threshold straight back to the kernel, and trims the heap's
+  top past its trim threshold; the next call then faults every page in again (~0.9 us a
+  4 KiB page on the 2-vCPU host). Both thresholds start at 128 KiB and move up only as
+  the process frees large blocks, to at most 32 MiB (and 64 MiB), so how fast a model runs
+  depended on what the process had freed before: openwakeword's melspectrogram ran 0.54
+  ms a call in one process and 1.1 ms in another (323 page faults a call); a program
+  whose 40 MB output is dropped each call took 9.8 ms (9,766 faults), 1.15 ms without
+  them; CenterNet's DLA-34 faulted 73 MB a call. ``keep_buffers`` sets the thresholds
+  after each compile to what glibc's own rule gives once the program's largest buffer is
+  freed (mmap threshold above it, trim threshold twice that), never below glibc's
+  ceilings (32 MiB, 64 MiB) and never lowered. The memory kept is what each call takes
+  again anyway. Only with glibc, on the CPU backend; ``EMBER_CPU_KEEP_BUFFERS=0`` leaves
+  malloc as it is.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import platform
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -182,3 +200,49 @@ def read_hwio(value: Any) -> Any:
 
     n = value.ndim
     return jnp.transpose(value, (n - 1, n - 2, *range(n - 2)))
+
+
+KEEP_BUFFERS_ENV = "EMBER_CPU_KEEP_BUFFERS"
+"""``0`` (or ``false``, ``no``, ``off``): Ember leaves glibc's malloc thresholds as they are."""
+
+_M_TRIM_THRESHOLD = -1  # mallopt's parameters (malloc.h)
+_M_MMAP_THRESHOLD = -3
+_GLIBC_MMAP_CEILING = 32 << 20  # the most glibc's own moving mmap threshold reaches (64-bit)
+_KEEP_MAX = 1 << 30  # the most kept: the trim threshold (twice this) is a C int
+_kept = 0  # the mmap threshold set so far (0: none)
+
+
+@functools.cache
+def _mallopt() -> Any:
+    """glibc's ``mallopt``, where Ember may set it: Linux with glibc, the CPU backend, and
+    ``EMBER_CPU_KEEP_BUFFERS`` not opting out; else None."""
+    if os.environ.get(KEEP_BUFFERS_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return None
+    if not _cpu_backend():
+        return None
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        mallopt.restype = ctypes.c_int
+    return mallopt
+
+
+def keep_buffers(memory: Mapping[str, int] | None) -> None:
+    """Keep a compiled program's per-call buffers in the process between calls (see the
+    module docstring). ``memory``: the program's memory analysis (``temp_bytes``,
+    ``output_bytes``; None: nothing known, nothing done)."""
+    global _kept
+    if not memory:
+        return
+    largest = max(memory.get("temp_bytes", 0), memory.get("output_bytes", 0))
+    threshold = min(max(_GLIBC_MMAP_CEILING, largest + (1 << 20)), _KEEP_MAX)
+    if threshold <= _kept:
+        return
+    mallopt = _mallopt()
+    if mallopt is None:
+        return
+    # the trim threshold first: a heap top of up to twice the largest block stays
+    if mallopt(_M_TRIM_THRESHOLD, 2 * threshold) and mallopt(_M_MMAP_THRESHOLD, threshold):
+        _kept = threshold
