@@ -54,12 +54,18 @@ so machine noise hits both; Ember's outputs are read back as numpy like onnxrunt
 the ratio Ember/onnxruntime, and the number of segment compiles. onnxruntime runs with two
 intra-op threads. With ``--bare``, the compiled program is also called straight through
 jax's C++ call in the same rounds (``bare ms``): what is Ember's own cost of a call
-(ember ms - bare ms) and what is XLA's program and jax's call.
+(ember ms - bare ms) and what is XLA's program and jax's call. With ``--isolate``, each
+model runs in a Python of its own, as a program that loads one model does: in one process
+the models run after each other, and what the earlier ones allocated and freed changes how
+glibc's malloc serves the later ones (see ``ember.runtime.jit.xla_cpu``: openwakeword's
+melspectrogram ran 0.6 ms a call after the others and 1.1 ms alone, before Ember kept a
+program's buffers).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -344,6 +350,15 @@ def pick_models(models: list[RealModel], wanted: str | None) -> list[RealModel]:
     return [m for m in models if any(p in m.name.lower() for p in parts)]
 
 
+def _isolated(m: RealModel, scale: float, bare: bool) -> dict[str, Any]:
+    """``bench(m, ...)``'s row, measured in a new Python."""
+    cmd = [sys.executable, __file__, "--one", str(MODELS.index(m)), "--scale", str(scale)]
+    out = subprocess.run(
+        [*cmd, *(["--bare"] if bare else [])], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = models_parser(__doc__)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the calls per model")
@@ -353,7 +368,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the compiled program called straight through jax (bare ms) in the "
         "same rounds: Ember's own cost per call is ember ms - bare ms",
     )
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run each model in a Python of its own (as a program that loads one model)",
+    )
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # --isolate's child: a model
     args = parser.parse_args(argv)
+    if args.one is not None:  # one model, its row as JSON on the last line
+        print(json.dumps(bench(MODELS[args.one], args.scale, bare=args.bare)))
+        return 0
     chosen = pick_models(MODELS, args.models)
     header = (
         f"{'model':30} {'package':21} {'max abs err':>12} {'(scale)':>9} "
@@ -364,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     ratios, p10s = [], []
     for m in chosen:
-        r = bench(m, args.scale, bare=args.bare)
+        r = _isolated(m, args.scale, args.bare) if args.isolate else bench(m, args.scale, args.bare)
         ratios.append(r["ratio"])
         p10s.append(r["ratio_p10"])
         print(
