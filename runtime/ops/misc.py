@@ -11,6 +11,7 @@ import re
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+from jax import lax
 
 from . import op
 from .linalg import matmul_integer
@@ -50,12 +51,19 @@ def _per_axis(value, shape, axis: int, block_size: int):
 def _exact_div(x, scale):
     """``x / scale`` rounded like IEEE float32 division.
 
-    XLA's CPU division is not correctly rounded (-2.5 / 0.019607844 gives -127.5, not
-    -127.49999), which flips round-half-to-even; dividing in float64 keeps the quotient on
-    the right side of the half.
+    XLA rewrites a division by a broadcast value as a multiply by its reciprocal, which is
+    not correctly rounded (-2.5 / 0.019607844 gives -127.5, not -127.49999) and flips
+    round-half-to-even. A float32 scale is broadcast behind an optimization barrier, so the
+    program divides; other types divide in float64, which keeps the quotient on the right
+    side of the half.
     """
+    scale = jnp.asarray(scale)
+    if x.dtype == jnp.float32 and scale.dtype == jnp.float32:
+        # a divisor XLA cannot see is a broadcast: the division stays one (float32 division
+        # is IEEE's); 10 % faster than float64 on a GELU + quantize of 400x1536
+        return x / lax.optimization_barrier(jnp.broadcast_to(scale, x.shape))
     if x.dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
-        return (x.astype(jnp.float64) / jnp.asarray(scale).astype(jnp.float64)).astype(x.dtype)
+        return (x.astype(jnp.float64) / scale.astype(jnp.float64)).astype(x.dtype)
     return x / scale
 
 

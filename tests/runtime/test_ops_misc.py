@@ -167,6 +167,30 @@ def test_adam_and_momentum_update_every_tensor_group() -> None:
     np.testing.assert_allclose(x_new, x1 - 0.1 * v_new / (np.sqrt(h_new) + 1e-6), rtol=1e-5)
 
 
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_linear_rounds_float32_quotients_at_a_half_as_ieee_division(
+    per_axis: bool,
+) -> None:
+    # Values at or one ulp from k + 0.5 times the scale: XLA rewrites a division by a
+    # broadcast scale as a multiply by its reciprocal, which lands on the other side of the
+    # half for some of them (-2.5 / 0.019607844: -127.5, not -127.49999).
+    rng = np.random.default_rng(3)
+    scales = np.array([0.019607844, 0.0078125, 0.1, 0.0037], np.float32)
+    k = rng.integers(-128, 127, (4, 512)).astype(np.float32) + np.float32(0.5)
+    x = (k * scales[:, None]).astype(np.float32)
+    x = np.nextafter(x, rng.choice([-np.inf, 0, np.inf], x.shape).astype(np.float32))
+    x[0, :8] = -2.5
+    if per_axis:
+        inputs, attrs, divisor = [x, scales, np.zeros(4, np.int8)], {"axis": 0}, scales[:, None]
+    else:
+        x = x[:1]
+        inputs, attrs, divisor = [x, scales[0], np.int8(0)], {}, scales[0]
+    (got,) = run_op("QuantizeLinear", inputs, attrs, jit=True)
+    want = np.clip(np.round(x / divisor), -128, 127).astype(np.int8)  # numpy: IEEE division
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, reference_op("QuantizeLinear", inputs, attrs)[0])
+
+
 @pytest.mark.parametrize("jit", [False, True])
 def test_quantize_rounds_the_exact_quotient(jit: bool) -> None:
     # -2.5 / scale is -127.49999 in float32; XLA's approximate division would give -127.5.
