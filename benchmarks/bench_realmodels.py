@@ -353,9 +353,10 @@ def pick_models(models: list[RealModel], wanted: str | None) -> list[RealModel]:
 def _isolated(m: RealModel, scale: float, bare: bool) -> dict[str, Any]:
     """``bench(m, ...)``'s row, measured in a new Python."""
     cmd = [sys.executable, __file__, "--one", str(MODELS.index(m)), "--scale", str(scale)]
-    out = subprocess.run(
-        [*cmd, *(["--bare"] if bare else [])], capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([*cmd, *(["--bare"] if bare else [])], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout + out.stderr)
+        raise SystemExit(f"{m.name}: its run failed (exit status {out.returncode}), above")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -176,7 +176,7 @@ class SegmentBuilder:
             if seg.compiled:
                 try:
                     result = self._build(seg, key, statics, args, values)
-                    xla_cpu.keep_buffers(result.memory)
+                    xla_cpu.keep_buffers(result.memory, _largest(args))
                 except NeedsHost as exc:
                     found = exc
                 except Exception as exc:
@@ -284,3 +284,14 @@ class SegmentBuilder:
             if saved:
                 store.note_key(site)
         return result
+
+
+def _largest(values: Sequence[Any]) -> int:
+    """The bytes of the largest of ``values`` (arrays, or anything with a shape and dtype)."""
+    sizes = [0]
+    for v in values:
+        try:
+            sizes.append(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize)
+        except (AttributeError, TypeError):
+            pass
+    return max(sizes)

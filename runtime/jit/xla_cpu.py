@@ -73,12 +73,16 @@ JAX's defaults and ONNX's layout.
   depended on what the process had freed before: openwakeword's melspectrogram ran 0.54
   ms a call in one process and 1.1 ms in another (323 page faults a call); a program
   whose 40 MB output is dropped each call took 9.8 ms (9,766 faults), 1.15 ms without
-  them; CenterNet's DLA-34 faulted 73 MB a call. ``keep_buffers`` sets the thresholds
-  after each compile to what glibc's own rule gives once the program's largest buffer is
+  them. ``keep_buffers`` sets the thresholds after each compile to what glibc's own rule
+  gives once the program's largest buffer (temporaries, outputs, an input copied in) is
   freed (mmap threshold above it, trim threshold twice that), never below glibc's
   ceilings (32 MiB, 64 MiB) and never lowered. The memory kept is what each call takes
-  again anyway. Only with glibc, on the CPU backend; ``EMBER_CPU_KEEP_BUFFERS=0`` leaves
-  malloc as it is.
+  again anyway. A program that runs on JAX's threads (its numpy inputs are copied in
+  there) and needs a block of more than 64 MiB still faults it in every call: their malloc
+  arenas cannot hold it (CenterNet's DLA-34, 68 MB of temporaries: ~70 MB a call). Only
+  with glibc, on the CPU backend, and where the user set no threshold
+  (``MALLOC_MMAP_THRESHOLD_`` and the like, or ``GLIBC_TUNABLES``);
+  ``EMBER_CPU_KEEP_BUFFERS=0`` leaves malloc as it is.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ import functools
 import os
 import platform
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -208,15 +213,31 @@ KEEP_BUFFERS_ENV = "EMBER_CPU_KEEP_BUFFERS"
 _M_TRIM_THRESHOLD = -1  # mallopt's parameters (malloc.h)
 _M_MMAP_THRESHOLD = -3
 _GLIBC_MMAP_CEILING = 32 << 20  # the most glibc's own moving mmap threshold reaches (64-bit)
-_KEEP_MAX = 1 << 30  # the most kept: the trim threshold (twice this) is a C int
+_KEEP_MAX = 1 << 30  # the most kept
+_INT_MAX = 2**31 - 1  # mallopt takes a C int
+# a user's own malloc settings, which Ember leaves as they are (glibc's environment
+# variables and tunables; a program's own ``mallopt`` calls cannot be seen)
+_USER_MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+_USER_TUNABLES = (
+    "glibc.malloc.mmap_threshold",
+    "glibc.malloc.trim_threshold",
+    "glibc.malloc.top_pad",
+)
 _kept = 0  # the mmap threshold set so far (0: none)
+_kept_lock = threading.Lock()  # models compile on threads of their own
 
 
 @functools.cache
 def _mallopt() -> Any:
-    """glibc's ``mallopt``, where Ember may set it: Linux with glibc, the CPU backend, and
-    ``EMBER_CPU_KEEP_BUFFERS`` not opting out; else None."""
+    """glibc's ``mallopt``, where Ember may set it: Linux with glibc, the CPU backend, no
+    malloc threshold set by the user, and ``EMBER_CPU_KEEP_BUFFERS`` not opting out; else
+    None."""
     if os.environ.get(KEEP_BUFFERS_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if any(os.environ.get(name) for name in _USER_MALLOC_ENV):
+        return None
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if any(name in tunables for name in _USER_TUNABLES):
         return None
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None
@@ -229,20 +250,24 @@ def _mallopt() -> Any:
     return mallopt
 
 
-def keep_buffers(memory: Mapping[str, int] | None) -> None:
+def keep_buffers(memory: Mapping[str, int] | None, input_bytes: int = 0) -> None:
     """Keep a compiled program's per-call buffers in the process between calls (see the
     module docstring). ``memory``: the program's memory analysis (``temp_bytes``,
-    ``output_bytes``; None: nothing known, nothing done)."""
+    ``output_bytes``; None: not known); ``input_bytes``: its largest argument (a numpy
+    input is copied into a buffer of that size on every call)."""
     global _kept
-    if not memory:
-        return
-    largest = max(memory.get("temp_bytes", 0), memory.get("output_bytes", 0))
+    memory = memory or {}
+    largest = max(memory.get("temp_bytes", 0), memory.get("output_bytes", 0), input_bytes)
     threshold = min(max(_GLIBC_MMAP_CEILING, largest + (1 << 20)), _KEEP_MAX)
     if threshold <= _kept:
         return
     mallopt = _mallopt()
     if mallopt is None:
         return
-    # the trim threshold first: a heap top of up to twice the largest block stays
-    if mallopt(_M_TRIM_THRESHOLD, 2 * threshold) and mallopt(_M_MMAP_THRESHOLD, threshold):
-        _kept = threshold
+    with _kept_lock:
+        if threshold <= _kept:
+            return
+        # the trim threshold first: a heap top of up to twice the largest block stays
+        trim = min(2 * threshold, _INT_MAX)
+        if mallopt(_M_TRIM_THRESHOLD, trim) and mallopt(_M_MMAP_THRESHOLD, threshold):
+            _kept = threshold

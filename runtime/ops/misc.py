@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -48,23 +49,36 @@ def _per_axis(value, shape, axis: int, block_size: int):
     return v
 
 
-def _exact_div(x, scale):
-    """``x / scale`` rounded like IEEE float32 division.
+def _exact_div(x, scale, subnormal: bool = False):
+    """``x / scale`` rounded like IEEE float32 division (x of 16 bits: divided as float32,
+    as onnxruntime converts it).
 
     XLA rewrites a division by a broadcast value as a multiply by its reciprocal, which is
     not correctly rounded (-2.5 / 0.019607844 gives -127.5, not -127.49999) and flips
-    round-half-to-even. A float32 scale is broadcast behind an optimization barrier, so the
-    program divides; other types divide in float64, which keeps the quotient on the right
-    side of the half.
+    round-half-to-even. The scale is broadcast behind an optimization barrier, so the
+    program divides (float32 division is IEEE's; 10 % faster than float64 on a GELU +
+    quantize of 400x1536). XLA:CPU's programs treat subnormal float32 values as zero, so a
+    constant scale holding one (``subnormal``, ``_subnormal_constant``) is divided in
+    float64, which XLA folds while compiling (a subnormal scale computed in the program is
+    read as zero either way).
     """
-    scale = jnp.asarray(scale)
-    if x.dtype == jnp.float32 and scale.dtype == jnp.float32:
-        # a divisor XLA cannot see is a broadcast: the division stays one (float32 division
-        # is IEEE's); 10 % faster than float64 on a GELU + quantize of 400x1536
-        return x / lax.optimization_barrier(jnp.broadcast_to(scale, x.shape))
-    if x.dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
-        return (x.astype(jnp.float64) / scale.astype(jnp.float64)).astype(x.dtype)
-    return x / scale
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        x = x.astype(jnp.float32)
+    if x.dtype != jnp.float32:
+        return x / jnp.asarray(scale)
+    if subnormal:
+        return (x.astype(jnp.float64) / jnp.asarray(scale).astype(jnp.float64)).astype(x.dtype)
+    divisor = jnp.broadcast_to(jnp.asarray(scale, jnp.float32), x.shape)
+    return x / lax.optimization_barrier(divisor)
+
+
+def _subnormal_constant(value) -> bool:
+    """Whether ``value`` is known while tracing (a host value: the op's input, before any
+    jnp function makes it part of the trace) and holds a subnormal float32."""
+    if isinstance(value, jax.core.Tracer):
+        return False
+    host = np.abs(np.asarray(value, np.float32))
+    return bool(np.any((host > 0) & (host < np.finfo(np.float32).tiny)))
 
 
 def _quantize(x, y_scale, y_zero_point, *, axis, saturate, block_size, output_dtype, precision):
@@ -80,7 +94,7 @@ def _quantize(x, y_scale, y_zero_point, *, axis, saturate, block_size, output_dt
         p = _np_dtype(precision)
         q = x.astype(p) / scale.astype(p)
     else:
-        q = _exact_div(x, scale)
+        q = _exact_div(x, scale, _subnormal_constant(y_scale))
     if target in _FP8:
         if saturate:
             info = ml_dtypes.finfo(target)
@@ -141,8 +155,8 @@ def dynamic_quantize_linear(x):
     xv = jnp.asarray(x).astype(jnp.float32)
     hi = jnp.maximum(0.0, jnp.max(xv))
     lo = jnp.minimum(0.0, jnp.min(xv))
-    scale = jnp.where(hi == lo, 1.0, hi - lo).astype(jnp.float32) / jnp.float32(255)
-    zp = jnp.round(jnp.clip(0.0 - lo / scale, 0, 255))
+    scale = _exact_div(jnp.where(hi == lo, 1.0, hi - lo).astype(jnp.float32), np.float32(255))
+    zp = jnp.round(jnp.clip(0.0 - _exact_div(lo, scale), 0, 255))
     y = jnp.clip(jnp.round(_exact_div(xv, scale)) + zp, 0, 255).astype(jnp.uint8)
     return y, scale.astype(jnp.asarray(x).dtype), zp.astype(jnp.uint8)
 

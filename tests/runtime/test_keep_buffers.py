@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from ember.runtime.jit import xla_cpu
+
 N = 10_000_000  # float32 outputs: 40 MB, 9,766 pages of 4 KiB
 PAGES = N * 4 // 4096
 
@@ -31,7 +33,8 @@ import numpy as np
 import ember.runtime as rt
 from ember.runtime.jit import xla_cpu
 call = rt.compile(rt.load(sys.argv[1]))
-x = {"x": np.full(1, 0.5, np.float32)}
+size = int(sys.argv[2])
+x = {"x": np.full(size, 0.5, np.float32)}
 for _ in range(20):
     call(x)["y"].block_until_ready()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -68,10 +71,29 @@ def _model(path) -> str:
     return str(path)
 
 
-def _probe(tmp_path, **env: str) -> dict:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "EMBER_CPU_"))}
+def _sum_model(path) -> str:
+    """A model whose 40 MB input is summed: a numpy input is copied in on every call."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=1)],
+        "big_input",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [N])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def _probe(tmp_path, model=None, size: int = 1, **env: str) -> dict:
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MALLOC_", "EMBER_CPU_")) and k != "GLIBC_TUNABLES"
+    }
+    path = model or _model(tmp_path / "m.onnx")
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, _model(tmp_path / "m.onnx")],
+        [sys.executable, "-c", _PROBE, path, str(size)],
         capture_output=True,
         text=True,
         check=True,
@@ -94,3 +116,40 @@ def test_with_the_opt_out_glibc_faults_the_whole_output_in_every_call(tmp_path):
     assert got["value"] == 1.0
     assert got["kept"] == 0
     assert got["faults"] >= PAGES * 0.95
+
+
+def test_a_large_numpy_input_copied_in_each_call_is_kept_too(tmp_path):
+    got = _probe(tmp_path, _sum_model(tmp_path / "sum.onnx"), N)
+    assert got["value"] == N / 2
+    assert N * 4 < got["kept"] <= N * 4 + (2 << 20)
+    assert got["faults"] < PAGES / 2
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MALLOC_MMAP_THRESHOLD_": "1048576"},
+        {"MALLOC_TRIM_THRESHOLD_": "1048576"},
+        {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1048576"},
+    ],
+)
+def test_a_users_own_malloc_thresholds_are_left_as_they_are(tmp_path, env):
+    got = _probe(tmp_path, **env)
+    assert got["value"] == 1.0
+    assert got["kept"] == 0
+
+
+def test_the_trim_threshold_given_to_mallopt_fits_a_c_int(monkeypatch):
+    calls = []
+
+    def mallopt(param: int, value: int) -> int:  # what the C function is given
+        calls.append((param, value))
+        return 1
+
+    monkeypatch.setattr(xla_cpu, "_mallopt", lambda: mallopt)
+    monkeypatch.setattr(xla_cpu, "_kept", 0)
+    xla_cpu.keep_buffers({"temp_bytes": 3 << 30})
+    assert calls == [(-1, 2**31 - 1), (-3, 1 << 30)]  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
+    xla_cpu.keep_buffers({"output_bytes": 100 << 20})  # never lowered
+    assert len(calls) == 2
+    assert xla_cpu._kept == 1 << 30

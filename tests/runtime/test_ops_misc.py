@@ -7,8 +7,9 @@ import io
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
+import ember.runtime as rt
 from tests.runtime.op_check import assert_matches, reference_op, run_op
 
 rng = np.random.default_rng(1)
@@ -189,6 +190,44 @@ def test_quantize_linear_rounds_float32_quotients_at_a_half_as_ieee_division(
     want = np.clip(np.round(x / divisor), -128, 127).astype(np.int8)  # numpy: IEEE division
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, reference_op("QuantizeLinear", inputs, attrs)[0])
+
+
+def test_quantize_linear_by_a_subnormal_constant_scale_divides_by_it() -> None:
+    # XLA:CPU's programs read subnormal float32 values as zero: 1.2e-38 / 1e-40 is 117.5
+    scale = numpy_helper.from_array(np.array(1e-40, np.float32), "s")
+    zero = numpy_helper.from_array(np.uint8(0), "z")
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])],
+        "subnormal_scale",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [3])],
+        [scale, zero],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    x = np.array([1.1754944e-38, 0.0, 2.3e-38], np.float32)
+    got = np.asarray(rt.compile(rt.load(model.SerializeToString()))({"x": x})["y"])
+    np.testing.assert_array_equal(got, [118, 0, 230])
+
+
+def test_quantize_linear_of_float16_rounds_the_float32_quotient() -> None:
+    # 126.506, 13.497, 68.831 exactly; rounded to float16 first they were 126.5, 13.5, 68.8
+    x = np.array([2.48, 0.2646, 1.3496], np.float16)
+    scale = np.float16(0.0196)
+    (got,) = run_op("QuantizeLinear", [x, scale, np.int8(0)], jit=True)
+    want = np.round(x.astype(np.float32) / np.float32(scale))
+    np.testing.assert_array_equal(got, want.astype(np.int8))
+    np.testing.assert_array_equal(got, [127, 13, 69])
+
+
+def test_dynamic_quantize_linear_scale_is_the_ieee_quotient_of_the_range() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        x = (rng.standard_normal(64) * rng.uniform(0.1, 10)).astype(np.float32)
+        _, scale, zp = run_op("DynamicQuantizeLinear", [x], {}, opset=11, jit=True)
+        hi, lo = max(np.float32(0), x.max()), min(np.float32(0), x.min())
+        want = np.float32(hi - lo) / np.float32(255)
+        assert scale == want
+        assert zp == np.uint8(np.clip(np.round(np.float32(0) - lo / want), 0, 255))
 
 
 @pytest.mark.parametrize("jit", [False, True])
