@@ -11,12 +11,11 @@ a call returns before its program has run (a raw jit of it: 4 of 50 ready).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.runtime.fresh_python import run_probe
 
 _PROBE = """
 import json, sys
@@ -64,18 +63,11 @@ def _matmul_model(path) -> str:
 
 
 def _probe(tmp_path, order: str, **env: str) -> dict:
-    # the caller's own opt-out is not the case's; JAX on the CPU, as the recordings run
-    base = {k: v for k, v in os.environ.items() if k != "EMBER_CPU_ASYNC_DISPATCH"}
+    # the caller's own opt-out is not the case's
     model, trace = _matmul_model(tmp_path / "m.onnx"), str(tmp_path / "t.jsonl")
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, model, order, trace],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**base, "JAX_PLATFORMS": "cpu", **env},
-        timeout=120,
+    return run_probe(
+        _PROBE, model, order, trace, leave_out=lambda k: k == "EMBER_CPU_ASYNC_DISPATCH", **env
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_a_compiled_call_returns_with_its_results_ready(tmp_path):

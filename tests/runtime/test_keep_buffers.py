@@ -12,10 +12,7 @@ them in every call.
 
 from __future__ import annotations
 
-import json
-import os
 import platform
-import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ember.runtime.jit import xla_cpu
+from tests.runtime.fresh_python import run_probe
 
 N = 10_000_000  # float32 outputs: 40 MB, 9,766 pages of 4 KiB
 PAGES = N * 4 // 4096
@@ -86,21 +84,13 @@ def _sum_model(path) -> str:
 
 
 def _probe(tmp_path, model=None, size: int = 1, **env: str) -> dict:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MALLOC_", "EMBER_CPU_")) and k != "GLIBC_TUNABLES"
-    }
+    # the caller's own malloc settings and opt-outs are not the case's
     path = model or _model(tmp_path / "m.onnx")
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE, path, str(size)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**base, "JAX_PLATFORMS": "cpu", **env},
-        timeout=120,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_probe(_PROBE, path, str(size), leave_out=_malloc_setting, **env)
+
+
+def _malloc_setting(name: str) -> bool:
+    return name.startswith(("MALLOC_", "EMBER_CPU_")) or name == "GLIBC_TUNABLES"
 
 
 def test_a_programs_large_output_is_not_faulted_in_again_on_every_call(tmp_path):
