@@ -51,7 +51,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def _save(graph, path) -> str:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
 def _model(path) -> str:
+    """A model whose 40 MB output is a broadcast of its one-value input."""
     shape = numpy_helper.from_array(np.array([N], np.int64), "shape")
     graph = helper.make_graph(
         [
@@ -63,10 +71,7 @@ def _model(path) -> str:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [N])],
         [shape],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.write_bytes(model.SerializeToString())
-    return str(path)
+    return _save(graph, path)
 
 
 def _sum_model(path) -> str:
@@ -77,10 +82,7 @@ def _sum_model(path) -> str:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [N])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path.write_bytes(model.SerializeToString())
-    return str(path)
+    return _save(graph, path)
 
 
 def _probe(tmp_path, model=None, size: int = 1, **env: str) -> dict:
