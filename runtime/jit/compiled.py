@@ -95,6 +95,7 @@ from ember.runtime.describe import describe_shapes, segment_key
 from ember.runtime.graph.ir import Node, run_node, run_nodes, to_host
 from ember.runtime.inputs import as_model, check_inputs, resolve_specs, to_device
 from ember.runtime.jit import xla_cpu
+from ember.runtime.jit.chained import ChainCalls, Link
 from ember.runtime.jit.diskcache import ProgramStore
 from ember.runtime.jit.fastpath import Program, SpecializedCalls, WholeGraphCall, block, run_prelude
 from ember.runtime.jit.segment_build import SegmentBuilder
@@ -187,7 +188,7 @@ class CompiledModel:
         # The direct calls (see ``fastpath``): of the program compiled ahead (set by
         # _precompile), or of one program per value of the prelude's conditions (a graph
         # without breaks), registered after checked calls; None: every call is checked.
-        self._fast: WholeGraphCall | SpecializedCalls | None = None
+        self._fast: WholeGraphCall | SpecializedCalls | ChainCalls | None = None
         seg0 = plan.segments[0] if len(plan.segments) == 1 else None
         whole = not plan.breaks and seg0 is not None and seg0.position == 0 and seg0.stop is None
         self._spec_seg = seg0 if whole else None
@@ -227,6 +228,12 @@ class CompiledModel:
             if pos is not None:
                 steps.append(pos)
         self._steps = steps
+        # a graph whose breaks only bring If conditions to the host: the direct call runs
+        # its segments' programs in a row (``chained``), registered after checked calls
+        links = _chain_links(steps, sync_reads) if plan.breaks and not plan.prelude else None
+        # every input an argument of a program: jax's call checks what the checked path would
+        if links is not None and set(self._input_names) <= {a for k in links for a in k.args}:
+            self._fast = ChainCalls(links, self._output_names, self._n_inputs)
 
     def _unchecked(self, seg: Segment) -> tuple[TensorSpec, ...]:
         """The model's inputs that are not arguments of ``seg``'s program."""
@@ -410,12 +417,15 @@ class CompiledModel:
         # segment and break spans, when someone listens: one look per call
         segments = bus.listening(_SEGMENT_START, _SEGMENT_STOP, _SEGMENT_EXCEPTION)
         breaks = bus.listening(_BREAK_START, _BREAK_STOP, _BREAK_EXCEPTION)
+        chain = self._fast if isinstance(self._fast, ChainCalls) else None
+        generation = bus.generation  # read before ``listening`` (see ChainCalls.register)
+        used: list[tuple[Entry, dict[str, Any], list[Any]]] = []
         with jax.enable_x64(True):
             if self._prelude:
                 run_prelude(self._prelude, env)
             for step in self._steps:
                 if isinstance(step, Segment):
-                    self._run_segment(step, env, segments)
+                    used.append(self._run_segment(step, env, segments))
                     continue
                 node = self.graph.nodes[step]
                 conditions = self._sync_reads.get(step)
@@ -445,6 +455,9 @@ class CompiledModel:
                         if name:
                             # values read on the host later come to the host; data stays put
                             env[name] = to_host(value) if name in needs_host else value
+        if chain is not None and not (segments or breaks):
+            segs = [s for s in self._steps if isinstance(s, Segment)]
+            chain.register(used, [self._params_for(s) for s in segs], generation)
         return {n: env[n] for n in self._output_names}
 
     def _segment_key(
@@ -455,13 +468,16 @@ class CompiledModel:
         key = segment_key(seg.position, seg.args, args, seg.statics, statics)
         return key, args, statics
 
-    def _run_segment(self, seg: Segment, env: dict[str, Any], observe: bool = False) -> None:
+    def _run_segment(
+        self, seg: Segment, env: dict[str, Any], observe: bool = False
+    ) -> tuple[Entry, dict[str, Any], list[Any]]:
+        """Run ``seg`` into ``env``; its cache entry, statics and arguments."""
         key, args, statics = self._segment_key(seg, env)
         with self._lock:
             entry = self._builder.lookup_or_build(seg, key, args, statics, self, self._evicted)
         if not observe:
             self._exec_segment(seg, entry, env, args, statics)
-            return
+            return entry, statics, args
         # The segment span covers the run only: a compile is its own span before it.
         meta = {
             "source": self.model.source,
@@ -474,6 +490,7 @@ class CompiledModel:
             produced = self._exec_segment(seg, entry, env, args, statics)
             if bus.sync:
                 block(produced)
+        return entry, statics, args
 
     def _exec_segment(
         self,
@@ -501,7 +518,7 @@ class CompiledModel:
         return outs
 
     def _evicted(self, removed: Entry) -> None:
-        if isinstance(self._fast, SpecializedCalls):
+        if isinstance(self._fast, (SpecializedCalls, ChainCalls)):
             self._fast.forget(removed)
 
 
@@ -613,3 +630,26 @@ def run(model: Model | Any, inputs: Mapping[str, Any] | None = None, /, **kwargs
                 env[name] = to_device(value)
             run_nodes(model.graph, env)
             return {n: env[n] for n in model.output_names}
+
+
+def _chain_links(
+    steps: Sequence[Segment | int], sync_reads: Mapping[int, tuple[str, ...]]
+) -> list[Link] | None:
+    """The links of ``ChainCalls`` for a call of ``steps``: compiled segments between breaks
+    that only bring If conditions to the host, each segment's statics among the conditions
+    read before it; None when the call is not such a chain."""
+    links: list[Link] = []
+    read: set[str] = set()
+    for i, step in enumerate(steps):
+        if isinstance(step, Segment):
+            if not step.compiled or not set(step.statics) <= read:
+                return None
+            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            if nxt is not None and (isinstance(nxt, Segment) or nxt not in sync_reads):
+                return None
+            reads = sync_reads[nxt] if nxt is not None else ()
+            links.append(Link(tuple(step.args), tuple(step.statics), tuple(reads)))
+            read.update(reads)
+        elif i == 0 or not isinstance(steps[i - 1], Segment):
+            return None  # a break that starts the call, or two in a row
+    return links or None
