@@ -70,12 +70,17 @@ class ChainCalls:
     """The direct calls of a graph of segments between ``If`` conditions brought to the
     host (see the module docstring)."""
 
-    __slots__ = ("generation", "links", "n_inputs", "names", "steps")
+    __slots__ = ("consts", "generation", "inputs", "links", "n_inputs", "names", "steps")
 
-    def __init__(self, links: Sequence[Link], output_names: tuple[str, ...], n_inputs: int) -> None:
+    def __init__(
+        self, links: Sequence[Link], output_names: tuple[str, ...], inputs: tuple[str, ...]
+    ) -> None:
         self.links = tuple(links)
         self.names = output_names
-        self.n_inputs = n_inputs
+        self.inputs = frozenset(inputs)  # the model's input names
+        self.n_inputs = len(inputs)
+        # the outputs that are the model's constants (given at registration)
+        self.consts: dict[str, Any] = {}
         # per link, its registered steps by the static key of its conditions' values
         self.steps: tuple[dict[Any, _Step], ...] = tuple({} for _ in self.links)
         self.generation = -1
@@ -84,9 +89,16 @@ class ChainCalls:
         """The registered programs run in a row; None (the checked path) when one is missing
         for a condition's value, the inputs do not fit, or the bus changed since they were
         registered (someone may listen)."""
-        if bus.generation != self.generation or len(inputs) != self.n_inputs:
+        if (
+            bus.generation != self.generation
+            or type(inputs) is not dict  # a list of pairs, say: the checked path says why
+            or len(inputs) != self.n_inputs
+        ):
             return None
-        env = dict(inputs)
+        env = {**self.consts, **inputs}
+        for name, value in inputs.items():
+            if type(value) in _PY_SCALARS:  # read as check_inputs reads it (an int: int64)
+                env[name] = np.asarray(value)
         try:
             for link, steps in zip(self.links, self.steps, strict=True):
                 if link.statics:
@@ -103,11 +115,11 @@ class ChainCalls:
                 env.update(zip(step.outputs, outs, strict=True))
                 for name in link.reads:
                     env[name] = to_host(env[name])
+            return {n: env[n] for n in self.names}
         except (KeyError, IndexError, TypeError, AttributeError, ValueError):
             # a missing input, an input without a dtype, or jax's C++ call refusing other
             # shapes or dtypes: the checked path says what is wrong
             return None
-        return {n: env[n] for n in self.names}
 
     def program_for(self, inputs: Mapping[str, Any]) -> None:
         """None: a chain runs several programs, not one (``CompiledModel.program_for``)."""
@@ -117,18 +129,24 @@ class ChainCalls:
         self,
         used: Sequence[tuple[Entry, Mapping[str, Any], Sequence[Any]]],
         params: Sequence[tuple[Any, ...]],
+        base: Mapping[str, Any],
         generation: int,
     ) -> None:
         """After a checked call: each link's program for the conditions' values it ran with.
         ``used``: per link, (entry, its statics, its arguments); ``params``: per link, the
-        program's parameters; ``generation``: the bus's, read before the call last asked
-        whether anyone listens (a handler attached since then gets the checked path)."""
+        program's parameters; ``base``: the model's constants (an output may be one);
+        ``generation``: the bus's, read before the call first asked whether anyone listens
+        (a handler attached since then gets the checked path). Called under the model's
+        lock, as the segment cache evicts: an entry evicted meanwhile is not registered."""
         if len(used) != len(self.links) or bus.listening(*CALL_EVENTS):
             return
         built = []
         for (entry, statics, args), link, bound in zip(used, self.links, params, strict=True):
-            if entry.exe is None or entry.guarded:
-                return  # an eager segment, or a program that checks its own guesses
+            if entry.exe is None or entry.guarded or entry.evicted:
+                return  # an eager segment, a program that checks its own guesses, or gone
+            # a program that passes values on is not run (``_run``), so jax's call would not
+            # check the model inputs it also takes: such a link always runs its program
+            forwards = None if self.inputs.intersection(link.args) else entry.forwards
             cpp = getattr(entry.exe, "_call", None) or entry.exe
             call = functools.partial(cpp, bound) if bound else cpp
             dtypes = tuple(np.dtype(getattr(a, "dtype", np.float32)) for a in args)
@@ -139,13 +157,14 @@ class ChainCalls:
                 dtypes,
                 tuple(entry.dynamic_outputs),
                 entry.host_outputs,
-                entry.forwards,
+                forwards,
                 entry.needs_x64,
             )
             built.append((key, step))
         if generation != self.generation:
             self.steps = tuple({} for _ in self.links)
             self.generation = generation
+        self.consts = {n: base[n] for n in self.names if n in base and n not in self.inputs}
         for steps, (key, step) in zip(self.steps, built, strict=True):
             steps[key] = step
 

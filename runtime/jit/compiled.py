@@ -233,7 +233,7 @@ class CompiledModel:
         links = _chain_links(steps, sync_reads) if plan.breaks and not plan.prelude else None
         # every input an argument of a program: jax's call checks what the checked path would
         if links is not None and set(self._input_names) <= {a for k in links for a in k.args}:
-            self._fast = ChainCalls(links, self._output_names, self._n_inputs)
+            self._fast = ChainCalls(links, self._output_names, tuple(self._input_names))
 
     def _unchecked(self, seg: Segment) -> tuple[TensorSpec, ...]:
         """The model's inputs that are not arguments of ``seg``'s program."""
@@ -414,11 +414,11 @@ class CompiledModel:
         env: dict[str, Any] = dict(self._base_env())
         env.update(inputs)
         source = self.model.source
+        generation = bus.generation  # read before ``listening`` (see ChainCalls.register)
         # segment and break spans, when someone listens: one look per call
         segments = bus.listening(_SEGMENT_START, _SEGMENT_STOP, _SEGMENT_EXCEPTION)
         breaks = bus.listening(_BREAK_START, _BREAK_STOP, _BREAK_EXCEPTION)
         chain = self._fast if isinstance(self._fast, ChainCalls) else None
-        generation = bus.generation  # read before ``listening`` (see ChainCalls.register)
         used: list[tuple[Entry, dict[str, Any], list[Any]]] = []
         with jax.enable_x64(True):
             if self._prelude:
@@ -456,8 +456,9 @@ class CompiledModel:
                             # values read on the host later come to the host; data stays put
                             env[name] = to_host(value) if name in needs_host else value
         if chain is not None and not (segments or breaks):
-            segs = [s for s in self._steps if isinstance(s, Segment)]
-            chain.register(used, [self._params_for(s) for s in segs], generation)
+            params = [self._params_for(s) for s in self._steps if isinstance(s, Segment)]
+            with self._lock:  # as the cache evicts (``Entry.evicted``)
+                chain.register(used, params, self._base_env(), generation)
         return {n: env[n] for n in self._output_names}
 
     def _segment_key(
@@ -518,6 +519,7 @@ class CompiledModel:
         return outs
 
     def _evicted(self, removed: Entry) -> None:
+        removed.evicted = True
         if isinstance(self._fast, (SpecializedCalls, ChainCalls)):
             self._fast.forget(removed)
 

@@ -48,6 +48,8 @@ class Entry:
     needs_x64: bool = True
     # per dynamic output, the argument it is (None: the program computes some output)
     forwards: tuple[int, ...] | None = None
+    # set when the segment cache evicted it (a direct call must not register it again)
+    evicted: bool = False
     _hex: tuple[Any, str] | None = field(default=None, repr=False, compare=False)
 
     def run(self, param_values: tuple[Any, ...], args: Sequence[Any]) -> Sequence[Any]:

@@ -157,3 +157,131 @@ def test_an_input_no_program_reads_keeps_the_checked_path_which_checks_it():
         compiled(feeds)
     with pytest.raises(rt.InputError, match="input 'unused'"):
         compiled({**feeds, "unused": np.zeros(3, np.float32)})
+
+
+# --- what a review of the direct call found (each failed before its fix)
+
+
+def _gate_reading(extra: str) -> Any:
+    """``_gate_model("score")`` whose verifier adds the model input ``z`` [1, 8] (``extra``
+    = "z"), or with an output ``c`` that is a constant (``extra`` = "const")."""
+    from onnx import helper
+
+    from tests.runtime.models import const
+    from tests.runtime.test_control_flow import _gate_model
+
+    proto = _gate_model("score")
+    g = proto.graph
+    if extra == "z":
+        then = next(a.g for a in g.node[-1].attribute if a.name == "then_branch")
+        then.node.append(helper.make_node("Add", ["verified", "z"], ["verified_z"]))
+        then.output[0].name = "verified_z"
+        g.input.append(tensor("z", shape=[1, 8]))
+    else:
+        g.node.append(const("c", np.array([1.0, 2.0], np.float32)))
+        g.output.append(tensor("c", shape=[2]))
+    return proto
+
+
+def test_a_branch_that_passes_a_value_on_still_checks_the_inputs_its_segment_takes():
+    from tests.runtime.test_control_flow import _gate_feeds
+
+    compiled = rt.compile(_gate_reading("z"))
+    good = {**_gate_feeds(False), "z": np.zeros((1, 8), np.float32)}
+    for _ in range(3):
+        compiled(good)
+    for z, match in [
+        (np.zeros((5, 7), np.float32), "input 'z' has shape"),
+        (np.zeros(3, np.float32), "input 'z' has rank"),
+        (np.zeros((1, 8), np.int32), "input 'z' has dtype"),
+    ]:
+        with pytest.raises(rt.InputError, match=match):
+            compiled({**good, "z": z})
+
+
+def test_an_output_that_is_a_constant_comes_back_on_the_direct_call():
+    from tests.runtime.test_control_flow import _gate_feeds
+
+    compiled = rt.compile(_gate_reading("const"))
+    for taken in (True, True, False, False):
+        out = compiled(_gate_feeds(taken))
+        np.testing.assert_array_equal(np.asarray(out["c"]), [1.0, 2.0])
+
+
+def test_inputs_as_a_list_of_pairs_are_refused_on_every_call():
+    proto = _gated_cells()
+    compiled = rt.compile(proto)
+    _stream(compiled, proto, [1, 1])
+    feeds = _feeds(1, np.zeros((2, 1, HIDDEN), np.float32))
+    with pytest.raises(rt.InputError, match="list"):
+        compiled(list(feeds.items()))  # type: ignore[arg-type]
+
+
+def test_an_output_that_is_a_python_scalar_input_comes_back_as_numpy_reads_it():
+    from onnx import TensorProto, helper
+
+    from tests.runtime.test_control_flow import _gate_feeds, _gate_model
+
+    proto = _gate_model("score")
+    proto.graph.input.append(tensor("k", TensorProto.INT64, []))
+    proto.graph.node.append(helper.make_node("Cast", ["k"], ["kf"], to=TensorProto.FLOAT))
+    proto.graph.node.append(helper.make_node("Add", ["y", "kf"], ["y2"]))
+    proto.graph.output.append(tensor("y2", shape=["a", "b"]))
+    proto.graph.output.append(tensor("k", TensorProto.INT64, []))
+    compiled = rt.compile(proto)
+    assert isinstance(compiled._fast, ChainCalls)
+    for taken in (True, True, False, False):
+        k = compiled({**_gate_feeds(taken), "k": 3})["k"]
+        assert type(k) is np.ndarray
+        assert k.dtype == np.int64
+
+
+def test_a_handler_attached_as_a_checked_call_looks_sees_the_next_calls_breaks(monkeypatch):
+    # another thread attaches a break listener right after the checked call asked whether
+    # anyone listens to breaks: the programs that call registers are not called directly
+    proto = _gated_cells()
+    compiled = rt.compile(proto)
+    seen: list[str] = []
+    real = bus.listening
+    attached = False
+
+    def listening(*names: str) -> bool:
+        nonlocal attached
+        result = real(*names)
+        if not attached and names and names[0] == "ember.break.start":
+            attached = True
+            bus.attach("test-chained-late", ["ember.break.stop"], lambda n, m, md: seen.append(n))
+        return result
+
+    monkeypatch.setattr(bus, "listening", listening)
+    try:
+        _stream(compiled, proto, [1, 1, 1, 1])
+    finally:
+        bus.detach("test-chained-late")
+    assert len(seen) == 3  # each call after the one that attached it
+
+
+def test_an_entry_evicted_while_a_call_runs_is_not_registered_by_it(monkeypatch):
+    # a call runs the If's program for True; before it registers, another call evicts that
+    # program (cache_size=1): the direct call must not keep it (out of the cache, alive)
+    proto = _gated_cells()
+    compiled = rt.compile(proto, cache_size=1)
+    _stream(compiled, proto, [1])
+    chain = compiled._fast
+    assert isinstance(chain, ChainCalls)
+    register = ChainCalls.register
+    state = np.zeros((2, 1, HIDDEN), np.float32)
+
+    def evict_then_register(self: ChainCalls, *args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(ChainCalls, "register", register)
+        self.generation = -1
+        compiled(_feeds(-1, state))  # the checked path: evicts True's program
+        register(self, *args, **kwargs)
+
+    chain.generation = -1  # the next call is checked
+    monkeypatch.setattr(ChainCalls, "register", evict_then_register)
+    compiled(_feeds(1, state))
+    cached = {id(e) for pos in compiled._builder.segments._positions.values() for e in pos.values()}
+    kept = [step.entry for steps in chain.steps for step in steps.values()]
+    assert kept
+    assert all(id(e) in cached for e in kept)
