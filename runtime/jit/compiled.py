@@ -513,7 +513,10 @@ class CompiledModel:
         outs = entry.run(self._params_for(seg), args)
         fast = self._fast
         if seg is self._spec_seg and isinstance(fast, SpecializedCalls):
-            fast.register(entry, statics, args, lambda: self._params_for(seg), self._consts or {})
+            with self._lock:  # as the cache evicts: an entry evicted meanwhile is not registered
+                fast.register(
+                    entry, statics, args, lambda: self._params_for(seg), self._consts or {}
+                )
         env.update(entry.host_outputs)
         env.update(zip(entry.dynamic_outputs, outs, strict=True))
         return outs

@@ -77,6 +77,7 @@ class CompiledSegment(Protocol):
     dynamic_outputs: tuple[str, ...]
     host_outputs: dict[str, Any]
     needs_x64: bool
+    evicted: bool  # the segment cache evicted it
 
     @property
     def key_hex(self) -> str: ...
@@ -626,6 +627,7 @@ class SpecializedCalls:
         generation = bus.generation
         if (
             entry.exe is None
+            or entry.evicted  # by another call, between this one's run and now
             or entry.host_outputs
             or tuple(entry.dynamic_outputs) != self.names
             or bus.listening(*CALL_EVENTS)

@@ -443,3 +443,24 @@ def test_a_recorded_direct_call_that_fails_ends_its_call_span_with_the_error(tmp
     assert failed["span_id"] == calls[4]["span_id"]
     assert failed["error"]["reason"].startswith("RuntimeError: Array has been deleted")
     assert calls[4]["attrs"]["shapes"] == [{"name": "x", "shape": [4, 8], "dtype": "float32"}]
+
+
+def test_a_program_evicted_while_its_call_runs_is_not_registered_by_it(monkeypatch):
+    # a call runs the program for 16 kHz; before it registers it, another call (8 kHz)
+    # evicts it (cache_size=1): the direct call must not keep it, out of the cache and alive
+    from ember.runtime.jit.fastpath import SpecializedCalls
+
+    compiled = rt.compile(vad_like_model(), cache_size=1)
+    register = SpecializedCalls.register
+
+    def evict_then_register(self: SpecializedCalls, *args: object, **kwargs: object) -> None:
+        monkeypatch.setattr(SpecializedCalls, "register", register)
+        compiled(_vad_feeds(np.array(8000, np.int64)))  # checked: evicts 16 kHz's program
+        register(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SpecializedCalls, "register", evict_then_register)
+    compiled(_vad_feeds(np.array(16000, np.int64)))
+    cached = {id(e) for pos in compiled._builder.segments._positions.values() for e in pos.values()}
+    kept = [entry for entry, _, _ in compiled._fast.programs.values()]
+    assert kept
+    assert all(id(e) in cached for e in kept)
