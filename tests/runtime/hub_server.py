@@ -7,8 +7,12 @@
   ``ETag`` (its git blob id), ``X-Repo-Commit`` and the bytes; an LFS file answers 302 to
   the CDN with ``X-Linked-Etag`` (its sha256), ``X-Linked-Size`` and ``X-Repo-Commit``, as
   the Hub does.
-* The CDN is a second server (another origin, so the client does not follow the HEAD's
-  redirect) answering ``GET /lfs/{sha256}``.
+* The CDN is a second server answering ``GET /lfs/{sha256}``, on another loopback address
+  (127.0.0.2): the client must not follow the HEAD's redirect to it, and it follows one to
+  any origin it trusts as a Hub, among them ``HF_ENDPOINT`` as it was when
+  ``huggingface_hub`` was imported. An earlier test's Hub on 127.0.0.1 at the port a later
+  CDN got made the client follow the redirect and fail on the CDN's answer (no
+  ``X-Repo-Commit``): a flaky ``test_load_hub`` on a clean clone.
 
 Errors carry ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``)
 the way ``huggingface_hub`` maps them. Every request is logged in ``requests``.
@@ -25,7 +29,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["LocalHub", "git_blob_id"]
+__all__ = ["CDN_HOST", "LocalHub", "git_blob_id"]
+
+# The CDN's address: loopback, never a Hub endpoint's host (see the module docstring)
+CDN_HOST = "127.0.0.2"
 
 
 def git_blob_id(data: bytes) -> str:
@@ -99,9 +106,9 @@ class LocalHub:
 
     def start(self) -> LocalHub:
         hub_server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(cdn=False))
-        cdn_server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(cdn=True))
+        cdn_server = ThreadingHTTPServer((CDN_HOST, 0), self._handler(cdn=True))
         self.endpoint = f"http://127.0.0.1:{hub_server.server_address[1]}"
-        self.cdn = f"http://127.0.0.1:{cdn_server.server_address[1]}"
+        self.cdn = f"http://{CDN_HOST}:{cdn_server.server_address[1]}"
         for server in (hub_server, cdn_server):
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()

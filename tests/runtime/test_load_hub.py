@@ -67,3 +67,22 @@ def test_revision_named_in_the_source(hub_endpoint, ember_events):
     assert rt.load(source, revision=branch).folder == model.folder
     with pytest.raises(ValueError, match=r"names revision 'refs/pr/1'.*revision='main'"):
         rt.load(source, revision="main")
+
+
+def test_an_earlier_hubs_port_taken_by_this_cdn_does_not_redirect_the_client(
+    hub_endpoint, monkeypatch
+):
+    # huggingface_hub follows a HEAD's redirect to any origin it trusts as a Hub, among them
+    # HF_ENDPOINT as it was at its import: an earlier test's Hub (on 127.0.0.1) whose port
+    # this test's CDN got. The client then asked the CDN for the file's metadata and failed
+    # (no X-Repo-Commit): a flaky test on a clean clone. Here that port is trusted on purpose.
+    from urllib.parse import urlsplit
+
+    from huggingface_hub.utils import _http
+
+    cdn_port = urlsplit(hub_endpoint.cdn).port
+    stale = ("http", "127.0.0.1", cdn_port)
+    monkeypatch.setattr(_http, "_HUB_ORIGINS", _http._HUB_ORIGINS | {stale})
+    model = rt.load(f"hf://{REPO}/{MODEL}")
+    x = np.ones((1, 8), dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(rt.run(model, x=x)["y"]), expected_y(x), rtol=1e-6)
