@@ -33,13 +33,10 @@ import numpy as np
 from ember.recorder import bus
 from ember.runtime.describe import static_key
 from ember.runtime.graph.ir import to_host
-from ember.runtime.jit.fastpath import CALL_EVENTS, jax_array_type
+from ember.runtime.jit.fastpath import CALL_EVENTS, PY_SCALARS, jax_array_type
 from ember.runtime.jit.segment_trace import Entry
 
 __all__ = ["ChainCalls", "Link"]
-
-# Python scalars are read as numpy reads them (an int as int64), as ``check_inputs`` does
-_PY_SCALARS = (int, float, bool)
 
 
 @dataclass(frozen=True)
@@ -97,7 +94,7 @@ class ChainCalls:
             return None
         env = {**self.consts, **inputs}
         for name, value in inputs.items():
-            if type(value) in _PY_SCALARS:  # read as check_inputs reads it (an int: int64)
+            if type(value) in PY_SCALARS:  # read as check_inputs reads it (an int: int64)
                 env[name] = np.asarray(value)
         try:
             for link, steps in zip(self.links, self.steps, strict=True):
@@ -177,14 +174,11 @@ class ChainCalls:
 
 def _run(step: _Step, args: list[Any]) -> Sequence[Any] | None:
     """``step``'s outputs for ``args``; None when a numpy argument has another dtype (jax
-    would narrow it to the program's type: the checked path refuses it)."""
+    would narrow it to the program's type: the checked path refuses it). ``try_call`` made
+    Python scalar inputs numpy already."""
     array = jax_array_type()
-    for i, (a, dtype) in enumerate(zip(args, step.dtypes, strict=True)):
-        if type(a) is array:
-            continue
-        if type(a) in _PY_SCALARS:
-            a = args[i] = np.asarray(a)
-        if a.dtype != dtype:
+    for a, dtype in zip(args, step.dtypes, strict=True):
+        if type(a) is not array and a.dtype != dtype:
             return None
     forwards = step.forwards
     if forwards is not None and all(type(args[i]) is array for i in forwards):

@@ -232,7 +232,7 @@ class CompiledModel:
         # its segments' programs in a row (``chained``), registered after checked calls
         links = _chain_links(steps, sync_reads) if plan.breaks and not plan.prelude else None
         # every input an argument of a program: jax's call checks what the checked path would
-        if links is not None and set(self._input_names) <= {a for k in links for a in k.args}:
+        if links is not None and set(self._input_names) <= {a for link in links for a in link.args}:
             self._fast = ChainCalls(links, self._output_names, tuple(self._input_names))
 
     def _unchecked(self, seg: Segment) -> tuple[TensorSpec, ...]:

@@ -51,6 +51,7 @@ from ember.runtime.model import TensorSpec
 
 __all__ = [
     "CALL_EVENTS",
+    "PY_SCALARS",
     "DirectCall",
     "Program",
     "SpecializedCalls",
@@ -116,7 +117,7 @@ def _no_call(inputs: Mapping[str, Any]) -> dict[str, Any] | None:
 # Python scalars: ``check_inputs`` reads them with ``np.asarray`` (an int as int64), and so do
 # the direct calls; jax's C++ call would narrow an int to int32 and refuse it, so a sample
 # rate given as ``16000`` took the checked path on every call (silero VAD: 2x a call).
-_PY_SCALARS = (int, float, bool)
+PY_SCALARS = (int, float, bool)
 
 
 def direct_call(
@@ -154,7 +155,7 @@ def direct_call(
                 return fallback(inputs)
             try:
                 x = inputs[single]
-                if type(x) in _PY_SCALARS:
+                if type(x) in PY_SCALARS:
                     x = np.asarray(x)
                 if type(x) is not array and x.dtype != dtype0:
                     return None
@@ -180,7 +181,7 @@ def direct_call(
         try:
             args = [inputs[n] for n in arg_names]
             for i, (a, dtype) in enumerate(zip(args, dtypes, strict=True)):
-                if type(a) in _PY_SCALARS:
+                if type(a) in PY_SCALARS:
                     a = args[i] = np.asarray(a)
                 if type(a) is not array and a.dtype != dtype:
                     return None
@@ -503,7 +504,7 @@ def _memo_key(value: Any) -> Any:
     keeps its dtype object (``dtype.str`` costs 0.3 us, most of a sample rate's key)."""
     if type(value) is np.ndarray and not value.dtype.hasobject:
         return (value.shape, value.dtype, value.tobytes())
-    if type(value) in _PY_SCALARS:  # as check_inputs reads it (an int: int64)
+    if type(value) in PY_SCALARS:  # as check_inputs reads it (an int: int64)
         value = np.asarray(value)
         return (value.shape, value.dtype, value.tobytes())
     return static_key(value)
@@ -586,7 +587,7 @@ class SpecializedCalls:
             if key is None:
                 if not all(fits(s, inputs[s.name]) for s in self.checks):
                     return None
-                env = {n: np.asarray(v) if type(v) in _PY_SCALARS else v for n, v in inputs.items()}
+                env = {n: np.asarray(v) if type(v) in PY_SCALARS else v for n, v in inputs.items()}
                 if self.prelude:
                     run_prelude(self.prelude, env, self.base)
                 key = tuple(static_key(env[n]) for n in self.statics)
