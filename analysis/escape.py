@@ -14,13 +14,21 @@ from __future__ import annotations
 import re
 import string
 
-__all__ = ["md_text", "visible", "xml_text"]
+__all__ = ["UNSAFE_IN_TERMINAL", "md_text", "terminal_text", "visible", "xml_text"]
 
+# Unicode's bidirectional embeddings, overrides and isolates (U+202A-202E, U+2066-2069):
+# invisible, and one without its closing PDF/PDI reverses the rest of the line as shown,
+# so a run tag could make a summary line read otherwise than it is ("Trojan Source").
+_BIDI = "\u202a-\u202e\u2066-\u2069"
 # C0 and C1 control characters and DEL: invisible, and some (ESC) drive a terminal.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
+# What may not reach a terminal as it is: the same, but tab and line feed, which lay out
+# what the command prints itself (a table's rows, a report's lines).
+UNSAFE_IN_TERMINAL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
 # Characters XML 1.0 does not allow at all, even escaped (tab and LF are allowed), and CR,
 # which every XML parser reads back as LF (end-of-line handling).
-_NOT_XML = re.compile(r"[\x00-\x08\x0b-\x1f\ud800-\udfff\ufffe\uffff]")
+# The bidirectional controls are allowed but written as escapes too (see ``_BIDI``).
+_NOT_XML = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\ud800-\\udfff\\ufffe\\uffff{_BIDI}]")
 # CommonMark: "Any ASCII punctuation character may be backslash-escaped" and then stands
 # for itself. Escaping every one (not a chosen few) also covers GFM's tables (|),
 # strikethrough (~) and autolinks, and Streamlit's :color[...] and $math$.
@@ -35,6 +43,17 @@ def visible(text: object) -> str:
         return repr(m.group(0))[1:-1]
 
     return _CONTROL.sub(show, str(text))
+
+
+def terminal_text(text: object) -> str:
+    """``text`` for a terminal: each control character but tab and line feed, and each
+    bidirectional control, written as its escape (``\\x1b``, ``\\u202e``), so that no
+    colour, cursor move, hyperlink or reversed line comes from it."""
+
+    def show(m: re.Match[str]) -> str:
+        return repr(m.group(0))[1:-1]
+
+    return UNSAFE_IN_TERMINAL.sub(show, str(text))
 
 
 def md_text(text: object) -> str:

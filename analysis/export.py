@@ -7,8 +7,9 @@ microseconds), cache lookups and evictions instant events (``"i"``), memory coun
 to the start of the run; ``otherData`` carries the wall-clock anchor.
 
 Parquet (``export_parquet``): every table and view as a Hive-partitioned dataset,
-``DIR/<name>/run_date=YYYY-MM-DD/run_id=<id>/*.parquet``, which DuckDB, polars, Spark,
-pandas/pyarrow read with partition discovery.
+``DIR/<name>/run_date=YYYY-MM-DD/run_key=<key>/*.parquet`` (the run's id when short and
+plain; ``run_id`` is a column of the files), which DuckDB, polars, Spark, pandas/pyarrow
+read with partition discovery.
 """
 
 from __future__ import annotations
@@ -163,29 +164,47 @@ def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> in
 def export_parquet(
     con: Connection, directory: str | os.PathLike[str], *, views: bool = True
 ) -> dict[str, int]:
-    """Write every table (and view) as Parquet partitioned by run date and run id.
+    """Write every table (and view) as Parquet partitioned by run date and run key.
 
+    The run key is the lake's (``run_key``): the run id when it is short and plain, else a
+    cleaned prefix and a hash of it. A run id is text a trace controls, not a folder's
+    name: one of 300 characters (or ~90 ``/``, which DuckDB writes as ``%2F``) made the
+    whole export fail with "File name too long". The ``run_id`` column stays in the files.
     Returns rows written per dataset. Existing partitions of the same runs are replaced.
     """
+    import pyarrow as pa
+
+    from .lake.table import run_key
+
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
+    ids = [r[0] for r in con.duck.execute("SELECT run_id FROM runs").fetchall()]
+    keys = pa.table({"run_id": ids, "run_key": [run_key(i) for i in ids]})
+    con.duck.register("_export_keys", keys)
     names = ["runs", *RECORD_TABLES, "rejected_lines"] + (list(VIEW_NAMES) if views else [])
     written: dict[str, int] = {}
-    for name in names:
-        n = con.duck.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]
-        if n == 0:
-            continue
-        target = str(out / name).replace("'", "''")
-        if name == "runs":
-            select = "SELECT *, CAST(started_at AS DATE) AS run_date FROM runs"
-        else:
-            select = (
-                f"SELECT t.*, CAST(r.started_at AS DATE) AS run_date "
-                f"FROM {name} t JOIN runs r ON r.run_id = t.run_id"
+    try:
+        for name in names:
+            n = con.duck.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]
+            if n == 0:
+                continue
+            target = str(out / name).replace("'", "''")
+            if name == "runs":
+                select = (
+                    "SELECT t.*, CAST(t.started_at AS DATE) AS run_date, k.run_key "
+                    "FROM runs t JOIN _export_keys k ON k.run_id = t.run_id"
+                )
+            else:
+                select = (
+                    f"SELECT t.*, CAST(r.started_at AS DATE) AS run_date, k.run_key "
+                    f"FROM {name} t JOIN runs r ON r.run_id = t.run_id "
+                    "JOIN _export_keys k ON k.run_id = t.run_id"
+                )
+            con.duck.execute(
+                f"COPY ({select}) TO '{target}' "
+                f"(FORMAT parquet, PARTITION_BY (run_date, run_key), OVERWRITE_OR_IGNORE)"
             )
-        con.duck.execute(
-            f"COPY ({select}) TO '{target}' "
-            f"(FORMAT parquet, PARTITION_BY (run_date, run_id), OVERWRITE_OR_IGNORE)"
-        )
-        written[name] = n
+            written[name] = n
+    finally:
+        con.duck.unregister("_export_keys")
     return written

@@ -125,7 +125,7 @@ def _ingest_database(files: list[Path], db: Path, wait: float, strict: bool) -> 
         TextColumn("[bold]ingest[/]"),
         BarColumn(),
         DownloadColumn(),
-        TextColumn("{task.fields[file]}"),
+        TextColumn("{task.fields[file]}", markup=False),  # a file's name is text
         TimeElapsedColumn(),
         console=err_console,
         transient=True,

@@ -14,15 +14,19 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
 from typer.core import TyperGroup
 
 from ember.analysis.db import DatabasePathError
+from ember.analysis.escape import UNSAFE_IN_TERMINAL as _UNSAFE
+from ember.analysis.escape import terminal_text
 from ember.analysis.lake import LakeError
 
 
@@ -83,7 +87,19 @@ def _drop_stdout() -> None:
 
 
 class _SizedConsole(Console):
-    """rich's Console, sized at each print from the terminal and ``COLUMNS``/``LINES``.
+    """rich's Console for user text: markup off unless asked for, control characters shown
+    as escapes, sized at each print from the terminal and ``COLUMNS``/``LINES``.
+
+    What Ember prints is mostly text a trace, a model or a path controls (run ids, tags,
+    file and node names). With rich's default (markup on), a run id of ``[/i]x`` made
+    ``ember compare`` crash with a MarkupError (exit 1, the code of a broken rule), and
+    ``[link=URL]`` made a link; so a print that styles its own words passes
+    ``markup=True`` and escapes what it puts among them. And whatever is printed, an ESC
+    or BEL in it (a terminal's colours, cursor moves, hyperlinks) or a bidirectional
+    override (which reverses the rest of the line as shown) comes out as its escape
+    (``\\x1b``, ``\\u202e``): ``render`` rewrites the text of every content segment, so
+    tables, ``Text`` and plain strings alike, while rich's own styles and cursor controls
+    are not text and pass.
 
     rich reads ``COLUMNS`` and ``LINES`` once, when a console is made, and keeps them for
     good. The consoles below are made when this module is imported, so the width of whatever
@@ -92,9 +108,18 @@ class _SizedConsole(Console):
     to the constructor is kept."""
 
     def __init__(self, *, width: int | None = None, height: int | None = None, **kwargs: Any):
+        kwargs.setdefault("markup", False)
         super().__init__(width=width, height=height, **kwargs)
         # None: rich's `size` asks the terminal and the environment at each print
         self._width, self._height = width, height
+
+    def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:
+        for segment in super().render(renderable, options):
+            text = segment.text
+            if segment.control is None and _UNSAFE.search(text):
+                yield Segment(terminal_text(text), segment.style)
+            else:
+                yield segment
 
 
 class _PipeConsole(_SizedConsole):
@@ -134,7 +159,9 @@ err_console = _SizedConsole(stderr=True)
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print an error for a person (what went wrong, what to do) and return the exit."""
     # soft_wrap: the terminal wraps the line, rich does not cut it (a path stays whole to copy)
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True
+    )
     return typer.Exit(code)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape as esc
 from rich.table import Table
+from rich.text import Text
 
 from ember.analysis import DatabaseBusyError
 from ember.analysis.compare import (
@@ -44,26 +45,29 @@ _VERDICT_STYLE = {"worse": "red", "better": "green"}
 
 
 def _print_text(c: Comparison) -> None:
-    # what runs, causes and rules say is text, never markup: a static value '[bold]' stays
+    # what runs, causes and rules say is text, never markup (the console's default): a
+    # static value '[bold]' stays; only the lines styled here pass markup=True, their
+    # user text escaped
     verdict = "[bold green]PASS[/]" if c.passed else "[bold red]FAIL[/]"
     base, cand = c.base, c.candidate
     console.print(
-        f"{verdict}  base {esc(base.name)} · {base.short_id} ({esc(base.origin)})  ->  "
-        f"candidate {esc(cand.name)} · {cand.short_id} ({esc(cand.origin)})",
+        f"{verdict}  base {esc(base.name)} · {esc(base.short_id)} ({esc(base.origin)})  ->  "
+        f"candidate {esc(cand.name)} · {esc(cand.short_id)} ({esc(cand.origin)})",
         highlight=False,
+        markup=True,
     )
     if c.rules:
-        rules = Table(title=f"rules ({esc(c.rules_origin)})", title_justify="left")
+        rules = Table(title=f"rules ({c.rules_origin})", title_justify="left")
         rules.add_column("rule")
         rules.add_column("result")
         rules.add_column("details", overflow="fold")
         for r in c.rules:
-            rules.add_row(esc(r.rule), f"[{_STYLE[r.status]}]{r.status}[/]", esc(r.message))
+            rules.add_row(r.rule, Text(r.status, style=_STYLE[r.status]), r.message)
         console.print(rules)
     for x in c.new_causes:
-        console.print(f"[red]new:[/] {esc(x.text)}", highlight=False)
+        console.print(f"[red]new:[/] {esc(x.text)}", highlight=False, markup=True)
     for x in c.gone_causes:
-        console.print(f"[green]gone:[/] {esc(x.text)}", highlight=False)
+        console.print(f"[green]gone:[/] {esc(x.text)}", highlight=False, markup=True)
     metrics = Table(title="metrics", title_justify="left")
     metrics.add_column("metric", no_wrap=True)
     for name in ("base", "candidate", "change"):
@@ -71,17 +75,16 @@ def _print_text(c: Comparison) -> None:
     metrics.add_column("verdict", overflow="fold")
     notes = []
     for m in c.metrics:
-        style = _VERDICT_STYLE.get(m.verdict)
-        verdict = f"[{style}]{m.verdict}[/]" if style else m.verdict
+        judged = Text(m.verdict, style=_VERDICT_STYLE.get(m.verdict, ""))
         if m.note:
             notes.append(f"{m.metric}: {m.note}")
-            verdict += f" ({len(notes)})"
+            judged.append(f" ({len(notes)})")
         metrics.add_row(
-            m.metric, show(m.base, m.unit), show(m.candidate, m.unit), show_change(m), verdict
+            m.metric, show(m.base, m.unit), show(m.candidate, m.unit), show_change(m), judged
         )
     console.print(metrics)
     for i, note in enumerate(notes, 1):
-        console.print(f"({i}) {esc(note)}", style="dim", highlight=False)
+        console.print(f"({i}) {note}", style="dim", highlight=False)
 
 
 # one line per paragraph: rich keeps a help paragraph's line breaks where they are

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from .app import app, console, fail
 
@@ -80,9 +81,10 @@ def dashboard(
     console.print(f"Ember dashboard on {db} at {where}  (Ctrl-C stops it)", highlight=False)
     if host not in ("127.0.0.1", "localhost", "::1"):
         console.print(
-            f"[yellow]warning:[/] bound to {host}: anyone who reaches this port can read the "
-            "database; turn on login (see the dashboard README)",
+            f"[yellow]warning:[/] bound to {escape(host)}: anyone who reaches this port can "
+            "read the database; turn on login (see the dashboard README)",
             highlight=False,
+            markup=True,
         )
     sys.stdout.flush()
     # Replace this process with Streamlit: Ctrl-C and kill reach the server directly.

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from .app import app, console, fail
 
@@ -86,10 +87,12 @@ def demo(
             _ember(
                 "run", *args, "--tag", f"scenario={name}", "--record", str(traces / f"{name}.jsonl")
             )
-        console.print(f"[green]✓[/] [{i}/{len(steps) + 1}] {what}")
+        console.print(f"[green]✓[/] [{i}/{len(steps) + 1}] {what}", markup=True)
     with console.status(f"[{len(steps) + 1}/{len(steps) + 1}] a tiny JAX training loop"):
         train_tiny_mlp(traces / "jax-training.jsonl")
-    console.print(f"[green]✓[/] [{len(steps) + 1}/{len(steps) + 1}] a tiny JAX training loop")
+    console.print(
+        f"[green]✓[/] [{len(steps) + 1}/{len(steps) + 1}] a tiny JAX training loop", markup=True
+    )
 
     from .analysis import Engine, ingest_command, report
 
@@ -104,7 +107,13 @@ def demo(
         master="local[2]",
     )
     report(db=db, run=None, limit=5, since=None)
+    shown = escape(str(db))  # a path is text, not markup
     console.print(
-        f"\nOpen the dashboard: [bold]ember dashboard --db {db}[/]  (or [bold]make dashboard[/])"
+        f"\nOpen the dashboard: [bold]ember dashboard --db {shown}[/]  "
+        "(or [bold]make dashboard[/])",
+        markup=True,
     )
-    console.print(f'Query the views:   [bold]ember query --db {db} "select * from recompiles"[/]')
+    console.print(
+        f'Query the views:   [bold]ember query --db {shown} "select * from recompiles"[/]',
+        markup=True,
+    )

@@ -13,7 +13,7 @@ import polars as pl
 from rich.table import Table
 from rich.text import Text
 
-from ember.analysis.escape import md_text
+from ember.analysis.escape import md_text, terminal_text
 
 __all__ = ["NULL", "FittedTable", "cell", "fit_table", "line_text", "markdown_text"]
 
@@ -23,12 +23,13 @@ MIN_CELL = 8
 
 
 def cell(value: object) -> str:
-    """A value as one line of text (``NULL`` for a missing one; newlines shown as ``↵``)."""
+    """A value as one line of text for a terminal (``NULL`` for a missing one; newlines
+    shown as ``↵``, other control characters as their escapes: ``terminal_text``)."""
     if value is None:
         return NULL
     if isinstance(value, pl.Series):
         value = value.to_list()
-    return str(value).replace("\r\n", "↵").replace("\n", "↵")
+    return terminal_text(str(value).replace("\r\n", "↵").replace("\n", "↵"))
 
 
 def _short_float(v: float | None) -> float | str | None:

@@ -163,9 +163,13 @@ def _open_export(folder: Path, limits: dict[str, Any]) -> duckdb.DuckDBPyConnect
         }
         for name in sorted(present):
             glob = _sql_text(str(folder / name / "**" / "*.parquet"))
+            # partitioned by run_key (the run_id in the files), or by run_id before it
+            first = next((folder / name).rglob("*.parquet")).relative_to(folder / name)
+            part = "run_key" if any(p.startswith("run_key=") for p in first.parts) else "run_id"
+            drop = "run_date, run_key" if part == "run_key" else "run_date"
             con.execute(
-                f"CREATE VIEW {name} AS SELECT * EXCLUDE (run_date) FROM read_parquet({glob}, "
-                "hive_partitioning = true, hive_types = {'run_date': DATE, 'run_id': VARCHAR})"
+                f"CREATE VIEW {name} AS SELECT * EXCLUDE ({drop}) FROM read_parquet({glob}, "
+                f"hive_partitioning = true, hive_types = {{'run_date': DATE, '{part}': VARCHAR}})"
             )
         # tables the export left out (no rows) exist empty, with their real columns
         for stmt in table_ddl():

@@ -149,7 +149,7 @@ def test_parquet_export_is_partitioned_and_readable_by_other_engines(views_db, t
         p.relative_to(out / "cache").parts[:2] for p in (out / "cache").rglob("*.parquet")
     )
     assert parts
-    assert all(a.startswith("run_date=") and b.startswith("run_id=") for a, b in parts)
+    assert all(a.startswith("run_date=") and b.startswith("run_key=") for a, b in parts)
     # polars and a fresh DuckDB read it back with the partition columns
     df = pl.read_parquet(out / "recompiles" / "**" / "*.parquet", hive_partitioning=True)
     assert set(df.filter(pl.col("run_id") == "sweep")["compile_index"].to_list()) >= {2, 3, 4, 5}
