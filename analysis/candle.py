@@ -192,6 +192,7 @@ def import_candle(
                 continue
             try:
                 ember = _convert_line(conv, raw, first=result is None)
+                encoded = _encoded(ember)
             except (BadLine, CandleImportError) as exc:
                 if result is None:
                     raise CandleImportError(f"{src}:{number}: {exc}") from None
@@ -199,7 +200,7 @@ def import_candle(
                 continue
             if result is None:
                 result = ImportResult(str(dst), ember["run_id"])
-            converted.append((number, orjson.dumps(ember)))
+            converted.append((number, encoded))
     if result is None:
         raise CandleImportError(f"{src}: empty file: no 'meta' record")
     # the line checks of ingest and validate, on the Ember lines
@@ -217,6 +218,15 @@ def import_candle(
     result.errors = [f"{src}:{n}: {why}" for n, why in sorted(errors.items())]
     dst.write_bytes(b"".join(kept))
     return result
+
+
+def _encoded(record: dict[str, Any]) -> bytes:
+    """The Ember line of a converted record; a value JSON cannot hold as Ember writes it
+    (an integer of 2**64 or more) leaves that line out, not the file."""
+    try:
+        return orjson.dumps(record)
+    except orjson.JSONEncodeError as exc:
+        raise CandleImportError(f"a value Ember cannot write: {exc}") from None
 
 
 def _convert_line(conv: _Converter, raw: bytes, *, first: bool) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import hashlib
 import os
 import re
 import time
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,27 @@ def check_database_path(path: str | os.PathLike[str]) -> None:
             f"{p}: cannot make a database there ({p.parent} is not a folder); give a path in "
             "an existing folder"
         )
+
+
+def _require_database_file(duck: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Refuse (closing ``duck``) a connection DuckDB made in memory for an existing data
+    file: it opens a ``.jsonl``, ``.csv`` or ``.parquet`` path as an in-memory database
+    with a view of the file, so an ingest into ``--db trace.jsonl`` said it stored its
+    records and kept none, and a reader failed with a bare "Catalog Error"."""
+    row = duck.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    if row is not None and row[0] is None:
+        duck.close()
+        raise DatabasePathError(_data_file(path))
+
+
+def _data_file(path: str) -> str:
+    return (
+        f"{path} is a data file (DuckDB reads it as a table), not a DuckDB database: "
+        "give the database file (e.g. --db ember.duckdb); to ingest this file, pass it "
+        f"as a trace: `ember ingest {path} --db ember.duckdb`"
+    )
 
 
 DERIVED_COLUMNS: dict[str, dict[str, tuple[str, str]]] = {
@@ -495,6 +517,11 @@ def open_database(path: str, read_only: bool, wait: float) -> duckdb.DuckDBPyCon
             withdraw_waiting(path, read_only)
 
 
+# DuckDB types polars cannot import ("could not import from month_day_nano_interval"):
+# a query's columns of them are read as text (``Connection.sql``)
+_TEXT_TYPES = frozenset({"interval", "union", "bit"})
+
+
 class Connection:
     """An Ember database: ``.sql(query) -> polars.DataFrame``; ``.duck`` is the DuckDB one."""
 
@@ -503,11 +530,31 @@ class Connection:
         self.path = path
         self.read_only = read_only
 
-    def sql(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> pl.DataFrame:
-        """Run one query; the result as a polars DataFrame."""
+    def sql(
+        self,
+        query: str,
+        params: list[Any] | dict[str, Any] | None = None,
+        *,
+        as_text: Iterable[str] = (),
+    ) -> pl.DataFrame:
+        """Run one query; the result as a polars DataFrame. Columns of the DuckDB types
+        polars cannot take (``INTERVAL``, ``UNION``, ``BIT``), and of those named in
+        ``as_text`` (type ids: ``"blob"``, ``"map"``), come as DuckDB's text of them."""
         rel = self.duck.sql(query, params=params)
         if rel is None:  # a statement without a result
             return pl.DataFrame()
+        text = _TEXT_TYPES.union(as_text)
+        if any(t.id in text for t in rel.types):
+            rel = rel.project(
+                ", ".join(
+                    f"CAST({q} AS VARCHAR) AS {q}" if t.id in text else q
+                    for q, t in zip(
+                        ('"' + c.replace('"', '""') + '"' for c in rel.columns),
+                        rel.types,
+                        strict=True,
+                    )
+                )
+            )
         return rel.pl()
 
     def execute(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
@@ -552,7 +599,15 @@ def connect(
             )
         check_database_path(p)
         path = str(p)
-    duck = open_database(path, read_only, wait)
+    try:
+        duck = open_database(path, read_only, wait)
+    except duckdb.CatalogException as exc:
+        # a reader of a data file: DuckDB would make the in-memory database it refuses
+        if read_only and "in-memory database in read-only mode" in str(exc):
+            raise DatabasePathError(_data_file(path)) from None
+        raise
+    if path != ":memory:":
+        _require_database_file(duck, path)
     duck.execute("SET enable_progress_bar = false")
     if threads:
         duck.execute(f"SET threads = {int(threads)}")

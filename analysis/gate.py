@@ -264,9 +264,14 @@ def load_config(
     if path is not None:
         try:
             data: dict[str, Any] = tomllib.loads(path.read_text("utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise RuleError(f"{path}: cannot read it as TOML: {exc}") from None
-        gate = data.get("tool", {}).get("ember", {}).get("gate")
+        # `tool = "x"` or `[tool] ember = 5` is valid TOML whose tables are not tables
+        tool = data.get("tool", {})
+        ember = tool.get("ember", {}) if isinstance(tool, dict) else None
+        if not isinstance(ember, dict):
+            raise RuleError(f"{path}: [tool.ember] must be a table (as [tool.ember.gate] is)")
+        gate = ember.get("gate")
         if gate is not None:
             where = f"{path} [tool.ember.gate]"
             if not isinstance(gate, dict):

@@ -70,6 +70,7 @@ def ingest_command(
     wait: float = typer.Option(
         INGEST_WAIT_S,
         "--wait",
+        min=0,
         help="Seconds to wait while other processes read or write the database.",
     ),
     strict: bool = typer.Option(
@@ -252,10 +253,14 @@ def query(
     max_rows: int = typer.Option(
         100,
         "--max-rows",
+        min=1,
         help="Rows a table or line output shows (markdown, csv, json, parquet write them all).",
     ),
     wait: float = typer.Option(
-        QUERY_WAIT_S, "--wait", help="Seconds to wait while an ingest writes the database."
+        QUERY_WAIT_S,
+        "--wait",
+        min=0,
+        help="Seconds to wait while an ingest writes the database.",
     ),
 ) -> None:
     """Run SQL on the database (read-only) and print the result."""
@@ -263,7 +268,9 @@ def query(
         raise fail("--format parquet writes a file: give --output FILE.parquet")
     with open_database(db, read_only=True, wait=wait) as con:
         try:
-            df = con.sql(sql)
+            # polars writes no BLOB (BinaryView) or MAP as CSV or JSON: DuckDB's text of them
+            as_text = ("blob", "map") if format in (Format.csv, Format.json) else ()
+            df = con.sql(sql, as_text=as_text)
         except duckdb.Error as exc:
             raise fail(f"{exc}\nThe tables and views: " + ", ".join(con.tables())) from None
     more = f", showing {max_rows} (see --max-rows, --format)" if df.height > max_rows else ""

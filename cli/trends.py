@@ -73,7 +73,16 @@ def trends(
         except ValueError as exc:
             raise fail(str(exc), 2) from None
     if points.is_empty():
-        console.print(f"no runs in {db} match: ingest traces with `ember ingest`", highlight=False)
+        filters = [f"--{name} {v}" for name, v in (("model", model), ("by", by)) if v]
+        filters += [f"--tag {t}" for t in tag] + [f"--metric {m}" for m in metric]
+        if filters:  # the runs may be there: it is the filters that keep them out
+            console.print(
+                f"no runs in {db} match {' '.join(filters)}: see `ember query --db {db} "
+                '"select run_id, tags from runs"` for the models and tags there are',
+                highlight=False,
+            )
+        else:
+            console.print(f"no runs in {db}: ingest traces with `ember ingest`", highlight=False)
         return
     found = change_points(points)
     if start is not None:

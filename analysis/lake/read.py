@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -213,9 +214,15 @@ class LakeConnection(Connection):
     """A lake opened for reading; a query that meets a damaged data file raises
     ``LakeError`` naming the file and what to do."""
 
-    def sql(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> Any:
+    def sql(
+        self,
+        query: str,
+        params: list[Any] | dict[str, Any] | None = None,
+        *,
+        as_text: Iterable[str] = (),
+    ) -> Any:
         try:
-            return super().sql(query, params)
+            return super().sql(query, params, as_text=as_text)
         except duckdb.Error as exc:
             raise damaged_file(self.path, exc) or exc from None
 
