@@ -157,7 +157,9 @@ def export_chrome(con: Connection, run: str, path: str | os.PathLike[str]) -> in
             "tags": json.loads(tags) if isinstance(tags, str) else tags,
         },
     }
-    Path(path).write_bytes(orjson.dumps(doc))
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)  # as --junit and --parquet do
+    target.write_bytes(orjson.dumps(doc))
     return len(events)
 
 

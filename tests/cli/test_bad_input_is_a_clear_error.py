@@ -110,3 +110,28 @@ def test_out_of_range_row_counts_and_waits_are_refused(tmp_path):
     r = runner.invoke(app, ["ingest", str(DATA / "sweep.jsonl"), "--db", str(db), "--wait", "-1"])
     assert r.exit_code == 2, r.output
     assert Path(db).exists()
+
+
+def test_validate_reads_a_folder_as_its_traces_and_names_an_empty_one(tmp_path):
+    folder = tmp_path / "traces"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.jsonl").write_bytes((DATA / "sweep.jsonl").read_bytes())
+    (folder / "sub" / "b.jsonl").write_bytes((DATA / "train.jsonl").read_bytes())
+    r = runner.invoke(app, ["validate", str(folder)], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert f"{folder / 'a.jsonl'}: ok" in r.output
+    assert f"{folder / 'sub' / 'b.jsonl'}: ok" in r.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = runner.invoke(app, ["validate", str(empty)])
+    assert r.exit_code == 1
+    assert "a folder without .jsonl files" in _flat(r.output)
+
+
+def test_a_chrome_export_makes_its_folder(tmp_path):
+    db = tmp_path / "t.duckdb"
+    ingest([DATA / "sweep.jsonl"], db)
+    out = tmp_path / "new" / "dir" / "sweep.json"
+    r = runner.invoke(app, ["export", "--db", str(db), "--chrome", str(out), "--run", "sweep"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["traceEvents"]
