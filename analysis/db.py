@@ -545,16 +545,11 @@ class Connection:
             return pl.DataFrame()
         text = _TEXT_TYPES.union(as_text)
         if any(t.id in text for t in rel.types):
-            rel = rel.project(
-                ", ".join(
-                    f"CAST({q} AS VARCHAR) AS {q}" if t.id in text else q
-                    for q, t in zip(
-                        ('"' + c.replace('"', '""') + '"' for c in rel.columns),
-                        rel.types,
-                        strict=True,
-                    )
-                )
-            )
+            columns = []
+            for name, kind in zip(rel.columns, rel.types, strict=True):
+                q = '"' + name.replace('"', '""') + '"'
+                columns.append(f"CAST({q} AS VARCHAR) AS {q}" if kind.id in text else q)
+            rel = rel.project(", ".join(columns))
         return rel.pl()
 
     def execute(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import string
 
-__all__ = ["UNSAFE_IN_TERMINAL", "md_text", "terminal_text", "visible", "xml_text"]
+__all__ = ["md_text", "terminal_text", "visible", "xml_text"]
 
 # Unicode's bidirectional embeddings, overrides and isolates (U+202A-202E, U+2066-2069):
 # invisible, and one without its closing PDF/PDI reverses the rest of the line as shown,
@@ -24,7 +24,7 @@ _BIDI = "\u202a-\u202e\u2066-\u2069"
 _CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
 # What may not reach a terminal as it is: the same, but tab and line feed, which lay out
 # what the command prints itself (a table's rows, a report's lines).
-UNSAFE_IN_TERMINAL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
+_NOT_TERMINAL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
 # Characters XML 1.0 does not allow at all, even escaped (tab and LF are allowed), and CR,
 # which every XML parser reads back as LF (end-of-line handling).
 # The bidirectional controls are allowed but written as escapes too (see ``_BIDI``).
@@ -35,25 +35,22 @@ _NOT_XML = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\ud800-\\udfff\\ufffe\\uffff{_BI
 _MD_ESCAPES = str.maketrans({c: "\\" + c for c in string.punctuation})
 
 
+def _escape(m: re.Match[str]) -> str:
+    """A matched character as Python writes it in a string literal (``\\x1b``, ``\\u202e``)."""
+    return repr(m.group(0))[1:-1]
+
+
 def visible(text: object) -> str:
     """``text`` with each control character written as its escape (``\\n``, ``\\x1b``), so
     it can neither break a line nor hide in one."""
-
-    def show(m: re.Match[str]) -> str:
-        return repr(m.group(0))[1:-1]
-
-    return _CONTROL.sub(show, str(text))
+    return _CONTROL.sub(_escape, str(text))
 
 
 def terminal_text(text: object) -> str:
     """``text`` for a terminal: each control character but tab and line feed, and each
     bidirectional control, written as its escape (``\\x1b``, ``\\u202e``), so that no
     colour, cursor move, hyperlink or reversed line comes from it."""
-
-    def show(m: re.Match[str]) -> str:
-        return repr(m.group(0))[1:-1]
-
-    return UNSAFE_IN_TERMINAL.sub(show, str(text))
+    return _NOT_TERMINAL.sub(_escape, str(text))
 
 
 def md_text(text: object) -> str:
@@ -72,8 +69,4 @@ def xml_text(text: object) -> str:
     """``text`` for an XML attribute or element (ElementTree escapes ``<&>"`` itself): the
     characters XML 1.0 forbids (most control characters) and CR written as escapes (``\\x1b``,
     ``\\r``) instead of making the document unreadable or changing on the way."""
-
-    def show(m: re.Match[str]) -> str:
-        return repr(m.group(0))[1:-1]
-
-    return _NOT_XML.sub(show, str(text))
+    return _NOT_XML.sub(_escape, str(text))

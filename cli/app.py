@@ -25,7 +25,6 @@ from rich.segment import Segment
 from typer.core import TyperGroup
 
 from ember.analysis.db import DatabasePathError
-from ember.analysis.escape import UNSAFE_IN_TERMINAL as _UNSAFE
 from ember.analysis.escape import terminal_text
 from ember.analysis.lake import LakeError
 
@@ -115,11 +114,11 @@ class _SizedConsole(Console):
 
     def render(self, renderable: Any, options: Any = None) -> Iterator[Segment]:
         for segment in super().render(renderable, options):
-            text = segment.text
-            if segment.control is None and _UNSAFE.search(text):
-                yield Segment(terminal_text(text), segment.style)
-            else:
-                yield segment
+            if segment.control is None:
+                text = terminal_text(segment.text)
+                if text != segment.text:
+                    segment = Segment(text, segment.style)
+            yield segment
 
 
 class _PipeConsole(_SizedConsole):
