@@ -147,9 +147,8 @@ def trace_format_page() -> str:
     out.append(f"\nThe current version is {records.SCHEMA_VERSION}.\n\n")
     out.append("## Span kinds\n\n| span kind | start attrs | end attrs |\n|---|---|---|\n")
     for kind, (start, end) in records.SPAN_ATTRS.items():
-        out.append(
-            f"| `{kind}` | [`{start.__name__}`](#{start.__name__.lower()}) | [`{end.__name__}`](#{end.__name__.lower()}) |\n"
-        )
+        a, b = start.__name__, end.__name__
+        out.append(f"| `{kind}` | [`{a}`](#{a.lower()}) | [`{b}`](#{b.lower()}) |\n")
     out.append("\n## Records and nested objects\n\n")
     for m in _models():
         out.append(f"### {m.__name__}\n\n{_cell(m.__doc__ or '')}\n\n")

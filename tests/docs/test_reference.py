@@ -13,7 +13,8 @@ from ember.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs" / "gen_reference.py")
-assert _spec and _spec.loader
+assert _spec
+assert _spec.loader
 gen = importlib.util.module_from_spec(_spec)
 sys.modules["gen_reference"] = gen
 _spec.loader.exec_module(gen)
