@@ -21,6 +21,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from results import write_result  # benchmarks/results.py: run from benchmarks/ or as a script
 
 import ember
 
@@ -68,6 +69,13 @@ def main() -> None:
     # each expect round against the bare round just before it: the load moves both alike
     ratios = [x / y for x, y in zip(times["expect"], times["bare"], strict=True)]
     print(f"median of the rounds' ratios {statistics.median(ratios):.3f}x")
+    write_result(
+        "budget",
+        "a loop of tiny jitted calls inside ember.expect(recompiles=0, warmup=1)",
+        "the same loop bare",
+        statistics.median(ratios),
+        {"bare_us_per_call": round(b, 3), "expect_us_per_call": round(e, 3), "calls": args.calls},
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -25,12 +26,14 @@ def test_the_checked_in_reference_pages_are_what_the_sources_give():
 
 
 def test_a_changed_page_is_found_stale(tmp_path, monkeypatch):
+    (tmp_path / "reference").mkdir()
     for name in gen.PAGES:
-        (tmp_path / name).write_text((gen.REFERENCE / name).read_text())
-    monkeypatch.setattr(gen, "REFERENCE", tmp_path)
+        (tmp_path / name).write_text((gen.DOCS / name).read_text())
+    monkeypatch.setattr(gen, "DOCS", tmp_path)
     assert gen.stale_pages() == []
-    (tmp_path / "views.md").write_text((tmp_path / "views.md").read_text() + "\nedited\n")
-    assert gen.stale_pages() == ["views.md"]
+    views = tmp_path / "reference" / "views.md"
+    views.write_text(views.read_text() + "\nedited\n")
+    assert gen.stale_pages() == ["reference/views.md"]
     assert gen.main(["--check"]) == 1
 
 
@@ -51,3 +54,19 @@ def test_every_command_and_option_is_on_the_cli_page_with_help():
         for param in command.params:
             if param.name != "help":
                 assert param.help, f"{path}: {param.name} has no help"
+
+
+def test_the_benchmark_page_shows_each_result(tmp_path, monkeypatch):
+    result = {
+        "benchmark": "x",
+        "what": "a | b",
+        "reference": "c",
+        "ratio": 1.25,
+        "numbers": {"s": 2},
+        "machine": "cpu, 2 cores, load 0.1",
+        "date": "2026-01-02",
+    }
+    (tmp_path / "x.json").write_text(json.dumps(result))
+    monkeypatch.setattr(gen, "BENCHMARK_RESULTS", tmp_path)
+    row = "| `x` | a \\| b | c | 1.25x | s 2 | cpu, 2 cores, load 0.1 | 2026-01-02 |"
+    assert row in gen.benchmarks_page().splitlines()
