@@ -2,20 +2,16 @@
 
 Never imports jax. The pieces:
 
-- ``ingest(paths, db)`` (``ingest.py``, ``ember ingest``): files, folders, globs into one
+- ``ingest(paths, db)`` (``ingest/``, ``ember ingest``): files, folders, globs into one
   DuckDB database; typed by ``schema_types`` (DuckDB types derived from the pydantic
   models), validated (``checks`` + pydantic), idempotent per file, one transaction a file.
 - ``connect(db, read_only=...)`` (``db.py``): a ``Connection`` whose ``.sql(query)``
   returns a polars DataFrame. Tables: one per record kind (``span_start``, ``span_end``,
   ``cache``, ``hub``, ``op``, ``tensor``, ``memory``, ``device_memory``, ``gradient``,
   ``edge``) plus ``runs``, ``ingested_files``, ``rejected_lines``.
-- Views (``sql/<name>.sql``, each headed by what one row is and every column):
-  ``run_summary`` (every run's headline numbers, defined once), ``call_breakdown``,
-  ``time_by_part``, ``spans``, ``cache_lookups``, ``cache_events``, ``compiles``,
-  ``recompiles``, ``evictions``, ``cache_thrash``, ``cache_what_if``, ``shape_buckets``,
-  ``memory_timeline``, ``peak_memory``, ``hub_files``, ``call_latency``,
-  ``compile_payback``, ``breaks``; helpers start with ``_``. Macros shared by the views:
-  ``sql/macros.sql``.
+- Views (``sql/<name>.sql``, each headed by what one row is and every column; ``VIEW_NAMES``
+  lists them, ``docs/reference/views.md`` documents them, generated from those headers);
+  helpers start with ``_``. Macros shared by the views: ``sql/macros.sql``.
 - ``resolve_run(con, "e57e")`` (``runs.py``): the run id that a unique start names, as
   every ``--run`` and the dashboard's links take it.
 - ``report.findings`` (``ember report``), ``export.export_chrome`` / ``export_parquet``
