@@ -43,9 +43,7 @@ def views_page() -> str:
     for name in sorted(VIEW_HEADERS):
         h = VIEW_HEADERS[name]
         out.append(f"## `{name}`\n\n{_cell(h.doc)}\n\n")
-        reads = ", ".join(
-            f"[`{r}`](#{r.replace('_', '')})" if r in VIEW_HEADERS else f"`{r}`" for r in h.reads
-        )
+        reads = ", ".join(f"[`{r}`](#{r})" if r in VIEW_HEADERS else f"`{r}`" for r in h.reads)
         out.append(f"Reads: {reads or 'the ingested tables only'}\n\n")
         out.append("| column | type | meaning |\n|---|---|---|\n")
         for c in h.columns:
