@@ -549,28 +549,34 @@ class Cache(RecordModel):
     """
 
     kind: Literal["cache"] = "cache"
-    ts_ns: Timestamp
-    action: Literal["hit", "miss", "evict"]
+    ts_ns: Timestamp = Field(description="When, in ns since the run started.")
+    action: Literal["hit", "miss", "evict"] = Field(
+        description="hit: found compiled; miss: compiled now; evict: removed to make room."
+    )
     span_id: Int64 | None = Field(None, description="The enclosing span (the call).")
-    source: str | None = None
-    position: Int64
-    shapes: list[ArgShape]
-    key: str | None = None
-    statics: list[StaticValue] = Field(default_factory=list)
-    cache_size: Int64 | None = None
+    source: str | None = Field(None, description="The model file (or program) of the segment.")
+    position: Int64 = Field(description="The segment's position in its graph.")
+    shapes: list[ArgShape] = Field(description="The shapes and dtypes of the segment's inputs.")
+    key: str | None = Field(None, description="The segment's cache key.")
+    statics: list[StaticValue] = Field(
+        default_factory=list, description="The static (compile-time) values in its key."
+    )
+    cache_size: Int64 | None = Field(None, description="On evict: the cache's capacity.")
 
 
 class Hub(RecordModel):
     """A Hub file found current in the cache."""
 
     kind: Literal["hub"] = "hub"
-    ts_ns: Timestamp
-    action: Literal["hit"] = "hit"
-    span_id: Int64 | None = None
-    source: str
-    revision: str
-    check: Literal["etag", "hash", "none", "offline"]
-    bytes: NonNegInt64
+    ts_ns: Timestamp = Field(description="When, in ns since the run started.")
+    action: Literal["hit"] = Field("hit", description="hit: the cached file was current.")
+    span_id: Int64 | None = Field(None, description="The enclosing span.")
+    source: str = Field(description="The Hub file (repo and path).")
+    revision: str = Field(description="The revision (commit) of the file.")
+    check: Literal["etag", "hash", "none", "offline"] = Field(
+        description="How the file was found current: its ETag, its hash, no check, offline."
+    )
+    bytes: NonNegInt64 = Field(description="The file's size in bytes.")
 
 
 class Op(RecordModel):
