@@ -87,8 +87,8 @@ class _ExplainCapture(logging.Handler):
 
     Installed as a filter on the loggers that emit them, where it also decides whether
     the message goes on to the program's own logging (only if the program had asked for
-    explanations itself), and as a handler on the ``jax`` logger in case a JAX version
-    logs them from another module.
+    explanations itself). Never as a handler: a handler on the ``jax`` logger stopped
+    Python's last-resort handler, so ``JAX_LOG_COMPILES=1`` printed nothing under Ember.
     """
 
     def __init__(self, bridge: _Bridge, pass_through: bool) -> None:
@@ -147,7 +147,6 @@ class _Bridge:
                 self.capture = _ExplainCapture(self, pass_through=self.saved_explain)
                 for name in _EXPLAIN_LOGGERS:
                     logging.getLogger(name).addFilter(self.capture)
-                logging.getLogger("jax").addHandler(self.capture)
                 jax.config.update("jax_explain_cache_misses", True)
 
     def remove(self, watcher: CompileWatcher) -> None:
@@ -157,7 +156,6 @@ class _Bridge:
                 jax.config.update("jax_explain_cache_misses", self.saved_explain)
                 for name in _EXPLAIN_LOGGERS:
                     logging.getLogger(name).removeFilter(self.capture)
-                logging.getLogger("jax").removeHandler(self.capture)
                 self.capture = None
             if not self.watchers:
                 monitoring.unregister_event_time_span_listener(self.on_span)
