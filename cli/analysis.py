@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -47,7 +48,7 @@ class Engine(enum.StrEnum):
 
 def open_database(db: Path, read_only: bool, wait: float | None = None):
     try:
-        if db.is_dir():  # a lake written by `ember ingest --lake`
+        if db.is_dir() or re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:/", str(db)):  # a lake
             return connect_lake(db)
         return connect(db, read_only=read_only, wait=wait)
     except DatabaseBusyError as exc:

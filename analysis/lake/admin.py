@@ -35,6 +35,7 @@ from ember.analysis.lake.commit import (
     ingest_age_s,
     new_ingest_id,
 )
+from ember.analysis.lake.location import local_lake_path
 from ember.analysis.lake.table import (
     INGESTS,
     LAKE_TABLES,
@@ -52,7 +53,7 @@ from ember.analysis.lake.table import (
 
 
 def _require_lake(lake: str | os.PathLike[str]) -> Path:
-    root = Path(lake).resolve()
+    root = local_lake_path(lake)
     if not is_lake(root):
         from ember.analysis.lake.table import lake_problem
 
@@ -271,10 +272,10 @@ def upgrade(old_lake: str | os.PathLike[str], new_lake: str | os.PathLike[str]) 
     copied (not counting those the new lake already has)."""
     from datetime import datetime
 
-    old = Path(old_lake).resolve()
+    old = local_lake_path(old_lake)
     if not is_old_lake(old):
         raise LakeError(f"{old}: not a lake of the old format (no {OLD_MANIFEST}/ folder)")
-    new = Path(new_lake).resolve()
+    new = local_lake_path(new_lake)
     create_lake(new)
     state = LakeState(new)
     copied = 0

@@ -48,6 +48,7 @@ from ember.analysis.lake.commit import (
     refusal_row,
     refuse_in_batch,
 )
+from ember.analysis.lake.location import local_lake_path
 from ember.analysis.lake.read import attach_lake as attach_lake
 from ember.analysis.lake.read import connect_lake as connect_lake
 from ember.analysis.lake.read import ingested_files as ingested_files
@@ -86,7 +87,7 @@ BATCH_BYTES = 64 << 20
 
 def open_lake_for_writing(lake: str | os.PathLike[str]) -> Path:
     """The lake's folder, made a lake if it is new; ``LakeError`` if it cannot be one."""
-    root = Path(lake).resolve()
+    root = local_lake_path(lake)
     problem = lake_problem(root, writing=True)
     if problem is not None:
         raise LakeError(problem)

@@ -24,6 +24,7 @@ import duckdb
 from ember.analysis.db import DERIVED_COLUMNS, VIEW_NAMES, Connection, view_sql
 from ember.analysis.derived import cache_order_sql, memory_sums_sql
 from ember.analysis.lake.commit import damaged_log, visible_sql
+from ember.analysis.lake.location import local_lake_path
 from ember.analysis.lake.table import (
     INGESTS,
     LAKE_TABLES,
@@ -158,7 +159,7 @@ def attach_lake(
 ) -> None:
     """Create the lake's tables (views over its committed Parquet) and the analysis views
     on ``con``. ``LakeError`` when a table's log cannot be read."""
-    snap = LakeSnapshot(Path(lake).resolve(), storage_options)
+    snap = LakeSnapshot(local_lake_path(lake), storage_options)
     con.execute(view_sql("macros"))
     _register_ingests(con, snap)
     for table in LAKE_TABLES:
@@ -242,6 +243,7 @@ def connect_lake(
     """Open a lake for reading: an in-memory DuckDB with the tables and views of an Ember
     database over the lake's committed rows (``FileNotFoundError`` if ``lake`` is not one,
     ``LakeError`` if it is damaged or of the old format)."""
+    lake = local_lake_path(lake)
     problem = lake_problem(lake, writing=False)
     if problem is not None:
         if Path(lake).exists():
@@ -265,5 +267,5 @@ def connect_lake(
 def ingested_files(lake: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every row of a lake's ``_ingests`` table (committed ingests and refusals), oldest
     first."""
-    snap_rows = LakeSnapshot(Path(lake).resolve()).ingests.to_pylist()
+    snap_rows = LakeSnapshot(local_lake_path(lake)).ingests.to_pylist()
     return sorted(snap_rows, key=lambda r: (r["ingested_at"], r["seq"] or 0))

@@ -13,7 +13,6 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from ember.analysis.lake.ingest import LAKE_TABLES, lake_columns
@@ -178,9 +177,10 @@ def register_lake(
     view it reads again."""
     from pyspark.sql import functions as F
 
+    from ember.analysis.lake.location import local_lake_path
     from ember.analysis.lake.read import LakeSnapshot
 
-    root = Path(lake).resolve()
+    root = local_lake_path(lake)
     snap = LakeSnapshot(root)  # the _ingests rows first, then each table's file list
     # the ids as a literal set (an IN list), not a DataFrame: a plain view then reads no
     # RDD of the driver's (see ``computed``)
