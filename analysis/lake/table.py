@@ -348,6 +348,9 @@ def create_lake(root: Path) -> None:
     from deltalake import DeltaTable
 
     if is_lake(root):
+        bad = marker_problem(root / MARKER)
+        if bad is not None:
+            raise LakeError(bad)
         return
     problem = lake_problem(root, writing=True)
     if problem is not None:

@@ -13,10 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from ember.analysis.lake.admin import check, optimize, upgrade
 from ember.analysis.lake.ingest import INGESTS, LAKE_TABLES, connect_lake, ingest_lake, lake_columns
+from ember.analysis.lake.table import LakeError
 from tests.analysis.lake_parity import differences
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
@@ -433,3 +435,5 @@ def test_a_garbage_or_future_lake_marker_is_a_clear_error_naming_the_file(tmp_pa
             assert "_ember_lake.json" in out, out
             assert says in out, out
             assert "Traceback" not in out
+        with pytest.raises(LakeError, match=says):  # an ingest appends nothing to it
+            ingest_lake(_traces(tmp_path / "more", 1), lake)
