@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,11 +54,12 @@ from ember.analysis.lake.table import (
 
 
 def _require_lake(lake: str | os.PathLike[str]) -> Path:
-    root = local_lake_path(lake)
-    if not is_lake(root):
-        from ember.analysis.lake.table import lake_problem
+    from ember.analysis.lake.table import lake_problem
 
-        raise LakeError(lake_problem(root, writing=False) or f"{root}: not a lake")
+    root = local_lake_path(lake)
+    problem = lake_problem(root, writing=False)
+    if problem is not None or not is_lake(root):
+        raise LakeError(problem or f"{root}: not a lake")
     return root
 
 
@@ -87,16 +89,24 @@ def optimize(lake: str | os.PathLike[str]) -> dict[str, dict[str, int]]:
 
 
 def vacuum(lake: str | os.PathLike[str], retain_hours: float) -> dict[str, int]:
-    """Delete the files no snapshot of the last ``retain_hours`` needs; per table, how many."""
+    """Delete the files no snapshot of the last ``retain_hours`` needs; per table, how many
+    files were actually deleted (a file already gone is not counted again).
+
+    delta-rs takes whole hours: a fraction is rounded UP (0.9 keeps an hour), so a vacuum
+    never deletes what a snapshot younger than ``retain_hours`` needs."""
+    if retain_hours < 0:
+        raise LakeError(f"--retain {retain_hours}: hours cannot be negative")
     root = _require_lake(lake)
-    return {
-        name: len(
-            _table(root, name).vacuum(
-                retention_hours=int(retain_hours), dry_run=False, enforce_retention_duration=False
-            )
-        )
-        for name in (INGESTS, *LAKE_TABLES)
-    }
+    hours = math.ceil(retain_hours)
+    out: dict[str, int] = {}
+    for name in (INGESTS, *LAKE_TABLES):
+        dt = _table(root, name)
+        listed = dt.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
+        present = [f for f in listed if (root / name / f).exists()]
+        if present:
+            dt.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+        out[name] = sum(1 for f in present if not (root / name / f).exists())
+    return out
 
 
 @dataclass

@@ -280,6 +280,29 @@ def is_lake(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / MARKER).is_file()
 
 
+def marker_problem(marker: Path) -> str | None:
+    """Why the lake marker file ``marker`` is not one this Ember reads, or None."""
+    try:
+        found = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return (
+            f"{marker}: not a lake marker ({e}); it should hold {json.dumps(LAKE_FORMAT)}: "
+            "restore it, or ingest into a new folder"
+        )
+    if not isinstance(found, dict) or found.get("format") != LAKE_FORMAT["format"]:
+        kind = found.get("format") if isinstance(found, dict) else found
+        return (
+            f"{marker}: not an Ember lake marker (format {kind!r}); "
+            f"it should hold {json.dumps(LAKE_FORMAT)}"
+        )
+    if found.get("version") != LAKE_FORMAT["version"]:
+        return (
+            f"{marker}: lake version {found.get('version')!r}, this Ember reads version "
+            f"{LAKE_FORMAT['version']}: use the Ember that wrote it, or upgrade Ember"
+        )
+    return None
+
+
 def is_old_lake(path: str | os.PathLike[str]) -> bool:
     """A lake of the old format (Parquet parts and a ``_manifest/`` folder)."""
     return (Path(path) / OLD_MANIFEST).is_dir() and not is_lake(path)
@@ -299,6 +322,10 @@ def lake_problem(path: str | os.PathLike[str], *, writing: bool) -> str | None:
         )
     if (p / MARKER).exists() and not is_lake(p):
         return f"{p / MARKER} is not a file: {p} is not an Ember lake"
+    if is_lake(p):
+        bad = marker_problem(p / MARKER)
+        if bad is not None:
+            return bad
     if writing:
         known = {MARKER, INGESTS, *LAKE_TABLES}
         if p.is_dir() and not is_lake(p) and any(n not in known for n in os.listdir(p)):
@@ -321,6 +348,9 @@ def create_lake(root: Path) -> None:
     from deltalake import DeltaTable
 
     if is_lake(root):
+        bad = marker_problem(root / MARKER)
+        if bad is not None:
+            raise LakeError(bad)
         return
     problem = lake_problem(root, writing=True)
     if problem is not None:

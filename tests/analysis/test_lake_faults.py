@@ -13,10 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from ember.analysis.lake.admin import check, optimize, upgrade
 from ember.analysis.lake.ingest import INGESTS, LAKE_TABLES, connect_lake, ingest_lake, lake_columns
+from ember.analysis.lake.table import LakeError
 from tests.analysis.lake_parity import differences
 from tests.analysis.traces import cache_line, meta_line, run_span, write_lines
 
@@ -379,3 +381,59 @@ def test_the_work_folder_of_an_ingester_killed_with_sigkill_is_removed_by_the_ne
     assert list(tmp.iterdir()) == []
     with connect_lake(lake) as con:
         assert con.sql("SELECT count(*) AS n FROM runs")["n"][0] == 2
+
+
+def _vacuum_cli(lake: Path, retain: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EMBER, "lake", "vacuum", str(lake), "--retain", retain],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def test_vacuum_takes_fractional_hours_up_and_counts_only_files_it_removed(tmp_path):
+    lake = tmp_path / "lake"
+    data = _traces(tmp_path / "traces", 1)[0].read_bytes().splitlines(keepends=True)
+    grow = tmp_path / "grow.jsonl"
+    for cut in (5, 10, len(data)):
+        grow.write_bytes(b"".join(data[:cut]))
+        ingest_lake([grow], lake)
+    optimize(lake)
+    on_disk = len(list((lake / "cache").glob("run_date=*/*.parquet")))
+    assert on_disk == 4  # three compacted away seconds ago, one live
+    v = _vacuum_cli(lake, "0.9")  # was int(0.9) == 0: the compacted files were deleted
+    assert v.returncode == 0, v.stderr
+    assert "removed 0 file(s)" in v.stdout
+    assert len(list((lake / "cache").glob("run_date=*/*.parquet"))) == on_disk
+    first = _vacuum_cli(lake, "0")
+    assert first.returncode == 0, first.stderr
+    assert "removed 0 file(s)" not in first.stdout
+    assert len(list((lake / "cache").glob("run_date=*/*.parquet"))) == 1
+    again = _vacuum_cli(lake, "0")  # nothing left to remove: said so, not the old count
+    assert again.returncode == 0, again.stderr
+    assert "removed 0 file(s)" in again.stdout
+
+
+def test_a_garbage_or_future_lake_marker_is_a_clear_error_naming_the_file(tmp_path):
+    lake = tmp_path / "lake"
+    ingest_lake(_traces(tmp_path / "traces", 1), lake)
+    marker = lake / "_ember_lake.json"
+    for content, says in (
+        ("not json{", "not a lake marker"),
+        ('{"format": "ember-delta-lake", "version": 99}', "lake version 99"),
+        ('{"format": "other", "version": 1}', "not an Ember lake marker"),
+    ):
+        marker.write_text(content)
+        for argv in (["lake", "vacuum", str(lake)], ["lake", "check", str(lake)]):
+            r = subprocess.run(
+                [*EMBER, *argv], capture_output=True, text=True, cwd=REPO, timeout=120
+            )
+            assert r.returncode != 0, (argv, content)
+            out = r.stdout + r.stderr
+            assert "_ember_lake.json" in out, out
+            assert says in out, out
+            assert "Traceback" not in out
+        with pytest.raises(LakeError, match=says):  # an ingest appends nothing to it
+            ingest_lake(_traces(tmp_path / "more", 1), lake)
