@@ -166,3 +166,12 @@ def test_run_of_an_unknown_url_scheme_echoes_the_argument_as_given(tmp_path):
     assert "ftp://x/y.onnx" in out  # not ftp:/x/y.onnx as Path() wrote it
     assert "unknown scheme" in out
     assert not trace.exists()
+
+
+def test_compare_refuses_a_folder_as_a_run(tmp_path):
+    # the folder was taken as a run id and looked up in --db
+    r = runner.invoke(app, ["compare", str(tmp_path), "x", "--db", str(tmp_path / "e.duckdb")])
+    assert r.exit_code == 2
+    out = _flat(r.output)
+    assert f"{tmp_path}: is a folder" in out
+    assert "Traceback" not in r.output
