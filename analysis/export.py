@@ -17,14 +17,49 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .db import RECORD_TABLES, VIEW_NAMES, Connection
 from .runs import resolve_run
 
-__all__ = ["export_chrome", "export_parquet"]
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["csv_text", "export_chrome", "export_parquet"]
+
+# a spreadsheet runs a cell that starts with one of these as a formula (OWASP "CSV injection")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(frame: pl.DataFrame) -> str:
+    """``frame`` as CSV for a person's spreadsheet: list and struct cells become JSON text
+    (CSV has no nesting), and a text cell a spreadsheet would run as a formula (it starts
+    with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) gets a leading ``'``.
+    Number columns are written as they are: ``-3`` stays the number -3."""
+    import polars as pl
+
+    nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
+    frame = frame.with_columns(
+        pl.col(name).map_elements(
+            lambda v: json.dumps(v.to_list() if isinstance(v, pl.Series) else v, default=str),
+            return_dtype=pl.String,
+        )
+        for name in nested
+    )
+    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    frame = frame.with_columns(
+        pl.when(_risky(name)).then(pl.lit("'") + pl.col(name)).otherwise(pl.col(name)).alias(name)
+        for name in text
+    )
+    return frame.write_csv()
+
+
+def _risky(name: str) -> pl.Expr:
+    import polars as pl
+
+    return pl.any_horizontal(pl.col(name).str.starts_with(s) for s in _FORMULA_START)
 
 
 def _us(ns: int | None) -> float | None:

@@ -263,6 +263,9 @@ def change_points(points: pl.DataFrame) -> list[ChangePoint]:
     return sorted(out, key=lambda c: (c.series, order.index(c.metric), c.index))
 
 
+NO_MODEL = "(no model)"
+"""The series label of runs with neither a model tag nor a name."""
+
 Query = Callable[[str], pl.DataFrame]
 """Runs one SQL query and returns its rows (``Connection.sql``, the dashboard's ``query``)."""
 
@@ -308,7 +311,8 @@ def series_points(
     ]
     points = points.filter(pl.Series(keep, dtype=pl.Boolean))
     if by is None:
-        points = points.with_columns(series=pl.coalesce("model", "name"))
+        # a run with neither (a torch.compile import has no model tag) still needs a label
+        points = points.with_columns(series=pl.coalesce("model", "name", pl.lit(NO_MODEL)))
     else:
         values = [t.get(by) for t in points["tag_map"].to_list()]
         points = points.with_columns(series=pl.Series(values, dtype=pl.String))

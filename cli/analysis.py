@@ -9,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 
 import duckdb
-import polars as pl
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
@@ -297,7 +296,9 @@ def query(
         df.write_parquet(output)
         return
     if format is Format.csv:
-        text = _csv_safe(df).write_csv()
+        from ember.analysis.export import csv_text
+
+        text = csv_text(df)
     elif format is Format.markdown:
         text = tables.markdown_text(df)
     else:
@@ -306,25 +307,6 @@ def query(
         output.write_text(text)
     else:
         write_out(text if text.endswith("\n") else text + "\n")
-
-
-def _csv_safe(df: pl.DataFrame) -> pl.DataFrame:
-    # CSV has no nested values: write lists and structs as JSON text
-    nested = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Struct, pl.Array))]
-    if not nested:
-        return df
-    return df.with_columns(
-        pl.col(c).map_elements(lambda v: None if v is None else _json(v), return_dtype=pl.String)
-        for c in nested
-    )
-
-
-def _json(v: object) -> str:
-    import json
-
-    if isinstance(v, pl.Series):
-        v = v.to_list()
-    return json.dumps(v, default=str)
 
 
 @app.command()

@@ -140,6 +140,9 @@ def compare(
     if len(runs) > 2:
         raise fail(f"give at most two runs (BASE CANDIDATE), not {len(runs)}", 2)
     base, candidate = (runs[0], runs[1]) if len(runs) == 2 else (None, runs[0])
+    for ref in runs:  # a folder is neither a run id nor a trace file: it was read as an id
+        if Path(ref).is_dir():
+            raise fail(f"{ref}: is a folder; give a run id in --db or one trace file (.jsonl)", 2)
     tags = parse_tags(baseline_tag, "--baseline-tag")
     if config is not None and not config.is_file():
         raise fail(f"--config {config}: no such file", 2)

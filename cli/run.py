@@ -146,10 +146,31 @@ def _parse_workload(
 
     try:
         overrides = [parse_input(t) for t in inputs]
+        seen: set[str] = set()
+        for override in overrides:  # a repeat silently replaced the earlier shape
+            if override.name in seen:
+                raise fail(f"--input {override.name} given twice; give each input once")
+            seen.add(override.name)
         sweep_spec = parse_sweep(sweep) if sweep else None
         return overrides, sweep_spec, dict(parse_tag(t) for t in tags)
     except WorkloadError as exc:
         raise fail(str(exc)) from None
+
+
+_SCHEMES = ("hf://",)
+
+
+def _check_source(model: str) -> None:
+    """Refuse, before anything is recorded, a model source no loader can read: a folder,
+    or a URL of a scheme Ember does not know (echoed as given: ``Path`` turns ``ftp://x``
+    into ``ftp:/x``)."""
+    if "://" in model and not model.startswith(_SCHEMES):
+        raise fail(
+            f"{model}: unknown scheme {model.split('://', 1)[0]!r}; give a local .onnx path, "
+            "hf://owner/repo[@REVISION]/file.onnx or onnx:light/NAME"
+        )
+    if Path(model).is_dir():
+        raise fail(f"{model}: is a folder; give the .onnx file inside it")
 
 
 def _calls_progress() -> Progress:
@@ -221,6 +242,7 @@ def run(
 
     run_inline()  # before the recording starts JAX's backend to name it
 
+    _check_source(model)
     overrides, sweep_spec, tags = _parse_workload(input, sweep, tag)
     trace = record_path or default_trace_path(model)
     tags.setdefault("model", model)

@@ -18,7 +18,6 @@ query fails with a message saying so; the server's own memory is not touched.
 from __future__ import annotations
 
 import io
-import json
 import multiprocessing
 import os
 import resource
@@ -371,15 +370,7 @@ def _run_query(version: DbVersion, sql: str, limits: _Limits) -> tuple[pa.Table,
 
 
 def to_csv(frame: pl.DataFrame) -> str:
-    """The frame as CSV; list and struct cells become JSON text (CSV has no nesting)."""
-    nested = [name for name, dtype in frame.schema.items() if dtype.is_nested()]
-    if nested:
-        frame = frame.with_columns(
-            pl.Series(
-                name,
-                [None if v is None else json.dumps(v, default=str) for v in frame[name].to_list()],
-                dtype=pl.String,
-            )
-            for name in nested
-        )
-    return frame.write_csv()
+    """The frame as CSV, as ``ember query --format csv`` writes it (``csv_text``)."""
+    from ember.analysis.export import csv_text
+
+    return csv_text(frame)

@@ -36,7 +36,16 @@ if overall["latency_kind"] == "dispatch only":
 
 # ---- percentiles over time: the run cut into a fixed number of windows (call_windows)
 WINDOWS = [10, 25, 50, 100, 200]
-asked = int(state.get_param("windows") or 50)
+DEFAULT_WINDOWS = 50
+given = state.get_param("windows")
+try:
+    asked = int(given) if given else DEFAULT_WINDOWS
+except ValueError:  # a hand-edited link: say so and show the default rather than a traceback
+    st.warning(
+        f"The link's windows={md_text(given)} is not a whole number; "
+        f"showing {DEFAULT_WINDOWS} time windows."
+    )
+    asked = DEFAULT_WINDOWS
 windows = st.select_slider(
     "Time windows",
     WINDOWS,

@@ -209,3 +209,21 @@ def test_ember_trends_reads_a_lake_as_it_reads_a_database(tmp_path: Path):
     assert outputs[0].exit_code == 0, outputs[0].output
     assert outputs[0].output == outputs[1].output
     assert "recompiles 0 -> 14 (+14) from run 00000015" in outputs[0].output
+
+
+def test_a_run_without_model_or_name_gets_a_label_never_none():
+    # torch.compile imports have no model tag and no name: their series read "None"
+    rows = pl.DataFrame(
+        {
+            "run_id": ["a", "b"],
+            "started_at": [T0, T0 + timedelta(hours=1)],
+            "model": [None, None],
+            "name": [None, "torch-log"],
+            "tags": ["{}", "{}"],
+            "metric": ["recompiles", "recompiles"],
+            "value": [1.0, 2.0],
+        },
+        schema_overrides={"model": pl.String, "name": pl.String},
+    )
+    points = series_points(lambda _sql: rows)
+    assert points["series"].to_list() == ["(no model)", "torch-log"]

@@ -305,3 +305,21 @@ def test_candle_import_a_line_nested_5000_deep_is_left_out_and_the_rest_kept(tmp
     assert "1 line(s) left out" in out
     with connect(db, read_only=True) as con:
         assert con.sql("SELECT count(*) FROM op").rows() == [(1,)]
+
+
+def test_query_csv_neutralises_spreadsheet_formulas_and_keeps_numbers(views_db):
+    sql = (
+        "SELECT * FROM (VALUES ('=HYPERLINK(1)', -3), ('+1', 2), ('-x', 1), ('@s', 0), "
+        "(chr(9) || 't', 5), ('ok', -1)) AS t(cell, n)"
+    )
+    r = runner.invoke(app, ["query", sql, "--db", str(views_db), "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == [
+        "cell,n",
+        "'=HYPERLINK(1),-3",
+        "'+1,2",
+        "'-x,1",
+        "'@s,0",
+        "'\tt,5",
+        "ok,-1",
+    ]

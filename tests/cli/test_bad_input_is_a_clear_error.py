@@ -134,3 +134,44 @@ def test_a_chrome_export_makes_its_folder(tmp_path):
     r = runner.invoke(app, ["export", "--db", str(db), "--chrome", str(out), "--run", "sweep"])
     assert r.exit_code == 0, r.output
     assert json.loads(out.read_text())["traceEvents"]
+
+
+def test_run_refuses_an_input_given_twice_naming_it(tmp_path):
+    # the second --input x=... silently replaced the first
+    trace = tmp_path / "t.jsonl"
+    r = runner.invoke(
+        app,
+        ["run", "onnx:light/mlp", "--input", "x=2x4", "--input", "x=3x4", "--record", str(trace)],
+    )
+    assert r.exit_code != 0
+    assert "--input x given twice" in _flat(r.output)
+    assert "Traceback" not in r.output
+    assert not trace.exists()
+
+
+def test_run_refuses_a_folder_as_the_model_before_recording(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    r = runner.invoke(app, ["run", str(tmp_path), "--record", str(trace)])
+    assert r.exit_code != 0
+    assert "is a folder" in _flat(r.output)
+    assert str(tmp_path) in _flat(r.output)
+    assert not trace.exists()  # no failure trace for a model that was never loaded
+
+
+def test_run_of_an_unknown_url_scheme_echoes_the_argument_as_given(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    r = runner.invoke(app, ["run", "ftp://x/y.onnx", "--record", str(trace)])
+    assert r.exit_code != 0
+    out = _flat(r.output)
+    assert "ftp://x/y.onnx" in out  # not ftp:/x/y.onnx as Path() wrote it
+    assert "unknown scheme" in out
+    assert not trace.exists()
+
+
+def test_compare_refuses_a_folder_as_a_run(tmp_path):
+    # the folder was taken as a run id and looked up in --db
+    r = runner.invoke(app, ["compare", str(tmp_path), "x", "--db", str(tmp_path / "e.duckdb")])
+    assert r.exit_code == 2
+    out = _flat(r.output)
+    assert f"{tmp_path}: is a folder" in out
+    assert "Traceback" not in r.output

@@ -414,6 +414,16 @@ def test_calls_page_shows_percentiles_by_shape(app_env: Path) -> None:
     assert (by_shape["p50_ms"] <= by_shape["p99_ms"]).all()
 
 
+def test_calls_page_with_a_windows_param_that_is_not_a_number_warns_and_uses_the_default(
+    app_env: Path,
+) -> None:
+    at = open_page("calls.py", run="small-cache", windows="abc")
+    assert not at.exception
+    assert any("abc" in w.value and "windows" in w.value for w in at.warning)
+    assert at.select_slider(key="ember_calls_windows").value == 50
+    assert at.query_params["windows"] == "50"
+
+
 # ---------------------------------------------------------------- Compare
 
 

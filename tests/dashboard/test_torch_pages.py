@@ -133,3 +133,9 @@ def test_runs_recompiles_and_compare_of_torch_runs_in_chromium(torch_db) -> None
             for text in expected:
                 expect(page.get_by_text(text, exact=False).first).to_be_visible(timeout=60_000)
             assert not page.get_by_test_id("stException").count(), f"exception on /{path}"
+
+
+def test_trends_page_opens_on_torch_runs_which_have_no_model_tag(torch_env) -> None:
+    at = open_page("trends.py")
+    assert not at.exception
+    assert "None" not in texts(at.markdown) + texts(at.caption) + texts(at.selectbox)
