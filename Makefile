@@ -15,7 +15,7 @@ TEST_STAMP := $(VENV)/.ember-test
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: demo test test-latest lock lint typecheck conformance dashboard bench browser clean
+.PHONY: demo test test-latest lock lint typecheck conformance dashboard bench browser clean docs docs-serve check
 
 $(UV): requirements-uv.txt
 	rm -rf .uv
@@ -77,9 +77,22 @@ browser:
 # 2 cores where collection order (tests/analysis, holding the Spark and lake files, first)
 # balances the workers to ~1660 s.
 PYTEST_WORKERS ?= logical
-test: $(TEST_STAMP) lint browser
+test: $(TEST_STAMP) lint docs browser
 	$(BIN)/python -m ember.runtime.conformance
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# The quick loop for every edit: lint, types and the tests not marked spark, browser or slow
+# (tests/conftest.py registers the markers). `make test` runs everything, as CI does.
+FAST_TESTS := not spark and not browser and not slow
+check: lint
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "$(FAST_TESTS)"
+
+# The docs site (mkdocs.yml, docs/) into site/; --strict: a broken link or a missing page fails.
+docs: $(TEST_STAMP)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(TEST_STAMP)
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
 
 conformance: $(TEST_STAMP)
 	$(BIN)/python -m ember.runtime.conformance
@@ -91,4 +104,4 @@ bench: $(TEST_STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .venv-latest .uv ember-demo .pytest_cache .ruff_cache .mypy_cache .mypy-tree
+	rm -rf site $(VENV) .venv-latest .uv ember-demo .pytest_cache .ruff_cache .mypy_cache .mypy-tree

@@ -206,7 +206,7 @@ class ProfileSession:
         sync: bool | None = None,
     ) -> AbstractContextManager[StepHandle]:
         """A ``step`` span named ``step`` around the block: any label (``train``, ``eval``,
-        or the seed's ``forward``, ``backward``, ``optimizer``), ``index`` its number.
+        or candle-graph's ``forward``, ``backward``, ``optimizer``), ``index`` its number.
 
         With ``sync`` (default: the session's) the span ends when the step's results are
         ready: the values given to ``handle.wait_for(...)``, or, when none were given,

@@ -1,6 +1,6 @@
 """``log_compiles()``: one readable log line for each event that shows compile work.
 
-Like the seed's ``Transmuter.Telemetry.Logger``: the compile of a model, cache misses and
+Like Transmuter's ``Transmuter.Telemetry.Logger``: the compile of a model, cache misses and
 evictions, each segment compile with its reason and duration, and graph breaks, through
 Python ``logging`` (logger ``ember.compile`` unless another is given)::
 

@@ -1,4 +1,4 @@
-"""Ember's runtime: ONNX models on JAX, with the events of the Transmuter seed.
+"""Ember's runtime: ONNX models on JAX, with the events of Transmuter's telemetry (docs/design).
 
 ``load(source)`` reads a model (path, bytes, ``ModelProto`` or Hub source), ``compile(model)``
 turns it into a ``CompiledModel`` of ``jax.jit`` segments with a per-position cache, and

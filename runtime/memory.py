@@ -11,10 +11,10 @@ into a ``device_memory`` record):
 
 - ``sample_device_memory()`` reads every device once, now;
 - ``track_device_memory()`` reads them at the end of every model call
-  (``ember.call.stop``), the way the Transmuter seed reads EMLX's memory;
+  (``ember.call.stop``), the way Transmuter's telemetry reads EMLX's memory;
 - ``MemorySampler(interval_s)`` reads them from a thread at a fixed interval.
 
-As the seed warns for EMLX, a call can return before the device has finished, so the
+As Transmuter warns for EMLX, a call can return before the device has finished, so the
 reading at ``call`` stop is not always that call's peak; ``peak_bytes`` (where the
 device keeps one) is.
 """

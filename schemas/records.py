@@ -2,7 +2,7 @@
 
 A trace is JSONL: one record a line, ``kind`` says which model. Line 1 is ``meta``.
 Span records are discriminated a second time on ``span_kind``, so each span kind has
-typed attributes: exactly the metadata of the Transmuter seed for ONNX runtime events
+typed attributes: exactly the metadata of Transmuter's telemetry for ONNX runtime events
 (``load``, ``compile``, ``call``, ``run``, ``segment_compile``, ``segment``, ``break``,
 ``hub_download``, ``hub_info``), the candle-graph fields for profiling records (``op``,
 ``tensor``, ``memory``, ``device_memory``, ``gradient``, ``edge``), and the JAX bridge's
@@ -24,7 +24,7 @@ disk cache missed an entry it holds for the same segment under another key, the 
 changed (``disk_miss``: ``jaxlib 0.10.1 -> 0.10.2``); a ``jit`` end carries where the
 function was defined and called (``defined_at``, ``called_at``) and, with JAX's persistent
 cache on, the same two fields for it. A ``step`` span's ``step`` is any label the program
-gives it (``train``, ``eval``), no longer only the seed's forward | backward | optimizer
+gives it (``train``, ``eval``), no longer only candle-graph's forward | backward | optimizer
 (which stay valid values).
 Also in version 3: a ``jit`` end may carry a torch.compile frame compile's ``compile_id``,
 ``guard_count``, ``cache_size`` and ``recompile_limit``/``recompile_limit_hit``, and a
@@ -215,13 +215,13 @@ MemoryCategory = Literal[
 Phase = Literal["infer", "train"]
 ExecutionStep = Literal["forward", "backward", "optimizer"]
 KNOWN_STEPS: tuple[str, ...] = ("forward", "backward", "optimizer")
-"""The seed's step names (candle-graph ``ExecutionStep``); a step span takes any label."""
+"""The candle-graph step names ( ``ExecutionStep``); a step span takes any label."""
 StepLabel = Annotated[
     str,
     Field(
         description=(
             "The step as the program names it: 'train', 'eval', a jitted function's name, or "
-            "one of the seed's forward | backward | optimizer."
+            "one of candle-graph's forward | backward | optimizer."
         ),
     ),
 ]

@@ -13,3 +13,11 @@ from hypothesis import settings
 settings.register_profile("suite", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
+
+
+def pytest_configure(config: object) -> None:
+    """The kinds a developer picks by (`pytest -m "not spark and not browser and not slow"` is
+    `make check`'s set): `slow` and `browser` are in pyproject.toml, `spark` is registered here."""
+    config.addinivalue_line(  # type: ignore[attr-defined]
+        "markers", "spark: starts a Spark session or cluster (a JVM; minutes of CPU)"
+    )

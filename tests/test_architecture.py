@@ -1,4 +1,4 @@
-"""The arrows between the packages (DESIGN.md's layers), read from the source by
+"""The arrows between the packages (docs/design/architecture.md), read from the source by
 .ci/import_graph.py: which package imports which, and who takes another module's _name."""
 
 from __future__ import annotations
@@ -110,15 +110,15 @@ def test_private_imports_are_found_as_a_reader_sees_them(tmp_path, monkeypatch):
 
 
 def test_the_readme_draws_todays_package_graph():
-    readme = (ROOT / "README.md").read_text("utf-8")
+    readme = (ROOT / "docs" / "design" / "layout.md").read_text("utf-8")
     assert f"```mermaid\n{graph.package_graph(KNOWN)}```" in readme, (
-        "run `python .ci/import_graph.py` and paste its graph into the README's Layout"
+        "run `python .ci/import_graph.py` and paste its graph into docs/design/layout.md"
     )
 
 
 def test_the_readme_module_table_lists_every_module():
-    """Each product module has its row in the README's table (a folder row for a package)."""
-    readme = (ROOT / "README.md").read_text("utf-8")
+    """Each product module has its row in docs/design/layout.md (a folder row for a package)."""
+    readme = (ROOT / "docs" / "design" / "layout.md").read_text("utf-8")
     table = readme.split("| module | owns |", 1)[1].split("\n\n", 1)[0]
     rows = set(re.findall(r"^\| `([^`]+)` \|", table, flags=re.M))
     modules = set()
@@ -127,8 +127,8 @@ def test_the_readme_module_table_lists_every_module():
             rel = path.relative_to(ROOT).as_posix()
             is_sub_init = path.name == "__init__.py" and path.parent.parent != ROOT
             modules.add(rel[: -len("__init__.py")] if is_sub_init else rel)
-    assert modules - rows == set(), "modules without a row in the README's module table"
+    assert modules - rows == set(), "modules without a row in docs/design/layout.md"
     named = {r for r in rows if r.endswith(".py") or (ROOT / r / "__init__.py").exists()}
-    assert named - modules == set(), "rows of the README's module table that name no module"
+    assert named - modules == set(), "rows of docs/design/layout.md that name no module"
     # the other rows (SQL, JSON schema folders, data files) must name a path that is there
     assert {r for r in rows if not (ROOT / r).exists()} == set(), "rows naming a missing path"

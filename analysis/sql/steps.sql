@@ -1,5 +1,5 @@
 -- steps: one row per (run, step label): the step spans a program opened under that name
--- (`session.step("train", i)`, the seed's forward | backward | optimizer, or, recorded by
+-- (`session.step("train", i)`, candle-graph's forward | backward | optimizer, or, recorded by
 -- `ember record` without explicit steps, a top-level jitted function's name).
 --
 -- reads: spans

@@ -27,6 +27,8 @@ from tests.analysis.lake_parity import (
     view_differences,
 )
 
+pytestmark = pytest.mark.spark
+
 require_spark()
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,6 +31,8 @@ import pytest
 
 from tests.analysis.lake_parity import bad_corpus, require_spark
 
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
 pyspark = require_spark()
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from ember.analysis import connect
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_records_ingests_and_reports(tmp_path):

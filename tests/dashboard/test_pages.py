@@ -587,7 +587,7 @@ def test_console_on_a_parquet_export_reads_only_that_folder(parquet_export: Path
 
 
 def test_the_app_never_imports_jax(dashboard_db: Path) -> None:
-    # DESIGN.md: dashboard/ never imports jax. A fresh process opens every page.
+    # docs/design/architecture.md: dashboard/ never imports jax. A fresh process opens every page.
     import os
     import subprocess
     import sys

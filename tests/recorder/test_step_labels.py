@@ -36,7 +36,7 @@ def _fused_training(path) -> None:
                 step.wait_for(w, loss)
         with session.step("eval", 0):
             train_step(w, jnp.ones((2, 4)))
-        with session.step("forward", 1):  # the seed's names stay valid
+        with session.step("forward", 1):  # candle-graph's names stay valid
             train_step(w, jnp.ones((2, 4)))
 
 
