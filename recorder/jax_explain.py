@@ -28,6 +28,7 @@ __all__ = [
     "DOC_LINK",
     "EXPLAIN_PREFIX",
     "PRIMITIVE_REASON",
+    "UNKNOWN_REASON",
     "Explanation",
     "PrimitiveCall",
     "parse_explanation",
@@ -197,6 +198,13 @@ def parse_explanation(text: str) -> Explanation | None:
 
 # ---------------------------------------------------------------- primitives outside jit
 
+UNKNOWN_REASON = (
+    "reason unknown: the same argument types as the previous compile; "
+    "run with JAX_EXPLAIN_CACHE_MISSES=1 to see what JAX's cache key saw"
+)
+"""The reason of a compile for which nothing recorded differs from the previous one: Ember
+names no cause it has no evidence for, and says what would reveal one."""
+
 PRIMITIVE_REASON = "primitive outside jit"
 """The start of a ``retrace_reason`` of a JAX primitive compiled again outside ``jit``."""
 
@@ -273,10 +281,5 @@ def primitive_changes(old: PrimitiveCall, new: PrimitiveCall) -> tuple[str, list
         if before != after:
             changes.append({"arg": k, "what": "static", "old": before, "new": after})
             phrases.append(f"{k}: {before} -> {after}")
-    detail = (
-        "; ".join(phrases)
-        if phrases
-        else "the same arguments and parameters (JAX's tracing context changed, or its "
-        "caches were cleared)"
-    )
+    detail = "; ".join(phrases) if phrases else UNKNOWN_REASON
     return f"{PRIMITIVE_REASON} {new.name}: {detail}", changes

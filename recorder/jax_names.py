@@ -346,4 +346,5 @@ def pmap_changes(old: PmapCall, new: PmapCall) -> tuple[str, list[dict[str, Any]
         change, phrase = jax_explain.type_change(name, after, before)
         changes.append(change)
         phrases.append(phrase)
-    return "; ".join(phrases) or "the same argument types (JAX's caches were cleared?)", changes
+    # no recorded difference: say so, and what would show the cause, rather than guess one
+    return "; ".join(phrases) or jax_explain.UNKNOWN_REASON, changes

@@ -21,6 +21,7 @@ from ember.recorder.jax import (
     parse_explanation,
     watch_compiles,
 )
+from ember.recorder.jax_explain import UNKNOWN_REASON
 from ember.schemas import validate_file
 from tests import recordings
 
@@ -609,3 +610,22 @@ def test_explanations_say_where_the_call_and_the_function_are_and_static_values(
     assert static.defined_at == "/w/t.py:7"
     assert static.reason == "static arg 1: 2 -> 3"
     assert static.changes == [{"arg": "arg 1", "what": "static", "old": "2", "new": "3"}]
+
+
+def test_a_compile_with_nothing_changed_names_no_cause_it_has_no_evidence_for(tmp_path):
+    """The same primitive compiled again for the same types (here after jax.clear_caches):
+    nothing recorded differs, so the reason says it is unknown and what would reveal it,
+    not a guess such as 'caches were cleared'."""
+    path = tmp_path / "same.jsonl"
+    with record(path), watch_compiles():
+        jnp.full((11, 3), 2.0)
+        jax.clear_caches()
+        jnp.full((11, 3), 2.0)
+    spans = _jit_spans(_read(path))
+    bcast = [s["attrs"] for s in spans if s["attrs"]["fun_name"] == "broadcast_in_dim"]
+    assert len(bcast) >= 2
+    reason = bcast[-1]["retrace_reason"]
+    assert reason == f"primitive outside jit broadcast_in_dim: {UNKNOWN_REASON}"
+    assert "JAX_EXPLAIN_CACHE_MISSES=1" in reason
+    assert "cleared" not in reason
+    assert bcast[-1]["changes"] == []
