@@ -70,3 +70,17 @@ def test_the_benchmark_page_shows_each_result(tmp_path, monkeypatch):
     monkeypatch.setattr(gen, "BENCHMARK_RESULTS", tmp_path)
     row = "| `x` | a \\| b | c | 1.25x | s 2 | cpu, 2 cores, load 0.1 | 2026-01-02 |"
     assert row in gen.benchmarks_page().splitlines()
+
+
+def test_every_record_field_is_on_the_trace_format_page_with_a_description():
+    page = gen.trace_format_page()
+    models = gen._models()
+    # the walk reaches every record kind, every span kind's attrs and what they nest
+    names = {m.__name__ for m in models}
+    assert {"Meta", "Cache", "CallSpanStart", "JitSpanEnd", "JitEndAttrs", "DiskKey"} <= names
+    for model in models:
+        assert f"### {model.__name__}\n" in page
+        for name, field in model.model_fields.items():
+            where = f"schemas/records.py: {model.__name__}.{name}"
+            assert field.description, f"{where} has no description"
+            assert f"| `{field.alias or name}` |" in page
