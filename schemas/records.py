@@ -123,41 +123,61 @@ class RecordModel(BaseModel):
 class TensorShape(RecordModel):
     """Shape and dtype of one tensor (dtype as numpy names it: ``float32``, ``int64``)."""
 
-    shape: list[NonNegInt64]
-    dtype: str
+    shape: list[NonNegInt64] = Field(
+        description="The size of each dimension, outermost first ([] for a scalar)."
+    )
+    dtype: str = Field(description="The element type as numpy names it (float32, int64).")
 
 
 class ArgShape(RecordModel):
     """One argument of a segment or call: a tensor (``shape``+``dtype``) or a sequence."""
 
-    name: str
-    shape: list[NonNegInt64] | None = None
-    dtype: str | None = None
-    sequence: list[TensorShape] | None = None
+    name: str = Field(description="The argument's name (the graph input or value name).")
+    shape: list[NonNegInt64] | None = Field(
+        None, description="For a tensor: the size of each dimension (None for a sequence)."
+    )
+    dtype: str | None = Field(
+        None, description="For a tensor: the element type as numpy names it (None for a sequence)."
+    )
+    sequence: list[TensorShape] | None = Field(
+        None, description="For a sequence argument: the shape and dtype of each of its tensors."
+    )
 
 
 class StaticValue(RecordModel):
     """A value a segment reads on the host; part of its cache key."""
 
-    name: str
-    value: Any
+    name: str = Field(description="The name of the value the segment reads on the host.")
+    value: Any = Field(description="The value itself (JSON), as it enters the segment's cache key.")
 
 
 class StaticMemory(RecordModel):
     """``memory_analysis()`` of a compiled segment, in bytes."""
 
-    argument_bytes: Int64 | None = None
-    output_bytes: Int64 | None = None
-    temp_bytes: Int64 | None = None
-    alias_bytes: Int64 | None = None
-    generated_code_bytes: Int64 | None = None
+    argument_bytes: Int64 | None = Field(
+        None, description="Bytes of the compiled program's arguments."
+    )
+    output_bytes: Int64 | None = Field(None, description="Bytes of its outputs.")
+    temp_bytes: Int64 | None = Field(
+        None, description="Bytes of the temporary buffers it needs while it runs."
+    )
+    alias_bytes: Int64 | None = Field(
+        None, description="Bytes of outputs that share (alias) an argument's buffer."
+    )
+    generated_code_bytes: Int64 | None = Field(
+        None, description="Bytes of its generated machine code."
+    )
 
 
 class Cost(RecordModel):
     """``cost_analysis()`` of a compiled segment."""
 
-    flops: float | None = None
-    bytes_accessed: float | None = None
+    flops: float | None = Field(
+        None, description="Floating-point operations of one execution, as XLA estimates them."
+    )
+    bytes_accessed: float | None = Field(
+        None, description="Bytes one execution reads and writes, as XLA estimates them."
+    )
 
 
 class DiskKey(RecordModel):
@@ -172,8 +192,8 @@ class DiskKey(RecordModel):
     runtime: str | None = Field(
         None, description="Digest of ember.runtime's sources (first 16 hex)."
     )
-    jax: str | None = None
-    jaxlib: str | None = None
+    jax: str | None = Field(None, description="The jax version.")
+    jaxlib: str | None = Field(None, description="The jaxlib version.")
     backend: str | None = Field(None, description="JAX's platform: cpu, gpu, tpu.")
     device: str | None = Field(None, description="The device kind (jax's device_kind).")
     xla_flags: str | None = Field(None, description="The XLA_FLAGS environment variable.")
@@ -183,18 +203,25 @@ class DiskKey(RecordModel):
 class SpanError(RecordModel):
     """Why a span failed: the ``:exception`` event's kind, reason and stack."""
 
-    kind: str
-    reason: str
-    stack: str = ""
+    kind: str = Field(description="The exception's type name (ValueError).")
+    reason: str = Field(description="The exception's message.")
+    stack: str = Field(
+        "", description="The traceback, as Python formats it ('' when none was captured)."
+    )
 
 
 class ArgChange(RecordModel):
     """One difference that made JAX (or torch.compile) trace a function again."""
 
-    arg: str
-    what: Literal["shape", "dtype", "weak_type", "static", "structure", "other"]
-    old: str | None = None
-    new: str | None = None
+    arg: str = Field(description="The argument that changed (its name or path in the arguments).")
+    what: Literal["shape", "dtype", "weak_type", "static", "structure", "other"] = Field(
+        description="What about it changed: its shape, dtype, weak type, a static value, the "
+        "pytree structure, or something else."
+    )
+    old: str | None = Field(
+        None, description="The value before, as text (a shape, a dtype, a static value)."
+    )
+    new: str | None = Field(None, description="The value now, as text.")
     dim: Int64 | None = Field(
         None,
         description="For a shape change of one dimension: which (0-based); old and new are "
@@ -233,18 +260,37 @@ StepLabel = Annotated[
 class Meta(RecordModel):
     """Line 1 of every trace: which schema, which run, where and how it ran."""
 
-    kind: Literal["meta"] = "meta"
-    schema_id: str = Field(SCHEMA_ID, alias="schema")
-    run_id: str
+    kind: Literal["meta"] = Field("meta", description="The record kind: always 'meta'.")
+    schema_id: str = Field(
+        SCHEMA_ID,
+        alias="schema",
+        description="The trace's schema and version: 'ember.trace/' and the version number.",
+    )
+    run_id: str = Field(description="The run's id, unique across runs (one run a trace file).")
     wall_time_ns: WallTime = Field(description="Epoch ns at ts_ns == 0.")
-    host: str
-    pid: Int64
-    versions: dict[str, str] = Field(default_factory=dict)
-    backend: str | None = None
-    devices: list[str] = Field(default_factory=list)
-    entrypoint: str | None = None
-    phase: Phase = "infer"
-    tags: dict[str, str] = Field(default_factory=dict)
+    host: str = Field(description="The host name of the machine that ran it.")
+    pid: Int64 = Field(description="The process id of the recorded program.")
+    versions: dict[str, str] = Field(
+        default_factory=dict,
+        description="Version of each of python, ember, jax, jaxlib, onnx and onnxruntime that "
+        "is installed, by name.",
+    )
+    backend: str | None = Field(
+        None,
+        description="JAX's default platform: cpu, gpu, tpu (None: JAX not imported).",
+    )
+    devices: list[str] = Field(
+        default_factory=list,
+        description="JAX's devices, as str(device) writes them (empty: JAX not imported).",
+    )
+    entrypoint: str | None = Field(
+        None, description="What was run: the entrypoint the caller named, else the command line."
+    )
+    phase: Phase = Field("infer", description="infer: an inference run; train: a training run.")
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="The user's labels for the run (name -> value), e.g. branch or model.",
+    )
     sync: bool = Field(
         True,
         description=(
@@ -260,24 +306,32 @@ class Meta(RecordModel):
 
 
 class SourceAttrs(RecordModel):
-    source: str | None = None
+    source: str | None = Field(
+        None, description="The model file, Hub address or program the span is about."
+    )
 
 
 class LoadEndAttrs(SourceAttrs):
-    node_count: Int64 | None = None
-    opset: Int64 | None = None
+    node_count: Int64 | None = Field(None, description="Nodes in the loaded ONNX graph.")
+    opset: Int64 | None = Field(None, description="The graph's ONNX opset version.")
 
 
 class CompileAttrs(SourceAttrs):
-    compiler: str
+    compiler: str = Field(description="What compiled the model (jax.jit).")
 
 
 class CompileEndAttrs(CompileAttrs):
-    graph_break: bool | None = None
+    graph_break: bool | None = Field(
+        None,
+        description="True: the graph has breaks (ops that run on the host), so it compiled as "
+        "several segments.",
+    )
 
 
 class CallAttrs(SourceAttrs):
-    shapes: list[ArgShape] = Field(default_factory=list)
+    shapes: list[ArgShape] = Field(
+        default_factory=list, description="The shapes and dtypes of the call's inputs."
+    )
 
 
 class CallEndAttrs(CallAttrs):
@@ -291,26 +345,44 @@ class CallEndAttrs(CallAttrs):
 class SegmentAttrs(SourceAttrs):
     """One execution of one segment inside a call (a child of the call span)."""
 
-    position: Int64
-    stop: Int64 | Literal["end"] | None = None
+    position: Int64 = Field(description="Index of the segment's first node in the sorted graph.")
+    stop: Int64 | Literal["end"] | None = Field(
+        None, description="Where the segment ends: the index after its last node, or 'end'."
+    )
     compiled: bool = Field(description="False: an eager segment, run node by node.")
     key: str | None = Field(None, description="The segment's cache key (hex).")
 
 
 class SegmentCompileAttrs(SourceAttrs):
-    position: Int64
-    shapes: list[ArgShape]
-    key: str | None = None
+    position: Int64 = Field(description="Index of the segment's first node in the sorted graph.")
+    shapes: list[ArgShape] = Field(description="The shapes and dtypes of the segment's inputs.")
+    key: str | None = Field(None, description="The segment's cache key (hex).")
 
 
 class SegmentCompileEndAttrs(SegmentCompileAttrs):
-    stop: Int64 | Literal["end"] | None = None
-    compiled: bool | None = None
-    disk_cache: Literal["hit", "miss"] | None = None
-    reason: str | None = None
-    host_values: list[str] = Field(default_factory=list)
-    memory: StaticMemory | None = None
-    cost: Cost | None = None
+    stop: Int64 | Literal["end"] | None = Field(
+        None, description="Where the segment ends: the index after its last node, or 'end'."
+    )
+    compiled: bool | None = Field(
+        None, description="False: the segment runs eagerly (node by node), nothing was compiled."
+    )
+    disk_cache: Literal["hit", "miss"] | None = Field(
+        None, description="With a disk cache: hit (loaded from disk) or miss (compiled and stored)."
+    )
+    reason: str | None = Field(
+        None,
+        description="What the break at stop needs (a value on the host), or why the segment is "
+        "not compiled; None at the end of the graph.",
+    )
+    host_values: list[str] = Field(
+        default_factory=list,
+        description="Names of the host values from earlier work that the segment reads (its "
+        "statics, part of its key).",
+    )
+    memory: StaticMemory | None = Field(
+        None, description="The compiled program's memory_analysis(), in bytes."
+    )
+    cost: Cost | None = Field(None, description="The compiled program's cost_analysis().")
     disk_key: DiskKey | None = Field(
         None, description="The parts of the segment's disk-cache key (with a cache_dir)."
     )
@@ -322,9 +394,9 @@ class SegmentCompileEndAttrs(SegmentCompileAttrs):
 
 
 class BreakAttrs(SourceAttrs):
-    position: Int64
-    node: str
-    op_type: str
+    position: Int64 = Field(description="Index of the break's node in the sorted graph.")
+    node: str = Field(description="The name of the node that breaks the graph.")
+    op_type: str = Field(description="The node's ONNX op type (If, Loop, NonZero...).")
     reason: str | None = Field(
         None, description="Why the graph broke, as the compiler said it (torch.compile)."
     )
@@ -347,34 +419,45 @@ class BreakEndAttrs(BreakAttrs):
 
 class HubFileAttrs(RecordModel):
     source: str = Field(description='"hf://owner/repo/path/in/repo"')
-    revision: str
+    revision: str = Field(description="The revision asked for (a branch, tag or commit).")
 
 
 class HubDownloadEndAttrs(HubFileAttrs):
-    bytes: Int64 | None = None
+    bytes: Int64 | None = Field(None, description="Bytes downloaded.")
 
 
 class HubInfoAttrs(RecordModel):
     source: str = Field(description='"hf://owner/repo"')
-    revision: str
+    revision: str = Field(description="The revision asked for (a branch, tag or commit).")
 
 
 class HubInfoEndAttrs(HubInfoAttrs):
-    result: Literal["fetched", "saved"] | None = None
+    result: Literal["fetched", "saved"] | None = Field(
+        None,
+        description="fetched: the file list came from the Hub; saved: from Ember's saved copy "
+        "(offline).",
+    )
 
 
 class OpSpanAttrs(RecordModel):
     """A span around one operation or function (candle-graph's function/op/module)."""
 
-    op_kind: Literal["function", "op", "module"] = "op"
-    measured: bool = False
+    op_kind: Literal["function", "op", "module"] = Field(
+        "op", description="What the span wraps: a function, an op or a module (candle-graph)."
+    )
+    measured: bool = Field(
+        False,
+        description="The candle-graph span's own measured flag, as imported (False when absent).",
+    )
 
 
 class StepAttrs(RecordModel):
     """A training or inference step (any label: train, eval, forward...) with its index."""
 
     step: StepLabel
-    index: Int64 | None = None
+    index: Int64 | None = Field(
+        None, description="The step's number (0-based), when the program gives one."
+    )
 
 
 class StepEndAttrs(StepAttrs):
@@ -387,13 +470,17 @@ class StepEndAttrs(StepAttrs):
 class UserAttrs(RecordModel):
     """A span opened by the user through the instrumentation API."""
 
-    attrs: dict[str, Any] = Field(default_factory=dict)
+    attrs: dict[str, Any] = Field(
+        default_factory=dict, description="The user's own attributes, name -> any JSON value."
+    )
 
 
 class TorchCacheLookup(RecordModel):
     """One lookup of torch.compile's FX graph cache (Inductor) or AOTAutograd cache."""
 
-    cache: Literal["fx_graph", "aotautograd"]
+    cache: Literal["fx_graph", "aotautograd"] = Field(
+        description="Which cache: fx_graph (Inductor's FX graph cache) or aotautograd."
+    )
     action: Literal["hit", "miss", "bypass"] = Field(
         description="bypass: a graph the cache cannot hold (compiled, not stored)"
     )
@@ -404,16 +491,28 @@ class TorchCacheLookup(RecordModel):
 class JitAttrs(RecordModel):
     """A compile of a jitted function seen by the JAX bridge."""
 
-    fun_name: str
+    fun_name: str = Field(
+        description="The name of the jitted function (or the primitive, outside jit)."
+    )
 
 
 class JitEndAttrs(JitAttrs):
-    tracing_ns: Int64 | None = None
-    lowering_ns: Int64 | None = None
-    backend_compile_ns: Int64 | None = None
-    persistent_cache: Literal["hit", "miss"] | None = None
-    retrace_reason: str | None = None
-    changes: list[ArgChange] = Field(default_factory=list)
+    tracing_ns: Int64 | None = Field(None, description="ns spent tracing the function to a jaxpr.")
+    lowering_ns: Int64 | None = Field(None, description="ns spent lowering the jaxpr to StableHLO.")
+    backend_compile_ns: Int64 | None = Field(
+        None,
+        description="ns spent in the backend (XLA) compile, or loading from the persistent cache.",
+    )
+    persistent_cache: Literal["hit", "miss"] | None = Field(
+        None, description="With JAX's persistent cache on: hit (loaded) or miss (compiled)."
+    )
+    retrace_reason: str | None = Field(
+        None, description="Why JAX traced the function again, in words (None on its first compile)."
+    )
+    changes: list[ArgChange] = Field(
+        default_factory=list,
+        description="The argument changes that caused the retrace, one per difference.",
+    )
     outside_jit: bool | None = Field(
         None,
         description="True: a JAX primitive run outside jit (op by op); fun_name is the "
@@ -485,20 +584,28 @@ SPAN_KINDS: tuple[str, ...] = tuple(SPAN_ATTRS)
 
 
 class _SpanStartBase(RecordModel):
-    kind: Literal["span_start"] = "span_start"
-    ts_ns: Timestamp
-    span_id: Int64
-    parent_id: Int64 | None = None
+    kind: Literal["span_start"] = Field(
+        "span_start", description="The record kind: always 'span_start'."
+    )
+    ts_ns: Timestamp = Field(description="When the span started, in ns since the run started.")
+    span_id: Int64 = Field(
+        description="The span's id, unique in its run; its span_end has the same id."
+    )
+    parent_id: Int64 | None = Field(
+        None, description="The enclosing span's id (None for a top-level span)."
+    )
     name: str = Field(description="The event prefix, e.g. 'ember.call', or a user name.")
 
 
 class _SpanEndBase(RecordModel):
-    kind: Literal["span_end"] = "span_end"
-    ts_ns: Timestamp
-    span_id: Int64
-    duration_ns: Duration
-    status: Literal["ok", "error"] = "ok"
-    error: SpanError | None = None
+    kind: Literal["span_end"] = Field("span_end", description="The record kind: always 'span_end'.")
+    ts_ns: Timestamp = Field(description="When the span ended, in ns since the run started.")
+    span_id: Int64 = Field(description="The id of the span this ends (its span_start's span_id).")
+    duration_ns: Duration = Field(description="How long the span lasted, in ns.")
+    status: Literal["ok", "error"] = Field(
+        "ok", description="ok, or error: the span ended with an exception."
+    )
+    error: SpanError | None = Field(None, description="With status error: the exception.")
 
 
 def _span_models(base: type[RecordModel], which: int, suffix: str) -> list[type[RecordModel]]:
@@ -513,8 +620,17 @@ def _span_models(base: type[RecordModel], which: int, suffix: str) -> list[type[
                 (base,),
                 {
                     "__annotations__": {
-                        "span_kind": Literal[span_kind],
-                        "attrs": attrs[which],
+                        "span_kind": Annotated[
+                            Literal[span_kind],
+                            Field(description=f"The span's kind: always '{span_kind}'."),
+                        ],
+                        "attrs": Annotated[
+                            attrs[which],
+                            Field(
+                                description=f"The span's typed attributes "
+                                f"({attrs[which].__name__})."
+                            ),
+                        ],
                     },
                     "__module__": __name__,
                     "__doc__": f"{suffix[4:].lower() or 'start'} of a '{span_kind}' span",
@@ -548,7 +664,7 @@ class Cache(RecordModel):
     segment removed for ``evict``; ``cache_size`` is set on ``evict``.
     """
 
-    kind: Literal["cache"] = "cache"
+    kind: Literal["cache"] = Field("cache", description="The record kind: always 'cache'.")
     ts_ns: Timestamp = Field(description="When, in ns since the run started.")
     action: Literal["hit", "miss", "evict"] = Field(
         description="hit: found compiled; miss: compiled now; evict: removed to make room."
@@ -567,7 +683,7 @@ class Cache(RecordModel):
 class Hub(RecordModel):
     """A Hub file found current in the cache."""
 
-    kind: Literal["hub"] = "hub"
+    kind: Literal["hub"] = Field("hub", description="The record kind: always 'hub'.")
     ts_ns: Timestamp = Field(description="When, in ns since the run started.")
     action: Literal["hit"] = Field("hit", description="hit: the cached file was current.")
     span_id: Int64 | None = Field(None, description="The enclosing span.")
@@ -582,50 +698,68 @@ class Hub(RecordModel):
 class Op(RecordModel):
     """A timed operation (candle-graph OpEvent)."""
 
-    kind: Literal["op"] = "op"
-    ts_ns: Timestamp
-    span_id: Int64 | None = None
-    op_name: str
-    inputs: list[str] = Field(default_factory=list)
-    output: str | None = None
-    shape: list[NonNegInt64] = Field(default_factory=list)
-    dtype: str
-    device: str
-    duration_ns: Duration
-    storage_bytes: NonNegInt64 | None = None
-    input_storage_bytes: NonNegInt64 = 0
-    step: ExecutionStep | None = None
+    kind: Literal["op"] = Field("op", description="The record kind: always 'op'.")
+    ts_ns: Timestamp = Field(description="When the op started, in ns since the run started.")
+    span_id: Int64 | None = Field(None, description="The enclosing span (the run).")
+    op_name: str = Field(description="The operation (the ONNX op type in profile mode).")
+    inputs: list[str] = Field(default_factory=list, description="The names of its input values.")
+    output: str | None = Field(None, description="The name of its (first) output value.")
+    shape: list[NonNegInt64] = Field(default_factory=list, description="The shape of its output.")
+    dtype: str = Field(description="The dtype of its output.")
+    device: str = Field(description="Where its output is (cpu:0, gpu:0, host).")
+    duration_ns: Duration = Field(description="How long it ran, in ns (waited for its result).")
+    storage_bytes: NonNegInt64 | None = Field(None, description="Bytes of all its outputs.")
+    input_storage_bytes: NonNegInt64 = Field(0, description="Bytes of all its inputs.")
+    step: ExecutionStep | None = Field(
+        None, description="The training step it belongs to: forward, backward or optimizer."
+    )
 
 
 class Tensor(RecordModel):
     """A tensor seen while profiling (candle-graph TensorEvent)."""
 
-    kind: Literal["tensor"] = "tensor"
-    ts_ns: Timestamp
-    span_id: Int64 | None = None
-    tensor_id: str
-    shape: list[NonNegInt64] = Field(default_factory=list)
-    dtype: str
-    device: str
-    requires_grad: bool = False
-    storage_bytes: NonNegInt64 | None = None
-    category: MemoryCategory = "unknown"
+    kind: Literal["tensor"] = Field("tensor", description="The record kind: always 'tensor'.")
+    ts_ns: Timestamp = Field(description="When the tensor was seen, in ns since the run started.")
+    span_id: Int64 | None = Field(None, description="The enclosing span.")
+    tensor_id: str = Field(
+        description="The tensor's id (its value name), as memory records name it."
+    )
+    shape: list[NonNegInt64] = Field(default_factory=list, description="The tensor's shape.")
+    dtype: str = Field(description="The tensor's dtype.")
+    device: str = Field(description="Where the tensor is (cpu:0, gpu:0, host).")
+    requires_grad: bool = Field(False, description="True: a gradient is computed for it.")
+    storage_bytes: NonNegInt64 | None = Field(None, description="Bytes of its storage.")
+    category: MemoryCategory = Field(
+        "unknown",
+        description="What the memory is for: parameter, input, activation, output, temporary, "
+        "gradient, optimizer_state or unknown.",
+    )
 
 
 class Memory(RecordModel):
     """A tensor allocation or free (candle-graph MemoryEvent)."""
 
-    kind: Literal["memory"] = "memory"
-    ts_ns: Timestamp
-    span_id: Int64 | None = None
-    tensor_id: str
-    op_name: str | None = None
-    device: str
-    bytes: NonNegInt64
-    action: Literal["alloc", "free"]
-    shape: list[NonNegInt64] = Field(default_factory=list)
-    dtype: str
-    category: MemoryCategory = "unknown"
+    kind: Literal["memory"] = Field("memory", description="The record kind: always 'memory'.")
+    ts_ns: Timestamp = Field(description="When, in ns since the run started.")
+    span_id: Int64 | None = Field(None, description="The enclosing span.")
+    tensor_id: str = Field(
+        description="The tensor allocated or freed (as its tensor record names it)."
+    )
+    op_name: str | None = Field(
+        None, description="The op that allocated it (None for inputs and parameters)."
+    )
+    device: str = Field(description="Where the memory is (cpu:0, gpu:0, host).")
+    bytes: NonNegInt64 = Field(description="Bytes allocated or freed.")
+    action: Literal["alloc", "free"] = Field(
+        description="alloc: the tensor came to exist; free: it was released after its last reader."
+    )
+    shape: list[NonNegInt64] = Field(default_factory=list, description="The tensor's shape.")
+    dtype: str = Field(description="The tensor's dtype.")
+    category: MemoryCategory = Field(
+        "unknown",
+        description="What the memory is for: parameter, input, activation, output, temporary, "
+        "gradient, optimizer_state or unknown.",
+    )
 
 
 class DeviceMemory(RecordModel):
@@ -636,40 +770,64 @@ class DeviceMemory(RecordModel):
     live JAX arrays in ``used_bytes``, the process's resident set in ``rss_bytes``).
     """
 
-    kind: Literal["device_memory"] = "device_memory"
-    ts_ns: Timestamp
-    span_id: Int64 | None = None
-    device: str
-    source: Literal["memory_stats", "live_arrays"]
-    used_bytes: NonNegInt64 | None = None
-    peak_bytes: NonNegInt64 | None = None
-    reserved_bytes: NonNegInt64 | None = None
-    free_bytes: NonNegInt64 | None = None
-    limit_bytes: NonNegInt64 | None = None
-    rss_bytes: NonNegInt64 | None = None
+    kind: Literal["device_memory"] = Field(
+        "device_memory", description="The record kind: always 'device_memory'."
+    )
+    ts_ns: Timestamp = Field(description="When it was read, in ns since the run started.")
+    span_id: Int64 | None = Field(None, description="The enclosing span.")
+    device: str = Field(description="The device read (cpu:0, gpu:0).")
+    source: Literal["memory_stats", "live_arrays"] = Field(
+        description="memory_stats: the device allocator's own numbers; live_arrays: on the CPU, "
+        "bytes of live JAX arrays."
+    )
+    used_bytes: NonNegInt64 | None = Field(
+        None,
+        description="Bytes in use (memory_stats: bytes_in_use; live_arrays: bytes of live arrays).",
+    )
+    peak_bytes: NonNegInt64 | None = Field(
+        None, description="The most bytes in use so far (the allocator's peak)."
+    )
+    reserved_bytes: NonNegInt64 | None = Field(
+        None, description="Bytes the allocator has reserved from the device."
+    )
+    free_bytes: NonNegInt64 | None = Field(None, description="Bytes still free on the device.")
+    limit_bytes: NonNegInt64 | None = Field(
+        None, description="The most bytes the allocator may use."
+    )
+    rss_bytes: NonNegInt64 | None = Field(
+        None, description="live_arrays: the process's resident set size, in bytes."
+    )
 
 
 class Gradient(RecordModel):
     """A parameter's gradient at one step (candle-graph GradientEvent)."""
 
-    kind: Literal["gradient"] = "gradient"
-    ts_ns: Timestamp
-    event_id: str
-    step: Int64 | None = None
-    root: str
-    key: str
-    state: Literal["present", "missing", "zero", "non_finite"]
-    norm: float | None = None
+    kind: Literal["gradient"] = Field("gradient", description="The record kind: always 'gradient'.")
+    ts_ns: Timestamp = Field(description="When, in ns since the run started.")
+    event_id: str = Field(description="The record's id, unique in its run.")
+    step: Int64 | None = Field(None, description="The training step's index.")
+    root: str = Field(description="The pytree the gradient belongs to (params).")
+    key: str = Field(description="The parameter's path in that pytree.")
+    state: Literal["present", "missing", "zero", "non_finite"] = Field(
+        description="present: a finite nonzero gradient; missing: none; zero: all zeros; "
+        "non_finite: a NaN or inf in it."
+    )
+    norm: float | None = Field(
+        None, description="The gradient's L2 norm (None when missing or not finite)."
+    )
 
 
 class Edge(RecordModel):
     """Data-flow timing between a producer span and a consumer span."""
 
-    kind: Literal["edge"] = "edge"
-    ts_ns: Timestamp
-    from_span: str
-    to_span: str
-    duration_ns: Duration
+    kind: Literal["edge"] = Field("edge", description="The record kind: always 'edge'.")
+    ts_ns: Timestamp = Field(description="When the consumer ended, in ns since the run started.")
+    from_span: str = Field(description="The producer (a node name in profile mode).")
+    to_span: str = Field(description="The consumer that reads the producer's value.")
+    duration_ns: Duration = Field(
+        description="From the producer's end to the consumer's start, in ns (how long the value "
+        "waited)."
+    )
 
 
 Record = Annotated[

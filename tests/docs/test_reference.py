@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import typer.main
 
 from ember.analysis.views import VIEW_HEADERS
@@ -70,3 +71,38 @@ def test_the_benchmark_page_shows_each_result(tmp_path, monkeypatch):
     monkeypatch.setattr(gen, "BENCHMARK_RESULTS", tmp_path)
     row = "| `x` | a \\| b | c | 1.25x | s 2 | cpu, 2 cores, load 0.1 | 2026-01-02 |"
     assert row in gen.benchmarks_page().splitlines()
+
+
+def test_every_record_field_is_on_the_trace_format_page_with_a_description():
+    page = gen.trace_format_page()
+    models = gen._models()
+    # the walk reaches every record kind, every span kind's attrs and what they nest
+    names = {m.__name__ for m in models}
+    assert {"Meta", "Cache", "CallSpanStart", "JitSpanEnd", "JitEndAttrs", "DiskKey"} <= names
+    for model in models:
+        assert f"### {model.__name__}\n" in page
+        for name, field in model.model_fields.items():
+            where = f"schemas/records.py: {model.__name__}.{name}"
+            assert field.description, f"{where} has no description"
+            assert f"| `{field.alias or name}` |" in page
+
+
+def test_every_package_on_the_api_page_is_found_in_the_docs_link_tree(tmp_path):
+    griffe = pytest.importorskip("griffe")
+    spec = importlib.util.spec_from_file_location("api_tree", ROOT / "docs/hooks/api_tree.py")
+    assert spec
+    assert spec.loader
+    api_tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(api_tree)
+    tree = api_tree.lay_out(tmp_path / "tree")
+    page = (ROOT / "docs" / "reference" / "api.md").read_text()
+    names = [line[4:].strip() for line in page.splitlines() if line.startswith("::: ")]
+    assert {"ember", "ember.record", "ember.recorder", "ember.schemas", "ember.analysis"} <= set(
+        names
+    )
+    loader = griffe.GriffeLoader(search_paths=[str(tree)])
+    for name in names:
+        module = loader.load(name)
+        assert Path(module.filepath).is_relative_to(tree), name  # the tree's, not an install
+        for public in module.exports or []:
+            assert public in module.members, f"{name}.{public}: in __all__, not found"
