@@ -1,6 +1,5 @@
--- recompiles: one row per program after the first at a position (or of a jitted function),
--- with the part of the key that changed since the previous one there. `outcome` says whether
--- XLA compiled it ('compile': a recompile) or a persistent cache had it ('load').
+-- recompiles: one row per compile after the first at a position (or of a jitted function),
+-- with the part of the key that changed since the previous compile there.
 --
 -- reads: compiles
 --
@@ -56,9 +55,6 @@
 --                                     report
 -- compiled              BOOLEAN       as in `compiles`: false for a segment that runs eagerly
 --                                     (fewer than 20 nodes after a break), which compiles nothing
--- outcome               VARCHAR       as in `compiles`: 'compile' | 'load' (this program came
---                                     from a persistent cache: a retrace, not a recompile) |
---                                     'eager build'; run_summary.recompiles counts 'compile' rows
 WITH c0 AS MATERIALIZED (
     SELECT
         *,
@@ -258,6 +254,5 @@ SELECT
                  ELSE 'key changed: ' || coalesce(re.previous_key, '?') || ' -> ' || re.key END
         ) AS reason,
     coalesce(re.outside_jit, false) AS outside_jit,
-    re.compiled,
-    re.outcome
+    re.compiled
 FROM grouped re

@@ -63,7 +63,6 @@ ui.table(
         "phase",
         "calls",
         "compiles",
-        "loads",
         "recompiles",
         "evictions",
         "hit_rate",
