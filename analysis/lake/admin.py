@@ -36,6 +36,7 @@ from ember.analysis.lake.commit import (
     ingest_age_s,
     new_ingest_id,
 )
+from ember.analysis.lake.lease import lease_ages_s, remove_leases
 from ember.analysis.lake.location import local_lake_path
 from ember.analysis.lake.table import (
     INGESTS,
@@ -177,13 +178,31 @@ def check(
         orphans = {i: n for i, n in ids if i not in visible}
         if orphans:
             report.orphan_rows[name] = sum(orphans.values())
-        old = [i for i in orphans if ingest_age_s(i) > grace_s]
-        if repair and old:
+        old = _abandoned(root, list(orphans), grace_s) if repair and orphans else []
+        if old:
             dt.delete(" OR ".join(f"_ingest = '{i}'" for i in old))
             report.repaired.append(f"{name}: deleted {len(old)} orphan ingest(s)' rows")
     if repair and report.damaged_files:
         _drop_damaged(root, state, report, list(damaged.values()))
     return report
+
+
+def _abandoned(root: Path, orphans: list[str], grace_s: float) -> list[str]:
+    """The orphan ingests that will never commit (``lake_lease``): a lease older than
+    ``grace_s`` by the storage's clock, or no lease and an id older than ``grace_s`` (an
+    ingest that ended, or one of an Ember from before leases). Their leases are removed
+    first, then ``_ingests`` read again: an ingest committed meanwhile is kept."""
+    ages = lease_ages_s(root, orphans)
+    old = [
+        i
+        for i, age in ages.items()
+        if (age is None and ingest_age_s(i) > grace_s) or (age is not None and age > grace_s)
+    ]
+    if not old:
+        return []
+    remove_leases(root, old)
+    committed = {r["ingest"] for segs in LakeState(root).streams.values() for r in segs}
+    return [i for i in old if i not in committed]
 
 
 def _drop_damaged(

@@ -48,6 +48,7 @@ from ember.analysis.lake.commit import (
     refusal_row,
     refuse_in_batch,
 )
+from ember.analysis.lake.lease import IngestLease
 from ember.analysis.lake.location import local_lake_path
 from ember.analysis.lake.read import attach_lake as attach_lake
 from ember.analysis.lake.read import connect_lake as connect_lake
@@ -227,13 +228,13 @@ def commit_batch(
 ) -> list[FileResult]:
     """Append a batch's rows (one commit per table), then commit its ``_ingests`` rows;
     a file another ingester committed first is ``unchanged``. ``works`` give each file's
-    result, end and lines read (``FileIngest`` or the Spark ingest's own)."""
+    result, end and lines read (``FileIngest`` or the Spark ingest's own). The batch's
+    ingests are leased (``lake_lease``) from before the first row to after the commit;
+    ``LakeError`` if a repair removed them meanwhile (nothing is committed)."""
     by_table: dict[str, list[Any]] = {}
     for out in outputs:
         for table, piece in out.items():
             by_table.setdefault(table, []).append(piece)
-    for table, pieces in by_table.items():
-        append_rows(state.root, table, pieces)
     results: list[FileResult] = []
     rows = []
     for lp, w, out in zip(batch, works, outputs, strict=True):
@@ -241,7 +242,11 @@ def commit_batch(
         result = w.result(records, 0.0)
         results.append(result)
         rows.append(ingest_row(lp, result, w.end, w.lines_read, engine))
-    lost = commit_ingests(state, rows)
+    with IngestLease(state.root, [lp.ingest for lp in batch]) as lease:
+        for table, pieces in by_table.items():
+            append_rows(state.root, table, pieces)
+        lease.verify()
+        lost = commit_ingests(state, rows)
     for lp, result in zip(batch, results, strict=True):
         if lp.ingest in lost:
             result.status = "unchanged"

@@ -437,3 +437,101 @@ def test_a_garbage_or_future_lake_marker_is_a_clear_error_naming_the_file(tmp_pa
             assert "Traceback" not in out
         with pytest.raises(LakeError, match=says):  # an ingest appends nothing to it
             ingest_lake(_traces(tmp_path / "more", 1), lake)
+
+
+# an ingester whose machine's clock is 2 h behind (its ingest ids say it started 2 h ago)
+# and that waits, rows written, before its _ingests commit (before it checks its lease,
+# where it has one) until the test says go
+_SLOW_SKEWED_INGESTER = """
+import sys, time
+from pathlib import Path
+from ember.analysis.lake import commit, ingest as lake_ingest
+real_id, real_append = commit.new_ingest_id, lake_ingest.append_rows
+def skewed_id():
+    return f"{time.time_ns() - 2 * 3600 * 10**9:016x}" + real_id()[16:]
+def slow_append(root, table, pieces):
+    real_append(root, table, pieces)
+    if table == "cache":  # its cache rows are written: repair sees them as orphans
+        Path(sys.argv[3]).touch()
+        while not Path(sys.argv[4]).exists():
+            time.sleep(0.05)
+commit.new_ingest_id = skewed_id
+lake_ingest.append_rows = slow_append
+s = lake_ingest.ingest_lake([sys.argv[2]], sys.argv[1])
+print(" ".join(f.status for f in s.files))
+"""
+
+
+def _slow_ingester(lake: Path, trace: Path, staged: Path, go: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", _SLOW_SKEWED_INGESTER, str(lake), str(trace), str(staged), str(go)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(path: Path, p: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline, "the ingester never staged its rows"
+        time.sleep(0.05)
+
+
+def test_repair_keeps_the_rows_of_a_live_ingest_whose_clock_is_two_hours_behind(tmp_path):
+    (trace,) = _traces(tmp_path / "traces", 1)
+    lake = tmp_path / "lake"
+    ingest_lake(_traces(tmp_path / "first", 1, prefix="first"), lake)  # the lake exists
+    staged, go = tmp_path / "staged", tmp_path / "go"
+    p = _slow_ingester(lake, trace, staged, go)
+    try:
+        _wait_for(staged, p)
+        r = subprocess.run(
+            [*EMBER, "lake", "check", "--repair", str(lake)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "deleted" not in r.stdout, r.stdout
+    finally:
+        go.touch()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert out.split() == ["ok"]
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT count(*) AS n FROM cache WHERE run_id = 'run-00'")["n"][0] == 20
+        assert con.sql("SELECT count(*) AS n FROM spans WHERE run_id = 'run-00'")["n"][0] == 1
+    assert check(lake).orphan_rows == {}
+
+
+def test_an_ingest_whose_staged_rows_repair_removed_fails_and_marks_nothing(tmp_path):
+    (trace,) = _traces(tmp_path / "traces", 1)
+    lake = tmp_path / "lake"
+    ingest_lake(_traces(tmp_path / "first", 1, prefix="first"), lake)
+    staged, go = tmp_path / "staged", tmp_path / "go"
+    p = _slow_ingester(lake, trace, staged, go)
+    try:
+        _wait_for(staged, p)
+        # --grace 0: every uncommitted ingest counts as abandoned, this live one too
+        r = subprocess.run(
+            [*EMBER, "lake", "check", "--repair", "--grace", "0", str(lake)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "deleted" in r.stdout, r.stdout
+    finally:
+        go.touch()
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert f"LakeError: {lake}: `ember lake check --repair` judged this ingest" in err, err
+    assert "run the ingest again" in err
+    assert [f.status for f in ingest_lake([trace], lake).files] == ["ok"]
+    with connect_lake(lake) as con:
+        assert con.sql("SELECT count(*) AS n FROM cache WHERE run_id = 'run-00'")["n"][0] == 20
