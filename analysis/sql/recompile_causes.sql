@@ -26,8 +26,11 @@ WITH r AS (
     -- for the function: the columns read here, without joining those views again
     SELECT run_id, position, fun_name, compile_index, reason,
         {'change': change, 'arg': arg, 'dim': dim} AS ch,
-        CASE WHEN after_eviction THEN [] ELSE list_transform(changes[2:],
-            lambda c: coalesce(c.arg, c.change) || coalesce(' dim ' || c.dim, '')) END AS also
+        -- the changes after the first (a filter, not a slice or an empty-list literal,
+        -- so that the view reads the same in Spark's dialect)
+        list_transform(
+            list_filter(changes, lambda c: NOT after_eviction AND c IS DISTINCT FROM changes[1]),
+            lambda c: coalesce(c.arg, c.change) || coalesce(' dim ' || c.dim, '')) AS also
     FROM recompiles
     WHERE outcome = 'compile' AND NOT outside_jit
 ),
