@@ -29,11 +29,14 @@ class RunSummaryRow:
     steps: int
     compiles: int
     compile_ns: int
+    loads: int
+    load_ns: int
     eager_compiles: int
     eager_compile_ns: int
     recompiles: int
     recompiled_after_eviction: int
     jax_compiles: int
+    jax_loads: int
     jax_primitives: int
     jax_compile_ns: int
     compiled_keys: int

@@ -390,10 +390,14 @@ def _headline(s: RunSummary) -> str:
     if s.recompiles:
         detail.append(plural(s.recompiles, "recompile"))
     parts.append(plural(s.compiles, "compile") + (f" ({', '.join(detail)})" if detail else ""))
+    if s.loads:  # a program read from a persistent cache is a load, not a compile
+        parts.append(f"{plural(s.loads, 'load')} ({fmt.duration(s.load_ns)})")
     if s.eager_compiles:
         parts.append(plural(s.eager_compiles, "eager segment"))
     if s.jax_compiles:
         parts.append(f"{plural(s.jax_compiles, 'jax compile')} ({fmt.duration(s.jax_compile_ns)})")
+    if s.jax_loads:
+        parts.append(plural(s.jax_loads, "jax load"))
     if s.hits or s.misses or s.evictions:
         parts.append(f"cache {s.hits} hits/{s.misses} misses/{s.evictions} evictions")
     if s.disk_hits or s.disk_misses:

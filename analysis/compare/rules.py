@@ -271,14 +271,16 @@ def _ground_checks(base: RunData, candidate: RunData) -> list[RuleResult]:
     the same model (said, not failed: a new model version may carry a new tag)."""
     out = []
     # a run imported from a compile log (torch.compile's TORCH_TRACE) has compiles and no
-    # calls: its compiles are the work to compare
-    if _work(candidate) == 0 and not int(candidate.summary.get("compiles") or 0):
+    # calls: its compiles, loads and eager builds are the work to compare (a second process
+    # that found every graph in a cache loaded them: it did work, it compiled nothing)
+    built = sum(int(candidate.summary.get(k) or 0) for k in ("compiles", "loads", "eager_compiles"))
+    if _work(candidate) == 0 and not built:
         out.append(
             RuleResult(
                 "the candidate made calls",
                 "fail",
                 f"the candidate made no calls or steps (the base made {_work(base)}) and "
-                "compiled nothing: there is "
+                "compiled or loaded nothing: there is "
                 "nothing to compare; did it fail before its first call, or record the wrong "
                 "program?",
                 "calls",

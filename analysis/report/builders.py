@@ -251,6 +251,11 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         reasons = list(dict.fromkeys(r["reasons"]))
         shown = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
         took = fmt.duration(r["compile_ns"])
+        if r["loads"] == r["retraces"]:
+            # a retrace whose program came from the persistent cache: a load, not a compile
+            took = f"loaded from the persistent cache, not compiled: {took}"
+        elif r["loads"]:
+            took = f"{_n(r['recompiles'], 'compile')} and {_n(r['loads'], 'load')}: {took}"
         text = f"{r['fun_name']} retraced {times(r['retraces'])} ({took}): {shown}"
         out.append(
             Finding(
@@ -258,7 +263,13 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
                 "jit_retrace",
                 text,
                 r["compile_ns"],
-                {"fun_name": r["fun_name"], "retraces": r["retraces"], "reasons": reasons},
+                {
+                    "fun_name": r["fun_name"],
+                    "retraces": r["retraces"],
+                    "recompiles": r["recompiles"],
+                    "loads": r["loads"],
+                    "reasons": reasons,
+                },
             )
         )
     return out
@@ -269,7 +280,7 @@ def _outside_jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     df = _of(con, "jit_functions", run_ids, "run_id, compile_ns DESC, fun_name")
     by_run: dict[str, list[dict[str, Any]]] = {}
     for r in _rows(df):
-        if r["internal"]:
+        if r["internal"] and r["compiles"]:  # loads from the persistent cache compiled nothing
             by_run.setdefault(r["run_id"], []).append(r)
     out = []
     for run_id, funs in by_run.items():
@@ -377,10 +388,15 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
     everyone = con.sql("SELECT * FROM disk_cache_runs")
     rows = {r["run_id"]: r for r in _rows(everyone)}
     for s in loaded:
-        me = rows[s.run_id]
         total = s.disk_hits + s.disk_misses
-        text = f"disk cache: {s.disk_hits}/{total} segments loaded from disk"
-        data: dict[str, Any] = {"disk_hits": s.disk_hits, "segments": total}
+        me = rows.get(s.run_id)
+        if me is None:  # no segments: programs of jitted functions from JAX's cache
+            text = f"persistent cache: {s.disk_hits}/{total} programs loaded, not compiled"
+            data = {"disk_hits": s.disk_hits, "programs": total}
+            out.append(Finding(s.run_id, "disk_cache", text, 0, data))
+            continue
+        text = f"disk cache: {me['disk_hits']}/{me['disk_segments']} segments loaded from disk"
+        data: dict[str, Any] = {"disk_hits": me["disk_hits"], "segments": me["disk_segments"]}
         peers = [
             r
             for r in rows.values()

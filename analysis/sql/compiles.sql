@@ -1,4 +1,5 @@
--- compiles: one row per compile of a segment (a cache miss, or a segment compiled ahead of
+-- compiles: one row per program a run needed and did not find in memory: a compile, a load
+-- from a persistent cache or an eager build (`outcome` says which), of a segment (a cache miss, or a segment compiled ahead of
 -- time when the model was compiled) or of a jitted function (a 'jit' span from the JAX
 -- bridge), in order per position / function.
 --
@@ -49,6 +50,11 @@
 -- ahead_of_time     BOOLEAN       true: compiled while the model was compiled, for its own input
 --                                 shapes, with no cache lookup (calls at those shapes then skip the
 --                                 cache: no hits)
+-- outcome           VARCHAR       what the row is, in the words of docs/concepts/compilation.md:
+--                                 'compile' (XLA built the program) | 'load' (the program was read
+--                                 from a persistent or disk cache: disk_cache 'hit', nothing
+--                                 compiled) | 'eager build' (a short segment set up to run op by
+--                                 op: compiled false). Every count of compiles reads this column
 WITH misses AS (
     SELECT
         run_id, source, position, ts_ns, call_span_id, key, shapes, statics, shapes_text, seq,
@@ -189,7 +195,12 @@ SELECT
     coalesce(a.recompile_limit_hit, false) AS recompile_limit_hit,
     j.internal AS outside_jit,
     a.evictions_before,
-    a.ahead_of_time
+    a.ahead_of_time,
+    CASE
+        WHEN a.compiled IS NOT DISTINCT FROM false AND a.position IS NOT NULL THEN 'eager build'
+        WHEN a.disk_cache = 'hit' THEN 'load'
+        ELSE 'compile'
+    END AS outcome
 FROM all_compiles a
 LEFT JOIN runs r ON r.run_id = a.run_id
 LEFT JOIN jit_functions j ON j.run_id = a.run_id AND j.fun_name = a.fun_name

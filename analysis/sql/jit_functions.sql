@@ -16,8 +16,10 @@
 -- run_id      VARCHAR  the run
 -- fun_name    VARCHAR  the jitted function's name
 -- internal    BOOLEAN  true: a primitive JAX compiled for a run outside jit (not the user's jit)
--- compiles    BIGINT   its jit spans (compiles)
+-- compiles    BIGINT   its jit spans whose program XLA compiled
 -- compile_ns  BIGINT   their total time (ns)
+-- loads       BIGINT   its jit spans whose program JAX loaded from its persistent cache
+--                      (persistent_cache 'hit': a load, not a compile)
 SELECT jit_span.run_id, jit_span.start_attrs.fun_name AS fun_name,
     coalesce(bool_or(jit_span.end_attrs.outside_jit), false)
         OR bool_and(jit_span.end_attrs.retrace_reason IS NULL
@@ -25,8 +27,12 @@ SELECT jit_span.run_id, jit_span.start_attrs.fun_name AS fun_name,
             AND jit_span.end_attrs.defined_at IS NULL
             AND parent_span.span_id IS NULL
             AND jit_span.end_attrs.compile_id IS NULL) AS internal,
-    count(*) AS compiles,
-    CAST(coalesce(sum(jit_span.duration_ns), 0) AS BIGINT) AS compile_ns
+    count(*) FILTER (WHERE jit_span.end_attrs.persistent_cache IS DISTINCT FROM 'hit')
+        AS compiles,
+    CAST(coalesce(sum(jit_span.duration_ns) FILTER (
+        WHERE jit_span.end_attrs.persistent_cache IS DISTINCT FROM 'hit'), 0) AS BIGINT)
+        AS compile_ns,
+    count(*) FILTER (WHERE jit_span.end_attrs.persistent_cache = 'hit') AS loads
 FROM spans jit_span
 LEFT JOIN spans parent_span ON parent_span.run_id = jit_span.run_id
     AND parent_span.span_id = jit_span.parent_id

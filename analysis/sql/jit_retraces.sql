@@ -4,11 +4,15 @@
 --
 -- run_id      VARCHAR    the run
 -- fun_name    VARCHAR    the jitted function's name
--- retraces    BIGINT     compiles after the first
--- compile_ns  BIGINT     their time
+-- retraces    BIGINT     traces after the first that needed a program (compiled or loaded)
+-- recompiles  BIGINT     those XLA compiled (run_summary.recompiles counts these)
+-- loads       BIGINT     those whose program was loaded from JAX's persistent cache
+-- compile_ns  BIGINT     their time (compiles and loads)
 -- reasons     VARCHAR[]  why each one happened, in order (JAX's retrace reason, else
 --                        recompiles.reason)
 SELECT r.run_id, r.fun_name, count(*) AS retraces,
+    count(*) FILTER (WHERE r.outcome = 'compile') AS recompiles,
+    count(*) FILTER (WHERE r.outcome = 'load') AS loads,
     CAST(coalesce(sum(r.compile_ns), 0) AS BIGINT) AS compile_ns,
     list(coalesce(c.retrace_reason, r.reason) ORDER BY r.compile_index) AS reasons
 FROM recompiles r

@@ -1,5 +1,6 @@
--- recompiles: one row per compile after the first at a position (or of a jitted function),
--- with the part of the key that changed since the previous compile there.
+-- recompiles: one row per program after the first at a position (or of a jitted function),
+-- with the part of the key that changed since the previous one there. `outcome` says whether
+-- XLA compiled it ('compile': a recompile) or a persistent cache had it ('load').
 --
 -- reads: compiles
 --
@@ -55,6 +56,9 @@
 --                                     report
 -- compiled              BOOLEAN       as in `compiles`: false for a segment that runs eagerly
 --                                     (fewer than 20 nodes after a break), which compiles nothing
+-- outcome               VARCHAR       as in `compiles`: 'compile' | 'load' (this program came
+--                                     from a persistent cache: a retrace, not a recompile) |
+--                                     'eager build'; run_summary.recompiles counts 'compile' rows
 WITH c0 AS MATERIALIZED (
     SELECT
         *,
@@ -254,5 +258,6 @@ SELECT
                  ELSE 'key changed: ' || coalesce(re.previous_key, '?') || ' -> ' || re.key END
         ) AS reason,
     coalesce(re.outside_jit, false) AS outside_jit,
-    re.compiled
+    re.compiled,
+    re.outcome
 FROM grouped re

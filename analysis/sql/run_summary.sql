@@ -22,21 +22,27 @@
 --                                           error)
 -- failed_calls               BIGINT         calls that raised
 -- steps                      BIGINT         finished step spans (JAX bridge)
--- compiles                   BIGINT         programs compiled: segment compiles XLA compiled
---                                           (`compiles.compiled` true or unknown) plus compiles of
---                                           the user's jitted functions
+-- compiles                   BIGINT         programs XLA compiled (`compiles.outcome` 'compile'):
+--                                           of segments and of the user's jitted functions; a
+--                                           program loaded from a persistent cache is a load
 -- compile_ns                 BIGINT         the total time of the compiles counted in `compiles`
 --                                           (ns)
+-- loads                      BIGINT         programs read from a persistent or disk cache instead of
+--                                           compiled (`compiles.outcome` 'load'): segments and the
+--                                           user's jitted functions
+-- load_ns                    BIGINT         the total time of those loads (ns)
 -- eager_compiles             BIGINT         segments built to run eagerly (node by node: short
 --                                           segments after a break); a cache miss that compiled
 --                                           nothing
 -- eager_compile_ns           BIGINT         their total build time (ns)
--- recompiles                 BIGINT         compiles (as above) after the first at the same
---                                           position / of the same function
+-- recompiles                 BIGINT         compiles (as above, loads not counted) after the first
+--                                           program at the same position / of the same function
 -- recompiled_after_eviction  BIGINT         recompiles of a key the cache had evicted (see
 --                                           evictions)
 -- jax_compiles               BIGINT         compiles of primitives JAX ran outside jit (see
---                                           jit_functions)
+--                                           jit_functions); their loads are in jax_loads
+-- jax_loads                  BIGINT         programs of primitives run outside jit that JAX loaded
+--                                           from its persistent cache
 -- jax_primitives             BIGINT         how many different primitives (or JAX helpers) those
 --                                           compiles were of
 -- jax_compile_ns             BIGINT         the total time of JAX's compiles of primitives run
@@ -47,8 +53,10 @@
 -- misses                     BIGINT         segment cache misses
 -- evictions                  BIGINT         segment cache evictions
 -- hit_rate                   DOUBLE?        hits / (hits + misses); NULL without lookups
--- disk_hits                  BIGINT         compiled segments loaded from the disk cache
--- disk_misses                BIGINT         compiled segments not found in the disk cache
+-- disk_hits                  BIGINT         programs (segments, jitted functions, primitives) loaded
+--                                           from a persistent cache: loads + jax_loads
+-- disk_misses                BIGINT         programs looked up in a persistent cache and not found
+--                                           there (they were compiled)
 -- breaks                     BIGINT         graph break nodes run (break spans)
 -- graph_break                BOOLEAN?       whether the compiled model has a graph break (compile
 --                                           span), NULL if unknown
@@ -134,25 +142,32 @@ comp AS (
     -- than joining jit_functions again)
     SELECT c.run_id,
         coalesce(c.outside_jit, false) AS internal,
-        c.position IS NOT NULL AND c.compiled IS NOT DISTINCT FROM false AS eager,
+        c.outcome = 'eager build' AS eager,
+        c.outcome = 'load' AS loaded,
         c.compile_index, c.compile_ns, c.disk_cache, c.position, c.fun_name, c.key
     FROM compiles c
 ),
 comp_counts AS (
     -- a run without compiles: one row of NULLs here, which no filter below lets through
     SELECT r.run_id,
-        count(*) FILTER (WHERE NOT internal AND NOT eager) AS compiles,
-        CAST(coalesce(sum(compile_ns) FILTER (WHERE NOT internal AND NOT eager), 0) AS BIGINT)
-            AS compile_ns,
+        count(*) FILTER (WHERE NOT internal AND NOT eager AND NOT loaded) AS compiles,
+        CAST(coalesce(sum(compile_ns) FILTER (WHERE NOT internal AND NOT eager AND NOT loaded),
+            0) AS BIGINT) AS compile_ns,
+        count(*) FILTER (WHERE NOT internal AND loaded) AS loads,
+        CAST(coalesce(sum(compile_ns) FILTER (WHERE NOT internal AND loaded), 0) AS BIGINT)
+            AS load_ns,
         count(*) FILTER (WHERE eager) AS eager_compiles,
         CAST(coalesce(sum(compile_ns) FILTER (WHERE eager), 0) AS BIGINT) AS eager_compile_ns,
-        count(*) FILTER (WHERE NOT internal AND NOT eager AND compile_index > 1) AS recompiles,
-        count(*) FILTER (WHERE internal) AS jax_compiles,
+        count(*) FILTER (WHERE NOT internal AND NOT eager AND NOT loaded AND compile_index > 1)
+            AS recompiles,
+        count(*) FILTER (WHERE internal AND NOT loaded) AS jax_compiles,
+        count(*) FILTER (WHERE internal AND loaded) AS jax_loads,
         count(DISTINCT fun_name) FILTER (WHERE internal) AS jax_primitives,
-        CAST(coalesce(sum(compile_ns) FILTER (WHERE internal), 0) AS BIGINT) AS jax_compile_ns,
+        CAST(coalesce(sum(compile_ns) FILTER (WHERE internal AND NOT loaded), 0) AS BIGINT)
+            AS jax_compile_ns,
         count(DISTINCT key) AS compiled_keys,
-        count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'hit') AS disk_hits,
-        count(*) FILTER (WHERE position IS NOT NULL AND disk_cache = 'miss') AS disk_misses
+        count(*) FILTER (WHERE loaded) AS disk_hits,
+        count(*) FILTER (WHERE disk_cache = 'miss' AND NOT eager) AS disk_misses
     FROM runs r LEFT JOIN comp k ON k.run_id = r.run_id GROUP BY r.run_id
 ),
 missed_after_eviction AS (
@@ -216,11 +231,14 @@ SELECT
     e.steps,
     k.compiles,
     k.compile_ns,
+    k.loads,
+    k.load_ns,
     k.eager_compiles,
     k.eager_compile_ns,
     k.recompiles,
     a.recompiled_after_eviction,
     k.jax_compiles,
+    k.jax_loads,
     k.jax_primitives,
     k.jax_compile_ns,
     k.compiled_keys,

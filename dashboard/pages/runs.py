@@ -63,6 +63,7 @@ ui.table(
         "phase",
         "calls",
         "compiles",
+        "loads",
         "recompiles",
         "evictions",
         "hit_rate",

@@ -253,7 +253,7 @@ def test_a_run_with_only_its_meta_counts_zero_and_measures_nothing(tmp_path):
         [row] = con.sql("SELECT * FROM run_summary").to_dicts()
     columns = VIEW_HEADERS["run_summary"].columns
     counts = [c.name for c in columns if c.type == "BIGINT" and not c.nullable]
-    assert len(counts) == 22
+    assert len(counts) == 25
     assert {c: (row[c], types[c]) for c in counts} == {c: (0, "BIGINT") for c in counts}
     measured = [c.name for c in columns if c.nullable and c.type in ("BIGINT", "DOUBLE")]
     assert {c: row[c] for c in measured} == {c: None for c in measured}
