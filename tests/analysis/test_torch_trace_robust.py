@@ -8,10 +8,13 @@ import calendar
 import json
 import os
 import re
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ember.analysis.torch_trace import TorchImportError, import_torch_trace, read_entries
 
@@ -243,3 +246,163 @@ def test_an_mtime_a_build_tool_reset_reads_as_today(tmp_path):
     log = _log_at(tmp_path, ["0101 00:00:00"], datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC))
     (moment,) = _years(log)
     assert moment.year == datetime.now(UTC).year
+
+
+# ---------------------------------------------------------------- any bytes in (hypothesis)
+#
+# Like the JSONL fuzz (tests/analysis/test_fuzz.py): lines of junk put between the entries of
+# a real log, the log cut at any byte, or any bytes at all; the import never raises but
+# TorchImportError (no entry left), each rejection names a line that was put in or cut, and
+# every entry of the log is kept. Few examples: a few seconds in `make test`.
+
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+TORCH_KEYS = [
+    "frame_id",
+    "frame_compile_id",
+    "attempt",
+    "compiled_autograd_id",
+    "rank",
+    "str",
+    "dynamo_start",
+    "artifact",
+    "compilation_metrics",
+    "bwd_compilation_metrics",
+    "has_payload",
+    "stack",
+    "name",
+    "co_name",
+    "start_time",
+    "entire_frame_compile_time_s",
+    "guard_count",
+    "recompile_reason",
+    "fail_type",
+    "inductor_fx_local_cache_hit_count",
+]
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()  # NaN and Infinity too: json.dumps writes them
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(TORCH_KEYS) | st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_JUNK = st.one_of(
+    st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"").lstrip(b"\t")),
+    st.text(max_size=60).map(lambda t: (PREFIX + t).replace("\n", "").encode("utf-8", "replace")),
+    st.text(alphabet='{}[]":,0123456789.eE-+ INaf', max_size=40).map(
+        lambda t: (PREFIX + "{" + t).encode()
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def rank_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[bytes]]:
+    """rank_0.log's bytes and its converted records (the reference)."""
+    tmp = tmp_path_factory.mktemp("rank")
+    log = tmp / "rank_0.log"
+    log.write_bytes((DATA / "rank_0.log").read_bytes())
+    assert import_torch_trace(log, tmp / "ref.jsonl").rejected == []
+    return log.read_bytes(), _body(tmp / "ref.jsonl")
+
+
+def _convert(data: bytes, folder: Path, name: str) -> tuple[list[str], list[bytes]] | None:
+    """The rejections and the records of a log of these bytes; None when no entry is left."""
+    log = folder / f"{name}.log"
+    log.write_bytes(data)
+    try:
+        result = import_torch_trace(log, folder / f"{name}.jsonl")
+    except TorchImportError:
+        return None
+    return [r.removeprefix(f"{log}:") for r in result.rejected], _body(folder / f"{name}.jsonl")
+
+
+@FUZZ
+@given(data=st.data())
+def test_junk_lines_between_entries_are_rejected_and_every_entry_kept(rank_log, data):
+    log, reference = rank_log
+    lines = log.split(b"\n")
+    starts = [i for i, line in enumerate(lines) if line and not line.startswith(b"\t")]
+    junk = data.draw(st.lists(st.tuples(st.sampled_from(starts), _JUNK), min_size=1, max_size=4))
+    put: list[bytes] = []
+    for i, line in enumerate(lines):
+        put += [j for at, j in junk if at == i]
+        put.append(line)
+    junk_numbers = {n + 1 for n, line in enumerate(put) if line in {j for _, j in junk}}
+    with tempfile.TemporaryDirectory() as tmp:
+        got = _convert(b"\n".join(put), Path(tmp), "junk")
+    assert got is not None
+    rejected, body = got
+    assert {int(r.split(":", 1)[0]) for r in rejected} <= junk_numbers
+    assert all(r.split(": ", 1)[1] for r in rejected)  # each says what is wrong
+    if len(rejected) == len(junk) or all(not j.strip() for _, j in junk):
+        assert body == reference
+    else:  # a line of junk that is an entry (`{}`): the log's compiles are all there still
+        assert _compile_ids(reference) <= _compile_ids(body)
+
+
+@FUZZ
+@given(data=st.data())
+def test_a_torch_like_entry_with_any_values_keeps_every_entry(rank_log, data):
+    log, reference = rank_log
+    lines = log.split(b"\n")
+    starts = [i for i, line in enumerate(lines) if line and not line.startswith(b"\t")]
+    at = data.draw(st.sampled_from(starts))
+    value = data.draw(st.dictionaries(st.sampled_from(TORCH_KEYS), _JSON, max_size=4))
+    entry = (PREFIX + json.dumps(value)).encode()
+    with tempfile.TemporaryDirectory() as tmp:
+        got = _convert(b"\n".join([*lines[:at], entry, *lines[at:]]), Path(tmp), "entry")
+    assert got is not None
+    rejected, body = got
+    assert all(r.startswith(f"{at + 1}: ") for r in rejected)
+    if rejected:  # refused: nothing else changed
+        assert body == reference
+    else:  # taken: the log's compiles are all there still
+        assert _compile_ids(reference) <= _compile_ids(body)
+
+
+def _compile_ids(body: list[bytes]) -> set[str]:
+    return {json.loads(r)["attrs"].get("compile_id") for r in body} - {None}
+
+
+@FUZZ
+@given(cut=st.integers(min_value=0, max_value=len((DATA / "rank_0.log").read_bytes())))
+def test_a_log_cut_at_any_byte_keeps_every_entry_before_the_cut(rank_log, cut):
+    log, _ = rank_log
+    head = log[:cut]
+    start = max(head.rfind(b"\n" + c) for c in (b"V", b"I", b"W", b"E")) + 1  # the cut entry
+    end = log.find(b"\n", cut)
+    while end >= 0 and log[end + 1 : end + 2] == b"\t":
+        end = log.find(b"\n", end + 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        got = _convert(head, Path(tmp), "cut")
+        before = _convert(log[:start], Path(tmp), "before")
+        whole = _convert(log[: end + 1] if end >= 0 else log, Path(tmp), "whole")
+    if got is None:  # the cut is in the first entry
+        assert before is None
+        return
+    rejected, body = got
+    line = head.count(b"\n", 0, start) + 1
+    assert all(r.startswith(f"{line}: ") for r in rejected)
+    assert body in ([] if before is None else before[1], None if whole is None else whole[1])
+
+
+@FUZZ
+@given(blob=st.binary(max_size=400))
+def test_any_bytes_are_a_log_or_a_clear_refusal(tmp_path, blob):
+    log = tmp_path / "any.log"
+    log.write_bytes(blob)
+    refused = None
+    try:
+        result = import_torch_trace(log, tmp_path / "any.jsonl")
+    except TorchImportError as exc:
+        refused = str(exc)
+    if refused is not None:
+        assert refused.startswith(f"{log}: no TORCH_TRACE entry")
+    else:
+        assert all(re.match(rf"{re.escape(str(log))}:\d+: \S", r) for r in result.rejected)
