@@ -48,6 +48,8 @@ import hashlib
 import json
 import os
 import re
+import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -67,16 +69,19 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from ember.analysis.imported import Imported, span_end_record, span_start_record
+from ember.analysis.ingest.plan import expand_paths
 from ember.schemas import RECORD, SCHEMA_ID, explain
 from ember.schemas.records import INT64_MAX, MAX_RUN_NS, MAX_WALL_TIME_NS
 
 __all__ = [
+    "Conversion",
     "Entry",
     "TorchImportError",
     "TorchImportResult",
     "import_torch_trace",
     "parse_recompile_reason",
     "read_entries",
+    "work_trace",
 ]
 
 IMPORTED_FROM = "torch_trace"
@@ -942,27 +947,96 @@ def is_torch_log(path: Path) -> bool:
     return _PREFIX.match(first.rstrip("\n")) is not None
 
 
-def convert_for_ingest(paths: list[str]) -> tuple[list[str], list[TorchImportResult]]:
+@dataclass
+class Conversion:
+    """What ``convert_for_ingest`` did: the paths to ingest, each log converted."""
+
+    paths: list[str]  # ``ember ingest``'s paths, a log's Ember trace in place of the log
+    results: list[TorchImportResult] = field(default_factory=list)  # the logs converted now
+    refused: list[str] = field(default_factory=list)  # ``log: why`` of each log left out
+
+
+def convert_for_ingest(paths: list[str]) -> Conversion:
     """``ember ingest``'s paths with each TORCH_TRACE log converted first.
 
-    A log (given, or a ``*.log`` in a given folder) becomes ``<log>.ember.jsonl`` beside it,
-    unless that is already newer than the log; a log given by name is replaced by its
-    trace, a folder stays (ingest finds the traces in it). Returns the paths and what each
-    conversion did.
+    A log (given, or a ``*.log`` in a given folder) is converted into ``work_trace(log)``,
+    unless that is already newer than the log; the log's own folder is not written (it may
+    be read-only). A trace an older Ember wrote beside the log (``<log>.ember.jsonl``) and
+    newer than it is ingested as it is (the database has it from there). A log that cannot
+    be converted is in ``refused`` and the others go on. A folder's own traces (``*.jsonl``)
+    are ingested too.
     """
-    out, results = [], []
+    done = Conversion([])
     for raw in paths:
         p = Path(raw)
         logs = [x for x in find_logs(p) if x.suffix == ".log" and is_torch_log(x)]
         if p.is_file() and not logs:
-            out.append(raw)
+            done.paths.append(raw)
             continue
-        for log in logs:
-            trace = log.with_name(log.name + ".ember.jsonl")
-            if not trace.exists() or trace.stat().st_mtime_ns < log.stat().st_mtime_ns:
-                results.append(import_torch_trace(log, trace))
-            if p.is_file():
-                out.append(str(trace))
-        if not p.is_file():
-            out.append(raw)
-    return out, results
+        beside = {log.with_name(log.name + ".ember.jsonl").resolve(): log for log in logs}
+        if not p.is_file():  # the folder's traces, less those of its logs (converted here)
+            done.paths += [str(x) for x in expand_paths([p]) if x not in beside]
+        for old, log in beside.items():
+            try:
+                if _fresh(old, log):
+                    done.paths.append(str(old))
+                    continue
+                trace = work_trace(log)
+                if not _fresh(trace, log):
+                    converted = _convert(log, str(trace))
+                    _write_atomically(trace, converted.text)
+                    done.results.append(converted.imported)
+            except (TorchImportError, OSError) as exc:
+                done.refused.append(_why(log, exc))
+                continue
+            done.paths.append(str(trace))
+    return done
+
+
+def _why(log: Path, exc: Exception) -> str:
+    text = str(exc)
+    return text if text.startswith(str(log)) else f"{log}: {text}"
+
+
+def _fresh(trace: Path, log: Path) -> bool:
+    """Whether ``trace`` exists and is newer than ``log`` (converted since it changed)."""
+    try:
+        return trace.stat().st_mtime_ns >= log.stat().st_mtime_ns
+    except FileNotFoundError:
+        return False
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    # another ingester may convert the same log at once: each writes its own file and
+    # renames it, so that a reader sees one whole trace
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    part.write_bytes(data)
+    os.replace(part, path)
+
+
+def work_trace(log: Path) -> Path:
+    """Where the Ember trace of ``log`` goes when it is ingested: a private folder of
+    this user's in the temporary folder (``TMPDIR``), one path for each log (from its
+    absolute path), so that the same log ingested again is the same trace ("unchanged")
+    and the log's own folder is never written (logs on read-only storage).
+
+    Raises ``TorchImportError`` when that folder belongs to another user or others may
+    write in it.
+    """
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    root = Path(tempfile.gettempdir()) / f"ember-torch-trace-{uid if uid is not None else 'u'}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = root.lstat()
+    if (
+        not stat.S_ISDIR(st.st_mode)
+        or (uid is not None and st.st_uid != uid)
+        or stat.S_IMODE(st.st_mode) & 0o022
+    ):
+        raise TorchImportError(
+            f"{root} is not a private folder of this user (another user's, a link, or "
+            "writable by others): remove it, or set TMPDIR to another folder"
+        )
+    key = hashlib.sha256(str(log.resolve()).encode()).hexdigest()[:16]
+    folder = root / key
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / (log.name + ".ember.jsonl")
