@@ -221,7 +221,7 @@ class _EnvelopeFields(TypedDict, total=False):
     bwd_compilation_metrics: _MetricsFields
 
 
-_ENVELOPE: TypeAdapter[dict[str, Any]] = TypeAdapter(_EnvelopeFields)
+_ENVELOPE = TypeAdapter(_EnvelopeFields).validator  # the validator itself: once an entry
 
 
 class _BadJSON(ValueError):
@@ -292,6 +292,16 @@ class _Years:
         self.latest: tuple[int, int, int] | None = None  # the latest (month, day, seconds)
         self.at = 0.0  # its position: offset * _YEAR + month * 31 + day + fraction
         self.far: float | None = None  # the position of a line far after ``at``
+        self.key = ""  # the last line's MMDD HH:MM:SS, and its answer (a second's lines
+        self.answer: tuple[tuple[int, int, int] | str, int] = ("", 0)  # are many)
+
+    def line(self, md: str, clock: str) -> tuple[tuple[int, int, int] | str, int]:
+        """A line's (month, day, seconds) or what is wrong with its date, and its offset."""
+        key = md + clock[:8]
+        if key != self.key:
+            date = _glog_date(md, clock)
+            self.key, self.answer = key, (date, self.of(*date) if isinstance(date, tuple) else 0)
+        return self.answer
 
     def of(self, month: int, day: int, seconds: int) -> int:
         here = month * 31 + day + seconds / 86400
@@ -335,17 +345,13 @@ def _start_year(path: Path) -> int:
             cut = data.rfind(b"\n")
             rest = data[cut:]
             for m in _HEAD_DATE.finditer(data, 0, cut + 1):
-                date = _glog_date(m[1].decode(), m[2].decode())
-                if isinstance(date, tuple):
-                    offset = years.of(*date)
-                    if date[:2] == (2, 29):
-                        leap_days.add(offset)
-        for m in _HEAD_DATE.finditer(rest + b"\n"):
-            date = _glog_date(m[1].decode(), m[2].decode())
-            if isinstance(date, tuple):
-                offset = years.of(*date)
+                date, offset = years.line(m[1].decode(), m[2].decode())
                 if date[:2] == (2, 29):
                     leap_days.add(offset)
+        for m in _HEAD_DATE.finditer(rest + b"\n"):
+            date, offset = years.line(m[1].decode(), m[2].decode())
+            if date[:2] == (2, 29):
+                leap_days.add(offset)
     if years.latest is None:
         return mtime.year
     limit = (mtime.month, mtime.day, mtime.hour * 3600 + mtime.minute * 60 + mtime.second)
@@ -387,6 +393,8 @@ def _number(digits: str | None) -> int | str | None:
     """A prefix's pid or rank, or what is wrong with it."""
     if digits is None:
         return None
+    if len(digits) < 19:  # most
+        return int(digits)
     if len(digits) > 19 or int(digits) > INT64_MAX:
         return f"{digits[:24]}{'...' if len(digits) > 24 else ''} is past 64 bits"
     return int(digits)
@@ -400,7 +408,8 @@ class _Reader:
     rejected: list[str]
     start_year: int
     years: _Years = field(default_factory=_Years)
-    seconds: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    second: tuple[int, tuple[int, int, int]] | None = None
+    whole: int = 0
 
     def entries(self, text: str, first_line: int) -> Iterator[Entry]:
         # each line that is not a payload line, and the payload lines (``\t``) after it,
@@ -440,16 +449,16 @@ class _Reader:
             self.reject(number + i, "a payload line before any entry")
 
     def entry(self, number: int, m: re.Match[str], payload: str | None) -> Entry | None:
-        date = _glog_date(m["md"], m["time"])
+        date, offset = self.years.line(m["md"], m["time"])  # before the JSON: as _start_year
         if isinstance(date, str):
             self.reject(number, f"the glog prefix is wrong: {date}")
             return None
-        year = self.start_year + self.years.of(*date)  # before the JSON: as _start_year
+        year = self.start_year + offset
         pid, rank = _number(m["pid"]), _number(m["rank"])
-        for what, value in (("pid", pid), ("rank", rank)):
-            if isinstance(value, str):
-                self.reject(number, f"the glog prefix is wrong: its {what} {value}")
-                return None
+        if isinstance(pid, str) or isinstance(rank, str):
+            what, value = ("pid", pid) if isinstance(pid, str) else ("rank", rank)
+            self.reject(number, f"the glog prefix is wrong: its {what} {value}")
+            return None
         if date[:2] == (2, 29) and not calendar.isleap(year):
             self.reject(number, f"29 February in {year}, not a leap year (the year is a guess)")
             return None
@@ -469,8 +478,7 @@ class _Reader:
         if error is not None:
             self.reject(number, error)
             return None
-        assert isinstance(pid, int)
-        assert not isinstance(rank, str)
+        assert pid is not None
         return Entry(
             number,
             self.epoch_ns(year, date, m["time"]),
@@ -481,15 +489,14 @@ class _Reader:
         )
 
     def epoch_ns(self, year: int, date: tuple[int, int, int], clock: str) -> int:
-        # glog's local clock, read as UTC; ``seconds`` keeps each second's epoch (thousands
-        # of entries share one)
+        # glog's local clock, read as UTC; the last second's epoch is kept (thousands of
+        # entries share one)
         frac = clock.partition(".")[2]
-        key = (year, *date)
-        whole = self.seconds.get(key)
-        if whole is None:
+        if (year, date) != self.second:
             month, day, secs = date
-            whole = self.seconds[key] = calendar.timegm((year, month, day, 0, 0, secs))
-        return whole * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+            self.second = (year, date)
+            self.whole = calendar.timegm((year, month, day, 0, 0, secs))
+        return self.whole * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
 
 def read_entries(path: Path, rejected: list[str], start_year: int | None = None) -> Iterator[Entry]:
