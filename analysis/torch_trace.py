@@ -611,7 +611,8 @@ class _Run:
             comp.start_ns = entry.ts_ns
             frame: dict[str, Any] = (env["dynamo_start"].get("stack") or [{}])[-1]
             comp.fun_name = frame.get("name")
-            file = self.strings.get(frame.get("filename"), "?")
+            index = frame.get("filename")  # into the string table (``str`` entries)
+            file = self.strings.get(index, "?") if index is not None else "?"
             comp.defined_at = f"{file}:{frame.get('line')}"
         elif "artifact" in env:
             self.artifact(entry, env["artifact"].get("name") or "", comp)
