@@ -114,8 +114,8 @@ def _trace_files(paths: list[str]) -> tuple[list[Path], int]:
     """The trace files to ingest, TORCH_TRACE logs converted, and how many logs could not
     be; a clear error when there is no file."""
     try:
-        paths, refused = _convert_torch_logs(paths)
-        files = expand_paths(paths)
+        converted, refused = _convert_torch_logs(paths)
+        files = expand_paths(converted)
     except FileNotFoundError as exc:
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
     if not files:
