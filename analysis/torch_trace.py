@@ -43,29 +43,45 @@ a log / a TORCH_TRACE dir    a run (meta): ``pid`` and ``versions.torch`` from t
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import os
 import re
+import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import ValidationError
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    with_config,
+)
+from typing_extensions import TypedDict
 
 from ember.analysis.imported import Imported, span_end_record, span_start_record
+from ember.analysis.ingest.plan import expand_paths
 from ember.schemas import RECORD, SCHEMA_ID, explain
+from ember.schemas.records import INT64_MAX, MAX_RUN_NS, MAX_WALL_TIME_NS
 
 __all__ = [
+    "Conversion",
     "Entry",
     "TorchImportError",
     "TorchImportResult",
     "import_torch_trace",
     "parse_recompile_reason",
     "read_entries",
+    "work_trace",
 ]
 
 IMPORTED_FROM = "torch_trace"
@@ -117,16 +133,115 @@ class TorchImportResult(Imported):
     compiles: int = 0
 
 
-def _epoch_ns(month_day: str, clock: str, year: int, seconds: dict[str, int]) -> int:
-    # glog's local clock, read as UTC; ``seconds`` keeps each second's epoch (thousands of
-    # entries share one)
-    hms, _, frac = clock.partition(".")
-    whole = seconds.get(month_day + hms)
-    if whole is None:
-        h, m, s = (int(x) for x in hms.split(":"))
-        moment = datetime(year, int(month_day[:2]), int(month_day[2:]), h, m, s, tzinfo=UTC)
-        whole = seconds[month_day + hms] = int(moment.timestamp())
-    return whole * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+# ---------------------------------------------------------------- what an entry may hold
+#
+# The envelope fields the mapping reads, typed (pydantic): an entry whose field has another
+# type, a number out of range (2**70, Infinity, NaN) or text that is not UTF-8 (a lone
+# surrogate) is rejected with the field named; the fields it does not read are not checked.
+
+
+def _utf8(text: str) -> str:
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("unicode_escape").decode()
+        raise ValueError(f"not UTF-8 text (a lone surrogate {bad})") from None
+    return text
+
+
+_Count = Annotated[int, Strict(), Field(ge=0, le=INT64_MAX)]
+_Text = Annotated[str, Strict(), AfterValidator(_utf8)]
+# compile times: seconds (or microseconds) from 0 to the longest run a trace holds
+_Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_RUN_NS / 1e9, allow_inf_nan=False)]
+_Micros = Annotated[float, Strict(), Field(ge=0, le=MAX_RUN_NS / 1e3, allow_inf_nan=False)]
+_EpochSeconds = Annotated[
+    float, Strict(), Field(ge=0, le=MAX_WALL_TIME_NS / 1e9, allow_inf_nan=False)
+]
+# one compile's cache lookups the metrics count (a handful in a real log): each becomes an
+# element of the compile's ``torch_caches``
+_Lookups = Annotated[int, Strict(), Field(ge=0, le=1000)]
+
+_OPEN = ConfigDict(extra="allow")
+
+
+@with_config(_OPEN)
+class _FrameFields(TypedDict, total=False):
+    line: _Count | None
+    name: _Text | None
+    filename: _Count | None
+
+
+@with_config(_OPEN)
+class _DynamoStartFields(TypedDict, total=False):
+    stack: list[_FrameFields] | None
+
+
+@with_config(_OPEN)
+class _ArtifactFields(TypedDict, total=False):
+    name: _Text | None
+
+
+@with_config(_OPEN)
+class _MetricsFields(TypedDict, total=False):
+    co_name: _Text | None
+    co_filename: _Text | None
+    co_firstlineno: _Count | None
+    start_time: _EpochSeconds | None
+    entire_frame_compile_time_s: _Seconds | None
+    backend_compile_time_s: _Seconds | None
+    inductor_compile_time_s: _Seconds | None
+    backward_cumulative_compile_time_us: _Micros | None
+    guard_count: _Count | None
+    cache_size: _Count | None
+    recompile_reason: _Text | None
+    fail_type: _Text | None
+    fail_reason: _Text | None
+    inductor_fx_local_cache_hit_count: _Lookups | None
+    inductor_fx_local_cache_miss_count: _Lookups | None
+    inductor_fx_remote_cache_hit_count: _Lookups | None
+    inductor_fx_remote_cache_miss_count: _Lookups | None
+    aotautograd_local_cache_hit_count: _Lookups | None
+    aotautograd_local_cache_miss_count: _Lookups | None
+    aotautograd_remote_cache_hit_count: _Lookups | None
+    aotautograd_remote_cache_miss_count: _Lookups | None
+
+
+@with_config(_OPEN)
+class _EnvelopeFields(TypedDict, total=False):
+    frame_id: _Count | None
+    frame_compile_id: _Count | None
+    attempt: _Count | None
+    compiled_autograd_id: _Count | None
+    rank: _Count | None
+    has_payload: _Text | None
+    str: tuple[_Text, _Count]
+    dynamo_start: _DynamoStartFields
+    artifact: _ArtifactFields
+    compilation_metrics: _MetricsFields
+    bwd_compilation_metrics: _MetricsFields
+
+
+_ENVELOPE = TypeAdapter(_EnvelopeFields).validator  # the validator itself: once an entry
+
+
+class _BadJSON(ValueError):
+    """Text that is not JSON Ember reads; the message says what is wrong."""
+
+
+def _loads(text: str) -> Any:
+    """JSON as Python's ``json`` writes it (torch's logger): orjson, or where it refuses
+    (``NaN``/``Infinity``, an integer past 64 bits, a lone surrogate, deeper than 1024)
+    Python's ``json``, whose ``NaN`` is a float the typed fields then refuse."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _BadJSON("it is nested too deep to read") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4300 digits
+        raise _BadJSON(str(exc)) from None
 
 
 def _payload_error(envelope: dict[str, Any], payload: str | None) -> str | None:
@@ -139,11 +254,117 @@ def _payload_error(envelope: dict[str, Any], payload: str | None) -> str | None:
     return None
 
 
-def _loads(text: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:  # NaN and Infinity, which Python's json writes
-        return json.loads(text)
+# ---------------------------------------------------------------- glog's clock and the year
+#
+# glog writes ``MMDD HH:MM:SS.us`` of the local clock, with no year. The year of each line:
+# the one that puts it nearest the line before (a log spans New Year: 1231 then 0101 is the
+# next year; a line a thread wrote a moment late, 1231 after 0101, the year before), and for
+# the whole log the latest such that its last moment is not after the file's mtime (a day
+# later at most: the mtime is UTC, the clock local; today where the mtime is before 2001, as
+# a build tool resets it), and a 29 February in a leap year (the nearest not after that).
+
+_YEAR = 372  # a year's positions: month * 31 + day (+ the day's fraction), with room
+_MONTH = 31
+_MTIME_SLACK = timedelta(days=1)  # time zones: glog's clock is local, the mtime UTC
+
+
+def _glog_date(md: str, clock: str) -> tuple[int, int, int] | str:
+    """(month, day, seconds of the day) of a line's prefix, or what is wrong with it."""
+    month, day = int(md[:2]), int(md[2:])
+    h, m, s = (int(x) for x in clock[:8].split(":"))
+    if not 1 <= month <= 12 or not 1 <= day <= calendar.monthrange(2000, month)[1]:
+        return f"the date {md} (MMDD) is no day of the year"
+    if h > 23 or m > 59 or s > 59:
+        return f"the time {clock[:8]} is no time of day"
+    return month, day, h * 3600 + m * 60 + s
+
+
+class _Years:
+    """Each line's year offset from the log's first (0, or 1 after a New Year).
+
+    A line's year is the one nearest the latest line (``at``); a line more than a month
+    after it moves ``at`` only when the next line is near it too, so that one odd line
+    (a corrupt date) does not move the rest of the log into another year.
+    """
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.latest: tuple[int, int, int] | None = None  # the latest (month, day, seconds)
+        self.at = 0.0  # its position: offset * _YEAR + month * 31 + day + fraction
+        self.far: float | None = None  # the position of a line far after ``at``
+        self.key = ""  # the last line's MMDD HH:MM:SS, and its answer (a second's lines
+        self.answer: tuple[tuple[int, int, int] | str, int] = ("", 0)  # are many)
+
+    def line(self, md: str, clock: str) -> tuple[tuple[int, int, int] | str, int]:
+        """A line's (month, day, seconds) or what is wrong with its date, and its offset."""
+        key = md + clock[:8]
+        if key != self.key:
+            date = _glog_date(md, clock)
+            self.key, self.answer = key, (date, self.of(*date) if isinstance(date, tuple) else 0)
+        return self.answer
+
+    def of(self, month: int, day: int, seconds: int) -> int:
+        here = month * 31 + day + seconds / 86400
+        if self.latest is None:
+            self.latest, self.at = (month, day, seconds), here
+            return 0
+        offset = self.nearest(here, self.at)
+        position = offset * _YEAR + here
+        moves = 0 < position - self.at < _MONTH
+        if self.far is not None:  # a line far after ``at`` came before: is this one near it?
+            beside = self.nearest(here, self.far)
+            if abs(beside * _YEAR + here - self.far) < _MONTH and beside * _YEAR + here > self.at:
+                offset, position, moves = beside, beside * _YEAR + here, True
+        if moves:
+            self.offset, self.latest, self.at = offset, (month, day, seconds), position
+        self.far = position if not moves and position - self.at >= _MONTH else None
+        return offset
+
+    def nearest(self, here: float, to: float) -> int:
+        """The year offset that puts ``here`` nearest the position ``to``."""
+        k = round((to - here) / _YEAR)
+        return min((k, k + 1, k - 1), key=lambda j: abs(j * _YEAR + here - to))
+
+
+_HEAD_DATE = re.compile(
+    rb"\n(?:\[rank\d+\]:)?[A-Z](\d{4}) (\d\d:\d\d:\d\d)\.\d+ +\d+ [^\]\n]+\][^{\n]*\{"
+)
+
+
+def _start_year(path: Path) -> int:
+    """The year of the log's first line, from its dates and its mtime (see above)."""
+    mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    if mtime.year < 2001:  # reset by a build or copy tool (0 in a Nix store): no clue
+        mtime = datetime.now(UTC)
+    mtime += _MTIME_SLACK
+    years, leap_days = _Years(), set()
+    rest = b"\n"
+    with path.open("rb") as f:
+        while block := f.read(_PIECE_BYTES):
+            data = rest + block
+            cut = data.rfind(b"\n")
+            rest = data[cut:]
+            for m in _HEAD_DATE.finditer(data, 0, cut + 1):
+                date, offset = years.line(m[1].decode(), m[2].decode())
+                if date[:2] == (2, 29):
+                    leap_days.add(offset)
+        for m in _HEAD_DATE.finditer(rest + b"\n"):
+            date, offset = years.line(m[1].decode(), m[2].decode())
+            if date[:2] == (2, 29):
+                leap_days.add(offset)
+    if years.latest is None:
+        return mtime.year
+    limit = (mtime.month, mtime.day, mtime.hour * 3600 + mtime.minute * 60 + mtime.second)
+    last_year = mtime.year if years.latest <= limit else mtime.year - 1
+    start = last_year - years.offset
+    for _ in range(8):  # a 29 February: the nearest leap year before (2100 is none)
+        if all(calendar.isleap(start + k) for k in leap_days):
+            break
+        start -= 1
+    return start
+
+
+# ---------------------------------------------------------------- reading
 
 
 _PIECE_BYTES = 8 << 20
@@ -168,14 +389,27 @@ def _pieces(path: Path) -> Iterator[str]:
         yield rest.decode("utf-8", errors="replace")
 
 
+def _number(digits: str | None) -> int | str | None:
+    """A prefix's pid or rank, or what is wrong with it."""
+    if digits is None:
+        return None
+    if len(digits) < 19:  # most
+        return int(digits)
+    if len(digits) > 19 or int(digits) > INT64_MAX:
+        return f"{digits[:24]}{'...' if len(digits) > 24 else ''} is past 64 bits"
+    return int(digits)
+
+
 @dataclass
 class _Reader:
     """Reads one log's pieces into checked entries; what fails goes to ``rejected``."""
 
     path: Path
     rejected: list[str]
-    year: int
-    seconds: dict[str, int] = field(default_factory=dict)
+    start_year: int
+    years: _Years = field(default_factory=_Years)
+    second: tuple[int, tuple[int, int, int]] | None = None
+    whole: int = 0
 
     def entries(self, text: str, first_line: int) -> Iterator[Entry]:
         # each line that is not a payload line, and the payload lines (``\t``) after it,
@@ -197,9 +431,7 @@ class _Reader:
             head = _PREFIX.match(line) if line.strip() else None
             if head is None:
                 if line.strip():
-                    self.rejected.append(
-                        f"{self.path}:{number}: not a TORCH_TRACE entry (a glog prefix, then JSON)"
-                    )
+                    self.reject(number, "not a TORCH_TRACE entry (a glog prefix, then JSON)")
                 if payload:
                     self.orphans(payload, number + 1)
                 continue
@@ -209,36 +441,73 @@ class _Reader:
             if entry is not None:
                 yield entry
 
+    def reject(self, number: int, why: str) -> None:
+        self.rejected.append(f"{self.path}:{number}: {why}")
+
     def orphans(self, payload: str, number: int) -> None:
         for i in range(payload.count("\n") + 1):
-            self.rejected.append(f"{self.path}:{number + i}: a payload line before any entry")
+            self.reject(number + i, "a payload line before any entry")
 
     def entry(self, number: int, m: re.Match[str], payload: str | None) -> Entry | None:
-        try:
-            envelope = _loads(m["json"])
-        except json.JSONDecodeError as exc:
-            self.rejected.append(f"{self.path}:{number}: the entry is not JSON: {exc}")
+        date, offset = self.years.line(m["md"], m["time"])  # before the JSON: as _start_year
+        if isinstance(date, str):
+            self.reject(number, f"the glog prefix is wrong: {date}")
             return None
-        if not isinstance(envelope, dict):
-            self.rejected.append(f"{self.path}:{number}: the entry is not a JSON object")
+        year = self.start_year + offset
+        pid, rank = _number(m["pid"]), _number(m["rank"])
+        if isinstance(pid, str) or isinstance(rank, str):
+            what, value = ("pid", pid) if isinstance(pid, str) else ("rank", rank)
+            self.reject(number, f"the glog prefix is wrong: its {what} {value}")
+            return None
+        if date[:2] == (2, 29) and not calendar.isleap(year):
+            self.reject(number, f"29 February in {year}, not a leap year (the year is a guess)")
+            return None
+        try:
+            envelope = _ENVELOPE.validate_python(_loads(m["json"]))
+        except _BadJSON as exc:
+            self.reject(number, f"the entry is not JSON: {exc}")
+            return None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            if first["type"] == "dict_type" and not first["loc"]:
+                self.reject(number, "the entry is not a JSON object")
+            else:
+                self.reject(number, f"a field holds what torch does not write: {explain(exc)}")
             return None
         error = _payload_error(envelope, payload)
         if error is not None:
-            self.rejected.append(f"{self.path}:{number}: {error}")
+            self.reject(number, error)
             return None
+        assert pid is not None
         return Entry(
             number,
-            _epoch_ns(m["md"], m["time"], self.year, self.seconds),
-            int(m["pid"]),
-            int(m["rank"]) if m["rank"] is not None else None,
+            self.epoch_ns(year, date, m["time"]),
+            pid,
+            rank,
             envelope,
             payload if envelope.get("has_payload") is not None else None,
         )
 
+    def epoch_ns(self, year: int, date: tuple[int, int, int], clock: str) -> int:
+        # glog's local clock, read as UTC; the last second's epoch is kept (thousands of
+        # entries share one)
+        frac = clock.partition(".")[2]
+        if (year, date) != self.second:
+            month, day, secs = date
+            self.second = (year, date)
+            self.whole = calendar.timegm((year, month, day, 0, 0, secs))
+        return self.whole * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
 
-def read_entries(path: Path, rejected: list[str], year: int) -> Iterator[Entry]:
-    """The entries of one log, each checked; what fails goes to ``rejected``."""
-    reader = _Reader(path, rejected, year)
+
+def read_entries(path: Path, rejected: list[str], start_year: int | None = None) -> Iterator[Entry]:
+    """The entries of one log, each checked; what fails goes to ``rejected``.
+
+    ``start_year`` is the year of the log's first line; by default it is inferred from the
+    log's dates and its mtime (glog's prefix has no year): the log's last line is not after
+    the mtime (a day's slack: glog's clock is local), a month that goes back (12 to 01) is a
+    new year, and a 29 February falls in a leap year.
+    """
+    reader = _Reader(path, rejected, _start_year(path) if start_year is None else start_year)
     first_line = 1
     for text in _pieces(path):
         yield from reader.entries(text, first_line)
@@ -320,7 +589,7 @@ class _Run:
         return max(0, epoch_ns - self.t0)
 
     def compile_for(self, env: dict[str, Any], ts_ns: int) -> _Compile | None:
-        if "frame_id" not in env:
+        if env.get("frame_id") is None:
             return None
         cid = _compile_id(env)
         if cid not in self.compiles:
@@ -331,7 +600,7 @@ class _Run:
         env = entry.envelope
         if self.t0 is None:
             self.t0, self.pid, self.rank = entry.ts_ns, entry.pid, entry.rank
-        if isinstance(env.get("rank"), int):  # torch.distributed puts it in each entry
+        if env.get("rank") is not None:  # torch.distributed puts it in each entry
             self.rank = env["rank"]
         if "str" in env:
             text, index = env["str"]
@@ -340,12 +609,13 @@ class _Run:
         comp = self.compile_for(env, entry.ts_ns)
         if "dynamo_start" in env and comp is not None:
             comp.start_ns = entry.ts_ns
-            frame = (env["dynamo_start"].get("stack") or [{}])[-1]
+            frame: dict[str, Any] = (env["dynamo_start"].get("stack") or [{}])[-1]
             comp.fun_name = frame.get("name")
-            file = self.strings.get(frame.get("filename"), "?")
+            index = frame.get("filename")  # into the string table (``str`` entries)
+            file = self.strings.get(index, "?") if index is not None else "?"
             comp.defined_at = f"{file}:{frame.get('line')}"
         elif "artifact" in env:
-            self.artifact(entry, env["artifact"].get("name", ""), comp)
+            self.artifact(entry, env["artifact"].get("name") or "", comp)
         elif "compilation_metrics" in env and comp is not None:
             self.compile_span(entry, comp, env["compilation_metrics"], backward=False)
         elif "bwd_compilation_metrics" in env and comp is not None:
@@ -366,24 +636,26 @@ class _Run:
 
     def artifact(self, entry: Entry, name: str, comp: _Compile | None) -> None:
         if name == "torch_version" and entry.payload:
-            version = json.loads(entry.payload)
+            version = _payload_json(entry.payload, name)
             if isinstance(version, dict):
                 version = version.get("pytorch_version")
-            self.torch_version = str(version)
+            if not isinstance(version, str):
+                raise _BadEntry("the torch_version payload names no version (pytorch_version)")
+            self.torch_version = _text(version, "the torch_version payload")
         elif (m := _CACHE_ARTIFACT.match(name)) is not None and comp is not None:
             self.cache_artifact(entry, comp, m["cache"], m["action"])
         elif name == "dynamo_graph_break_reason" and comp is not None:
             self.graph_break(entry, comp)
 
     def cache_artifact(self, entry: Entry, comp: _Compile, cache: str, action: str) -> None:
-        payload = json.loads(entry.payload) if entry.payload else {}
+        payload = _payload_json(entry.payload, f"{cache}_cache_{action}") if entry.payload else {}
         if not isinstance(payload, dict):
             payload = {}
         lookup: dict[str, Any] = {"cache": cache, "action": action}
         if isinstance(payload.get("key"), str):
-            lookup["key"] = payload["key"]
+            lookup["key"] = _text(payload["key"], "the cache key")
         saved = payload.get("time_saved_ms")
-        if action == "hit" and isinstance(saved, (int, float)) and saved >= 0:
+        if action == "hit" and isinstance(saved, (int, float)) and 0 <= saved <= MAX_RUN_NS / 1e6:
             lookup["time_saved_ns"] = int(saved * 1e6)
         comp.lookups.append(lookup)
 
@@ -450,6 +722,24 @@ class _Run:
         if error is not None:
             record.update(status=status, error=error)
         self.records.append(record)
+
+
+class _BadEntry(ValueError):
+    """An entry the mapping cannot read; the message says why (``file:line`` before it)."""
+
+
+def _payload_json(payload: str, artifact: str) -> Any:
+    try:
+        return _loads(payload)
+    except _BadJSON as exc:
+        raise _BadEntry(f"the {artifact} payload is not JSON: {exc}") from None
+
+
+def _text(value: str, what: str) -> str:
+    try:
+        return _utf8(value)
+    except ValueError as exc:
+        raise _BadEntry(f"{what} is {exc}") from None
 
 
 def _break_reason(text: str) -> str:
@@ -578,34 +868,74 @@ def _fun(record: dict[str, Any]) -> str:
 def import_torch_trace(
     path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
 ) -> TorchImportResult:
-    """Convert one TORCH_TRACE log into an Ember trace (``<name>.ember.jsonl`` beside it)."""
+    """Convert one TORCH_TRACE log into an Ember trace (``<name>.ember.jsonl`` beside it,
+    or ``out``).
+
+    An entry that cannot be read (not JSON, a field of another type, a number out of range,
+    a date that is none) is rejected (``result.rejected``: ``file:line: what is wrong``) and
+    every other entry kept. Raises ``TorchImportError`` when no entry is left (not a torch
+    log), ``OSError`` when the log cannot be read or ``out`` written.
+    """
     src = Path(path)
     dst = Path(out) if out is not None else src.with_name(src.name + ".ember.jsonl")
+    result = _convert(src, str(dst))
+    dst.write_bytes(result.text)
+    return result.imported
+
+
+@dataclass
+class _Converted:
+    imported: TorchImportResult
+    text: bytes
+
+
+def _convert(src: Path, dst: str) -> _Converted:
+    """One log's Ember trace, in memory, and what became of its entries."""
     run_id = _run_id(src)
-    result = TorchImportResult(str(dst), run_id)
+    result = TorchImportResult(dst, run_id)
     run = _Run(src)
-    year = datetime.fromtimestamp(src.stat().st_mtime, tz=UTC).year
-    for entry in read_entries(src, result.rejected, year):
+    lines: list[tuple[int, int, bytes]] = []  # (ts_ns, order, line)
+    for entry in read_entries(src, result.rejected):
+        before = len(run.records)
+        why = None
         try:
             run.add(entry)
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            result.rejected.append(f"{src}:{entry.line}: cannot read this entry: {exc!r}")
-    if run.t0 is None:
-        raise TorchImportError(f"{src}: no TORCH_TRACE entry in it; is this a torch log?")
-    records = [_meta(run, src, run_id), *sorted(run.records, key=lambda r: r["ts_ns"])]
-    lines = []
-    for record in records:
-        try:
-            RECORD.validate_python(record)
-        except ValidationError as exc:  # an Ember bug or an odd log: said, not fatal
-            result.rejected.append(f"{src}: a converted record is invalid: {explain(exc)}")
+            added = run.records[before:]
+            new = [(r["ts_ns"], len(lines) + i, _checked(r)) for i, r in enumerate(added)]
+        except _BadEntry as exc:
+            why = str(exc)
+        except ValidationError as exc:
+            why = f"its Ember record would be invalid: {explain(exc)}"
+        except Exception as exc:  # no traceback for a log: said, and the rest kept
+            why = f"cannot read this entry (an Ember bug: please report it): {exc!r}"
+        if why is not None:
+            del run.records[before:]
+            result.rejected.append(f"{src}:{entry.line}: {why}")
             continue
-        lines.append(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+        lines += new
+    if run.t0 is None:
+        raise TorchImportError(
+            f"{src}: no TORCH_TRACE entry could be read in it; is this a torch log?"
+            + (f" (its first rejected line: {result.rejected[0]})" if result.rejected else "")
+        )
+    meta = _meta(run, src, run_id)
+    try:
+        head = _checked(meta)
+    except (ValidationError, TypeError) as exc:
+        why = explain(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise TorchImportError(f"{src}: its run's meta record would be invalid: {why}") from None
+    lines.sort()
+    result.records = len(lines) + 1
+    for record in (meta, *run.records):
         result.counts[record["kind"]] = result.counts.get(record["kind"], 0) + 1
-    result.records = len(lines)
-    result.compiles = sum(1 for r in records if r.get("span_kind") == "jit") // 2
-    dst.write_bytes(b"".join(lines))
-    return result
+    result.compiles = sum(1 for r in run.records if r.get("span_kind") == "jit") // 2
+    return _Converted(result, head + b"".join(line for _, _, line in lines))
+
+
+def _checked(record: dict[str, Any]) -> bytes:
+    """The record's JSONL line, once the schema takes it."""
+    RECORD.validate_python(record)
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def find_logs(path: Path) -> list[Path]:
@@ -625,27 +955,96 @@ def is_torch_log(path: Path) -> bool:
     return _PREFIX.match(first.rstrip("\n")) is not None
 
 
-def convert_for_ingest(paths: list[str]) -> tuple[list[str], list[TorchImportResult]]:
+@dataclass
+class Conversion:
+    """What ``convert_for_ingest`` did: the paths to ingest, each log converted."""
+
+    paths: list[str]  # ``ember ingest``'s paths, a log's Ember trace in place of the log
+    results: list[TorchImportResult] = field(default_factory=list)  # the logs converted now
+    refused: list[str] = field(default_factory=list)  # ``log: why`` of each log left out
+
+
+def convert_for_ingest(paths: list[str]) -> Conversion:
     """``ember ingest``'s paths with each TORCH_TRACE log converted first.
 
-    A log (given, or a ``*.log`` in a given folder) becomes ``<log>.ember.jsonl`` beside it,
-    unless that is already newer than the log; a log given by name is replaced by its
-    trace, a folder stays (ingest finds the traces in it). Returns the paths and what each
-    conversion did.
+    A log (given, or a ``*.log`` in a given folder) is converted into ``work_trace(log)``,
+    unless that is already newer than the log; the log's own folder is not written (it may
+    be read-only). A trace an older Ember wrote beside the log (``<log>.ember.jsonl``) and
+    newer than it is ingested as it is (the database has it from there). A log that cannot
+    be converted is in ``refused`` and the others go on. A folder's own traces (``*.jsonl``)
+    are ingested too.
     """
-    out, results = [], []
+    done = Conversion([])
     for raw in paths:
         p = Path(raw)
         logs = [x for x in find_logs(p) if x.suffix == ".log" and is_torch_log(x)]
         if p.is_file() and not logs:
-            out.append(raw)
+            done.paths.append(raw)
             continue
-        for log in logs:
-            trace = log.with_name(log.name + ".ember.jsonl")
-            if not trace.exists() or trace.stat().st_mtime_ns < log.stat().st_mtime_ns:
-                results.append(import_torch_trace(log, trace))
-            if p.is_file():
-                out.append(str(trace))
-        if not p.is_file():
-            out.append(raw)
-    return out, results
+        beside = {log.with_name(log.name + ".ember.jsonl").resolve(): log for log in logs}
+        if not p.is_file():  # the folder's traces, less those of its logs (converted here)
+            done.paths += [str(x) for x in expand_paths([p]) if x not in beside]
+        for old, log in beside.items():
+            try:
+                if _fresh(old, log):
+                    done.paths.append(str(old))
+                    continue
+                trace = work_trace(log)
+                if not _fresh(trace, log):
+                    converted = _convert(log, str(trace))
+                    _write_atomically(trace, converted.text)
+                    done.results.append(converted.imported)
+            except (TorchImportError, OSError) as exc:
+                done.refused.append(_why(log, exc))
+                continue
+            done.paths.append(str(trace))
+    return done
+
+
+def _why(log: Path, exc: Exception) -> str:
+    text = str(exc)
+    return text if text.startswith(str(log)) else f"{log}: {text}"
+
+
+def _fresh(trace: Path, log: Path) -> bool:
+    """Whether ``trace`` exists and is newer than ``log`` (converted since it changed)."""
+    try:
+        return trace.stat().st_mtime_ns >= log.stat().st_mtime_ns
+    except FileNotFoundError:
+        return False
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    # another ingester may convert the same log at once: each writes its own file and
+    # renames it, so that a reader sees one whole trace
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    part.write_bytes(data)
+    os.replace(part, path)
+
+
+def work_trace(log: Path) -> Path:
+    """Where the Ember trace of ``log`` goes when it is ingested: a private folder of
+    this user's in the temporary folder (``TMPDIR``), one path for each log (from its
+    absolute path), so that the same log ingested again is the same trace ("unchanged")
+    and the log's own folder is never written (logs on read-only storage).
+
+    Raises ``TorchImportError`` when that folder belongs to another user or others may
+    write in it.
+    """
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    root = Path(tempfile.gettempdir()) / f"ember-torch-trace-{uid if uid is not None else 'u'}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = root.lstat()
+    if (
+        not stat.S_ISDIR(st.st_mode)
+        or (uid is not None and st.st_uid != uid)
+        or stat.S_IMODE(st.st_mode) & 0o022
+    ):
+        raise TorchImportError(
+            f"{root} is not a private folder of this user (another user's, a link, or "
+            "writable by others): remove it, or set TMPDIR to another folder"
+        )
+    key = hashlib.sha256(str(log.resolve()).encode()).hexdigest()[:16]
+    folder = root / key
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / (log.name + ".ember.jsonl")

@@ -25,9 +25,11 @@ from ember.analysis.report import RunReport, RunSummary, rejected_summary
 from ember.analysis.report import report as run_report
 from ember.analysis.torch_trace import (
     TorchImportError,
+    TorchImportResult,
     convert_for_ingest,
     find_logs,
     import_torch_trace,
+    work_trace,
 )
 from ember.analysis.trends import ChangePoint, describe
 from ember.analysis.trends import changes_since as trend_changes
@@ -93,28 +95,32 @@ def ingest_command(
 ) -> None:
     """Read traces into the database: validated, each file once (a grown file continues).
 
-    A torch.compile TORCH_TRACE log (or a folder of them) is converted first, to
-    LOG.ember.jsonl beside it (`ember import torch-trace`).
+    A torch.compile TORCH_TRACE log (or a folder of them) is converted first
+    (`ember import torch-trace`), into a temporary folder: the log's folder is not written.
+    A log that cannot be converted is said and the rest go on (exit 1 at the end).
     """
-    files = _trace_files(paths)
+    files, refused_logs = _trace_files(paths)
     if engine is Engine.spark and lake is None:
         raise fail("--engine spark writes a lake: give --lake DIR")
     if lake is not None:
         _ingest_lake(files, lake, engine, master, strict)
-        return
-    _ingest_database(files, db, wait, strict)
+    else:
+        _ingest_database(files, db, wait, strict)
+    if refused_logs:
+        raise typer.Exit(1)
 
 
-def _trace_files(paths: list[str]) -> list[Path]:
-    """The trace files to ingest, TORCH_TRACE logs converted; a clear error when none."""
+def _trace_files(paths: list[str]) -> tuple[list[Path], int]:
+    """The trace files to ingest, TORCH_TRACE logs converted, and how many logs could not
+    be; a clear error when there is no file."""
     try:
-        paths = _convert_torch_logs(paths)
-        files = expand_paths(paths)
+        converted, refused = _convert_torch_logs(paths)
+        files = expand_paths(converted)
     except FileNotFoundError as exc:
         raise fail(f"{exc}; give trace files (.jsonl), folders or globs") from None
     if not files:
         raise fail(f"no trace files (*.jsonl) in {', '.join(paths)}; give trace files or folders")
-    return files
+    return files, refused
 
 
 def _ingest_database(files: list[Path], db: Path, wait: float, strict: bool) -> None:
@@ -168,19 +174,19 @@ def _print_interrupted(exc: IngestInterrupted, db: Path) -> None:
     )
 
 
-def _convert_torch_logs(paths: list[str]) -> list[str]:
-    try:
-        paths, results = convert_for_ingest(paths)
-    except (TorchImportError, OSError) as exc:
-        raise fail(str(exc)) from None
-    for result in results:
+def _convert_torch_logs(paths: list[str]) -> tuple[list[str], int]:
+    """``paths`` with their TORCH_TRACE logs converted, and how many logs could not be."""
+    done = convert_for_ingest(paths)
+    for result in done.results:
         for line in result.rejected:
             err_console.print(f"rejected: {line}", highlight=False, soft_wrap=True, markup=False)
         _say(
             f"{result.path}: converted from TORCH_TRACE ({result.compiles} compiles, "
             f"{len(result.rejected)} rejected lines)"
         )
-    return paths
+    for why in done.refused:  # whole on one line: a path in it stays whole, to copy
+        err_console.print(f"refused: {why}", highlight=False, soft_wrap=True, markup=False)
+    return done.paths, len(done.refused)
 
 
 def _ingest_lake(files: list[Path], lake: Path, engine: Engine, master: str, strict: bool) -> None:
@@ -568,7 +574,10 @@ def import_torch_trace_command(
     them too.
 
     A bad line or a payload whose md5 differs is rejected (file:line: why) and the rest
-    kept; the command exits 1 when any line was rejected.
+    kept; a log that cannot be converted is refused and the other logs go on. With --db or
+    --lake (and no --out) the traces are written into a temporary folder, not beside the
+    logs (read-only storage); the database is opened once for all of them. Exits 1 when
+    any line was rejected or any log or trace refused.
     """
     logs = [log for p in paths for log in find_logs(p)]
     missing = [str(p) for p in paths if not p.exists()]
@@ -576,13 +585,15 @@ def import_torch_trace_command(
         raise fail(f"{', '.join(missing) or paths[0]}: no such file, or no *.log in the folder")
     if out is not None and len(logs) > 1:
         raise fail(f"--out names one file, and {len(logs)} logs were given; leave it out")
-    rejected = 0
+    rejected = refused = 0
     traces: list[Path] = []
     for log in logs:
         try:
-            result = import_torch_trace(log, out)
+            result = _import_log(log, out, elsewhere=db is not None or lake is not None)
         except (TorchImportError, OSError) as exc:
-            raise fail(str(exc)) from None
+            refused += 1
+            err_console.print(f"refused: {exc}", highlight=False, soft_wrap=True, markup=False)
+            continue
         for line in result.rejected:
             err_console.print(f"rejected: {line}", highlight=False, soft_wrap=True, markup=False)
         rejected += len(result.rejected)
@@ -592,26 +603,38 @@ def import_torch_trace_command(
             highlight=False,
             soft_wrap=True,
         )
-        if db is not None:
-            _ingest_one(db, Path(result.path))
         traces.append(Path(result.path))
-    if lake is not None:
+    if db is not None and traces:
+        try:  # all at once: ingest opens the database once a batch of files, not a log
+            summary = ingest(traces, db, wait=10.0, on_file=_print_file)
+        except DatabaseBusyError as exc:
+            raise fail(str(exc)) from None
+        except IngestInterrupted as exc:
+            _print_interrupted(exc, db)
+            raise typer.Exit(130) from None
+        _print_totals(len(traces), summary, str(db))
+    if lake is not None and traces:
         summary = ingest_lake(traces, lake, on_file=_print_file)
         if summary.refused:
             raise typer.Exit(1)
-    if rejected:
+    if rejected or refused:
         raise typer.Exit(1)
 
 
-def _ingest_one(db: Path, trace: Path) -> None:
+def _import_log(log: Path, out: Path | None, elsewhere: bool) -> TorchImportResult:
+    """``log`` converted: into ``out``, the temporary folder (``elsewhere``: it is then
+    ingested) or beside the log."""
+    if out is None and elsewhere:
+        out = work_trace(log)
     try:
-        with connect(db, wait=10.0) as con:
-            ingested = ingest_file(con, trace)
-    except DatabaseBusyError as exc:
-        raise fail(str(exc)) from None
-    _print_file(ingested)
-    if ingested.status == "refused":
-        raise typer.Exit(1)
+        return import_torch_trace(log, out)
+    except OSError as exc:
+        if exc.filename is not None and Path(exc.filename) != log and out is None:
+            raise OSError(
+                f"{log}: cannot write its Ember trace {exc.filename} ({exc.strerror}); give "
+                "--out FILE, or --db/--lake to ingest it without writing beside the log"
+            ) from None
+        raise
 
 
 class Dialect(enum.StrEnum):
