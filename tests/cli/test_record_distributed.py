@@ -1,0 +1,113 @@
+"""A job is many processes: a real 2-process ``jax.distributed`` job on this machine's CPUs
+(coordinator on 127.0.0.1, gloo collectives) runs under ``ember record --`` per process as it
+does bare, and a program that configures JAX itself (platform, ``XLA_FLAGS``) after importing
+it sees the same devices recorded and bare: the recorder never starts JAX's backend first."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ember.schemas import validate_file
+
+PROGRAMS = Path(__file__).parent / "programs"
+DISTRIBUTED = PROGRAMS / "distributed_train.py"
+CONFIGURES_JAX = PROGRAMS / "configures_jax.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _command(program: Path, args: list[str], out: Path | None) -> list[str]:
+    if out is None:
+        return [sys.executable, str(program), *args]
+    ember = [sys.executable, "-m", "ember.cli.main", "record", "--out", str(out)]
+    return [*ember, "--", "python", str(program), *args]
+
+
+def run_job(
+    tmp_path: Path, out: Path | None, world: int = 2, env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """Every rank of ``distributed_train.py`` at once (under ``ember record --out OUT`` when
+    ``out`` is given), to their end."""
+    port = str(_free_port())
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    env.pop("EMBER_TRACE", None)
+    ranks = [
+        subprocess.Popen(
+            _command(DISTRIBUTED, [port, str(rank), str(world)], out),
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    done = []
+    for rank, child in enumerate(ranks):
+        try:
+            stdout, stderr = child.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for other in ranks:
+                other.kill()
+            raise
+        done.append(subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr))
+        assert child.returncode == 0, f"rank {rank}: {stderr}"
+    return done
+
+
+def test_a_jax_distributed_job_runs_under_ember_record_as_it_does_bare(tmp_path: Path) -> None:
+    bare = run_job(tmp_path, None)
+    recorded = run_job(tmp_path, tmp_path / "out")
+    for rank in (0, 1):
+        assert recorded[rank].stdout == bare[rank].stdout
+        assert f"rank {rank} of 2 step 2: [384.0, 366.0]" in recorded[rank].stdout
+    traces = sorted((tmp_path / "out").glob("distributed_train-*.jsonl"))
+    assert len(traces) == 2
+    for trace in traces:
+        assert validate_file(trace).ok
+    # each trace names its rank in the job, as JAX knows it once the program started it
+    processes = sorted((_process_record(t) for t in traces), key=lambda p: p["rank"])
+    assert [(p["rank"], p["world_size"], p["job_source"]) for p in processes] == [
+        (0, 2, "jax.distributed"),
+        (1, 2, "jax.distributed"),
+    ]
+    assert processes[0]["job_id"] == processes[1]["job_id"]
+    assert processes[0]["job_id"].startswith("jax:127.0.0.1:")
+    assert processes[0]["local_device_ids"] != processes[1]["local_device_ids"]
+    assert len(processes[0]["devices"]) == 2
+
+
+def _process_record(trace: Path) -> dict:
+    (process,) = (
+        json.loads(line) for line in trace.read_text().splitlines() if '"process"' in line
+    )
+    return process
+
+
+def test_a_program_that_configures_jax_itself_sees_the_same_devices(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    env.pop("EMBER_TRACE", None)
+    outputs = []
+    for out in (None, tmp_path / "out"):
+        done = subprocess.run(
+            _command(CONFIGURES_JAX, [], out),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] == "3 cpu 4.0\n"
+    (trace,) = (tmp_path / "out").glob("configures_jax-*.jsonl")
+    assert validate_file(trace).ok
