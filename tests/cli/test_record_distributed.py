@@ -1,7 +1,9 @@
 """A job is many processes: a real 2-process ``jax.distributed`` job on this machine's CPUs
 (coordinator on 127.0.0.1, gloo collectives) runs under ``ember record --`` per process as it
-does bare, and a program that configures JAX itself (platform, ``XLA_FLAGS``) after importing
-it sees the same devices recorded and bare: the recorder never starts JAX's backend first."""
+does bare, and its two traces are one job in which rank_divergence names the rank that got a
+different batch shape; a program that configures JAX itself (platform, ``XLA_FLAGS``) after
+importing it sees the same devices recorded and bare: the recorder never starts JAX's backend
+first."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ember.schemas import validate_file
+from tests.analysis.databases import ingested, query_rows
 
 PROGRAMS = Path(__file__).parent / "programs"
 DISTRIBUTED = PROGRAMS / "distributed_train.py"
@@ -84,6 +87,36 @@ def test_a_jax_distributed_job_runs_under_ember_record_as_it_does_bare(tmp_path:
     assert processes[0]["job_id"].startswith("jax:127.0.0.1:")
     assert processes[0]["local_device_ids"] != processes[1]["local_device_ids"]
     assert len(processes[0]["devices"]) == 2
+    # one job of two ranks, and the rank that got a different batch shape is named
+    db = ingested(tmp_path, traces)
+    job = processes[0]["job_id"]
+    assert query_rows(db, "SELECT job_id, ranks_seen, world_size, ranks_missing FROM jobs") == [
+        (job, 2, 2, 0)
+    ]
+    (row,) = query_rows(
+        db,
+        "SELECT program, divergence, divergent_ranks, slowest_rank, reason, waited_ns, "
+        "slowest_compile_ns, median_compile_ns FROM rank_divergence",
+    )
+    program, divergence, ranks, slowest, reason, waited, slowest_ns, median_ns = row
+    assert (program, divergence, ranks, reason) == (
+        "train_step",
+        "recompiled on some ranks only",
+        [1],
+        "x dim 0: 64 -> 61",
+    )
+    # rank 1 compiled train_step twice, rank 0 once; the slowest is the one that spent the
+    # most time (compile times are measured, not fixed), and with two ranks the median is
+    # their mean
+    per_rank = query_rows(
+        db,
+        "SELECT rank, compiles, compile_ns FROM rank_compiles WHERE program = 'train_step' "
+        "ORDER BY rank",
+    )
+    assert [(r, n) for r, n, _ in per_rank] == [(0, 1), (1, 2)]
+    assert (slowest, slowest_ns) == max(((r, ns) for r, _, ns in per_rank), key=lambda x: x[1])
+    assert median_ns == round((per_rank[0][2] + per_rank[1][2]) / 2)
+    assert waited == slowest_ns - median_ns
 
 
 def _process_record(trace: Path) -> dict:
