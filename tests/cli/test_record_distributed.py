@@ -144,3 +144,34 @@ def test_a_program_that_configures_jax_itself_sees_the_same_devices(tmp_path: Pa
     assert outputs[0] == outputs[1] == "3 cpu 4.0\n"
     (trace,) = (tmp_path / "out").glob("configures_jax-*.jsonl")
     assert validate_file(trace).ok
+
+
+def test_ember_record_job_names_the_job(tmp_path: Path) -> None:
+    script = tmp_path / "one.py"
+    script.write_text("import jax\nprint(float(jax.jit(lambda x: x + 1)(1.0)))\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    for name in ("EMBER_TRACE", "EMBER_JOB", "RANK", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK"):
+        env.pop(name, None)
+    ember = [sys.executable, "-m", "ember.cli.main", "record", "--out", str(tmp_path / "out")]
+    done = subprocess.run(
+        [*ember, "--job", "nightly 7", "--", "python", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "2.0\n"
+    (trace,) = (tmp_path / "out").glob("one-*.jsonl")
+    meta = json.loads(trace.read_text().splitlines()[0])
+    assert (meta["job_id"], meta["job_source"], meta["backend"]) == ("nightly 7", "ember", None)
+    assert _process_record(trace)["job_id"] == "nightly 7"
+    db = ingested(tmp_path, [trace])
+    assert query_rows(db, "SELECT job_id, rank, backend FROM job_ranks") == [
+        ("nightly 7", None, "cpu")
+    ]
+    empty = [*ember, "--job", " ", "--", "python", str(script)]
+    refused = subprocess.run(empty, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2
+    assert "--job takes a non-empty NAME" in refused.stderr
