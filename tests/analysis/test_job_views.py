@@ -108,8 +108,8 @@ def test_rank_compiles_puts_each_ranks_compiles_of_a_program_side_by_side(job_db
         (3, 2, 0, 0, 1000 * MS, ["x dim 0: 64 -> 61"]),
     ]
     init = query_rows(
-        job_db, "SELECT rank, loads, disk_misses FROM rank_compiles WHERE program = 'init' "
-        "ORDER BY rank"
+        job_db,
+        "SELECT rank, loads, disk_misses FROM rank_compiles WHERE program = 'init' ORDER BY rank",
     )
     assert init == [(0, 1, 0), (1, 0, 1), (3, 1, 0)]
 
@@ -153,3 +153,29 @@ def test_rank_divergence_names_the_rank_its_cause_and_what_the_others_waited(
             "x dim 0: 64 -> 61",
         ),
     ]
+
+
+def test_the_report_names_the_divergent_rank_its_cause_and_the_wait(job_db: Path) -> None:
+    from ember.analysis import connect
+    from ember.analysis.report import report
+
+    with connect(job_db, read_only=True) as con:
+        (rank3,) = report(con, "rank-3", limit=20)
+        (rank1,) = report(con, "rank-1", limit=20)
+        (rank0,) = report(con, "rank-0", limit=20)
+    texts = [f.text for f in rank3.findings if f.kind == "rank_divergence"]
+    # the costliest first: the recompile the others waited 0.9 s for
+    assert texts == [
+        "rank 3 of job slurm:77.0 recompiled train_step (x dim 0: 64 -> 61) and the other 2 "
+        "ranks did not; they waited ~900 ms for rank 3 (its compile time minus the median "
+        "rank's): compile the same shapes on every rank (pad or bucket the batch)",
+        "rank 3 of job slurm:77.0 compiled eval_step and the other 2 ranks did not; they "
+        "waited ~30 ms for rank 3 (its compile time minus the median rank's): compile the same "
+        "shapes on every rank (pad or bucket the batch)",
+    ]
+    assert [f.text for f in rank1.findings if f.kind == "rank_divergence"] == [
+        "rank 1 of job slurm:77.0 missed the persistent cache for init and the other 2 ranks "
+        "did not; they lost no time to it: give every rank the same persistent cache (one "
+        "jax_compilation_cache_dir)"
+    ]
+    assert [f for f in rank0.findings if f.kind == "rank_divergence"] == []

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ember.analysis import connect
+from ember.analysis.report import report
 from ember.schemas import validate_file
 from tests.analysis.databases import ingested, query_rows
 
@@ -117,6 +119,15 @@ def test_a_jax_distributed_job_runs_under_ember_record_as_it_does_bare(tmp_path:
     assert (slowest, slowest_ns) == max(((r, ns) for r, _, ns in per_rank), key=lambda x: x[1])
     assert median_ns == round((per_rank[0][2] + per_rank[1][2]) / 2)
     assert waited == slowest_ns - median_ns
+    # and the report of rank 1's run says so
+    (rank1_run,) = query_rows(db, "SELECT run_id FROM job_ranks WHERE rank = 1")[0]
+    with connect(db, read_only=True) as con:
+        (rank1,) = report(con, rank1_run, limit=20)
+    (finding,) = (f for f in rank1.findings if f.kind == "rank_divergence")
+    assert finding.text.startswith(
+        f"rank 1 of job {job} recompiled train_step (x dim 0: 64 -> 61) and the other rank "
+        "did not; it "
+    )
 
 
 def _process_record(trace: Path) -> dict:
