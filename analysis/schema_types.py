@@ -155,6 +155,7 @@ KIND_MODELS: dict[str, type[BaseModel]] = {
     "device_memory": R.DeviceMemory,
     "gradient": R.Gradient,
     "edge": R.Edge,
+    "process": R.Process,
 }
 """The model of each record kind other than spans (whose models depend on span_kind)."""
 

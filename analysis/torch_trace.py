@@ -37,7 +37,8 @@ dynamo_graph_break_reason    a ``break`` span (duration 0): ``position`` = frame
                              (``file:line in fun``, outermost first)
 a log / a TORCH_TRACE dir    a run (meta): ``pid`` and ``versions.torch`` from the log,
                              ``backend: torch.compile``, tags ``rank`` and ``job`` (the
-                             folder's name); ``phase: train`` when a backward compiled
+                             folder's name; a log with a rank also has them as
+                             ``job_id``/``rank``); ``phase: train`` when a backward compiled
 ===========================  ===============================================================
 """
 
@@ -858,6 +859,13 @@ def _meta(run: _Run, path: Path, run_id: str) -> dict[str, Any]:
         "phase": "train" if any("(backward)" in _fun(r) for r in run.records) else "infer",
         "tags": tags,
         "sync": True,
+        # a distributed run's job and rank, in the fields every job view reads (the tags'
+        # job is the folder of any log; only a log with a rank is a rank of a job)
+        **(
+            {"job_id": tags["job"], "rank": run.rank, "job_source": "torch_trace"}
+            if run.rank is not None
+            else {}
+        ),
     }
 
 

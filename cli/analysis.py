@@ -464,7 +464,13 @@ def _print_run(r: RunReport) -> None:
         console.print(line, soft_wrap=True)
 
 
-_STYLE = {"errors": "red", "thrash": "red", "recompile": "yellow", "jit_retrace": "yellow"}
+_STYLE = {
+    "errors": "red",
+    "thrash": "red",
+    "recompile": "yellow",
+    "jit_retrace": "yellow",
+    "rank_divergence": "yellow",
+}
 
 
 @app.command("export")

@@ -19,6 +19,7 @@ import typer
 
 from ember import autorecord
 from ember.record import TRACE_ENV
+from ember.recorder.job import JOB_ENV
 
 from .app import app, console, err_console, fail
 
@@ -80,6 +81,12 @@ def record(
     no_steps: bool = typer.Option(
         False, "--no-steps", help="No automatic steps (top-level jitted calls)."
     ),
+    job: str | None = typer.Option(
+        None,
+        "--job",
+        help="NAME of the job this process is a rank of (default: the launcher's id: Slurm, "
+        "torchrun, or the jax.distributed coordinator). Sets $EMBER_JOB.",
+    ),
     sync_steps: bool = typer.Option(
         False,
         "--sync-steps",
@@ -113,6 +120,10 @@ def record(
     except ValueError as e:
         raise fail(str(e), code=2) from None
     env = {**os.environ, TRACE_ENV: str(folder)}
+    if job is not None:
+        if not job.strip():
+            raise fail("--job takes a non-empty NAME", code=2)
+        env[JOB_ENV] = job
     raise typer.Exit(_run_child(cmd, env))
 
 

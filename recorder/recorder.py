@@ -46,7 +46,7 @@ import orjson
 from ember.schemas import SCHEMA_ID
 from ember.schemas import records as R
 
-from . import bus
+from . import bus, job
 from . import events as E
 from .span_lines import SpanLines, encode_built
 from .writer import (
@@ -79,6 +79,9 @@ DEFERRED = frozenset({"call", "segment"})
 # in batches of about this many, at the end of a call (outside its span), and at least at
 # each flush (every ``flush_interval``), as the file's buffer is.
 DRAIN_AT = 256
+# The span kinds at whose events JAX's backend may have just started (a compile needs it):
+# the recorder then looks for it and writes the ``process`` record (``_note_process``).
+_COMPILING = frozenset({"jit", "compile", "segment_compile"})
 
 # point event -> (record model, fixed fields)
 POINTS: dict[str, tuple[type[R.RecordModel], dict[str, Any]]] = {
@@ -139,13 +142,15 @@ def _versions() -> dict[str, str]:
 
 
 def _backend_and_devices() -> tuple[str | None, list[str]]:
-    # Only when the program already uses JAX: recording must not import it.
+    # Only when the program already started JAX's backend: recording must not import JAX,
+    # nor start its backend (``jax.distributed.initialize`` must come before that; the
+    # ``process`` record says it later, see ``Recorder._note_process``).
     jax = sys.modules.get("jax")
-    if jax is None:
+    if jax is None or not job.backend_started():
         return None, []
     try:
         return jax.default_backend(), [str(d) for d in jax.devices()]
-    except Exception:  # no backend initialised yet, or it failed: say nothing
+    except Exception:  # the backend failed: say nothing
         return None, []
 
 
@@ -190,15 +195,22 @@ class Recorder:
             "tags": {str(k): str(v) for k, v in (tags or {}).items()},
             "sync": sync,
         }
+        # the job, rank and world size the launcher's environment says (``recorder.job``)
+        self._launcher = job.launcher_identity()
+        self.meta.update((k, v) for k, v in self._launcher.fields().items() if v is not None)
+        # the ``process`` record: written once, when JAX's backend is found started
+        self._process_lock = threading.Lock()
+        self._process_written = False
         # the deferred events of the open call and the spans sent after they ended (see
         # ``_span_handler``, ``_on_spans``): ``(encode, a, b)``, whose line(s) are
         # ``encode(a, b)``; and who drains them
         self._pending: list[tuple[Callable[[Any, Any], bytes], Any, Any]] = []
         self._drain_lock = threading.Lock()
         self._writer = TraceWriter(
-            self.path, flush_interval=flush_interval, before_flush=self._drain
+            self.path, flush_interval=flush_interval, before_flush=self._before_flush
         )
         self._writer.write(self.meta)
+        self._note_process()
         self._handler_id = f"ember.recorder.{self.run_id}"
         # Each event gets a handler made for it (its record kind, span kind and fields),
         # so the hot path (a call's spans and cache events) does no lookups by name.
@@ -278,6 +290,18 @@ class Recorder:
         dumps = orjson.dumps
         pending = self._pending
         drain = self._drain
+        if SPANS[prefix] in _COMPILING:  # a compile: JAX's backend may have started by now
+            note_process = self._note_process
+
+            def on_compile(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
+                note_process()
+                if pending:
+                    drain()
+                append(
+                    dumps(build(measurements, md), default=encode_default, option=ENCODE_OPTIONS)
+                )
+
+            return on_compile
         if SPANS[prefix] not in DEFERRED:
 
             def on_span(name: str, measurements: dict[str, Any], md: Mapping[str, Any]) -> None:
@@ -376,6 +400,32 @@ class Recorder:
             return rec
 
         return build
+
+    def _note_process(self) -> None:
+        """Write the ``process`` record (this process's devices and its place in its job)
+        once JAX's backend has started: at the recording's start if it already had, else
+        at the first compile or flush after it started, else at the end; only when it adds
+        to ``meta`` (the backend was not started when the meta was written, or JAX names a
+        rank the launcher did not). Never starts the backend itself (``recorder.job``)."""
+        if self._process_written:
+            return
+        with self._process_lock:
+            if self._process_written or self._writer.closed:
+                return
+            fields = job.jax_process(self._launcher)
+            if fields is None:
+                return
+            self._process_written = True
+            said = self._launcher.fields()
+            if self.meta["backend"] is not None and all(fields[k] == v for k, v in said.items()):
+                return  # the meta said it all (one process, its devices read at the start)
+        if self._pending:
+            self._drain()
+        self._writer.write({"kind": "process", "ts_ns": self.ts(), **fields})
+
+    def _before_flush(self) -> None:
+        self._note_process()
+        self._drain()
 
     def _drain(self) -> None:
         """Write the deferred records (see ``_span_handler``), oldest first, as one write.
@@ -518,6 +568,7 @@ class Recorder:
         for name in EVENT_NAMES:
             bus.detach(f"{self._handler_id}:{name}")
         bus.detach(f"{self._handler_id}:spans")
+        self._note_process()
         self._drain()
         self._writer.close()
 

@@ -31,6 +31,7 @@ import psutil
 
 from ember.recorder import bus
 from ember.recorder import events as E
+from ember.recorder.job import backend_started
 
 __all__ = [
     "DEVICE_MEMORY_EVENT",
@@ -109,10 +110,15 @@ def _live_array_bytes() -> dict[str, int]:
 def read_device_memory(devices: Iterable[_Device] | None = None) -> list[dict[str, Any]]:
     """One ``device_memory`` field dict per device (without ``kind``/``ts_ns``).
 
-    ``devices`` defaults to ``jax.local_devices()``. Each dict has ``device`` and
-    ``source``; ``rss_bytes`` (this process's resident set) is on every reading.
+    ``devices`` defaults to ``jax.local_devices()`` once the program has started JAX's
+    backend; before that there is nothing to read (none: reading the devices would start
+    the backend, which ``jax.distributed.initialize`` and ``XLA_FLAGS`` must precede). Each
+    dict has ``device`` and ``source``; ``rss_bytes`` (this process's resident set) is on
+    every reading.
     """
     if devices is None:
+        if not backend_started():
+            return []
         import jax
 
         devices = jax.local_devices()

@@ -31,6 +31,12 @@ Also in version 3: a ``jit`` end may carry a torch.compile frame compile's ``com
 ``break`` span a ``reason`` and the ``user_stack`` that reached it, and a ``jit`` end its FX
 graph and AOTAutograd cache lookups (``torch_caches``) (imported TORCH_TRACE logs); an
 ``ArgChange`` may name the ``dim`` whose size changed (old and new are then sizes).
+
+Version 4 (``ember.trace/4``, additive): a job is many processes. ``meta`` may name the job
+(``job_id``), the process's ``rank`` and the job's ``world_size`` as the launcher's environment
+gave them (``job_source``), and a ``process`` record, written once the program has started
+JAX's backend (never before: that would break ``jax.distributed``), carries the backend, the
+devices, this process's device ids and the job identity JAX itself reports.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "ember.trace"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA_ID = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 
 # ---------------------------------------------------------------- limits
@@ -297,6 +303,23 @@ class Meta(RecordModel):
             "True: call, segment, break and step spans end when their results are ready "
             "(jax.block_until_ready); False: they end at dispatch (latency is 'dispatch only')."
         ),
+    )
+    job_id: str | None = Field(
+        None,
+        description="The job the process belongs to, as known at its start: `ember record --job` "
+        "(EMBER_JOB) or the launcher's id ('slurm:123.0', 'torchrun:RUN_ID'); None: not said "
+        "(a later 'process' record may say it).",
+    )
+    rank: NonNegInt64 | None = Field(
+        None, description="The process's rank in its job (RANK, SLURM_PROCID, MPI's rank)."
+    )
+    world_size: NonNegInt64 | None = Field(
+        None, description="How many processes the job has (WORLD_SIZE, SLURM_NTASKS, MPI's size)."
+    )
+    job_source: str | None = Field(
+        None,
+        description="What named the rank or the job: ember, torchrun, slurm, openmpi, pmi or "
+        "jax.distributed.",
     )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -799,6 +822,43 @@ class DeviceMemory(RecordModel):
     )
 
 
+class Process(RecordModel):
+    """This process in its job, once the program has started JAX's backend: its devices and
+    its rank. Written at most once per trace, at the first compile after the backend started
+    (or the first flush, or at the end), never earlier: reading devices starts the backend,
+    and ``jax.distributed.initialize``, the ``jax_platforms`` option and ``XLA_FLAGS`` only
+    work before it starts. Not written when ``meta`` already said it all (its backend and
+    devices, and no rank from JAX the launcher did not give). Its job fields are the ones to
+    read (``meta``'s were known earlier)."""
+
+    kind: Literal["process"] = Field("process", description="The record kind: always 'process'.")
+    ts_ns: Timestamp = Field(description="When it was found, in ns since the run started.")
+    backend: str | None = Field(None, description="JAX's default platform: cpu, gpu, tpu.")
+    devices: list[str] = Field(
+        default_factory=list,
+        description="Every device of the job, as str(device) writes them (jax.devices()).",
+    )
+    local_device_ids: list[Int64] = Field(
+        default_factory=list,
+        description="The ids of this process's own devices (jax.local_devices()).",
+    )
+    job_id: str | None = Field(
+        None,
+        description="The job: meta's, else the jax.distributed coordinator ('jax:HOST:PORT').",
+    )
+    rank: NonNegInt64 | None = Field(
+        None, description="The process's rank: jax.process_index() in a multi-process job."
+    )
+    world_size: NonNegInt64 | None = Field(
+        None, description="How many processes the job has: jax.process_count()."
+    )
+    job_source: str | None = Field(
+        None,
+        description="What named the rank or the job: ember, torchrun, slurm, openmpi, pmi or "
+        "jax.distributed.",
+    )
+
+
 class Gradient(RecordModel):
     """A parameter's gradient at one step (candle-graph GradientEvent)."""
 
@@ -841,7 +901,8 @@ Record = Annotated[
     | Memory
     | DeviceMemory
     | Gradient
-    | Edge,
+    | Edge
+    | Process,
     Field(discriminator="kind"),
 ]
 """Any one line of a trace."""
@@ -858,4 +919,5 @@ RECORD_KINDS: tuple[str, ...] = (
     "device_memory",
     "gradient",
     "edge",
+    "process",
 )

@@ -140,3 +140,11 @@ def _v2_fields_added(record: RawRecord) -> RawRecord:
     ``segment_compile`` and ``jit`` ends, ``defined_at`` and ``called_at`` of ``jit`` ends):
     records read as they are; ``upgrade`` sets the meta's schema id."""
     return record
+
+
+@MIGRATIONS.register(from_version=3, additive=True)
+def _v3_jobs_added(record: RawRecord) -> RawRecord:
+    """3 -> 4: only optional fields and a record kind were added (``meta``'s ``job_id``,
+    ``rank``, ``world_size``, ``job_source``; the ``process`` record): version 3 records read
+    as they are (a version 3 run belongs to no job)."""
+    return record

@@ -180,6 +180,7 @@ _KIND_STRUCTS = [
         ("device_memory", R.DeviceMemory),
         ("gradient", R.Gradient),
         ("edge", R.Edge),
+        ("process", R.Process),
     )
 ]
 _META = _KIND_STRUCTS[0]

@@ -50,6 +50,7 @@ FindingKind = Literal[
     "thrash",
     "recompile",
     "jit_retrace",
+    "rank_divergence",
     "outside_jit",
     "buckets",
     "evictions",
@@ -272,6 +273,52 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
                 },
             )
         )
+    return out
+
+
+def _ranks_words(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _divergence_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
+    """A program some ranks of a job compiled (again) and the others did not: the finding of
+    the first divergent rank's run, with what the other ranks waited for the slowest."""
+    df = con.sql(
+        "SELECT d.*, j.run_id FROM rank_divergence d "
+        "JOIN job_ranks j ON j.job_id = d.job_id AND j.rank = d.divergent_ranks[1] "
+        "WHERE j.run_id IN (SELECT unnest($1::VARCHAR[])) ORDER BY d.job_id, d.program",
+        [run_ids],
+    )
+    out = []
+    for r in _rows(df):
+        ranks, others = r["divergent_ranks"], r["ranks"] - len(r["divergent_ranks"])
+        who, job = _ranks_words(ranks), r["job_id"]
+        if r["divergence"] == "compiled on some ranks only":
+            did = f"compiled {r['program']}"
+        elif r["divergence"] == "recompiled on some ranks only":
+            did = f"recompiled {r['program']}" + (f" ({r['reason']})" if r["reason"] else "")
+        else:
+            did = f"missed the persistent cache for {r['program']}"
+        advice = (
+            "give every rank the same persistent cache (one jax_compilation_cache_dir)"
+            if r["divergence"] == "persistent-cache misses on some ranks only"
+            else "compile the same shapes on every rank (pad or bucket the batch)"
+        )
+        waited = fmt.duration(r["waited_ns"])
+        rest = (
+            "the other rank did not; it"
+            if others == 1
+            else f"the other {others} ranks did not; they"
+        )
+        wait = (
+            f" waited ~{waited} for rank {r['slowest_rank']} (its compile time minus the "
+            "median rank's)"
+            if r["waited_ns"] > 0
+            else " lost no time to it"
+        )
+        text = f"{who} of job {job} {did} and {rest}{wait}: {advice}"
+        data = _pick(r, "job_id program divergence divergent_ranks slowest_rank waited_ns reason")
+        out.append(Finding(r["run_id"], "rank_divergence", text, r["waited_ns"], data))
     return out
 
 
@@ -667,6 +714,7 @@ def build_all(
         *_thrash_findings(con, run_ids),
         *_recompile_findings(con, run_ids),
         *_jit_findings(con, run_ids),
+        *_divergence_findings(con, run_ids),
         *_outside_jit_findings(con, run_ids),
         *_bucket_findings(con, run_ids),
         *_eviction_findings(con, run_ids),

@@ -83,7 +83,7 @@ def test_polars_scan_delta_reads_every_table_with_the_rows_duckdb_reads(
         assert con.sql("SELECT count(*) AS n FROM cache")["n"][0] > 0
 
 
-EMPTY = {"op", "tensor", "gradient", "edge"}  # kinds none of these traces records
+EMPTY = {"op", "tensor", "gradient", "edge", "process"}  # kinds none of these traces records
 
 
 def _rows(df: pl.DataFrame) -> list[str]:

@@ -340,6 +340,25 @@ def test_each_rank_is_a_run_tagged_with_its_rank_and_job(torch_db):
     assert rows == [("0", "torch"), ("1", "torch")]
 
 
+def test_the_ranks_of_a_torch_job_are_one_job_side_by_side(torch_db):
+    db, runs = torch_db
+    ranks = query_rows(
+        db, "SELECT job_id, rank, run_id, job_source, backend FROM job_ranks ORDER BY rank"
+    )
+    assert ranks == [
+        ("torch", 0, runs["rank_0"], "torch_trace", "torch.compile"),
+        ("torch", 1, runs["rank_1"], "torch_trace", "torch.compile"),
+    ]
+    # the logs do not say the world size: nothing can be called missing
+    assert query_rows(
+        db, "SELECT job_id, ranks_seen, runs, world_size, ranks_missing, compiles FROM jobs"
+    ) == [("torch", 2, 2, None, None, 2)]
+    per_rank = query_rows(db, "SELECT rank, compiles FROM rank_compiles ORDER BY rank")
+    assert per_rank == [(0, 1), (1, 1)]
+    # both ranks compiled the same frame once: nothing diverged
+    assert query_rows(db, "SELECT count(*) FROM rank_divergence") == [(0,)]
+
+
 def test_parse_recompile_reason():
     assert parse_recompile_reason(
         "0/0: tensor 'x' size mismatch at index 1. expected 8, actual 16"

@@ -111,6 +111,17 @@ POINT_EXAMPLES = {
         "norm": 0.5,
     },
     "edge": {"kind": "edge", "ts_ns": 17, "from_span": "a", "to_span": "b", "duration_ns": 9},
+    "process": {
+        "kind": "process",
+        "ts_ns": 18,
+        "backend": "cpu",
+        "devices": ["cpu:0", "cpu:2048"],
+        "local_device_ids": [2048],
+        "job_id": "jax:127.0.0.1:4711",
+        "rank": 1,
+        "world_size": 2,
+        "job_source": "jax.distributed",
+    },
 }
 
 SPAN_START_ATTRS = {

@@ -165,7 +165,7 @@ def v1_call_trace() -> list[dict]:
 def test_version_1_is_upgraded_and_says_its_spans_ended_at_dispatch(tmp_path):
     from ember.schemas import MIGRATIONS, RECORD
 
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     assert MIGRATIONS.oldest_readable() == 1
     path = write(tmp_path / "v1.jsonl", v1_call_trace())
     report = validate_file(path)
@@ -187,7 +187,33 @@ def test_version_2_reads_as_it_is_and_its_meta_is_upgraded():
     keeps its fast path for them), and the meta says version 3 once upgraded."""
     from ember.schemas import MIGRATIONS, RECORD
 
-    assert [MIGRATIONS.reads_as_is(v) for v in (1, 2, 3, 4)] == [False, True, True, False]
+    assert [MIGRATIONS.reads_as_is(v) for v in (1, 2, 3, 4, 5)] == [False, True, True, True, False]
     v2_meta = {**meta(), "schema": "ember.trace/2"}
     upgraded = MIGRATIONS.upgrade(dict(v2_meta), 2)
-    assert RECORD.validate_python(upgraded).schema_id == SCHEMA_ID == "ember.trace/3"
+    assert RECORD.validate_python(upgraded).schema_id == SCHEMA_ID == "ember.trace/4"
+
+
+def test_version_3_reads_as_it_is_and_belongs_to_no_job():
+    """3 -> 4 only added the job fields and the ``process`` record: a v3 meta is a valid v4
+    meta whose job, rank and world size are unknown; a ``process`` record is v4 only."""
+    from ember.schemas import MIGRATIONS, RECORD
+
+    v3_meta = {**meta(), "schema": "ember.trace/3"}
+    upgraded = RECORD.validate_python(MIGRATIONS.upgrade(dict(v3_meta), 3))
+    assert upgraded.schema_id == "ember.trace/4"
+    assert (upgraded.job_id, upgraded.rank, upgraded.world_size) == (None, None, None)
+    process = RECORD.validate_python(
+        {
+            "kind": "process",
+            "ts_ns": 5,
+            "backend": "cpu",
+            "devices": ["cpu:0", "cpu:1"],
+            "local_device_ids": [1],
+            "job_id": "jax:127.0.0.1:9",
+            "rank": 1,
+            "world_size": 2,
+        }
+    )
+    assert (process.rank, process.world_size, process.local_device_ids) == (1, 2, [1])
+    with pytest.raises(ValueError, match="rank"):
+        RECORD.validate_python({"kind": "process", "ts_ns": 5, "rank": -1})
