@@ -11,7 +11,9 @@
 -- model                      VARCHAR?       the model tag
 -- phase                      VARCHAR?       infer | train (`runs.phase`)
 -- host                       VARCHAR?       the host name the run ran on (`runs.host`)
--- backend                    VARCHAR?       JAX's platform: cpu | gpu | tpu (`runs.backend`)
+-- backend                    VARCHAR?       JAX's platform: cpu | gpu | tpu (`runs.backend`, else
+--                                           the process record's: a recorder that waits for
+--                                           the program to start JAX reads it there)
 -- tags                       VARCHAR?       the tags as JSON text
 -- entrypoint                 VARCHAR?       the command that ran it, its arguments joined, unless
 --                                           the program named one (`runs.entrypoint`)
@@ -202,6 +204,9 @@ warm AS (
         FROM latency_samples
     ) s ON s.run_id = r.run_id GROUP BY r.run_id
 ),
+process_backends AS (
+    SELECT run_id, any_value(backend) AS backend FROM process GROUP BY run_id
+),
 peaks AS (
     SELECT run_id,
         max(peak_bytes) FILTER (WHERE series = 'tensors') AS peak_tensor_bytes,
@@ -221,7 +226,7 @@ SELECT
     r.tags ->> 'model' AS model,
     r.phase,
     r.host,
-    r.backend,
+    coalesce(r.backend, pb.backend) AS backend,
     CAST(r.tags AS VARCHAR) AS tags,
     r.entrypoint,
     r.file,
@@ -286,3 +291,4 @@ LEFT JOIN comp_counts k ON k.run_id = r.run_id
 LEFT JOIN after_eviction a ON a.run_id = r.run_id
 LEFT JOIN warm w ON w.run_id = r.run_id
 LEFT JOIN peaks p ON p.run_id = r.run_id
+LEFT JOIN process_backends pb ON pb.run_id = r.run_id

@@ -122,6 +122,9 @@ def test_the_cold_run_compiles_what_jax_logged(two_runs):
     assert not loaded
     s = _summary(db, cold)
     assert (s["compiles"], s["recompiles"], s["loads"], s["jax_loads"]) == (2, 1, 0, 0)
+    # the recorder reads the platform after the program started JAX (its process record),
+    # not at the start: the summary still names it
+    assert s["backend"] == "cpu"
     assert s["compiles"] + s["jax_compiles"] == s["disk_misses"] == sum(needed.values())
     with connect(db, read_only=True) as con:
         [(n, also)] = con.execute(
