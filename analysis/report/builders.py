@@ -439,8 +439,8 @@ def _disk_cache_findings(con: Connection, summaries: dict[str, RunSummary]) -> l
         me = rows.get(s.run_id)
         if me is None:  # no segments: programs of jitted functions from JAX's cache
             text = f"persistent cache: {s.disk_hits}/{total} programs loaded, not compiled"
-            data = {"disk_hits": s.disk_hits, "programs": total}
-            out.append(Finding(s.run_id, "disk_cache", text, 0, data))
+            programs = {"disk_hits": s.disk_hits, "programs": total}
+            out.append(Finding(s.run_id, "disk_cache", text, 0, programs))
             continue
         text = f"disk cache: {me['disk_hits']}/{me['disk_segments']} segments loaded from disk"
         data: dict[str, Any] = {"disk_hits": me["disk_hits"], "segments": me["disk_segments"]}
