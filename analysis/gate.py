@@ -28,7 +28,8 @@ build.
 Metric names are the columns of the ``run_summary`` view (``recompiles``, ``evictions``,
 ``misses``, ``hit_rate``, ``failed_calls``, ``peak_bytes``, ...), these short names
 (``latency_p50`` = ``p50_ns``, ``latency_p99`` = ``p99_ns``, ``peak`` = ``peak_bytes``,
-``compile_time`` = ``compile_ns``, ``load_time`` = ``load_ns``), and what the comparison counts itself:
+``compile_time`` = ``compile_ns``, ``load_time`` = ``load_ns``), and what the comparison
+counts itself:
 ``new_recompile_causes`` (what changed at a recompile, by name, that the base never
 recompiled on), ``new_breaks`` (graph break nodes the base did not break at) and
 ``new_eviction_sites`` (positions that evict where the base did not).
