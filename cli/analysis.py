@@ -97,6 +97,7 @@ def ingest_command(
 
     A torch.compile TORCH_TRACE log (or a folder of them) is converted first
     (`ember import torch-trace`), into a temporary folder: the log's folder is not written.
+
     A log that cannot be converted is said and the rest go on (exit 1 at the end).
     """
     files, refused_logs = _trace_files(paths)

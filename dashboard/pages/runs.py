@@ -47,12 +47,14 @@ if text:
         | pl.col("tags").str.to_lowercase().str.contains(needle, literal=True)
     )
 
-m = st.columns(5)
+# A load (a program read from the persistent cache) is not a compile: two tiles.
+m = st.columns(6)
 m[0].metric("Runs", f"{shown.height:,}")
 m[1].metric("Calls", f"{int(shown['calls'].sum()):,}")
 m[2].metric("Compiles", f"{int(shown['compiles'].sum()):,}")
-m[3].metric("Evictions", f"{int(shown['evictions'].sum()):,}")
-m[4].metric("Largest peak memory", ui.fmt_bytes(charts.largest(shown["peak_bytes"])))
+m[3].metric("Loads", f"{int(shown['loads'].sum()):,}")
+m[4].metric("Evictions", f"{int(shown['evictions'].sum()):,}")
+m[5].metric("Largest peak memory", ui.fmt_bytes(charts.largest(shown["peak_bytes"])))
 
 ui.table(
     shown,

@@ -82,6 +82,7 @@ def test_runs_page_lists_every_run_with_its_counts(app_env: Path) -> None:
         "Runs": "3",
         "Calls": f"{2 * len(BREAK_SWEEP)}",
         "Compiles": "20",  # 12 with cache_size=2, 8 with cache_size=8
+        "Loads": "0",  # no persistent cache
         "Evictions": "8",
         "Largest peak memory": fmt.size(runs["peak_bytes"].max()),
     }

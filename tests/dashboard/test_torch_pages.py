@@ -44,7 +44,9 @@ def torch_env(torch_db, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def test_runs_page_lists_each_torch_process_with_its_compiles(torch_env) -> None:
     at = open_page()
     assert metrics(at)["Runs"] == "7"
-    assert metrics(at)["Compiles"] == "14"  # 2 + 3 + 3 + 2 + 2 + 1 + 1
+    assert metrics(at)["Compiles"] == "12"  # 2 + 3 + 3 + 2 + 0 + 1 + 1
+    # the `cached` log's two programs came from the persistent cache: loads, not compiles
+    assert metrics(at)["Loads"] == "2"
     runs = table(at, "run_id", "compiles", "recompiles", "backend").set_index("run_id")
     assert set(runs["backend"]) == {"torch.compile"}
     assert runs.loc[torch_env["limit"], ["compiles", "recompiles"]].tolist() == [3, 2]
@@ -113,7 +115,7 @@ def test_runs_recompiles_and_compare_of_torch_runs_in_chromium(torch_db) -> None
     db, runs = torch_db
     pages = {
         # (a table's cells are drawn on a canvas: the texts here are headings, tiles, notes)
-        "": ["Largest peak memory", "Compiles", "14"],
+        "": ["Largest peak memory", "Compiles", "12", "Loads"],
         f"recompiles?run={runs['limit']}": [
             "torch.compile frames",
             "hit torch's recompile limit: it runs eagerly from then on",
