@@ -235,8 +235,9 @@ class _Bridge:
             if exp and not exp.first and not changes
             else None
         )
+        sites = (exp.called_at, exp.defined_at) if exp else (None, None)
         if exp is None and name == "_fun":  # pmap's own function: the program's instead
-            name, reason, changes = self.pmapped(name, reason, changes)
+            name, reason, changes, sites = self.pmapped(name, reason, changes)
             start_md["fun_name"] = name
         prim = jax_explain.primitive_call(name) if exp is None else None
         if prim is not None:
@@ -255,8 +256,8 @@ class _Bridge:
             "changes": changes,
             "outside_jit": prim is not None,
             "jax_explanation": explanation,
-            "called_at": exp.called_at if exp else None,
-            "defined_at": exp.defined_at if exp else None,
+            "called_at": sites[0],
+            "defined_at": sites[1],
         }
         if disk_key is not None:
             stop_md["disk_key"], stop_md["disk_miss"] = disk_key, disk_miss
@@ -267,17 +268,19 @@ class _Bridge:
 
     def pmapped(
         self, name: str, reason: str | None, changes: list[dict[str, Any]]
-    ) -> tuple[str, str | None, list[dict[str, Any]]]:
-        """The ``jax.pmap``-ped function compiled now, and what changed since its previous
-        compile (JAX explains none of pmap's cache misses: see ``jax_names.PmapCall``)."""
+    ) -> tuple[str, str | None, list[dict[str, Any]], tuple[str | None, str | None]]:
+        """The ``jax.pmap``-ped function compiled now, what changed since its previous
+        compile (JAX explains none of pmap's cache misses: see ``jax_names.PmapCall``), and
+        where it was called and defined."""
         call = jax_names.pmap_call()
         if call is None:
-            return name, reason, changes
+            return name, reason, changes, (None, None)
+        sites = (call.called_at, call.defined_at)
         before = self.pmaps.get(call.name)
         self.pmaps[call.name] = call
         if before is None:
-            return call.name, reason, changes
-        return (call.name, *jax_names.pmap_changes(before, call))
+            return call.name, reason, changes, sites
+        return (call.name, *jax_names.pmap_changes(before, call), sites)
 
 
 _BRIDGE = _Bridge()

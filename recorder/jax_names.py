@@ -32,6 +32,7 @@ from types import FrameType
 from typing import Any
 
 import jax
+import numpy as np
 
 from . import jax_explain
 
@@ -292,6 +293,10 @@ class PmapCall:
 
     name: str
     args: dict[str, str]
+    called_at: str | None = None
+    """The program's own frame that called the pmapped function (``train.py:40 (main)``)."""
+    defined_at: str | None = None
+    """Where the pmapped function is (``train.py:12``)."""
 
 
 def pmap_call(frame: FrameType | None = None) -> PmapCall | None:
@@ -322,14 +327,36 @@ def _read_pmap_frame(frame: FrameType) -> PmapCall | None:
         sig = None
     args, kwargs = tuple(local.get("args", ())), dict(local.get("kwargs", {}))
     types = {name: _type_text(leaf) for _, name, leaf in _leaves_with_names(args, kwargs, sig)}
-    return PmapCall(str(getattr(fun, "__name__", "pmap")), types)
+    code = getattr(inspect.unwrap(fun), "__code__", None)
+    return PmapCall(
+        str(getattr(fun, "__name__", "pmap")),
+        types,
+        called_at=call_context(frame).called_at,
+        defined_at=f"{code.co_filename}:{code.co_firstlineno}" if code is not None else None,
+    )
 
 
 def _type_text(leaf: Any) -> str:
+    """An argument's type, and where it is: pmap compiles again for an argument that moved
+    from the host (numpy) onto the devices (an earlier call's output) at the same type."""
     try:
-        return jax.typeof(leaf).str_short(short_dtypes=True)
+        text = jax.typeof(leaf).str_short(short_dtypes=True)
     except Exception:  # not an array: its value
         return _short(leaf)
+    if isinstance(leaf, np.ndarray):
+        return f"{text} on the host"
+    devices = len(getattr(getattr(leaf, "sharding", None), "device_set", ()))
+    return f"{text} on {devices} devices" if devices > 1 else text
+
+
+_PLACED = re.compile(r"^(?P<type>\S+) on (?:the )?(?P<where>host|\d+ devices)$")
+
+
+def _placed(text: str) -> tuple[str, str]:
+    """An argument's ``_type_text`` as (type, where): ``f32[4] on the host`` ->
+    (``f32[4]``, ``host``); a value or an array on one device is (text, ``1 device``)."""
+    m = _PLACED.match(text)
+    return (m["type"], m["where"]) if m else (text, "1 device")
 
 
 def pmap_changes(old: PmapCall, new: PmapCall) -> tuple[str, list[dict[str, Any]]]:
@@ -343,7 +370,12 @@ def pmap_changes(old: PmapCall, new: PmapCall) -> tuple[str, list[dict[str, Any]
             changes.append({"arg": name, "what": "structure", "old": before, "new": after})
             phrases.append(f"{name}: {before or '(none)'} -> {after or '(none)'}")
             continue
-        change, phrase = jax_explain.type_change(name, after, before)
+        (new_type, new_where), (old_type, old_where) = _placed(after), _placed(before)
+        if new_type == old_type:  # the same type now elsewhere: w placement: host -> 4 devices
+            change = {"arg": name, "what": "placement", "old": old_where, "new": new_where}
+            phrase = f"{name} placement: {old_where} -> {new_where}"
+        else:
+            change, phrase = jax_explain.type_change(name, new_type, old_type)
         changes.append(change)
         phrases.append(phrase)
     # no recorded difference: say so, and what would show the cause, rather than guess one

@@ -1,14 +1,16 @@
-"""Automatic steps: the top-level calls of a program's jitted functions are its steps.
+"""Automatic steps: the top-level calls of a program's jitted and pmapped functions are its
+steps.
 
 A JAX training loop calls one jitted function per step (``train_step``), sometimes a few
 (``eval_step`` every N steps). ``jit_steps()`` makes each such call a ``step`` span without
-any change to the program: while it is open, ``jax.jit`` returns its usual function
-wrapped in ``JitStep``, whose calls made at the top level (not while JAX traces something,
-not inside another step) are ``step`` spans labelled with the function's name, or with the
-label ``labels`` gives that name (``{"train_step": "train"}``), and numbered by the
-function's call count (0, 1, ...). ``flax.nnx.jit`` and ``equinox.filter_jit`` call
-``jax.jit`` underneath and are covered the same way; functions jitted before the block
-(JAX's own ``jax.random`` helpers) are not.
+any change to the program: while it is open, ``jax.jit`` and ``jax.pmap`` return their usual
+function wrapped in ``JitStep``, whose calls made at the top level (not while JAX traces
+something, not inside another step) are ``step`` spans labelled with the function's name, or
+with the label ``labels`` gives that name (``{"train_step": "train"}``), numbered by the
+function's call count (0, 1, ...) and naming the function (``fun_name``): a step without a
+``jit`` span inside was served from JAX's in-memory cache, a hit. ``flax.nnx.jit`` and
+``equinox.filter_jit`` call ``jax.jit`` underneath and are covered the same way; functions
+jitted before the block (JAX's own ``jax.random`` helpers) are not.
 
 A step span ends when the call returns, which for JAX's asynchronous dispatch is when the
 work was dispatched, unless ``sync`` is on: then it ends when the call's outputs are ready
@@ -49,11 +51,14 @@ _state = threading.local()  # .depth: how many steps are open in this thread
 class JitStep:
     """A jitted function whose top-level calls are ``step`` spans (see the module)."""
 
-    __slots__ = ("__wrapped__", "_calls", "_label", "_sync")
+    __slots__ = ("__wrapped__", "_calls", "_fun_name", "_label", "_sync")
 
-    def __init__(self, jitted: Callable[..., Any], label: str, sync: bool) -> None:
+    def __init__(
+        self, jitted: Callable[..., Any], label: str, sync: bool, fun_name: str | None = None
+    ) -> None:
         self.__wrapped__ = jitted
         self._label = label
+        self._fun_name = fun_name or label
         self._sync = sync
         self._calls = itertools.count()  # next() is atomic: no lock on the call path
 
@@ -62,7 +67,8 @@ class JitStep:
             return self.__wrapped__(*args, **kwargs)
         _state.depth = 1
         try:
-            with bus.span(E.STEP, {"step": self._label, "index": next(self._calls)}):
+            attrs = {"step": self._label, "index": next(self._calls), "fun_name": self._fun_name}
+            with bus.span(E.STEP, attrs):
                 out = self.__wrapped__(*args, **kwargs)
                 if self._sync:
                     jax.block_until_ready(out)
@@ -81,14 +87,33 @@ class JitStep:
         return f"JitStep({self.__wrapped__!r}, label={self._label!r})"
 
 
-def _label_of(fun: Any, labels: Mapping[str, str]) -> str:
-    name = str(getattr(fun, "__name__", None) or type(fun).__name__)
-    return labels.get(name, name)
+def _name_of(fun: Any) -> str:
+    return str(getattr(fun, "__name__", None) or type(fun).__name__)
+
+
+def _wrapping(
+    original: Callable[..., Any], labels: Mapping[str, str], sync: bool
+) -> Callable[..., Any]:
+    """``jax.jit`` or ``jax.pmap`` as it is, its functions wrapped in ``JitStep``."""
+
+    def step_of(made: Callable[..., Any], fun: Any) -> JitStep:
+        name = _name_of(fun)
+        return JitStep(made, labels.get(name, name), sync, name)
+
+    @functools.wraps(original)
+    def transform(*args: Any, **kwargs: Any) -> Any:
+        made = original(*args, **kwargs)
+        if not args:  # jax.jit(static_argnums=...) as a decorator factory
+            return lambda fun: step_of(made(fun), fun)
+        return step_of(made, args[0])
+
+    return transform
 
 
 @contextmanager
 def jit_steps(labels: Mapping[str, str] | None = None, *, sync: bool = False) -> Iterator[None]:
-    """While open, ``jax.jit`` returns ``JitStep`` functions (see the module's docstring).
+    """While open, ``jax.jit`` and ``jax.pmap`` return ``JitStep`` functions (see the
+    module's docstring).
 
     ``labels`` maps a function's name to its step's label (``{"train_step": "train"}``);
     other functions are labelled with their own name.
@@ -96,18 +121,14 @@ def jit_steps(labels: Mapping[str, str] | None = None, *, sync: bool = False) ->
     labels = dict(labels or {})
     for label in labels.values():
         check_step_label(label, "jit_steps")
-    original = jax.jit
-
-    @functools.wraps(original)
-    def jit(*args: Any, **kwargs: Any) -> Any:
-        made = original(*args, **kwargs)
-        if not args:  # jax.jit(static_argnums=...) as a decorator factory
-            return lambda fun: JitStep(made(fun), _label_of(fun, labels), sync)
-        return JitStep(made, _label_of(args[0], labels), sync)
-
-    jax.jit = jit
+    original_jit, original_pmap = jax.jit, jax.pmap
+    jit, pmap = _wrapping(original_jit, labels, sync), _wrapping(original_pmap, labels, sync)
+    jax.jit, jax.pmap = jit, pmap
     try:
         yield
     finally:
-        if jax.jit is jit:  # the program may have put its own: only ours is taken back
-            jax.jit = original
+        # the program may have put its own: only ours are taken back
+        if jax.jit is jit:
+            jax.jit = original_jit
+        if jax.pmap is pmap:
+            jax.pmap = original_pmap

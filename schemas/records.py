@@ -37,6 +37,11 @@ Version 4 (``ember.trace/4``, additive): a job is many processes. ``meta`` may n
 gave them (``job_source``), and a ``process`` record, written once the program has started
 JAX's backend (never before: that would break ``jax.distributed``), carries the backend, the
 devices, this process's device ids and the job identity JAX itself reports.
+
+Version 5 (``ember.trace/5``, additive): a ``step`` span that ``ember record`` opened around a
+top-level call of a jitted or pmapped function names that function (``fun_name``), so the
+calls JAX served from its in-memory cache (hits) can be counted per function; an
+``ArgChange`` may say an argument's ``placement`` changed (from the host onto the devices).
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ __all__ = [
 ]
 
 SCHEMA_NAME = "ember.trace"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA_ID = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 
 # ---------------------------------------------------------------- limits
@@ -220,9 +225,12 @@ class ArgChange(RecordModel):
     """One difference that made JAX (or torch.compile) trace a function again."""
 
     arg: str = Field(description="The argument that changed (its name or path in the arguments).")
-    what: Literal["shape", "dtype", "weak_type", "static", "structure", "other"] = Field(
-        description="What about it changed: its shape, dtype, weak type, a static value, the "
-        "pytree structure, or something else."
+    what: Literal["shape", "dtype", "weak_type", "static", "structure", "placement", "other"] = (
+        Field(
+            description="What about it changed: its shape, dtype, weak type, a static value, "
+            "the pytree structure, where it is (placement: old and new are then 'host' or "
+            "'N devices', the type being the same), or something else."
+        )
     )
     old: str | None = Field(
         None, description="The value before, as text (a shape, a dtype, a static value)."
@@ -480,6 +488,11 @@ class StepAttrs(RecordModel):
     step: StepLabel
     index: Int64 | None = Field(
         None, description="The step's number (0-based), when the program gives one."
+    )
+    fun_name: str | None = Field(
+        None,
+        description="The jitted or pmapped function whose top-level call this step is (the "
+        "automatic steps of `ember record`); None for a step the program opened itself.",
     )
 
 

@@ -70,3 +70,38 @@ def test_jit_as_a_decorator_factory_and_on_a_method(tmp_path):
 def test_a_label_must_be_a_label():
     with pytest.raises(ValueError, match="jit_steps"), jit_steps({"f": ""}):
         pass
+
+
+def _step_functions(path) -> list[tuple[str, str | None]]:
+    return [
+        (rec["attrs"]["step"], rec["attrs"].get("fun_name"))
+        for rec in map(json.loads, path.read_text().splitlines())
+        if rec["kind"] == "span_start" and rec["span_kind"] == "step"
+    ]
+
+
+def test_pmapped_calls_are_steps_and_steps_name_their_function(tmp_path):
+    original_pmap = jax.pmap
+    with record(tmp_path / "t.jsonl"), jit_steps({"train_step": "train"}):
+
+        def train_step(x):
+            return x * 2
+
+        def evaluate(x):
+            return x.sum()
+
+        step = jax.pmap(train_step, axis_name="d")
+        ev = functools.partial(jax.pmap, axis_name="d")(evaluate)  # as a decorator
+        n = jax.local_device_count()
+        for _ in range(2):
+            out = step(jnp.ones((n, 3)))
+        assert float(ev(out).sum()) == 6.0 * n
+        assert isinstance(step, JitStep)
+        assert step.lower(jnp.ones((n, 3))).as_text()  # pmap's own API, through the wrapper
+    assert jax.pmap is original_pmap  # put back
+    # the label `labels` gave, and the function the step calls
+    assert _step_functions(tmp_path / "t.jsonl") == [
+        ("train", "train_step"),
+        ("train", "train_step"),
+        ("evaluate", "evaluate"),
+    ]

@@ -165,7 +165,7 @@ def v1_call_trace() -> list[dict]:
 def test_version_1_is_upgraded_and_says_its_spans_ended_at_dispatch(tmp_path):
     from ember.schemas import MIGRATIONS, RECORD
 
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     assert MIGRATIONS.oldest_readable() == 1
     path = write(tmp_path / "v1.jsonl", v1_call_trace())
     report = validate_file(path)
@@ -187,10 +187,17 @@ def test_version_2_reads_as_it_is_and_its_meta_is_upgraded():
     keeps its fast path for them), and the meta says version 3 once upgraded."""
     from ember.schemas import MIGRATIONS, RECORD
 
-    assert [MIGRATIONS.reads_as_is(v) for v in (1, 2, 3, 4, 5)] == [False, True, True, True, False]
+    assert [MIGRATIONS.reads_as_is(v) for v in (1, 2, 3, 4, 5, 6)] == [
+        False,
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
     v2_meta = {**meta(), "schema": "ember.trace/2"}
     upgraded = MIGRATIONS.upgrade(dict(v2_meta), 2)
-    assert RECORD.validate_python(upgraded).schema_id == SCHEMA_ID == "ember.trace/4"
+    assert RECORD.validate_python(upgraded).schema_id == SCHEMA_ID == "ember.trace/5"
 
 
 def test_version_3_reads_as_it_is_and_belongs_to_no_job():
@@ -200,7 +207,7 @@ def test_version_3_reads_as_it_is_and_belongs_to_no_job():
 
     v3_meta = {**meta(), "schema": "ember.trace/3"}
     upgraded = RECORD.validate_python(MIGRATIONS.upgrade(dict(v3_meta), 3))
-    assert upgraded.schema_id == "ember.trace/4"
+    assert upgraded.schema_id == "ember.trace/5"
     assert (upgraded.job_id, upgraded.rank, upgraded.world_size) == (None, None, None)
     process = RECORD.validate_python(
         {
@@ -217,3 +224,24 @@ def test_version_3_reads_as_it_is_and_belongs_to_no_job():
     assert (process.rank, process.world_size, process.local_device_ids) == (1, 2, [1])
     with pytest.raises(ValueError, match="rank"):
         RECORD.validate_python({"kind": "process", "ts_ns": 5, "rank": -1})
+
+
+def test_version_4_steps_read_as_they_are_and_name_no_function():
+    """4 -> 5 only added a step's ``fun_name`` and the ``placement`` change: a v4 step span is
+    a valid v5 one that names no function (its jitted calls' hits are not counted)."""
+    from ember.schemas import MIGRATIONS, RECORD
+
+    step = {
+        "kind": "span_start",
+        "ts_ns": 10,
+        "span_id": 1,
+        "name": "ember.step",
+        "span_kind": "step",
+        "attrs": {"step": "train", "index": 0},
+    }
+    assert MIGRATIONS.reads_as_is(4)
+    assert RECORD.validate_python(MIGRATIONS.upgrade(dict(step), 4)).attrs.fun_name is None
+    named = RECORD.validate_python({**step, "attrs": {**step["attrs"], "fun_name": "update"}})
+    assert named.attrs.fun_name == "update"
+    v4_meta = RECORD.validate_python(MIGRATIONS.upgrade({**meta(), "schema": "ember.trace/4"}, 4))
+    assert v4_meta.schema_id == "ember.trace/5"
