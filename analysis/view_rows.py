@@ -50,6 +50,8 @@ class RunSummaryRow:
     graph_break: bool | None
     latency_of: str | None
     latency_kind: str | None
+    latency_step: str | None
+    latency_spans: int
     p50_ns: float | None
     p90_ns: float | None
     p99_ns: float | None

@@ -412,12 +412,12 @@ def _headline(s: RunSummary) -> str:
     if s.peak_bytes is not None:
         parts.append(f"peak {fmt.size(s.peak_bytes)} {s.peak_source}")
     if s.p50_ns is not None:
-        what = "call" if s.calls else "step"
+        # a run's step latency is its main step's (latency_step): named, not a mix of two
+        what = "call" if s.calls else f"{s.latency_step} step" if s.latency_step else "step"
         kind = " (dispatch only)" if s.latency_kind == "dispatch only" else ""
-        samples = s.calls if s.calls else s.steps
         text = fmt.latency(
             what,
-            samples,
+            s.latency_spans,
             s.p50_ns,
             s.p99_ns,
             s.compiling_calls,

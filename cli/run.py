@@ -100,7 +100,7 @@ def summary_rows(row: dict[str, Any]) -> list[tuple[str, str]]:
                 "latency",
                 fmt.latency(
                     row["latency_of"],
-                    row["calls"] if row["latency_of"] == "call" else row["steps"],
+                    row["latency_spans"],
                     row["p50_ns"],
                     row["p99_ns"],
                     row["compiling_calls"],

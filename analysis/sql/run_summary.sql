@@ -1,7 +1,7 @@
 -- run_summary: one row per run: the headline numbers, defined once. `ember report`,
 -- `ember run`'s summary and every dashboard page read them here; nothing else counts them.
 --
--- reads: compiles, latency_samples, peak_memory
+-- reads: compiles, jit_calls, latency_samples, peak_memory
 --
 -- run_id                     VARCHAR        the run's id (`runs.run_id`, the trace's meta)
 -- name                       VARCHAR        the run's readable name: its scenario tag, else model
@@ -51,8 +51,11 @@
 --                                           outside jit (ns)
 -- compiled_keys              BIGINT         different keys compiled, over every compile (segment,
 --                                           eager, jitted function, JAX primitive)
--- hits                       BIGINT         segment cache hits
--- misses                     BIGINT         segment cache misses
+-- hits                       BIGINT         calls served from memory: segment cache hits, and
+--                                           jitted calls JAX served from its in-memory cache
+--                                           (jit_calls)
+-- misses                     BIGINT         segment cache misses, and jitted calls that compiled
+--                                           or loaded a program first (jit_calls)
 -- evictions                  BIGINT         segment cache evictions
 -- hit_rate                   DOUBLE?        hits / (hits + misses); NULL without lookups
 -- disk_hits                  BIGINT         programs (segments, jitted functions, primitives) loaded
@@ -67,18 +70,23 @@
 -- latency_kind               VARCHAR?       'to results' (spans end when results are ready) |
 --                                           'dispatch only' (spans end when JAX dispatched the
 --                                           work: recorded with sync off, or a v1 trace)
--- p50_ns                     DOUBLE?        the median call (else step) duration (ns)
--- p90_ns                     DOUBLE?        the 90th percentile call (else step) duration (ns)
--- p99_ns                     DOUBLE?        the 99th percentile call (else step) duration (ns)
--- mean_ns                    DOUBLE?        the mean call (else step) duration (ns)
--- compiling_calls            BIGINT         calls (else steps) that compiled something on the way
---                                           (a segment cache miss, a jit compile) other than
+-- latency_step               VARCHAR?       when latency_of is 'step': the step label the latency
+--                                           describes, the run's main one (the most steps:
+--                                           latency_samples); NULL otherwise
+-- latency_spans              BIGINT         how many finished spans the latency describes: the
+--                                           calls, else the main step label's steps
+-- p50_ns                     DOUBLE?        the median call (else main step) duration (ns)
+-- p90_ns                     DOUBLE?        the 90th percentile call (else main step) duration
+-- p99_ns                     DOUBLE?        the 99th percentile call (else main step) duration
+-- mean_ns                    DOUBLE?        the mean call (else main step) duration (ns)
+-- compiling_calls            BIGINT         calls (else main steps) that compiled something on the
+--                                           way (a segment cache miss, a jit compile) other than
 --                                           loading it from a disk cache; p50_ns and the other
 --                                           percentiles include them
--- loaded_calls               BIGINT         calls (else steps) that missed the in-memory cache but
---                                           loaded every program they needed from a disk cache
+-- loaded_calls               BIGINT         calls (else main steps) that missed the in-memory cache
+--                                           but loaded every program they needed from a disk cache
 --                                           (compiled nothing): not warm, not compiling
--- warm_calls                 BIGINT         calls (else steps) that missed nothing and did not
+-- warm_calls                 BIGINT         calls (else main steps) that missed nothing and did not
 --                                           fail: the steady state
 -- warm_p50_ns                DOUBLE?        the median duration of the warm calls; NULL when there
 --                                           are none
@@ -117,10 +125,6 @@ ends AS (
         quantile_cont(duration_ns, 0.99) FILTER (WHERE span_kind = 'call') AS call_p99_ns,
         avg(duration_ns) FILTER (WHERE span_kind = 'call') AS call_mean_ns,
         sum(duration_ns) FILTER (WHERE span_kind = 'call') AS call_total_ns,
-        quantile_cont(duration_ns, 0.5) FILTER (WHERE span_kind = 'step') AS step_p50_ns,
-        quantile_cont(duration_ns, 0.9) FILTER (WHERE span_kind = 'step') AS step_p90_ns,
-        quantile_cont(duration_ns, 0.99) FILTER (WHERE span_kind = 'step') AS step_p99_ns,
-        avg(duration_ns) FILTER (WHERE span_kind = 'step') AS step_mean_ns,
         sum(duration_ns) FILTER (WHERE span_kind = 'step') AS step_total_ns,
         max(ts_ns) AS wall_ns,
         -- summed as DECIMAL: four 64-bit sizes can overflow a BIGINT (NULL then)
@@ -138,6 +142,12 @@ cache_counts AS (
         count(*) FILTER (WHERE action = 'miss') AS misses,
         count(*) FILTER (WHERE action = 'evict') AS evictions
     FROM runs r LEFT JOIN cache c ON c.run_id = r.run_id GROUP BY r.run_id
+),
+jit_call_counts AS (
+    SELECT r.run_id,
+        CAST(coalesce(sum(j.hits), 0) AS BIGINT) AS hits,
+        CAST(coalesce(sum(j.misses), 0) AS BIGINT) AS misses
+    FROM runs r LEFT JOIN jit_calls j ON j.run_id = r.run_id GROUP BY r.run_id
 ),
 comp AS (
     -- compiles.outside_jit is jit_functions.internal for the function (read here rather
@@ -198,7 +208,14 @@ warm AS (
         count(*) FILTER (WHERE loaded) AS loaded_calls,
         count(*) FILTER (WHERE warm) AS warm_calls,
         quantile_cont(duration_ns, 0.5) FILTER (WHERE warm) AS warm_p50_ns,
-        quantile_cont(duration_ns, 0.99) FILTER (WHERE warm) AS warm_p99_ns
+        quantile_cont(duration_ns, 0.99) FILTER (WHERE warm) AS warm_p99_ns,
+        -- the main step label's steps only (latency_samples): not a median of two functions
+        any_value(step) AS latency_step,
+        count(s.span_id) AS latency_spans,
+        quantile_cont(duration_ns, 0.5) FILTER (WHERE span_kind = 'step') AS step_p50_ns,
+        quantile_cont(duration_ns, 0.9) FILTER (WHERE span_kind = 'step') AS step_p90_ns,
+        quantile_cont(duration_ns, 0.99) FILTER (WHERE span_kind = 'step') AS step_p99_ns,
+        avg(duration_ns) FILTER (WHERE span_kind = 'step') AS step_mean_ns
     FROM runs r LEFT JOIN (
         SELECT *, NOT compiled AND status IS DISTINCT FROM 'error' AS warm
         FROM latency_samples
@@ -247,10 +264,11 @@ SELECT
     k.jax_primitives,
     k.jax_compile_ns,
     k.compiled_keys,
-    c.hits,
-    c.misses,
+    c.hits + j.hits AS hits,
+    c.misses + j.misses AS misses,
     c.evictions,
-    CASE WHEN c.hits + c.misses > 0 THEN c.hits / (c.hits + c.misses) END AS hit_rate,
+    CASE WHEN c.hits + j.hits + c.misses + j.misses > 0
+        THEN (c.hits + j.hits) / (c.hits + j.hits + c.misses + j.misses) END AS hit_rate,
     k.disk_hits,
     k.disk_misses,
     e.breaks,
@@ -258,10 +276,12 @@ SELECT
     CASE WHEN e.calls > 0 THEN 'call' WHEN e.steps > 0 THEN 'step' END AS latency_of,
     CASE WHEN e.calls > 0 OR e.steps > 0
         THEN CASE WHEN r.sync THEN 'to results' ELSE 'dispatch only' END END AS latency_kind,
-    CASE WHEN e.calls > 0 THEN e.call_p50_ns ELSE e.step_p50_ns END AS p50_ns,
-    CASE WHEN e.calls > 0 THEN e.call_p90_ns ELSE e.step_p90_ns END AS p90_ns,
-    CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE e.step_p99_ns END AS p99_ns,
-    CASE WHEN e.calls > 0 THEN e.call_mean_ns ELSE e.step_mean_ns END AS mean_ns,
+    CASE WHEN e.calls = 0 AND e.steps > 0 THEN w.latency_step END AS latency_step,
+    w.latency_spans,
+    CASE WHEN e.calls > 0 THEN e.call_p50_ns ELSE w.step_p50_ns END AS p50_ns,
+    CASE WHEN e.calls > 0 THEN e.call_p90_ns ELSE w.step_p90_ns END AS p90_ns,
+    CASE WHEN e.calls > 0 THEN e.call_p99_ns ELSE w.step_p99_ns END AS p99_ns,
+    CASE WHEN e.calls > 0 THEN e.call_mean_ns ELSE w.step_mean_ns END AS mean_ns,
     w.compiling_calls,
     w.loaded_calls,
     w.warm_calls,
@@ -287,6 +307,7 @@ SELECT
 FROM runs r
 LEFT JOIN ends e ON e.run_id = r.run_id
 LEFT JOIN cache_counts c ON c.run_id = r.run_id
+LEFT JOIN jit_call_counts j ON j.run_id = r.run_id
 LEFT JOIN comp_counts k ON k.run_id = r.run_id
 LEFT JOIN after_eviction a ON a.run_id = r.run_id
 LEFT JOIN warm w ON w.run_id = r.run_id

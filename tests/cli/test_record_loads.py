@@ -87,6 +87,15 @@ def _summary(db: Path, run_id: str) -> dict[str, object]:
     return row
 
 
+def _jit_calls(db: Path, run_id: str) -> list[tuple[object, ...]]:
+    with connect(db, read_only=True) as con:
+        return con.execute(
+            "SELECT fun_name, calls, hits, misses, compiles, loads FROM jit_calls "
+            "WHERE run_id = ? ORDER BY fun_name",
+            [run_id],
+        ).fetchall()
+
+
 def test_the_warm_run_loads_every_program_and_compiles_none(two_runs):
     db, warm = two_runs["db"], two_runs["warm"]
     needed, loaded = two_runs["jax_warm"]
@@ -114,6 +123,10 @@ def test_the_warm_run_loads_every_program_and_compiles_none(two_runs):
     assert funs == {name: (0, n) for name, n in loaded.items()}
     assert outcomes == [("load",)]
     assert retrace == [(1, 0, 1)]  # traced again for the ragged batch, and loaded
+    # 16 calls of `update` (2 epochs of 8 batches): the 2 that loaded a program missed JAX's
+    # in-memory cache, the other 14 were served from it
+    assert _jit_calls(db, warm) == [("update", 16, 14, 2, 0, 2)]
+    assert (s["hits"], s["misses"], s["hit_rate"]) == (14, 2, 14 / 16)
 
 
 def test_the_cold_run_compiles_what_jax_logged(two_runs):
@@ -126,6 +139,9 @@ def test_the_cold_run_compiles_what_jax_logged(two_runs):
     # not at the start: the summary still names it
     assert s["backend"] == "cpu"
     assert s["compiles"] + s["jax_compiles"] == s["disk_misses"] == sum(needed.values())
+    # every call JAX did not log a compile for was served from its in-memory cache
+    assert _jit_calls(db, cold) == [("update", 16, 16 - needed["update"], 2, 2, 0)]
+    assert (s["hits"], s["misses"]) == (14, 2)
     with connect(db, read_only=True) as con:
         [(n, also)] = con.execute(
             "SELECT n, also FROM recompile_causes WHERE run_id = ? AND fun_name = 'update'",
@@ -154,3 +170,24 @@ def test_compare_counts_one_recompile_once(two_runs):
     assert metrics["new_recompile_causes"]["candidate"] == 1
     assert (metrics["loads"]["base"], metrics["loads"]["candidate"]) == (2, 0)
     assert (metrics["compiles"]["base"], metrics["compiles"]["candidate"]) == (0, 2)
+
+
+def test_the_report_advises_on_the_ragged_last_batch(two_runs):
+    db, cold = str(two_runs["db"]), two_runs["cold"]
+    with connect(two_runs["db"], read_only=True) as con:
+        buckets = con.execute(
+            "SELECT arg, dim, sizes, compiles, pow2_sizes, saved_compiles, ragged "
+            "FROM jit_shape_buckets WHERE run_id = ? AND fun_name = 'update' ORDER BY arg",
+            [cold],
+        ).fetchall()
+    assert buckets == [
+        ("x", 0, [104, 128], 2, [128], 1, True),
+        ("y", 0, [104, 128], 2, [128], 1, True),
+    ]
+    done = _ember("report", "--db", db, "--run", cold)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert (
+        "x dim 0, y dim 0 went from 128 to 104: padding to 128 (or dropping a ragged last "
+        "batch) would need 1 compile instead of 2"
+    ) in text
