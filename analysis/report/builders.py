@@ -245,8 +245,38 @@ def _change_words(c: dict[str, Any], sizes: list[int] | None) -> str:
     return f"{c['arg']} {c['change'].replace('_', ' ')}: {c['example']}"
 
 
+def _jit_advice(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+    """What would save a jitted function's compiles (its ``jit_shape_buckets`` rows): a
+    smaller (last) batch padded or dropped, else a dimension padded to power-of-two buckets."""
+    if not rows:
+        return None
+    compiles = rows[0]["compiles"]
+    if all(r["ragged"] for r in rows) and len({(r["max_size"], r["min_size"]) for r in rows}) == 1:
+        dims = ", ".join(f"{r['arg']} dim {r['dim']}" for r in rows)
+        big, small = rows[0]["max_size"], rows[0]["min_size"]
+        # two sizes, the smaller after the larger: the evidence of a ragged last batch, or
+        # of a smaller batch from then on; padding serves both, dropping only the first
+        text = (
+            f"{dims} went from {big} to {small}: padding to {big} (or dropping a ragged "
+            f"last batch) would need {_n(compiles - 1, 'compile')} instead of {compiles}"
+        )
+        return text, {"ragged": True, "dims": dims, "pad_to": big, "saved_compiles": 1}
+    best = max(rows, key=lambda r: r["saved_compiles"])
+    if best["saved_compiles"] <= 0:
+        return None
+    buckets = "/".join(str(x) for x in best["pow2_sizes"])
+    text = (
+        f"padding {best['arg']} dim {best['dim']} to {buckets} would save "
+        f"{_n(best['saved_compiles'], 'compile')}"
+    )
+    return text, {"ragged": False, **_pick(best, "arg dim pow2_sizes saved_compiles")}
+
+
 def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
     df = _of(con, "jit_retraces", run_ids, "run_id, fun_name")
+    buckets: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for b in _rows(_of(con, "jit_shape_buckets", run_ids, "run_id, fun_name, arg, dim")):
+        buckets.setdefault((b["run_id"], b["fun_name"]), []).append(b)
     out = []
     for r in _rows(df):
         reasons = list(dict.fromkeys(r["reasons"]))
@@ -258,21 +288,18 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
         elif r["loads"]:
             took = f"{_n(r['recompiles'], 'compile')} and {_n(r['loads'], 'load')}: {took}"
         text = f"{r['fun_name']} retraced {times(r['retraces'])} ({took}): {shown}"
-        out.append(
-            Finding(
-                r["run_id"],
-                "jit_retrace",
-                text,
-                r["compile_ns"],
-                {
-                    "fun_name": r["fun_name"],
-                    "retraces": r["retraces"],
-                    "recompiles": r["recompiles"],
-                    "loads": r["loads"],
-                    "reasons": reasons,
-                },
-            )
-        )
+        data = {
+            "fun_name": r["fun_name"],
+            "retraces": r["retraces"],
+            "recompiles": r["recompiles"],
+            "loads": r["loads"],
+            "reasons": reasons,
+        }
+        advice = _jit_advice(buckets.get((r["run_id"], r["fun_name"]), []))
+        if advice is not None:
+            text += f"; {advice[0]}"
+            data["advice"] = advice[1]
+        out.append(Finding(r["run_id"], "jit_retrace", text, r["compile_ns"], data))
     return out
 
 

@@ -173,8 +173,32 @@ if not ui.lacks("shape_buckets"):
         """,
         run,
     )
+    # a jitted function's dimensions (JAX, torch.compile): its recompiles' recorded changes
+    jit_buckets = (
+        db.query(
+            """
+            SELECT fun_name, arg, dim, sizes, compiles, pow2_sizes, saved_compiles, ragged
+            FROM jit_shape_buckets WHERE run_id = ?
+            ORDER BY saved_compiles DESC, fun_name, arg, dim
+            """,
+            run,
+        )
+        if db.has_relation("jit_shape_buckets")
+        else None
+    )
+    if jit_buckets is not None and not jit_buckets.is_empty():
+        top = jit_buckets.row(0, named=True)
+        if top["ragged"]:
+            st.info(
+                f"**{md_text(top['fun_name'])}**: {md_text(top['arg'])} dim {top['dim']} went "
+                f"from {top['sizes'][1]} to {top['sizes'][0]}: padding to {top['sizes'][1]} "
+                f"(or dropping a ragged last batch) would need **{top['compiles'] - 1} "
+                f"compile(s) instead of {top['compiles']}**."
+            )
+        ui.table(jit_buckets)
     if buckets.is_empty():
-        st.caption("No input dimension changed between compiles.")
+        if jit_buckets is None or jit_buckets.is_empty():
+            st.caption("No input dimension changed between compiles.")
     else:
         best = buckets.row(0, named=True)
         if best["saved_compiles"] > 0:

@@ -88,6 +88,32 @@ def spans_and_depth_corpus(path: Path, run_id: str = "spans-run") -> Path:
     return write_lines(path, lines)
 
 
+def jax_steps_corpus(path: Path, run_id: str = "jax-steps") -> Path:
+    """``ember record``'s automatic steps of a jitted ``update`` (ember.trace/5: each step
+    names its function): a compile, a retrace for a ragged batch (128 -> 104), then a hit.
+    The rows of ``jit_calls`` and ``jit_shape_buckets``."""
+    lines: list[str | bytes] = [meta_line(run_id)]
+    ts, span_ids = 10, iter(range(1, 100))
+    change = {"arg": "x", "what": "shape", "old": "f32[128,784]", "new": "f32[104,784]"}
+    for index, compile_changes in enumerate([[], [change], None]):
+        step_id = next(span_ids)
+        attrs = {"step": "update", "index": index, "fun_name": "update"}
+        step = {"span_id": step_id, "span_kind": "step", "attrs": attrs}
+        lines.append(json.dumps({"kind": "span_start", "ts_ns": ts, "name": "ember.step"} | step))
+        if compile_changes is not None:  # the call traced and compiled: a jit span inside
+            jit = {"span_id": next(span_ids), "span_kind": "jit"}
+            start = {"kind": "span_start", "ts_ns": ts + 1, "parent_id": step_id}
+            lines.append(
+                json.dumps(start | jit | {"name": "ember.jit", "attrs": {"fun_name": "update"}})
+            )
+            end_attrs = {"fun_name": "update", "changes": compile_changes}
+            end = {"kind": "span_end", "ts_ns": ts + 5, "duration_ns": 4, "attrs": end_attrs}
+            lines.append(json.dumps(end | {k: v for k, v in jit.items() if k != "attrs"}))
+        lines.append(json.dumps({"kind": "span_end", "ts_ns": ts + 8, "duration_ns": 8} | step))
+        ts += 10
+    return write_lines(path, lines)
+
+
 def table(con, name: str) -> tuple[dict[str, str], list[str]]:
     """(column -> type, sorted rows as text) of a table or view, without volatile columns."""
     df = con.sql(f"SELECT * FROM {name}")

@@ -22,6 +22,7 @@ from tests.analysis.lake_parity import (
     check_a_grown_file_rejects_a_second_stored_end,
     differences,
     duck_rows,
+    jax_steps_corpus,
     require_spark,
     spans_and_depth_corpus,
     view_differences,
@@ -98,6 +99,8 @@ def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
         spans_and_depth_corpus(tmp_path / "spans.jsonl"),
         # a torch.compile run imported from TORCH_TRACE: the rows of torch_compiles
         Path(import_torch_trace(TORCH_LOG, tmp_path / "torch.jsonl").path),
+        # a jitted function's steps: the rows of jit_calls and jit_shape_buckets
+        jax_steps_corpus(tmp_path / "steps.jsonl"),
     ]
     db, duck_lake, spark_lake = tmp_path / "t.duckdb", tmp_path / "a", tmp_path / "b"
     want = [(f.status, f.records, f.rejected) for f in ingest(files, db).files]
@@ -124,7 +127,7 @@ def test_spark_and_duckdb_write_the_same_lake_and_every_view_agrees(
         assert [n for n in names if n in CHECKED_VIEWS] == CHECKED_VIEWS
         assert view_differences(b, spark, CHECKED_VIEWS) == []
         # not vacuous
-        assert len(duck_rows(b, "recompiles")[1]) == 10
+        assert len(duck_rows(b, "recompiles")[1]) == 11  # 10, and the jitted update's retrace
         empty = [n for n in CHECKED_VIEWS if not duck_rows(b, n)[1]]
         assert empty == EMPTY_ON_THE_CORPUS  # each other view has rows
     again = ingest_spark(files, spark_lake, spark=spark)

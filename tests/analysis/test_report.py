@@ -174,7 +174,13 @@ def test_jax_eager_op_compiles_are_counted_and_grouped_apart(reports):
     assert s.jax_compiles >= 2
     (retrace,) = _texts(train, "jit_retrace")
     assert retrace.startswith("grad_step retraced once (")
-    assert retrace.endswith("): x dim 0: 32 -> 16; y dim 0: 32 -> 16")
+    reasons, advice = retrace.split("; x dim 0, y dim 0 went from ")
+    assert reasons.endswith("): x dim 0: 32 -> 16; y dim 0: 32 -> 16")
+    # the batch shrank once: padding it (or dropping the last batch) keeps one program
+    assert advice == (
+        "32 to 16: padding to 32 (or dropping a ragged last batch) would need 1 compile "
+        "instead of 2"
+    )
     # JAX's own compiles are one line of their own, never recompile sentences
     (grouped,) = _texts(train, "outside_jit")
     assert re.match(r"JAX compiled \d+ primitives run outside jit: .*_normal", grouped)

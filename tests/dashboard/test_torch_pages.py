@@ -61,6 +61,14 @@ def test_recompiles_page_names_the_dimension_torch_recompiled_on(torch_env) -> N
     assert reasons[["change", "arg", "dim", "recompiles", "example"]].values.tolist() == [
         ["jit:shape", "x", 0, 1, "x dim 0: 8 -> 16"]
     ]
+    # the frame's dimension in the shape buckets (it said no dimension changed): two
+    # powers of two already, so padding saves nothing and no advice is given
+    buckets = table(at, "fun_name", "arg", "dim", "sizes", "saved_compiles", "ragged")
+    assert buckets[["arg", "dim", "saved_compiles", "ragged"]].values.tolist() == [
+        ["x", 0, 0, False]
+    ]
+    assert list(buckets["sizes"].iloc[0]) == [8, 16]
+    assert "No input dimension changed between compiles." not in texts(at.caption)
     frames = table(at, "compile_id", "outcome", "fx_graph_cache", "aot_autograd_cache")
     assert frames[["compile_id", "outcome", "fx_graph_cache"]].values.tolist() == [
         ["0/0", "compiled", "miss"],
