@@ -28,12 +28,20 @@ traced before the block began. JAX primitives run outside ``jit`` (``jnp.ones``)
 segments run eagerly are not counted as compiles; they are listed in ``seen``.
 
 The JAX bridge watches the whole process, so compiles in other threads count too.
+
+What a budget counts: by default, the compiles this block made. A program the process had
+compiled before the block (an earlier test compiled both batch sizes) comes from JAX's
+memory and is not counted, so a budget can pass because of what ran before it.
+``fresh=True`` clears JAX's in-memory caches (``jax.clear_caches()``) when the block starts:
+the block then counts what its code needs from a clean cache, whatever ran before. The
+failure message says which of the two was counted.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -424,6 +432,7 @@ class Budget:
     evictions: Limit = None
     peak_memory: int | str | None = None
     warmup: int = 0
+    fresh: bool = False
 
     def __post_init__(self) -> None:
         for name in ("compiles", "recompiles", "evictions"):
@@ -432,6 +441,15 @@ class Budget:
             parse_size(self.peak_memory)
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"warmup={self.warmup!r}: give how many compiles (0, 1, 2...)")
+        if not isinstance(self.fresh, bool):
+            raise ValueError(f"fresh={self.fresh!r}: give True (count from a clean cache) or False")
+
+    def prepare(self) -> None:
+        """Before the block: with ``fresh``, clear JAX's in-memory caches (a process that has
+        not imported JAX has nothing cached: JAX is not imported for it)."""
+        jax = sys.modules.get("jax")
+        if self.fresh and jax is not None:
+            jax.clear_caches()
 
     def broken(self, seen: Seen) -> list[tuple[str, list[str]]]:
         """Each budget that does not hold: its headline and the lines that explain it."""
@@ -469,6 +487,15 @@ class Budget:
             lines += [f"    - {w}" for w in why]
         if seen.loads:
             lines.append(f"  ({len(seen.loads)} program(s) loaded from a disk cache: not compiles)")
+        if not any(h.startswith(("compiles:", "recompiles:")) for h, _ in broken):
+            pass  # evictions and memory do not depend on what was compiled before
+        elif self.fresh:
+            lines.append("  (counted from a clean cache: fresh=True cleared JAX's caches first)")
+        else:
+            lines.append(
+                "  (counted in this block only: programs this process compiled before it are "
+                "not; fresh=True counts from a clean cache)"
+            )
         if seen.path is not None:
             lines.append(f"  trace: {seen.path}")
         return "\n".join(lines)
@@ -479,7 +506,9 @@ class expect:
 
     ``compiles``, ``recompiles``, ``evictions``: a count or a bound (``"<=2"``);
     ``peak_memory``: a size (``"200MiB"``); ``warmup``: compiles of each function allowed
-    first; ``record``: also write the block's trace to this path. ``seen`` (a ``Seen``) is
+    first; ``fresh``: clear JAX's in-memory caches first, so the block counts what it needs
+    from a clean cache (not only what this process had not compiled yet); ``record``: also
+    write the block's trace to this path. ``seen`` (a ``Seen``) is
     filled when the block ends. Raises ``CompileBudgetExceeded`` (an ``AssertionError``).
     """
 
@@ -491,9 +520,10 @@ class expect:
         evictions: Limit = None,
         peak_memory: int | str | None = None,
         warmup: int = 0,
+        fresh: bool = False,
         record: str | Path | None = None,
     ) -> None:
-        self.budget = Budget(compiles, recompiles, evictions, peak_memory, warmup)
+        self.budget = Budget(compiles, recompiles, evictions, peak_memory, warmup, fresh)
         self.record = Path(record) if record is not None else None
         self._stack = ExitStack()
         self._watch: Watch | None = None
@@ -504,6 +534,7 @@ class expect:
         if self.record is not None:
             self._stack.enter_context(record(self.record))
         try:
+            self.budget.prepare()
             self._watch = Watch(
                 warmup=self.budget.warmup, peak_memory=self.budget.peak_memory is not None
             ).start()

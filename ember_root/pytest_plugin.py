@@ -168,7 +168,7 @@ def _budget_of(item: pytest.Item) -> Budget | None:
     if marker.args:
         raise pytest.UsageError(
             f"{item.nodeid}: compile_budget takes keyword arguments only "
-            "(compiles=, recompiles=, evictions=, peak_memory=, warmup=)"
+            "(compiles=, recompiles=, evictions=, peak_memory=, warmup=, fresh=)"
         )
     try:
         return Budget(**marker.kwargs)
@@ -210,6 +210,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         watch = Watch(warmup=budget.warmup, peak_memory=budget.peak_memory is not None)
         seen = watch.start().seen
         own.callback(watch.stop)
+    if budget is not None:
+        budget.prepare()  # fresh=True: JAX's caches cleared as the test starts
     try:
         result = yield
     finally:

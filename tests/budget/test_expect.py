@@ -81,8 +81,11 @@ def test_bounds_dtype_weak_type_and_static_values_are_named():
     message = str(info.value)
     assert "  compiles: 3, expected <= 1" in message
     assert "compile 2: x dtype: float32 -> int32" in message
-    # the static argument is named as the function names it (was `static arg 1`)
-    assert message.endswith(": compile 3: static k: 2 -> 3")
+    # the static argument is named as the function names it (was `static arg 1`); then
+    # what the budget counted
+    *_, last_compile, counted = message.splitlines()
+    assert last_compile.endswith(": compile 3: static k: 2 -> 3")
+    assert counted.startswith("  (counted in this block only: ")
 
 
 def test_an_ember_model_that_evicts_fails_evictions_0(tmp_path):
@@ -166,3 +169,43 @@ def test_an_error_in_the_block_is_the_error_seen():
 
     with pytest.raises(ZeroDivisionError):
         fails()
+
+
+def test_a_budget_can_count_from_a_clean_cache_and_says_which_it_counted():
+    @jax.jit
+    def step(x):
+        return x * 2
+
+    sizes = (8, 16)
+    for n in sizes:  # an earlier test of the same process compiled both sizes
+        step(jnp.ones(n))
+    # counted in the block only: both programs come from JAX's memory, the budget passes
+    with ember.expect(recompiles=0) as seen:
+        for n in sizes:
+            step(jnp.ones(n))
+    assert seen.compiles == []
+
+    # from a clean cache, the block's own code needs both: a recompile, and the message
+    # says what was counted
+    def from_a_clean_cache() -> None:
+        with ember.expect(recompiles=0, fresh=True):
+            for n in sizes:
+                step(jnp.ones(n))
+
+    with pytest.raises(ember.CompileBudgetExceeded) as info:
+        from_a_clean_cache()
+    message = str(info.value)
+    assert "  recompiles: 1, expected 0" in message
+    assert message.splitlines()[-1] == (
+        "  (counted from a clean cache: fresh=True cleared JAX's caches first)"
+    )
+
+    def a_new_size() -> None:
+        with ember.expect(compiles=0):
+            step(jnp.ones(3))
+
+    with pytest.raises(ember.CompileBudgetExceeded) as info:
+        a_new_size()
+    assert "programs this process compiled before it are not" in str(info.value)
+    with pytest.raises(ValueError, match="fresh='yes'"):
+        Budget(fresh="yes")  # type: ignore[arg-type]

@@ -138,3 +138,49 @@ def test_small():
     # at least the 256x256 float32 output (256 KiB), when the sampler caught it; the input
     # on the device too (512 KiB) when it caught both
     result.stdout.fnmatch_lines(["E     peak_memory: * KiB, expected <= 1.0 KiB"])
+
+
+def test_a_fresh_budget_cannot_pass_because_an_earlier_test_compiled(pytester):
+    # the first test compiles both batch sizes; the next two call them again: counted in
+    # the test only, nothing compiles and the budget passes by accident; fresh=True clears
+    # JAX's caches as the test starts, so the ragged batch is a recompile again
+    pytester.makepyfile(
+        test_order="""
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@jax.jit
+def step(x):
+    return x.sum()
+
+
+def test_warms_both():
+    for n in (32, 16):
+        step(jnp.ones(n))
+
+
+@pytest.mark.compile_budget(recompiles=0)
+def test_counted_in_the_test():
+    for n in (32, 16):
+        step(jnp.ones(n))
+
+
+@pytest.mark.compile_budget(recompiles=0, fresh=True)
+def test_from_a_clean_cache():
+    for n in (32, 16):
+        step(jnp.ones(n))
+"""
+    )
+    result = _run(pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_from_a_clean_cache _*",
+            "E   compile budget exceeded:",
+            "E     recompiles: 1, expected 0",
+            "E       - step at *: compile 2: x dim 0: 32 -> 16",
+            "E     (counted from a clean cache: fresh=True cleared JAX's caches first)",
+        ]
+    )
