@@ -16,7 +16,8 @@ span through ``JitStep``, the automatic steps' wrapper), the recording opened an
 around each recorded round. Printed: the median steps/s of each, the ratio, each pair's.
 
 Run: ``.venv/bin/python benchmarks/bench_record.py [REPEATS] [ROUNDS]`` (``REPEATS 0``: the
-in-process rounds only); quote it with ``uptime``.
+in-process rounds only); quote it with ``uptime``. The result (``results/record.json``) is the
+end-to-end ratio, recorded process wall over plain, with the per-step ratios beside it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
+
+from results import write_result  # benchmarks/results.py: run from benchmarks/ or as a script
 
 LOOP = textwrap.dedent(
     """
@@ -80,7 +84,7 @@ def run_once(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return float(line.split()[1]), wall
 
 
-def in_process(rounds: int, steps: int = 500) -> None:
+def in_process(rounds: int, steps: int = 500) -> dict[str, float]:
     """Bare and recorded rounds of the same jitted step, alternated in this process."""
     import jax
 
@@ -118,9 +122,14 @@ def in_process(rounds: int, steps: int = 500) -> None:
     print(f"  overhead  {b / rec:.3f}x steps/s (target <= 1.05x)")
     shown = ", ".join(f"{x:.2f}" for x in pairs)
     print(f"  per pair  {shown} (median {statistics.median(pairs):.3f}x)")
+    return {
+        "in_process_bare_steps_per_s": round(b, 1),
+        "in_process_recorded_steps_per_s": round(rec, 1),
+        "in_process_step_ratio": round(b / rec, 4),
+    }
 
 
-def main(repeats: int = 5) -> None:
+def main(repeats: int = 5) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="ember-bench-record-") as tmp:
         cwd = Path(tmp)
         (cwd / "loop.py").write_text(LOOP)
@@ -142,10 +151,26 @@ def main(repeats: int = 5) -> None:
     print(f"  overhead  {p / r:.3f}x steps/s (target <= 1.05x), {rw / pw:.2f}x process wall")
     shown = ", ".join(f"{x:.2f}" for x in pairs)
     print(f"  per pair  {shown} (median {statistics.median(pairs):.3f}x)")
+    return {
+        "plain_steps_per_s": round(p, 1),
+        "recorded_steps_per_s": round(r, 1),
+        "step_ratio": round(p / r, 4),
+        "plain_process_s": round(pw, 3),
+        "recorded_process_s": round(rw, 3),
+        "runs_each": repeats,
+    }
 
 
 if __name__ == "__main__":
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    numbers: dict[str, Any] = main(repeats) if repeats else {}
+    numbers |= in_process(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
     if repeats:
-        main(repeats)
-    in_process(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
+        write_result(
+            "record",
+            "an unmodified jitted training loop run under `ember record --`: the whole process "
+            "(start to exit) and its steady-state steps",
+            "the same loop run bare (`python loop.py`)",
+            numbers["recorded_process_s"] / numbers["plain_process_s"],
+            numbers,
+        )
