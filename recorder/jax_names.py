@@ -361,7 +361,8 @@ def _placed(text: str) -> tuple[str, str]:
 
 def pmap_changes(old: PmapCall, new: PmapCall) -> tuple[str, list[dict[str, Any]]]:
     """Why ``pmap`` compiled ``new``'s function again: a reason and ``ArgChange`` dicts."""
-    changes, phrases = [], []
+    changes: list[dict[str, Any]] = []
+    phrases: list[str] = []
     for name in [*new.args, *(n for n in old.args if n not in new.args)]:
         before, after = old.args.get(name), new.args.get(name)
         if before == after:
@@ -372,7 +373,12 @@ def pmap_changes(old: PmapCall, new: PmapCall) -> tuple[str, list[dict[str, Any]
             continue
         (new_type, new_where), (old_type, old_where) = _placed(after), _placed(before)
         if new_type == old_type:  # the same type now elsewhere: w placement: host -> 4 devices
-            change = {"arg": name, "what": "placement", "old": old_where, "new": new_where}
+            change: dict[str, Any] = {
+                "arg": name,
+                "what": "placement",
+                "old": old_where,
+                "new": new_where,
+            }
             phrase = f"{name} placement: {old_where} -> {new_where}"
         else:
             change, phrase = jax_explain.type_change(name, new_type, old_type)
