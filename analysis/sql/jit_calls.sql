@@ -2,13 +2,14 @@
 -- the function (`ember record`'s automatic steps of `jax.jit`, `jax.pmap`, `nnx.jit` and
 -- `equinox.filter_jit` functions): how many calls JAX served from its in-memory cache.
 --
--- A call is a miss when a `jit` span (a compile or a load of a program) ran inside its step,
--- else a hit: JAX had the program in memory and neither compiled nor loaded anything. Calls
+-- A call is a miss when a `jit` span (a compile or a load of a program) of the program's own
+-- ran inside its step, else a hit: JAX had the program in memory (a helper JAX compiled for the
+-- call, such as pmap's `_multi_slice`, is not the function's: jit_functions.internal). Calls
 -- made while JAX traced something, or inside another step, are part of the outer call's
 -- program and are not counted. Traces older than ember.trace/5 name no function in their
 -- steps: they have no rows here.
 --
--- reads: spans
+-- reads: jit_functions, spans
 --
 -- run_id    VARCHAR  the run
 -- fun_name  VARCHAR  the jitted or pmapped function
@@ -18,12 +19,16 @@
 -- compiles  BIGINT   programs XLA compiled during these calls
 -- loads     BIGINT   programs JAX loaded from its persistent cache during these calls
 WITH inside AS (
-    SELECT run_id, parent_id AS step_id,
-        count(*) FILTER (WHERE end_attrs.persistent_cache IS DISTINCT FROM 'hit') AS compiles,
-        count(*) FILTER (WHERE end_attrs.persistent_cache = 'hit') AS loads
-    FROM spans
-    WHERE span_kind = 'jit' AND parent_id IS NOT NULL
-    GROUP BY run_id, parent_id
+    SELECT jit_span.run_id, jit_span.parent_id AS step_id,
+        count(*) FILTER (WHERE jit_span.end_attrs.persistent_cache IS DISTINCT FROM 'hit')
+            AS compiles,
+        count(*) FILTER (WHERE jit_span.end_attrs.persistent_cache = 'hit') AS loads
+    FROM spans jit_span
+    LEFT JOIN jit_functions f ON f.run_id = jit_span.run_id
+        AND f.fun_name = jit_span.start_attrs.fun_name
+    WHERE jit_span.span_kind = 'jit' AND jit_span.parent_id IS NOT NULL
+        AND NOT coalesce(f.internal, false)
+    GROUP BY jit_span.run_id, jit_span.parent_id
 )
 SELECT step_span.run_id,
     step_span.start_attrs.fun_name AS fun_name,

@@ -6,7 +6,7 @@
 -- JAX bridge marked a compile of it `outside_jit` (a primitive run op by op), or when none
 -- of its compiles has a retrace reason, changes or a `defined_at` and none ran inside a call
 -- or step span (JAX's own jitted helpers such as `_normal`, pmap's `_multi_slice`, and traces
--- without the mark). JAX explains the cache misses of the user's functions only, so a
+-- without the mark), a step of another jitted function counting as none. JAX explains the cache misses of the user's functions only, so a
 -- `defined_at` (from its explanation) marks the user's jit even when it compiled once outside
 -- any step, as every function of a program recorded by `ember record` does. A torch.compile
 -- frame (imported from TORCH_TRACE: it has a compile_id) is always the user's.
@@ -37,5 +37,9 @@ FROM spans jit_span
 LEFT JOIN spans parent_span ON parent_span.run_id = jit_span.run_id
     AND parent_span.span_id = jit_span.parent_id
     AND parent_span.span_kind IN ('call', 'step')
+    -- an automatic step of another function: a helper JAX compiled for that call (pmap's
+    -- `_multi_slice`), not the user's (the user's nested jits are traced into the step's)
+    AND (parent_span.start_attrs.fun_name IS NULL
+        OR parent_span.start_attrs.fun_name = jit_span.start_attrs.fun_name)
 WHERE jit_span.span_kind = 'jit'
 GROUP BY ALL

@@ -16,7 +16,8 @@
 --                               often) than the fewest did, in order
 -- fewest_compiles     BIGINT    the fewest compiles of it on one rank (0: some never did)
 -- most_compiles       BIGINT    the most on one rank
--- slowest_rank        BIGINT    the rank that spent the most time compiling it
+-- slowest_rank        BIGINT    the rank that spent the most time compiling it (the lowest of
+--                               ranks that spent as long)
 -- slowest_compile_ns  BIGINT    that rank's compile time (ns)
 -- median_compile_ns   BIGINT    the median rank's compile time (ns; a rank that did not
 --                               compile it counts 0)
@@ -40,7 +41,10 @@ grid AS (
         coalesce(c.compile_ns, 0) AS compile_ns,
         coalesce(c.disk_misses, 0) AS disk_misses,
         c.last_reason,
-        c.last_ts_ns
+        c.last_ts_ns,
+        -- 1 for the slowest rank; of ranks as slow, the lowest (arg_max picked any of them)
+        row_number() OVER (PARTITION BY p.job_id, p.program
+            ORDER BY coalesce(c.compile_ns, 0) DESC, r.rank) AS slowness
     FROM programs p
     JOIN ranks r ON r.job_id = p.job_id
     LEFT JOIN rank_compiles c
@@ -52,7 +56,7 @@ per AS (
         min(disk_misses) AS fewest_misses, max(disk_misses) AS most_misses,
         max(compile_ns) AS slowest_compile_ns,
         CAST(round(quantile_cont(compile_ns, 0.5)) AS BIGINT) AS median_compile_ns,
-        arg_max(rank, compile_ns) AS slowest_rank,
+        min(rank) FILTER (WHERE slowness = 1) AS slowest_rank,
         arg_max(last_reason, compiles) AS reason,
         arg_max(last_ts_ns, compiles) AS at_ts_ns
     FROM grid

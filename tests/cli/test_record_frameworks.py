@@ -34,6 +34,14 @@ def test_scan_checkpoint_pmap_and_shard_map_under_ember_record(tmp_path):
     ]
     assert compiles["double"] == 2
     assert "_fun" not in compiles
+    # the pmapped calls are steps: each compiled its program (two sizes); the helper JAX
+    # compiled for them (`_multi_slice`) is JAX's own, not a miss of `double`
+    calls = query_rows(db, "SELECT fun_name, calls, hits, misses FROM jit_calls ORDER BY 1")
+    assert ("double", 2, 0, 2) in calls
+    [(multi_slice_internal,)] = query_rows(
+        db, "SELECT internal FROM jit_functions WHERE fun_name = '_multi_slice'"
+    )
+    assert multi_slice_internal
     assert len(devices) == 4
 
 
