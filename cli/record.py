@@ -38,7 +38,7 @@ def child_command(
     sync_steps: bool = False,
 ) -> list[str]:
     """``python [its options] -m ember.record --out OUT ... PROGRAM ARGS`` for ``command``
-    (``python train.py ARGS`` or ``python -m module ARGS``)."""
+    (``python train.py ARGS``, ``python -m module ARGS`` or ``python -c CODE ARGS``)."""
     if not command or not re.fullmatch(r"python[0-9.]*", Path(command[0]).name):
         shown = command[0] if command else "nothing"
         raise ValueError(
@@ -47,12 +47,12 @@ def child_command(
         )
     own: list[str] = []
     i = 1
-    while i < len(command) and command[i].startswith("-") and command[i] != "-m":
+    while i < len(command) and command[i].startswith("-") and command[i] not in ("-m", "-c"):
         takes_value = command[i] in _PYTHON_VALUE_OPTIONS
         own += command[i : i + 1 + takes_value]
         i += 1 + takes_value
     if i >= len(command):
-        raise ValueError("ember record: no script or -m MODULE after `python`")
+        raise ValueError("ember record: no script, -m MODULE or -c CODE after `python`")
     options = ["--out", str(out), "--phase", phase]
     for tag in tags:
         options += ["--tag", tag]
@@ -105,12 +105,14 @@ def record(
     """Record an unmodified program: `ember record -- python train.py ARGS`.
 
     Every JAX compile, retrace reason, persistent-cache hit/miss, primitive run outside jit
-    and memory reading goes to one trace per process under --out (the pid in the name).
-    Each top-level call of a jitted function is a step named after the function.
+    and memory reading goes to one trace per process under --out (named after the program,
+    its start, host, pid and a random part: never another process's file). Each top-level
+    call of a jitted or pmapped function is a step named after the function.
     """
     if install_hook or uninstall_hook:
         raise typer.Exit(_hook(install_hook))
-    folder = out or Path(os.environ.get(TRACE_ENV) or "traces")
+    # absolute: a child that changes its working folder still records into this one
+    folder = Path(os.path.abspath(out or os.environ.get(TRACE_ENV) or "traces"))
     if phase not in ("train", "infer"):
         raise fail(f"--phase must be 'train' or 'infer', got {phase!r}")
     try:

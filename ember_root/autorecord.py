@@ -7,7 +7,7 @@ one line at every start; it does nothing unless ``EMBER_TRACE`` is set, and then
 ``install()``, which only puts a finder on ``sys.meta_path``: nothing of Ember or JAX is
 imported. When the process imports ``jax`` (and only then), the recording starts, right
 after JAX is loaded and before the program's own code goes on: a ``ProfileSession`` into
-``DIR/<program>-<pid>-<time>.jsonl`` (one file per process, so a ``multiprocessing`` spawn
+``DIR/<program>-<time>-<host>-<pid>-<random>.jsonl`` (one file per process, so a ``multiprocessing`` spawn
 child or a subprocess writes its own), memory readings every 0.1 s, and the top-level
 jitted calls as steps. It closes at exit (``atexit``), after an uncaught exception too, and
 on SIGTERM, which becomes ``SystemExit(143)`` unless the program set its own handler.
@@ -106,14 +106,13 @@ def _start() -> None:
 
 
 def _open_recording(out: Path) -> ExitStack:
-    from ember.record import Program, git_commit, trace_path
+    from ember.record import Program, create_trace, git_commit
     from ember.recorder.jax import ProfileSession
     from ember.recorder.jax_steps import jit_steps
     from ember.runtime.memory import MemorySampler
 
     command = shlex.join(getattr(sys, "orig_argv", sys.argv))
-    path = trace_path(out, Program(_program_name()))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = create_trace(out, Program(_program_name()))
     tags = {"command": command, "recorded_by": TRACE_ENV}
     if (commit := git_commit()) is not None:
         tags["git_commit"] = commit

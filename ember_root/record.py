@@ -4,8 +4,10 @@ The program runs in this process as ``__main__`` (``runpy``, as ``python train.p
 it, ``-m package.module`` too) inside a ``ProfileSession``: every JAX compile with its retrace
 reason, persistent-cache hits and misses, primitives compiled outside jit, and device/host
 memory readings (``MemorySampler``) go into one trace per process under ``DIR`` (``--out``,
-else ``$EMBER_TRACE``, else ``traces``), named ``<program>-<pid>-<time>.jsonl`` so that the
-processes of a multi-process job never share a file. ``meta`` carries the command line
+else ``$EMBER_TRACE``, else ``traces``), named ``<program>-<time>-<host>-<pid>-<random>.jsonl``
+and created exclusively, so that no two processes (of one job, or of containers that all run
+as pid 1) ever share or overwrite a file. A folder that cannot take the trace is one line on
+stderr, and the program runs unrecorded. ``python -c CODE`` is recorded too. ``meta`` carries the command line
 (``entrypoint`` and the ``command`` tag) and the git commit of the working directory
 (``git_commit`` tag, when it is a git checkout).
 
@@ -20,8 +22,10 @@ from __future__ import annotations
 import os
 import re
 import runpy
+import secrets
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,7 +43,8 @@ TRACE_ENV = "EMBER_TRACE"
 
 USAGE = (
     "usage: python -m ember.record [--out DIR] [--phase train|infer] [--tag NAME=VALUE]... "
-    "[--step LABEL=FUNCTION]... [--no-steps] [--sync-steps] (SCRIPT | -m MODULE) [ARGS...]"
+    "[--step LABEL=FUNCTION]... [--no-steps] [--sync-steps] (SCRIPT | -m MODULE | -c CODE) "
+    "[ARGS...]"
 )
 
 
@@ -51,7 +56,7 @@ class UsageError(ValueError):
 class Program:
     """What to run and where to record it."""
 
-    target: str  # a script's path, or a module's name when ``module``
+    target: str  # a script's path, a module's name when ``module``, the code when ``code``
     args: list[str] = field(default_factory=list)
     module: bool = False
     out: Path = Path("traces")
@@ -63,16 +68,18 @@ class Program:
     """Top-level jitted calls are ``step`` spans (``--no-steps``: none)."""
     sync_steps: bool = False
     """A step ends when its outputs are ready (``--sync-steps``), else at dispatch."""
+    code: bool = False
+    """``target`` is the program's text (``python -c CODE``)."""
 
     @property
     def argv(self) -> list[str]:
         """``sys.argv`` as the program would see it run by ``python``."""
-        return [self.target, *self.args]
+        return ["-c" if self.code else self.target, *self.args]
 
     @property
     def command(self) -> str:
-        run = ["python", "-m", self.target] if self.module else ["python", self.target]
-        return shlex.join([*run, *self.args])
+        how = ["-m"] if self.module else ["-c"] if self.code else []
+        return shlex.join(["python", *how, self.target, *self.args])
 
 
 def _option_value(argv: list[str], i: int, name: str) -> str:
@@ -114,6 +121,9 @@ def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> Pr
         elif arg == "-m":
             module = _option_value(argv, i, "-m")
             return Program(module, argv[i + 2 :], True, out, phase, tags, **steps)  # type: ignore[arg-type]
+        elif arg == "-c":
+            code = _option_value(argv, i, "-c")
+            return Program(code, argv[i + 2 :], False, out, phase, tags, code=True, **steps)  # type: ignore[arg-type]
         elif arg == "--":
             i += 1
         elif arg.startswith("-"):
@@ -123,12 +133,41 @@ def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> Pr
     raise UsageError(f"no program to run\n{USAGE}")
 
 
+def _name_part(text: str, default: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._-") or default
+
+
 def trace_path(out: Path, program: Program, pid: int | None = None) -> Path:
-    """``OUT/<program>-<pid>-<time>.jsonl``: one file per process (the pid in the name)."""
-    stem = Path(program.target).stem if not program.module else program.target
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._") or "program"
+    """``OUT/<program>-<time>-<host>-<pid>-<random>.jsonl``, ``OUT`` made absolute.
+
+    One file per process, never another's: processes in containers, pods or Slurm steps
+    that share a folder often have the same pid (1) and start in the same second, so the
+    host and 8 random hex digits are in the name too; the time first sorts a folder by
+    start. ``create_trace`` creates it, exclusively.
+    """
+    if program.code:
+        stem = "python-c"
+    else:
+        stem = program.target if program.module else Path(program.target).stem
+    stem = _name_part(stem, "program")
+    host = _name_part(socket.gethostname(), "host")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return out / f"{stem}-{os.getpid() if pid is None else pid}-{stamp}.jsonl"
+    pid = os.getpid() if pid is None else pid
+    return Path(os.path.abspath(out)) / f"{stem}-{stamp}-{host}-{pid}-{secrets.token_hex(4)}.jsonl"
+
+
+def create_trace(out: Path, program: Program) -> Path:
+    """A new, empty trace file in ``out`` (the folder made), created exclusively: a name
+    that exists (another process's trace) is never reused, truncated or appended to.
+    ``OSError`` when the folder cannot be made or written."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    while True:
+        path = trace_path(out, program)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:  # 32 random bits taken already: draw again
+            continue
+        return path
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
@@ -178,6 +217,11 @@ def _run(program: Program) -> None:
         if program.module:
             sys.argv = program.argv
             runpy.run_module(program.target, run_name="__main__", alter_sys=True)
+        elif program.code:  # as `python -c` runs it: sys.path[0] is the working folder
+            sys.argv = program.argv
+            if sys.path:
+                sys.path[0] = ""
+            exec(compile(program.target, "<string>", "exec"), {"__name__": "__main__"})
         else:
             script = Path(program.target)
             sys.argv = program.argv
@@ -222,12 +266,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"ember.record: {e}", file=sys.stderr)
         return 2
-    if not program.module and not Path(program.target).is_file():
+    if not program.module and not program.code and not Path(program.target).is_file():
         print(
             f"ember.record: {program.target}: no such file (the program to record)", file=sys.stderr
         )
         return 2
-    path = trace_path(program.out, program)
+    try:
+        path = create_trace(program.out, program)
+    except OSError as exc:
+        # a recorder never stops the program: it runs, unrecorded, and this says why once
+        why = exc.strerror or str(exc)
+        print(
+            f"ember.record: not recording: cannot write a trace in {program.out} ({why}); "
+            "the program runs unrecorded (--out DIR names another folder)",
+            file=sys.stderr,
+        )
+        _run(program)
+        return 0
     try:
         record_program(program, path)
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -64,7 +65,10 @@ def test_an_unmodified_program_records_its_retrace_with_the_reason(tmp_path):
     trace = _only_trace(tmp_path)
     meta = json.loads(trace.read_text().splitlines()[0])
     assert meta["pid"] != child.pid  # the recording process is the program's, not the CLI's
-    assert trace.name.startswith(f"train-{meta['pid']}-")
+    # the program, its start, host and pid, and a random part
+    assert re.fullmatch(
+        rf"train-\d{{8}}-\d{{6}}-[\w.-]+-{meta['pid']}-[0-9a-f]{{8}}\.jsonl", trace.name
+    )
     assert meta["entrypoint"].endswith("train.py --lr 0.1")
     assert meta["tags"]["command"] == meta["entrypoint"]
     assert meta["tags"]["git_commit"] == commit
@@ -135,8 +139,11 @@ def test_options_before_the_program_are_embers_and_after_it_the_programs(tmp_pat
     with pytest.raises(UsageError, match="--tag takes NAME=VALUE"):
         parse_args(["--tag", "x", "t.py"], environ={})
     path = trace_path(Path("o"), Program("../my train!.py"), pid=42)
-    assert path.parent == Path("o")
-    assert path.name.startswith("my_train-42-")
+    assert path.parent == Path("o").absolute()  # a child in another folder writes here too
+    assert path.name.startswith("my_train-")
+    assert "-42-" in path.name
+    # two processes of the same program, pid and second never get one name
+    assert path != trace_path(Path("o"), Program("../my train!.py"), pid=42)
 
 
 def test_ember_record_wants_a_python_command(tmp_path):
@@ -157,5 +164,5 @@ def test_ember_record_wants_a_python_command(tmp_path):
     ]
     with pytest.raises(ValueError, match="runs a Python program"):
         child_command(["./train.sh"], tmp_path, "train", [])
-    with pytest.raises(ValueError, match="no script or -m MODULE"):
+    with pytest.raises(ValueError, match="no script, -m MODULE or -c CODE"):
         child_command(["python", "-u"], tmp_path, "train", [])

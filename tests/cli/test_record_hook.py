@@ -126,9 +126,16 @@ def test_sigterm_closes_a_hooked_trace(hook, tmp_path):
     assert child.returncode == 128 + signal.SIGTERM, err
     (trace,) = (tmp_path / "out").glob("*.jsonl")
     assert validate_file(trace).ok
-    lines = trace.read_text().splitlines()
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
     # the two compiles of parent_step, written before the process ended
-    assert sum('"fun_name":"parent_step"' in line and "span_end" in line for line in lines) == 2
+    compiles = [
+        r
+        for r in records
+        if r["kind"] == "span_end"
+        and r["span_kind"] == "jit"
+        and r["attrs"]["fun_name"] == "parent_step"
+    ]
+    assert len(compiles) == 2
 
 
 def test_a_process_ember_record_runs_is_recorded_once(hook, tmp_path):
