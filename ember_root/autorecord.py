@@ -7,10 +7,11 @@ one line at every start; it does nothing unless ``EMBER_TRACE`` is set, and then
 ``install()``, which only puts a finder on ``sys.meta_path``: nothing of Ember or JAX is
 imported. When the process imports ``jax`` (and only then), the recording starts, right
 after JAX is loaded and before the program's own code goes on: a ``ProfileSession`` into
-``DIR/<program>-<time>-<host>-<pid>-<random>.jsonl`` (one file per process, so a ``multiprocessing`` spawn
-child or a subprocess writes its own), memory readings every 0.1 s, and the top-level
-jitted calls as steps. It closes at exit (``atexit``), after an uncaught exception too, and
-on SIGTERM, which becomes ``SystemExit(143)`` unless the program set its own handler.
+``DIR/<program>-<time>-<host>-<pid>-<random>.jsonl`` (one file per process, so a
+``multiprocessing`` spawn child or a subprocess writes its own), memory readings every
+0.1 s, and the top-level jitted calls as steps. It closes at exit (``atexit``), after an
+uncaught exception too, and on SIGTERM, which becomes ``SystemExit(143)`` unless the program
+set its own handler.
 
 A process run by ``python -m ember.record`` (what ``ember record --`` runs) records itself
 as it always did: it claims the process (``claim()``) before importing JAX. A child made

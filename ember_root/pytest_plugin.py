@@ -16,6 +16,7 @@ session of an environment where Ember is installed.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -131,8 +132,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _file_name(nodeid: str) -> str:
-    # a node id holds '/', '::' and '[...]': one safe file name
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_") + ".jsonl"
+    # a node id holds '/', '::' and '[...]': one safe file name. Parameter ids (`a b`, `a_b`,
+    # `a/b`) read alike once made safe, so a name made from one gets a hash of the whole id
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")
+    if re.search(r"[^A-Za-z0-9_./:-]", nodeid):
+        name += "-" + hashlib.sha1(nodeid.encode()).hexdigest()[:8]
+    return name + ".jsonl"
 
 
 def _record_dir(config: pytest.Config) -> Path | None:

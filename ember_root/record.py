@@ -4,10 +4,11 @@ The program runs in this process as ``__main__`` (``runpy``, as ``python train.p
 it, ``-m package.module`` too) inside a ``ProfileSession``: every JAX compile with its retrace
 reason, persistent-cache hits and misses, primitives compiled outside jit, and device/host
 memory readings (``MemorySampler``) go into one trace per process under ``DIR`` (``--out``,
-else ``$EMBER_TRACE``, else ``traces``), named ``<program>-<time>-<host>-<pid>-<random>.jsonl``
-and created exclusively, so that no two processes (of one job, or of containers that all run
-as pid 1) ever share or overwrite a file. A folder that cannot take the trace is one line on
-stderr, and the program runs unrecorded. ``python -c CODE`` is recorded too. ``meta`` carries the command line
+else ``$EMBER_TRACE``, else ``traces``), named
+``<program>-<time>-<host>-<pid>-<random>.jsonl`` and created exclusively, so that no two
+processes (of one job, or of containers that all run as pid 1) ever share or overwrite a
+file. A folder that cannot take the trace is one line on stderr, and the program runs
+unrecorded. ``python -c CODE`` is recorded too. ``meta`` carries the command line
 (``entrypoint`` and the ``command`` tag) and the git commit of the working directory
 (``git_commit`` tag, when it is a git checkout).
 

@@ -184,3 +184,23 @@ def test_from_a_clean_cache():
             "E     (counted from a clean cache: fresh=True cleared JAX's caches first)",
         ]
     )
+
+
+def test_ember_record_keeps_one_trace_per_parameter_id(pytester):
+    # `a b`, `a_b` and `a/b` read alike as file names: each test keeps a trace of its own
+    pytester.makepyfile(
+        test_ids="""
+import pytest
+
+
+@pytest.mark.parametrize("x", [1, 2, 3], ids=["a b", "a_b", "a/b"])
+def test_it(x):
+    assert x
+"""
+    )
+    result = _run(pytester, f"--ember-record={pytester.path / 'traces'}")
+    result.assert_outcomes(passed=3)
+    traces = sorted((pytester.path / "traces").glob("*.jsonl"))
+    assert len(traces) == 3
+    tests = {orjson.loads(t.read_bytes().splitlines()[0])["tags"]["test"] for t in traces}
+    assert tests == {f"test_ids.py::test_it[{i}]" for i in ("a b", "a_b", "a/b")}
