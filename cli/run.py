@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,11 @@ from .app import app, console, err_console, fail
 
 
 def default_trace_path(source: str) -> Path:
-    """``traces/<model>-<time>.jsonl`` for a model source."""
+    """``traces/<model>-<time>-<random>.jsonl`` for a model source: two runs started in the
+    same second never write one file."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(source.rstrip("/")).stem) or "model"
-    return Path("traces") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("traces") / f"{stem}-{stamp}-{secrets.token_hex(4)}.jsonl"
 
 
 def _naming(model: str, message: str) -> str:
@@ -243,6 +246,13 @@ def run(
     run_inline()  # before the recording starts JAX's backend to name it
 
     _check_source(model)
+    if record_path is not None and record_path.is_file() and record_path.stat().st_size > 0:
+        # recording would truncate it (and a failed run would remove it): another run's trace
+        raise fail(
+            f"--record {record_path}: the file exists (another run's trace?); give a new "
+            "path, or remove it first",
+            2,
+        )
     overrides, sweep_spec, tags = _parse_workload(input, sweep, tag)
     trace = record_path or default_trace_path(model)
     tags.setdefault("model", model)

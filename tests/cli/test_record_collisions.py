@@ -59,3 +59,21 @@ def test_a_folder_that_cannot_take_the_trace_is_one_line_and_the_program_runs(tm
     [line] = done.stderr.splitlines()
     assert line.startswith(f"ember.record: not recording: cannot write a trace in {blocker}")
     assert "the program runs unrecorded" in line
+
+
+def test_ember_run_never_truncates_another_runs_trace(tmp_path):
+    from tests.analysis.traces import symbolic_matmul
+
+    model = symbolic_matmul(tmp_path / "m.onnx")
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"kind": "meta"}\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "ember.cli.main", "run", str(model), "--record", str(other)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"--record {other}: the file exists" in " ".join(done.stderr.split())
+    assert other.read_text() == '{"kind": "meta"}\n'

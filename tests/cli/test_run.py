@@ -217,8 +217,9 @@ def test_a_load_error_names_the_model_once(tmp_path, monkeypatch, name, content)
     monkeypatch.chdir(tmp_path)
     if content is not None:
         (tmp_path / name).write_bytes(content)
-    for given in (name, f"./{name}"):
-        result = runner.invoke(app, ["run", given, "--record", str(tmp_path / "t.jsonl")])
+    for i, given in enumerate((name, f"./{name}")):
+        # a trace each: the first run's (which records the failure) is never overwritten
+        result = runner.invoke(app, ["run", given, "--record", str(tmp_path / f"t{i}.jsonl")])
         assert result.exit_code == 1
         text = " ".join(result.output.split())
         assert text.startswith(f"error: {name}: "), text
