@@ -8,7 +8,8 @@
 - ``--ember-record DIR``: keep a trace per test in DIR (for ``ember ingest DIR``); every test
   is recorded then.
 - at the end of the session, a short table of the tests that compiled most (of the tests
-  Ember watched: those with the marker or the fixture, or every test with --ember-record).
+  Ember watched: those with the marker or the fixture, or every test with --ember-record),
+  with pytest-xdist's workers' tests too (each worker hands its rows to the controller).
 
 Importing this module imports neither JAX nor Ember's recorder: pytest loads it in every
 session of an environment where Ember is installed.
@@ -16,6 +17,7 @@ session of an environment where Ember is installed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from contextlib import ExitStack
@@ -260,6 +262,23 @@ def pytest_runtest_makereport(
 def _seconds(ns: int) -> str:
     s = ns / 1e9
     return f"{s:.2f} s" if s < 10 else f"{s:.0f} s"
+
+
+_WORKER_ROWS = "ember_rows"  # the key of a pytest-xdist worker's rows in its workeroutput
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # a pytest-xdist worker prints no summary: its rows go to the controller, which does
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[_WORKER_ROWS] = [dataclasses.astuple(r) for r in session.config.stash[_ROWS]]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller: a worker finished; keep its rows for the summary."""
+    rows = getattr(node, "workeroutput", {}).get(_WORKER_ROWS, [])
+    node.config.stash[_ROWS].extend(_Row(*row) for row in rows)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

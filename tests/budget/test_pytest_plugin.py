@@ -204,3 +204,18 @@ def test_it(x):
     assert len(traces) == 3
     tests = {orjson.loads(t.read_bytes().splitlines()[0])["tags"]["test"] for t in traces}
     assert tests == {f"test_ids.py::test_it[{i}]" for i in ("a b", "a_b", "a/b")}
+
+
+def test_the_summary_table_holds_the_tests_of_xdist_workers(pytester):
+    # under pytest-xdist the tests run in workers, which print no summary: the table was gone
+    pytester.makepyfile(test_sample=SAMPLE)
+    result = _run(pytester, "-n", "2")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ember: the tests that compiled most*",
+            "*compiles  recompiles  loaded  evictions  compile time  test",
+            "       2           1       0          0  * test_sample.py::test_shape_varies",
+            "       1           0       0          0  * test_sample.py::test_same_shape",
+        ]
+    )
