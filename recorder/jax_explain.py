@@ -75,9 +75,17 @@ def _split_type(text: str) -> tuple[str, list[str]] | None:
     return _numpy_dtype(m.group("dtype")), dims
 
 
+def _type_only(text: str) -> str:
+    """``f32[2,3]`` of ``f32[2,3]({})``: the type, without what JAX writes after it."""
+    m = _JAX_TYPE.match(text.strip())
+    return m.group(0) if m else text.strip()
+
+
 def type_change(arg: str, new: str, old: str) -> tuple[dict[str, Any], str]:
-    """An ``ArgChange`` dict and a phrase such as ``x dim 0: 32 -> 16``."""
-    change = {"arg": arg, "what": "other", "old": old, "new": new}
+    """An ``ArgChange`` dict and a phrase such as ``x dim 0: 32 -> 16``. A shape change of one
+    dimension names it (``dim``; old and new are then its sizes), as torch's changes do; any
+    other keeps the whole types (``f32[8,3]``), the one notation of shapes."""
+    change: dict[str, Any] = {"arg": arg, "what": "other", "old": old, "new": new}
     weak = _WEAK.search(new), _WEAK.search(old)
     if weak[0] and weak[1]:
         change["what"] = "weak_type"
@@ -92,12 +100,15 @@ def type_change(arg: str, new: str, old: str) -> tuple[dict[str, Any], str]:
         phrases.append(f"{arg} dtype: {o_dtype} -> {n_dtype}")
     if n_dims != o_dims:
         change["what"] = "shape" if n_dtype == o_dtype else change["what"]
-        if len(n_dims) != len(o_dims):
-            phrases.append(f"{arg} shape: [{','.join(o_dims)}] -> [{','.join(n_dims)}]")
+        differ = [i for i, (a, b) in enumerate(zip(o_dims, n_dims, strict=False)) if a != b]
+        if len(n_dims) != len(o_dims):  # the whole types, in the one notation: f32[8,3]
+            phrases.append(f"{arg} shape: {_type_only(old)} -> {_type_only(new)}")
         else:
-            for i, (a, b) in enumerate(zip(o_dims, n_dims, strict=True)):
-                if a != b:
-                    phrases.append(f"{arg} dim {i}: {a} -> {b}")
+            phrases += [f"{arg} dim {i}: {o_dims[i]} -> {n_dims[i]}" for i in differ]
+        one = differ[0] if len(differ) == 1 and len(n_dims) == len(o_dims) else None
+        if change["what"] == "shape" and one is not None and o_dims[one].isdigit():
+            if n_dims[one].isdigit():  # one dimension's size (as torch names it): named
+                change.update(dim=one, old=o_dims[one], new=n_dims[one])
     if not phrases:  # same dtype and dims: sharding or memory kind differ
         phrases.append(f"{arg}: {old} -> {new}")
     return change, "; ".join(phrases)

@@ -78,7 +78,7 @@ def test_views(ember_trace):
     summary = ember_trace.run_summary()
     assert summary["recompiles"] == 1
     (row,) = ember_trace.recompiles().to_dicts()
-    assert row["reason"] == "x shape: f32[3] -> f32[4]", row
+    assert row["reason"] == "x dim 0: 3 -> 4", row
     assert [c.index for c in ember_trace.seen.compiles] == [1, 2]
 
 

@@ -81,7 +81,7 @@ def test_an_unmodified_program_records_its_retrace_with_the_reason(tmp_path):
         ).rows()
         readings = con.sql("SELECT count(*) FROM memory_timeline").item()
         internal = dict(con.sql("SELECT fun_name, internal FROM jit_functions").rows())
-    assert rows == [("x", "f32[8,4]", "f32[16,4]", "x shape: f32[8,4] -> f32[16,4]")]
+    assert rows == [("x", "8", "16", "x dim 0: 8 -> 16")]  # the dimension named
     assert readings >= 2  # a reading at the start and at the end at least
     # the program's functions are its own jit, not "primitives run outside jit"
     assert internal["train_step"] is False

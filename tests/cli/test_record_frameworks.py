@@ -27,9 +27,9 @@ def test_scan_checkpoint_pmap_and_shard_map_under_ember_record(tmp_path):
     assert reasons == [
         # JAX explains no pmap cache miss (pmap runs as a jit of its own `_fun`): the bridge
         # names the program's function and compares the call with the previous one
-        ("double", "x shape: f32[4,8] -> f32[4,16]"),
-        ("remat_grad", "x shape: f32[8] -> f32[16]"),
-        ("scanned", "xs shape: f32[8,3] -> f32[16,3]"),
+        ("double", "x dim 1: 8 -> 16"),
+        ("remat_grad", "x dim 0: 8 -> 16"),
+        ("scanned", "xs dim 0: 8 -> 16"),
         ("sharded", "x shape: f32[32@d] -> f32[64@d]"),  # the sharding is in the type
     ]
     assert compiles["double"] == 2
@@ -60,15 +60,15 @@ def test_jit_nnx_jit_and_equinox_retraces_name_their_arguments(tmp_path):
     )
     steps = dict(query_rows(db, "SELECT step, steps FROM steps"))
     assert reasons == [
-        ("jit_step", "batch['x'] shape: f32[4,3] -> f32[8,3]; batch['y'] shape: f32[4] -> f32[8]"),
+        ("jit_step", "batch['x'] dim 0: 4 -> 8; batch['y'] dim 0: 4 -> 8"),
         ("jit_step", "mode static: 'train' -> 'eval'"),
         ("jit_power", "k static: 2 -> 3"),  # static_argnums=1: the parameter's name
-        ("jit_nested", "state[0][1] shape: f32[2] -> f32[5]"),
-        ("nnx_scaled", "batch['x'] shape: f32[4,3] -> f32[8,3]"),
+        ("jit_nested", "state[0][1] dim 0: 2 -> 5"),
+        ("nnx_scaled", "batch['x'] dim 0: 4 -> 8"),
         ("nnx_scaled", "k static: 2 -> 3"),
         # equinox traces a wrapper of its own (dynamic_nodonate['rest'][0], one static
         # blob): the arguments are the program's, and so are the statics that changed
-        ("eqx_step", "x shape: f32[4,3] -> f32[8,3]"),
+        ("eqx_step", "x dim 0: 4 -> 8"),
         ("eqx_step", "scale static: 2.0 -> 3"),
         ("eqx_step", "model.act static: 'relu' -> 'gelu'"),
     ]

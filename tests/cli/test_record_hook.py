@@ -86,8 +86,8 @@ def test_the_program_and_its_spawn_child_each_write_a_trace(hook, tmp_path):
         ).rows()
         steps = con.sql("SELECT step, steps FROM steps ORDER BY step").rows()
     assert reasons == [
-        ("child_step", "x shape: f32[3] -> f32[6]"),  # recorded in the spawn child
-        ("parent_step", "x shape: f32[4] -> f32[8]"),
+        ("child_step", "x dim 0: 3 -> 6"),  # recorded in the spawn child
+        ("parent_step", "x dim 0: 4 -> 8"),
     ]
     assert steps == [("child_step", 3), ("parent_step", 2)]
 

@@ -147,7 +147,8 @@ def test_the_cold_run_compiles_what_jax_logged(two_runs):
             "SELECT n, also FROM recompile_causes WHERE run_id = ? AND fun_name = 'update'",
             [cold],
         ).fetchall()
-    assert (n, also) == (1, ["y"])  # one recompile, once, with the other input it changed
+    # one recompile, once, with the other input it changed (its dimension named)
+    assert (n, also) == (1, ["y dim 0"])
 
 
 def test_the_report_says_loads_not_compiles(two_runs):

@@ -61,7 +61,7 @@ def test_pmap_compiles_name_the_program_call_site_and_a_recorded_reason(pmap_run
     assert reasons == [
         # the same types in JAX's log: what differs is where the weights were
         ("w placement: host -> 4 devices",),
-        ("x shape: f32[4,32,784] -> f32[4,26,784]; y shape: f32[4,32,1] -> f32[4,26,1]",),
+        ("x dim 1: 32 -> 26; y dim 1: 32 -> 26",),
     ]
 
 
