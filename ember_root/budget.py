@@ -487,14 +487,13 @@ class Budget:
             lines += [f"    - {w}" for w in why]
         if seen.loads:
             lines.append(f"  ({len(seen.loads)} program(s) loaded from a disk cache: not compiles)")
-        if not any(h.startswith(("compiles:", "recompiles:")) for h, _ in broken):
-            pass  # evictions and memory do not depend on what was compiled before
-        elif self.fresh:
-            lines.append("  (counted from a clean cache: fresh=True cleared JAX's caches first)")
-        else:
+        # what was counted matters for compile counts, not for evictions or memory
+        if any(h.startswith(("compiles:", "recompiles:")) for h, _ in broken):
             lines.append(
-                "  (counted in this block only: programs this process compiled before it are "
-                "not; fresh=True counts from a clean cache)"
+                "  (counted from a clean cache: fresh=True cleared JAX's caches first)"
+                if self.fresh
+                else "  (counted in this block only: programs this process compiled before it "
+                "are not; fresh=True counts from a clean cache)"
             )
         if seen.path is not None:
             lines.append(f"  trace: {seen.path}")

@@ -25,7 +25,7 @@ from ember.analysis.format import sequence, short_path, times
 from ember.analysis.runs import SHORT_ID
 from ember.analysis.view_rows import RunSummaryRow
 
-__all__ = ["Finding", "FindingKind", "RunSummary", "build_all", "summaries"]
+__all__ = ["Finding", "FindingKind", "RunSummary", "build_all", "jit_advice", "summaries"]
 
 
 @dataclass
@@ -245,9 +245,10 @@ def _change_words(c: dict[str, Any], sizes: list[int] | None) -> str:
     return f"{c['arg']} {c['change'].replace('_', ' ')}: {c['example']}"
 
 
-def _jit_advice(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
+def jit_advice(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     """What would save a jitted function's compiles (its ``jit_shape_buckets`` rows): a
-    smaller (last) batch padded or dropped, else a dimension padded to power-of-two buckets."""
+    smaller (last) batch padded or dropped, else a dimension padded to power-of-two buckets.
+    The sentence and its data, or None; the report and the dashboard's Recompiles page say it."""
     if not rows:
         return None
     compiles = rows[0]["compiles"]
@@ -295,7 +296,7 @@ def _jit_findings(con: Connection, run_ids: list[str]) -> list[Finding]:
             "loads": r["loads"],
             "reasons": reasons,
         }
-        advice = _jit_advice(buckets.get((r["run_id"], r["fun_name"]), []))
+        advice = jit_advice(buckets.get((r["run_id"], r["fun_name"]), []))
         if advice is not None:
             text += f"; {advice[0]}"
             data["advice"] = advice[1]

@@ -5,10 +5,12 @@ limit."""
 from __future__ import annotations
 
 import altair as alt
+import polars as pl
 import streamlit as st
 
 from ember.analysis import format as fmt
 from ember.analysis.escape import md_text
+from ember.analysis.report.builders import jit_advice
 from ember.dashboard import charts, db, summary, ui
 
 st.title("Recompiles")
@@ -177,7 +179,8 @@ if not ui.lacks("shape_buckets"):
     jit_buckets = (
         db.query(
             """
-            SELECT fun_name, arg, dim, sizes, compiles, pow2_sizes, saved_compiles, ragged
+            SELECT fun_name, arg, dim, sizes, min_size, max_size, compiles, pow2_sizes,
+                saved_compiles, ragged
             FROM jit_shape_buckets WHERE run_id = ?
             ORDER BY saved_compiles DESC, fun_name, arg, dim
             """,
@@ -187,15 +190,12 @@ if not ui.lacks("shape_buckets"):
         else None
     )
     if jit_buckets is not None and not jit_buckets.is_empty():
-        top = jit_buckets.row(0, named=True)
-        if top["ragged"]:
-            st.info(
-                f"**{md_text(top['fun_name'])}**: {md_text(top['arg'])} dim {top['dim']} went "
-                f"from {top['sizes'][1]} to {top['sizes'][0]}: padding to {top['sizes'][1]} "
-                f"(or dropping a ragged last batch) would need **{top['compiles'] - 1} "
-                f"compile(s) instead of {top['compiles']}**."
-            )
-        ui.table(jit_buckets)
+        # the report's sentence, for the function with the most to save
+        top = jit_buckets.row(0, named=True)["fun_name"]
+        advice = jit_advice(jit_buckets.filter(pl.col("fun_name") == top).to_dicts())
+        if advice is not None:
+            st.info(f"**{md_text(top)}**: {md_text(advice[0])}")
+        ui.table(jit_buckets.drop("min_size", "max_size"))
     if buckets.is_empty():
         if jit_buckets is None or jit_buckets.is_empty():
             st.caption("No input dimension changed between compiles.")

@@ -35,6 +35,14 @@ def test_no_compile_at_all():
     assert 1 + 1 == 2
 """
 
+# the end-of-session table of SAMPLE's tests
+SAMPLE_TABLE = [
+    "*ember: the tests that compiled most*",
+    "*compiles  recompiles  loaded  evictions  compile time  test",
+    "       2           1       0          0  * test_sample.py::test_shape_varies",
+    "       1           0       0          0  * test_sample.py::test_same_shape",
+]
+
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     # a subprocess: the sample's jitted functions must not share this process's JAX caches
@@ -53,10 +61,7 @@ def test_the_marker_fails_a_recompile_with_its_reason_and_passes_the_others(pyte
             "E     recompiles: 1, expected 0",
             "E       - step at *test_sample.py:14:* (test_shape_varies): compile 2: "
             "x dim 0: 32 -> 16",
-            "*ember: the tests that compiled most*",
-            "*compiles  recompiles  loaded  evictions  compile time  test",
-            "       2           1       0          0  * test_sample.py::test_shape_varies",
-            "       1           0       0          0  * test_sample.py::test_same_shape",
+            *SAMPLE_TABLE,
             "FAILED test_sample.py::test_shape_varies - E   compile budget exceeded*",
         ]
     )
@@ -211,11 +216,4 @@ def test_the_summary_table_holds_the_tests_of_xdist_workers(pytester):
     pytester.makepyfile(test_sample=SAMPLE)
     result = _run(pytester, "-n", "2")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(
-        [
-            "*ember: the tests that compiled most*",
-            "*compiles  recompiles  loaded  evictions  compile time  test",
-            "       2           1       0          0  * test_sample.py::test_shape_varies",
-            "       1           0       0          0  * test_sample.py::test_same_shape",
-        ]
-    )
+    result.stdout.fnmatch_lines(SAMPLE_TABLE)
